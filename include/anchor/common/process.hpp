@@ -1,0 +1,43 @@
+#pragma once
+// Child processes: the pilot's workers and the e2e tests' binary runs.
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace anchor::proc {
+
+// Absolute path of the running executable (/proc/self/exe).
+std::string self_exe();
+
+struct SpawnOptions {
+  std::map<std::string, std::string> env;  // added to (or overriding) the inherited environment
+  bool capture_stdout = false;             // pipe the child's stdout to Child::stdout_fd
+  bool new_process_group = false;
+};
+
+struct Child {
+  pid_t pid = -1;
+  int stdout_fd = -1;  // read end when capture_stdout, else -1
+};
+
+// fork + execv. Throws Error (kRuntime) when the process cannot be started.
+Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts = {});
+
+// Reads one line from fd (without the newline). nullopt at EOF.
+std::optional<std::string> read_line(int fd);
+
+// Waits for pid. Returns the exit status, or 128 + signal number when it was
+// killed by a signal (the shell's convention). Retries EINTR.
+int wait_exit(pid_t pid);
+
+// Runs argv to completion, returning (status, stdout).
+struct RunResult {
+  int status = -1;
+  std::string out;
+};
+RunResult run_capture(const std::vector<std::string>& argv, const SpawnOptions& opts = {});
+
+}  // namespace anchor::proc

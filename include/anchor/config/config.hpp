@@ -1,0 +1,195 @@
+#pragma once
+// The run configuration: one YAML file, parsed strictly into plain structs.
+//
+// Every key is documented in docs/config.md. Precedence:
+//   built-in defaults < the YAML file < --set key=value overrides.
+// Parsing collects *every* problem (unknown keys, wrong types, out-of-range
+// values, missing required keys, contradictions) and throws one ConfigError
+// listing them all, each with file:line:column; exit code 2.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/error.hpp"
+
+namespace anchor::config {
+
+struct RunConfig {
+  std::string name = "pilot";
+  std::string output_dir = "runs";      // run directories go under it: <output_dir>/<run-id>/
+  std::uint64_t seed = 1234;            // root seed; every other seed derives from it
+  bool deterministic = true;            // deterministic algorithms; bitwise resume on CPU
+  int threads = 2;                      // intra-op threads; recorded (results depend on it)
+};
+
+struct ModelConfig {
+  std::string source = "builtin";       // builtin | safetensors | torchscript
+  std::string arch = "gpt";             // built-in family
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 64;
+  int vocab_size = 256;
+  int block_size = 64;                  // maximum positions (>= data.seq_len)
+  double dropout = 0.1;
+  bool bias = true;
+  std::string weights;                  // source=safetensors: HF GPT-2 layout file
+  std::string torchscript;              // source=torchscript: module file
+};
+
+struct DataConfig {
+  std::string format = "text";          // text (bytes, vocab 256) | llmc (uint16 token shards)
+  std::vector<std::string> train;       // files or globs (required)
+  std::vector<std::string> val;         // files or globs; empty -> split off val_fraction
+  double val_fraction = 0.1;            // used when val is empty
+  int seq_len = 64;
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;               // max global grad norm; 0 disables
+};
+
+struct ScheduleConfig {
+  std::string kind = "cosine";          // cosine | constant
+  std::int64_t warmup_steps = 100;
+  double min_lr_ratio = 0.1;            // final lr = lr * min_lr_ratio
+};
+
+struct LossScaleConfig {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+};
+
+struct TrainConfig {
+  int micro_batch = 4;                  // sequences per micro-step per rank
+  int grad_accum = 1;                   // micro-steps per optimizer step
+  std::int64_t global_batch = 0;        // sequences per step across ranks; 0 -> derived
+  std::int64_t total_steps = 0;         // the full run's length (one of steps/tokens)
+  std::int64_t total_tokens = 0;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  std::string precision = "fp32";       // fp32 | bf16 | fp16
+  int activation_checkpointing = 0;     // 0 = none; N = every N blocks
+  LossScaleConfig loss_scale;
+};
+
+struct PilotConfig {
+  int steps_before_save = 2;            // K (>= 2: the measured step has full optimizer state)
+  int steps_after_resume = 2;           // R
+  int eval_batches = 2;
+  double tolerance = 0.0;               // relative tolerance when bitwise is not expected (GPU)
+  double precision_tolerance = 0.05;    // fp32 vs low-precision relative difference flagged above it
+  int memory_probe_micro_batch = 0;     // second micro-batch for the memory fit; 0 -> micro_batch/2
+};
+
+struct DistributedConfig {
+  int nproc_per_node = 1;
+  std::string backend = "auto";         // auto | gloo | nccl
+  std::string strategy = "ddp";         // ddp | zero1 | zero2
+  double timeout_s = 300;
+  double bucket_mb = 25;
+};
+
+struct CheckpointConfig {
+  std::string dir;                      // empty -> <run dir>/checkpoints
+  int keep_last = 3;                    // retention; never deletes the newest valid one
+};
+
+struct ReportConfig {
+  std::string signing_key;              // PKCS#8 PEM private key; empty -> unsigned
+  std::string public_key;               // optional SPKI PEM, for verify
+};
+
+struct ContainerConfig {
+  std::string digest;                   // sha256:<64 hex>; or ANCHOR_CONTAINER_DIGEST
+  bool required = false;                // fail the pin when no digest is known
+};
+
+struct BudgetConfig {
+  std::string catalog = "configs/catalog.yaml";
+  std::vector<std::string> devices;     // catalog names to plan for; empty -> all
+  double headroom = 0.1;                // fraction of device memory kept free
+  double failures_per_day = 0.5;        // expected interruptions per node-day (Young/Daly)
+  double restart_minutes = 10;
+  double download_gb = 0;
+  double preprocess_hours = 0;
+  double export_gb = 0;
+  double egress_gbps = 1.0;
+  double ingress_gbps = 1.0;
+  double eval_every_steps = 0;          // 0 -> no periodic eval in the long run
+  int nodes = 1;
+  int gpus_per_node = 8;
+  double margin = 0.2;                  // schedule margin on top of the estimate
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  PilotConfig pilot;
+  std::string device = "cpu";           // cpu | cuda | cuda:N | rocm | auto
+  DistributedConfig distributed;
+  CheckpointConfig checkpoint;
+  ReportConfig report;
+  ContainerConfig container;
+  BudgetConfig budget;
+
+  std::string source_path;              // the YAML file it came from ("" for defaults only)
+  std::string base_dir;                 // relative paths resolve against this
+};
+
+// One problem found while loading: where it is and what is wrong.
+struct Problem {
+  std::string file;
+  int line = 0;                         // 1-based; 0 when unknown (e.g. a --set override)
+  int column = 0;
+  std::string key;                      // dotted path, e.g. "train.micro_batch"
+  std::string message;                  // what is wrong and what is allowed
+  std::string format() const;           // "file:line:col: key: message"
+};
+
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(std::vector<Problem> problems);
+  const std::vector<Problem>& problems() const { return problems_; }
+
+ private:
+  std::vector<Problem> problems_;
+};
+
+// Loads a config. `overrides` are "dotted.key=value" strings (value parsed as
+// YAML scalar or flow sequence). Throws ConfigError listing every problem;
+// Error (kIo) when the file cannot be read.
+Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_string(const std::string& yaml, const std::string& name = "<string>",
+                   const std::vector<std::string>& overrides = {});
+
+// The effective config as JSON (every key, defaults filled in) and as YAML.
+// to_json is canonical: the same config always gives the same bytes from dump().
+nlohmann::json to_json(const Config& c);
+std::string to_yaml(const Config& c);
+// Re-creates a Config from to_json's output (used by reproduce and the workers).
+Config from_json(const nlohmann::json& j);
+// SHA-256 hex over to_json(c).dump(): the config digest in manifests and checkpoints.
+std::string digest(const Config& c);
+
+// Resolves a path from the config against its base_dir (absolute paths unchanged).
+std::string resolve_path(const Config& c, const std::string& p);
+
+// Seeds derived from the root seed, one per purpose (init, data, dropout, ...),
+// so that changing one use never shifts another.
+std::uint64_t derive_seed(std::uint64_t root, const std::string& purpose);
+
+}  // namespace anchor::config

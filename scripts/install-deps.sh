@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages anchor needs, only those missing.
+# Idempotent; prints what it installs; works as root and uses sudo otherwise.
+# Set ANCHOR_SKIP_DEPS=1 to skip (e.g. a node without a package registry,
+# building against a prefix named in CMAKE_PREFIX_PATH).
+set -euo pipefail
+
+if [[ "${ANCHOR_SKIP_DEPS:-0}" == 1 ]]; then
+  echo "install-deps: ANCHOR_SKIP_DEPS=1, not installing anything"
+  exit 0
+fi
+
+packages=(
+  cmake ninja-build g++ make git
+  libtorch-dev
+  libopenblas0-pthread     # LibTorch's BLAS: 40x faster than Debian's reference BLAS
+  libgloo-dev              # headers ProcessGroupGloo.hpp includes
+  libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libgtest-dev libssl-dev openssl
+  python3-torch            # interop tests and torchrun (for /usr/bin/python3 only)
+  python3-cryptography     # independent signature verification in the tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,37 @@
+#pragma once
+// The subcommand table. Each command lives in its own cmd_<name>.cpp with a
+// setup function that declares its options on a CLI11 subcommand and returns
+// the function that runs it (returning the process exit code).
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace anchor::cli {
+
+// Options every subcommand shares (bound before the subcommand name or after it).
+struct GlobalOptions {
+  std::string log_level = "info";
+};
+
+using Runner = std::function<int()>;
+
+struct Command {
+  const char* name;
+  const char* summary;
+  Runner (*setup)(CLI::App& sub, const GlobalOptions& global);
+};
+
+const std::vector<Command>& commands();
+
+// Declared by each cmd_<name>.cpp.
+Runner setup_config(CLI::App& sub, const GlobalOptions& global);
+Runner setup_pin(CLI::App& sub, const GlobalOptions& global);
+
+// Binds an option to an ANCHOR_* environment variable too, and says so in --help.
+inline CLI::Option* with_env(CLI::Option* opt, const char* var) {
+  return opt->envname(var);
+}
+
+}  // namespace anchor::cli

@@ -1,0 +1,71 @@
+// anchor: the binary. It parses the command line, dispatches to the
+// subcommand table (commands.cpp), and is the only place that catches
+// anchor::Error and turns it into a message and an exit code.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "anchor/build_info.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "commands.hpp"
+
+namespace {
+
+int report_error(const anchor::Error& e) {
+  std::fprintf(stderr, "anchor: error: %s\n", e.what());
+  if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
+  return anchor::exit_code_for(e.kind());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace anchor;
+  CLI::App app{"anchor: prove a training run on one node before the long run, "
+               "and leave a signed record of it"};
+  app.set_version_flag("--version", std::string("anchor ") + build::kVersion + " (" +
+                                        build::kGitCommit + ")");
+  app.require_subcommand(1);
+  app.fallthrough();
+  cli::GlobalOptions global;
+  app.add_option("--log-level", global.log_level, "debug, info, warn, error, off")
+      ->envname("ANCHOR_LOG_LEVEL")
+      ->capture_default_str();
+
+  std::vector<std::pair<CLI::App*, cli::Runner>> runners;
+  for (const auto& cmd : cli::commands()) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
+    runners.emplace_back(sub, cmd.setup(*sub, global));
+  }
+  app.footer("Exit codes: 0 ok, 1 runtime failure, 2 usage or config error, "
+             "3 verification failed, 130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
+             "Docs: README.md and docs/ in the source tree.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
+  }
+
+  try {
+    log::init(log::parse_level(global.log_level));
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) return run();
+  } catch (const config::ConfigError& e) {
+    std::fprintf(stderr, "anchor: error: %s\n", e.what());
+    for (const auto& p : e.problems()) std::fprintf(stderr, "  %s\n", p.format().c_str());
+    if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
+    return exit_code_for(e.kind());
+  } catch (const Error& e) {
+    return report_error(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "anchor: error: internal: %s\n", e.what());
+    std::fprintf(stderr, "hint: this is a bug in anchor; please report it with the command line\n");
+    return static_cast<int>(ExitCode::kRuntime);
+  }
+  return static_cast<int>(ExitCode::kUsage);
+}

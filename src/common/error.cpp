@@ -1,0 +1,66 @@
+#include "anchor/error.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+namespace anchor {
+
+std::string errno_name(int err) {
+  switch (err) {
+#define ANCHOR_ERRNO(e) \
+  case e:               \
+    return #e;
+    ANCHOR_ERRNO(ENOSPC)
+    ANCHOR_ERRNO(EIO)
+    ANCHOR_ERRNO(ENOENT)
+    ANCHOR_ERRNO(EACCES)
+    ANCHOR_ERRNO(EPERM)
+    ANCHOR_ERRNO(EEXIST)
+    ANCHOR_ERRNO(EISDIR)
+    ANCHOR_ERRNO(ENOTDIR)
+    ANCHOR_ERRNO(ELOOP)
+    ANCHOR_ERRNO(EFBIG)
+    ANCHOR_ERRNO(EDQUOT)
+    ANCHOR_ERRNO(EROFS)
+    ANCHOR_ERRNO(ENOTEMPTY)
+    ANCHOR_ERRNO(EINVAL)
+    ANCHOR_ERRNO(EMFILE)
+    ANCHOR_ERRNO(ENAMETOOLONG)
+#undef ANCHOR_ERRNO
+    default:
+      return "errno " + std::to_string(err);
+  }
+}
+
+Error io_error(const std::string& op, const std::string& path, int err, std::string hint) {
+  std::string msg = op + " " + path + ": " + std::strerror(err) + " (" + errno_name(err) + ")";
+  if (hint.empty()) {
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG)
+      hint = "free space on that file system or point the output elsewhere; nothing committed was touched";
+    else if (err == EACCES || err == EPERM)
+      hint = "check the permissions of the path and its parent directories";
+    else if (err == ENOENT)
+      hint = "check that the path exists and is spelled as intended";
+  }
+  return Error(ErrorKind::kIo, std::move(msg), std::move(hint));
+}
+
+int exit_code_for(ErrorKind kind) noexcept {
+  switch (kind) {
+    case ErrorKind::kRuntime:
+    case ErrorKind::kIo:
+      return static_cast<int>(ExitCode::kRuntime);
+    case ErrorKind::kUsage:
+    case ErrorKind::kConfig:
+      return static_cast<int>(ExitCode::kUsage);
+    case ErrorKind::kVerification:
+      return static_cast<int>(ExitCode::kVerification);
+    case ErrorKind::kInterrupted:
+      return static_cast<int>(ExitCode::kInterrupted);
+    case ErrorKind::kTerminated:
+      return static_cast<int>(ExitCode::kTerminated);
+  }
+  return 1;
+}
+
+}  // namespace anchor

@@ -1,0 +1,115 @@
+#include "anchor/common/process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "anchor/error.hpp"
+
+extern char** environ;
+
+namespace anchor::proc {
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n < 0) throw io_error("readlink", "/proc/self/exe", errno);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
+  if (argv.empty()) throw Error(ErrorKind::kRuntime, "spawn: empty command");
+  // Everything the child needs is built before fork: only async-signal-safe calls after it.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos && opts.env.count(kv.substr(0, eq))) continue;
+    env_strings.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : opts.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  int pipefd[2] = {-1, -1};
+  if (opts.capture_stdout && ::pipe2(pipefd, O_CLOEXEC) != 0)
+    throw Error(ErrorKind::kRuntime, std::string("pipe: ") + std::strerror(errno));
+
+  pid_t pid = ::fork();
+  if (pid < 0) throw Error(ErrorKind::kRuntime, std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    if (opts.new_process_group) ::setpgid(0, 0);
+    // Workers must not inherit the supervisor's signal dispositions or mask.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGPIPE, SIG_DFL);
+    if (opts.capture_stdout) ::dup2(pipefd[1], STDOUT_FILENO);
+    ::execve(args[0], args.data(), envp.data());
+    const char msg[] = "anchor: error: exec failed\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  Child c;
+  c.pid = pid;
+  if (opts.capture_stdout) {
+    ::close(pipefd[1]);
+    c.stdout_fd = pipefd[0];
+  }
+  return c;
+}
+
+std::optional<std::string> read_line(int fd) {
+  std::string line;
+  char ch;
+  for (;;) {
+    ssize_t n = ::read(fd, &ch, 1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::nullopt;
+    }
+    if (n == 0) return line.empty() ? std::nullopt : std::optional<std::string>(line);
+    if (ch == '\n') return line;
+    line.push_back(ch);
+  }
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+RunResult run_capture(const std::vector<std::string>& argv, const SpawnOptions& opts) {
+  SpawnOptions o = opts;
+  o.capture_stdout = true;
+  Child c = spawn(argv, o);
+  RunResult r;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(c.stdout_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    r.out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(c.stdout_fd);
+  r.status = wait_exit(c.pid);
+  return r;
+}
+
+}  // namespace anchor::proc
