@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,9 +45,14 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   if (opts.capture_stdout && ::pipe2(pipefd, O_CLOEXEC) != 0)
     throw Error(ErrorKind::kRuntime, std::string("pipe: ") + std::strerror(errno));
 
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw Error(ErrorKind::kRuntime, std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    if (opts.die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+    }
     if (opts.new_process_group) ::setpgid(0, 0);
     // Workers must not inherit the supervisor's signal dispositions or mask.
     sigset_t none;

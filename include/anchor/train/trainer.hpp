@@ -1,0 +1,89 @@
+#pragma once
+// Training state and the step: model, AdamW, data, RNG, step counter. The pilot
+// workers drive it; the checkpoint adapter (save_request/restore) maps it to
+// name-keyed safetensors files and back.
+#include <torch/torch.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "anchor/checkpoint/store.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/data/dataset.hpp"
+#include "anchor/model/gpt.hpp"
+#include "anchor/train/adamw.hpp"
+
+namespace anchor::train {
+
+struct StepRecord {
+  std::int64_t step = 0;        // the optimizer step this record is for (0-based)
+  double loss = 0;              // mean over micro-steps
+  double grad_norm = 0;         // before clipping
+  double lr = 0;
+  std::string batch_digest;     // SHA-256 of the step's input tokens (the data cursor, checked)
+  double data_wait_s = 0;       // assembling batches
+  double compute_s = 0;         // forward, backward, optimizer
+  std::int64_t tokens = 0;
+  nlohmann::json to_json() const;
+};
+
+// Which parts of a checkpoint a restore deliberately leaves out: the pilot's
+// negative controls (ANCHOR_PILOT_FAULT) prove the comparison catches each.
+struct RestoreFaults {
+  bool drop_rng = false;
+  bool drop_optimizer = false;
+  bool wrong_step = false;
+  static RestoreFaults from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step[,...]
+  bool any() const { return drop_rng || drop_optimizer || wrong_step; }
+};
+
+class Trainer {
+ public:
+  // Builds the model from the config (seeded init), the data, the optimizer.
+  // Sets the thread count and deterministic mode. rank/world shard the data.
+  Trainer(const config::Config& cfg, int rank = 0, int world_size = 1);
+
+  // One optimizer step (grad_accum micro-steps) at the current step; advances it.
+  StepRecord train_step();
+  // Mean validation loss over `batches` fixed batches (dropout off, RNG untouched).
+  double evaluate(int batches);
+
+  std::int64_t step() const { return step_; }
+  model::Gpt& model() { return model_; }
+  const data::Dataset& dataset() const { return *data_; }
+  double flops_per_token() const;
+  std::int64_t num_parameters() const { return model_->num_parameters(); }
+
+  // The checkpoint of the current state. The request points into tensors held
+  // by `keepalive`, which must outlive the save.
+  checkpoint::SaveRequest save_request(std::vector<torch::Tensor>& keepalive,
+                                       const nlohmann::json& extra_state) const;
+  // Restores model, optimizer, RNG and step from a loaded checkpoint. Throws
+  // Error (kVerification) naming any tensor missing or of the wrong shape/dtype.
+  void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
+
+  // SHA-256 digests of the whole training state, per group and per tensor:
+  // {"model": hex, "optimizer": hex, "rng": hex, "step": n, "tensors": {name: hex}}.
+  nlohmann::json state_digest() const;
+
+ private:
+  void make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::Tensor& y, class Sha256& digest);
+
+  config::Config cfg_;
+  int rank_, world_;
+  std::int64_t total_steps_;
+  std::unique_ptr<data::Dataset> data_;
+  model::Gpt model_{nullptr};
+  std::unique_ptr<AdamW> opt_;
+  std::int64_t step_ = 0;
+  std::vector<std::uint16_t> window_buf_;
+};
+
+// The CPU generator's state (a uint8 tensor) and back.
+torch::Tensor get_cpu_rng_state();
+void set_cpu_rng_state(const torch::Tensor& state);
+
+}  // namespace anchor::train

@@ -1,0 +1,33 @@
+// anchor pilot CONFIG  and the hidden  anchor __worker  it starts.
+#include "anchor/pipeline/pilot.hpp"
+#include "commands.hpp"
+
+namespace anchor::cli {
+
+Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
+  auto o = std::make_shared<pipeline::PilotOptions>();
+  sub.add_option("config", o->config_path, "run config YAML (see docs/config.md)")->required();
+  sub.add_option("--set", o->overrides, "override a config key: --set train.micro_batch=8 (repeatable)");
+  sub.add_option("--run-dir", o->run_dir, "run directory (default: <run.output_dir>/<run-id>)");
+  sub.add_option("--junit", o->junit_path, "also write a JUnit XML file: one test case per stage and check");
+  sub.add_flag("--json", o->json_stdout, "print report.json on stdout");
+  sub.add_flag("!--no-cache", o->use_hash_cache, "hash every input again instead of trusting the pin cache");
+  return [o, &global]() {
+    o->log_level = global.log_level;
+    return pipeline::run_pilot(*o);
+  };
+}
+
+Runner setup_worker(CLI::App& sub, const GlobalOptions&) {
+  sub.group("");  // internal: started by `anchor pilot`, not by people
+  auto o = std::make_shared<pipeline::WorkerOptions>();
+  auto role = std::make_shared<std::string>();
+  sub.add_option("--role", *role, "reference | resume")->required()->check(CLI::IsMember({"reference", "resume"}));
+  sub.add_option("--run-dir", o->run_dir, "run directory")->required();
+  return [o, role]() {
+    o->role = *role == "reference" ? pipeline::WorkerRole::kReference : pipeline::WorkerRole::kResume;
+    return pipeline::run_worker(*o);
+  };
+}
+
+}  // namespace anchor::cli

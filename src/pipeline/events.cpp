@@ -1,0 +1,41 @@
+#include "events.hpp"
+
+#include <cstdio>
+#include <ctime>
+
+namespace anchor::pipeline {
+
+std::string utc_now() {
+  auto now = std::chrono::system_clock::now();
+  auto t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return buf;
+}
+
+void emit_event(const nlohmann::json& event) {
+  std::string line = std::string(kEventPrefix) + event.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+StageTimer::StageTimer(std::string name) : name_(std::move(name)), t0_(std::chrono::steady_clock::now()) {
+  emit_event({{"stage", name_}, {"event", "start"}, {"time", utc_now()}});
+}
+
+double StageTimer::elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+nlohmann::json StageTimer::end(nlohmann::json figures) {
+  nlohmann::json rec = {{"stage", name_}, {"status", "passed"}, {"seconds", elapsed()}, {"figures", figures}};
+  emit_event({{"stage", name_}, {"event", "end"}, {"time", utc_now()}, {"status", "passed"},
+              {"seconds", rec["seconds"]}});
+  return rec;
+}
+
+}  // namespace anchor::pipeline

@@ -1,0 +1,191 @@
+#include "report_writer.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "anchor/build_info.hpp"
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "events.hpp"
+
+namespace anchor::pipeline {
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string fmt_seconds(double s) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(s < 10 ? 3 : 1) << s << " s";
+  return os.str();
+}
+
+// The headline figure of a stage for the summary table.
+std::string stage_figure(const nlohmann::json& s) {
+  const auto& f = s.value("figures", nlohmann::json::object());
+  std::ostringstream os;
+  os << std::setprecision(5);
+  const std::string name = s.value("stage", "");
+  if (f.contains("loss")) os << "loss " << f["loss"].get<double>();
+  else if (f.contains("tokens_per_s")) os << std::fixed << std::setprecision(0) << f["tokens_per_s"].get<double>() << " tok/s";
+  else if (f.contains("bytes") && f.contains("seconds"))
+    os << std::fixed << std::setprecision(2) << f["bytes"].get<double>() / 1e6 << " MB in " << f["seconds"].get<double>() << " s";
+  else if (name == "kill" && f.contains("torn_checkpoints")) os << "SIGKILL, " << f["torn_checkpoints"].size() << " torn save left";
+  else if (name == "restore" && f.contains("step")) os << "step " << f["step"] << ", skipped " << f["skipped"].size();
+  else if (f.contains("verdict")) os << f["verdict"].get<std::string>() << " (" << f["mode"].get<std::string>() << ")";
+  else if (f.contains("parameters")) os << f["parameters"] << " params";
+  return os.str();
+}
+
+}  // namespace
+
+void Report::begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path) {
+  j_["format"] = "anchor.report/v1";
+  j_["run_id"] = run_id;
+  j_["created_at"] = utc_now();
+  j_["anchor"] = {{"version", build::kVersion}, {"git_commit", build::kGitCommit}};
+  j_["config_path"] = config_path;
+  j_["config"] = config::to_json(cfg);
+  j_["config_digest"] = config::digest(cfg);
+  j_["device"] = cfg.device;
+  j_["stages"] = nlohmann::json::array();
+  j_["status"] = "running";
+  j_["signed"] = false;
+}
+
+void Report::set_manifest(const nlohmann::json& m) {
+  j_["manifest"] = m;
+  j_["manifest_sha256"] = sha256_hex(m.dump(2));
+}
+
+void Report::add_stage(const nlohmann::json& s) { j_["stages"].push_back(s); }
+
+void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, const nlohmann::json& verdict) {
+  j_["steps"] = {{"train", ref.value("train_steps", nlohmann::json::array())},
+                 {"reference", ref.value("reference_steps", nlohmann::json::array())},
+                 {"resume", res.value("resume_steps", nlohmann::json::array())}};
+  j_["eval"] = {{"before_save", ref["eval_loss"]}, {"after_restore", res["eval_loss"]},
+                {"perplexity", std::exp(ref["eval_loss"].get<double>())}};
+  j_["resume"] = verdict;
+  j_["resume"]["saved_step"] = ref["saved_step"];
+  j_["resume"]["restored_step"] = res["restored_step"];
+  j_["resume"]["skipped"] = res["skipped"];
+
+  // Measurements: the measured step is the last of the K training steps (full optimizer state).
+  const auto& train = ref["train_steps"];
+  nlohmann::json m = nlohmann::json::object();
+  if (!train.empty()) {
+    const auto& s = train.back();
+    const double wall = s["compute_s"].get<double>() + s["data_wait_s"].get<double>();
+    m["step"] = {{"step", s["step"]},
+                 {"seconds", wall},
+                 {"data_wait_s", s["data_wait_s"]},
+                 {"compute_s", s["compute_s"]},
+                 {"stall_percent", wall > 0 ? 100.0 * s["data_wait_s"].get<double>() / wall : 0.0},
+                 {"tokens", s["tokens"]},
+                 {"tokens_per_s", wall > 0 ? s["tokens"].get<double>() / wall : 0.0}};
+  }
+  for (const auto& st : j_["stages"]) {
+    const std::string n = st.value("stage", "");
+    if (n == "checkpoint_save") m["checkpoint_save"] = st["figures"];
+    if (n == "restore") m["restore_seconds"] = st["seconds"];
+  }
+  m["memory"] = {{"reference_worker", ref.value("memory", nlohmann::json::object())},
+                 {"resume_worker", res.value("memory", nlohmann::json::object())}};
+  j_["measurements"] = m;
+}
+
+void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir) {
+  nlohmann::json list = nlohmann::json::array();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;
+    if (!std::filesystem::exists(e.path() / "COMMITTED")) continue;
+    auto digest = sha256_file((e.path() / "manifest.json").string());
+    list.push_back({{"dir", std::filesystem::relative(e.path(), run_dir).string()},
+                    {"step", std::stoll(name.substr(5))},
+                    {"manifest_sha256", digest.sha256}});
+  }
+  j_["checkpoints"] = list;
+}
+
+void Report::set_outcome(const std::string& status, int exit_code, const std::string& message) {
+  j_["status"] = status;
+  j_["exit_code"] = exit_code;
+  j_["message"] = message;
+  j_["finished_at"] = utc_now();
+}
+
+void Report::write(const std::string& run_dir) const {
+  fs::atomic_write_file(run_dir + "/report.json", j_.dump(2) + "\n");
+  std::ostringstream md;
+  md << "# anchor pilot " << j_.value("run_id", "") << "\n\n";
+  md << "**" << j_.value("status", "") << "**: " << j_.value("message", "") << "\n\n";
+  md << "| stage | status | time | figure |\n|---|---|---|---|\n";
+  for (const auto& s : j_["stages"])
+    md << "| " << s.value("stage", "") << " | " << s.value("status", "") << " | "
+       << (s.contains("seconds") ? fmt_seconds(s["seconds"].get<double>()) : "") << " | " << stage_figure(s) << " |\n";
+  if (j_.contains("resume")) {
+    md << "\n## Resume\n\nVerdict: " << j_["resume"].value("verdict", "") << " (" << j_["resume"].value("mode", "")
+       << ")\n\n";
+    for (const auto& c : j_["resume"]["checks"])
+      if (!c["ok"].get<bool>()) md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
+  }
+  md << "\nSigned: " << (j_.value("signed", false) ? "yes" : "NO (no report.signing_key configured)") << "\n";
+  fs::atomic_write_file(run_dir + "/report.md", md.str());
+}
+
+void Report::print_summary(std::ostream& os) const {
+  os << "\n  " << std::left << std::setw(20) << "stage" << std::setw(8) << "status" << std::setw(11) << "time"
+     << "figure\n";
+  for (const auto& s : j_["stages"])
+    os << "  " << std::setw(20) << s.value("stage", "") << std::setw(8) << s.value("status", "") << std::setw(11)
+       << (s.contains("seconds") ? fmt_seconds(s["seconds"].get<double>()) : "-") << stage_figure(s) << "\n";
+  os << "\n  " << j_.value("status", "") << ": " << j_.value("message", "") << "\n\n";
+}
+
+std::string junit_xml(const nlohmann::json& r) {
+  std::ostringstream x;
+  int tests = 0, failures = 0;
+  std::ostringstream cases;
+  for (const auto& s : r["stages"]) {
+    ++tests;
+    cases << "    <testcase classname=\"anchor.pilot.stage\" name=\"" << xml_escape(s.value("stage", "")) << "\" time=\""
+          << s.value("seconds", 0.0) << "\">";
+    if (s.value("status", "") != "passed") {
+      ++failures;
+      cases << "<failure message=\"" << xml_escape(s.value("error", "failed")) << "\"/>";
+    }
+    cases << "</testcase>\n";
+  }
+  if (r.contains("resume"))
+    for (const auto& c : r["resume"]["checks"]) {
+      ++tests;
+      cases << "    <testcase classname=\"anchor.pilot.resume\" name=\"" << xml_escape(c.value("name", "")) << "\">";
+      if (!c.value("ok", false)) {
+        ++failures;
+        cases << "<failure message=\"" << xml_escape(c.value("detail", "")) << "\"/>";
+      }
+      cases << "</testcase>\n";
+    }
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"anchor pilot "
+    << xml_escape(r.value("run_id", "")) << "\" tests=\"" << tests << "\" failures=\"" << failures << "\">\n"
+    << cases.str() << "  </testsuite>\n</testsuites>\n";
+  return x.str();
+}
+
+}  // namespace anchor::pipeline

@@ -1,0 +1,34 @@
+#pragma once
+// Assembles report.json (format anchor.report/v1, docs/report.md), the human
+// summary report.md, the stdout/stderr stage table and the JUnit XML.
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+
+#include "anchor/config/config.hpp"
+
+namespace anchor::pipeline {
+
+class Report {
+ public:
+  void begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path);
+  void set_manifest(const nlohmann::json& manifest);
+  void add_stage(const nlohmann::json& stage);
+  void set_resume(const nlohmann::json& reference, const nlohmann::json& resume, const nlohmann::json& verdict);
+  // Lists committed checkpoints under ckpt_dir with their manifest digests (paths relative to run_dir).
+  void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
+  void set_outcome(const std::string& status, int exit_code, const std::string& message);
+
+  // Writes report.json and report.md into run_dir (atomically).
+  void write(const std::string& run_dir) const;
+  void print_summary(std::ostream& os) const;
+  const nlohmann::json& json() const { return j_; }
+
+ private:
+  nlohmann::json j_ = nlohmann::json::object();
+};
+
+// JUnit XML: one test case per stage and per resume check.
+std::string junit_xml(const nlohmann::json& report);
+
+}  // namespace anchor::pipeline

@@ -1,0 +1,272 @@
+// `anchor pilot`: the supervisor. It never trains; it pins, starts fresh
+// worker processes from its own binary, kills one for real, compares, and
+// writes the report. Reads top to bottom as the stage sequence
+// (DESIGN.md "The pilot").
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "anchor/pipeline/compare.hpp"
+#include "anchor/pipeline/pilot.hpp"
+#include "events.hpp"
+#include "report_writer.hpp"
+
+namespace anchor::pipeline {
+namespace {
+
+// Signals set a flag and nothing else; the supervisor's loops check it.
+volatile std::sig_atomic_t g_signal = 0;
+extern "C" void on_signal(int sig) { g_signal = sig; }
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR so the loop sees the flag
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::string make_run_id(const std::string& name) {
+  auto t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return name + "-" + buf + "-" + fs::random_suffix().substr(0, 4);
+}
+
+// events.jsonl: one line per event, appended and flushed as it happens.
+class EventLog {
+ public:
+  explicit EventLog(const std::string& path) : out_(path, std::ios::app) {
+    if (!out_) throw io_error("open", path, errno);
+  }
+  void write(nlohmann::json e, const std::string& source) {
+    if (!e.contains("time")) e["time"] = utc_now();
+    e["source"] = source;
+    out_ << e.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+struct Pilot {
+  config::Config cfg;
+  PilotOptions opts;
+  std::string run_id, run_dir, ckpt_dir;
+  std::unique_ptr<EventLog> events;
+  Report report;
+
+  // Supervisor-side stage: timed, logged, recorded in the report.
+  template <typename F>
+  void stage(const std::string& name, F&& body) {
+    events->write({{"stage", name}, {"event", "start"}}, "supervisor");
+    auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json figures = body();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report.add_stage({{"stage", name}, {"status", "passed"}, {"seconds", s}, {"figures", figures}});
+    events->write({{"stage", name}, {"event", "end"}, {"status", "passed"}, {"seconds", s}}, "supervisor");
+  }
+};
+
+struct WorkerOutcome {
+  int status = -1;
+  bool killed_by_us = false;
+  std::string open_stage;   // a stage that started and did not end
+  nlohmann::json stages = nlohmann::json::array();
+};
+
+// Starts a worker, relays its events, and (for the reference) SIGKILLs it in
+// its kill window. Returns how it ended.
+WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
+  const std::string name = role == WorkerRole::kReference ? "reference" : "resume";
+  proc::SpawnOptions so;
+  so.capture_stdout = true;
+  so.die_with_parent = true;
+  auto child = proc::spawn({proc::self_exe(), "--log-level", p.opts.log_level, "__worker", "--role", name,
+                            "--run-dir", p.run_dir},
+                           so);
+  WorkerOutcome w;
+  std::string buf;
+  char chunk[4096];
+  for (;;) {
+    ssize_t n = ::read(child.stdout_fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) {
+      if (g_signal) {
+        ::kill(child.pid, SIGTERM);
+        break;
+      }
+      continue;
+    }
+    if (n <= 0) break;
+    buf.append(chunk, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      std::string line = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (line.rfind(kEventPrefix, 0) != 0) {
+        std::fprintf(stderr, "%s\n", line.c_str());  // a worker's stray stdout: keep it visible
+        continue;
+      }
+      auto ev = nlohmann::json::parse(line.substr(std::strlen(kEventPrefix)), nullptr, false);
+      if (ev.is_discarded()) continue;
+      p.events->write(ev, "worker-" + name);
+      const std::string evname = ev.value("event", "");
+      if (evname == "start") w.open_stage = ev.value("stage", "");
+      if (evname == "end") w.open_stage.clear();
+      if (evname == "kill_window" && role == WorkerRole::kReference) {
+        // The real thing: SIGKILL in the middle of a save, nothing cooperative.
+        ::kill(child.pid, SIGKILL);
+        w.killed_by_us = true;
+        p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pid", child.pid},
+                         {"point", ev.value("point", "")}},
+                        "supervisor");
+      }
+    }
+  }
+  ::close(child.stdout_fd);
+  w.status = proc::wait_exit(child.pid);
+  return w;
+}
+
+// Writes every output of the run, whatever its outcome: report.json and
+// report.md, the JUnit XML (--junit) and the report on stdout (--json).
+void publish(Pilot& p) {
+  p.report.write(p.run_dir);
+  if (!p.opts.junit_path.empty()) fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json()));
+  if (p.opts.json_stdout) std::cout << p.report.json().dump(2) << std::endl;
+}
+
+int interrupted_exit(Pilot& p) {
+  const int sig = static_cast<int>(g_signal);
+  p.events->write({{"event", "interrupted"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}, "supervisor");
+  p.report.set_outcome("interrupted", sig == SIGINT ? 130 : 143,
+                       "interrupted by " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                           "; only committed checkpoints are kept");
+  publish(p);
+  ANCHOR_LOG_WARN("pilot", "interrupted; report written to {}/report.json", p.run_dir);
+  return sig == SIGINT ? 130 : 143;
+}
+
+int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
+  p.report.add_stage({{"stage", stage}, {"status", "failed"}, {"error", why}});
+  p.events->write({{"stage", stage}, {"event", "end"}, {"status", "failed"}, {"error", why}}, "supervisor");
+  p.report.set_outcome("failed", code, stage + ": " + why);
+  publish(p);
+  p.report.print_summary(std::cerr);
+  std::fprintf(stderr, "anchor: error: pilot failed in stage %s: %s\n", stage.c_str(), why.c_str());
+  return code;
+}
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(fs::read_file(path)); }
+
+}  // namespace
+
+int run_pilot(const PilotOptions& opts) {
+  Pilot p;
+  p.opts = opts;
+  // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
+  p.cfg = config::load(opts.config_path, opts.overrides);
+
+  // 2. The run directory, its event log and the effective config the workers read.
+  p.run_id = make_run_id(p.cfg.run.name);
+  p.run_dir = opts.run_dir.empty() ? p.cfg.run.output_dir + "/" + p.run_id : opts.run_dir;
+  std::filesystem::create_directories(p.run_dir);
+  p.run_dir = std::filesystem::canonical(p.run_dir).string();
+  p.ckpt_dir = p.cfg.checkpoint.dir.empty() ? p.run_dir + "/checkpoints" : config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
+  p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
+  p.report.begin(p.run_id, p.cfg, opts.config_path);
+  fs::atomic_write_file(p.run_dir + "/config.json",
+                        nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir}}.dump(2));
+  install_signal_handlers();
+  ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
+
+  // 3. Pin everything that decides the result, before any training.
+  try {
+    p.stage("pin", [&] {
+      manifest::PinOptions po;
+      po.use_cache = opts.use_hash_cache;
+      auto m = manifest::pin(p.cfg, po);
+      fs::atomic_write_file(p.run_dir + "/manifest.json", m.dump(2));
+      p.report.set_manifest(m);
+      return nlohmann::json{{"manifest", "manifest.json"}, {"manifest_sha256", sha256_hex(m.dump(2))}};
+    });
+  } catch (const Error& e) {
+    return fail(p, "pin", exit_code_for(e.kind()), e.what());
+  }
+  if (g_signal) return interrupted_exit(p);
+
+  // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
+  auto a = run_worker_process(p, WorkerRole::kReference);
+  if (g_signal) return interrupted_exit(p);
+  if (!a.killed_by_us)
+    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, a.status == 0 ? 1 : a.status,
+                "worker A exited with status " + std::to_string(a.status) + " before its kill window");
+  if (a.status != 128 + SIGKILL)
+    return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
+  auto ref = read_json(p.run_dir + "/work/reference.json");
+  for (const auto& s : ref["stages"]) p.report.add_stage(s);
+
+  // 5. The kill left a torn save on disk: the evidence that restore must skip it.
+  p.stage("kill", [&] {
+    nlohmann::json torn = nlohmann::json::array();
+    for (const auto& e : std::filesystem::directory_iterator(p.ckpt_dir))
+      if (e.path().filename().string().find(".tmp-") != std::string::npos) torn.push_back(e.path().filename().string());
+    return nlohmann::json{{"signal", "SIGKILL"}, {"exit_status", a.status}, {"torn_checkpoints", torn}};
+  });
+
+  // 6. Worker B, a fresh process: restore the newest committed checkpoint, eval, resume R steps.
+  auto b = run_worker_process(p, WorkerRole::kResume);
+  if (g_signal) return interrupted_exit(p);
+  if (b.status != 0)
+    return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, b.status == 3 ? 3 : 1,
+                "worker B exited with status " + std::to_string(b.status));
+  auto res = read_json(p.run_dir + "/work/resume.json");
+  for (const auto& s : res["stages"]) p.report.add_stage(s);
+
+  // 7. Compare B with A: bitwise on CPU.
+  nlohmann::json verdict;
+  p.stage("compare", [&] {
+    verdict = compare_resume(ref, res, p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance);
+    return nlohmann::json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]}};
+  });
+  p.report.set_resume(ref, res, verdict);
+  p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+
+  // 8. Outcome, report, summary.
+  if (verdict["verdict"] != "match") {
+    std::string cause;
+    for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
+    p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
+    publish(p);
+    p.report.print_summary(std::cerr);
+    std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
+    std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
+    return 3;
+  }
+  p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + verdict["mode"].get<std::string>() + ")");
+  publish(p);
+  p.report.print_summary(std::cerr);
+  return 0;
+}
+
+}  // namespace anchor::pipeline

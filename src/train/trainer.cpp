@@ -1,0 +1,313 @@
+#include "anchor/train/trainer.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+#include "anchor/train/schedule.hpp"
+#include "compat.hpp"
+
+namespace anchor::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+checkpoint::DType to_ckpt_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return checkpoint::DType::F32;
+    case torch::kFloat16: return checkpoint::DType::F16;
+    case torch::kBFloat16: return checkpoint::DType::BF16;
+    case torch::kFloat64: return checkpoint::DType::F64;
+    case torch::kInt64: return checkpoint::DType::I64;
+    case torch::kInt32: return checkpoint::DType::I32;
+    case torch::kUInt8: return checkpoint::DType::U8;
+    case torch::kBool: return checkpoint::DType::BOOL;
+    default: throw Error(ErrorKind::kRuntime, std::string("cannot checkpoint dtype ") + c10::toString(t));
+  }
+}
+
+torch::ScalarType from_ckpt_dtype(checkpoint::DType d) {
+  switch (d) {
+    case checkpoint::DType::F32: return torch::kFloat32;
+    case checkpoint::DType::F16: return torch::kFloat16;
+    case checkpoint::DType::BF16: return torch::kBFloat16;
+    case checkpoint::DType::F64: return torch::kFloat64;
+    case checkpoint::DType::I64: return torch::kInt64;
+    case checkpoint::DType::I32: return torch::kInt32;
+    case checkpoint::DType::U8: return torch::kUInt8;
+    case checkpoint::DType::BOOL: return torch::kBool;
+    default: throw Error(ErrorKind::kVerification, "unsupported dtype in checkpoint");
+  }
+}
+
+// A contiguous CPU copy kept alive in `keep`, referenced by name.
+checkpoint::TensorRef ref(const std::string& name, const torch::Tensor& t,
+                          std::vector<torch::Tensor>& keep) {
+  keep.push_back(t.detach().to(torch::kCPU).contiguous());
+  const auto& c = keep.back();
+  return checkpoint::TensorRef{name, to_ckpt_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(),
+                               static_cast<std::size_t>(c.nbytes())};
+}
+
+std::string tensor_digest(const torch::Tensor& t) {
+  auto c = t.detach().to(torch::kCPU).contiguous();
+  Sha256 h;
+  const std::string meta = std::string(c10::toString(c.scalar_type())) + ":" + std::to_string(c.dim()) + ":";
+  h.update(meta);
+  for (auto s : c.sizes()) h.update(&s, sizeof s);
+  h.update(c.data_ptr(), c.nbytes());
+  return h.hex();
+}
+
+torch::Tensor view_of(const checkpoint::SafetensorsFile& f, const std::string& file,
+                      const std::string& name) {
+  const auto* e = f.find(name);
+  if (!e)
+    throw Error(ErrorKind::kVerification, "checkpoint " + file + " has no tensor '" + name + "'",
+                "the checkpoint was written by a different model or anchor version");
+  return torch::from_blob(const_cast<std::uint8_t*>(f.data(*e)), e->shape,
+                          torch::TensorOptions().dtype(from_ckpt_dtype(e->dtype)));
+}
+
+void copy_into(torch::Tensor& dst, const torch::Tensor& src, const std::string& what) {
+  if (dst.sizes() != src.sizes() || dst.scalar_type() != src.scalar_type()) {
+    std::ostringstream os;
+    os << what << ": checkpoint has " << c10::toString(src.scalar_type()) << src.sizes()
+       << ", the model expects " << c10::toString(dst.scalar_type()) << dst.sizes();
+    throw Error(ErrorKind::kVerification, os.str(), "restore with the config the checkpoint was saved with");
+  }
+  dst.copy_(src);
+}
+
+const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, const std::string& name) {
+  auto it = c.files.find(name);
+  if (it == c.files.end())
+    throw Error(ErrorKind::kVerification, "checkpoint " + c.dir + " has no " + name);
+  return it->second;
+}
+
+}  // namespace
+
+nlohmann::json StepRecord::to_json() const {
+  return {{"step", step},         {"loss", loss},           {"grad_norm", grad_norm},
+          {"lr", lr},             {"batch_digest", batch_digest}, {"data_wait_s", data_wait_s},
+          {"compute_s", compute_s}, {"tokens", tokens}};
+}
+
+RestoreFaults RestoreFaults::from_env() {
+  RestoreFaults f;
+  const char* v = std::getenv("ANCHOR_PILOT_FAULT");
+  if (!v) return f;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == "drop_rng") f.drop_rng = true;
+    else if (item == "drop_optimizer") f.drop_optimizer = true;
+    else if (item == "wrong_step") f.wrong_step = true;
+    else if (!item.empty())
+      throw Error(ErrorKind::kUsage, "unknown ANCHOR_PILOT_FAULT '" + item + "'",
+                  "use drop_rng, drop_optimizer or wrong_step");
+  }
+  return f;
+}
+
+torch::Tensor get_cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_rng_state(const torch::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
+    : cfg_(cfg), rank_(rank), world_(world_size), total_steps_(total_steps(cfg, world_size)) {
+  at::set_num_threads(cfg.run.threads);
+  compat::set_deterministic(cfg.run.deterministic);
+
+  data::DataSpec spec;
+  spec.format = data::parse_format(cfg.data.format);
+  for (const auto& g : cfg.data.train)
+    for (auto& f : fs::expand_glob(config::resolve_path(cfg, g))) spec.train_files.push_back(f);
+  for (const auto& g : cfg.data.val)
+    for (auto& f : fs::expand_glob(config::resolve_path(cfg, g))) spec.val_files.push_back(f);
+  spec.val_fraction = cfg.data.val_fraction;
+  spec.seq_len = cfg.data.seq_len;
+  spec.vocab_size = cfg.model.vocab_size;
+  spec.seed = config::derive_seed(cfg.run.seed, "data");
+  data_ = std::make_unique<data::Dataset>(spec);
+
+  torch::manual_seed(config::derive_seed(cfg.run.seed, "init"));
+  model_ = model::Gpt(model::GptOptions::from(cfg.model));
+  if (cfg.model.source == "safetensors") model::load_gpt2_safetensors(model_, config::resolve_path(cfg, cfg.model.weights));
+  model_->train();
+
+  std::vector<NamedParam> params;
+  for (auto& p : model_->named_parameters()) params.push_back({p.key(), p.value(), p.value().dim() >= 2});
+  opt_ = std::make_unique<AdamW>(std::move(params), cfg.train.optimizer);
+  // Dropout draws from here on: its own seed, so init and data never shift it.
+  torch::manual_seed(config::derive_seed(cfg.run.seed, "dropout"));
+  window_buf_.resize(static_cast<std::size_t>(cfg.data.seq_len) + 1);
+}
+
+double Trainer::flops_per_token() const { return model_->flops_per_token(cfg_.data.seq_len); }
+
+void Trainer::make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::Tensor& y, Sha256& digest) {
+  const int mb = cfg_.train.micro_batch, T = cfg_.data.seq_len;
+  auto buf = torch::empty({mb, T + 1}, torch::kInt64);
+  auto* out = buf.data_ptr<std::int64_t>();
+  for (int b = 0; b < mb; ++b) {
+    auto g = data::global_sample_index(step, micro, rank_, b, mb, cfg_.train.grad_accum, world_);
+    data_->train().copy_window(data_->sampler().window(g), window_buf_.data());
+    digest.update(window_buf_.data(), window_buf_.size() * sizeof(std::uint16_t));
+    for (int t = 0; t <= T; ++t) out[b * (T + 1) + t] = window_buf_[static_cast<std::size_t>(t)];
+  }
+  x = buf.narrow(1, 0, T);
+  y = buf.narrow(1, 1, T);
+}
+
+StepRecord Trainer::train_step() {
+  StepRecord r;
+  r.step = step_;
+  Sha256 digest;
+  opt_->zero_grad();
+  double loss_sum = 0;
+  for (int m = 0; m < cfg_.train.grad_accum; ++m) {
+    auto t0 = Clock::now();
+    torch::Tensor x, y;
+    make_batch(step_, m, x, y, digest);
+    r.data_wait_s += seconds_since(t0);
+    auto t1 = Clock::now();
+    auto loss = model_->loss(x, y) / static_cast<double>(cfg_.train.grad_accum);
+    loss.backward();
+    loss_sum += loss.item<double>();
+    r.compute_s += seconds_since(t1);
+    r.tokens += x.numel();
+  }
+  auto t2 = Clock::now();
+  r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
+  r.lr = lr_at(cfg_.train, step_, total_steps_);
+  opt_->step(r.lr);
+  r.compute_s += seconds_since(t2);
+  r.loss = loss_sum;
+  r.batch_digest = digest.hex();
+  ++step_;
+  return r;
+}
+
+double Trainer::evaluate(int batches) {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const int mb = cfg_.train.micro_batch, T = cfg_.data.seq_len;
+  const auto& val = data_->val();
+  double sum = 0;
+  auto buf = torch::empty({mb, T + 1}, torch::kInt64);
+  for (int i = 0; i < batches; ++i) {
+    auto* out = buf.data_ptr<std::int64_t>();
+    for (int b = 0; b < mb; ++b) {
+      val.copy_window((static_cast<std::size_t>(i) * mb + b) % val.size(), window_buf_.data());
+      for (int t = 0; t <= T; ++t) out[b * (T + 1) + t] = window_buf_[static_cast<std::size_t>(t)];
+    }
+    sum += model_->loss(buf.narrow(1, 0, T), buf.narrow(1, 1, T)).item<double>();
+  }
+  model_->train();
+  return sum / batches;
+}
+
+checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
+                                              const nlohmann::json& extra_state) const {
+  keep.clear();
+  keep.reserve(4 * opt_->params().size() + 64);  // refs point into it: no reallocation
+  checkpoint::SaveRequest req;
+  req.step = step_;
+  checkpoint::FileContent model_file{"model.safetensors", {}, {{"format", "anchor.model/v1"}}};
+  for (const auto& p : model_->named_parameters()) model_file.tensors.push_back(ref(p.key(), p.value(), keep));
+  for (const auto& b : model_->named_buffers()) model_file.tensors.push_back(ref(b.key(), b.value(), keep));
+  checkpoint::FileContent opt_file{"optimizer.safetensors", {}, {{"format", "anchor.adamw/v1"}}};
+  for (const auto& [name, s] : opt_->state()) {
+    opt_file.tensors.push_back(ref(name + ".exp_avg", s.exp_avg, keep));
+    opt_file.tensors.push_back(ref(name + ".exp_avg_sq", s.exp_avg_sq, keep));
+    opt_file.tensors.push_back(ref(name + ".step", torch::tensor(s.step, torch::kInt64), keep));
+  }
+  checkpoint::FileContent rng_file{"rng.safetensors", {}, {{"format", "anchor.rng/v1"}}};
+  rng_file.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
+  req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};
+
+  req.state = extra_state;
+  req.state["step"] = step_;
+  req.state["format_version"] = 1;
+  req.state["data_cursor"] = {{"kind", "pure(seed, step, rank)"}, {"next_step", step_}};
+  req.state["lr_schedule"] = {{"kind", cfg_.train.schedule.kind}, {"next_lr", lr_at(cfg_.train, step_, total_steps_)},
+                              {"total_steps", total_steps_}};
+  req.state["world_size"] = world_;
+  req.state["threads"] = cfg_.run.threads;
+  req.state["libtorch"] = compat::torch_version();
+  req.state["config_digest"] = config::digest(cfg_);
+  return req;
+}
+
+void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& faults) {
+  torch::NoGradGuard no_grad;
+  const auto& mf = file_of(c, "model.safetensors");
+  for (auto& p : model_->named_parameters()) copy_into(p.value(), view_of(mf, "model.safetensors", p.key()), p.key());
+  for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, "model.safetensors", b.key()), b.key());
+
+  if (!faults.drop_optimizer) {
+    const auto& of = file_of(c, "optimizer.safetensors");
+    auto& state = opt_->state();
+    state.clear();
+    for (const auto& p : opt_->params()) {
+      if (!of.find(p.name + ".step")) continue;  // never stepped: no state, as in a fresh optimizer
+      AdamW::State s;
+      s.exp_avg = view_of(of, "optimizer.safetensors", p.name + ".exp_avg").clone();
+      s.exp_avg_sq = view_of(of, "optimizer.safetensors", p.name + ".exp_avg_sq").clone();
+      s.step = view_of(of, "optimizer.safetensors", p.name + ".step").item<std::int64_t>();
+      if (s.exp_avg.sizes() != p.param.sizes())
+        throw Error(ErrorKind::kVerification, "optimizer state " + p.name + ".exp_avg has the wrong shape");
+      state[p.name] = std::move(s);
+    }
+  }
+  if (!faults.drop_rng) {
+    const auto& rf = file_of(c, "rng.safetensors");
+    set_cpu_rng_state(view_of(rf, "rng.safetensors", "cpu_generator").clone());
+  }
+  step_ = c.state.at("step").get<std::int64_t>() + (faults.wrong_step ? 1 : 0);
+}
+
+nlohmann::json Trainer::state_digest() const {
+  nlohmann::json tensors = nlohmann::json::object();
+  Sha256 model_h, opt_h, rng_h;
+  for (const auto& p : model_->named_parameters()) {
+    auto d = tensor_digest(p.value());
+    tensors["model/" + p.key()] = d;
+    model_h.update(p.key() + ":" + d + "\n");
+  }
+  for (const auto& [name, s] : opt_->state()) {
+    for (const auto& [suffix, t] : {std::pair<const char*, torch::Tensor>{"exp_avg", s.exp_avg},
+                                    {"exp_avg_sq", s.exp_avg_sq},
+                                    {"step", torch::tensor(s.step, torch::kInt64)}}) {
+      auto d = tensor_digest(t);
+      tensors["optimizer/" + name + "." + suffix] = d;
+      opt_h.update(name + "." + suffix + ":" + d + "\n");
+    }
+  }
+  auto rd = tensor_digest(get_cpu_rng_state());
+  tensors["rng/cpu_generator"] = rd;
+  rng_h.update("cpu_generator:" + rd + "\n");
+  return {{"model", model_h.hex()}, {"optimizer", opt_h.hex()}, {"rng", rng_h.hex()},
+          {"step", step_},          {"tensors", tensors}};
+}
+
+}  // namespace anchor::train

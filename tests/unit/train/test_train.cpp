@@ -1,0 +1,199 @@
+// Training state: schedule, AdamW, GPT-2 weight loading, and the checkpoint
+// adapter with in-process save/restore/resume (the pilot proves the same across
+// real processes in tests/e2e/test_pilot.cpp).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "anchor/checkpoint/safetensors.hpp"
+#include "anchor/checkpoint/store.hpp"
+#include "anchor/common/fs.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/model/gpt.hpp"
+#include "anchor/train/adamw.hpp"
+#include "anchor/train/schedule.hpp"
+#include "anchor/train/trainer.hpp"
+
+namespace {
+
+using namespace anchor;
+namespace fsys = std::filesystem;
+
+class TrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fsys::temp_directory_path() / ("anchor-train-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
+    fsys::create_directories(dir_);
+    std::string text;
+    for (int i = 0; text.size() < 20000; ++i) text += "the pilot saves the state " + std::to_string(i * 7919 % 1000) + ". ";
+    std::ofstream(dir_ / "train.txt") << text;
+  }
+  void TearDown() override { fsys::remove_all(dir_); }
+
+  config::Config cfg(const std::string& extra = "") const {
+    const std::string yaml = "run: {seed: 7, threads: 1}\n"
+                             "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.1}\n"
+                             "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: 32, val_fraction: 0.1}\n"
+                             "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n" + extra;
+    return config::load_string(yaml, "test.yaml");
+  }
+  fsys::path dir_;
+};
+
+TEST(Schedule, WarmupThenCosineToMin) {
+  config::TrainConfig t;
+  t.optimizer.lr = 1.0;
+  t.schedule.warmup_steps = 4;
+  t.schedule.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(train::lr_at(t, 0, 104), 0.25);
+  EXPECT_DOUBLE_EQ(train::lr_at(t, 3, 104), 1.0);
+  EXPECT_DOUBLE_EQ(train::lr_at(t, 4, 104), 1.0);                      // cosine starts at the peak
+  EXPECT_NEAR(train::lr_at(t, 54, 104), 0.1 + 0.5 * 0.9, 1e-12);       // half way
+  EXPECT_NEAR(train::lr_at(t, 104, 104), 0.1, 1e-12);                  // the end
+  EXPECT_NEAR(train::lr_at(t, 500, 104), 0.1, 1e-12);                  // clamped past the end
+  t.schedule.kind = "constant";
+  EXPECT_DOUBLE_EQ(train::lr_at(t, 50, 104), 1.0);
+}
+
+TEST(AdamW, MatchesTorchOptimAdamW) {
+  torch::manual_seed(0);
+  auto w0 = torch::randn({8, 4});
+  auto a = w0.clone().requires_grad_(true), b = w0.clone().requires_grad_(true);
+  config::OptimizerConfig oc;
+  oc.lr = 1e-2;
+  oc.weight_decay = 0.1;
+  train::AdamW ours({{"w", a, true}}, oc);
+  torch::optim::AdamW theirs({b}, torch::optim::AdamWOptions(oc.lr).betas({oc.beta1, oc.beta2}).eps(oc.eps).weight_decay(oc.weight_decay));
+  for (int step = 0; step < 5; ++step) {
+    auto g = torch::randn({8, 4});
+    ours.zero_grad();
+    theirs.zero_grad();
+    a.mutable_grad() = g.clone();
+    b.mutable_grad() = g.clone();
+    ours.step(oc.lr);
+    theirs.step();
+  }
+  EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << (a - b).abs().max().item<double>();
+  EXPECT_EQ(ours.state().at("w").step, 5);
+  // Negative control: without weight decay the result is measurably different.
+  auto c = w0.clone().requires_grad_(true);
+  oc.weight_decay = 0;
+  train::AdamW no_decay({{"w", c, true}}, oc);
+  c.mutable_grad() = torch::ones({8, 4});
+  no_decay.step(1.0);
+  EXPECT_FALSE(torch::allclose(a, c));
+}
+
+TEST(AdamW, ClipGradNormReturnsNormBeforeClipping) {
+  auto p = torch::zeros({2}).requires_grad_(true);
+  p.mutable_grad() = torch::tensor({3.0f, 4.0f});
+  std::vector<train::NamedParam> ps = {{"p", p, false}};
+  EXPECT_NEAR(train::clip_grad_norm(ps, 1.0), 5.0, 1e-6);
+  EXPECT_NEAR(p.grad().norm().item<double>(), 1.0, 1e-5);
+}
+
+TEST_F(TrainTest, TrainingReducesLoss) {
+  auto c = cfg("train: {micro_batch: 2, grad_accum: 2, total_steps: 100, optimizer: {lr: 0.003}, schedule: {warmup_steps: 1}}\n");
+  train::Trainer t(c);
+  const double before = t.evaluate(2);
+  for (int i = 0; i < 15; ++i) t.train_step();
+  EXPECT_LT(t.evaluate(2), before - 0.2);
+}
+
+TEST_F(TrainTest, SaveRestoreResumeIsBitwiseAndDroppedStateIsCaught) {
+  auto c = cfg();
+  train::Trainer a(c);
+  a.train_step();
+  a.train_step();
+  checkpoint::Store store((dir_ / "ckpt").string());
+  std::vector<torch::Tensor> keep;
+  const auto saved = a.state_digest();
+  store.save(a.save_request(keep, {}));
+  std::vector<train::StepRecord> ref;
+  for (int i = 0; i < 2; ++i) ref.push_back(a.train_step());
+  const auto final_a = a.state_digest();
+
+  auto resume = [&](const train::RestoreFaults& faults) {
+    train::Trainer b(c);
+    auto loaded = store.restore_newest();
+    EXPECT_TRUE(loaded.has_value());
+    b.restore(*loaded, faults);
+    auto restored = b.state_digest();
+    std::vector<train::StepRecord> out;
+    for (int i = 0; i < 2; ++i) out.push_back(b.train_step());
+    return std::make_tuple(restored, out, b.state_digest());
+  };
+
+  auto [restored, steps, final_b] = resume({});
+  EXPECT_EQ(restored, saved);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(steps[static_cast<size_t>(i)].loss, ref[static_cast<size_t>(i)].loss);  // bitwise
+    EXPECT_EQ(steps[static_cast<size_t>(i)].batch_digest, ref[static_cast<size_t>(i)].batch_digest);
+  }
+  EXPECT_EQ(final_b, final_a);
+
+  // Negative controls: each dropped piece of state is visible in its own group.
+  train::RestoreFaults drop_rng;
+  drop_rng.drop_rng = true;
+  auto [r1, s1, f1] = resume(drop_rng);
+  EXPECT_NE(r1["rng"], saved["rng"]);
+  EXPECT_EQ(r1["model"], saved["model"]);
+  EXPECT_NE(s1[0].loss, ref[0].loss) << "dropout masks must differ without the RNG state";
+
+  train::RestoreFaults drop_opt;
+  drop_opt.drop_optimizer = true;
+  auto [r2, s2, f2] = resume(drop_opt);
+  EXPECT_NE(r2["optimizer"], saved["optimizer"]);
+  EXPECT_NE(f2["model"], final_a["model"]);
+
+  train::RestoreFaults wrong;
+  wrong.wrong_step = true;
+  auto [r3, s3, f3] = resume(wrong);
+  EXPECT_NE(r3["step"], saved["step"]);
+  EXPECT_NE(s3[0].batch_digest, ref[0].batch_digest);
+}
+
+TEST_F(TrainTest, Gpt2SafetensorsLayoutLoadsAndShapeErrorsNameTheTensor) {
+  auto c = cfg();
+  torch::manual_seed(1);
+  model::Gpt src(model::GptOptions::from(c.model));
+  // Write the model in Hugging Face's layout: Conv1D weights transposed, a prefix, the mask buffer.
+  std::vector<torch::Tensor> keep;
+  std::vector<checkpoint::TensorRef> refs;
+  for (auto& p : src->named_parameters()) {
+    auto t = p.value().detach();
+    const auto& n = p.key();
+    const bool conv = n.find(".weight") != std::string::npos && (n.find("c_attn") != std::string::npos ||
+                      n.find("c_proj") != std::string::npos || n.find("c_fc") != std::string::npos);
+    keep.push_back((conv ? t.t() : t).contiguous());
+    refs.push_back({"transformer." + n, checkpoint::DType::F32, keep.back().sizes().vec(), keep.back().data_ptr(),
+                    static_cast<size_t>(keep.back().nbytes())});
+  }
+  keep.push_back(torch::ones({1, 1, 32, 32}));
+  refs.push_back({"transformer.h.0.attn.bias", checkpoint::DType::F32, {1, 1, 32, 32}, keep.back().data_ptr(),
+                  static_cast<size_t>(keep.back().nbytes())});
+  const auto path = (dir_ / "gpt2.safetensors").string();
+  checkpoint::write_safetensors(fs::real_fs(), path, refs);
+
+  torch::manual_seed(2);
+  model::Gpt dst(model::GptOptions::from(c.model));
+  EXPECT_FALSE(torch::equal(dst->named_parameters()["h.0.attn.c_attn.weight"], src->named_parameters()["h.0.attn.c_attn.weight"]));
+  model::load_gpt2_safetensors(dst, path);
+  for (auto& p : src->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), dst->named_parameters()[p.key()])) << p.key();
+
+  auto bigger = c.model;
+  bigger.n_embd = 64;
+  model::Gpt wrong(model::GptOptions::from(bigger));
+  try {
+    model::load_gpt2_safetensors(wrong, path);
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("wte.weight: expected shape [256, 64] from the config, found [256, 32]"), std::string::npos) << w;
+  }
+}
+
+}  // namespace
