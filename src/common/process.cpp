@@ -62,6 +62,7 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
     if (opts.capture_stdout) ::dup2(pipefd[1], STDOUT_FILENO);
+    if (opts.capture_stdout && opts.merge_stderr) ::dup2(pipefd[1], STDERR_FILENO);
     ::execve(args[0], args.data(), envp.data());
     const char msg[] = "anchor: error: exec failed\n";
     (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);

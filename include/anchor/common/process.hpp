@@ -15,6 +15,7 @@ std::string self_exe();
 struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or overriding) the inherited environment
   bool capture_stdout = false;             // pipe the child's stdout to Child::stdout_fd
+  bool merge_stderr = false;               // with capture_stdout: stderr into the same pipe
   bool new_process_group = false;
   bool die_with_parent = false;            // PR_SET_PDEATHSIG(SIGKILL): no orphaned workers
 };

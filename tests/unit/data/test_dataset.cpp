@@ -128,10 +128,10 @@ TEST_F(DataTest, ValidationSplitAndErrors) {
   DataSpec spec;
   spec.format = Format::kLlmc;
   spec.train_files = {path("a.bin")};
-  spec.seq_len = 9;  // 110 windows
+  spec.seq_len = 9;  // 111 windows: offsets 0, 9, ..., 990
   spec.val_fraction = 0.1;
   Dataset d(spec);
-  EXPECT_EQ(d.train().size() + d.val().size(), 110u);
+  EXPECT_EQ(d.train().size() + d.val().size(), 111u);
   EXPECT_EQ(d.val().size(), 11u);
   spec.val_fraction = 0.0;
   EXPECT_THROW(Dataset{spec}, anchor::Error);

@@ -33,11 +33,12 @@ class TrainTest : public ::testing::Test {
   }
   void TearDown() override { fsys::remove_all(dir_); }
 
-  config::Config cfg(const std::string& extra = "") const {
+  config::Config cfg(const std::string& train =
+                         "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n") const {
     const std::string yaml = "run: {seed: 7, threads: 1}\n"
                              "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.1}\n"
                              "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: 32, val_fraction: 0.1}\n"
-                             "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n" + extra;
+                             + train;
     return config::load_string(yaml, "test.yaml");
   }
   fsys::path dir_;

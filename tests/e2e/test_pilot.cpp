@@ -1,0 +1,176 @@
+// End-to-end: `anchor pilot` on the real binary, with real worker processes
+// and a real SIGKILL. Each equivalence claim comes with its negative control.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+using anchor::testing::run_anchor;
+using anchor::testing::source_path;
+using anchor::testing::TempDir;
+using nlohmann::json;
+
+const std::string kPilot = source_path("configs/pilot.yaml");
+
+json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
+
+std::vector<json> read_events(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
+  TempDir t("pilot");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--junit", t.str("junit.xml")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("passed: resume matches the uninterrupted run (bitwise)"), std::string::npos) << r.output;
+
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["format"], "anchor.report/v1");
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  EXPECT_EQ(report["resume"]["saved_step"], 2);
+  EXPECT_EQ(report["resume"]["restored_step"], 2);
+  EXPECT_EQ(report["eval"]["before_save"], report["eval"]["after_restore"]);
+  // The torn second save is on disk, uncommitted, and restore skipped it.
+  ASSERT_EQ(report["resume"]["skipped"].size(), 1u) << report["resume"].dump(2);
+  EXPECT_NE(report["resume"]["skipped"][0]["dir"].get<std::string>().find("step-00000004.tmp-"), std::string::npos);
+  bool torn_on_disk = false;
+  for (auto& e : std::filesystem::directory_iterator(t.str("run/checkpoints"))) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("step-00000004.tmp-", 0) == 0) {
+      torn_on_disk = true;
+      EXPECT_FALSE(std::filesystem::exists(e.path() / "COMMITTED"));
+      EXPECT_TRUE(std::filesystem::exists(e.path() / "model.safetensors")) << "killed after the first file";
+    }
+  }
+  EXPECT_TRUE(torn_on_disk);
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/COMMITTED")));
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/manifest.json")));
+
+  // Every stage ran and was logged as it happened, including the real SIGKILL.
+  std::vector<std::string> stages;
+  for (const auto& s : report["stages"]) stages.push_back(s["stage"]);
+  EXPECT_EQ(stages, (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save", "reference", "kill",
+                                              "restore", "eval_after_restore", "resume", "compare"}));
+  bool sigkill_logged = false;
+  int starts = 0, ends = 0;
+  for (const auto& e : read_events(t.str("run/events.jsonl"))) {
+    sigkill_logged |= e.value("event", "") == "sigkill_sent";
+    starts += e.value("event", "") == "start";
+    ends += e.value("event", "") == "end";
+  }
+  EXPECT_TRUE(sigkill_logged);
+  EXPECT_GE(starts, 11);
+  EXPECT_GE(ends, 11);
+
+  const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
+  EXPECT_NE(junit.find("name=\"checkpoint_save\""), std::string::npos);
+  EXPECT_NE(junit.find("failures=\"0\""), std::string::npos) << junit;
+}
+
+TEST(Pilot, ResumeIsBitwiseForSeveralSeedsAndSeedsMatter) {
+  std::vector<double> first_losses;
+  for (const char* seed : {"1", "99"}) {
+    TempDir t("seed");
+    auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", std::string("run.seed=") + seed});
+    ASSERT_EQ(r.status, 0) << r.output;
+    auto report = read_json(t.str("run/report.json"));
+    EXPECT_EQ(report["resume"]["verdict"], "match");
+    first_losses.push_back(report["steps"]["train"][0]["loss"].get<double>());
+  }
+  EXPECT_NE(first_losses[0], first_losses[1]) << "different seeds must give different runs";
+}
+
+TEST(Pilot, ResumeAcrossTheEndOfTheData) {
+  TempDir t("epoch");
+  // 9 windows of 65 bytes: a step of 8 sequences crosses an epoch boundary
+  // every ~1.1 steps, so the resumed steps read across the end of the data.
+  std::string text;
+  for (int i = 0; text.size() < 9 * 64 + 1; ++i) text += "epoch boundary " + std::to_string(i) + " ";
+  std::ofstream(t.str("small.txt")) << text.substr(0, 9 * 64 + 1);
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "data.train=[" + t.str("small.txt") + "]"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  std::int64_t windows = -1;
+  for (const auto& s : report["stages"])
+    if (s["stage"] == "load") windows = s["figures"]["train_windows"];
+  ASSERT_EQ(windows, 9);
+  // Steps 2 and 3 read global samples 16..31: epochs 1, 2 and 3.
+  EXPECT_EQ(report["steps"]["resume"][0]["step"], 2);
+}
+
+struct FaultCase {
+  const char* fault;
+  const char* cause;
+};
+
+class PilotNegativeControl : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(PilotNegativeControl, ABrokenRestoreIsCaughtAndNamed) {
+  TempDir t("neg");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"ANCHOR_PILOT_FAULT", GetParam().fault}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("resume mismatch"), std::string::npos) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+  EXPECT_EQ(report["resume"]["verdict"], "mismatch");
+  ASSERT_FALSE(report["resume"]["cause"].empty());
+  EXPECT_EQ(report["resume"]["cause"][0], GetParam().cause) << report["resume"].dump(2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, PilotNegativeControl,
+                         ::testing::Values(FaultCase{"drop_rng", "rng"}, FaultCase{"drop_optimizer", "optimizer"},
+                                           FaultCase{"wrong_step", "step"}),
+                         [](const auto& info) { return std::string(info.param.fault); });
+
+TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
+  TempDir t("term");
+  anchor::proc::SpawnOptions o;
+  o.capture_stdout = true;
+  o.merge_stderr = true;
+  auto child = anchor::proc::spawn({ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--set",
+                                    "pilot.steps_after_resume=200"},
+                                   o);
+  // Wait for the file the pilot commits (the first checkpoint), not for a time.
+  const auto committed = t.str("run/checkpoints/step-00000002/COMMITTED");
+  for (int i = 0; i < 6000 && !std::filesystem::exists(committed); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(std::filesystem::exists(committed));
+  ::kill(child.pid, SIGTERM);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(child.stdout_fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(child.stdout_fd);
+  EXPECT_EQ(anchor::proc::wait_exit(child.pid), 143) << out;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "interrupted");
+  EXPECT_EQ(report["exit_code"], 143);
+  EXPECT_TRUE(std::filesystem::exists(committed));
+}
+
+TEST(Pilot, MalformedShardIsAClearErrorNamingTheFile) {
+  TempDir t("bad");
+  std::ofstream(t.str("bad.bin")) << std::string(2048, 'x');
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "data.format=llmc", "--set",
+                       "model.vocab_size=50257", "--set", "data.train=[" + t.str("bad.bin") + "]", "--set",
+                       "data.val=[" + t.str("bad.bin") + "]"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(t.str("bad.bin")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad magic"), std::string::npos) << r.output;
+}
+
+}  // namespace
