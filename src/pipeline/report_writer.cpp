@@ -84,28 +84,58 @@ void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, co
   j_["resume"]["restored_step"] = res["restored_step"];
   j_["resume"]["skipped"] = res["skipped"];
 
-  // Measurements: the measured step is the last of the K training steps (full optimizer state).
+  // Measurements (docs/report.md): the measured step is the last of the K
+  // training steps, the first with full optimizer state.
+  const auto& cfg = j_["config"];
   const auto& train = ref["train_steps"];
   nlohmann::json m = nlohmann::json::object();
+  m["model"] = ref.value("model", nlohmann::json::object());
   if (!train.empty()) {
     const auto& s = train.back();
     const double wall = s["compute_s"].get<double>() + s["data_wait_s"].get<double>();
+    const double tps = wall > 0 ? s["tokens"].get<double>() / wall : 0.0;
+    const double achieved = m["model"].value("flops_per_token", 0.0) * tps;
+    const double peak = ref.value("matmul_flops", 0.0);
     m["step"] = {{"step", s["step"]},
                  {"seconds", wall},
                  {"data_wait_s", s["data_wait_s"]},
                  {"compute_s", s["compute_s"]},
                  {"stall_percent", wall > 0 ? 100.0 * s["data_wait_s"].get<double>() / wall : 0.0},
                  {"tokens", s["tokens"]},
-                 {"tokens_per_s", wall > 0 ? s["tokens"].get<double>() / wall : 0.0}};
+                 {"tokens_per_s", tps},
+                 {"micro_batch", cfg["train"]["micro_batch"]},
+                 {"grad_accum", cfg["train"]["grad_accum"]},
+                 {"world_size", 1},
+                 {"achieved_flops", achieved},
+                 {"reference_matmul_flops", peak},
+                 // An estimate: against a measured 512x512 matmul on this device, not a datasheet peak.
+                 {"mfu_estimate", peak > 0 ? achieved / peak : 0.0}};
   }
+  nlohmann::json stages = nlohmann::json::object();
   for (const auto& st : j_["stages"]) {
     const std::string n = st.value("stage", "");
-    if (n == "checkpoint_save") m["checkpoint_save"] = st["figures"];
-    if (n == "restore") m["restore_seconds"] = st["seconds"];
+    const auto& f = st.value("figures", nlohmann::json::object());
+    if (f.contains("memory")) stages[n] = f["memory"];
+    if (n == "checkpoint_save")
+      m["checkpoint_save"] = {{"bytes", f["bytes"]}, {"seconds", f["seconds"]}, {"gb_per_s", f["gb_per_s"]}};
+    if (n == "restore")
+      m["restore"] = {{"bytes", f.value("bytes", 0)}, {"seconds", f.value("seconds", 0.0)}, {"gb_per_s", f.value("gb_per_s", 0.0)}};
   }
-  m["memory"] = {{"reference_worker", ref.value("memory", nlohmann::json::object())},
-                 {"resume_worker", res.value("memory", nlohmann::json::object())}};
+  const auto& step_mem = ref.value("step_memory", nlohmann::json::object());
+  m["memory"] = {{"source", step_mem.value("source", "")},
+                 {"precision", cfg["train"]["precision"]},
+                 {"step", step_mem},
+                 {"state_bytes", ref.value("state_bytes", nlohmann::json::object())},
+                 {"stages", stages},
+                 {"points", nlohmann::json::array()},
+                 {"device_total_bytes", step_mem.contains("device_total_bytes") ? step_mem["device_total_bytes"] : nlohmann::json()},
+                 {"workers", {{"reference", ref.value("memory", nlohmann::json::object())},
+                              {"resume", res.value("memory", nlohmann::json::object())}}}};
   j_["measurements"] = m;
+}
+
+void Report::set_memory_points(const nlohmann::json& points) {
+  j_["measurements"]["memory"]["points"] = points;
 }
 
 void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir) {

@@ -16,6 +16,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
+#include "anchor/measure/memory.hpp"
 #include "anchor/measure/proc.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/train/trainer.hpp"
@@ -43,7 +44,37 @@ WorkerContext load_context(const WorkerOptions& opts) {
   return ctx;
 }
 
-double mb(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+nlohmann::json memory_json(const measure::TensorMemory& m) {
+  nlohmann::json j = {{"allocated_bytes", m.allocated_bytes}, {"peak_allocated_bytes", m.peak_allocated_bytes},
+                      {"source", m.source}};
+  if (m.reserved_bytes >= 0) {
+    j["reserved_bytes"] = m.reserved_bytes;
+    j["peak_reserved_bytes"] = m.peak_reserved_bytes;
+  }
+  if (m.device_total_bytes >= 0) {
+    j["device_total_bytes"] = m.device_total_bytes;
+    j["device_free_bytes"] = m.device_free_bytes;
+  }
+  const auto proc = measure::read_proc_memory();
+  j["rss_bytes"] = proc.rss_bytes;
+  j["peak_rss_bytes"] = proc.hwm_bytes;
+  return j;
+}
+
+// Peak tensor memory of one stage: reset when it starts, read when it ends.
+class StageMemory {
+ public:
+  explicit StageMemory(std::string device) : device_(std::move(device)) { measure::reset_peak(device_); }
+  nlohmann::json read() const { return memory_json(measure::tensor_memory(device_)); }
+
+ private:
+  std::string device_;
+};
+
+nlohmann::json state_bytes_json(const train::Trainer& t) {
+  const auto b = t.state_bytes();
+  return {{"parameters", b.parameters}, {"gradients", b.gradients}, {"optimizer", b.optimizer}};
+}
 
 nlohmann::json run_steps(train::Trainer& t, int n) {
   nlohmann::json steps = nlohmann::json::array();
@@ -75,34 +106,57 @@ int run_reference(WorkerContext& ctx) {
   auto& stages = ctx.out["stages"];
 
   StageTimer load("load");
+  StageMemory load_mem("cpu");
   train::Trainer t(ctx.cfg);
+  const std::string dev = t.device();
+  ctx.out["model"] = {{"parameters", t.num_parameters()}, {"n_layer", ctx.cfg.model.n_layer},
+                      {"n_head", ctx.cfg.model.n_head}, {"n_embd", ctx.cfg.model.n_embd},
+                      {"vocab_size", ctx.cfg.model.vocab_size}, {"seq_len", ctx.cfg.data.seq_len},
+                      {"flops_per_token", t.flops_per_token()}};
   stages.push_back(load.end({{"parameters", t.num_parameters()},
+                             {"device", dev},
                              {"train_windows", t.dataset().train().size()},
                              {"val_windows", t.dataset().val().size()},
-                             {"threads", ctx.cfg.run.threads}}));
+                             {"threads", ctx.cfg.run.threads},
+                             {"memory", load_mem.read()}}));
 
+  // K steps; the last one is the measured step: full optimizer state exists
+  // (K >= 2), the peak is reset right before it (zero_grad, forward, backward,
+  // clip, optimizer step; item() synchronises).
   StageTimer train("train");
-  ctx.out["train_steps"] = run_steps(t, p.steps_before_save);
-  const auto& last = ctx.out["train_steps"].back();
+  ctx.out["train_steps"] = run_steps(t, p.steps_before_save - 1);
+  StageMemory step_mem(dev);
+  auto measured = run_steps(t, 1);
+  ctx.out["step_memory"] = step_mem.read();
+  ctx.out["state_bytes"] = state_bytes_json(t);
+  ctx.out["train_steps"].push_back(measured[0]);
+  const auto& last = measured[0];
   const double step_s = last["compute_s"].get<double>() + last["data_wait_s"].get<double>();
+  ctx.out["matmul_flops"] = measure::measured_matmul_flops(dev);
   stages.push_back(train.end({{"steps", p.steps_before_save},
                               {"measured_step", last["step"]},
                               {"step_seconds", step_s},
-                              {"tokens_per_s", step_s > 0 ? last["tokens"].get<double>() / step_s : 0.0}}));
+                              {"tokens_per_s", step_s > 0 ? last["tokens"].get<double>() / step_s : 0.0},
+                              {"memory", ctx.out["step_memory"]}}));
 
   StageTimer eval("eval");
+  StageMemory eval_mem(dev);
   const double eval_loss = t.evaluate(p.eval_batches);
   ctx.out["eval_loss"] = eval_loss;
-  stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}, {"batches", p.eval_batches}}));
+  stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}, {"batches", p.eval_batches},
+                             {"memory", eval_mem.read()}}));
 
   StageTimer save("checkpoint_save");
+  StageMemory save_mem(dev);
   checkpoint::Store store(ctx.ckpt_dir);
   std::vector<torch::Tensor> keep;
   ctx.out["saved_state"] = t.state_digest();
   auto saved = store.save(t.save_request(keep, {{"eval_loss", eval_loss}}));
   keep.clear();
   ctx.out["saved_step"] = t.step();
-  stages.push_back(save.end(save_figures(saved)));
+  auto save_fig = save_figures(saved);
+  save_fig["memory"] = save_mem.read();
+  stages.push_back(save.end(save_fig));
 
   StageTimer ref("reference");
   ctx.out["reference_steps"] = run_steps(t, p.steps_after_resume);
@@ -129,6 +183,7 @@ int run_resume(WorkerContext& ctx) {
 
   StageTimer restore("restore");
   train::Trainer t(ctx.cfg);
+  StageMemory restore_mem(t.device());
   checkpoint::Store store(ctx.ckpt_dir);
   auto loaded = store.restore_newest();
   if (!loaded)
@@ -142,7 +197,13 @@ int run_resume(WorkerContext& ctx) {
   ctx.out["restored_dir"] = loaded->dir;
   ctx.out["skipped"] = skipped;
   ctx.out["restored_state"] = t.state_digest();
-  stages.push_back(restore.end({{"step", loaded->step}, {"dir", loaded->dir}, {"skipped", skipped}}));
+  std::uint64_t restored_bytes = 0;
+  for (const auto& f : loaded->manifest.value("files", nlohmann::json::array())) restored_bytes += f.value("size", 0ull);
+  const double restore_s = restore.elapsed();
+  stages.push_back(restore.end({{"step", loaded->step}, {"dir", loaded->dir}, {"skipped", skipped},
+                                {"bytes", restored_bytes}, {"seconds", restore_s},
+                                {"gb_per_s", restore_s > 0 ? static_cast<double>(restored_bytes) / restore_s / 1e9 : 0.0},
+                                {"memory", restore_mem.read()}}));
 
   StageTimer eval("eval_after_restore");
   const double eval_loss = t.evaluate(p.eval_batches);
@@ -157,13 +218,53 @@ int run_resume(WorkerContext& ctx) {
   return 0;
 }
 
+// The memory probe: the step's peak at the configured micro-batch and at a
+// smaller micro-batch and a shorter sequence, each a fresh trainer's second
+// step (full optimizer state), with the configured gradient accumulation. These points let the plan separate the fixed
+// state from per-token activations. Runs in its own process: its allocations
+// never touch the reference or the resumed run.
+int run_probe(WorkerContext& ctx) {
+  const int mb = ctx.cfg.train.micro_batch, T = ctx.cfg.data.seq_len;
+  const int small_mb = ctx.cfg.pilot.memory_probe_micro_batch > 0 ? ctx.cfg.pilot.memory_probe_micro_batch
+                                                                   : std::max(1, mb / 2);
+  std::vector<std::pair<int, int>> points = {{mb, T}};
+  if (small_mb != mb) points.push_back({small_mb, T});
+  if (T / 2 >= 8) points.push_back({mb, T / 2});
+  StageTimer probe("memory_probe");
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [pmb, pT] : points) {
+    config::Config c = ctx.cfg;
+    c.train.micro_batch = pmb;
+    // grad_accum as configured: from the second micro-step on, accumulated
+    // gradients are alive next to the activations and count in the peak.
+    c.data.seq_len = pT;
+    train::Trainer t(c);
+    t.train_step();
+    StageMemory m(t.device());
+    t.train_step();
+    auto mem = m.read();
+    out.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
+                   {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)}, {"state_bytes", state_bytes_json(t)}});
+  }
+  ctx.out["memory_points"] = out;
+  ctx.out["stages"].push_back(probe.end({{"points", out.size()}}));
+  write_result(ctx, "probe");
+  return 0;
+}
+
 }  // namespace
 
 int run_worker(const WorkerOptions& opts) {
+  // Before any tensor exists, so every allocation of the run is counted.
+  measure::install_counting_allocator();
   WorkerContext ctx = load_context(opts);
   std::filesystem::create_directories(opts.run_dir + "/work");
-  if (opts.role == WorkerRole::kReference) return run_reference(ctx);
-  return run_resume(ctx);
+  switch (opts.role) {
+    case WorkerRole::kReference: return run_reference(ctx);
+    case WorkerRole::kResume: return run_resume(ctx);
+    case WorkerRole::kProbe: return run_probe(ctx);
+  }
+  return 1;
 }
 
 }  // namespace anchor::pipeline

@@ -1,6 +1,9 @@
 #include "anchor/train/trainer.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#if defined(ANCHOR_WITH_CUDA)
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
 
 #include <chrono>
 #include <cstdlib>
@@ -132,10 +135,25 @@ void set_cpu_rng_state(const torch::Tensor& state) {
   gen.set_state(state);
 }
 
+#if defined(ANCHOR_WITH_CUDA)
+torch::Tensor get_cuda_rng_state(int index) {
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(index);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cuda_rng_state(int index, const torch::Tensor& state) {
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(index);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+#endif
+
 Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
     : cfg_(cfg), rank_(rank), world_(world_size), total_steps_(total_steps(cfg, world_size)) {
   at::set_num_threads(cfg.run.threads);
   compat::set_deterministic(cfg.run.deterministic);
+  device_ = compat::resolve_device(cfg.device);
 
   data::DataSpec spec;
   spec.format = data::parse_format(cfg.data.format);
@@ -152,6 +170,7 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
   torch::manual_seed(config::derive_seed(cfg.run.seed, "init"));
   model_ = model::Gpt(model::GptOptions::from(cfg.model));
   if (cfg.model.source == "safetensors") model::load_gpt2_safetensors(model_, config::resolve_path(cfg, cfg.model.weights));
+  model_->to(device_);  // initialised on the CPU: the same weights whatever the device
   model_->train();
 
   std::vector<NamedParam> params;
@@ -174,6 +193,7 @@ void Trainer::make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::
     digest.update(window_buf_.data(), window_buf_.size() * sizeof(std::uint16_t));
     for (int t = 0; t <= T; ++t) out[b * (T + 1) + t] = window_buf_[static_cast<std::size_t>(t)];
   }
+  buf = buf.to(device_);
   x = buf.narrow(1, 0, T);
   y = buf.narrow(1, 1, T);
 }
@@ -220,7 +240,8 @@ double Trainer::evaluate(int batches) {
       val.copy_window((static_cast<std::size_t>(i) * mb + b) % val.size(), window_buf_.data());
       for (int t = 0; t <= T; ++t) out[b * (T + 1) + t] = window_buf_[static_cast<std::size_t>(t)];
     }
-    sum += model_->loss(buf.narrow(1, 0, T), buf.narrow(1, 1, T)).item<double>();
+    auto dbuf = buf.to(device_);
+    sum += model_->loss(dbuf.narrow(1, 0, T), dbuf.narrow(1, 1, T)).item<double>();
   }
   model_->train();
   return sum / batches;
@@ -243,6 +264,10 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   }
   checkpoint::FileContent rng_file{"rng.safetensors", {}, {{"format", "anchor.rng/v1"}}};
   rng_file.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
+#if defined(ANCHOR_WITH_CUDA)
+  // Dropout on the GPU draws from the device generator: its state travels too.
+  if (device_.is_cuda()) rng_file.tensors.push_back(ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
+#endif
   req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};
 
   req.state = extra_state;
@@ -271,8 +296,8 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
     for (const auto& p : opt_->params()) {
       if (!of.find(p.name + ".step")) continue;  // never stepped: no state, as in a fresh optimizer
       AdamW::State s;
-      s.exp_avg = view_of(of, "optimizer.safetensors", p.name + ".exp_avg").clone();
-      s.exp_avg_sq = view_of(of, "optimizer.safetensors", p.name + ".exp_avg_sq").clone();
+      s.exp_avg = view_of(of, "optimizer.safetensors", p.name + ".exp_avg").to(device_, false, /*copy=*/true);
+      s.exp_avg_sq = view_of(of, "optimizer.safetensors", p.name + ".exp_avg_sq").to(device_, false, /*copy=*/true);
       s.step = view_of(of, "optimizer.safetensors", p.name + ".step").item<std::int64_t>();
       if (s.exp_avg.sizes() != p.param.sizes())
         throw Error(ErrorKind::kVerification, "optimizer state " + p.name + ".exp_avg has the wrong shape");
@@ -282,8 +307,22 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   if (!faults.drop_rng) {
     const auto& rf = file_of(c, "rng.safetensors");
     set_cpu_rng_state(view_of(rf, "rng.safetensors", "cpu_generator").clone());
+#if defined(ANCHOR_WITH_CUDA)
+    if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, "rng.safetensors", "cuda_generator").clone());
+#endif
   }
   step_ = c.state.at("step").get<std::int64_t>() + (faults.wrong_step ? 1 : 0);
+}
+
+Trainer::StateBytes Trainer::state_bytes() const {
+  StateBytes b;
+  for (const auto& p : model_->parameters()) {
+    b.parameters += static_cast<std::int64_t>(p.nbytes());
+    if (p.grad().defined()) b.gradients += static_cast<std::int64_t>(p.grad().nbytes());
+  }
+  for (const auto& [name, s] : opt_->state())
+    b.optimizer += static_cast<std::int64_t>(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes() + sizeof(s.step));
+  return b;
 }
 
 nlohmann::json Trainer::state_digest() const {
@@ -306,6 +345,13 @@ nlohmann::json Trainer::state_digest() const {
   auto rd = tensor_digest(get_cpu_rng_state());
   tensors["rng/cpu_generator"] = rd;
   rng_h.update("cpu_generator:" + rd + "\n");
+#if defined(ANCHOR_WITH_CUDA)
+  if (device_.is_cuda()) {
+    auto cd = tensor_digest(get_cuda_rng_state(device_.index()));
+    tensors["rng/cuda_generator"] = cd;
+    rng_h.update("cuda_generator:" + cd + "\n");
+  }
+#endif
   return {{"model", model_h.hex()}, {"optimizer", opt_h.hex()}, {"rng", rng_h.hex()},
           {"step", step_},          {"tensors", tensors}};
 }

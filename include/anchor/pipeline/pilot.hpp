@@ -22,7 +22,7 @@ struct PilotOptions {
 // before the run directory exists (bad config, unwritable output dir).
 int run_pilot(const PilotOptions& opts);
 
-enum class WorkerRole { kReference, kResume };
+enum class WorkerRole { kReference, kResume, kProbe };
 
 struct WorkerOptions {
   WorkerRole role = WorkerRole::kReference;

@@ -56,6 +56,13 @@ class Trainer {
   const data::Dataset& dataset() const { return *data_; }
   double flops_per_token() const;
   std::int64_t num_parameters() const { return model_->num_parameters(); }
+  // "cpu" or "cuda:N": where the model and batches live.
+  std::string device() const { return device_.str(); }
+  // Bytes of parameters, gradients (as they stand now) and optimizer state.
+  struct StateBytes {
+    std::int64_t parameters = 0, gradients = 0, optimizer = 0;
+  };
+  StateBytes state_bytes() const;
 
   // The checkpoint of the current state. The request points into tensors held
   // by `keepalive`, which must outlive the save.
@@ -73,6 +80,7 @@ class Trainer {
   void make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::Tensor& y, class Sha256& digest);
 
   config::Config cfg_;
+  torch::Device device_{torch::kCPU};
   int rank_, world_;
   std::int64_t total_steps_;
   std::unique_ptr<data::Dataset> data_;
@@ -85,5 +93,10 @@ class Trainer {
 // The CPU generator's state (a uint8 tensor) and back.
 torch::Tensor get_cpu_rng_state();
 void set_cpu_rng_state(const torch::Tensor& state);
+#if defined(ANCHOR_WITH_CUDA)
+// The default CUDA generator of device `index` (16 bytes from LibTorch 2.1, 816 before).
+torch::Tensor get_cuda_rng_state(int index);
+void set_cuda_rng_state(int index, const torch::Tensor& state);
+#endif
 
 }  // namespace anchor::train

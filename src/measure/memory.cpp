@@ -1,0 +1,144 @@
+#include "anchor/measure/memory.hpp"
+
+#include <c10/core/CPUAllocator.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#if defined(ANCHOR_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace anchor::measure {
+namespace {
+
+// Counts live and peak bytes of every CPU tensor allocation. Each DataPtr it
+// hands out owns the base allocator's DataPtr in a small context, so the
+// deleter knows the size and frees through the base allocator.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override { return wrap(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+  c10::DataPtr allocate(size_t n) const override { return wrap(n); }
+#endif
+
+  std::int64_t current() const { return current_.load(); }
+  std::int64_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_.store(current_.load()); }
+
+ private:
+  struct Ctx {
+    c10::DataPtr inner;
+    std::int64_t bytes;
+    const CountingAllocator* owner;
+  };
+
+  static void release(void* p) {
+    auto* ctx = static_cast<Ctx*>(p);
+    ctx->owner->current_.fetch_sub(ctx->bytes);
+    delete ctx;  // frees through the base allocator's deleter
+  }
+
+  c10::DataPtr wrap(size_t n) const {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    auto device = inner.device();
+    const auto bytes = static_cast<std::int64_t>(n);
+    const auto now = current_.fetch_add(bytes) + bytes;
+    std::int64_t prev = peak_.load();
+    while (now > prev && !peak_.compare_exchange_weak(prev, now)) {
+    }
+    return c10::DataPtr(data, new Ctx{std::move(inner), bytes, this}, &release, device);
+  }
+
+  c10::Allocator* base_;
+  mutable std::atomic<std::int64_t> current_{0}, peak_{0};
+};
+
+CountingAllocator* g_counting = nullptr;
+std::once_flag g_once;
+
+bool is_cuda(const std::string& device) { return device.rfind("cuda", 0) == 0; }
+
+}  // namespace
+
+void install_counting_allocator() {
+  std::call_once(g_once, [] {
+    // Leaked on purpose: tensors freed during static destruction still call it.
+    g_counting = new CountingAllocator(c10::GetDefaultCPUAllocator());
+    c10::SetCPUAllocator(g_counting, /*priority=*/100);
+  });
+}
+
+bool counting_allocator_installed() { return g_counting != nullptr; }
+
+TensorMemory tensor_memory(const std::string& device) {
+  TensorMemory m;
+#if defined(ANCHOR_WITH_CUDA)
+  if (is_cuda(device)) {
+    const int dev = c10::cuda::current_device();
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(dev);
+    m.allocated_bytes = stats.allocated_bytes[0].current;
+    m.peak_allocated_bytes = stats.allocated_bytes[0].peak;
+    m.reserved_bytes = stats.reserved_bytes[0].current;
+    m.peak_reserved_bytes = stats.reserved_bytes[0].peak;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+      m.device_total_bytes = static_cast<std::int64_t>(total_b);
+      m.device_free_bytes = static_cast<std::int64_t>(free_b);
+    }
+    m.source = "cuda_caching_allocator";
+    return m;
+  }
+#else
+  (void)is_cuda;
+  (void)device;
+#endif
+  if (g_counting) {
+    m.allocated_bytes = g_counting->current();
+    m.peak_allocated_bytes = g_counting->peak();
+  }
+  m.source = "counting_allocator";
+  return m;
+}
+
+void reset_peak(const std::string& device) {
+#if defined(ANCHOR_WITH_CUDA)
+  if (is_cuda(device)) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+    return;
+  }
+#else
+  (void)device;
+#endif
+  if (g_counting) g_counting->reset_peak();
+}
+
+double measured_matmul_flops(const std::string& device) {
+  torch::NoGradGuard no_grad;
+  const auto dev = torch::Device(device);
+  const int64_t n = 512;
+  auto a = torch::randn({n, n}, torch::TensorOptions().device(dev)), b = torch::randn({n, n}, torch::TensorOptions().device(dev));
+  auto c = torch::matmul(a, b);  // warm-up
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    c = torch::matmul(a, b);
+    (void)c.sum().item<float>();  // synchronises on GPU
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, 2.0 * n * n * n / s);
+  }
+  return best;
+}
+
+}  // namespace anchor::measure
