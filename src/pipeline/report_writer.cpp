@@ -83,6 +83,13 @@ void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, co
   j_["resume"]["saved_step"] = ref["saved_step"];
   j_["resume"]["restored_step"] = res["restored_step"];
   j_["resume"]["skipped"] = res["skipped"];
+  auto groups = [](const nlohmann::json& d) {
+    return nlohmann::json{{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
+  };
+  j_["resume"]["state_digests"] = {{"saved", groups(ref["saved_state"])},
+                                   {"restored", groups(res["restored_state"])},
+                                   {"final_reference", groups(ref["final_state"])},
+                                   {"final_resume", groups(res["final_state"])}};
 
   // Measurements (docs/report.md): the measured step is the last of the K
   // training steps, the first with full optimizer state.
@@ -160,6 +167,22 @@ void Report::set_outcome(const std::string& status, int exit_code, const std::st
   j_["finished_at"] = utc_now();
 }
 
+void Report::set_reproduction(const nlohmann::json& reproduces, const nlohmann::json& result) {
+  j_["reproduces"] = reproduces;
+  j_["reproduction"] = result;
+}
+
+void Report::set_signed(const std::string& key_id) {
+  j_["signed"] = true;
+  j_["signer_key_id"] = key_id;
+}
+
+void Report::set_unsigned(const std::string& why) {
+  j_["signed"] = false;
+  j_.erase("signer_key_id");
+  j_["unsigned_reason"] = why;
+}
+
 void Report::write(const std::string& run_dir) const {
   fs::atomic_write_file(run_dir + "/report.json", j_.dump(2) + "\n");
   std::ostringstream md;
@@ -175,7 +198,10 @@ void Report::write(const std::string& run_dir) const {
     for (const auto& c : j_["resume"]["checks"])
       if (!c["ok"].get<bool>()) md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
   }
-  md << "\nSigned: " << (j_.value("signed", false) ? "yes" : "NO (no report.signing_key configured)") << "\n";
+  md << "\nSigned: "
+     << (j_.value("signed", false) ? "yes, key " + j_.value("signer_key_id", std::string()) + " (report.intoto.json)"
+                                   : "NO: " + j_.value("unsigned_reason", std::string("no report.signing_key configured")))
+     << "\n";
   fs::atomic_write_file(run_dir + "/report.md", md.str());
 }
 

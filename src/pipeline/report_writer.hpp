@@ -19,6 +19,9 @@ class Report {
   // Lists committed checkpoints under ckpt_dir with their manifest digests (paths relative to run_dir).
   void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
   void set_outcome(const std::string& status, int exit_code, const std::string& message);
+  void set_signed(const std::string& key_id);
+  void set_reproduction(const nlohmann::json& reproduces, const nlohmann::json& result);
+  void set_unsigned(const std::string& why);
 
   // Writes report.json and report.md into run_dir (atomically).
   void write(const std::string& run_dir) const;

@@ -24,6 +24,9 @@
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/pipeline/compare.hpp"
 #include "anchor/pipeline/pilot.hpp"
+#include "anchor/pipeline/reproduce.hpp"
+#include "anchor/report/keys.hpp"
+#include "anchor/report/statement.hpp"
 #include "events.hpp"
 #include "report_writer.hpp"
 
@@ -75,6 +78,7 @@ struct Pilot {
   std::string run_id, run_dir, ckpt_dir;
   std::unique_ptr<EventLog> events;
   Report report;
+  std::string signing_key;  // resolved path; empty: the run is unsigned
 
   // Supervisor-side stage: timed, logged, recorded in the report.
   template <typename F>
@@ -153,7 +157,24 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
 // Writes every output of the run, whatever its outcome: report.json and
 // report.md, the JUnit XML (--junit) and the report on stdout (--json).
 void publish(Pilot& p) {
-  p.report.write(p.run_dir);
+  if (p.signing_key.empty()) {
+    p.report.write(p.run_dir);
+    ANCHOR_LOG_WARN("report", "UNSIGNED: no report.signing_key configured; {}/report.json is not signed and "
+                              "`anchor verify` will refuse it (create a key with `anchor keygen`)",
+                    p.run_dir);
+  } else {
+    // report.json says it is signed and by which key before it becomes a subject of the signature.
+    p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
+    p.report.write(p.run_dir);
+    try {
+      auto r = report::sign_run(p.run_dir, p.signing_key);
+      ANCHOR_LOG_INFO("report", "signed {} with key {} ({} subjects)", r.envelope_path, r.key_id, r.subjects);
+    } catch (const Error& e) {
+      p.report.set_unsigned(std::string("signing failed: ") + e.what());
+      p.report.write(p.run_dir);
+      throw;
+    }
+  }
   if (!p.opts.junit_path.empty()) fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json()));
   if (p.opts.json_stdout) std::cout << p.report.json().dump(2) << std::endl;
 }
@@ -187,7 +208,12 @@ int run_pilot(const PilotOptions& opts) {
   Pilot p;
   p.opts = opts;
   // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
-  p.cfg = config::load(opts.config_path, opts.overrides);
+  p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
+  if (!p.cfg.report.signing_key.empty()) {
+    // Fail before any training on a key that cannot sign (mode, passphrase, curve).
+    p.signing_key = config::resolve_path(p.cfg, p.cfg.report.signing_key);
+    report::load_private_key(p.signing_key, report::resolve_passphrase(""));
+  }
 
   // 2. The run directory, its event log and the effective config the workers read.
   p.run_id = make_run_id(p.cfg.run.name);
@@ -264,7 +290,28 @@ int run_pilot(const PilotOptions& opts) {
   for (const auto& s : probe["stages"]) p.report.add_stage(s);
   p.report.set_memory_points(probe["memory_points"]);
 
-  // 9. Outcome, report, summary.
+  // 9. `anchor reproduce`: the re-run against the report it reproduces.
+  if (opts.baseline) {
+    nlohmann::json repro;
+    p.stage("reproduce_compare", [&] {
+      repro = compare_reports(*opts.baseline, p.report.json(), opts.reproduce_bitwise, p.cfg.pilot.tolerance);
+      return nlohmann::json{{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
+    });
+    p.report.set_reproduction(opts.reproduces, repro);
+    if (repro["verdict"] != "reproduced") {
+      p.report.set_outcome("failed", 3, "the re-run differs from the report it reproduces (" +
+                                            std::to_string(repro["differences"].get<int>()) + " differences, " +
+                                            repro["mode"].get<std::string>() + ")");
+      publish(p);
+      p.report.print_summary(std::cerr);
+      for (const auto& c : repro["checks"])
+        if (!c["ok"].get<bool>())
+          std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
+      return 3;
+    }
+  }
+
+  // 10. Outcome, report, summary.
   if (verdict["verdict"] != "match") {
     std::string cause;
     for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();

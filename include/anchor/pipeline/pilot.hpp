@@ -2,8 +2,11 @@
 // The pilot: a supervisor process and fresh worker processes (DESIGN.md, "The
 // pilot"). run_pilot is `anchor pilot`; run_worker is the hidden
 // `anchor __worker` the supervisor starts from its own binary.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "anchor/config/config.hpp"
 
 namespace anchor::pipeline {
 
@@ -15,6 +18,13 @@ struct PilotOptions {
   bool json_stdout = false;            // --json: the report on stdout
   bool use_hash_cache = true;
   std::string log_level = "info";      // passed on to the workers
+
+  // `anchor reproduce`: run this config instead of loading config_path, and
+  // compare the results with `baseline` (a past report.json) stage by stage.
+  const config::Config* config = nullptr;
+  const nlohmann::json* baseline = nullptr;
+  nlohmann::json reproduces;           // link to the report reproduced, its drift
+  bool reproduce_bitwise = true;       // no drift on CPU: bitwise; else the recorded tolerance
 };
 
 // Runs the whole pilot; returns the process exit code (0 passed, 1 a stage

@@ -1,0 +1,122 @@
+// anchor reproduce REPORT: verify a past run's report, re-pin and show the
+// drift, re-run the pilot with the recorded effective config and seeds in a
+// new run directory, and compare the results stage by stage.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "anchor/pipeline/pilot.hpp"
+#include "anchor/report/dsse.hpp"
+#include "anchor/report/statement.hpp"
+#include "commands.hpp"
+
+namespace anchor::cli {
+namespace {
+
+struct ReproduceOptions {
+  std::string report;
+  std::string key;
+  std::string run_dir;
+  bool allow_drift = false;
+  bool allow_unsigned = false;
+  bool use_cache = true;
+  bool json = false;
+  std::string junit;
+};
+
+// The report inside a verified envelope, or a plain report.json (unverified).
+nlohmann::json load_report(const ReproduceOptions& o, bool& verified) {
+  const std::string text = fs::read_file(o.report);
+  auto doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded())
+    throw Error(ErrorKind::kVerification, o.report + " is not JSON", "give a report.intoto.json or report.json");
+  if (doc.contains("payloadType")) {
+    auto v = report::verify_envelope(o.report, o.key);
+    if (!v.ok) {
+      std::string all;
+      for (const auto& f : v.failures) all += "\n  " + f;
+      throw Error(ErrorKind::kVerification, "the report does not verify:" + all,
+                  "a report that fails `anchor verify` cannot be reproduced faithfully");
+    }
+    verified = true;
+    auto env = report::envelope_from_json(text);
+    return nlohmann::json::parse(env.payload).at("predicate").at("report");
+  }
+  if (!o.allow_unsigned)
+    throw Error(ErrorKind::kVerification, o.report + " is an unsigned report.json: it cannot be verified",
+                "reproduce from report.intoto.json, or pass --allow-unsigned to re-run it anyway");
+  ANCHOR_LOG_WARN("reproduce", "UNVERIFIED: {} is unsigned; reproducing it proves nothing about who ran it", o.report);
+  verified = false;
+  return doc;
+}
+
+}  // namespace
+
+Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
+  auto o = std::make_shared<ReproduceOptions>();
+  sub.add_option("report", o->report, "report.intoto.json of a past run (or report.json with --allow-unsigned)")
+      ->required();
+  sub.add_option("--key", o->key, "public key (SPKI PEM) to verify with (default: report.pub beside the report)");
+  sub.add_option("--run-dir", o->run_dir, "run directory for the re-run (default: <run.output_dir>/<run-id>)");
+  sub.add_flag("--allow-drift", o->allow_drift, "re-run even when pins drifted (the new report says so)");
+  sub.add_flag("--allow-unsigned", o->allow_unsigned, "accept an unsigned report.json (loudly unverified)");
+  sub.add_flag("!--no-cache", o->use_cache, "hash every input again instead of trusting the pin cache");
+  sub.add_flag("--json", o->json, "print the new report.json on stdout");
+  sub.add_option("--junit", o->junit, "also write a JUnit XML file for the re-run");
+  return [o, &global]() {
+    bool verified = false;
+    const nlohmann::json original = load_report(*o, verified);
+    if (!original.contains("manifest"))
+      throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
+    const auto& old_manifest = original["manifest"];
+
+    // Re-pin the current environment and inputs against the recorded manifest.
+    config::Config cfg = manifest::config_from_manifest(old_manifest);
+    manifest::PinOptions po;
+    po.use_cache = o->use_cache;
+    const auto drift = manifest::compare(old_manifest, manifest::pin(cfg, po));
+    if (drift.empty())
+      std::cerr << "reproduce: no drift: every pin matches the original run\n";
+    else
+      std::cerr << "reproduce: " << drift.size() << " pins drifted since the original run:\n"
+                << manifest::format_drift_table(drift);
+    if (!drift.empty() && !o->allow_drift) {
+      std::cerr << "anchor: error: pins drifted; the re-run would not reproduce the same inputs\n"
+                << "hint: restore the inputs, or pass --allow-drift to re-run anyway and compare within tolerance\n";
+      return 3;
+    }
+
+    nlohmann::json drift_json = nlohmann::json::array();
+    for (const auto& d : drift) drift_json.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});
+    pipeline::PilotOptions po2;
+    po2.config = &cfg;
+    po2.config_path = cfg.source_path;
+    po2.run_dir = o->run_dir;
+    po2.baseline = &original;
+    po2.use_hash_cache = o->use_cache;
+    po2.json_stdout = o->json;
+    po2.junit_path = o->junit;
+    po2.log_level = global.log_level;
+    // Bitwise where nothing drifted on the CPU; the recorded tolerance otherwise.
+    po2.reproduce_bitwise = drift.empty() && cfg.device == "cpu";
+    po2.reproduces = {{"report", std::filesystem::absolute(o->report).string()},
+                      {"report_sha256", sha256_file(o->report).sha256},
+                      {"run_id", original.value("run_id", "")},
+                      {"verified", verified},
+                      {"allow_drift", o->allow_drift},
+                      {"drift", drift_json}};
+    std::cerr << "reproduce: comparing "
+              << (po2.reproduce_bitwise ? std::string("bitwise (no drift, CPU)")
+                                        : "within the recorded tolerance " + std::to_string(cfg.pilot.tolerance) +
+                                              (drift.empty() ? " (GPU)" : " (pins drifted)"))
+              << "\n";
+    return pipeline::run_pilot(po2);
+  };
+}
+
+}  // namespace anchor::cli
