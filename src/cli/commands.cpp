@@ -5,8 +5,15 @@ namespace anchor::cli {
 const std::vector<Command>& commands() {
   // The order here is the order in --help.
   static const std::vector<Command> kCommands = {
+      {"pilot", "Run the pilot: pin, train, eval, save, kill, restore, resume, compare, report", setup_pilot},
+      {"reproduce", "Re-run a past pilot from its signed report and show what drifted", setup_reproduce},
       {"pin", "Pin inputs, dependencies and environment into manifest.json", setup_pin},
+      {"verify", "Check a signed report: signature, statement, and the run's files", setup_verify},
       {"config", "Check a config or print the effective config", setup_config},
+      {"checkpoint", "Verify one checkpoint or list every step with its state", setup_checkpoint},
+      {"plan", "Plan hardware, parallelism and budget from a report's measurements", setup_plan},
+      {"keygen", "Create an ECDSA P-256 signing key pair for reports", setup_keygen},
+      {"__worker", "internal: a pilot worker process", setup_worker},
   };
   return kCommands;
 }

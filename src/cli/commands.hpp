@@ -28,6 +28,13 @@ const std::vector<Command>& commands();
 // Declared by each cmd_<name>.cpp.
 Runner setup_config(CLI::App& sub, const GlobalOptions& global);
 Runner setup_pin(CLI::App& sub, const GlobalOptions& global);
+Runner setup_pilot(CLI::App& sub, const GlobalOptions& global);
+Runner setup_worker(CLI::App& sub, const GlobalOptions& global);
+Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global);
+Runner setup_keygen(CLI::App& sub, const GlobalOptions& global);
+Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
+Runner setup_checkpoint(CLI::App& sub, const GlobalOptions& global);
+Runner setup_plan(CLI::App& sub, const GlobalOptions& global);
 
 // Binds an option to an ANCHOR_* environment variable too, and says so in --help.
 inline CLI::Option* with_env(CLI::Option* opt, const char* var) {

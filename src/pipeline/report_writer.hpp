@@ -16,6 +16,7 @@ class Report {
   void add_stage(const nlohmann::json& stage);
   void set_resume(const nlohmann::json& reference, const nlohmann::json& resume, const nlohmann::json& verdict);
   void set_memory_points(const nlohmann::json& points);
+  void set_plan(const nlohmann::json& plan) { j_["plan"] = plan; }
   // Lists committed checkpoints under ckpt_dir with their manifest digests (paths relative to run_dir).
   void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
   void set_outcome(const std::string& status, int exit_code, const std::string& message);

@@ -25,6 +25,8 @@
 #include "anchor/pipeline/compare.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/pipeline/reproduce.hpp"
+#include "anchor/plan/catalog.hpp"
+#include "anchor/plan/plan.hpp"
 #include "anchor/report/keys.hpp"
 #include "anchor/report/statement.hpp"
 #include "events.hpp"
@@ -79,6 +81,7 @@ struct Pilot {
   std::unique_ptr<EventLog> events;
   Report report;
   std::string signing_key;  // resolved path; empty: the run is unsigned
+  plan::Catalog catalog;
 
   // Supervisor-side stage: timed, logged, recorded in the report.
   template <typename F>
@@ -214,6 +217,8 @@ int run_pilot(const PilotOptions& opts) {
     p.signing_key = config::resolve_path(p.cfg, p.cfg.report.signing_key);
     report::load_private_key(p.signing_key, report::resolve_passphrase(""));
   }
+  // The accelerator catalog the plan uses: a bad one fails now, not after training.
+  p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
 
   // 2. The run directory, its event log and the effective config the workers read.
   p.run_id = make_run_id(p.cfg.run.name);
@@ -290,7 +295,18 @@ int run_pilot(const PilotOptions& opts) {
   for (const auto& s : probe["stages"]) p.report.add_stage(s);
   p.report.set_memory_points(probe["memory_points"]);
 
-  // 9. `anchor reproduce`: the re-run against the report it reproduces.
+  // 9. The plan for the long run, from what was measured (docs/plan.md).
+  try {
+    p.stage("plan", [&] {
+      auto plan = plan::make_plan(p.report.json(), p.catalog, p.cfg);
+      p.report.set_plan(plan);
+      return nlohmann::json{{"recommendation", plan.value("recommendation", nlohmann::json())}};
+    });
+  } catch (const Error& e) {
+    return fail(p, "plan", exit_code_for(e.kind()), e.what());
+  }
+
+  // 10. `anchor reproduce`: the re-run against the report it reproduces.
   if (opts.baseline) {
     nlohmann::json repro;
     p.stage("reproduce_compare", [&] {
@@ -311,7 +327,7 @@ int run_pilot(const PilotOptions& opts) {
     }
   }
 
-  // 10. Outcome, report, summary.
+  // 11. Outcome, report, summary.
   if (verdict["verdict"] != "match") {
     std::string cause;
     for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
@@ -324,6 +340,7 @@ int run_pilot(const PilotOptions& opts) {
   }
   p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + verdict["mode"].get<std::string>() + ")");
   publish(p);
+  std::cerr << plan::format_plan(p.report.json()["plan"]);
   p.report.print_summary(std::cerr);
   return 0;
 }

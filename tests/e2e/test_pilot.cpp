@@ -162,6 +162,15 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   EXPECT_TRUE(std::filesystem::exists(committed));
 }
 
+TEST(Pilot, JsonPrintsTheReportOnStdoutAndLogsStayOnStderr) {
+  TempDir t("json");
+  auto r = anchor::proc::run_capture({ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--json"});
+  ASSERT_EQ(r.status, 0);
+  auto printed = json::parse(r.out);  // stdout is the report and nothing else
+  EXPECT_EQ(printed["status"], "passed");
+  EXPECT_EQ(printed, read_json(t.str("run/report.json")));
+}
+
 TEST(Pilot, MalformedShardIsAClearErrorNamingTheFile) {
   TempDir t("bad");
   std::ofstream(t.str("bad.bin")) << std::string(2048, 'x');

@@ -117,7 +117,7 @@ struct ContainerConfig {
 };
 
 struct BudgetConfig {
-  std::string catalog = "configs/catalog.yaml";
+  std::string catalog;                  // empty -> configs/catalog.yaml shipped with anchor
   std::vector<std::string> devices;     // catalog names to plan for; empty -> all
   double headroom = 0.1;                // fraction of device memory kept free
   double failures_per_day = 0.5;        // expected interruptions per node-day (Young/Daly)
@@ -146,23 +146,33 @@ struct Config {
   ContainerConfig container;
   BudgetConfig budget;
 
-  std::string source_path;              // the YAML file it came from ("" for defaults only)
-  std::string base_dir;                 // relative paths resolve against this
+  // Where it came from; not part of to_json/digest (the same effective config
+  // loaded from two places has one digest).
+  std::string source_path;              // the YAML file as given to load() ("" otherwise)
+  std::string base_dir;                 // absolute; relative input paths resolve against it
 };
 
 // One problem found while loading: where it is and what is wrong.
+// A problem in a --set override has file "--set" and line 0; a problem with
+// no position in the file (a missing key, a contradiction between defaults)
+// has line 0 too.
 struct Problem {
   std::string file;
   int line = 0;                         // 1-based; 0 when unknown (e.g. a --set override)
   int column = 0;
   std::string key;                      // dotted path, e.g. "train.micro_batch"
   std::string message;                  // what is wrong and what is allowed
-  std::string format() const;           // "file:line:col: key: message"
+  // "file:line:col: key: message"; "file: key: message" when line is 0;
+  // the key part is left out when key is empty (a YAML syntax error).
+  std::string format() const;
 };
 
+// kind() is ErrorKind::kConfig (exit code 2); what() is
+// "config <file> has N problems"; hint() points at docs/config.md.
 class ConfigError : public Error {
  public:
-  explicit ConfigError(std::vector<Problem> problems);
+  explicit ConfigError(std::vector<Problem> problems);  // file: the first problem's
+  ConfigError(const std::string& file, std::vector<Problem> problems);
   const std::vector<Problem>& problems() const { return problems_; }
 
  private:
@@ -170,26 +180,41 @@ class ConfigError : public Error {
 };
 
 // Loads a config. `overrides` are "dotted.key=value" strings (value parsed as
-// YAML scalar or flow sequence). Throws ConfigError listing every problem;
-// Error (kIo) when the file cannot be read.
+// YAML scalar or flow sequence; an empty value empties a string or list key).
+// Throws ConfigError listing every problem; Error (kIo) naming the path when
+// the file cannot be read. Does not touch any other file: data globs, weights
+// and keys are checked by the commands that use them (anchor pin).
+// Sets source_path to `path` and base_dir to its directory (absolute).
 Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from text; `name` is used in problems. base_dir is `base_dir`, or
+// the current directory when empty; source_path stays empty.
 Config load_string(const std::string& yaml, const std::string& name = "<string>",
-                   const std::vector<std::string>& overrides = {});
+                   const std::vector<std::string>& overrides = {},
+                   const std::string& base_dir = "");
 
 // The effective config as JSON (every key, defaults filled in) and as YAML.
 // to_json is canonical: the same config always gives the same bytes from dump().
 nlohmann::json to_json(const Config& c);
 std::string to_yaml(const Config& c);
-// Re-creates a Config from to_json's output (used by reproduce and the workers).
-Config from_json(const nlohmann::json& j);
+// Re-creates a Config from to_json's output (used by reproduce and the workers),
+// validating it exactly as load() does (ConfigError, file "<json>"). base_dir
+// is what relative paths resolve against (the original config's directory);
+// empty: the current directory. source_path stays empty.
+Config from_json(const nlohmann::json& j, const std::string& base_dir = "");
 // SHA-256 hex over to_json(c).dump(): the config digest in manifests and checkpoints.
 std::string digest(const Config& c);
 
-// Resolves a path from the config against its base_dir (absolute paths unchanged).
+// Resolves a path from the config (data globs, model.weights,
+// model.torchscript, report keys, budget.catalog, checkpoint.dir) against
+// base_dir; absolute paths and "" are returned unchanged. Lexical only:
+// touches no file. run.output_dir is relative to the current directory
+// instead and is not passed through this.
 std::string resolve_path(const Config& c, const std::string& p);
 
 // Seeds derived from the root seed, one per purpose (init, data, dropout, ...),
-// so that changing one use never shifts another.
+// so that changing one use never shifts another. Defined as the first 8 bytes,
+// read little-endian, of SHA-256(root as 8 little-endian bytes || purpose),
+// so any language can recompute it (docs/config.md has a Python one-liner).
 std::uint64_t derive_seed(std::uint64_t root, const std::string& purpose);
 
 }  // namespace anchor::config

@@ -1,0 +1,135 @@
+#pragma once
+// The checkpoint store: one directory per step, committed atomically.
+//
+//   <root>/step-00000002/{<files>.safetensors, state.json, manifest.json, COMMITTED}
+//   <root>/step-00000004.tmp-<random>/    a save in progress (never loaded)
+//   <root>/step-00000000.trash-<random>/  a retention delete in progress
+//
+// docs/checkpoints.md describes the protocol step by step, the hook points,
+// the restore policy and the ANCHOR_FAULT seam.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/checkpoint/safetensors.hpp"
+#include "anchor/common/fs.hpp"
+
+namespace anchor::checkpoint {
+
+constexpr const char* kManifestFormat = "anchor.checkpoint-manifest/v1";
+
+// One safetensors file of a checkpoint. `filename` is a plain name (no '/').
+struct FileContent {
+  std::string filename;
+  std::vector<TensorRef> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+struct SaveRequest {
+  std::int64_t step = 0;
+  std::vector<FileContent> files;
+  nlohmann::json state;  // written as state.json; the store sets "step" (a different "step" is an error)
+};
+
+// Called at each named point of the save protocol, in this order:
+//   "begin", "after_mkdir", "after_file:<filename>" (each safetensors file, then
+//   "after_file:state.json"), "after_manifest", "after_committed",
+//   "after_dir_fsync", "after_rename", "after_parent_fsync", "done".
+// A hook may throw: the save then fails like on an I/O error (at "done" the
+// checkpoint is already committed and stays; the exception still propagates).
+using Hook = std::function<void(std::string_view point)>;
+
+// The environment fault seam (for e2e tests of the real binary):
+//   ANCHOR_FAULT=<point>:<exit|sigkill>         at that point of every save
+//   ANCHOR_FAULT=<point>@<step>:<exit|sigkill>  only in the save of that step
+// "exit" flushes stdio and calls _exit(kFaultExitCode); "sigkill" raises SIGKILL.
+// This is the only place library code ends the process, on purpose.
+constexpr int kFaultExitCode = 86;
+constexpr const char* kFaultEnv = "ANCHOR_FAULT";
+
+struct SaveResult {
+  std::string dir;         // <root>/step-NNNNNNNN
+  double seconds = 0;      // wall time of the save
+  std::uint64_t bytes = 0; // every file written, manifest and COMMITTED included
+};
+
+// "step-00000002"
+std::string step_dir_name(std::int64_t step);
+
+class Store {
+ public:
+  // `fs` must outlive the store. Nothing is touched on disk until save().
+  explicit Store(std::string root, fs::FileSystem& fs = fs::real_fs());
+
+  const std::string& root() const { return root_; }
+
+  // Runs the commit protocol (creates root if missing). On success step-N holds
+  // the files and is durable (parent fsynced); an existing step-N is replaced
+  // atomically (exchange, then the old one is deleted). On any failure the temp
+  // directory is removed (best effort), step-N and every older checkpoint are
+  // as before, and the Error (kIo: naming the operation, path and errno; kUsage:
+  // a bad request) is rethrown with the step prefixed.
+  SaveResult save(const SaveRequest& req, const Hook& hook = {});
+
+  struct Skipped {
+    std::string dir;
+    std::string reason;
+  };
+  struct Loaded {
+    std::int64_t step = 0;
+    std::string dir;
+    nlohmann::json state;
+    nlohmann::json manifest;
+    std::map<std::string, SafetensorsFile> files;  // by filename
+    std::vector<Skipped> skipped;                  // newer dirs passed over, and why
+  };
+  // The newest step-N (N <= max_step when given) that is committed and
+  // verifies completely; every file is read once and hashed while read. Every
+  // newer directory passed over (temp, trash, uncommitted, corrupt) is
+  // recorded in `skipped` and logged. nullopt when none verifies (when
+  // `skipped_out` is given it receives the skips then too). Throws Error(kIo)
+  // only when the root exists but cannot be listed.
+  std::optional<Loaded> restore_newest(std::optional<std::int64_t> max_step = std::nullopt,
+                                       std::vector<Skipped>* skipped_out = nullptr) const;
+
+  struct Verification {
+    bool ok = false;
+    std::string dir;
+    std::vector<std::string> problems;  // every problem found, each a full sentence
+    std::int64_t step = -1;             // from the directory name; -1 when it has none
+    std::string state;                  // "committed", "invalid", "temporary", "trash"
+    std::uint64_t bytes = 0;            // total size of the regular files in the dir
+  };
+  // Checks one checkpoint directory completely and collects every problem.
+  Verification verify(const std::string& step_dir) const;
+
+  // Every step-* directory under root (committed, temp, trash), newest first.
+  std::vector<Verification> list() const;
+
+  // Removes every temp and trash directory under root (call at start-up, never
+  // while another process saves into the same root). Returns the removed paths.
+  std::vector<std::string> remove_stale_temps();
+
+  // Keeps the newest `keep_last` (>= 1) checkpoints that verify; deletes every
+  // step directory older than the oldest of them (rename to a trash name,
+  // fsync root, then remove: a kill in between leaves only trash). Directories
+  // newer than that which fail verification are left for inspection. Deletes
+  // nothing when fewer than keep_last verify. Returns the deleted step dirs.
+  std::vector<std::string> apply_retention(int keep_last);
+
+ private:
+  struct Inspection;
+  Inspection inspect(const std::string& dir, bool keep_files) const;
+  void ensure_root();
+
+  std::string root_;
+  fs::FileSystem* fs_;
+};
+
+}  // namespace anchor::checkpoint

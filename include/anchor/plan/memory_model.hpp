@@ -1,0 +1,112 @@
+#pragma once
+// The memory model: peak step memory fitted from measured points and
+// predicted for other micro-batches, sequence lengths, precisions and
+// sharding degrees. Pure arithmetic on measured numbers (docs/plan.md).
+//
+//   peak(mb, T) = fixed + a * (mb * T) + b * (mb * T * T)
+//
+// `fixed` is what does not grow with the batch (weights, gradients, optimizer
+// state, workspaces); `a` is activation bytes per token; `b` is the part that
+// grows with the square of the sequence length (attention scores).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace anchor::plan {
+
+// One measured step: micro-batch, sequence length and its peak allocated bytes
+// (a full step: zero_grad, forward, backward, optimizer step with full state).
+struct MemoryPoint {
+  std::int64_t micro_batch = 0;
+  std::int64_t seq_len = 0;
+  double peak_bytes = 0;
+};
+
+// Bytes of the training state, as measured (tensor sizes, not estimates).
+struct StateBytes {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double total() const { return parameters + gradients + optimizer; }
+};
+
+enum class Precision { kFp32, kBf16, kFp16 };
+
+// "fp32" | "bf16" | "fp16"; throws Error (kUsage) naming the value otherwise.
+Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p);
+// Bytes of one activation element under that precision (4 or 2).
+double activation_element_bytes(Precision p);
+
+struct MemoryFit {
+  double fixed = 0;        // bytes
+  double per_token = 0;    // a: bytes per (mb * T)
+  double per_token_seq = 0;  // b: bytes per (mb * T * T); 0 in the linear model
+  bool quadratic = true;   // false: the linear model (fixed + a * mb * T) was fitted
+  std::string note;        // why the linear model was used; "" for the full fit
+  std::vector<double> predicted;  // per input point, in input order
+  std::vector<double> residual;   // predicted - measured, bytes
+  double max_relative_residual = 0;  // max |residual| / measured
+
+  double predict(std::int64_t micro_batch, std::int64_t seq_len) const;
+};
+
+// Least squares over the points. Three or more points whose (mb*T, mb*T*T)
+// columns are independent (at least two sequence lengths): the full model,
+// exact for three points. Two points, or every point at one sequence length:
+// the linear model, and `note` says why. Throws Error (kUsage) with fewer than
+// two points, a point with micro_batch or seq_len < 1 or a negative peak, or
+// points that do not determine even the linear model (one distinct mb*T).
+MemoryFit fit_memory(const std::vector<MemoryPoint>& points);
+
+// What a target configuration is predicted to hold at peak, by part.
+struct MemoryBreakdown {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double other_fixed = 0;     // fixed - measured state: workspaces, allocator slack, buffers
+  double cast_weights = 0;    // low-precision autocast copy of the weights
+  double gather_buffer = 0;   // ZeRO-3: one layer's gathered parameters
+  double activations = 0;
+  double total = 0;
+};
+
+struct MemoryTarget {
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 1;
+  Precision precision = Precision::kFp32;
+  int zero_stage = 0;  // 0: replicated (DDP); 1: optimizer; 2: + gradients; 3: + parameters
+  int degree = 1;      // ranks the sharded state is divided over
+};
+
+// The fitted model plus the measured state it is separated against.
+class MemoryModel {
+ public:
+  // `measured` is the precision the points were measured at; `n_layer` sizes
+  // the ZeRO-3 gather buffer (parameters / n_layer).
+  MemoryModel(MemoryFit fit, StateBytes state, Precision measured, int n_layer);
+
+  const MemoryFit& fit() const { return fit_; }
+  const StateBytes& state() const { return state_; }
+  // fixed - state - the measured run's own cast copy: what the fixed part
+  // holds beyond weights, gradients and optimizer state. May be negative when
+  // the allocator returned memory before the peak.
+  double other_fixed() const;
+
+  // Throws Error (kUsage) when zero_stage is not 0..3 or degree < 1.
+  MemoryBreakdown predict(const MemoryTarget& t) const;
+
+  // The largest micro-batch whose predicted total is <= capacity_bytes (the
+  // target's micro_batch is ignored); 0 when not even one fits; nullopt when
+  // the per-sequence activation bytes are not positive (no bound can be given).
+  std::optional<std::int64_t> max_micro_batch(MemoryTarget t, double capacity_bytes) const;
+
+ private:
+  MemoryFit fit_;
+  StateBytes state_;
+  Precision measured_;
+  int n_layer_;
+};
+
+}  // namespace anchor::plan

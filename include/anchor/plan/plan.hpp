@@ -1,0 +1,91 @@
+#pragma once
+// The plan: from a pilot's measurements to a memory model, a parallelism
+// strategy and projected step time per catalog device, and a budget for the
+// whole run (docs/plan.md has every formula and assumption).
+//
+// Everything here is arithmetic on numbers the pilot measured plus the
+// catalog's spec-sheet figures; nothing is run. The output says which figures
+// are measured and which are estimates.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/config/config.hpp"
+#include "anchor/plan/catalog.hpp"
+#include "anchor/plan/memory_model.hpp"
+
+namespace anchor::plan {
+
+// Model FLOPs utilisation assumed for projected step times (no device in the
+// catalog was measured): projected step = FLOPs / (peak * kAssumedMfu).
+inline constexpr double kAssumedMfu = 0.4;
+
+// Bytes each rank sends per optimizer step for the gradient/parameter
+// collectives of a data-parallel strategy (ring algorithms, bandwidth term):
+//   stage 0 (DDP) and ZeRO-1: 2*(n-1)/n * G once per step (all-reduce, or
+//     reduce-scatter + all-gather of the same volume; no_sync during accumulation)
+//   ZeRO-2: reduce-scatter (n-1)/n * G every micro-step + all-gather (n-1)/n * G
+//   ZeRO-3: per micro-step, all-gather in forward and backward plus
+//     reduce-scatter: 3*(n-1)/n * G each (1.5x DDP when grad_accum is 1)
+// n is the sharding degree (the world size for DDP). With degree < world (the
+// state sharded within groups of `degree`, replicated across world/degree
+// groups), the shards are also all-reduced across replicas:
+// 2*(r-1)/r * G/degree with r = world/degree. G = grad_bytes.
+// Throws Error (kUsage) when world < 1, degree < 1, degree does not divide
+// world, or stage is not 0..3.
+double comm_bytes_per_step(int zero_stage, int world, int degree, double grad_bytes,
+                           int grad_accum);
+
+// Young's checkpoint interval sqrt(2 * save_seconds * mtbf_seconds).
+// Infinity when mtbf_seconds is infinite (no failures expected).
+double young_daly_interval_s(double save_seconds, double mtbf_seconds);
+
+// The inputs of the run budget, all in base units (seconds, GB, Gbit/s).
+struct BudgetInput {
+  int world = 1;                  // GPUs: nodes * gpus_per_node
+  int nodes = 1;
+  double steps = 0;               // optimizer steps of the long run
+  double compute_s_per_step = 0;  // compute + communication per step
+  double data_wait_s_per_step = 0;
+  double evals = 0;               // periodic evals in the whole run
+  double eval_s = 0;              // seconds per eval
+  double save_s = 0;              // seconds per checkpoint save (measured)
+  double checkpoint_bytes = 0;    // one full checkpoint
+  double failures_per_day = 0;    // per node-day
+  double restart_minutes = 0;
+  double download_gb = 0;
+  double ingress_gbps = 1;
+  double preprocess_hours = 0;
+  double export_gb = 0;
+  double egress_gbps = 1;
+  double margin = 0;
+  double price_7_day = 0;         // per GPU-hour
+  double price_30_day = 0;
+};
+
+// {"items": [{"name","hours","detail"}...], "hours", "days_without_margin",
+//  "days", "term", "checkpoint_interval_s", "checkpoints", "expected_restarts",
+//  "gpu_hours", "terms_7_day", "cost_7_day", "terms_30_day", "cost_30_day",
+//  "cheaper_term"}; docs/plan.md gives each formula.
+nlohmann::json make_budget(const BudgetInput& in);
+
+// "7-day" when days <= 7, "30-day" when <= 30, else "longer than 30 days".
+std::string term_for_days(double days);
+
+// Reads the measured memory points, state bytes and precision from
+// report["measurements"]["memory"] and fits the model. Throws Error (kUsage)
+// naming the missing or mistyped field.
+MemoryModel memory_model_from_report(const nlohmann::json& report);
+
+// The plan for `cfg` (the report's config with any overrides applied) from the
+// report's measurements. Devices: cfg.budget.devices, or all of the catalog.
+// Throws Error (kUsage) when a measurement the plan needs is missing or a
+// device named in budget.devices is not in the catalog.
+nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog,
+                         const config::Config& cfg);
+
+// A readable rendering of make_plan's output (tables, then assumptions).
+std::string format_plan(const nlohmann::json& plan);
+
+}  // namespace anchor::plan

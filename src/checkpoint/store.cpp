@@ -1,0 +1,559 @@
+#include "anchor/checkpoint/store.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+
+namespace anchor::checkpoint {
+
+using nlohmann::json;
+namespace stdfs = std::filesystem;
+
+namespace {
+
+constexpr const char* kState = "state.json";
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kCommitted = "COMMITTED";
+
+enum class DirKind { kStep, kTemp, kTrash, kOther };
+
+struct DirName {
+  DirKind kind = DirKind::kOther;
+  std::int64_t step = -1;
+};
+
+// step-<digits>[.tmp-<x>|.trash-<x>]
+DirName parse_dir_name(const std::string& name) {
+  DirName d;
+  if (name.rfind("step-", 0) != 0) return d;
+  std::size_t i = 5, j = i;
+  while (j < name.size() && j - i < 18 && name[j] >= '0' && name[j] <= '9') ++j;
+  if (j == i) return d;
+  std::int64_t step = std::stoll(name.substr(i, j - i));
+  std::string rest = name.substr(j);
+  if (rest.empty()) d.kind = DirKind::kStep;
+  else if (rest.rfind(".tmp-", 0) == 0) d.kind = DirKind::kTemp;
+  else if (rest.rfind(".trash-", 0) == 0) d.kind = DirKind::kTrash;
+  else return d;
+  d.step = step;
+  return d;
+}
+
+std::string join(const std::string& a, const std::string& b) { return a + "/" + b; }
+
+// Writes bytes to a new file through the seam, hashing while streaming.
+FileDigest write_bytes(fs::FileSystem& fs, const std::string& path, const std::string& bytes) {
+  int fd = fs.create_excl(path, 0644);
+  try {
+    fs.write_all(fd, bytes.data(), bytes.size(), path);
+    fs.fsync(fd, path);
+    int f = fd;
+    fd = -1;
+    fs.close(f, path);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(path.c_str());
+    throw;
+  }
+  return FileDigest{sha256_hex(bytes), bytes.size()};
+}
+
+struct Fault {
+  std::string point;
+  std::optional<std::int64_t> step;
+  bool sigkill = false;
+};
+
+std::optional<Fault> fault_from_env() {
+  const char* env = std::getenv(kFaultEnv);
+  if (!env || !*env) return std::nullopt;
+  std::string s = env;
+  auto colon = s.rfind(':');
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorKind::kUsage, std::string(kFaultEnv) + "='" + s + "': " + why,
+                 "use <point>:<exit|sigkill> or <point>@<step>:<exit|sigkill> (docs/checkpoints.md)");
+  };
+  if (colon == std::string::npos) throw bad("missing ':<exit|sigkill>'");
+  Fault f;
+  std::string action = s.substr(colon + 1);
+  if (action == "sigkill") f.sigkill = true;
+  else if (action != "exit") throw bad("action '" + action + "' is not exit or sigkill");
+  f.point = s.substr(0, colon);
+  auto at = f.point.rfind('@');
+  if (at != std::string::npos) {
+    std::string st = f.point.substr(at + 1);
+    if (st.empty() || st.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("step '" + st + "' is not a number");
+    f.step = std::stoll(st);
+    f.point = f.point.substr(0, at);
+  }
+  if (f.point.empty()) throw bad("empty point");
+  return f;
+}
+
+std::string errno_hint(const Error& e) {
+  std::string w = e.what();
+  if (w.find("ENOSPC") != std::string::npos || w.find("EFBIG") != std::string::npos ||
+      w.find("EDQUOT") != std::string::npos)
+    return "free space on the checkpoint file system (or lower retention); the previous "
+           "checkpoint is intact";
+  if (w.find("EIO") != std::string::npos)
+    return "the storage reported an I/O error; check the device (dmesg). The previous "
+           "checkpoint is intact";
+  return e.hint().empty() ? "the previous checkpoint is intact" : e.hint();
+}
+
+std::uint64_t dir_bytes(const std::string& dir) {
+  std::uint64_t n = 0;
+  std::error_code ec;
+  for (stdfs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_regular_file(e2)) {
+      auto s = it->file_size(e2);
+      if (!e2) n += s;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string step_dir_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+Store::Store(std::string root, fs::FileSystem& fs) : root_(std::move(root)), fs_(&fs) {
+  if (root_.empty()) root_ = ".";
+  while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
+}
+
+void Store::ensure_root() {
+  // Create missing ancestors too, each made durable by fsyncing its parent.
+  std::vector<stdfs::path> missing;
+  std::error_code ec;
+  for (stdfs::path p = stdfs::absolute(root_); !p.empty() && !stdfs::exists(p, ec);
+       p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    fs_->mkdir(it->string(), 0755);
+    fs_->fsync_dir(it->parent_path().string());
+  }
+  if (!stdfs::is_directory(root_, ec))
+    throw Error(ErrorKind::kIo, "checkpoint root " + root_ + " is not a directory");
+}
+
+SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string prefix = "save checkpoint step " + std::to_string(req.step) + " in " + root_ + ": ";
+  auto usage = [&](const std::string& why) { return Error(ErrorKind::kUsage, prefix + why); };
+
+  // Validate the request before touching the disk.
+  if (req.step < 0) throw usage("step must be >= 0");
+  std::set<std::string> names;
+  for (const auto& f : req.files) {
+    const std::string& n = f.filename;
+    if (n.empty() || n.find('/') != std::string::npos || n[0] == '.' || n == kState ||
+        n == kManifest || n == kCommitted)
+      throw usage("invalid file name '" + n + "' (a plain name, not state.json/manifest.json/COMMITTED)");
+    if (!names.insert(n).second) throw usage("file '" + n + "' given twice");
+  }
+  json state = req.state.is_null() ? json::object() : req.state;
+  if (!state.is_object()) throw usage("state must be a JSON object");
+  if (state.contains("step") && state["step"] != json(req.step))
+    throw usage("state.step is " + state["step"].dump() + ", expected " + std::to_string(req.step));
+  state["step"] = req.step;
+  const std::optional<Fault> fault = fault_from_env();
+
+  auto point = [&](const std::string& name) {
+    if (hook) hook(name);
+    if (fault && fault->point == name && (!fault->step || *fault->step == req.step)) {
+      ANCHOR_LOG_WARN("checkpoint", "{}={}: {} at '{}' (fault seam)", kFaultEnv, std::getenv(kFaultEnv),
+                      fault->sigkill ? "SIGKILL" : "exit", name);
+      std::fflush(nullptr);
+      if (fault->sigkill) ::raise(SIGKILL);
+      ::_exit(kFaultExitCode);
+    }
+  };
+
+  const std::string final_dir = join(root_, step_dir_name(req.step));
+  const std::string tmp = final_dir + ".tmp-" + fs::random_suffix();
+  bool tmp_created = false;
+  enum { kNone, kRenamed, kExchanged } placed = kNone;
+  SaveResult res;
+  auto cleanup = [&] {
+    // Undo a placement that is not durable, then drop the temp dir.
+    try {
+      if (placed == kExchanged) fs_->exchange(tmp, final_dir);
+      if (placed == kRenamed) {
+        fs_->rename(final_dir, tmp);
+        tmp_created = true;
+      }
+    } catch (const Error& undo) {
+      // step-N keeps the new, complete checkpoint; tmp may hold the previous
+      // one: leave it on disk rather than delete it here.
+      ANCHOR_LOG_ERROR("checkpoint", "undoing the placement of {} failed: {}", final_dir, undo.what());
+      tmp_created = false;
+    }
+    if (tmp_created) {
+      std::error_code ec;
+      stdfs::remove_all(tmp, ec);
+      if (ec) ANCHOR_LOG_WARN("checkpoint", "could not remove {}: {}", tmp, ec.message());
+    }
+  };
+  try {
+    point("begin");
+    ensure_root();
+    fs_->mkdir(tmp, 0755);
+    tmp_created = true;
+    point("after_mkdir");
+
+    json files = json::array();
+    auto record = [&](const std::string& name, const FileDigest& d) {
+      files.push_back({{"path", name}, {"size", d.size}, {"sha256", d.sha256}});
+      res.bytes += d.size;
+    };
+    for (const auto& f : req.files) {
+      record(f.filename, write_safetensors(*fs_, join(tmp, f.filename), f.tensors, f.metadata));
+      point("after_file:" + f.filename);
+    }
+    record(kState, write_bytes(*fs_, join(tmp, kState), state.dump(2) + "\n"));
+    point(std::string("after_file:") + kState);
+
+    json manifest = {{"format", kManifestFormat}, {"step", req.step}, {"files", files}};
+    const std::string mbytes = manifest.dump(2) + "\n";
+    FileDigest md = write_bytes(*fs_, join(tmp, kManifest), mbytes);
+    res.bytes += md.size;
+    point("after_manifest");
+    res.bytes += write_bytes(*fs_, join(tmp, kCommitted), md.sha256 + "\n").size;
+    point("after_committed");
+    fs_->fsync_dir(tmp);
+    point("after_dir_fsync");
+
+    std::error_code ec;
+    if (stdfs::exists(stdfs::symlink_status(final_dir, ec))) {
+      fs_->exchange(tmp, final_dir);  // tmp now holds the old step-N
+      placed = kExchanged;
+    } else {
+      fs_->rename(tmp, final_dir);
+      placed = kRenamed;
+      tmp_created = false;
+    }
+    point("after_rename");
+    fs_->fsync_dir(root_);
+    point("after_parent_fsync");
+  } catch (const Error& e) {
+    cleanup();
+    throw Error(e.kind(), prefix + e.what(), errno_hint(e));
+  } catch (...) {  // e.g. std::system_error from a thread or bad_alloc: same cleanup
+    cleanup();
+    throw;
+  }
+
+  if (placed == kExchanged) {
+    // The new step-N is durable; the old one sits at the temp name, which a
+    // kill here leaves for remove_stale_temps.
+    std::error_code ec;
+    stdfs::remove_all(tmp, ec);
+    if (ec) ANCHOR_LOG_WARN("checkpoint", "could not remove the replaced {}: {}", tmp, ec.message());
+  }
+  point("done");
+  res.dir = final_dir;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ANCHOR_LOG_INFO("checkpoint", "saved {} ({} bytes, {:.3f} s)", final_dir, res.bytes, res.seconds);
+  return res;
+}
+
+struct Store::Inspection {
+  Verification v;
+  json state;
+  json manifest;
+  std::map<std::string, SafetensorsFile> files;
+};
+
+Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const {
+  Inspection in;
+  Verification& v = in.v;
+  v.dir = dir;
+  auto problem = [&](std::string p) { v.problems.push_back(std::move(p)); };
+  const std::string base = stdfs::path(dir).filename().string();
+  DirName dn = parse_dir_name(base);
+  v.step = dn.step;
+  v.bytes = dir_bytes(dir);
+  std::error_code ec;
+  if (!stdfs::is_directory(dir, ec)) {
+    v.state = "invalid";
+    problem(dir + " is not a directory");
+    return in;
+  }
+  if (dn.kind == DirKind::kTemp) {
+    v.state = "temporary";
+    problem("temporary directory of an unfinished save (never loaded; removed at start-up)");
+    return in;
+  }
+  if (dn.kind == DirKind::kTrash) {
+    v.state = "trash";
+    problem("being deleted by retention (never loaded; removed at start-up)");
+    return in;
+  }
+  if (dn.kind == DirKind::kOther)
+    problem("directory name '" + base + "' is not step-<N>");
+
+  auto read = [&](const std::string& name, FileDigest* d) -> std::optional<std::string> {
+    try {
+      return read_file_hashed(join(dir, name), d);
+    } catch (const Error& e) {
+      problem(name + ": cannot be read: " + e.what());
+      return std::nullopt;
+    }
+  };
+
+  // COMMITTED must hold the SHA-256 of manifest.json.
+  bool committed = stdfs::exists(join(dir, kCommitted), ec);
+  std::optional<std::string> commit_text;
+  if (!committed)
+    problem("no COMMITTED marker: the save did not finish");
+  else
+    commit_text = read(kCommitted, nullptr);
+  FileDigest mdig;
+  std::optional<std::string> mtext;
+  if (!stdfs::exists(join(dir, kManifest), ec))
+    problem("manifest.json is missing");
+  else
+    mtext = read(kManifest, &mdig);
+  if (commit_text) {
+    std::string c = *commit_text;
+    if (c.size() != 65 || c.back() != '\n' || !is_sha256_hex(c.substr(0, 64)))
+      problem("COMMITTED does not hold a SHA-256 (64 lowercase hex digits and a newline)");
+    else if (mtext && c.substr(0, 64) != mdig.sha256)
+      problem("COMMITTED holds " + c.substr(0, 64) + " but manifest.json hashes to " + mdig.sha256);
+  }
+
+  std::set<std::string> listed;
+  bool have_list = false;  // the manifest parsed and has a files list
+  if (mtext) {
+    json m;
+    try {
+      m = json::parse(*mtext);
+    } catch (const json::exception& e) {
+      problem(std::string("manifest.json is not valid JSON: ") + e.what());
+    }
+    if (!m.is_null() && !m.is_object()) problem("manifest.json is not a JSON object");
+    if (m.is_object()) {
+      if (m.value("format", json()) != json(kManifestFormat))
+        problem("manifest.json format is " + m.value("format", json()).dump() + ", expected \"" +
+                kManifestFormat + "\"");
+      if (!m.contains("step") || !m["step"].is_number_integer())
+        problem("manifest.json has no integer step");
+      else if (dn.step >= 0 && m["step"].get<std::int64_t>() != dn.step)
+        problem("manifest.json step is " + m["step"].dump() + " but the directory is step " +
+                std::to_string(dn.step));
+      if (!m.contains("files") || !m["files"].is_array()) {
+        problem("manifest.json has no files list");
+      } else {
+        have_list = true;
+        for (const json& f : m["files"]) {
+          if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
+              !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
+              !is_sha256_hex(f["sha256"].get<std::string>())) {
+            problem("manifest.json has a malformed file entry " + f.dump());
+            continue;
+          }
+          const std::string name = f["path"].get<std::string>();
+          if (name.empty() || name.find('/') != std::string::npos || name == kManifest || name == kCommitted) {
+            problem("manifest.json lists an invalid path '" + name + "'");
+            continue;
+          }
+          if (!listed.insert(name).second) {
+            problem("manifest.json lists '" + name + "' twice");
+            continue;
+          }
+          const std::uint64_t size = f["size"].get<std::uint64_t>();
+          const std::string sha = f["sha256"].get<std::string>();
+          if (!stdfs::exists(join(dir, name), ec)) {
+            problem(name + " is missing (listed in manifest.json)");
+            continue;
+          }
+          FileDigest d;
+          const bool is_st = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+          std::optional<FileBytes> bytes;
+          try {
+            bytes = is_st ? FileBytes::read(join(dir, name), &d) : FileBytes(read_file_hashed(join(dir, name), &d));
+          } catch (const Error& e) {
+            problem(name + ": cannot be read: " + e.what());
+            continue;
+          }
+          if (d.size != size)
+            problem(name + ": size is " + std::to_string(d.size) + " bytes, manifest.json says " +
+                    std::to_string(size));
+          else if (d.sha256 != sha)
+            problem(name + ": SHA-256 is " + d.sha256 + ", manifest.json says " + sha);
+          if (name == kState) {
+            try {
+              json s = json::parse(bytes->data(), bytes->data() + bytes->size());
+              if (!s.is_object())
+                problem("state.json is not a JSON object");
+              else if (!s.contains("step") || !s["step"].is_number_integer())
+                problem("state.json has no integer step");
+              else if (dn.step >= 0 && s["step"].get<std::int64_t>() != dn.step)
+                problem("state.json step is " + s["step"].dump() + " but the directory is step " +
+                        std::to_string(dn.step));
+              else
+                in.state = std::move(s);
+            } catch (const json::exception& e) {
+              problem(std::string("state.json is not valid JSON: ") + e.what());
+            }
+          } else if (is_st) {
+            try {
+              SafetensorsFile sf = SafetensorsFile::parse(std::move(*bytes), join(dir, name));
+              if (keep_files) in.files.emplace(name, std::move(sf));
+            } catch (const Error& e) {
+              problem(e.what());
+            }
+          }
+        }
+        if (!listed.count(kState)) problem("manifest.json does not list state.json");
+        in.manifest = std::move(m);
+      }
+    }
+  }
+  // A file that the manifest does not cover was not written by the save.
+  for (stdfs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string n = it->path().filename().string();
+    if (n != kManifest && n != kCommitted && have_list && !listed.count(n))
+      problem(n + " is not listed in manifest.json");
+  }
+  v.ok = v.problems.empty();
+  v.state = v.ok ? "committed" : (committed ? "invalid" : "uncommitted");
+  if (!v.ok) {
+    in.files.clear();
+    in.state = json();
+  }
+  return in;
+}
+
+Store::Verification Store::verify(const std::string& step_dir) const {
+  return inspect(step_dir, false).v;
+}
+
+namespace {
+struct Candidate {
+  std::string path;
+  DirName name;
+};
+std::vector<Candidate> scan(const std::string& root) {
+  std::vector<Candidate> out;
+  std::error_code ec;
+  if (!stdfs::exists(root, ec)) return out;
+  stdfs::directory_iterator it(root, ec), end;
+  if (ec) throw io_error("list", root, ec.value());
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw io_error("list", root, ec.value());
+    DirName d = parse_dir_name(it->path().filename().string());
+    if (d.kind != DirKind::kOther) out.push_back({it->path().string(), d});
+  }
+  // Newest first; at equal steps the committed name before temp/trash.
+  std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.name.step != b.name.step) return a.name.step > b.name.step;
+    if (a.name.kind != b.name.kind) return a.name.kind < b.name.kind;
+    return a.path < b.path;
+  });
+  return out;
+}
+}  // namespace
+
+std::optional<Store::Loaded> Store::restore_newest(std::optional<std::int64_t> max_step,
+                                                   std::vector<Skipped>* skipped_out) const {
+  std::vector<Skipped> skipped;
+  for (const Candidate& c : scan(root_)) {
+    if (max_step && c.name.step > *max_step) continue;
+    if (c.name.kind != DirKind::kStep) {
+      skipped.push_back({c.path, c.name.kind == DirKind::kTemp ? "temporary directory of an unfinished save"
+                                                               : "being deleted by retention"});
+      continue;
+    }
+    Inspection in = inspect(c.path, true);
+    if (!in.v.ok) {
+      std::string reason;
+      for (const auto& p : in.v.problems) reason += (reason.empty() ? "" : "; ") + p;
+      ANCHOR_LOG_WARN("checkpoint", "skipping {}: {}", c.path, reason);
+      skipped.push_back({c.path, reason});
+      continue;
+    }
+    Loaded l;
+    l.step = c.name.step;
+    l.dir = c.path;
+    l.state = std::move(in.state);
+    l.manifest = std::move(in.manifest);
+    l.files = std::move(in.files);
+    l.skipped = skipped;
+    if (skipped_out) *skipped_out = skipped;
+    ANCHOR_LOG_INFO("checkpoint", "restoring {} ({} newer skipped)", c.path, skipped.size());
+    return l;
+  }
+  if (skipped_out) *skipped_out = skipped;
+  return std::nullopt;
+}
+
+std::vector<Store::Verification> Store::list() const {
+  std::vector<Verification> out;
+  for (const Candidate& c : scan(root_)) out.push_back(verify(c.path));
+  return out;
+}
+
+std::vector<std::string> Store::remove_stale_temps() {
+  std::vector<std::string> removed;
+  for (const Candidate& c : scan(root_)) {
+    if (c.name.kind == DirKind::kStep) continue;
+    fs_->remove_all(c.path);
+    removed.push_back(c.path);
+    ANCHOR_LOG_INFO("checkpoint", "removed stale {}", c.path);
+  }
+  if (!removed.empty()) fs_->fsync_dir(root_);
+  return removed;
+}
+
+std::vector<std::string> Store::apply_retention(int keep_last) {
+  if (keep_last < 1)
+    throw Error(ErrorKind::kUsage, "checkpoint retention: keep_last must be >= 1, got " +
+                                       std::to_string(keep_last));
+  std::vector<Candidate> steps;
+  for (const Candidate& c : scan(root_))
+    if (c.name.kind == DirKind::kStep) steps.push_back(c);
+  // Find the keep_last newest that verify; everything older than the oldest
+  // of them goes.
+  int valid = 0;
+  std::size_t cut = steps.size();
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (inspect(steps[i].path, false).v.ok && ++valid == keep_last) {
+      cut = i + 1;
+      break;
+    }
+  }
+  std::vector<std::string> deleted;
+  for (std::size_t i = cut; i < steps.size(); ++i) {
+    const std::string trash = steps[i].path + ".trash-" + fs::random_suffix();
+    fs_->rename(steps[i].path, trash);
+    fs_->fsync_dir(root_);
+    fs_->remove_all(trash);
+    deleted.push_back(steps[i].path);
+    ANCHOR_LOG_INFO("checkpoint", "retention: deleted {}", steps[i].path);
+  }
+  return deleted;
+}
+
+}  // namespace anchor::checkpoint

@@ -1,0 +1,105 @@
+// anchor checkpoint verify STEP_DIR [--json] | anchor checkpoint list ROOT [--json]
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/checkpoint/store.hpp"
+#include "anchor/error.hpp"
+#include "commands.hpp"
+
+namespace anchor::cli {
+namespace {
+
+struct CheckpointOptions {
+  std::string dir;
+  bool json = false;
+};
+
+std::string human_bytes(std::uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+nlohmann::json to_json(const checkpoint::Store::Verification& v) {
+  return {{"dir", v.dir}, {"step", v.step}, {"state", v.state}, {"ok", v.ok},
+          {"bytes", v.bytes}, {"problems", v.problems}};
+}
+
+int run_verify(const CheckpointOptions& o) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(o.dir, ec))
+    throw Error(ErrorKind::kUsage, "checkpoint verify: " + o.dir + " is not a directory",
+                "pass one step directory, e.g. runs/<id>/checkpoints/step-00000002");
+  std::string dir = std::filesystem::path(o.dir).lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  auto parent = std::filesystem::path(dir).parent_path().string();
+  checkpoint::Store store(parent.empty() ? "." : parent);
+  auto v = store.verify(dir);
+  if (o.json) {
+    std::cout << to_json(v).dump(2) << "\n";
+  } else if (v.ok) {
+    std::cout << dir << ": ok (step " << v.step << ", committed, " << human_bytes(v.bytes)
+              << ", every file's size and SHA-256 match manifest.json)\n";
+  } else {
+    std::cout << dir << ": INVALID (" << v.state << "), " << v.problems.size()
+              << (v.problems.size() == 1 ? " problem" : " problems") << ":\n";
+    for (const auto& p : v.problems) std::cout << "  - " << p << "\n";
+    std::cout << "restore skips this directory and falls back to the next older committed step\n";
+  }
+  return v.ok ? static_cast<int>(ExitCode::kOk) : static_cast<int>(ExitCode::kVerification);
+}
+
+int run_list(const CheckpointOptions& o) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(o.dir, ec))
+    throw Error(ErrorKind::kUsage, "checkpoint list: " + o.dir + " is not a directory",
+                "pass a checkpoint root, e.g. runs/<id>/checkpoints");
+  checkpoint::Store store(o.dir);
+  auto all = store.list();
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& v : all) j.push_back(to_json(v));
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-10s %-12s %-11s %s\n", "STEP", "STATE", "SIZE", "DIRECTORY / PROBLEMS");
+  bool newest_marked = false;
+  for (const auto& v : all) {
+    std::string state = v.state;
+    if (v.ok && !newest_marked) {
+      state += "*";
+      newest_marked = true;
+    }
+    std::printf("%-10lld %-12s %-11s %s\n", static_cast<long long>(v.step), state.c_str(),
+                human_bytes(v.bytes).c_str(), std::filesystem::path(v.dir).filename().c_str());
+    for (const auto& p : v.problems) std::printf("%35s- %s\n", "", p.c_str());
+  }
+  if (all.empty()) std::printf("(no checkpoints under %s)\n", o.dir.c_str());
+  else if (newest_marked) std::printf("* the step restore would pick\n");
+  else std::printf("no checkpoint verifies: restore would start from scratch\n");
+  return 0;
+}
+
+}  // namespace
+
+Runner setup_checkpoint(CLI::App& sub, const GlobalOptions&) {
+  auto opts = std::make_shared<CheckpointOptions>();
+  sub.require_subcommand(1);
+  CLI::App* verify = sub.add_subcommand(
+      "verify", "Check one checkpoint directory completely; explains every problem (exit 3 if invalid)");
+  verify->add_option("dir", opts->dir, "a step directory, e.g. runs/<id>/checkpoints/step-00000002")
+      ->required();
+  verify->add_flag("--json", opts->json, "print the result as JSON on stdout (default: off)");
+  CLI::App* list = sub.add_subcommand("list", "Show every step, temp and trash directory with its state");
+  list->add_option("dir", opts->dir, "a checkpoint root, e.g. runs/<id>/checkpoints")->required();
+  list->add_flag("--json", opts->json, "print the rows as JSON on stdout (default: off)");
+  return [opts, verify]() { return verify->parsed() ? run_verify(*opts) : run_list(*opts); };
+}
+
+}  // namespace anchor::cli

@@ -1,0 +1,126 @@
+// anchor pin CONFIG [--set k=v]... [-o manifest.json] [--no-cache] [--threads N]
+// anchor pin --check MANIFEST [--no-cache] [--threads N] [-o fresh.json]
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "commands.hpp"
+
+namespace anchor::cli {
+namespace {
+
+struct PinCliOptions {
+  std::string config_file;
+  std::string check_manifest;
+  std::vector<std::string> overrides;
+  std::string output = "manifest.json";
+  bool no_cache = false;
+  bool no_progress = false;
+  int threads = 0;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof s, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return s;
+}
+
+// One line on stderr: what was pinned and how much came from the cache.
+void print_summary(const nlohmann::json& m, const std::string& verb) {
+  const auto& h = m["hashing"];
+  std::size_t shards = m["data"]["train"]["files"].size() + m["data"]["val"]["files"].size();
+  std::uint64_t data_bytes = m["data"]["train"]["bytes"].get<std::uint64_t>() +
+                             m["data"]["val"]["bytes"].get<std::uint64_t>();
+  std::fprintf(stderr,
+               "anchor pin: %s %zu data file(s) (%s), %zu model file(s), %zu shared libraries; "
+               "config %s; read %zu file(s) (%s), %zu from cache, %d thread(s), %.2f s\n",
+               verb.c_str(), shards, human_bytes(double(data_bytes)).c_str(),
+               m["model"]["files"].size(), m["dependencies"]["shared_libraries"].size(),
+               m["config"]["digest"].get<std::string>().substr(0, 12).c_str(),
+               h["files_hashed"].get<std::size_t>(),
+               human_bytes(double(h["bytes_hashed"].get<std::uint64_t>())).c_str(),
+               h["files_cached"].get<std::size_t>(), h["threads"].get<int>(),
+               h["seconds"].get<double>());
+}
+
+}  // namespace
+
+Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
+  auto o = std::make_shared<PinCliOptions>();
+  sub.description(
+      "Pin every input that decides the run (data and model digests, effective config, seeds, "
+      "dependency versions and loaded libraries, container, host and devices) into a manifest "
+      "(docs/manifest.md). With --check, re-pin against an existing manifest and print what "
+      "drifted (exit 3 when anything did).");
+  auto* cfg = sub.add_option("config", o->config_file, "config YAML to pin");
+  auto* check = sub.add_option("--check", o->check_manifest,
+                               "re-pin with the config stored in MANIFEST and print the drift "
+                               "table; exit 3 on drift, 0 otherwise")
+                    ->type_name("MANIFEST");
+  auto* set = sub.add_option("--set", o->overrides, "override a config key: --set data.seq_len=128");
+  auto* out = sub.add_option("-o,--output", o->output,
+                             "where to write the manifest (atomically); with --check, written "
+                             "only when given")
+                  ->capture_default_str();
+  sub.add_flag("--no-cache", o->no_cache,
+               "hash every file; neither read nor write the hash cache "
+               "($ANCHOR_CACHE_DIR, else $XDG_CACHE_HOME/anchor, else ~/.cache/anchor)");
+  with_env(sub.add_option("--threads", o->threads,
+                          "hashing threads; 0 = one per CPU (default 0)")
+               ->check(CLI::NonNegativeNumber),
+           "ANCHOR_HASH_THREADS");
+  sub.add_flag("--no-progress", o->no_progress,
+               "never show the progress line (shown only on a terminal after 1 s)");
+  cfg->excludes(check);
+  set->excludes(check);
+
+  return [o, cfg, check, out]() {
+    manifest::PinOptions popts;
+    popts.use_cache = !o->no_cache;
+    popts.threads = o->threads;
+    popts.progress = !o->no_progress;
+
+    if (check->count() == 0) {
+      if (cfg->count() == 0)
+        throw Error(ErrorKind::kUsage, "pin: give a CONFIG to pin, or --check MANIFEST",
+                    "anchor pin configs/pilot.yaml   |   anchor pin --check manifest.json");
+      config::Config c = config::load(o->config_file, o->overrides);
+      nlohmann::json m = manifest::pin(c, popts);
+      fs::atomic_write_file(o->output, m.dump(2) + "\n");
+      print_summary(m, "pinned");
+      std::fprintf(stderr, "anchor pin: wrote %s\n", o->output.c_str());
+      return 0;
+    }
+
+    std::string text = fs::read_file(o->check_manifest);
+    nlohmann::json old_m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (old_m.is_discarded())
+      throw Error(ErrorKind::kConfig, o->check_manifest + ": not a JSON document",
+                  "pass a manifest.json written by `anchor pin`");
+    config::Config c = manifest::config_from_manifest(old_m);
+    nlohmann::json new_m = manifest::pin(c, popts);
+    if (out->count() > 0) fs::atomic_write_file(o->output, new_m.dump(2) + "\n");
+    auto drift = manifest::compare(old_m, new_m);
+    std::cout << manifest::format_drift_table(drift) << std::flush;
+    print_summary(new_m, "re-pinned");
+    if (drift.empty()) {
+      std::fprintf(stderr, "anchor pin: %s: no drift\n", o->check_manifest.c_str());
+      return 0;
+    }
+    std::fprintf(stderr, "anchor pin: %s: %zu pin(s) drifted\n", o->check_manifest.c_str(),
+                 drift.size());
+    return static_cast<int>(ExitCode::kVerification);
+  };
+}
+
+}  // namespace anchor::cli

@@ -1,0 +1,108 @@
+// anchor plan REPORT [--catalog FILE] [--set key=value]... [--json]
+//
+// Recomputes the plan (memory model, devices, parallelism, budget) from a past
+// pilot's report for other targets, without re-running anything. REPORT is a
+// report.json, a signed report.intoto.json (the DSSE payload's
+// predicate.report is used; the signature is NOT checked here: `anchor verify`
+// does that), or a run directory holding either. Output: the plan as tables on
+// stdout, or as JSON with --json. docs/plan.md.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/plan/catalog.hpp"
+#include "anchor/plan/plan.hpp"
+#include "anchor/report/dsse.hpp"
+#include "commands.hpp"
+
+namespace anchor::cli {
+namespace {
+
+namespace stdfs = std::filesystem;
+using json = nlohmann::json;
+
+struct PlanCliOptions {
+  std::string report;
+  std::string catalog;
+  std::vector<std::string> sets;
+  bool json_out = false;
+};
+
+// report.json, or the report inside a DSSE envelope.
+json read_report(std::string path) {
+  if (stdfs::is_directory(path)) {
+    if (stdfs::exists(stdfs::path(path) / "report.json"))
+      path = (stdfs::path(path) / "report.json").string();
+    else
+      path = (stdfs::path(path) / "report.intoto.json").string();
+  }
+  const std::string text = fs::read_file(path);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    throw Error(ErrorKind::kUsage, "report " + path + ": not a JSON object",
+                "give the pilot's report.json or report.intoto.json");
+  if (j.contains("payloadType")) {
+    const report::Envelope env = report::envelope_from_json(text);
+    json statement = json::parse(env.payload, nullptr, false);
+    const json::json_pointer p("/predicate/report");
+    if (statement.is_discarded() || !statement.contains(p) || !statement.at(p).is_object())
+      throw Error(ErrorKind::kUsage,
+                  "report " + path + ": the envelope's payload has no predicate.report object",
+                  "give a report.intoto.json written by `anchor pilot`");
+    return statement.at(p);
+  }
+  return j;
+}
+
+// The directory the pilot's config was loaded from, so budget.catalog and
+// other relative inputs resolve as they did for the pilot ("" -> cwd).
+std::string config_dir(const json& report) {
+  const std::string p = report.value("config_path", "");
+  if (p.empty()) return "";
+  std::error_code ec;
+  const stdfs::path dir = stdfs::absolute(stdfs::path(p), ec).parent_path();
+  return !ec && stdfs::is_directory(dir, ec) ? dir.lexically_normal().string() : "";
+}
+
+}  // namespace
+
+Runner setup_plan(CLI::App& sub, const GlobalOptions&) {
+  auto o = std::make_shared<PlanCliOptions>();
+  sub.add_option("report", o->report,
+                 "the pilot's report.json, its signed report.intoto.json, or the run directory")
+      ->required();
+  with_env(sub.add_option("--catalog", o->catalog,
+                          "device catalog YAML; default: budget.catalog of the report's config, "
+                          "else ./configs/catalog.yaml"),
+           "ANCHOR_CATALOG");
+  sub.add_option("--set", o->sets,
+                 "override a key of the report's config, e.g. --set budget.nodes=4 "
+                 "--set train.precision=bf16 (repeatable; default: none)");
+  sub.add_flag("--json", o->json_out, "print the plan as JSON instead of tables (default: tables)");
+  sub.footer("Recomputes the plan from measured figures; nothing is run. The signature of a "
+             "report.intoto.json is not checked here (use anchor verify). Exit codes: 0 ok, "
+             "2 usage/config (bad report, catalog or --set), 1 runtime. docs/plan.md.");
+
+  return [o]() {
+    const json report = read_report(o->report);
+    if (!report.contains("config") || !report["config"].is_object())
+      throw Error(ErrorKind::kUsage, "report " + o->report + ": has no config object",
+                  "give a report written by `anchor pilot`");
+    // The stored effective config, re-validated with the overrides on top.
+    const config::Config cfg =
+        config::load_string(report["config"].dump(2), o->report + " (config)", o->sets,
+                            config_dir(report));
+    const plan::Catalog catalog = plan::load_catalog(plan::find_catalog(cfg, o->catalog));
+    const json p = plan::make_plan(report, catalog, cfg);
+    if (o->json_out)
+      std::cout << p.dump(2) << "\n";
+    else
+      std::cout << plan::format_plan(p);
+    return static_cast<int>(ExitCode::kOk);
+  };
+}
+
+}  // namespace anchor::cli

@@ -1,0 +1,56 @@
+// anchor verify REPORT [--key PUB] [--envelope-only]
+//
+// Exit 0 when every check holds, 3 with each failure named, 2 on usage.
+// Results go to stdout: one line per check that held, one per failure.
+#include <iostream>
+#include <memory>
+
+#include "anchor/error.hpp"
+#include "anchor/report/statement.hpp"
+#include "commands.hpp"
+
+namespace anchor::cli {
+namespace {
+
+struct VerifyCliOptions {
+  std::string report;
+  std::string key;
+  bool envelope_only = false;
+};
+
+}  // namespace
+
+Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
+  auto o = std::make_shared<VerifyCliOptions>();
+  sub.add_option("report", o->report,
+                 "the signed report (runs/<id>/report.intoto.json) or its run directory")
+      ->required();
+  with_env(sub.add_option("--key", o->key,
+                          "the signer's SPKI PEM public key; default: report.pub beside the "
+                          "report (integrity only, says so)"),
+           "ANCHOR_PUBLIC_KEY");
+  sub.add_flag("--envelope-only", o->envelope_only,
+               "check signature and statement only, not the files of the run directory "
+               "(for an envelope copied away from its run; default: check them)");
+  sub.footer("Exit codes: 0 every check holds, 3 verification failed (each failure named), "
+             "2 usage. Checks: docs/report.md.");
+
+  return [o]() {
+    report::VerifyOptions opts;
+    opts.public_key_path = o->key;
+    opts.check_files = !o->envelope_only;
+    report::VerifyResult r = report::verify_envelope(o->report, opts);
+    for (const auto& c : r.checks) std::cout << "ok    " << c << "\n";
+    for (const auto& w : r.warnings) std::cout << "warn  " << w << "\n";
+    for (const auto& f : r.failures) std::cout << "FAIL  " << f << "\n";
+    if (r.ok) {
+      std::cout << o->report << ": verified (key " << r.key_id << ")\n";
+      return static_cast<int>(ExitCode::kOk);
+    }
+    std::cout << o->report << ": verification FAILED (" << r.failures.size() << " problem"
+              << (r.failures.size() == 1 ? "" : "s") << ")\n";
+    return static_cast<int>(ExitCode::kVerification);
+  };
+}
+
+}  // namespace anchor::cli

@@ -1,0 +1,531 @@
+#include "anchor/config/config.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <yaml-cpp/yaml.h>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "config/schema.hpp"
+
+namespace anchor::config {
+namespace {
+
+namespace stdfs = std::filesystem;
+using schema::Field;
+
+const char* const kSetFile = "--set";
+
+struct Loc {
+  std::string file;
+  int line = 0;    // 1-based; 0 = no position
+  int column = 0;
+};
+
+Loc at(const std::string& file, const YAML::Mark& m) {
+  if (m.is_null()) return {file, 0, 0};
+  return {file, m.line + 1, m.column + 1};
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+std::string last_part(const std::string& dotted) {
+  auto dot = dotted.rfind('.');
+  return dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+}
+
+std::string parent_of(const std::string& dotted) {
+  auto dot = dotted.rfind('.');
+  return dot == std::string::npos ? "" : dotted.substr(0, dot);
+}
+
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// The closest known key to `name` written under `section`: first a sibling
+// with a similar name (a typo), then a key anywhere whose last part is
+// similar (right name, wrong place: train.lr -> train.optimizer.lr).
+std::string suggest(const std::string& section, const std::string& name) {
+  const std::size_t limit = std::max<std::size_t>(1, name.size() / 3);
+  std::string best;
+  std::size_t best_d = limit + 1;
+  for (const auto& sib : schema::children(section)) {
+    std::size_t d = schema::edit_distance(lower(name), lower(sib));
+    if (d < best_d) {
+      best_d = d;
+      best = section.empty() ? sib : section + "." + sib;
+    }
+  }
+  if (!best.empty()) return best;
+  for (const auto& f : schema::fields()) {
+    std::size_t d = schema::edit_distance(lower(name), lower(last_part(f.key)));
+    if (d < best_d) {
+      best_d = d;
+      best = f.key;
+    }
+  }
+  return best;
+}
+
+std::string unknown_key_message(const std::string& section, const std::string& name) {
+  std::string msg = "unknown key '" + name + "'";
+  std::string s = suggest(section, name);
+  if (!s.empty()) msg += " (did you mean '" + s + "'?)";
+  msg += "; " + (section.empty() ? std::string("the top level") : "'" + section + "'") +
+         " accepts: " + join(schema::children(section));
+  return msg;
+}
+
+std::string describe_node(const YAML::Node& n) {
+  if (n.IsMap()) return "a mapping";
+  if (n.IsSequence()) return "a list";
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  return "nothing";
+}
+
+// Loads one config: the file's tree, then the overrides, then the checks that
+// need the whole config. Problems are collected, never thrown one by one.
+class Loader {
+ public:
+  explicit Loader(std::string file) : file_(std::move(file)) {}
+
+  void read_yaml(const std::string& text) {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(text);
+    } catch (const YAML::ParserException& e) {
+      add(at(file_, e.mark), "", "YAML syntax error: " + e.msg);
+      unreadable_ = true;
+      return;
+    } catch (const YAML::Exception& e) {
+      add(at(file_, e.mark), "", "YAML error: " + e.msg);
+      unreadable_ = true;
+      return;
+    }
+    if (docs.empty() || docs[0].IsNull()) return;  // empty file: defaults (and missing keys)
+    if (docs.size() > 1)
+      add(at(file_, docs[1].Mark()), "", "more than one YAML document; a config is one document");
+    const YAML::Node& root = docs[0];
+    if (!root.IsMap()) {
+      add(at(file_, root.Mark()), "",
+          "expected a mapping of sections (" + join(schema::children("")) + "), got " +
+              describe_node(root));
+      unreadable_ = true;  // nothing else can be checked meaningfully
+      return;
+    }
+    walk(root, "");
+  }
+
+  void apply_override(const std::string& spec) {
+    const Loc loc{kSetFile, 0, 0};
+    auto eq = spec.find('=');
+    if (eq == std::string::npos) {
+      add(loc, trim(spec), "expected key=value, e.g. --set train.micro_batch=8");
+      return;
+    }
+    const std::string key = trim(spec.substr(0, eq));
+    const std::string text = spec.substr(eq + 1);
+    const Field* f = schema::find(key);
+    if (!f) {
+      if (schema::is_section(key)) {
+        add(loc, key, "is a section; set one of its keys: " + join(schema::children(key)));
+      } else {
+        std::string section = parent_of(key);
+        if (!section.empty() && !schema::is_section(section)) section = "";
+        std::string msg = "unknown key";
+        std::string s = suggest(section, last_part(key));
+        if (!s.empty()) msg += " (did you mean '" + s + "'?)";
+        msg += "; the keys are listed in docs/config.md and by `anchor config dump`";
+        add(loc, key, msg);
+      }
+      return;
+    }
+    if (trim(text).empty() &&
+        (f->type() == schema::Type::kString || f->type() == schema::Type::kStringList)) {
+      schema::assign_empty(*f, c_);
+      where_[f->key] = loc;
+      if (f->required) {
+        add(loc, f->key, "must list at least one entry");
+        bad_.insert(f->key);
+      }
+      return;
+    }
+    YAML::Node value;
+    try {
+      value = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      add(loc, key, "cannot parse the value '" + text + "' as YAML: " + e.msg);
+      bad_.insert(key);
+      return;
+    }
+    set_leaf(*f, loc, value, /*from_file=*/false);
+  }
+
+  void check_required() {
+    if (unreadable_) return;
+    for (const auto& f : schema::fields()) {
+      if (!f.required || where_.count(f.key)) continue;
+      // Point at the enclosing section when it is there.
+      Loc loc{file_, 0, 0};
+      for (std::string s = parent_of(f.key); !s.empty(); s = parent_of(s)) {
+        if (where_.count(s)) {
+          loc = where_[s];
+          break;
+        }
+      }
+      add(loc, f.key, "missing required key; expected " + schema::type_name(f.type()));
+      bad_.insert(f.key);
+    }
+  }
+
+  // Rules between keys. Each runs only when none of its keys was rejected
+  // (a bad value would otherwise show up twice, once as a contradiction).
+  void cross_check() {
+    if (unreadable_) return;
+    const Config& c = c_;
+
+    if (ok({"train.global_batch", "train.micro_batch", "train.grad_accum",
+            "distributed.nproc_per_node"}) &&
+        c.train.global_batch != 0) {
+      const std::int64_t derived = static_cast<std::int64_t>(c.train.micro_batch) *
+                                   c.train.grad_accum * c.distributed.nproc_per_node;
+      if (c.train.global_batch != derived)
+        conflict({"train.global_batch", "train.micro_batch", "train.grad_accum",
+                  "distributed.nproc_per_node"},
+                 "train.global_batch is " + std::to_string(c.train.global_batch) +
+                     " but train.micro_batch * train.grad_accum * distributed.nproc_per_node = " +
+                     std::to_string(c.train.micro_batch) + " * " +
+                     std::to_string(c.train.grad_accum) + " * " +
+                     std::to_string(c.distributed.nproc_per_node) + " = " +
+                     std::to_string(derived) + "; fix one of them or leave global_batch at 0");
+    }
+    if (ok({"model.block_size", "data.seq_len"}) && c.model.block_size < c.data.seq_len)
+      conflict({"data.seq_len", "model.block_size"},
+               "data.seq_len " + std::to_string(c.data.seq_len) + " exceeds model.block_size " +
+                   std::to_string(c.model.block_size) +
+                   " (the model has no positions beyond block_size)");
+    if (ok({"model.source", "model.weights", "model.torchscript"})) {
+      const auto& m = c.model;
+      if (m.source == "safetensors" && m.weights.empty())
+        conflict({"model.source"}, "model.source is safetensors but model.weights is not set");
+      if (m.source == "torchscript" && m.torchscript.empty())
+        conflict({"model.source"}, "model.source is torchscript but model.torchscript is not set");
+      if (m.source != "safetensors" && !m.weights.empty())
+        conflict({"model.weights"}, "model.weights is set but model.source is " + m.source +
+                                        " (set model.source: safetensors to use it)");
+      if (m.source != "torchscript" && !m.torchscript.empty())
+        conflict({"model.torchscript"}, "model.torchscript is set but model.source is " +
+                                            m.source + " (set model.source: torchscript to use it)");
+    }
+    if (ok({"train.total_steps", "train.total_tokens"}) && c.train.total_steps != 0 &&
+        c.train.total_tokens != 0)
+      conflict({"train.total_tokens", "train.total_steps"},
+               "train.total_steps and train.total_tokens are both set; give the full run's "
+               "length one way only");
+    if (ok({"model.n_embd", "model.n_head"}) && c.model.n_embd % c.model.n_head != 0)
+      conflict({"model.n_embd", "model.n_head"},
+               "model.n_embd " + std::to_string(c.model.n_embd) +
+                   " is not divisible by model.n_head " + std::to_string(c.model.n_head));
+    if (ok({"data.format", "model.vocab_size", "model.source"}) && c.model.source != "torchscript") {
+      if (c.data.format == "text" && c.model.vocab_size != 256)
+        conflict({"model.vocab_size", "data.format"},
+                 "data.format text is bytes (256 token values) but model.vocab_size is " +
+                     std::to_string(c.model.vocab_size) + "; use 256");
+      if (c.data.format == "llmc" && c.model.vocab_size > 65536)
+        conflict({"model.vocab_size", "data.format"},
+                 "data.format llmc holds uint16 tokens (at most 65536 values) but "
+                 "model.vocab_size is " + std::to_string(c.model.vocab_size));
+    }
+    if (ok({"train.precision", "device"}) && c.train.precision == "fp16" && c.device == "cpu")
+      conflict({"train.precision", "device"},
+               "train.precision fp16 needs a GPU; on device cpu use bf16 or fp32");
+    if (ok({"distributed.backend", "device"}) && c.distributed.backend == "nccl" &&
+        c.device == "cpu")
+      conflict({"distributed.backend", "device"},
+               "distributed.backend nccl needs a GPU; on device cpu use gloo or auto");
+    if (ok({"data.val", "data.val_fraction"}) && c.data.val.empty() && c.data.val_fraction == 0)
+      conflict({"data.val_fraction", "data.val"},
+               "data.val is empty and data.val_fraction is 0: the pilot's eval needs "
+               "validation data; list data.val files or set a val_fraction > 0");
+    if (ok({"train.schedule.warmup_steps", "train.total_steps"}) && c.train.total_steps > 0 &&
+        c.train.schedule.warmup_steps > c.train.total_steps)
+      conflict({"train.schedule.warmup_steps", "train.total_steps"},
+               "train.schedule.warmup_steps " + std::to_string(c.train.schedule.warmup_steps) +
+                   " exceeds train.total_steps " + std::to_string(c.train.total_steps));
+    if (ok({"pilot.memory_probe_micro_batch", "train.micro_batch"}) &&
+        c.pilot.memory_probe_micro_batch != 0 &&
+        c.pilot.memory_probe_micro_batch >= c.train.micro_batch)
+      conflict({"pilot.memory_probe_micro_batch", "train.micro_batch"},
+               "pilot.memory_probe_micro_batch " +
+                   std::to_string(c.pilot.memory_probe_micro_batch) +
+                   " must be smaller than train.micro_batch " +
+                   std::to_string(c.train.micro_batch) +
+                   " (the memory model needs a second, smaller point)");
+    if (ok({"train.activation_checkpointing", "model.n_layer", "model.source"}) &&
+        c.model.source != "torchscript" &&
+        c.train.activation_checkpointing > c.model.n_layer)
+      conflict({"train.activation_checkpointing", "model.n_layer"},
+               "train.activation_checkpointing " +
+                   std::to_string(c.train.activation_checkpointing) + " exceeds model.n_layer " +
+                   std::to_string(c.model.n_layer) + ": no block would be checkpointed");
+  }
+
+  // Throws ConfigError when anything was found, else returns the config.
+  Config finish() {
+    // File positions in reading order, then file-level problems without a
+    // position, then the overrides (in the order given).
+    auto rank = [](const Problem& p) {
+      int group = p.file == kSetFile ? 2 : (p.line == 0 ? 1 : 0);
+      return std::make_tuple(group, p.line, p.column);
+    };
+    std::stable_sort(problems_.begin(), problems_.end(),
+                     [&](const Problem& a, const Problem& b) { return rank(a) < rank(b); });
+    if (!problems_.empty()) throw ConfigError(file_, problems_);
+    return c_;
+  }
+
+ private:
+  void add(const Loc& loc, const std::string& key, std::string message) {
+    problems_.push_back(Problem{loc.file, loc.line, loc.column, key, std::move(message)});
+  }
+
+  void walk(const YAML::Node& map, const std::string& prefix) {
+    std::map<std::string, int> seen;  // name -> line first seen
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      // Copies: Nodes are handles, and it-> yields a temporary proxy.
+      const YAML::Node k = it->first;
+      const YAML::Node v = it->second;
+      const Loc kloc = at(file_, k.Mark());
+      if (!k.IsScalar()) {
+        add(kloc, prefix, "keys must be plain names, got " + describe_node(k));
+        continue;
+      }
+      const std::string name = k.Scalar();
+      const std::string dotted = prefix.empty() ? name : prefix + "." + name;
+      if (auto [pos, fresh] = seen.emplace(name, kloc.line); !fresh) {
+        add(kloc, dotted, "duplicate key (first on line " + std::to_string(pos->second) + ")");
+        continue;
+      }
+      if (name.find('.') != std::string::npos) {
+        add(kloc, dotted,
+            "dotted keys are for --set; in a file nest them (" + parent_of(name) + ": {" +
+                last_part(name) + ": ...})");
+        continue;
+      }
+      if (const Field* f = schema::find(dotted)) {
+        set_leaf(*f, kloc, v, /*from_file=*/true);
+      } else if (schema::is_section(dotted)) {
+        where_[dotted] = kloc;
+        if (v.IsMap()) {
+          walk(v, dotted);
+        } else if (!v.IsNull()) {  // "pilot:" with nothing under it is an empty section
+          add(at(file_, v.Mark()), dotted,
+              "expected a mapping with keys (" + join(schema::children(dotted)) + "), got " +
+                  describe_node(v));
+        }
+      } else {
+        add(kloc, dotted, unknown_key_message(prefix, name));
+      }
+    }
+  }
+
+  void set_leaf(const Field& f, const Loc& key_loc, const YAML::Node& value, bool from_file) {
+    where_[f.key] = key_loc;
+    // A null value has no mark of its own worth showing (yaml-cpp puts it on
+    // the next line): point at the key then.
+    YAML::Mark mark = value.IsNull() ? YAML::Mark::null_mark() : value.Mark();
+    std::string err = schema::assign(f, c_, value, &mark);
+    if (err.empty()) {
+      bad_.erase(f.key);  // a good override replaces a bad file value
+      return;
+    }
+    bad_.insert(f.key);
+    Loc loc = key_loc;
+    if (from_file && !mark.is_null()) loc = at(file_, mark);
+    add(loc, f.key, err);
+  }
+
+  bool ok(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys)
+      if (bad_.count(k)) return false;
+    return true;
+  }
+
+  // A contradiction is reported at the first of `keys` that the file or an
+  // override set; when all are defaults, at the file without a position.
+  void conflict(std::initializer_list<const char*> keys, std::string message) {
+    for (const char* k : keys) {
+      auto it = where_.find(k);
+      if (it != where_.end()) {
+        add(it->second, k, std::move(message));
+        return;
+      }
+    }
+    add(Loc{file_, 0, 0}, *keys.begin(), std::move(message));
+  }
+
+  std::string file_;
+  Config c_;
+  std::vector<Problem> problems_;
+  std::map<std::string, Loc> where_;  // key or section -> where it was set
+  std::set<std::string> bad_;         // keys whose value was rejected
+  bool unreadable_ = false;  // a syntax error or a document that is not a mapping
+};
+
+Config load_text(const std::string& text, const std::string& name,
+                 const std::vector<std::string>& overrides, const std::string& base_dir) {
+  Loader loader(name);
+  loader.read_yaml(text);
+  for (const auto& o : overrides) loader.apply_override(o);
+  loader.check_required();
+  loader.cross_check();
+  Config c = loader.finish();
+  c.base_dir = base_dir.empty() ? stdfs::current_path().string() : base_dir;
+  return c;
+}
+
+std::string summary(const std::string& file, std::size_t n) {
+  return "config " + file + " has " + std::to_string(n) + (n == 1 ? " problem" : " problems");
+}
+
+std::string first_file(const std::vector<Problem>& problems) {
+  for (const auto& p : problems)
+    if (p.file != kSetFile) return p.file;
+  return problems.empty() ? std::string("<config>") : problems.front().file;
+}
+
+const char* const kHint =
+    "see docs/config.md for every key, its type, default and allowed values";
+
+}  // namespace
+
+std::string Problem::format() const {
+  std::string out = file;
+  if (line > 0) out += ":" + std::to_string(line) + ":" + std::to_string(column);
+  out += ": ";
+  if (!key.empty()) out += key + ": ";
+  return out + message;
+}
+
+ConfigError::ConfigError(std::vector<Problem> problems)
+    : ConfigError(first_file(problems), std::move(problems)) {}
+
+ConfigError::ConfigError(const std::string& file, std::vector<Problem> problems)
+    : Error(ErrorKind::kConfig, summary(file, problems.size()), kHint),
+      problems_(std::move(problems)) {}
+
+Config load(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string text = fs::read_file(path);  // Error kIo naming the path
+  const std::string base = stdfs::absolute(path).parent_path().lexically_normal().string();
+  Config c = load_text(text, path, overrides, base);
+  c.source_path = path;
+  return c;
+}
+
+Config load_string(const std::string& yaml, const std::string& name,
+                   const std::vector<std::string>& overrides, const std::string& base_dir) {
+  return load_text(yaml, name, overrides, base_dir);
+}
+
+nlohmann::json to_json(const Config& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : schema::fields()) {
+    std::string pointer = "/" + f.key;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    j[nlohmann::json::json_pointer(pointer)] = schema::get_json(f, c);
+  }
+  return j;
+}
+
+std::string to_yaml(const Config& c) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  // The table keeps each section's keys together, so one pass that closes and
+  // opens maps as the dotted prefix changes rebuilds the nesting.
+  std::vector<std::string> open;
+  for (const auto& f : schema::fields()) {
+    std::vector<std::string> parts;
+    for (std::size_t start = 0;;) {
+      auto dot = f.key.find('.', start);
+      parts.push_back(f.key.substr(start, dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    std::size_t common = 0;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common])
+      ++common;
+    for (; open.size() > common; open.pop_back()) out << YAML::EndMap;
+    for (std::size_t i = common; i + 1 < parts.size(); ++i) {
+      out << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
+      open.push_back(parts[i]);
+    }
+    out << YAML::Key << parts.back() << YAML::Value;
+    schema::emit_value(f, c, out);
+  }
+  for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
+  out << YAML::EndMap;
+
+  // A blank line before each top-level key, for reading.
+  std::string body = out.c_str();
+  std::string spaced;
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos < body.size()) {
+    auto nl = body.find('\n', pos);
+    std::string line = body.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (!first && !line.empty() && line[0] != ' ') spaced += "\n";
+    spaced += line + "\n";
+    first = false;
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  return "# anchor effective config (defaults < file < --set); digest " + digest(c) + "\n" +
+         spaced;
+}
+
+Config from_json(const nlohmann::json& j, const std::string& base_dir) {
+  // JSON text is YAML: going through the same loader gives from_json the same
+  // strictness (unknown keys, types, ranges, contradictions) as a file.
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  return load_text(text, "<json>", {}, base_dir);
+}
+
+std::string digest(const Config& c) { return sha256_hex(to_json(c).dump()); }
+
+std::string resolve_path(const Config& c, const std::string& p) {
+  if (p.empty() || c.base_dir.empty()) return p;
+  stdfs::path path(p);
+  if (path.is_absolute()) return p;
+  return (stdfs::path(c.base_dir) / path).lexically_normal().string();
+}
+
+std::uint64_t derive_seed(std::uint64_t root, const std::string& purpose) {
+  std::uint8_t le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<std::uint8_t>(root >> (8 * i));
+  Sha256 h;
+  h.update(le, sizeof le);
+  h.update(purpose);
+  const auto d = h.digest();
+  std::uint64_t seed = 0;
+  for (int i = 0; i < 8; ++i) seed |= static_cast<std::uint64_t>(d[i]) << (8 * i);
+  return seed;
+}
+
+}  // namespace anchor::config

@@ -1,0 +1,277 @@
+#include "anchor/manifest/hasher.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <numeric>
+#include <thread>
+#include <unordered_map>
+
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+
+namespace anchor::manifest {
+namespace {
+
+std::int64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+std::int64_t now_realtime_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// A write landing in the same coarse-clock tick as the mtime we cached would
+// leave size and mtime unchanged; 100 ms is far above any kernel tick.
+constexpr std::int64_t kRacyWindowNs = 100'000'000;
+
+Error with_label(const Error& e, const std::string& label) {
+  if (label.empty()) return e;
+  return Error(e.kind(), label + ": " + e.what(), e.hint());
+}
+
+// stat + realpath, with errors that name the path and the errno.
+FileKey identify(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    std::string hint;
+    if (err == ELOOP) hint = "a symbolic link in the path points back at itself; fix the link";
+    else if (err == ENOENT) hint = "check the path (relative paths are resolved against the config file's directory)";
+    throw io_error("stat", path, err, hint);
+  }
+  if (S_ISDIR(st.st_mode))
+    throw Error(ErrorKind::kIo, "read " + path + ": is a directory, not a file",
+                "name the files inside it, or use a glob such as " + path + "/*");
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorKind::kIo, "read " + path + ": not a regular file",
+                "pin regular files only (not devices, pipes or sockets)");
+  char buf[PATH_MAX];
+  if (!::realpath(path.c_str(), buf)) throw io_error("realpath", path, errno);
+  FileKey k;
+  k.path = buf;
+  k.size = static_cast<std::uint64_t>(st.st_size);
+  k.mtime_ns = mtime_ns_of(st);
+  k.inode = static_cast<std::uint64_t>(st.st_ino);
+  k.dev = static_cast<std::uint64_t>(st.st_dev);
+  return k;
+}
+
+bool same_identity(const FileKey& a, const FileKey& b) {
+  return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode && a.dev == b.dev;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f %s", b, units[u]);
+  return s;
+}
+
+// Prints "hashing 1.2 GiB / 3.4 GiB (35%)" on stderr after the first second,
+// only when stderr is a terminal; clears the line when done.
+class ProgressLine {
+ public:
+  ProgressLine(bool enabled, std::uint64_t total, const std::atomic<std::uint64_t>& done)
+      : total_(total), done_(done) {
+    if (enabled && total > 0 && ::isatty(STDERR_FILENO)) thread_ = std::thread([this] { loop(); });
+  }
+  ~ProgressLine() { finish(); }
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (cv_.wait_for(lk, std::chrono::seconds(1), [this] { return stop_; })) return;
+    bool printed = false;
+    while (!stop_) {
+      std::uint64_t d = done_.load();
+      std::fprintf(stderr, "\r[pin] hashing %s / %s (%d%%)   ", human_bytes(double(d)).c_str(),
+                   human_bytes(double(total_)).c_str(), int(100.0 * double(d) / double(total_)));
+      std::fflush(stderr);
+      printed = true;
+      cv_.wait_for(lk, std::chrono::milliseconds(200), [this] { return stop_; });
+    }
+    if (printed) {
+      std::fprintf(stderr, "\r%60s\r", "");
+      std::fflush(stderr);
+    }
+  }
+
+  std::uint64_t total_;
+  const std::atomic<std::uint64_t>& done_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const HashOptions& opts,
+                                   HashStats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  HashStats st;
+
+  // Serial pass: identify every file (cheap) so errors come out in input
+  // order, and read each distinct file once.
+  struct Job {
+    FileKey key;
+    std::string label;
+    std::string sha256;
+    bool cached = false;
+    std::exception_ptr error;
+  };
+  std::vector<Job> jobs;
+  std::vector<std::size_t> job_of(inputs.size());
+  std::unordered_map<std::string, std::size_t> by_path;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    FileKey k;
+    try {
+      k = identify(inputs[i].path);
+    } catch (const Error& e) {
+      throw with_label(e, inputs[i].label);
+    }
+    auto it = by_path.find(k.path);
+    if (it != by_path.end()) {
+      job_of[i] = it->second;
+      continue;
+    }
+    by_path.emplace(k.path, jobs.size());
+    job_of[i] = jobs.size();
+    jobs.push_back(Job{std::move(k), inputs[i].label, {}, false, nullptr});
+  }
+
+  // Cache hits: still open the file, so an unreadable file fails now rather
+  // than later in a worker, but do not read it.
+  std::vector<std::size_t> todo;
+  std::uint64_t todo_bytes = 0;
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    auto& job = jobs[j];
+    if (opts.cache) {
+      if (auto hit = opts.cache->lookup(job.key)) {
+        int fd = ::open(job.key.path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw with_label(io_error("open", job.key.path, errno), job.label);
+        ::close(fd);
+        job.sha256 = *hit;
+        job.cached = true;
+        ++st.files_cached;
+        st.bytes_cached += job.key.size;
+        continue;
+      }
+    }
+    todo.push_back(j);
+    todo_bytes += job.key.size;
+  }
+  // Largest first: the pool finishes together instead of waiting on one big
+  // file picked up last.
+  std::stable_sort(todo.begin(), todo.end(),
+                   [&](std::size_t a, std::size_t b) { return jobs[a].key.size > jobs[b].key.size; });
+
+  int threads = opts.threads > 0 ? opts.threads : default_threads();
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(todo.size(), 1))));
+  st.threads = threads;
+
+  std::atomic<std::uint64_t> done_bytes{0};
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (;;) {
+      std::size_t t = next.fetch_add(1);
+      if (t >= todo.size()) return;
+      Job& job = jobs[todo[t]];
+      try {
+        std::int64_t started = now_realtime_ns();
+        std::uint64_t last = 0;
+        FileDigest d = sha256_file(job.key.path, [&](std::uint64_t n) {
+          done_bytes.fetch_add(n - last, std::memory_order_relaxed);
+          last = n;
+        });
+        job.sha256 = d.sha256;
+        FileKey after = identify(job.key.path);
+        if (!same_identity(after, job.key) || d.size != job.key.size)
+          throw Error(ErrorKind::kIo,
+                      "read " + job.key.path + ": the file changed while it was being hashed",
+                      "wait until whatever writes it has finished, then pin again");
+        if (opts.cache && job.key.mtime_ns < started - kRacyWindowNs)
+          opts.cache->store(job.key, job.sha256);
+      } catch (...) {
+        job.error = std::current_exception();
+      }
+    }
+  };
+  {
+    ProgressLine progress(opts.progress, todo_bytes, done_bytes);
+    std::vector<std::thread> pool;
+    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+    worker();  // the calling thread is one of the workers
+    for (auto& th : pool) th.join();
+  }
+
+  // Report the first failure in input order, naming the config entry.
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Job& job = jobs[job_of[i]];
+    if (!job.error) continue;
+    try {
+      std::rethrow_exception(job.error);
+    } catch (const Error& e) {
+      throw with_label(e, inputs[i].label);
+    }
+  }
+  for (std::size_t t : todo) {
+    ++st.files_hashed;
+    st.bytes_hashed += jobs[t].key.size;
+  }
+
+  std::vector<HashResult> out;
+  out.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Job& job = jobs[job_of[i]];
+    out.push_back(HashResult{inputs[i].path, job.key.path, job.key.size, job.sha256, job.cached});
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stats) *stats = st;
+  return out;
+}
+
+std::string set_digest(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> lines;
+  lines.reserve(files.size());
+  for (const auto& [sha, path] : files) lines.push_back(sha + "  " + path + "\n");
+  std::sort(lines.begin(), lines.end());
+  Sha256 h;
+  for (const auto& l : lines) h.update(l);
+  return h.hex();
+}
+
+}  // namespace anchor::manifest

@@ -1,0 +1,24 @@
+#pragma once
+// Private to the report module: reading a run directory's checkpoints, shared
+// by signing and verification so both see the same set.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace anchor::report::detail {
+
+// Checkpoint directories under <run_dir>/checkpoints named "step-N" (no '.')
+// that hold a COMMITTED file, as paths relative to run_dir
+// ("checkpoints/step-00000002"), sorted. "step-N.tmp-*" is never one, even
+// with a COMMITTED inside (a save killed before its rename).
+std::vector<std::string> committed_checkpoints(const std::string& run_dir);
+
+// The SHA-256 a COMMITTED file names: its content with surrounding whitespace
+// and an optional "sha256:" prefix removed, when that is 64 lowercase hex;
+// nullopt when it holds anything else (then it is not compared).
+std::optional<std::string> committed_sha256(const std::string& committed_content);
+
+// Normalises a digest written as "<hex>" or "sha256:<hex>" (any case).
+std::string normalise_sha256(std::string s);
+
+}  // namespace anchor::report::detail

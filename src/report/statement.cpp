@@ -1,0 +1,127 @@
+#include "anchor/report/statement.hpp"
+
+#include <openssl/crypto.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "anchor/report/dsse.hpp"
+#include "anchor/report/keys.hpp"
+#include "run_dir.hpp"
+
+namespace anchor::report {
+
+namespace stdfs = std::filesystem;
+
+namespace detail {
+
+std::vector<std::string> committed_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> out;
+  stdfs::path root = stdfs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  if (!stdfs::is_directory(root, ec)) return out;
+  for (stdfs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    // "step-N" only: a "step-N.tmp-*" directory can hold COMMITTED when the
+    // save was killed between writing it and the rename that publishes it.
+    std::string name = it->path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;
+    if (!stdfs::exists(it->path() / "COMMITTED", ec)) continue;
+    out.push_back("checkpoints/" + it->path().filename().string());
+  }
+  if (ec) throw io_error("list", root.string(), ec.value());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string normalise_sha256(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (s.rfind("sha256:", 0) == 0) s.erase(0, 7);
+  return s;
+}
+
+std::optional<std::string> committed_sha256(const std::string& content) {
+  std::size_t b = content.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return std::nullopt;
+  std::size_t e = content.find_last_not_of(" \t\r\n");
+  std::string s = normalise_sha256(content.substr(b, e - b + 1));
+  if (!is_sha256_hex(s)) return std::nullopt;
+  return s;
+}
+
+}  // namespace detail
+
+std::vector<Subject> collect_subjects(const std::string& run_dir) {
+  std::vector<Subject> out;
+  stdfs::path root(run_dir);
+  out.push_back({kReportFile, sha256_file((root / kReportFile).string()).sha256});
+  for (const auto& dir : detail::committed_checkpoints(run_dir)) {
+    std::string name = dir + "/manifest.json";
+    std::string digest = sha256_file((root / name).string()).sha256;
+    auto committed = detail::committed_sha256(fs::read_file((root / dir / "COMMITTED").string()));
+    if (committed && *committed != digest)
+      throw Error(ErrorKind::kVerification,
+                  "checkpoint " + (root / dir).string() + ": COMMITTED names manifest sha256 " +
+                      *committed + " but manifest.json has " + digest,
+                  "the checkpoint was changed after it was committed; it must not be signed");
+    out.push_back({name, digest});
+  }
+  return out;
+}
+
+nlohmann::ordered_json build_statement(const std::string& run_dir, const std::string& key_id) {
+  std::string report_path = (stdfs::path(run_dir) / kReportFile).string();
+  // Subjects first: they hash report.json, and the predicate embeds the same bytes.
+  std::vector<Subject> subjects = collect_subjects(run_dir);
+  std::string text = fs::read_file(report_path);
+  if (sha256_hex(text) != subjects.front().sha256)
+    throw Error(ErrorKind::kRuntime, report_path + ": changed while it was being signed",
+                "sign the run once the pilot has finished writing it");
+  nlohmann::ordered_json report;
+  try {
+    report = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(ErrorKind::kRuntime, report_path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!report.is_object())
+    throw Error(ErrorKind::kRuntime, report_path + ": not a JSON object");
+
+  nlohmann::ordered_json st;
+  st["_type"] = kStatementType;
+  st["subject"] = nlohmann::ordered_json::array();
+  for (const auto& s : subjects)
+    st["subject"].push_back({{"name", s.name}, {"digest", {{"sha256", s.sha256}}}});
+  st["predicateType"] = kPredicateType;
+  st["predicate"]["report"] = std::move(report);
+  st["predicate"]["signer"] = {{"key_id", key_id}, {"algorithm", kSigningAlgorithm}};
+  return st;
+}
+
+SignResult sign_run(const std::string& run_dir, const std::string& private_key_path,
+                    const SignOptions& opts) {
+  std::string passphrase = resolve_passphrase(opts.passphrase_file);
+  Key key = load_private_key(private_key_path, passphrase);
+  if (!passphrase.empty()) OPENSSL_cleanse(passphrase.data(), passphrase.size());
+  SignResult r;
+  r.key_id = key_id(key);
+  nlohmann::ordered_json st = build_statement(run_dir, r.key_id);
+  r.subjects = st["subject"].size();
+  Envelope env = sign_envelope(key, kInTotoPayloadType, st.dump());
+
+  stdfs::path root(run_dir);
+  r.envelope_path = (root / kEnvelopeFile).string();
+  r.public_key_path = (root / kPublicKeyFile).string();
+  fs::atomic_write_file(r.public_key_path, public_key_pem(key));
+  fs::atomic_write_file(r.envelope_path, envelope_to_json(env));
+  ANCHOR_LOG_INFO("report", "signed {} ({} subjects) with key {}", r.envelope_path, r.subjects,
+                  r.key_id);
+  return r;
+}
+
+}  // namespace anchor::report

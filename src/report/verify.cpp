@@ -1,0 +1,509 @@
+// verify_envelope: every check `anchor verify` makes, each failure named.
+//
+// The payload is untrusted until its signature verifies, but it is still
+// parsed and compared with the run directory either way: when the signature
+// fails, that comparison is what tells a tampered payload (it disagrees with
+// the files) from a tampered signature (it agrees), and a wrong key (the
+// payload names another signer) from both.
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+#include "anchor/report/dsse.hpp"
+#include "anchor/report/keys.hpp"
+#include "anchor/report/statement.hpp"
+#include "run_dir.hpp"
+
+namespace anchor::report {
+
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string failure(const std::string& name, const std::string& detail) {
+  return name + ": " + detail;
+}
+
+// A subject name must stay inside the run directory: relative, no "..".
+bool safe_relative(const std::string& name) {
+  if (name.empty() || name.front() == '/' || name.find('\\') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    return false;
+  for (const auto& part : stdfs::path(name))
+    if (part == "..") return false;
+  return true;
+}
+
+struct Statement {
+  bool parsed = false;  // payload is a JSON object
+  json doc;
+  std::vector<Subject> subjects;  // the well-formed ones
+  std::string signer_key_id;      // predicate.signer.key_id, "" when absent
+  const json* report = nullptr;   // predicate.report when it is an object
+};
+
+// Parses the payload and checks the statement's schema; problems are appended
+// to `out` as named failures.
+Statement parse_statement(const std::string& payload, std::vector<std::string>& out) {
+  Statement st;
+  try {
+    st.doc = json::parse(payload);
+  } catch (const json::parse_error& e) {
+    out.push_back(failure("payload-encoding",
+                          std::string("the payload is not JSON (") + e.what() + ")"));
+    return st;
+  }
+  if (!st.doc.is_object()) {
+    out.push_back(failure("payload-encoding", "the payload is not a JSON object"));
+    return st;
+  }
+  st.parsed = true;
+  auto schema = [&](const std::string& why) { out.push_back(failure("statement-schema", why)); };
+  const json& d = st.doc;
+
+  if (!d.contains("_type") || d["_type"] != kStatementType)
+    schema(std::string("_type must be \"") + kStatementType + "\", found " +
+           (d.contains("_type") ? d["_type"].dump() : "nothing"));
+
+  if (!d.contains("subject") || !d["subject"].is_array() || d["subject"].empty()) {
+    schema("subject must be a non-empty array");
+  } else {
+    std::set<std::string> seen;
+    std::size_t i = 0;
+    for (const auto& s : d["subject"]) {
+      std::string where = "subject[" + std::to_string(i++) + "]";
+      if (!s.is_object() || !s.contains("name") || !s["name"].is_string()) {
+        schema(where + ".name is missing or not a string");
+        continue;
+      }
+      std::string name = s["name"].get<std::string>();
+      if (!safe_relative(name)) {
+        schema(where + ".name \"" + name +
+               "\" is not a relative path inside the run directory");
+        continue;
+      }
+      if (!seen.insert(name).second) {
+        schema(where + ".name \"" + name + "\" is listed twice");
+        continue;
+      }
+      if (!s.contains("digest") || !s["digest"].is_object() || !s["digest"].contains("sha256") ||
+          !s["digest"]["sha256"].is_string() ||
+          !is_sha256_hex(s["digest"]["sha256"].get<std::string>())) {
+        schema(where + " (" + name + "): digest.sha256 must be 64 lowercase hex characters");
+        continue;
+      }
+      st.subjects.push_back({name, s["digest"]["sha256"].get<std::string>()});
+    }
+    if (!seen.count(kReportFile))
+      schema(std::string("no subject names ") + kReportFile + " (the report must be signed)");
+  }
+
+  if (!d.contains("predicateType") || d["predicateType"] != kPredicateType)
+    schema(std::string("predicateType must be \"") + kPredicateType + "\", found " +
+           (d.contains("predicateType") ? d["predicateType"].dump() : "nothing"));
+
+  if (!d.contains("predicate") || !d["predicate"].is_object()) {
+    schema("predicate is missing or not an object");
+    return st;
+  }
+  const json& p = d["predicate"];
+  if (!p.contains("report") || !p["report"].is_object())
+    schema("predicate.report is missing or not an object");
+  else
+    st.report = &p["report"];
+  if (!p.contains("signer") || !p["signer"].is_object() || !p["signer"].contains("key_id") ||
+      !p["signer"]["key_id"].is_string() ||
+      !is_sha256_hex(p["signer"]["key_id"].get<std::string>())) {
+    schema("predicate.signer.key_id must be 64 lowercase hex characters");
+  } else {
+    st.signer_key_id = p["signer"]["key_id"].get<std::string>();
+  }
+  if (p.contains("signer") && p["signer"].is_object() &&
+      (!p["signer"].contains("algorithm") || p["signer"]["algorithm"] != kSigningAlgorithm))
+    schema(std::string("predicate.signer.algorithm must be \"") + kSigningAlgorithm + "\"");
+  return st;
+}
+
+// Up to three JSON-pointer paths where two documents differ.
+std::string diff_paths(const json& signed_doc, const json& disk_doc) {
+  json patch = json::diff(signed_doc, disk_doc);
+  std::string out;
+  std::size_t n = 0;
+  for (const auto& op : patch) {
+    if (n == 3) {
+      out += ", ...";
+      break;
+    }
+    out += (n++ ? ", " : "") + op.value("path", std::string("/"));
+  }
+  return out.empty() ? "/" : out;
+}
+
+struct FileFindings {
+  std::vector<std::string> failures;
+  // The payload disagrees with the files: evidence for "payload-tampered"
+  // when the signature also fails. First reason only.
+  std::string payload_disagrees;
+};
+
+FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
+                           VerifyResult& r) {
+  FileFindings f;
+  stdfs::path root(run_dir);
+  auto note_disagreement = [&](const std::string& why) {
+    if (f.payload_disagrees.empty()) f.payload_disagrees = why;
+  };
+
+  // 1. Every subject exists and has the signed digest.
+  std::size_t matched = 0;
+  std::set<std::string> subject_names;
+  for (const auto& s : st.subjects) {
+    subject_names.insert(s.name);
+    std::string path = (root / s.name).string();
+    std::error_code ec;
+    if (stdfs::symlink_status(path, ec).type() == stdfs::file_type::not_found) {
+      f.failures.push_back(failure("subject-missing", s.name + ": no such file in " + run_dir));
+      continue;
+    }
+    try {
+      std::string disk = sha256_file(path).sha256;
+      if (disk != s.sha256) {
+        f.failures.push_back(failure("subject-changed", s.name + ": sha256 on disk " + disk +
+                                                            ", signed " + s.sha256));
+        note_disagreement("the digest it gives for " + s.name + " is not the file's");
+      } else {
+        ++matched;
+      }
+    } catch (const Error& e) {
+      f.failures.push_back(failure("subject-unreadable", s.name + ": " + e.what()));
+    }
+  }
+  if (!st.subjects.empty() && matched == st.subjects.size())
+    r.checks.push_back("subjects: all " + std::to_string(matched) +
+                       " files match their signed sha256");
+
+  // 2. report.json equals the report inside the statement.
+  std::string report_path = (root / kReportFile).string();
+  if (st.report && subject_names.count(kReportFile) && stdfs::exists(report_path)) {
+    try {
+      json disk = json::parse(fs::read_file(report_path));
+      if (disk != *st.report) {
+        f.failures.push_back(failure(
+            "report-mismatch", std::string(kReportFile) +
+                                   " on disk differs from predicate.report in the signed "
+                                   "statement at " + diff_paths(*st.report, disk)));
+        note_disagreement("its predicate.report differs from report.json at " +
+                          diff_paths(*st.report, disk));
+      } else {
+        r.checks.push_back("report: report.json equals predicate.report");
+      }
+    } catch (const json::parse_error& e) {
+      f.failures.push_back(failure("report-mismatch", std::string(kReportFile) +
+                                                          " on disk is not JSON (" + e.what() + ")"));
+    } catch (const Error& e) {
+      f.failures.push_back(failure("subject-unreadable", e.what()));
+    }
+  }
+
+  // 3. Checkpoint manifests that are subjects are committed, and COMMITTED
+  //    names the manifest's digest.
+  std::size_t committed_ok = 0, manifests = 0;
+  for (const auto& s : st.subjects) {
+    stdfs::path name(s.name);
+    if (name.filename() != "manifest.json" || s.name.rfind("checkpoints/", 0) != 0) continue;
+    ++manifests;
+    stdfs::path dir = root / name.parent_path();
+    std::string rel_dir = name.parent_path().string();
+    std::error_code ec;
+    if (!stdfs::exists(root / name, ec)) continue;  // already reported as subject-missing
+    if (!stdfs::exists(dir / "COMMITTED", ec)) {
+      f.failures.push_back(failure("checkpoint-mismatch",
+                                   rel_dir + ": signed as a checkpoint but has no COMMITTED file"));
+      continue;
+    }
+    try {
+      auto committed = detail::committed_sha256(fs::read_file((dir / "COMMITTED").string()));
+      std::string disk = sha256_file((root / name).string()).sha256;
+      if (committed && *committed != disk) {
+        f.failures.push_back(failure("checkpoint-mismatch",
+                                     rel_dir + "/COMMITTED names manifest sha256 " + *committed +
+                                         " but manifest.json has " + disk));
+        continue;
+      }
+      ++committed_ok;
+    } catch (const Error& e) {
+      f.failures.push_back(failure("subject-unreadable", e.what()));
+    }
+  }
+  if (manifests && committed_ok == manifests)
+    r.checks.push_back("checkpoints: " + std::to_string(manifests) +
+                       " signed manifests, each committed (COMMITTED agrees where it names a digest)");
+  for (const auto& dir : detail::committed_checkpoints(run_dir))
+    if (!subject_names.count(dir + "/manifest.json"))
+      r.warnings.push_back(dir + " was committed but is not a subject: it is not covered by "
+                                 "the signature (written after signing?)");
+
+  // 4. The checkpoints report.json lists ({dir, manifest_sha256}) are the
+  //    manifests on disk, and are signed.
+  if (st.report && st.report->contains("checkpoints") && (*st.report)["checkpoints"].is_array()) {
+    std::size_t listed = 0, agree = 0;
+    for (const auto& c : (*st.report)["checkpoints"]) {
+      if (!c.is_object()) continue;
+      std::string dir;
+      if (c.contains("dir") && c["dir"].is_string()) dir = c["dir"].get<std::string>();
+      else if (c.contains("path") && c["path"].is_string()) dir = c["path"].get<std::string>();
+      if (dir.empty() || !c.contains("manifest_sha256") || !c["manifest_sha256"].is_string())
+        continue;
+      if (c.contains("committed") && c["committed"] == false) continue;
+      ++listed;
+      stdfs::path d(dir);
+      if (d.is_absolute()) {
+        std::error_code ec;
+        stdfs::path rel = stdfs::relative(d, root, ec);
+        if (!ec && !rel.empty() && *rel.begin() != "..") d = rel;
+      }
+      stdfs::path manifest =
+          (d.filename() == "manifest.json" ? d : d / "manifest.json").lexically_normal();
+      // A checkpoint directory configured outside the run directory cannot be
+      // a subject; report.json's manifest_sha256 (signed with report.json)
+      // still ties its manifest to the signature.
+      bool inside = !manifest.is_absolute() && *manifest.begin() != "..";
+      stdfs::path on_disk = manifest.is_absolute() ? manifest : root / manifest;
+      std::string want = detail::normalise_sha256(c["manifest_sha256"].get<std::string>());
+      std::error_code ec;
+      if (!stdfs::exists(on_disk, ec)) {
+        f.failures.push_back(failure("checkpoint-mismatch", "report.json lists " + dir + ", but " +
+                                                                manifest.string() + " is missing"));
+        continue;
+      }
+      try {
+        std::string disk = sha256_file(on_disk.string()).sha256;
+        if (disk != want) {
+          f.failures.push_back(failure("checkpoint-mismatch",
+                                       "report.json lists " + dir + " with manifest sha256 " +
+                                           want + ", but " + manifest.string() + " has " + disk));
+          continue;
+        }
+      } catch (const Error& e) {
+        f.failures.push_back(failure("subject-unreadable", e.what()));
+        continue;
+      }
+      if (inside && !subject_names.count(manifest.generic_string())) {
+        f.failures.push_back(failure("checkpoint-mismatch",
+                                     "report.json lists " + dir + ", but " +
+                                         manifest.generic_string() + " is not a signed subject"));
+        continue;
+      }
+      if (!inside)
+        r.warnings.push_back(dir + " is outside the run directory: its manifest is covered by "
+                                   "report.json's manifest_sha256, not as a subject");
+      ++agree;
+    }
+    if (listed && agree == listed)
+      r.checks.push_back("report/manifests: the " + std::to_string(listed) +
+                         " checkpoints report.json lists match their manifests on disk");
+  }
+
+  // 5. The run's pinned manifest.json is the one report.json records
+  //    ("manifest_sha256" of the file, "manifest" its content). Not a subject:
+  //    it is signed through report.json.
+  if (st.report && st.report->contains("manifest_sha256") &&
+      (*st.report)["manifest_sha256"].is_string()) {
+    std::string want = detail::normalise_sha256((*st.report)["manifest_sha256"].get<std::string>());
+    std::string path = (root / "manifest.json").string();
+    std::error_code ec;
+    if (!stdfs::exists(path, ec)) {
+      f.failures.push_back(failure("manifest-mismatch",
+                                   "report.json records manifest.json with sha256 " + want +
+                                       ", but manifest.json is missing"));
+    } else {
+      try {
+        std::string text = fs::read_file(path);
+        std::string disk = sha256_hex(text);
+        bool ok = true;
+        if (disk != want) {
+          ok = false;
+          f.failures.push_back(failure("manifest-mismatch",
+                                       "manifest.json: sha256 on disk " + disk +
+                                           ", report.json records " + want));
+        } else if (st.report->contains("manifest") && (*st.report)["manifest"].is_object() &&
+                   json::parse(text) != (*st.report)["manifest"]) {
+          ok = false;
+          f.failures.push_back(failure(
+              "manifest-mismatch",
+              "manifest.json differs from report.json's \"manifest\" at " +
+                  diff_paths((*st.report)["manifest"], json::parse(text))));
+        }
+        if (ok) r.checks.push_back("manifest: manifest.json is the one report.json records");
+      } catch (const json::parse_error& e) {
+        f.failures.push_back(
+            failure("manifest-mismatch", std::string("manifest.json is not JSON (") + e.what() + ")"));
+      } catch (const Error& e) {
+        f.failures.push_back(failure("subject-unreadable", e.what()));
+      }
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+VerifyResult verify_envelope(const std::string& envelope_path,
+                             const std::string& public_key_path) {
+  VerifyOptions opts;
+  opts.public_key_path = public_key_path;
+  return verify_envelope(envelope_path, opts);
+}
+
+VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts) {
+  VerifyResult r;
+  auto fail = [&](const std::string& name, const std::string& detail) {
+    r.failures.push_back(failure(name, detail));
+  };
+
+  // The envelope (a run directory means its report.intoto.json).
+  std::string env_path = path;
+  std::error_code ec;
+  if (stdfs::is_directory(path, ec)) {
+    env_path = (stdfs::path(path) / kEnvelopeFile).string();
+    if (!stdfs::exists(env_path, ec)) {
+      fail("unsigned", path + " has no " + kEnvelopeFile +
+                           ": the run was not signed (no report.signing_key configured?)");
+      return r;
+    }
+  }
+  std::string text;
+  try {
+    text = fs::read_file(env_path);
+  } catch (const Error& e) {
+    fail("envelope-missing", e.what());
+    return r;
+  }
+  Envelope env;
+  try {
+    env = envelope_from_json(text);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (stdfs::path(env_path).filename() == kReportFile)
+      msg += " (" + env_path + " is the unsigned report; verify " + kEnvelopeFile + ")";
+    r.failures.push_back(msg);
+    return r;
+  }
+  r.checks.push_back("envelope: DSSE JSON with " + std::to_string(env.signatures.size()) +
+                     " signature(s)");
+  std::string run_dir = stdfs::path(env_path).has_parent_path()
+                            ? stdfs::path(env_path).parent_path().string()
+                            : std::string(".");
+
+  // The key: --key, else report.pub beside the envelope.
+  Key key;
+  std::string key_path = opts.public_key_path;
+  if (key_path.empty()) {
+    std::string beside = (stdfs::path(run_dir) / kPublicKeyFile).string();
+    if (stdfs::exists(beside, ec)) {
+      key_path = beside;
+      r.warnings.push_back(
+          "no --key given: checked against " + beside +
+          ", the key stored with the run. That shows the run is intact and was signed by the "
+          "key it carries, not WHO signed it; pass --key with the signer's public key (or "
+          "compare the key id below with the one you expect)");
+    } else {
+      fail("no-key", "no --key given and no " + std::string(kPublicKeyFile) + " beside " +
+                         env_path + "; pass --key PUB (the signer's SPKI PEM public key)");
+    }
+  }
+  if (!key_path.empty()) {
+    try {
+      key = load_public_key(key_path);
+      r.key_id = key_id(key);
+      r.public_key_path = key_path;
+    } catch (const Error& e) {
+      fail("key", std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")"));
+    }
+  }
+
+  // The statement (untrusted until the signature verifies).
+  std::vector<std::string> statement_failures;
+  Statement st = parse_statement(env.payload, statement_failures);
+
+  // The signature, over PAE(payloadType, payload) exactly as the envelope has them.
+  bool type_ok = env.payload_type == kInTotoPayloadType;
+  std::string type_failure;
+  if (!type_ok)
+    type_failure = std::string("expected \"") + kInTotoPayloadType + "\", found \"" +
+                   env.payload_type + "\"";
+  bool sig_failed = false;
+  std::vector<std::string> sig_failures;
+  if (env.signatures.empty()) {
+    sig_failures.push_back(failure("unsigned", "the envelope carries no signature"));
+  } else if (key) {
+    if (verify_envelope_signature(env, key)) {
+      r.checks.push_back("signature: valid ECDSA P-256/SHA-256 over the DSSE PAE, key " +
+                         r.key_id);
+      if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id)
+        sig_failures.push_back(failure(
+            "key-id-mismatch", "the signature verifies with key " + r.key_id +
+                                   ", but predicate.signer.key_id names " + st.signer_key_id));
+    } else if (!type_ok) {
+      Envelope as_signed = env;
+      as_signed.payload_type = kInTotoPayloadType;
+      if (verify_envelope_signature(as_signed, key))
+        type_failure += " (the signature is over \"" + std::string(kInTotoPayloadType) +
+                        "\": the type was changed after signing)";
+      else
+        sig_failed = true;
+    } else {
+      sig_failed = true;
+    }
+  }
+
+  if (st.parsed && statement_failures.empty())
+    r.checks.push_back(std::string("statement: in-toto Statement v1, predicateType ") +
+                       kPredicateType);
+
+  // The run directory.
+  FileFindings files;
+  if (opts.check_files && st.parsed)
+    files = check_run_dir(run_dir, st, r);
+  else if (!opts.check_files)
+    r.warnings.push_back("run directory not checked (--envelope-only): subjects and the "
+                         "report/manifest agreement were not compared with files");
+
+  // Name the signature failure: wrong key, tampered payload, or bad signature.
+  if (sig_failed) {
+    std::string with = "key " + r.key_id + " (" + key_path + ")";
+    if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id) {
+      sig_failures.push_back(failure(
+          "wrong-key", "the signature does not verify with " + with +
+                           "; the payload says it was signed by key " + st.signer_key_id +
+                           ": use that signer's public key, or the envelope was re-signed"));
+    } else if (!st.parsed || !statement_failures.empty() || !files.payload_disagrees.empty()) {
+      std::string why = !st.parsed ? "it is not a JSON statement"
+                        : !statement_failures.empty() ? "it breaks the statement schema"
+                                                      : files.payload_disagrees;
+      sig_failures.push_back(failure(
+          "payload-tampered", "the signature does not verify over this payload with " + with +
+                                  ", and " + why + ": the payload was changed after signing"));
+    } else {
+      sig_failures.push_back(failure(
+          "bad-signature",
+          "the signature does not verify over the payload with " + with +
+              (opts.check_files ? "; the payload agrees with the run directory, so the "
+                                  "signature itself was altered (or made over other bytes)"
+                                : "; the payload or the signature was altered")));
+    }
+  }
+
+  if (!type_ok) fail("payload-type", type_failure);
+  for (auto& f : sig_failures) r.failures.push_back(std::move(f));
+  for (auto& f : statement_failures) r.failures.push_back(std::move(f));
+  for (auto& f : files.failures) r.failures.push_back(std::move(f));
+  r.ok = r.failures.empty();
+  return r;
+}
+
+}  // namespace anchor::report

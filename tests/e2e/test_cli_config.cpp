@@ -1,0 +1,115 @@
+// `anchor config check|dump` driven as a user would: the real binary, its exit
+// codes, and every problem printed with file:line:column.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+
+namespace {
+
+namespace stdfs = std::filesystem;
+
+const std::string kPilot = std::string(ANCHOR_SOURCE_DIR) + "/configs/pilot.yaml";
+
+std::string sh_quote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+// Runs the binary with stderr folded into stdout (problems go to stderr).
+anchor::proc::RunResult anchor_run(const std::vector<std::string>& args) {
+  std::string cmd = sh_quote(ANCHOR_BINARY);
+  for (const auto& a : args) cmd += " " + sh_quote(a);
+  return anchor::proc::run_capture({"/bin/sh", "-c", cmd + " 2>&1"});
+}
+
+class ConfigCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = stdfs::temp_directory_path() /
+           ("anchor-e2e-config-" + std::to_string(::getpid()) + "-" + anchor::fs::random_suffix());
+    stdfs::create_directories(dir_);
+  }
+  void TearDown() override { stdfs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    auto p = (dir_ / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+  stdfs::path dir_;
+};
+
+TEST_F(ConfigCli, BadConfigPrintsEveryProblemAndExits2) {
+  const std::string bad = write("bad.yaml",
+                                "run:\n"
+                                "  threads: 0\n"
+                                "model:\n"
+                                "  n_layr: 4\n"
+                                "data:\n"
+                                "  train: [a.txt]\n"
+                                "train:\n"
+                                "  precision: fp8\n");
+  auto r = anchor_run({"config", "check", bad});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("anchor: error: config " + bad + " has 3 problems"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(bad + ":2:12: run.threads: must be >= 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(bad + ":4:3: model.n_layr: unknown key 'n_layr' (did you mean "
+                             "'model.n_layer'?)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(bad + ":8:14: train.precision: 'fp8' is not allowed; allowed: fp32, "
+                             "bf16, fp16"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("hint: see docs/config.md"), std::string::npos) << r.out;
+}
+
+TEST_F(ConfigCli, PilotConfigChecksOk) {
+  auto r = anchor_run({"config", "check", kPilot});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("ok \\(config digest [0-9a-f]{64}\\)"))) << r.out;
+}
+
+TEST_F(ConfigCli, DumpReflectsSet) {
+  auto plain = anchor_run({"config", "dump", kPilot, "--json"});
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  auto set = anchor_run({"config", "dump", kPilot, "--json", "--set", "train.micro_batch=8",
+                         "--set", "run.name=e2e"});
+  ASSERT_EQ(set.status, 0) << set.out;
+  auto j0 = nlohmann::json::parse(plain.out);
+  auto j1 = nlohmann::json::parse(set.out);
+  EXPECT_EQ(j0["train"]["micro_batch"], 4);  // from the file
+  EXPECT_EQ(j1["train"]["micro_batch"], 8);  // --set wins
+  EXPECT_EQ(j1["run"]["name"], "e2e");
+  EXPECT_EQ(j1["train"]["grad_accum"], j0["train"]["grad_accum"]);
+
+  auto y = anchor_run({"config", "dump", kPilot, "--set", "train.micro_batch=8"});
+  ASSERT_EQ(y.status, 0) << y.out;
+  EXPECT_NE(y.out.find("\ntrain:\n  micro_batch: 8\n"), std::string::npos) << y.out;
+}
+
+TEST_F(ConfigCli, BadSetExits2) {
+  auto r = anchor_run({"config", "dump", kPilot, "--set", "train.micro_bach=8"});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--set: train.micro_bach: unknown key (did you mean 'train.micro_batch'?)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(ConfigCli, MissingFileIsRuntimeErrorNamingPath) {
+  const std::string missing = (dir_ / "missing.yaml").string();
+  auto r = anchor_run({"config", "check", missing});
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(missing), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,476 @@
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "anchor/checkpoint/store.hpp"
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+#include "support/checkpoint_fixture.hpp"
+
+namespace {
+
+namespace ck = anchor::checkpoint;
+namespace afs = anchor::fs;
+using anchor::test::CheckpointDir;
+using anchor::test::make_request;
+using anchor::test::tensor_value;
+
+std::string slurp(const std::filesystem::path& p) { return afs::read_file(p.string()); }
+void spit(const std::filesystem::path& p, const std::string& s) {
+  std::ofstream o(p, std::ios::binary | std::ios::trunc);
+  o << s;
+}
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += x + "\n";
+  return s;
+}
+
+class StoreTest : public CheckpointDir {};
+
+TEST_F(StoreTest, SaveWritesLayoutAndRestoreReadsItBack) {
+  ck::Store store(root());
+  auto req = make_request(2, 1000);
+  std::vector<std::string> points;
+  auto res = store.save(req, [&](std::string_view p) { points.emplace_back(p); });
+  EXPECT_EQ(res.dir, root() + "/step-00000002");
+  EXPECT_EQ(points, (std::vector<std::string>{"begin", "after_mkdir", "after_file:model.safetensors",
+                                              "after_file:optimizer.safetensors", "after_file:state.json",
+                                              "after_manifest", "after_committed", "after_dir_fsync",
+                                              "after_rename", "after_parent_fsync", "done"}));
+  std::filesystem::path d = res.dir;
+  for (auto f : {"model.safetensors", "optimizer.safetensors", "state.json", "manifest.json", "COMMITTED"})
+    EXPECT_TRUE(std::filesystem::exists(d / f)) << f;
+  EXPECT_EQ(slurp(d / "COMMITTED"), anchor::sha256_hex(slurp(d / "manifest.json")) + "\n");
+  auto manifest = nlohmann::json::parse(slurp(d / "manifest.json"));
+  EXPECT_EQ(manifest["format"], "anchor.checkpoint-manifest/v1");
+  EXPECT_EQ(manifest["step"], 2);
+  ASSERT_EQ(manifest["files"].size(), 3u);
+  std::uint64_t total = 0;
+  for (auto& f : manifest["files"]) {
+    auto fd = anchor::sha256_file((d / f["path"].get<std::string>()).string());
+    EXPECT_EQ(f["sha256"], fd.sha256);
+    EXPECT_EQ(f["size"], fd.size);
+  }
+  for (auto& e : std::filesystem::directory_iterator(d)) total += e.file_size();
+  EXPECT_EQ(res.bytes, total);
+
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->step, 2);
+  EXPECT_EQ(loaded->state["step"], 2);
+  EXPECT_EQ(loaded->state["lr"], 0.5);
+  EXPECT_TRUE(loaded->skipped.empty());
+  const auto& model = loaded->files.at("model.safetensors");
+  const auto* w = model.find("w");
+  ASSERT_NE(w, nullptr);
+  const float* wp = reinterpret_cast<const float*>(model.data(*w));
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(wp[i], tensor_value(2, i));
+  EXPECT_EQ(model.metadata().at("kind"), "model");
+  EXPECT_TRUE(store.verify(res.dir).ok);
+}
+
+// Files of 2 MiB and more take the huge-page buffer and the pipelined hash on
+// read; 4 MiB and more the parallel hash on write. Same results as the
+// one-pass sha256_file, and a flip deep in the data is still caught.
+TEST_F(StoreTest, LargeFilesUseParallelPaths) {
+  ck::Store store(root());
+  store.save(make_request(1, 1000));
+  auto dir = store.save(make_request(2, 1500000)).dir;  // model 6 MB
+  const std::string model = dir + "/model.safetensors";
+  auto manifest = nlohmann::json::parse(slurp(std::filesystem::path(dir) / "manifest.json"));
+  EXPECT_EQ(manifest["files"][0]["sha256"], anchor::sha256_file(model).sha256);
+  anchor::FileDigest d;
+  auto bytes = ck::FileBytes::read(model, &d);
+  EXPECT_EQ(d.sha256, anchor::sha256_file(model).sha256);
+  EXPECT_EQ(d.size, std::filesystem::file_size(model));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), slurp(model));
+  auto l = store.restore_newest();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->step, 2);
+  const auto& f = l->files.at("model.safetensors");
+  const float* w = reinterpret_cast<const float*>(f.data(*f.find("w")));
+  EXPECT_EQ(w[1499999], tensor_value(2, 1499999));
+  {
+    std::fstream io(model, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(5000000);
+    io.put('\x01');
+  }
+  EXPECT_EQ(store.restore_newest()->step, 1);
+}
+
+TEST_F(StoreTest, RequestValidation) {
+  ck::Store store(root());
+  auto req = make_request(3, 10);
+  req.state["step"] = 4;
+  EXPECT_THROW(store.save(req), anchor::Error);
+  req = make_request(3, 10);
+  req.files.push_back(req.files[0]);
+  EXPECT_THROW(store.save(req), anchor::Error);
+  req = make_request(3, 10);
+  req.files[0].filename = "manifest.json";
+  EXPECT_THROW(store.save(req), anchor::Error);
+  req = make_request(3, 10);
+  req.files[0].filename = "../x";
+  EXPECT_THROW(store.save(req), anchor::Error);
+  EXPECT_FALSE(std::filesystem::exists(root() + "/step-00000003"));
+}
+
+TEST_F(StoreTest, CreatesMissingRootAndResavesSameStep) {
+  ck::Store store(root() + "/a/b");
+  store.save(make_request(5, 10));
+  auto req = make_request(5, 10);
+  req.state["lr"] = 0.25;  // different content, same step
+  store.save(req);
+  auto l = store.restore_newest();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->state["lr"], 0.25);
+  // Only step-5 is left: the replaced one was deleted, no temp remains.
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator(root() + "/a/b")) (void)e, ++n;
+  EXPECT_EQ(n, 1);
+}
+
+TEST_F(StoreTest, RestoreFallsBackAndRecordsSkips) {
+  ck::Store store(root());
+  store.save(make_request(2, 100));
+  store.save(make_request(4, 100));
+  store.save(make_request(6, 100));
+  // step 6: uncommitted; step 4: a temp dir alongside; a corrupt step 4 data byte.
+  std::filesystem::remove(root() + "/step-00000006/COMMITTED");
+  std::filesystem::create_directory(root() + "/step-00000008.tmp-abc");
+  auto p = std::filesystem::path(root()) / "step-00000004" / "model.safetensors";
+  auto s = slurp(p);
+  s[s.size() - 3] ^= 1;
+  spit(p, s);
+  auto l = store.restore_newest();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->step, 2);
+  ASSERT_EQ(l->skipped.size(), 3u);
+  EXPECT_EQ(l->skipped[0].dir, root() + "/step-00000008.tmp-abc");
+  EXPECT_EQ(l->skipped[0].reason, "temporary directory of an unfinished save");
+  EXPECT_EQ(l->skipped[1].reason, "no COMMITTED marker: the save did not finish");
+  EXPECT_TRUE(contains(l->skipped[2].reason, "model.safetensors: SHA-256 is ")) << l->skipped[2].reason;
+  // max_step picks older ones.
+  auto l2 = store.restore_newest(3);
+  ASSERT_TRUE(l2);
+  EXPECT_EQ(l2->step, 2);
+  EXPECT_FALSE(store.restore_newest(1).has_value());
+  // Empty/missing root.
+  EXPECT_FALSE(ck::Store(root() + "/none").restore_newest().has_value());
+}
+
+TEST_F(StoreTest, VerifyExplainsEveryProblem) {
+  ck::Store store(root());
+  auto d = std::filesystem::path(store.save(make_request(2, 100)).dir);
+  // Three problems at once: a missing file, a modified state.json, an extra file.
+  std::filesystem::remove(d / "optimizer.safetensors");
+  spit(d / "state.json", "{\"step\": 3}\n");
+  spit(d / "extra.bin", "x");
+  auto v = store.verify(d.string());
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.state, "invalid");
+  auto all = joined(v.problems);
+  EXPECT_TRUE(contains(all, "optimizer.safetensors is missing (listed in manifest.json)")) << all;
+  EXPECT_TRUE(contains(all, "state.json: size is 12 bytes, manifest.json says")) << all;
+  EXPECT_TRUE(contains(all, "state.json step is 3 but the directory is step 2")) << all;
+  EXPECT_TRUE(contains(all, "extra.bin is not listed in manifest.json")) << all;
+}
+
+TEST_F(StoreTest, CommittedMustMatchManifest) {
+  ck::Store store(root());
+  auto d = std::filesystem::path(store.save(make_request(2, 10)).dir);
+  spit(d / "COMMITTED", std::string(64, 'a') + "\n");
+  auto v = store.verify(d.string());
+  ASSERT_FALSE(v.ok);
+  EXPECT_TRUE(contains(joined(v.problems), "COMMITTED holds aaaa")) << joined(v.problems);
+  spit(d / "COMMITTED", "garbage");
+  EXPECT_TRUE(contains(joined(store.verify(d.string()).problems), "COMMITTED does not hold a SHA-256"));
+}
+
+TEST_F(StoreTest, EveryByteFlipAndTruncationIsDetected) {
+  ck::Store store(root());
+  store.save(make_request(2, 300));
+  auto d = std::filesystem::path(store.save(make_request(4, 300)).dir);
+  std::mt19937 rng(12345);
+  int trials = 0;
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "state.json", "manifest.json", "COMMITTED"}) {
+    const std::string orig = slurp(d / name);
+    // Sampled positions: every byte of the first 64 (length prefix and header
+    // start), the last 16, and 48 random ones across header and data.
+    std::vector<std::size_t> pos;
+    for (std::size_t i = 0; i < std::min<std::size_t>(64, orig.size()); ++i) pos.push_back(i);
+    for (std::size_t i = orig.size() > 16 ? orig.size() - 16 : 0; i < orig.size(); ++i) pos.push_back(i);
+    for (int i = 0; i < 48; ++i) pos.push_back(rng() % orig.size());
+    for (std::size_t p : pos) {
+      std::string bad = orig;
+      bad[p] = static_cast<char>(bad[p] ^ (1u << (rng() % 8)));
+      spit(d / name, bad);
+      auto v = store.verify(d.string());
+      ASSERT_FALSE(v.ok) << name << " flip at " << p;
+      auto l = store.restore_newest();
+      ASSERT_TRUE(l);
+      ASSERT_EQ(l->step, 2) << name << " flip at " << p;
+      ++trials;
+    }
+    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(8), orig.size() / 2, orig.size() - 1}) {
+      spit(d / name, orig.substr(0, n));
+      ASSERT_FALSE(store.verify(d.string()).ok) << name << " truncated to " << n;
+      ASSERT_EQ(store.restore_newest()->step, 2);
+      ++trials;
+    }
+    spit(d / name, orig + "\n");  // extension
+    ASSERT_FALSE(store.verify(d.string()).ok) << name << " extended";
+    spit(d / name, orig);
+    ASSERT_TRUE(store.verify(d.string()).ok) << name << " restored";  // negative control
+    std::filesystem::remove(d / name);  // a missing file
+    ASSERT_FALSE(store.verify(d.string()).ok) << name << " missing";
+    ASSERT_EQ(store.restore_newest()->step, 2);
+    spit(d / name, orig);
+  }
+  EXPECT_GT(trials, 400);
+  EXPECT_EQ(store.restore_newest()->step, 4);
+}
+
+// --- injected file-system faults --------------------------------------------
+
+struct FaultCase {
+  afs::Op op;
+  int nth;
+  int err;
+  const char* what;  // expected in the message
+};
+
+TEST_F(StoreTest, InjectedFaultsLeavePreviousCheckpointIntact) {
+  // Calls per save of make_request (root exists): creates 5 (2 safetensors,
+  // state, manifest, COMMITTED), 5 fsyncs, fsync_dir: temp dir then root.
+  std::vector<FaultCase> cases = {
+      {afs::Op::kWrite, 1, ENOSPC, "ENOSPC"},      {afs::Op::kWrite, 3, EIO, "EIO"},
+      {afs::Op::kWrite, 6, ENOSPC, "ENOSPC"},      {afs::Op::kFsync, 1, EIO, "EIO"},
+      {afs::Op::kFsync, 4, ENOSPC, "ENOSPC"},      {afs::Op::kFsync, 5, EIO, "EIO"},
+      {afs::Op::kCreate, 5, ENOSPC, "ENOSPC"},     {afs::Op::kMkdir, 1, ENOSPC, "ENOSPC"},
+      {afs::Op::kRename, 1, EIO, "EIO"},           {afs::Op::kFsyncDir, 1, EIO, "EIO"},
+      {afs::Op::kFsyncDir, 2, EIO, "EIO"},
+  };
+  for (bool resave : {false, true}) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string(afs::op_name(c.op)) + " #" + std::to_string(c.nth) + " " + c.what +
+                   (resave ? " (re-save of the newest step)" : ""));
+      std::filesystem::remove_all(root());
+      ck::Store good(root());
+      good.save(make_request(2, 3000));
+      const std::string before = slurp(root() + "/step-00000002/manifest.json");
+      afs::FaultInjectingFs faulty;
+      faulty.fail_on(c.op, c.nth, c.err);
+      ck::Store store(root(), faulty);
+      const std::int64_t step = resave ? 2 : 4;
+      auto req = make_request(step, 3000);
+      req.state["lr"] = 0.125;
+      try {
+        store.save(req);
+        FAIL() << "save did not fail";
+      } catch (const anchor::Error& e) {
+        EXPECT_EQ(e.kind(), anchor::ErrorKind::kIo);
+        EXPECT_TRUE(contains(e.what(), c.what)) << e.what();
+        EXPECT_TRUE(contains(e.what(), root())) << e.what();  // names the path
+        EXPECT_TRUE(contains(e.what(), "save checkpoint step " + std::to_string(step))) << e.what();
+      }
+      // Previous checkpoint intact and readable; nothing else left behind.
+      std::vector<std::string> names;
+      for (auto& e : std::filesystem::directory_iterator(root())) names.push_back(e.path().filename());
+      EXPECT_EQ(names, std::vector<std::string>{"step-00000002"});
+      EXPECT_EQ(slurp(root() + "/step-00000002/manifest.json"), before);
+      auto l = good.restore_newest();
+      ASSERT_TRUE(l);
+      EXPECT_EQ(l->step, 2);
+      EXPECT_EQ(l->state["lr"], 0.5);  // the old content, not the failed save's
+      // The next save of the same step works.
+      auto r = good.save(req);
+      EXPECT_TRUE(good.verify(r.dir).ok);
+      EXPECT_EQ(good.restore_newest()->state["lr"], 0.125);
+    }
+  }
+}
+
+TEST_F(StoreTest, HookFailureAtEveryPointLeavesPreviousIntact) {
+  for (const char* at : {"begin", "after_mkdir", "after_file:model.safetensors", "after_file:state.json",
+                         "after_manifest", "after_committed", "after_dir_fsync", "after_rename",
+                         "after_parent_fsync"}) {
+    SCOPED_TRACE(at);
+    std::filesystem::remove_all(root());
+    ck::Store store(root());
+    store.save(make_request(2, 100));
+    auto throwing = [&](std::string_view p) {
+      if (p == at) throw anchor::Error(anchor::ErrorKind::kRuntime, "injected at " + std::string(p));
+    };
+    EXPECT_THROW(store.save(make_request(4, 100), throwing), anchor::Error);
+    EXPECT_EQ(store.restore_newest()->step, 2);
+    EXPECT_EQ(store.list().size(), 1u);
+  }
+}
+
+TEST_F(StoreTest, RealFullDiskViaRlimitFsize) {
+  ck::Store store(root());
+  store.save(make_request(2, 1000));
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl {64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &rl);
+    int code = 10;
+    try {
+      ck::Store(root()).save(make_request(4, 100000));  // 400 KB > 64 KiB
+    } catch (const anchor::Error& e) {
+      std::string m = e.what();
+      code = (m.find("EFBIG") != std::string::npos && m.find("step-00000004.tmp-") != std::string::npos) ? 0 : 11;
+      if (code) std::fprintf(stderr, "message: %s\n", m.c_str());
+    } catch (...) {
+      code = 12;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: save succeeded, 11: wrong message, 12: other exception";
+  EXPECT_EQ(store.list().size(), 1u);  // no temp left
+  EXPECT_EQ(store.restore_newest()->step, 2);
+  store.save(make_request(4, 100000));  // without the limit it works
+  EXPECT_EQ(store.restore_newest()->step, 4);
+}
+
+// --- maintenance ------------------------------------------------------------
+
+TEST_F(StoreTest, RemoveStaleTemps) {
+  ck::Store store(root());
+  store.save(make_request(2, 10));
+  std::filesystem::create_directories(root() + "/step-00000004.tmp-1234/x");
+  std::filesystem::create_directories(root() + "/step-00000001.trash-99");
+  std::filesystem::create_directories(root() + "/unrelated");
+  auto removed = store.remove_stale_temps();
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{root() + "/step-00000001.trash-99",
+                                               root() + "/step-00000004.tmp-1234"}));
+  EXPECT_TRUE(std::filesystem::exists(root() + "/unrelated"));
+  EXPECT_TRUE(store.verify(root() + "/step-00000002").ok);
+  EXPECT_TRUE(store.remove_stale_temps().empty());
+}
+
+TEST_F(StoreTest, RetentionKeepsNewestValid) {
+  ck::Store store(root());
+  for (int s : {1, 2, 3, 4, 5}) store.save(make_request(s, 10));
+  EXPECT_THROW(store.apply_retention(0), anchor::Error);
+  // Corrupt the newest: it does not count, and it is left for inspection.
+  spit(root() + "/step-00000005/state.json", "{}");
+  auto del = store.apply_retention(2);
+  EXPECT_EQ(del, (std::vector<std::string>{root() + "/step-00000002", root() + "/step-00000001"}));
+  std::vector<std::int64_t> left;
+  for (auto& v : store.list()) left.push_back(v.step);
+  EXPECT_EQ(left, (std::vector<std::int64_t>{5, 4, 3}));
+  EXPECT_EQ(store.restore_newest()->step, 4);
+  // Fewer valid than keep_last: nothing is deleted.
+  EXPECT_TRUE(store.apply_retention(3).empty());
+  // keep 1 never deletes the newest valid one.
+  del = store.apply_retention(1);
+  EXPECT_EQ(del, (std::vector<std::string>{root() + "/step-00000003"}));
+  EXPECT_EQ(store.restore_newest()->step, 4);
+}
+
+// A kill between the rename to trash and the removal leaves only trash.
+TEST_F(StoreTest, RetentionInterruptedAfterRenameIsHarmless) {
+  ck::Store plain(root());
+  for (int s : {1, 2, 3}) plain.save(make_request(s, 10));
+  afs::FaultInjectingFs faulty;
+  faulty.fail_on(afs::Op::kRemove, 1, EIO);  // renamed, then the removal fails
+  ck::Store store(root(), faulty);
+  EXPECT_THROW(store.apply_retention(1), anchor::Error);
+  auto l = plain.list();
+  ASSERT_EQ(l.size(), 3u);  // step 3, the trash of step 2 (deleted newest first), step 1
+  EXPECT_EQ(l[0].state, "committed");
+  EXPECT_EQ(l[1].state, "trash");
+  EXPECT_EQ(l[2].step, 1);
+  EXPECT_EQ(plain.restore_newest()->step, 3);
+  EXPECT_EQ(plain.remove_stale_temps().size(), 1u);
+}
+
+TEST_F(StoreTest, ListShowsStates) {
+  ck::Store store(root());
+  store.save(make_request(2, 10));
+  store.save(make_request(3, 10));
+  std::filesystem::remove(root() + "/step-00000003/COMMITTED");
+  std::filesystem::create_directory(root() + "/step-00000004.tmp-zz");
+  auto l = store.list();
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[0].state, "temporary");
+  EXPECT_EQ(l[1].state, "uncommitted");
+  EXPECT_EQ(l[2].state, "committed");
+  EXPECT_TRUE(l[2].ok);
+  EXPECT_GT(l[2].bytes, 0u);
+}
+
+TEST_F(StoreTest, FaultEnvParsing) {
+  ck::Store store(root());
+  ::setenv("ANCHOR_FAULT", "after_manifest:explode", 1);
+  EXPECT_THROW(store.save(make_request(1, 10)), anchor::Error);
+  ::setenv("ANCHOR_FAULT", "after_manifest@x:exit", 1);
+  EXPECT_THROW(store.save(make_request(1, 10)), anchor::Error);
+  ::setenv("ANCHOR_FAULT", "after_manifest@7:exit", 1);  // another step: no effect
+  EXPECT_NO_THROW(store.save(make_request(1, 10)));
+  ::unsetenv("ANCHOR_FAULT");
+}
+
+// The env seam really ends the process at the named point: fork, save, check
+// the exit status and what is on disk.
+TEST_F(StoreTest, FaultEnvExitAndSigkillAtEachPoint) {
+  for (const char* action : {"exit", "sigkill"}) {
+    for (const char* at : {"begin", "after_mkdir", "after_file:model.safetensors",
+                           "after_file:optimizer.safetensors", "after_file:state.json", "after_manifest",
+                           "after_committed", "after_dir_fsync", "after_rename", "after_parent_fsync", "done"}) {
+      SCOPED_TRACE(std::string(at) + ":" + action);
+      std::filesystem::remove_all(root());
+      ck::Store store(root());
+      store.save(make_request(2, 100));
+      pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::setenv("ANCHOR_FAULT", (std::string(at) + "@4:" + action).c_str(), 1);
+        try {
+          ck::Store(root()).save(make_request(4, 100));
+        } catch (...) {
+          ::_exit(20);
+        }
+        ::_exit(21);
+      }
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      if (std::string(action) == "exit") {
+        ASSERT_TRUE(WIFEXITED(status));
+        EXPECT_EQ(WEXITSTATUS(status), ck::kFaultExitCode);
+      } else {
+        ASSERT_TRUE(WIFSIGNALED(status));
+        EXPECT_EQ(WTERMSIG(status), SIGKILL);
+      }
+      auto l = store.restore_newest();
+      ASSERT_TRUE(l);
+      const bool committed = std::string(at).rfind("after_rename", 0) == 0 ||
+                             std::string(at) == "after_parent_fsync" || std::string(at) == "done";
+      EXPECT_EQ(l->step, committed ? 4 : 2);
+      store.remove_stale_temps();
+      auto r = store.save(make_request(4, 100));  // the next save of that step works
+      EXPECT_TRUE(store.verify(r.dir).ok);
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,151 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "anchor/error.hpp"
+#include "anchor/manifest/environment.hpp"
+
+namespace anchor::manifest {
+namespace {
+
+const std::string kGood = "sha256:" + std::string(64, 'a');
+
+// Restores one environment variable on scope exit.
+class EnvGuard {
+ public:
+  explicit EnvGuard(const char* name) : name_(name) {
+    const char* v = std::getenv(name);
+    had_ = v != nullptr;
+    if (had_) value_ = v;
+  }
+  ~EnvGuard() {
+    if (had_) ::setenv(name_, value_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string value_;
+};
+
+ErrorKind kind_of(const std::function<void()>& fn, std::string* msg = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (msg) *msg = e.what();
+    return e.kind();
+  }
+  return ErrorKind::kRuntime;  // "no error" is reported as a mismatch by callers
+}
+
+TEST(ContainerDigest, AcceptsSha256And64LowercaseHex) {
+  EXPECT_EQ(validate_container_digest(kGood, "container.digest"), kGood);
+  std::string mixed = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(validate_container_digest(mixed, "x"), mixed);
+}
+
+TEST(ContainerDigest, RejectsMalformedWithAClearConfigError) {
+  for (const std::string& bad : std::vector<std::string>{std::string(64, 'a'),                       // no prefix
+                          "sha256:" + std::string(63, 'a'),           // short
+                          "sha256:" + std::string(65, 'a'),           // long
+                          "sha256:" + std::string(64, 'A'),           // upper case
+                          "sha256:" + std::string(63, 'a') + "g",     // not hex
+                          "sha512:" + std::string(64, 'a'),           // wrong algorithm
+                          std::string("myimage:latest")}) {
+    std::string msg;
+    EXPECT_EQ(kind_of([&] { validate_container_digest(bad, "container.digest"); }, &msg),
+              ErrorKind::kConfig)
+        << bad;
+    EXPECT_NE(msg.find("container.digest"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("64 lowercase hex"), std::string::npos) << msg;
+  }
+}
+
+TEST(ContainerInfo, ConfigThenEnvironmentThenNone) {
+  EnvGuard g("ANCHOR_CONTAINER_DIGEST");
+  ::unsetenv("ANCHOR_CONTAINER_DIGEST");
+  auto none = container_info("", false);
+  EXPECT_TRUE(none["digest"].is_null());
+  EXPECT_EQ(none["source"], "none");
+
+  auto from_cfg = container_info(kGood, false);
+  EXPECT_EQ(from_cfg["digest"], kGood);
+  EXPECT_EQ(from_cfg["source"], "config");
+
+  std::string env_digest = "sha256:" + std::string(64, 'b');
+  ::setenv("ANCHOR_CONTAINER_DIGEST", env_digest.c_str(), 1);
+  auto from_env = container_info("", true);
+  EXPECT_EQ(from_env["digest"], env_digest);
+  EXPECT_EQ(from_env["source"], "env");
+  EXPECT_TRUE(from_env["required"].get<bool>());
+  EXPECT_TRUE(from_env["containerised"].is_boolean());
+
+  // Config and environment disagreeing is a contradiction, not a silent choice.
+  std::string msg;
+  EXPECT_EQ(kind_of([&] { container_info(kGood, false); }, &msg), ErrorKind::kConfig);
+  EXPECT_NE(msg.find("ANCHOR_CONTAINER_DIGEST"), std::string::npos) << msg;
+
+  ::setenv("ANCHOR_CONTAINER_DIGEST", "sha256:nothex", 1);
+  EXPECT_EQ(kind_of([&] { container_info("", false); }, &msg), ErrorKind::kConfig);
+  EXPECT_NE(msg.find("ANCHOR_CONTAINER_DIGEST"), std::string::npos) << msg;
+}
+
+TEST(ContainerInfo, RequiredWithoutDigestIsAConfigErrorWithHint) {
+  EnvGuard g("ANCHOR_CONTAINER_DIGEST");
+  ::unsetenv("ANCHOR_CONTAINER_DIGEST");
+  try {
+    container_info("", true);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find("container.required"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("ANCHOR_CONTAINER_DIGEST"), std::string::npos) << e.hint();
+  }
+  // Control: not required, no digest: fine.
+  EXPECT_NO_THROW(container_info("", false));
+}
+
+TEST(LoadedLibraries, ContainLibcAndLibtorchCpuButNotTheExecutable) {
+  auto libs = loaded_shared_libraries();
+  bool libc = false, torch_cpu = false;
+  for (const auto& l : libs) {
+    std::string base = l.path.substr(l.path.rfind('/') + 1);
+    libc = libc || base.rfind("libc.so", 0) == 0 || base.rfind("libc-", 0) == 0;
+    torch_cpu = torch_cpu || base.rfind("libtorch_cpu.so", 0) == 0;
+    EXPECT_EQ(l.path.find("test_manifest"), std::string::npos) << l.path;
+    EXPECT_EQ(l.path[0], '/') << l.path;
+  }
+  EXPECT_TRUE(libc);
+  EXPECT_TRUE(torch_cpu);
+  // Deduplicated: each path once.
+  for (std::size_t i = 1; i < libs.size(); ++i) EXPECT_LT(libs[i - 1].path, libs[i].path);
+}
+
+TEST(Facts, VersionsHostAndCpuDevice) {
+  auto v = runtime_versions();
+  EXPECT_FALSE(v["libtorch"].get<std::string>().empty());
+  EXPECT_EQ(v["libtorch"].get<std::string>().find('.') != std::string::npos, true);
+  EXPECT_FALSE(glibc_version().empty());
+  auto os = os_info();
+  EXPECT_EQ(os["sysname"], "Linux");
+  EXPECT_FALSE(os["pretty_name"].get<std::string>().empty());
+  auto h = host_info();
+  EXPECT_GT(h["cpu_count"].get<unsigned>(), 0u);
+  EXPECT_GT(h["memory_total_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_NE(h["cpu_model"], "");
+  EnvGuard g("CUDA_VISIBLE_DEVICES");
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+  auto d = device_info("cpu");
+  EXPECT_EQ(d["visible_devices"]["CUDA_VISIBLE_DEVICES"], "0,1");
+#ifndef ANCHOR_WITH_CUDA
+  EXPECT_EQ(d["accelerator"], "cpu");
+  EXPECT_TRUE(d["devices"].empty());
+  EXPECT_EQ(v["cuda_runtime"], "none");
+#endif
+}
+
+}  // namespace
+}  // namespace anchor::manifest

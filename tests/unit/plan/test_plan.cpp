@@ -1,0 +1,311 @@
+// Plan arithmetic on hand-worked examples: communication volume, Young/Daly,
+// the budget and its term, and make_plan's decisions on a synthetic report.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "anchor/error.hpp"
+#include "anchor/plan/plan.hpp"
+#include "synthetic_report.hpp"
+
+namespace {
+
+using namespace anchor::plan;
+using nlohmann::json;
+
+// ---------------------------------------------------------------- comm volume
+
+TEST(CommVolume, DdpAndZeroStagesOnEightRanks) {
+  const double g = 8e9;
+  // Ring all-reduce: 2 (n-1)/n G = 2 * 7/8 * 8e9.
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(0, 8, 1, g, 1), 14e9);
+  // ZeRO-1 and ZeRO-2 (grad_accum 1): reduce-scatter + all-gather, the same volume.
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(1, 8, 8, g, 1), 14e9);
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(2, 8, 8, g, 1), 14e9);
+  // ZeRO-3: +50%.
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(3, 8, 8, g, 1), 21e9);
+  // Accumulation: DDP and ZeRO-1 reduce once per step; ZeRO-2 reduce-scatters
+  // every micro-step; ZeRO-3 gathers and reduce-scatters every micro-step.
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(0, 8, 1, g, 4), 14e9);
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(1, 8, 8, g, 4), 14e9);
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(2, 8, 8, g, 4), 4 * 7e9 + 7e9);
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(3, 8, 8, g, 2), 42e9);
+  // One rank: nothing to send.
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(0, 1, 1, g, 1), 0.0);
+}
+
+TEST(CommVolume, HybridShardingAddsTheReplicaAllReduce) {
+  const double g = 8e9;
+  // Shard over 4, replicate over 2: 2*3/4*G + 2*(1/2)*G/4.
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(1, 8, 4, g, 1), 12e9 + 2e9);
+  // Negative control: full-degree sharding has no replica term.
+  EXPECT_DOUBLE_EQ(comm_bytes_per_step(1, 8, 8, g, 1), 14e9);
+  EXPECT_THROW(comm_bytes_per_step(1, 8, 3, g, 1), anchor::Error);
+  EXPECT_THROW(comm_bytes_per_step(4, 8, 8, g, 1), anchor::Error);
+  EXPECT_THROW(comm_bytes_per_step(0, 0, 1, g, 1), anchor::Error);
+}
+
+// ----------------------------------------------------------------- Young/Daly
+
+TEST(YoungDaly, IntervalForGivenNumbers) {
+  // sqrt(2 * 60 s * 86400 s) = sqrt(10368000) = 3219.937...
+  EXPECT_NEAR(young_daly_interval_s(60, 86400), 3219.9378876, 1e-6);
+  // Four times the save cost doubles the interval.
+  EXPECT_NEAR(young_daly_interval_s(240, 86400), 2 * 3219.9378876, 1e-6);
+  EXPECT_TRUE(std::isinf(young_daly_interval_s(60, std::numeric_limits<double>::infinity())));
+}
+
+// --------------------------------------------------------------------- budget
+
+double item_hours(const json& b, const std::string& name) {
+  for (const auto& i : b["items"])
+    if (i["name"] == name) return i["hours"].get<double>();
+  ADD_FAILURE() << "no item " << name;
+  return -1;
+}
+
+BudgetInput base_budget() {
+  BudgetInput in;
+  in.world = 8;
+  in.nodes = 1;
+  in.steps = 10000;
+  in.compute_s_per_step = 0.5;  // 5000 s of training
+  in.save_s = 60;
+  in.download_gb = 100;         // 800 Gbit at 1 Gbit/s = 800 s
+  in.ingress_gbps = 1;
+  in.egress_gbps = 1;
+  in.margin = 0.2;
+  in.price_7_day = 2.0;
+  in.price_30_day = 1.5;
+  return in;
+}
+
+TEST(Budget, NoFailuresHandWorked) {
+  json b = make_budget(base_budget());
+  EXPECT_NEAR(item_hours(b, "download"), 800.0 / 3600, 1e-12);
+  EXPECT_NEAR(item_hours(b, "training_steps"), 5000.0 / 3600, 1e-12);
+  EXPECT_NEAR(item_hours(b, "checkpoints"), 60.0 / 3600, 1e-12);  // one save: no failures
+  EXPECT_EQ(item_hours(b, "restarts"), 0.0);
+  EXPECT_NEAR(b["hours"].get<double>(), 5860.0 / 3600, 1e-12);
+  EXPECT_NEAR(b["days"].get<double>(), 5860.0 * 1.2 / 86400, 1e-12);
+  EXPECT_EQ(b["term"], "7-day");
+  EXPECT_DOUBLE_EQ(b["cost_7_day"].get<double>(), 8 * 168 * 2.0);   // 2688
+  EXPECT_DOUBLE_EQ(b["cost_30_day"].get<double>(), 8 * 720 * 1.5);  // 8640
+  EXPECT_EQ(b["cheaper_term"], "7-day");
+  EXPECT_TRUE(b["checkpoint_interval_s"].is_null());
+}
+
+TEST(Budget, FailuresGiveYoungDalyCheckpointsAndRestarts) {
+  BudgetInput in = base_budget();
+  in.failures_per_day = 1;
+  in.nodes = 2;            // cluster MTBF = 86400 / 2 = 43200 s
+  in.restart_minutes = 10;
+  json b = make_budget(in);
+  const double tau = std::sqrt(2 * 60.0 * 43200);  // 2276.84 s
+  EXPECT_NEAR(b["checkpoint_interval_s"].get<double>(), tau, 1e-9);
+  EXPECT_NEAR(b["mtbf_hours"].get<double>(), 12.0, 1e-12);
+  EXPECT_EQ(b["checkpoints"].get<double>(), 3.0);  // ceil(5000 / 2276.84)
+  EXPECT_NEAR(item_hours(b, "checkpoints"), 180.0 / 3600, 1e-12);
+  const double restarts = (5000.0 + 180.0) / 86400 * 1 * 2;
+  EXPECT_NEAR(b["expected_restarts"].get<double>(), restarts, 1e-12);
+  EXPECT_NEAR(item_hours(b, "restarts"), restarts * (600 + tau / 2) / 3600, 1e-12);
+}
+
+TEST(Budget, TermBoundariesAndCosts) {
+  EXPECT_EQ(term_for_days(7.0), "7-day");
+  EXPECT_EQ(term_for_days(7.01), "30-day");
+  EXPECT_EQ(term_for_days(30.0), "30-day");
+  EXPECT_EQ(term_for_days(30.01), "longer than 30 days");
+
+  // 20 days of training (no margin): three 7-day terms or one 30-day term.
+  BudgetInput in = base_budget();
+  in.download_gb = 0;
+  in.save_s = 0;
+  in.margin = 0;
+  in.steps = 20 * 86400;
+  in.compute_s_per_step = 1.0;
+  json b = make_budget(in);
+  EXPECT_NEAR(b["days"].get<double>(), 20.0, 1e-9);
+  EXPECT_EQ(b["term"], "30-day");
+  EXPECT_EQ(b["terms_7_day"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(b["cost_7_day"].get<double>(), 8 * 168 * 3 * 2.0);  // 8064
+  EXPECT_DOUBLE_EQ(b["cost_30_day"].get<double>(), 8 * 720 * 1.5);     // 8640
+  EXPECT_EQ(b["cheaper_term"], "7-day");
+
+  // 45 days: longer than 30, two 30-day terms, and it says so.
+  in.steps = 45 * 86400;
+  json c = make_budget(in);
+  EXPECT_EQ(c["term"], "longer than 30 days");
+  EXPECT_EQ(c["terms_30_day"].get<double>(), 2.0);
+  EXPECT_NE(c["note"].get<std::string>().find("longer than 30 days"), std::string::npos);
+  EXPECT_EQ(c["cheaper_term"], "30-day");  // 7 weeks x 2.0 > 60 days x 1.5
+}
+
+TEST(Budget, MarginAndTransfers) {
+  BudgetInput in = base_budget();
+  in.export_gb = 50;           // 400 Gbit at 2 Gbit/s = 200 s
+  in.egress_gbps = 2;
+  in.checkpoint_bytes = 10e9;  // final checkpoint copied off: 80 Gbit / 2 = 40 s
+  in.preprocess_hours = 1;
+  json b = make_budget(in);
+  EXPECT_NEAR(item_hours(b, "export"), 200.0 / 3600, 1e-12);
+  EXPECT_NEAR(item_hours(b, "copy_off_node"), 40.0 / 3600, 1e-12);
+  EXPECT_NEAR(item_hours(b, "preprocess"), 1.0, 1e-12);
+  EXPECT_NEAR(b["days"].get<double>(), b["days_without_margin"].get<double>() * 1.2, 1e-12);
+}
+
+// ------------------------------------------------------------------ make_plan
+
+// Devices sized around the synthetic report's peaks (headroom 0, 8 GPUs), in 1e9 B:
+//   DDP 21; ZeRO-1 over d: 13 + 8/d (17, 15, 14); ZeRO-2: 9 + 12/d (15, 12, 10.5);
+//   ZeRO-3: 6 + 16/d (14, 10, 8; incl. 1e9 gather buffer and 1e9 other fixed).
+Catalog synthetic_catalog() {
+  auto dev = [](const std::string& name, const std::string& gb) {
+    return "  - name: " + name +
+           "\n    platform: cuda\n    memory_gb: " + gb +
+           "\n    bf16_tflops: 100\n    memory_bandwidth_tbps: 1\n"
+           "    interconnect: {name: link, gb_per_s: 100}\n"
+           "    price_per_gpu_hour: {term_7_day: 2.0, term_30_day: 1.5}\n";
+  };
+  return load_catalog_string("devices:\n" + dev("ddp-just-fits", "21.001") +
+                                 dev("ddp-just-misses", "20.999") + dev("zero2", "13") +
+                                 dev("zero3", "9") + dev("none", "4.5"),
+                             "synthetic");
+}
+
+const json& device(const json& plan, const std::string& name) {
+  for (const auto& d : plan["devices"])
+    if (d["name"] == name) return d;
+  static const json none;
+  ADD_FAILURE() << "no device " << name;
+  return none;
+}
+
+TEST(MakePlan, DecisionsAtTheBoundaries) {
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
+                           synthetic::synthetic_config());
+  EXPECT_NEAR(p["memory_model"]["fixed_bytes"].get<double>(), 17e9, 1e2);
+  EXPECT_NEAR(p["memory_model"]["other_fixed_bytes"].get<double>(), 1e9, 1e2);
+  EXPECT_NEAR(p["memory_model"]["a_bytes_per_token"].get<double>(), 1e6, 1e-3);
+
+  const json& fits = device(p, "ddp-just-fits");
+  EXPECT_TRUE(fits["fits"].get<bool>());
+  EXPECT_EQ(fits["strategy"], "ddp");
+  EXPECT_NEAR(fits["predicted_peak_bytes"].get<double>(), 21e9, 1e3);
+
+  // Negative control: 2 MB less memory and DDP no longer fits; ZeRO-1 over 2 does.
+  const json& misses = device(p, "ddp-just-misses");
+  EXPECT_TRUE(misses["fits"].get<bool>());
+  EXPECT_EQ(misses["strategy"], "zero1");
+  EXPECT_EQ(misses["sharding_degree"], 2);
+  EXPECT_NEAR(misses["predicted_peak_bytes"].get<double>(), 17e9, 1e3);
+  EXPECT_FALSE(misses["considered"][0]["fits"].get<bool>());
+
+  // 13 GB: ZeRO-1 bottoms out at 14e9 (degree 8); ZeRO-2 over 4 needs 12e9.
+  const json& z2 = device(p, "zero2");
+  EXPECT_EQ(z2["strategy"], "zero2");
+  EXPECT_EQ(z2["sharding_degree"], 4);
+
+  const json& z3 = device(p, "zero3");
+  EXPECT_EQ(z3["strategy"], "zero3");
+  EXPECT_EQ(z3["sharding_degree"], 8);
+  EXPECT_NEAR(z3["predicted_peak_bytes"].get<double>(), 8e9, 1e3);
+
+  const json& none = device(p, "none");
+  EXPECT_FALSE(none["fits"].get<bool>());
+  EXPECT_EQ(none["strategy"], "none");
+  EXPECT_EQ(none["max_micro_batch"], 0);
+  EXPECT_NE(none["decision"].get<std::string>().find("does not fit"), std::string::npos);
+}
+
+TEST(MakePlan, ZeroTwoIsChosenBeforeZeroThree) {
+  // 13 GB: ZeRO-1 never fits (best 14e9 at degree 8), ZeRO-2 over 4 does
+  // (4 + 1 + 2 + 1 + 4 = 12e9): stage order wins over degree.
+  auto cat = load_catalog_string(
+      "devices:\n  - name: d13\n    platform: cuda\n    memory_gb: 13\n    bf16_tflops: 100\n"
+      "    memory_bandwidth_tbps: 1\n    interconnect: {name: l, gb_per_s: 100}\n"
+      "    price_per_gpu_hour: {term_7_day: 2.0, term_30_day: 1.5}\n",
+      "c");
+  const json p = make_plan(synthetic::synthetic_report(), cat, synthetic::synthetic_config());
+  const json& d = device(p, "d13");
+  EXPECT_EQ(d["strategy"], "zero2");
+  EXPECT_EQ(d["sharding_degree"], 4);
+  EXPECT_NEAR(d["predicted_peak_bytes"].get<double>(), 12e9, 1e3);
+  // Comm: ZeRO-2 over 4 of 8, G = 4e9: 2*3/4*G + replicas 2*(1/2)*G/4 = 7e9 B at 100 GB/s.
+  EXPECT_NEAR(d["comm_bytes_per_step"].get<double>(), 7e9, 1);
+  EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), 0.07, 1e-9);
+  // Fully sharded ZeRO-3 costs 1.5x DDP: 3*7/8*G = 10.5e9 B.
+  const json p2 = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
+                            synthetic::synthetic_config());
+  EXPECT_NEAR(device(p2, "zero3")["comm_bytes_per_step"].get<double>(), 10.5e9, 1);
+}
+
+TEST(MakePlan, StepTimeCommAndBudgetHandWorked) {
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
+                           synthetic::synthetic_config());
+  const json& d = device(p, "ddp-just-fits");
+  // DDP over 8, G = 4e9: 2 * 7/8 * 4e9 = 7e9 B at 100 GB/s = 0.07 s.
+  EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), 0.07, 1e-9);
+  // fp32: half of 100 TFLOPS; 4000 tokens x 6e9 FLOPs / (50e12 x 0.4) = 1.2 s.
+  EXPECT_NEAR(d["compute_seconds_per_step"].get<double>(), 1.2, 1e-9);
+  EXPECT_NEAR(d["projected_step_seconds"].get<double>(), 1.27, 1e-9);
+  // 1000 configured steps x 4 seqs x 1000 tokens = 4e6 tokens over 8 GPUs x 4000 = 125 steps.
+  EXPECT_EQ(p["target"]["long_run_steps"].get<double>(), 125.0);
+  // Every fitting device costs one 7-day term (same example price); the tie
+  // goes to the lowest cost per token: DDP, ZeRO-1/2 and ZeRO-2/4 all move 7e9 B
+  // per step, ZeRO-3 10.5e9 B, so the first of the 0.07 s devices wins.
+  const json& rec = p["recommendation"];
+  ASSERT_FALSE(rec["device"].is_null());
+  EXPECT_EQ(rec["device"], "ddp-just-fits");
+  EXPECT_DOUBLE_EQ(rec["cost"].get<double>(), 8 * 168 * 2.0);
+  // No failures, no margin: 125 x 1.27 s + one 80 s save + copy-off 16 GB at 1 Gbit/s (128 s).
+  const json& b = p["budget"];
+  EXPECT_NEAR(b["hours"].get<double>(), (125 * 1.27 + 80 + 128) / 3600, 1e-9);
+  EXPECT_EQ(b["checkpoints"].get<double>(), 1.0);
+  EXPECT_EQ(b["term"], "7-day");
+}
+
+TEST(MakePlan, LowPrecisionOverrideAndAssumptions) {
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  cfg.train.precision = "bf16";
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  const json& d = device(p, "ddp-just-fits");
+  EXPECT_NEAR(d["predicted_peak"]["activations"].get<double>(), 2e9, 1e3);
+  EXPECT_NEAR(d["predicted_peak"]["cast_weights"].get<double>(), 2e9, 1e3);
+  EXPECT_NEAR(d["predicted_peak"]["optimizer"].get<double>(), 8e9, 1e3);
+  bool stated = false;
+  for (const auto& a : p["assumptions"])
+    if (a.get<std::string>().find("optimizer state are unchanged") != std::string::npos) stated = true;
+  EXPECT_TRUE(stated);
+  // bf16 runs at the full bf16 peak: half the fp32 compute time.
+  EXPECT_NEAR(d["compute_seconds_per_step"].get<double>(), 0.6, 1e-9);
+}
+
+TEST(MakePlan, ErrorsNameWhatIsMissing) {
+  json r = synthetic::synthetic_report();
+  r["measurements"]["memory"].erase("points");
+  try {
+    make_plan(r, synthetic_catalog(), synthetic::synthetic_config());
+    FAIL();
+  } catch (const anchor::Error& e) {
+    EXPECT_EQ(e.kind(), anchor::ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("measurements/memory/points"), std::string::npos)
+        << e.what();
+  }
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  cfg.budget.devices = {"TPU-v9"};
+  EXPECT_THROW(make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg), anchor::Error);
+}
+
+TEST(MakePlan, FormatsATable) {
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
+                           synthetic::synthetic_config());
+  const std::string t = format_plan(p);
+  EXPECT_NE(t.find("Memory model"), std::string::npos);
+  EXPECT_NE(t.find("ddp-just-misses"), std::string::npos);
+  EXPECT_NE(t.find("Assumptions"), std::string::npos);
+  EXPECT_NE(t.find("Recommendation"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,236 @@
+#include "anchor/report/keys.hpp"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include "anchor/error.hpp"
+#include "anchor/report/dsse.hpp"
+#include "run_fixture.hpp"
+
+namespace anchor::report {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+using testing::file_mode;
+using testing::sh;
+using testing::sh_quote;
+using testing::slurp;
+using testing::spit;
+
+class KeysTest : public testing::RunDirTest {};
+
+// Unsets ANCHOR_KEY_PASSPHRASE for a test and restores it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      ::setenv(name_, old_.c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST_F(KeysTest, KeygenWritesPkcs8AndSpkiWithTheRightModes) {
+  EXPECT_EQ(file_mode(priv_), 0600u);
+  // 0644 less the umask: never more than 0644, and others never write.
+  EXPECT_EQ(file_mode(pub_) & ~0644u, 0u);
+  std::string priv = slurp(priv_);
+  EXPECT_EQ(priv.rfind("-----BEGIN PRIVATE KEY-----", 0), 0u) << "unencrypted PKCS#8";
+  EXPECT_EQ(slurp(pub_).rfind("-----BEGIN PUBLIC KEY-----", 0), 0u) << "SPKI";
+  // No temp files left beside them.
+  std::size_t n = 0;
+  for (const auto& e : stdfs::directory_iterator(keys_)) (void)e, ++n;
+  EXPECT_EQ(n, 2u);
+  // openssl reads both as an EC P-256 key pair.
+  auto r = sh("/usr/bin/openssl pkey -in " + sh_quote(priv_) + " -noout -text");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("prime256v1"), std::string::npos) << r.out;
+}
+
+TEST_F(KeysTest, KeyIdIsSha256OfTheDerSpkiAsOpensslPrintsIt) {
+  std::string der = keys_ + "/pub.der";
+  auto r = sh("/usr/bin/openssl pkey -pubin -in " + sh_quote(pub_) + " -outform DER -out " +
+              sh_quote(der));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(key_id_, sha256_hex(slurp(der)));
+  EXPECT_EQ(key_id(load_public_key(pub_)), key_id_);
+  EXPECT_EQ(key_id(load_private_key(priv_)), key_id_);
+  // Negative control: another key has another id.
+  auto [other_priv, other_pub] = other_keypair();
+  EXPECT_NE(key_id(load_public_key(other_pub)), key_id_);
+}
+
+TEST_F(KeysTest, GroupOrOtherReadablePrivateKeyIsRefusedWithTheFix) {
+  ASSERT_EQ(::chmod(priv_.c_str(), 0644), 0);
+  try {
+    load_private_key(priv_);
+    FAIL() << "a 0644 private key was loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("mode 0644"), std::string::npos) << e.what();
+    EXPECT_EQ(e.hint(), "chmod 600 " + priv_);
+  }
+  ASSERT_EQ(::chmod(priv_.c_str(), 0640), 0);
+  EXPECT_THROW(load_private_key(priv_), Error);
+  // Negative control: after the fix it loads.
+  ASSERT_EQ(::chmod(priv_.c_str(), 0600), 0);
+  EXPECT_NO_THROW(load_private_key(priv_));
+  ASSERT_EQ(::chmod(priv_.c_str(), 0400), 0);
+  EXPECT_NO_THROW(load_private_key(priv_));
+}
+
+TEST_F(KeysTest, ExistingKeysAreNotOverwrittenWithoutForce) {
+  std::string before = slurp(priv_);
+  KeygenOptions k;
+  k.private_path = priv_;
+  k.public_path = keys_ + "/fresh.pub";
+  try {
+    write_keypair(k);
+    FAIL() << "overwrote an existing private key";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos);
+    EXPECT_NE(e.hint().find("--force"), std::string::npos);
+  }
+  EXPECT_EQ(slurp(priv_), before);
+  EXPECT_FALSE(stdfs::exists(k.public_path)) << "half a key pair was written";
+  // --force replaces both, and the new pair matches.
+  k.public_path = pub_;
+  k.force = true;
+  std::string id = write_keypair(k).key_id;
+  EXPECT_NE(slurp(priv_), before);
+  EXPECT_NE(id, key_id_);
+  EXPECT_EQ(key_id(load_private_key(priv_)), id);
+  EXPECT_EQ(key_id(load_public_key(pub_)), id);
+  EXPECT_EQ(file_mode(priv_), 0600u);
+}
+
+TEST_F(KeysTest, PassphraseEncryptedKeyRoundTrip) {
+  ScopedEnv env(kPassphraseEnv, nullptr);
+  KeygenOptions k;
+  k.private_path = keys_ + "/enc.key";
+  k.public_path = keys_ + "/enc.pub";
+  k.passphrase = "correct horse battery staple";
+  KeygenResult r = write_keypair(k);
+  EXPECT_TRUE(r.encrypted);
+  std::string pem = slurp(k.private_path);
+  EXPECT_EQ(pem.rfind("-----BEGIN ENCRYPTED PRIVATE KEY-----", 0), 0u);
+  EXPECT_EQ(pem.find(k.passphrase), std::string::npos);
+  EXPECT_EQ(file_mode(k.private_path), 0600u);
+
+  // openssl confirms PKCS#8 with AES-256-CBC (PBES2).
+  spit(keys_ + "/pass.txt", k.passphrase + "\n");
+  auto o = sh("/usr/bin/openssl pkey -in " + sh_quote(k.private_path) + " -passin file:" +
+              sh_quote(keys_ + "/pass.txt") + " -noout");
+  EXPECT_EQ(o.status, 0) << o.out;
+  auto asn = sh("/usr/bin/openssl asn1parse -in " + sh_quote(k.private_path));
+  EXPECT_NE(asn.out.find("aes-256-cbc"), std::string::npos) << asn.out;
+
+  // No passphrase: refused with the two prompt-free ways, never a prompt.
+  try {
+    load_private_key(k.private_path, "");
+    FAIL() << "an encrypted key loaded without a passphrase";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("encrypted"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find(kPassphraseEnv), std::string::npos);
+    EXPECT_NE(e.hint().find("--passphrase-file"), std::string::npos);
+  }
+  // Wrong passphrase: refused.
+  try {
+    load_private_key(k.private_path, "wrong");
+    FAIL() << "an encrypted key loaded with a wrong passphrase";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong passphrase"), std::string::npos) << e.what();
+  }
+  // Right passphrase, from the file and from the environment.
+  EXPECT_EQ(resolve_passphrase(keys_ + "/pass.txt"), k.passphrase);
+  EXPECT_EQ(key_id(load_private_key(k.private_path, resolve_passphrase(keys_ + "/pass.txt"))),
+            r.key_id);
+  {
+    ScopedEnv set(kPassphraseEnv, k.passphrase.c_str());
+    EXPECT_EQ(resolve_passphrase(""), k.passphrase);
+    Key loaded = load_private_key(k.private_path, resolve_passphrase(""));
+    // The loaded key signs what the public key verifies.
+    std::string sig = sign(loaded, "m");
+    EXPECT_TRUE(verify(load_public_key(k.public_path), "m", sig));
+  }
+  EXPECT_EQ(resolve_passphrase(""), "");
+}
+
+TEST_F(KeysTest, PassphraseFileRules) {
+  spit(keys_ + "/crlf.txt", "secret\r\nsecond line\n");
+  EXPECT_EQ(resolve_passphrase(keys_ + "/crlf.txt"), "secret");
+  spit(keys_ + "/empty.txt", "\n");
+  EXPECT_THROW(resolve_passphrase(keys_ + "/empty.txt"), Error);
+  EXPECT_THROW(resolve_passphrase(keys_ + "/absent.txt"), Error);
+}
+
+TEST_F(KeysTest, OnlyP256KeysAreAccepted) {
+  std::string ed = keys_ + "/ed.key";
+  auto r = sh("/usr/bin/openssl genpkey -algorithm ed25519 -out " + sh_quote(ed));
+  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(::chmod(ed.c_str(), 0600), 0);
+  try {
+    load_private_key(ed);
+    FAIL() << "an ed25519 key was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not an ECDSA P-256 key"), std::string::npos)
+        << e.what();
+  }
+  std::string p384 = keys_ + "/p384.key";
+  r = sh("/usr/bin/openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out " +
+         sh_quote(p384));
+  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(::chmod(p384.c_str(), 0600), 0);
+  EXPECT_THROW(load_private_key(p384), Error);
+  // A key made by the openssl command line (P-256) is accepted: a negative control.
+  std::string p256 = keys_ + "/p256.key";
+  r = sh("/usr/bin/openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out " +
+         sh_quote(p256));
+  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(::chmod(p256.c_str(), 0600), 0);
+  EXPECT_NO_THROW(load_private_key(p256));
+}
+
+TEST_F(KeysTest, PublicAndPrivateFilesAreNotMixedUp) {
+  try {
+    load_public_key(priv_);
+    FAIL() << "a private key file was taken as a public key";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a private key"), std::string::npos);
+  }
+  ASSERT_EQ(::chmod(pub_.c_str(), 0600), 0);
+  EXPECT_THROW(load_private_key(pub_), Error);
+  spit(keys_ + "/junk.pub", "not a key\n");
+  EXPECT_THROW(load_public_key(keys_ + "/junk.pub"), Error);
+}
+
+TEST_F(KeysTest, ErrorsNeverCarryKeyMaterial) {
+  std::string pem = slurp(priv_);
+  std::string body = pem.substr(pem.find('\n') + 1, 40);  // base64 of the key
+  ASSERT_EQ(::chmod(priv_.c_str(), 0644), 0);
+  try {
+    load_private_key(priv_);
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find(body), std::string::npos);
+    EXPECT_EQ(e.hint().find(body), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace anchor::report

@@ -1,0 +1,326 @@
+// sign_run + verify_envelope on a synthetic run directory: the valid case (the
+// negative control for every tamper test) and one test per named failure.
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include "anchor/error.hpp"
+#include "anchor/report/dsse.hpp"
+#include "anchor/report/statement.hpp"
+#include "run_fixture.hpp"
+
+namespace anchor::report {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+using nlohmann::json;
+using testing::has_failure;
+using testing::joined;
+using testing::slurp;
+using testing::spit;
+
+class SignVerifyTest : public testing::RunDirTest {
+ protected:
+  void SetUp() override {
+    RunDirTest::SetUp();
+    SignResult s = sign_run(run_, priv_);
+    EXPECT_EQ(s.envelope_path, envelope());
+    EXPECT_EQ(s.key_id, key_id_);
+    EXPECT_EQ(s.subjects, 2u);
+  }
+
+  VerifyResult verify_with(const std::string& pub) { return verify_envelope(envelope(), pub); }
+
+  // Re-signs an arbitrary statement with the run's own key (an attacker who
+  // holds the key, or a buggy producer): checks that do not rest on the
+  // signature must still catch it.
+  void resign(const json& statement) {
+    Envelope env = sign_envelope(load_private_key(priv_), kInTotoPayloadType, statement.dump());
+    spit(envelope(), envelope_to_json(env));
+  }
+
+  json statement() {
+    return json::parse(*base64_decode(envelope_json()["payload"].get<std::string>()));
+  }
+};
+
+TEST_F(SignVerifyTest, ValidRunVerifies) {
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  EXPECT_TRUE(r.failures.empty());
+  EXPECT_EQ(r.key_id, key_id_);
+  EXPECT_TRUE(r.warnings.empty()) << joined(r.warnings);
+  // Every family of check reported as holding.
+  std::string checks = joined(r.checks);
+  for (const char* what : {"signature:", "statement:", "subjects: all 2", "report: report.json",
+                           "checkpoints: 1", "report/manifests: the 1", "manifest: manifest.json"})
+    EXPECT_NE(checks.find(what), std::string::npos) << what << "\n" << checks;
+}
+
+TEST_F(SignVerifyTest, StatementNamesTheCommittedOutputsOnly) {
+  json st = statement();
+  EXPECT_EQ(st["_type"], "https://in-toto.io/Statement/v1");
+  EXPECT_EQ(st["predicateType"], "https://anchor.dev/pilot-report/v1");
+  ASSERT_EQ(st["subject"].size(), 2u) << st["subject"].dump();  // the torn .tmp- dir is left out
+  EXPECT_EQ(st["subject"][0]["name"], "report.json");
+  EXPECT_EQ(st["subject"][0]["digest"]["sha256"], sha256_file(run_ + "/report.json").sha256);
+  EXPECT_EQ(st["subject"][1]["name"], "checkpoints/step-00000002/manifest.json");
+  EXPECT_EQ(st["subject"][1]["digest"]["sha256"], sha256_file(manifest()).sha256);
+  EXPECT_EQ(st["predicate"]["report"], json::parse(slurp(run_ + "/report.json")));
+  EXPECT_EQ(st["predicate"]["signer"]["key_id"], key_id_);
+  EXPECT_EQ(st["predicate"]["signer"]["algorithm"], "ecdsa-p256-sha256");
+  json env = envelope_json();
+  EXPECT_EQ(env["payloadType"], "application/vnd.in-toto+json");
+  EXPECT_EQ(env["signatures"][0]["keyid"], "");
+  // report.pub beside it is the signer's public key.
+  EXPECT_EQ(slurp(run_ + "/report.pub"), slurp(pub_));
+}
+
+TEST_F(SignVerifyTest, WithoutKeyUsesReportPubAndSaysItIsIntegrityOnly) {
+  VerifyResult r = verify_with("");
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings[0].find("not WHO signed"), std::string::npos) << r.warnings[0];
+  stdfs::remove(run_ + "/report.pub");
+  r = verify_with("");
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "no-key", "--key")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, RunDirectoryPathMeansItsEnvelope) {
+  EXPECT_TRUE(verify_envelope(run_, pub_).ok);
+  stdfs::remove(envelope());
+  VerifyResult r = verify_envelope(run_, pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "unsigned", "not signed")) << joined(r.failures);
+  r = verify_envelope(run_ + "/report.json", pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "envelope-schema", "unsigned report")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, BadSignature) {
+  json env = envelope_json();
+  std::string sig = *base64_decode(env["signatures"][0]["sig"].get<std::string>());
+  sig[sig.size() / 2] ^= 0x01;  // inside r or s: still DER, no longer valid
+  env["signatures"][0]["sig"] = base64_encode(sig);
+  write_envelope(env);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "bad-signature")) << joined(r.failures);
+  EXPECT_FALSE(has_failure(r.failures, "payload-tampered")) << joined(r.failures);
+  EXPECT_FALSE(has_failure(r.failures, "wrong-key")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, WrongKey) {
+  auto [other_priv, other_pub] = other_keypair();
+  VerifyResult r = verify_with(other_pub);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "wrong-key", key_id_)) << joined(r.failures);
+  EXPECT_FALSE(has_failure(r.failures, "bad-signature")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, TamperedPayload) {
+  json env = envelope_json();
+  json st = statement();
+  st["predicate"]["report"]["verdict"] = "fail";
+  env["payload"] = base64_encode(st.dump());
+  write_envelope(env);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "payload-tampered", "/verdict")) << joined(r.failures);
+  EXPECT_FALSE(has_failure(r.failures, "bad-signature")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, TamperedPayloadDigest) {
+  // The attacker edits a subject digest in the payload instead.
+  json env = envelope_json();
+  json st = statement();
+  st["subject"][1]["digest"]["sha256"] = std::string(64, 'a');
+  env["payload"] = base64_encode(st.dump());
+  write_envelope(env);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "payload-tampered", "manifest.json")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, SwappedPayloadType) {
+  json env = envelope_json();
+  env["payloadType"] = "application/json";
+  write_envelope(env);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "payload-type", "application/json")) << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "payload-type", "changed after signing"))
+      << joined(r.failures);
+  EXPECT_FALSE(has_failure(r.failures, "bad-signature")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, MissingSubjectFile) {
+  stdfs::remove(manifest());
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "subject-missing", "checkpoints/step-00000002/manifest.json"))
+      << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, ChangedSubjectFile) {
+  std::string text = slurp(run_ + "/report.json");
+  text.replace(text.find("\"pass\""), 6, "\"PASS\"");
+  spit(run_ + "/report.json", text);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "subject-changed", "report.json")) << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "report-mismatch", "/verdict")) << joined(r.failures);
+  EXPECT_FALSE(has_failure(r.failures, "bad-signature")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, ChangedManifestAlsoBreaksCommittedAndReport) {
+  spit(manifest(), "{\"files\": []}\n");
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "subject-changed", "checkpoints/step-00000002/manifest.json"))
+      << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "COMMITTED")) << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "report.json lists"))
+      << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, RunManifestMustBeTheOneTheReportRecords) {
+  spit(run_ + "/manifest.json", slurp(run_ + "/manifest.json") + "\n");
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "manifest-mismatch", "manifest.json: sha256 on disk"))
+      << joined(r.failures);
+  stdfs::remove(run_ + "/manifest.json");
+  r = verify_with(pub_);
+  EXPECT_TRUE(has_failure(r.failures, "manifest-mismatch", "missing")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, MalformedJson) {
+  std::string text = slurp(envelope());
+  spit(envelope(), text.substr(0, text.size() / 2));
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  ASSERT_EQ(r.failures.size(), 1u) << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "malformed-json")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, NoSignatures) {
+  json env = envelope_json();
+  env["signatures"] = json::array();
+  write_envelope(env);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "unsigned")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, SignedButMaliciousSubjectPathIsRejected) {
+  json st = statement();
+  st["subject"].push_back({{"name", "../../etc/passwd"}, {"digest", {{"sha256", std::string(64, '0')}}}});
+  resign(st);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "statement-schema", "../../etc/passwd")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, SignedButWrongSchemaIsRejected) {
+  json st = statement();
+  st["_type"] = "https://in-toto.io/Statement/v0.1";
+  st["predicateType"] = "https://example.com/other/v1";
+  st["predicate"].erase("report");
+  resign(st);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "statement-schema", "_type")) << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "statement-schema", "predicateType")) << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "statement-schema", "predicate.report")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, PredicateKeyIdMustBeTheSigningKey) {
+  auto [other_priv, other_pub] = other_keypair();
+  json st = statement();
+  st["predicate"]["signer"]["key_id"] = key_id(load_public_key(other_pub));
+  resign(st);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "key-id-mismatch")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, ReportCheckpointListMustMatchTheManifests) {
+  json report = json::parse(slurp(run_ + "/report.json"));
+  report["checkpoints"][0]["manifest_sha256"] = std::string(64, 'b');
+  spit(run_ + "/report.json", report.dump(2));
+  sign_run(run_, priv_);  // a consistent signature over an inconsistent report
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "bbbb")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, CheckpointDirOutsideTheRunIsTiedByTheReportDigest) {
+  // checkpoint.dir configured outside the run directory.
+  std::string outside = (root_ / "ckpt-outside" / "step-00000002").string();
+  stdfs::create_directories(outside);
+  spit(outside + "/manifest.json", "{\"files\": []}\n");
+  spit(outside + "/COMMITTED", sha256_file(outside + "/manifest.json").sha256 + "\n");
+  json report = json::parse(slurp(run_ + "/report.json"));
+  report["checkpoints"].push_back({{"dir", "../ckpt-outside/step-00000002"},
+                                   {"manifest_sha256", sha256_file(outside + "/manifest.json").sha256}});
+  spit(run_ + "/report.json", report.dump(2));
+  sign_run(run_, priv_);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  EXPECT_NE(joined(r.warnings).find("outside the run directory"), std::string::npos);
+  // Negative control: that manifest changed after signing.
+  spit(outside + "/manifest.json", "{\"files\": [1]}\n");
+  r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "../ckpt-outside/step-00000002"))
+      << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, CheckpointCommittedAfterSigningIsAWarningNotASubject) {
+  std::string late = run_ + "/checkpoints/step-00000006";
+  stdfs::create_directories(late);
+  spit(late + "/manifest.json", "{}\n");
+  spit(late + "/COMMITTED", sha256_file(late + "/manifest.json").sha256 + "\n");
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  EXPECT_NE(joined(r.warnings).find("step-00000006"), std::string::npos) << joined(r.warnings);
+}
+
+TEST_F(SignVerifyTest, EnvelopeOnlySkipsTheFiles) {
+  stdfs::remove(manifest());
+  VerifyOptions o;
+  o.public_key_path = pub_;
+  o.check_files = false;
+  VerifyResult r = verify_envelope(envelope(), o);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  EXPECT_NE(joined(r.warnings).find("--envelope-only"), std::string::npos);
+  // Negative control: the same envelope with the files checked fails.
+  EXPECT_FALSE(verify_with(pub_).ok);
+}
+
+TEST_F(SignVerifyTest, SignRefusesACheckpointWhoseCommitRecordDisagrees) {
+  spit(run_ + "/checkpoints/step-00000002/COMMITTED", std::string(64, 'c') + "\n");
+  try {
+    sign_run(run_, priv_);
+    FAIL() << "signed a checkpoint whose COMMITTED disagrees with its manifest";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+    EXPECT_NE(std::string(e.what()).find("COMMITTED"), std::string::npos);
+  }
+}
+
+TEST_F(SignVerifyTest, SignRefusesAReadableKey) {
+  ASSERT_EQ(::chmod(priv_.c_str(), 0644), 0);
+  try {
+    sign_run(run_, priv_);
+    FAIL() << "signed with a 0644 key";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.hint(), "chmod 600 " + priv_);
+  }
+}
+
+}  // namespace
+}  // namespace anchor::report
