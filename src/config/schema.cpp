@@ -20,7 +20,8 @@ namespace {
 
 std::string check_run_name(const std::string& s) {
   static const std::regex kName("[A-Za-z0-9_][A-Za-z0-9._-]{0,63}");
-  if (std::regex_match(s, kName)) return "";
+  // Length first: libstdc++'s regex recurses per character (found by fuzz_config).
+  if (s.size() <= 64 && std::regex_match(s, kName)) return "";
   return "'" + s + "' is not a usable run name: expected 1-64 characters of A-Z a-z 0-9 . _ - "
          "not starting with '.' or '-' (it becomes part of a directory name)";
 }
@@ -32,7 +33,7 @@ std::string check_non_empty(const std::string& s) {
 std::string check_device(const std::string& s) {
   if (s == "cpu" || s == "cuda" || s == "rocm" || s == "auto") return "";
   static const std::regex kIndexed("cuda:(0|[1-9][0-9]{0,3})");
-  if (std::regex_match(s, kIndexed)) return "";
+  if (s.size() <= 9 && std::regex_match(s, kIndexed)) return "";
   return "'" + s + "' is not a device; allowed: cpu, cuda, cuda:N (N = device index), rocm, auto";
 }
 
@@ -239,7 +240,13 @@ bool plain_scalar(const YAML::Node& n, const char* core_tag) {
   return n.IsScalar() && (n.Tag() == "?" || n.Tag() == std::string("tag:yaml.org,2002:") + core_tag);
 }
 
+// No number in a config is longer than this; longer scalars are rejected
+// before any regex sees them (libstdc++'s regex recurses per character, and a
+// long digit string exhausted memory under fuzz_config).
+constexpr std::size_t kMaxNumberChars = 64;
+
 std::optional<std::int64_t> parse_int(const std::string& s) {
+  if (s.size() > kMaxNumberChars) return std::nullopt;
   static const std::regex kInt("[-+]?[0-9]+");
   // 1e9, 2.5e9: accepted when the value is a whole number (token counts).
   static const std::regex kSci("[-+]?[0-9]+(\\.[0-9]+)?[eE]\\+?[0-9]+");
@@ -259,7 +266,7 @@ std::optional<std::int64_t> parse_int(const std::string& s) {
 
 std::optional<double> parse_double(const std::string& s) {
   static const std::regex kNum("[-+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][-+]?[0-9]+)?");
-  if (!std::regex_match(s, kNum)) return std::nullopt;
+  if (s.size() > kMaxNumberChars || !std::regex_match(s, kNum)) return std::nullopt;
   double d = std::strtod(s.c_str(), nullptr);
   if (!std::isfinite(d)) return std::nullopt;
   return d;

@@ -1,7 +1,13 @@
 #include "anchor/measure/proc.hpp"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
+
+#include "anchor/common/process.hpp"
 
 namespace anchor::measure {
 
@@ -16,6 +22,37 @@ ProcMemory read_proc_memory() {
     in.ignore(1 << 16, '\n');
   }
   return m;
+}
+
+namespace {
+
+std::string on_path(const std::string& tool) {
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "");
+  for (std::string dir; std::getline(ss, dir, ':');) {
+    const std::string candidate = dir + "/" + tool;
+    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string device_smi_report(const std::string& device) {
+  if (device.rfind("cuda", 0) != 0) return "";
+  try {
+    if (auto smi = on_path("nvidia-smi"); !smi.empty()) {
+      auto r = proc::run_capture({smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv"});
+      if (r.status == 0) return r.out;
+    }
+    if (auto smi = on_path("rocm-smi"); !smi.empty()) {
+      auto r = proc::run_capture({smi, "--showmeminfo", "vram", "--json"});
+      if (r.status == 0) return r.out;
+    }
+  } catch (...) {
+    // The report is supplementary: a missing or failing tool never fails the pilot.
+  }
+  return "";
 }
 
 }  // namespace anchor::measure

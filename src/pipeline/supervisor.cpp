@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
@@ -157,6 +158,9 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   return w;
 }
 
+// The readable stage table goes to stdout, unless --json reserves stdout for the report.
+std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::cerr : std::cout; }
+
 // Writes every output of the run, whatever its outcome: report.json and
 // report.md, the JUnit XML (--junit) and the report on stdout (--json).
 void publish(Pilot& p) {
@@ -198,7 +202,7 @@ int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
   p.events->write({{"stage", stage}, {"event", "end"}, {"status", "failed"}, {"error", why}}, "supervisor");
   p.report.set_outcome("failed", code, stage + ": " + why);
   publish(p);
-  p.report.print_summary(std::cerr);
+  p.report.print_summary(summary_stream(p));
   std::fprintf(stderr, "anchor: error: pilot failed in stage %s: %s\n", stage.c_str(), why.c_str());
   return code;
 }
@@ -227,6 +231,10 @@ int run_pilot(const PilotOptions& opts) {
   p.run_dir = std::filesystem::canonical(p.run_dir).string();
   p.ckpt_dir = p.cfg.checkpoint.dir.empty() ? p.run_dir + "/checkpoints" : config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
   p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
+  // Leftovers of an earlier, killed run in a shared checkpoint.dir: never loaded, removed now.
+  if (std::filesystem::exists(p.ckpt_dir))
+    for (const auto& gone : checkpoint::Store(p.ckpt_dir).remove_stale_temps())
+      ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
   p.report.begin(p.run_id, p.cfg, opts.config_path);
   fs::atomic_write_file(p.run_dir + "/config.json",
                         nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir}}.dump(2));
@@ -319,7 +327,7 @@ int run_pilot(const PilotOptions& opts) {
                                             std::to_string(repro["differences"].get<int>()) + " differences, " +
                                             repro["mode"].get<std::string>() + ")");
       publish(p);
-      p.report.print_summary(std::cerr);
+      p.report.print_summary(summary_stream(p));
       for (const auto& c : repro["checks"])
         if (!c["ok"].get<bool>())
           std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
@@ -333,15 +341,15 @@ int run_pilot(const PilotOptions& opts) {
     for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
     p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
     publish(p);
-    p.report.print_summary(std::cerr);
+    p.report.print_summary(summary_stream(p));
     std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
     std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
     return 3;
   }
   p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + verdict["mode"].get<std::string>() + ")");
   publish(p);
-  std::cerr << plan::format_plan(p.report.json()["plan"]);
-  p.report.print_summary(std::cerr);
+  summary_stream(p) << plan::format_plan(p.report.json()["plan"]);
+  p.report.print_summary(summary_stream(p));
   return 0;
 }
 

@@ -128,6 +128,7 @@ int run_reference(WorkerContext& ctx) {
   StageMemory step_mem(dev);
   auto measured = run_steps(t, 1);
   ctx.out["step_memory"] = step_mem.read();
+  if (auto smi = measure::device_smi_report(dev); !smi.empty()) ctx.out["step_memory"]["device_report"] = smi;
   ctx.out["state_bytes"] = state_bytes_json(t);
   ctx.out["train_steps"].push_back(measured[0]);
   const auto& last = measured[0];
@@ -154,6 +155,9 @@ int run_reference(WorkerContext& ctx) {
   auto saved = store.save(t.save_request(keep, {{"eval_loss", eval_loss}}));
   keep.clear();
   ctx.out["saved_step"] = t.step();
+  // Retention as the long run applies it: only after a newer commit, never the newest valid one.
+  for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
+    ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = save_figures(saved);
   save_fig["memory"] = save_mem.read();
   stages.push_back(save.end(save_fig));

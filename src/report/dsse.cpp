@@ -1,6 +1,5 @@
 #include "anchor/report/dsse.hpp"
 
-#include <openssl/ecdsa.h>
 #include <openssl/evp.h>
 
 #include <nlohmann/json.hpp>

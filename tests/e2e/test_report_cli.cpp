@@ -39,7 +39,9 @@ class ReportCliTest : public testing::RunDirTest {
     auto r = verify();
     EXPECT_EQ(r.status, 3) << r.out;
     EXPECT_NE(r.out.find("FAIL  " + name + ":"), std::string::npos) << r.out;
-    if (!what.empty()) EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
+    if (!what.empty()) {
+      EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
+    }
     EXPECT_NE(r.out.find("verification FAILED"), std::string::npos) << r.out;
   }
 };

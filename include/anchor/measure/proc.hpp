@@ -1,7 +1,9 @@
 #pragma once
-// Process memory from /proc/self/status: what the tensor allocator does not
-// see (BLAS and oneDNN scratch, the libraries themselves).
+// What the tensor allocator does not see: process memory from
+// /proc/self/status (BLAS and oneDNN scratch, the libraries themselves) and the
+// GPU's own report of its memory use.
 #include <cstdint>
+#include <string>
 
 namespace anchor::measure {
 
@@ -11,5 +13,12 @@ struct ProcMemory {
 };
 
 ProcMemory read_proc_memory();
+
+// The device's own report of memory use, for what the allocator does not see
+// (CUDA context, cuBLAS/cuDNN workspaces, other processes): the output of
+// `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`
+// or `rocm-smi --showmeminfo vram --json` when the tool is on PATH and the
+// device is a GPU; "" otherwise. Never throws.
+std::string device_smi_report(const std::string& device);
 
 }  // namespace anchor::measure

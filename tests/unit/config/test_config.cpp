@@ -554,4 +554,19 @@ TEST_F(ConfigFiles, DirectoryIsIoError) {
   }
 }
 
+// Regression (fuzz_config): very long scalars where a number or a name is
+// expected exhausted memory inside std::regex. They must be ordinary problems.
+TEST(ConfigLoad, VeryLongScalarsAreOrdinaryProblems) {
+  const std::string digits(5000, '7');
+  const std::string name(5000, 'a');
+  try {
+    cfg::load_string(kMinimal + "train: {micro_batch: " + digits + ", optimizer: {lr: " + digits +
+                     "}}\nrun: {name: " + name + "}\ndevice: cuda:" + digits + "\n");
+    FAIL() << "expected problems";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.problems().size(), 4u) << e.what();
+  }
+}
+
 }  // namespace
+
