@@ -64,7 +64,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   std::vector<std::string> stages;
   for (const auto& s : report["stages"]) stages.push_back(s["stage"]);
   EXPECT_EQ(stages, (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save", "reference", "kill",
-                                              "restore", "eval_after_restore", "resume", "compare"}));
+                                              "restore", "eval_after_restore", "resume", "compare", "memory_probe",
+                                              "plan"}));
   bool sigkill_logged = false;
   int starts = 0, ends = 0;
   for (const auto& e : read_events(t.str("run/events.jsonl"))) {
@@ -73,8 +74,18 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
     ends += e.value("event", "") == "end";
   }
   EXPECT_TRUE(sigkill_logged);
-  EXPECT_GE(starts, 11);
-  EXPECT_GE(ends, 11);
+  EXPECT_GE(starts, 13);
+  EXPECT_GE(ends, 13);
+  // The measurements and the plan the report promises (docs/report.md).
+  const auto& m = report["measurements"];
+  EXPECT_GT(m["step"]["tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(m["memory"]["source"], "counting_allocator");
+  EXPECT_GT(m["memory"]["step"]["peak_allocated_bytes"].get<double>(), m["memory"]["state_bytes"]["parameters"].get<double>());
+  EXPECT_EQ(m["memory"]["points"].size(), 3u);
+  EXPECT_GT(m["checkpoint_save"]["bytes"].get<double>(), 0);
+  for (const char* stage : {"eval", "checkpoint_save", "restore"})
+    EXPECT_TRUE(m["memory"]["stages"].contains(stage)) << stage;
+  EXPECT_FALSE(report["plan"]["devices"].empty());
 
   const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
   EXPECT_NE(junit.find("name=\"checkpoint_save\""), std::string::npos);
