@@ -6,7 +6,10 @@
 #include <set>
 #include <tuple>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
+
+#include <sstream>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
@@ -100,6 +103,43 @@ std::string describe_node(const YAML::Node& n) {
   return "nothing";
 }
 
+// Counts documents without building them: where the second one starts.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents_ == 2) second_ = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  int documents() const { return documents_; }
+  const YAML::Mark& second() const { return second_; }
+
+ private:
+  int documents_ = 0;
+  YAML::Mark second_;
+};
+
+// The first document, and the mark of a second one if there is one. Not
+// YAML::LoadAll: on some malformed input (found by fuzz_config, a stray
+// non-UTF-8 byte in a comment) yaml-cpp 0.7's LoadAll never stops producing
+// documents until memory runs out. Two documents are all we need to know about.
+std::pair<YAML::Node, std::optional<YAML::Mark>> load_first_document(const std::string& text) {
+  YAML::Node first = YAML::Load(text);
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  for (int i = 0; i < 2 && parser.HandleNextDocument(counter); ++i) {
+  }
+  if (counter.documents() >= 2) return {first, counter.second()};
+  return {first, std::nullopt};
+}
+
 // Loads one config: the file's tree, then the overrides, then the checks that
 // need the whole config. Problems are collected, never thrown one by one.
 class Loader {
@@ -107,9 +147,10 @@ class Loader {
   explicit Loader(std::string file) : file_(std::move(file)) {}
 
   void read_yaml(const std::string& text) {
-    std::vector<YAML::Node> docs;
+    YAML::Node root;
+    std::optional<YAML::Mark> second_document;
     try {
-      docs = YAML::LoadAll(text);
+      std::tie(root, second_document) = load_first_document(text);
     } catch (const YAML::ParserException& e) {
       add(at(file_, e.mark), "", "YAML syntax error: " + e.msg);
       unreadable_ = true;
@@ -119,10 +160,9 @@ class Loader {
       unreadable_ = true;
       return;
     }
-    if (docs.empty() || docs[0].IsNull()) return;  // empty file: defaults (and missing keys)
-    if (docs.size() > 1)
-      add(at(file_, docs[1].Mark()), "", "more than one YAML document; a config is one document");
-    const YAML::Node& root = docs[0];
+    if (!root.IsDefined() || root.IsNull()) return;  // empty file: defaults (and missing keys)
+    if (second_document)
+      add(at(file_, *second_document), "", "more than one YAML document; a config is one document");
     if (!root.IsMap()) {
       add(at(file_, root.Mark()), "",
           "expected a mapping of sections (" + join(schema::children("")) + "), got " +

@@ -568,5 +568,28 @@ TEST(ConfigLoad, VeryLongScalarsAreOrdinaryProblems) {
   }
 }
 
+// Regression (fuzz_config): this input made yaml-cpp's LoadAll produce
+// documents until memory ran out. It must load (or be rejected) promptly.
+TEST(ConfigLoad, FuzzFoundLoadAllRunawayIsBounded) {
+  const std::string text =
+      anchor::fs::read_file(std::string(ANCHOR_SOURCE_DIR) + "/tests/fuzz/corpus/config/regression-loadall-oom.yaml");
+  try {
+    cfg::load_string(text, "regression.yaml");
+  } catch (const ConfigError& e) {
+    EXPECT_FALSE(e.problems().empty());
+  }
+}
+
+TEST(ConfigLoad, TwoDocumentsAreOneProblemAtTheSecond) {
+  try {
+    cfg::load_string(kMinimal + "---\nrun: {seed: 1}\n", "two.yaml");
+    FAIL();
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_NE(e.problems()[0].message.find("more than one YAML document"), std::string::npos);
+    EXPECT_EQ(e.problems()[0].line, 3);
+  }
+}
+
 }  // namespace
 
