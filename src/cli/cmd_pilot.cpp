@@ -22,14 +22,10 @@ Runner setup_worker(CLI::App& sub, const GlobalOptions&) {
   sub.group("");  // internal: started by `anchor pilot`, not by people
   auto o = std::make_shared<pipeline::WorkerOptions>();
   auto role = std::make_shared<std::string>();
-  sub.add_option("--role", *role, "reference | resume | probe")
-      ->required()
-      ->check(CLI::IsMember({"reference", "resume", "probe"}));
+  sub.add_option("--role", *role, "reference | resume")->required()->check(CLI::IsMember({"reference", "resume"}));
   sub.add_option("--run-dir", o->run_dir, "run directory")->required();
   return [o, role]() {
-    o->role = *role == "reference" ? pipeline::WorkerRole::kReference
-              : *role == "resume"  ? pipeline::WorkerRole::kResume
-                                   : pipeline::WorkerRole::kProbe;
+    o->role = *role == "reference" ? pipeline::WorkerRole::kReference : pipeline::WorkerRole::kResume;
     return pipeline::run_worker(*o);
   };
 }

@@ -106,9 +106,7 @@ struct WorkerOutcome {
 // Starts a worker, relays its events, and (for the reference) SIGKILLs it in
 // its kill window. Returns how it ended.
 WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
-  const std::string name = role == WorkerRole::kReference ? "reference"
-                           : role == WorkerRole::kResume  ? "resume"
-                                                          : "probe";
+  const std::string name = role == WorkerRole::kReference ? "reference" : "resume";
   proc::SpawnOptions so;
   so.capture_stdout = true;
   so.die_with_parent = true;
@@ -293,12 +291,8 @@ int run_pilot(const PilotOptions& opts) {
   p.report.set_resume(ref, res, verdict);
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
 
-  // 8. The memory probe, in its own process: the step's peak at other
-  //    micro-batches and sequence lengths, for the memory model of the plan.
-  auto pr = run_worker_process(p, WorkerRole::kProbe);
-  if (g_signal) return interrupted_exit(p);
-  if (pr.status != 0)
-    return fail(p, "memory_probe", pr.status == 2 ? 2 : 1, "probe worker exited with status " + std::to_string(pr.status));
+  // 8. The memory probe (run by worker B after its results): the step's peak
+  //    at other micro-batches and sequence lengths, for the plan's memory model.
   auto probe = read_json(p.run_dir + "/work/probe.json");
   for (const auto& s : probe["stages"]) p.report.add_stage(s);
   p.report.set_memory_points(probe["memory_points"]);

@@ -181,7 +181,18 @@ int run_reference(WorkerContext& ctx) {
   throw Error(ErrorKind::kRuntime, "the second save finished although the supervisor should have killed it");
 }
 
+int run_probe(WorkerContext& ctx);
+void resume_from_checkpoint(WorkerContext& ctx);
+
 int run_resume(WorkerContext& ctx) {
+  resume_from_checkpoint(ctx);
+  // The resumed run's trainer is gone: the probe measures from an empty
+  // allocator, and saves the start-up of a process of its own.
+  ctx.out = {{"stages", nlohmann::json::array()}};
+  return run_probe(ctx);
+}
+
+void resume_from_checkpoint(WorkerContext& ctx) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out["stages"];
 
@@ -219,14 +230,14 @@ int run_resume(WorkerContext& ctx) {
   ctx.out["final_state"] = t.state_digest();
   stages.push_back(resume.end({{"steps", p.steps_after_resume}}));
   write_result(ctx, "resume");
-  return 0;
 }
 
 // The memory probe: the step's peak at the configured micro-batch and at a
 // smaller micro-batch and a shorter sequence, each a fresh trainer's second
-// step (full optimizer state), with the configured gradient accumulation. These points let the plan separate the fixed
-// state from per-token activations. Runs in its own process: its allocations
-// never touch the reference or the resumed run.
+// step (full optimizer state), with the configured gradient accumulation.
+// These points let the plan separate the fixed state from per-token
+// activations. Runs in the resume worker after its results are written and its
+// trainer destroyed, so it never touches the reference or the resumed run.
 int run_probe(WorkerContext& ctx) {
   const int mb = ctx.cfg.train.micro_batch, T = ctx.cfg.data.seq_len;
   const int small_mb = ctx.cfg.pilot.memory_probe_micro_batch > 0 ? ctx.cfg.pilot.memory_probe_micro_batch
@@ -266,7 +277,6 @@ int run_worker(const WorkerOptions& opts) {
   switch (opts.role) {
     case WorkerRole::kReference: return run_reference(ctx);
     case WorkerRole::kResume: return run_resume(ctx);
-    case WorkerRole::kProbe: return run_probe(ctx);
   }
   return 1;
 }

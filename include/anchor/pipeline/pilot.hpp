@@ -32,7 +32,8 @@ struct PilotOptions {
 // before the run directory exists (bad config, unwritable output dir).
 int run_pilot(const PilotOptions& opts);
 
-enum class WorkerRole { kReference, kResume, kProbe };
+// The resume worker also runs the memory probe once its results are written.
+enum class WorkerRole { kReference, kResume };
 
 struct WorkerOptions {
   WorkerRole role = WorkerRole::kReference;
