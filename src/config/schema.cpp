@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <cstdio>
 #include <regex>
 #include <sstream>
 
@@ -282,7 +283,29 @@ std::string check_bounds(const Field& f, double v) {
   return msg;
 }
 
+// "" when s is valid UTF-8, else where it is not. The effective config is
+// JSON (digest, manifest, report), and JSON strings must be UTF-8 (found by
+// fuzz_config: an accepted config whose digest could not be computed).
+std::string utf8_problem(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
+    if (!ok) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "is not valid UTF-8 (byte 0x%02X at offset %zu)", c, i);
+      return buf;
+    }
+    i += len;
+  }
+  return "";
+}
+
 std::string check_string(const Field& f, const std::string& s) {
+  if (auto e = utf8_problem(s); !e.empty()) return "the value " + e;
   if (!f.allowed.empty() &&
       std::find(f.allowed.begin(), f.allowed.end(), s) == f.allowed.end()) {
     std::string msg = quote(s) + " is not allowed; allowed: ";
@@ -447,6 +470,10 @@ std::string assign(const Field& f, Config& c, const YAML::Node& value, YAML::Mar
         if (where) *where = item.Mark();
         return "list entries must be non-empty strings, got " +
                (item.IsScalar() ? std::string("an empty string") : describe(item));
+      }
+      if (auto e = utf8_problem(item.Scalar()); !e.empty()) {
+        if (where) *where = item.Mark();
+        return "a list entry " + e;
       }
       items.push_back(item.Scalar());
     }

@@ -591,5 +591,20 @@ TEST(ConfigLoad, TwoDocumentsAreOneProblemAtTheSecond) {
   }
 }
 
+// Regression (fuzz_config): a string that is not UTF-8 was accepted, and then
+// the config's digest (JSON) threw. It is a problem with its position.
+TEST(ConfigLoad, NonUtf8StringsAreProblems) {
+  try {
+    cfg::load_string("data:\n  train: [\"a\xF9.txt\"]\nrun: {name: \"x\xC3\"}\n", "utf8.yaml");
+    FAIL() << "expected problems";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 2u) << e.what();
+    EXPECT_NE(e.problems()[0].message.find("not valid UTF-8"), std::string::npos) << e.problems()[0].message;
+    EXPECT_NE(e.problems()[1].message.find("not valid UTF-8"), std::string::npos) << e.problems()[1].message;
+  }
+  // Negative control: valid multi-byte UTF-8 loads.
+  EXPECT_EQ(cfg::load_string(kMinimal + "run: {output_dir: \"r\u00e9sultats\"}\n").run.output_dir, "r\u00e9sultats");
+}
+
 }  // namespace
 
