@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -12,6 +13,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
 #include "anchor/train/schedule.hpp"
 #include "compat.hpp"
@@ -103,7 +105,8 @@ const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, c
 nlohmann::json StepRecord::to_json() const {
   return {{"step", step},         {"loss", loss},           {"grad_norm", grad_norm},
           {"lr", lr},             {"batch_digest", batch_digest}, {"data_wait_s", data_wait_s},
-          {"compute_s", compute_s}, {"tokens", tokens}};
+          {"compute_s", compute_s}, {"comm_s", comm_s}, {"replica_check_s", replica_check_s},
+          {"tokens", tokens}};
 }
 
 RestoreFaults RestoreFaults::from_env() {
@@ -216,15 +219,47 @@ StepRecord Trainer::train_step() {
     r.compute_s += seconds_since(t1);
     r.tokens += x.numel();
   }
+  if (pg_) {
+    // DDP: average the gradients (and the loss, for the record) over the ranks.
+    std::vector<torch::Tensor> ps;
+    ps.reserve(opt_->params().size());
+    for (const auto& p : opt_->params()) ps.push_back(p.param);
+    auto st = dist::allreduce_gradients(*pg_, ps, bucket_bytes_, step_);
+    auto t3 = Clock::now();
+    auto l = torch::tensor({loss_sum}, torch::kFloat64);
+    pg_->allreduce_sum(l, "loss all-reduce (step " + std::to_string(step_) + ")");
+    loss_sum = l.item<double>() / pg_->size();
+    r.comm_s = st.seconds + seconds_since(t3);
+  }
   auto t2 = Clock::now();
   r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
   r.lr = lr_at(cfg_.train, step_, total_steps_);
   opt_->step(r.lr);
   r.compute_s += seconds_since(t2);
+  if (pg_ && check_replicas_) {
+    auto t4 = Clock::now();
+    dist::check_replicated(*pg_, parameter_digest(), step_);
+    r.replica_check_s = seconds_since(t4);
+  }
   r.loss = loss_sum;
   r.batch_digest = digest.hex();
   ++step_;
   return r;
+}
+
+void Trainer::attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool check_replicas) {
+  if (pg && pg->size() != world_)
+    throw Error(ErrorKind::kRuntime, "trainer built for " + std::to_string(world_) + " ranks attached to a group of " +
+                                         std::to_string(pg->size()));
+  pg_ = pg;
+  bucket_bytes_ = std::max<std::int64_t>(1, bucket_bytes);
+  check_replicas_ = check_replicas;
+}
+
+std::string Trainer::parameter_digest() const {
+  Sha256 h;
+  for (const auto& p : model_->named_parameters()) h.update(p.key() + ":" + tensor_digest(p.value()) + "\n");
+  return h.hex();
 }
 
 double Trainer::evaluate(int batches) {

@@ -16,6 +16,10 @@
 #include "anchor/model/gpt.hpp"
 #include "anchor/train/adamw.hpp"
 
+namespace anchor::dist {
+class ProcessGroup;
+}
+
 namespace anchor::train {
 
 struct StepRecord {
@@ -26,6 +30,8 @@ struct StepRecord {
   std::string batch_digest;     // SHA-256 of the step's input tokens (the data cursor, checked)
   double data_wait_s = 0;       // assembling batches
   double compute_s = 0;         // forward, backward, optimizer
+  double comm_s = 0;            // DDP: gradient + loss all-reduce (0 on one rank)
+  double replica_check_s = 0;   // DDP: the parameter digest exchange after the step
   std::int64_t tokens = 0;
   nlohmann::json to_json() const;
 };
@@ -46,8 +52,16 @@ class Trainer {
   // Sets the thread count and deterministic mode. rank/world shard the data.
   Trainer(const config::Config& cfg, int rank = 0, int world_size = 1);
 
+  // Data parallelism (DDP): from now on every step averages the gradients over
+  // the group's ranks in buckets of bucket_bytes between backward and clipping,
+  // reports the loss averaged over ranks, and (check_replicas) checks after the
+  // step that every rank holds the same parameters. `pg` must outlive the trainer.
+  void attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool check_replicas = true);
+
   // One optimizer step (grad_accum micro-steps) at the current step; advances it.
   StepRecord train_step();
+  // SHA-256 over every parameter (names, dtypes, shapes, bytes): the replica check.
+  std::string parameter_digest() const;
   // Mean validation loss over `batches` fixed batches (dropout off, RNG untouched).
   double evaluate(int batches);
 
@@ -88,6 +102,9 @@ class Trainer {
   std::unique_ptr<AdamW> opt_;
   std::int64_t step_ = 0;
   std::vector<std::uint16_t> window_buf_;
+  dist::ProcessGroup* pg_ = nullptr;
+  std::int64_t bucket_bytes_ = 25 << 20;
+  bool check_replicas_ = true;
 };
 
 // The CPU generator's state (a uint8 tensor) and back.
