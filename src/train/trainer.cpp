@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -282,8 +283,18 @@ double Trainer::evaluate(int batches) {
   return sum / batches;
 }
 
+std::string rank_rng_file(int rank, int world) {
+  if (world == 1) return "rng.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "rng-rank%05d-of-%05d.safetensors", rank, world);
+  return buf;
+}
+
+std::string Trainer::rng_file_name() const { return rank_rng_file(rank_, world_); }
+
 checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
-                                              const nlohmann::json& extra_state) const {
+                                              const nlohmann::json& extra_state,
+                                              const std::vector<torch::Tensor>& rng_by_rank) const {
   keep.clear();
   keep.reserve(4 * opt_->params().size() + 64);  // refs point into it: no reallocation
   checkpoint::SaveRequest req;
@@ -303,7 +314,19 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   // Dropout on the GPU draws from the device generator: its state travels too.
   if (device_.is_cuda()) rng_file.tensors.push_back(ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
 #endif
-  req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};
+  req.files = {std::move(model_file), std::move(opt_file)};
+  if (world_ > 1) {
+    if (static_cast<int>(rng_by_rank.size()) != world_)
+      throw Error(ErrorKind::kRuntime, "save_request: " + std::to_string(rng_by_rank.size()) +
+                                           " RNG states for a world of " + std::to_string(world_));
+    for (int r = 0; r < world_; ++r) {
+      checkpoint::FileContent f{rank_rng_file(r, world_), {}, {{"format", "anchor.rng/v1"}, {"rank", std::to_string(r)}}};
+      f.tensors.push_back(ref("cpu_generator", rng_by_rank[static_cast<std::size_t>(r)], keep));
+      req.files.push_back(std::move(f));
+    }
+  } else {
+    req.files.push_back(std::move(rng_file));
+  }
 
   req.state = extra_state;
   req.state["step"] = step_;
@@ -340,8 +363,8 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
     }
   }
   if (!faults.drop_rng) {
-    const auto& rf = file_of(c, "rng.safetensors");
-    set_cpu_rng_state(view_of(rf, "rng.safetensors", "cpu_generator").clone());
+    const auto& rf = file_of(c, rng_file_name());
+    set_cpu_rng_state(view_of(rf, rng_file_name(), "cpu_generator").clone());
 #if defined(ANCHOR_WITH_CUDA)
     if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, "rng.safetensors", "cuda_generator").clone());
 #endif

@@ -80,8 +80,14 @@ class Trainer {
 
   // The checkpoint of the current state. The request points into tensors held
   // by `keepalive`, which must outlive the save.
+  // With several ranks (DDP: model and optimizer replicated) the request holds
+  // one RNG file per rank, rng-rankRRRRR-of-WWWWW.safetensors, from
+  // `rng_by_rank` (every rank's CPU generator state, gathered by the caller).
   checkpoint::SaveRequest save_request(std::vector<torch::Tensor>& keepalive,
-                                       const nlohmann::json& extra_state) const;
+                                       const nlohmann::json& extra_state,
+                                       const std::vector<torch::Tensor>& rng_by_rank = {}) const;
+  // The RNG file this rank restores from: rng.safetensors on one rank.
+  std::string rng_file_name() const;
   // Restores model, optimizer, RNG and step from a loaded checkpoint. Throws
   // Error (kVerification) naming any tensor missing or of the wrong shape/dtype.
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});

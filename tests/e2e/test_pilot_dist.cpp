@@ -1,0 +1,107 @@
+// End-to-end: `anchor pilot --nproc-per-node 2`, the self-launch: the
+// supervisor starts 2 ranks of each worker (DDP over Gloo), kills every rank
+// in the second save, restores and resumes per rank (docs/distributed.md).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/fs.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+using anchor::testing::run_anchor;
+using anchor::testing::source_path;
+using anchor::testing::TempDir;
+using nlohmann::json;
+
+const std::string kPilot = source_path("configs/pilot.yaml");
+
+json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
+
+TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
+  TempDir t("pilot2");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("passed: resume matches the uninterrupted run (bitwise)"), std::string::npos) << r.output;
+
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u) << report["resume"].dump(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(report["resume"]["per_rank"][rank]["rank"], rank);
+    EXPECT_EQ(report["resume"]["per_rank"][rank]["verdict"], "match");
+  }
+  // DDP: the train stage ran on 2 ranks and measured its all-reduce.
+  bool train_seen = false;
+  for (const auto& s : report["stages"])
+    if (s["stage"] == "train") {
+      train_seen = true;
+      EXPECT_EQ(s["figures"]["world_size"], 2);
+      EXPECT_GT(s["figures"]["comm_s"].get<double>(), 0.0);
+    }
+  EXPECT_TRUE(train_seen);
+
+  // One committed checkpoint: model and optimizer once (replicated), an RNG file per rank.
+  const std::string c = t.str("run/checkpoints/step-00000002/");
+  for (const char* f : {"COMMITTED", "model.safetensors", "optimizer.safetensors",
+                        "rng-rank00000-of-00002.safetensors", "rng-rank00001-of-00002.safetensors"})
+    EXPECT_TRUE(std::filesystem::exists(c + f)) << f;
+  EXPECT_FALSE(std::filesystem::exists(c + "rng.safetensors"));
+  // Data sharded by rank (different batches), parameters replicated (equal digests).
+  auto ref0 = read_json(t.str("run/work/reference.json"));
+  auto ref1 = read_json(t.str("run/work/reference-rank1.json"));
+  EXPECT_EQ(ref1["rank"], 1);
+  EXPECT_NE(ref0["train_steps"][0]["batch_digest"], ref1["train_steps"][0]["batch_digest"]) << "data not sharded";
+  EXPECT_EQ(ref0["final_state"]["model"], ref1["final_state"]["model"]) << "replicas differ";
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/work/resume-rank1.json")));
+
+  // The kill stage killed every rank.
+  std::ifstream ev(t.str("run/events.jsonl"));
+  bool all_killed = false;
+  for (std::string line; std::getline(ev, line);) {
+    auto e = json::parse(line);
+    if (e.value("event", "") == "sigkill_sent") all_killed = e["pids"].size() == 2;
+  }
+  EXPECT_TRUE(all_killed);
+}
+
+// Negative control: rank 1 (and rank 0) restore without their RNG state; the
+// per-rank comparison catches it and names rank 1.
+TEST(PilotDist, ABrokenRestoreOnRankOneIsCaughtAndNamed) {
+  TempDir t("pilot2neg");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"},
+                      {{"ANCHOR_PILOT_FAULT", "drop_rng"}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["resume"]["verdict"], "mismatch");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u);
+  EXPECT_EQ(report["resume"]["per_rank"][1]["verdict"], "mismatch");
+  EXPECT_EQ(report["resume"]["per_rank"][1]["cause"][0], "rng") << report["resume"].dump(2);
+  bool named = false;
+  for (const auto& c : report["resume"]["cause"]) named |= c == "rank 1: rng";
+  EXPECT_TRUE(named) << report["resume"]["cause"].dump();
+}
+
+TEST(PilotDist, UnderAnExternalLauncherThePilotSaysItIsNotSupportedYet) {
+  TempDir t("pilot2ext");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")},
+                      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"},
+                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("anchor pilot under torchrun"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
+}
+
+TEST(PilotDist, APartialLaunchEnvironmentIsAConfigError) {
+  TempDir t("pilot2part");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"RANK", "0"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("RANK is set but WORLD_SIZE is not"), std::string::npos) << r.output;
+}
+
+}  // namespace
