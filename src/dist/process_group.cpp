@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 
@@ -24,6 +25,80 @@ std::string key(const std::string& a, int r) { return "anchor/" + a + "/" + std:
 
 }  // namespace
 
+namespace {
+
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeout_s) {
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    o.isServer = env.store_server();
+    if (o.isServer) o.numWorkers = static_cast<std::size_t>(env.world_size);
+    o.waitWorkers = false;  // the Gloo rendezvous waits for every rank, with its own timeout
+    o.timeout = to_ms(timeout_s);
+    o.multiTenant = true;
+    c10::intrusive_ptr<c10d::Store> base = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    if (env.agent_store) base = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix(), base);
+    return base;
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": cannot " +
+                    (env.store_server() ? "host" : "reach") + " the store at " + where + " within " +
+                    std::to_string(timeout_s) + " s: " + e.what(),
+                env.store_server() ? "is MASTER_PORT already in use (a static torchrun rendezvous hosts it: "
+                                     "TORCHELASTIC_USE_AGENT_STORE=True)?"
+                                   : "is rank 0 running and MASTER_ADDR/MASTER_PORT the same for every rank?");
+  }
+}
+
+}  // namespace
+
+struct Store::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+Store::Store(const LaunchEnv& env, double timeout_s) : impl_(std::make_unique<Impl>()) {
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>("anchor-launch", connect_store(env, timeout_s));
+}
+Store::~Store() = default;
+
+void Store::set(const std::string& k, const std::string& v) {
+  try {
+    impl_->store->set(k, std::vector<std::uint8_t>(v.begin(), v.end()));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime, "store: cannot set '" + k + "': " + e.what());
+  }
+}
+
+std::string Store::wait_get(const std::string& k, const std::string& who_hosts) {
+  for (;;) {
+    bool there = false;
+    try {
+      there = impl_->store->check({k});
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (waiting for '" + k + "'): " + e.what(),
+                  "look at that process's output");
+    }
+    if (there) {
+      auto v = impl_->store->get(k);
+      return std::string(v.begin(), v.end());
+    }
+    try {
+      impl_->store->wait({k}, ms(1000));
+    } catch (const std::exception&) {
+      // a timeout (check again) or a lost store (the check above says so)
+    }
+  }
+}
+
+long long Store::add(const std::string& k, long long delta) {
+  try {
+    return static_cast<long long>(impl_->store->add(k, delta));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime, "store: cannot add to '" + k + "': " + e.what());
+  }
+}
+
 struct ProcessGroup::Impl {
   LaunchEnv env;
   double timeout_s = 300;
@@ -35,27 +110,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, double timeout_s) : impl_(std::
   impl_->env = env;
   impl_->timeout_s = timeout_s;
   const auto t0 = Clock::now();
-  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  c10::intrusive_ptr<c10d::Store> base;
-  try {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(env.master_port);
-    o.isServer = env.store_server();
-    if (o.isServer) o.numWorkers = static_cast<std::size_t>(env.world_size);
-    o.waitWorkers = false;  // the Gloo rendezvous below waits for every rank, with its own timeout
-    o.timeout = to_ms(timeout_s);
-    o.multiTenant = true;
-    base = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-    if (env.agent_store) base = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix(), base);
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::kRuntime,
-                "rendezvous: " + env.describe() + ": cannot " +
-                    (env.store_server() ? "host" : "reach") + " the store at " + where + " within " +
-                    std::to_string(timeout_s) + " s: " + e.what(),
-                env.store_server() ? "is MASTER_PORT already in use (a static torchrun rendezvous hosts it: "
-                                     "TORCHELASTIC_USE_AGENT_STORE=True)?"
-                                   : "is rank 0 running and MASTER_ADDR/MASTER_PORT the same for every rank?");
-  }
+  c10::intrusive_ptr<c10d::Store> base = connect_store(env, timeout_s);
   impl_->store = base;
   try {
     auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));

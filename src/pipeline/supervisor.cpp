@@ -23,6 +23,7 @@
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
+#include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
@@ -259,7 +260,11 @@ nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse
 
 }  // namespace
 
-int run_pilot(const PilotOptions& opts) {
+namespace {
+
+// The pilot in this process. launched_world > 0: under an external launcher
+// on one node, the number of ranks it started (the workers get as many).
+int run_supervisor(const PilotOptions& opts, int launched_world) {
   Pilot p;
   p.opts = opts;
   // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
@@ -269,17 +274,10 @@ int run_pilot(const PilotOptions& opts) {
     p.signing_key = config::resolve_path(p.cfg, p.cfg.report.signing_key);
     report::load_private_key(p.signing_key, report::resolve_passphrase(""));
   }
-  // Ranks: the supervisor starts them itself (distributed.nproc_per_node). Under
-  // an external launcher (torchrun, srun) this slice does not run the pilot yet.
+  // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
+  // many as the external launcher started: docs/distributed.md).
   {
-    auto launch = dist::detect_launch();
-    if (launch.launcher != dist::Launcher::kNone)
-      throw Error(ErrorKind::kUsage,
-                  std::string("anchor pilot under ") + dist::launcher_name(launch.launcher) + " (" + launch.describe() +
-                      ") is not supported yet",
-                  "run `anchor pilot` once, with distributed.nproc_per_node: N (or --nproc-per-node N): it starts "
-                  "the N ranks itself (docs/distributed.md)");
-    p.nproc = p.cfg.distributed.nproc_per_node;
+    p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
     if (p.nproc > 1 && p.cfg.distributed.backend == "nccl")
       throw Error(ErrorKind::kConfig, "distributed.backend: nccl is not implemented yet; the pilot's ranks use Gloo",
                   "use distributed.backend: auto or gloo (CPU)");
@@ -436,6 +434,53 @@ int run_pilot(const PilotOptions& opts) {
   summary_stream(p) << plan::format_plan(p.report.json()["plan"]);
   p.report.print_summary(summary_stream(p));
   return 0;
+}
+
+}  // namespace
+
+int run_pilot(const PilotOptions& opts) {
+  const auto launch = dist::detect_launch();  // a partial or contradictory environment: exit 2
+  if (launch.launcher == dist::Launcher::kNone) return run_supervisor(opts, 0);
+
+  // Under torchrun/srun: the pilot needs fresh worker processes and a real
+  // SIGKILL, so the launched processes are supervisors, not workers. On one
+  // node, rank 0 runs the pilot with as many self-started ranks as the
+  // launcher started; the other launched processes wait for its exit code and
+  // exit with it (docs/distributed.md).
+  if (launch.local_world_size != launch.world_size)
+    throw Error(ErrorKind::kUsage,
+                std::string("anchor pilot under ") + dist::launcher_name(launch.launcher) + " on several nodes (" +
+                    launch.describe() + ") is not supported yet",
+                "run it on one node: torchrun --nproc_per_node N, or anchor pilot --nproc-per-node N");
+  config::Config cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
+  dist::check_nproc_per_node(launch, cfg.distributed.nproc_per_node);
+  PilotOptions here = opts;
+  here.config = &cfg;
+  dist::Store store(launch, cfg.distributed.timeout_s);
+  if (launch.rank != 0) {
+    ANCHOR_LOG_INFO("pilot", "{}: rank 0 runs the pilot with {} ranks; waiting for its verdict", launch.describe(),
+                    launch.world_size);
+    const int code = std::stoi(store.wait_get("pilot/exit", "rank 0 (the pilot's supervisor)"));
+    store.add("pilot/ack", 1);
+    ANCHOR_LOG_INFO("pilot", "rank 0's pilot exited with {}", code);
+    return code;
+  }
+  ANCHOR_LOG_INFO("pilot", "{}: this process supervises the pilot", launch.describe());
+  int code = 1;
+  try {
+    code = run_supervisor(here, launch.world_size);
+  } catch (const Error& e) {
+    code = exit_code_for(e.kind());
+    store.set("pilot/exit", std::to_string(code));
+    throw;
+  }
+  store.set("pilot/exit", std::to_string(code));
+  // The store lives in this process (unless the agent hosts it): stay until every rank has read the verdict.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (store.add("pilot/ack", 0) < launch.world_size - 1 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(cfg.distributed.timeout_s))
+    ::usleep(20000);
+  return code;
 }
 
 }  // namespace anchor::pipeline

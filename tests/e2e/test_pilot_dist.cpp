@@ -2,12 +2,16 @@
 // supervisor starts 2 ranks of each worker (DDP over Gloo), kills every rank
 // in the second save, restores and resumes per rank (docs/distributed.md).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
 #include "support/run_anchor.hpp"
 
 namespace {
@@ -20,6 +24,18 @@ using nlohmann::json;
 const std::string kPilot = source_path("configs/pilot.yaml");
 
 json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
+
+int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
 
 TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
   TempDir t("pilot2");
@@ -87,13 +103,50 @@ TEST(PilotDist, ABrokenRestoreOnRankOneIsCaughtAndNamed) {
   EXPECT_TRUE(named) << report["resume"]["cause"].dump();
 }
 
-TEST(PilotDist, UnderAnExternalLauncherThePilotSaysItIsNotSupportedYet) {
+// torchrun 1.13 (python3-torch) launching the binary: 2 processes; rank 0
+// supervises the pilot with 2 ranks, rank 1 waits for its verdict and exits
+// with it. `static`: --master_port, the agent hosts the store
+// (TORCHELASTIC_USE_AGENT_STORE=True); `standalone`: rank 0 hosts it.
+class PilotTorchrun : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
+  TempDir t("pilottr");
+  std::vector<std::string> argv = {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python",
+                                   "--nproc_per_node", "2", "--redirects", "1", "--tee", "1"};
+  if (GetParam()) {
+    argv.push_back("--standalone");
+  } else {
+    argv.push_back("--master_addr");
+    argv.push_back("127.0.0.1");
+    argv.push_back("--master_port");
+    argv.push_back(std::to_string(free_port()));
+  }
+  for (const auto& a : {std::string(ANCHOR_BINARY), std::string("pilot"), kPilot, std::string("--run-dir"), t.str("run")})
+    argv.push_back(a);
+  anchor::proc::SpawnOptions o;
+  o.merge_stderr = true;
+  auto r = anchor::proc::run_capture(argv, o);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(GetParam() ? "(hosted here)" : "(agent's, /worker/attempt_0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 0's pilot exited with 0"), std::string::npos) << r.out;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u);
+  EXPECT_EQ(report["resume"]["per_rank"][1]["verdict"], "match");
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/rng-rank00001-of-00002.safetensors")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Rendezvous, PilotTorchrun, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "standalone" : "static"); });
+
+TEST(PilotDist, SeveralNodesUnderALauncherAreRefusedForNow) {
   TempDir t("pilot2ext");
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")},
-                      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"},
+                      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
                        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("anchor pilot under torchrun"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("on several nodes"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
 }
 
