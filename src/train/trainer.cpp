@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "anchor/common/sha256.hpp"
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
+#include "anchor/log.hpp"
 #include "anchor/train/schedule.hpp"
 #include "compat.hpp"
 
@@ -221,6 +223,11 @@ StepRecord Trainer::train_step() {
     r.tokens += x.numel();
   }
   if (pg_) {
+    if (rank_ == fault_rank_ && step_ == fault_step_) {
+      ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself in step {} before the all-reduce", rank_, step_);
+      std::fflush(nullptr);
+      ::raise(SIGKILL);
+    }
     // DDP: average the gradients (and the loss, for the record) over the ranks.
     std::vector<torch::Tensor> ps;
     ps.reserve(opt_->params().size());
@@ -255,6 +262,14 @@ void Trainer::attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool che
   pg_ = pg;
   bucket_bytes_ = std::max<std::int64_t>(1, bucket_bytes);
   check_replicas_ = check_replicas;
+  if (const char* f = std::getenv("ANCHOR_DIST_FAULT")) {
+    int r = -1;
+    long long s = -1;
+    if (std::sscanf(f, "sigkill:%d:%lld", &r, &s) != 2)
+      throw Error(ErrorKind::kUsage, std::string("bad ANCHOR_DIST_FAULT '") + f + "'", "use sigkill:<rank>:<step>");
+    fault_rank_ = r;
+    fault_step_ = s;
+  }
 }
 
 std::string Trainer::parameter_digest() const {

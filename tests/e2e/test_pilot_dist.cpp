@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -148,6 +150,26 @@ TEST(PilotDist, SeveralNodesUnderALauncherAreRefusedForNow) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("on several nodes"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
+}
+
+// Rank 1 of the reference worker SIGKILLs itself in step 1 after backward,
+// before the all-reduce: rank 0 ends with an error naming rank 1 well within
+// the timeout, and the pilot fails in the train stage instead of hanging.
+TEST(PilotDist, KillingOneRankMidStepEndsEveryRankWithAnErrorNamingIt) {
+  TempDir t("pilot2kill");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set",
+                       "distributed.timeout_s=30"},
+                      {{"ANCHOR_DIST_FAULT", "sigkill:1:1"}});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 1 kills itself in step 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed on rank 0/2: rank 1 did not answer (dead or hung)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pilot failed in stage train"), std::string::npos) << r.output;
+  std::cout << "pilot ended " << s << " s after its start (timeout 30 s)\n";
+  EXPECT_LT(s, 30.0);
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
 }
 
 TEST(PilotDist, APartialLaunchEnvironmentIsAConfigError) {

@@ -111,6 +111,10 @@ class Trainer {
   dist::ProcessGroup* pg_ = nullptr;
   std::int64_t bucket_bytes_ = 25 << 20;
   bool check_replicas_ = true;
+  // Test seam ANCHOR_DIST_FAULT=sigkill:<rank>:<step>: that rank SIGKILLs itself
+  // in that step after backward, before the all-reduce (docs/distributed.md).
+  int fault_rank_ = -1;
+  std::int64_t fault_step_ = -1;
 };
 
 // The CPU generator's state (a uint8 tensor) and back.
