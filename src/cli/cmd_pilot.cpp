@@ -12,7 +12,12 @@ Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
   sub.add_option("--junit", o->junit_path, "also write a JUnit XML file: one test case per stage and check");
   sub.add_flag("--json", o->json_stdout, "print report.json on stdout");
   sub.add_flag("!--no-cache", o->use_hash_cache, "hash every input again instead of trusting the pin cache");
-  return [o, &global]() {
+  auto nproc = std::make_shared<int>(0);
+  sub.add_option("--nproc-per-node", *nproc,
+                 "start N ranks of each worker (DDP over Gloo; same as --set distributed.nproc_per_node=N)")
+      ->check(CLI::PositiveNumber);
+  return [o, nproc, &global]() {
+    if (*nproc > 0) o->overrides.push_back("distributed.nproc_per_node=" + std::to_string(*nproc));
     o->log_level = global.log_level;
     return pipeline::run_pilot(*o);
   };

@@ -17,7 +17,14 @@ std::string utc_now() {
   return buf;
 }
 
+namespace {
+bool g_events_enabled = true;
+}
+
+void set_events_enabled(bool on) { g_events_enabled = on; }
+
 void emit_event(const nlohmann::json& event) {
+  if (!g_events_enabled) return;
   std::string line = std::string(kEventPrefix) + event.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);

@@ -10,8 +10,10 @@ namespace anchor::pipeline {
 
 inline constexpr const char* kEventPrefix = "@anchor-event ";
 
-// Worker side: one line on stdout, flushed.
+// Worker side: one line on stdout, flushed. Off (set_events_enabled(false)) on
+// ranks other than 0 of a multi-rank worker: rank 0 speaks for the group.
 void emit_event(const nlohmann::json& event);
+void set_events_enabled(bool on);
 
 // Times one stage of a worker and emits its start and end events.
 class StageTimer {

@@ -2,7 +2,9 @@
 // worker processes from its own binary, kills one for real, compares, and
 // writes the report. Reads top to bottom as the stage sequence
 // (DESIGN.md "The pilot").
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,8 @@
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
+#include "anchor/dist/launch.hpp"
+#include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
@@ -83,6 +87,7 @@ struct Pilot {
   Report report;
   std::string signing_key;  // resolved path; empty: the run is unsigned
   plan::Catalog catalog;
+  int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
 
   // Supervisor-side stage: timed, logged, recorded in the report.
   template <typename F>
@@ -100,19 +105,48 @@ struct WorkerOutcome {
   int status = -1;
   bool killed_by_us = false;
   std::string open_stage;   // a stage that started and did not end
+  int failed_rank = 0;      // the rank whose status this is
   nlohmann::json stages = nlohmann::json::array();
 };
 
-// Starts a worker, relays its events, and (for the reference) SIGKILLs it in
-// its kill window. Returns how it ended.
+// A TCP port the kernel just handed out on the loopback (closed again before
+// rank 0's store binds it: a small window, fine on one node).
+int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) throw io_error("socket", "127.0.0.1", errno);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
+    int e = errno;
+    ::close(s);
+    throw io_error("bind", "127.0.0.1:0", e);
+  }
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+// Starts a worker (nproc ranks of it for reference and resume: the self-launch,
+// docs/distributed.md), relays rank 0's events, and (for the reference)
+// SIGKILLs every rank in the kill window. Returns how it ended: rank 0's
+// status, or the first other rank's failure.
 WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   const std::string name = role == WorkerRole::kReference ? "reference" : "resume";
-  proc::SpawnOptions so;
-  so.capture_stdout = true;
-  so.die_with_parent = true;
-  auto child = proc::spawn({proc::self_exe(), "--log-level", p.opts.log_level, "__worker", "--role", name,
-                            "--run-dir", p.run_dir},
-                           so);
+  const int nproc = p.nproc;
+  const int port = nproc > 1 ? free_port() : 0;
+  std::vector<proc::Child> ranks;
+  for (int r = 0; r < nproc; ++r) {
+    proc::SpawnOptions so;
+    so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
+    so.die_with_parent = true;
+    if (nproc > 1) so.env = dist::self_launch_env(r, nproc, port);
+    ranks.push_back(proc::spawn({proc::self_exe(), "--log-level", p.opts.log_level, "__worker", "--role", name,
+                                 "--run-dir", p.run_dir},
+                                so));
+  }
+  auto& child = ranks[0];
   WorkerOutcome w;
   std::string buf;
   char chunk[4096];
@@ -120,7 +154,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     ssize_t n = ::read(child.stdout_fd, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) {
       if (g_signal) {
-        ::kill(child.pid, SIGTERM);
+        for (const auto& c : ranks) ::kill(c.pid, SIGTERM);
         break;
       }
       continue;
@@ -142,10 +176,14 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       if (evname == "start") w.open_stage = ev.value("stage", "");
       if (evname == "end") w.open_stage.clear();
       if (evname == "kill_window" && role == WorkerRole::kReference) {
-        // The real thing: SIGKILL in the middle of a save, nothing cooperative.
-        ::kill(child.pid, SIGKILL);
+        // The real thing: SIGKILL in the middle of a save, nothing cooperative; every rank.
+        nlohmann::json pids = nlohmann::json::array();
+        for (const auto& c : ranks) {
+          ::kill(c.pid, SIGKILL);
+          pids.push_back(c.pid);
+        }
         w.killed_by_us = true;
-        p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pid", child.pid},
+        p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pid", child.pid}, {"pids", pids},
                          {"point", ev.value("point", "")}},
                         "supervisor");
       }
@@ -153,6 +191,17 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   }
   ::close(child.stdout_fd);
   w.status = proc::wait_exit(child.pid);
+  // Rank 0 failed: the others are stopped or failing (every collective has a
+  // timeout), but one hung outside a collective would never end: stop them all.
+  if (w.status != 0 && !w.killed_by_us)
+    for (std::size_t r = 1; r < ranks.size(); ++r) ::kill(ranks[r].pid, SIGKILL);
+  for (std::size_t r = 1; r < ranks.size(); ++r) {
+    const int st = proc::wait_exit(ranks[r].pid);
+    if (w.status == 0 && st != 0) {
+      w.status = st;
+      w.failed_rank = static_cast<int>(r);
+    }
+  }
   return w;
 }
 
@@ -209,7 +258,11 @@ nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse
 
 }  // namespace
 
-int run_pilot(const PilotOptions& opts) {
+namespace {
+
+// The pilot in this process. launched_world > 0: under an external launcher
+// on one node, the number of ranks it started (the workers get as many).
+int run_supervisor(const PilotOptions& opts, int launched_world) {
   Pilot p;
   p.opts = opts;
   // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
@@ -218,6 +271,18 @@ int run_pilot(const PilotOptions& opts) {
     // Fail before any training on a key that cannot sign (mode, passphrase, curve).
     p.signing_key = config::resolve_path(p.cfg, p.cfg.report.signing_key);
     report::load_private_key(p.signing_key, report::resolve_passphrase(""));
+  }
+  // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
+  // many as the external launcher started: docs/distributed.md).
+  {
+    p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
+    if (p.nproc > 1 && p.cfg.distributed.backend == "nccl")
+      throw Error(ErrorKind::kConfig, "distributed.backend: nccl is not implemented yet; the pilot's ranks use Gloo",
+                  "use distributed.backend: auto or gloo (CPU)");
+    if (p.nproc > 1 && p.cfg.distributed.strategy != "ddp")
+      throw Error(ErrorKind::kConfig,
+                  "distributed.strategy: " + p.cfg.distributed.strategy + " is not implemented yet",
+                  "use distributed.strategy: ddp");
   }
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
@@ -278,15 +343,33 @@ int run_pilot(const PilotOptions& opts) {
   if (g_signal) return interrupted_exit(p);
   if (b.status != 0)
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, b.status == 3 ? 3 : 1,
-                "worker B exited with status " + std::to_string(b.status));
+                "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string()) +
+                    " exited with status " + std::to_string(b.status));
   auto res = read_json(p.run_dir + "/work/resume.json");
   for (const auto& s : res["stages"]) p.report.add_stage(s);
 
   // 7. Compare B with A: bitwise on CPU.
   nlohmann::json verdict;
   p.stage("compare", [&] {
-    verdict = compare_resume(ref, res, p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance);
-    return nlohmann::json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]}};
+    const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
+    verdict = compare_resume(ref, res, tol);
+    if (p.nproc > 1) {
+      // Every rank's resume against its own reference: its batches, its RNG.
+      nlohmann::json per_rank = nlohmann::json::array();
+      per_rank.push_back({{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}});
+      for (int r = 1; r < p.nproc; ++r) {
+        const std::string sfx = "-rank" + std::to_string(r) + ".json";
+        auto v = compare_resume(read_json(p.run_dir + "/work/reference" + sfx), read_json(p.run_dir + "/work/resume" + sfx), tol);
+        per_rank.push_back({{"rank", r}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
+        if (v["verdict"] != "match") {
+          verdict["verdict"] = v["verdict"];
+          for (const auto& c : v["cause"]) verdict["cause"].push_back("rank " + std::to_string(r) + ": " + c.get<std::string>());
+        }
+      }
+      verdict["per_rank"] = per_rank;
+    }
+    return nlohmann::json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]},
+                          {"world_size", p.nproc}, {"per_rank", verdict.value("per_rank", nlohmann::json::array())}};
   });
   p.report.set_resume(ref, res, verdict);
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
@@ -345,6 +428,53 @@ int run_pilot(const PilotOptions& opts) {
   summary_stream(p) << plan::format_plan(p.report.json()["plan"]);
   p.report.print_summary(summary_stream(p));
   return 0;
+}
+
+}  // namespace
+
+int run_pilot(const PilotOptions& opts) {
+  const auto launch = dist::detect_launch();  // a partial or contradictory environment: exit 2
+  if (launch.launcher == dist::Launcher::kNone) return run_supervisor(opts, 0);
+
+  // Under torchrun/srun: the pilot needs fresh worker processes and a real
+  // SIGKILL, so the launched processes are supervisors, not workers. On one
+  // node, rank 0 runs the pilot with as many self-started ranks as the
+  // launcher started; the other launched processes wait for its exit code and
+  // exit with it (docs/distributed.md).
+  if (launch.local_world_size != launch.world_size)
+    throw Error(ErrorKind::kUsage,
+                std::string("anchor pilot under ") + dist::launcher_name(launch.launcher) + " on several nodes (" +
+                    launch.describe() + ") is not supported yet",
+                "run it on one node: torchrun --nproc_per_node N, or anchor pilot --nproc-per-node N");
+  config::Config cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
+  dist::check_nproc_per_node(launch, cfg.distributed.nproc_per_node);
+  PilotOptions here = opts;
+  here.config = &cfg;
+  dist::Store store(launch, cfg.distributed.timeout_s);
+  if (launch.rank != 0) {
+    ANCHOR_LOG_INFO("pilot", "{}: rank 0 runs the pilot with {} ranks; waiting for its verdict", launch.describe(),
+                    launch.world_size);
+    const int code = std::stoi(store.wait_get("pilot/exit", "rank 0 (the pilot's supervisor)"));
+    store.add("pilot/ack", 1);
+    ANCHOR_LOG_INFO("pilot", "rank 0's pilot exited with {}", code);
+    return code;
+  }
+  ANCHOR_LOG_INFO("pilot", "{}: this process supervises the pilot", launch.describe());
+  int code = 1;
+  try {
+    code = run_supervisor(here, launch.world_size);
+  } catch (const Error& e) {
+    code = exit_code_for(e.kind());
+    store.set("pilot/exit", std::to_string(code));
+    throw;
+  }
+  store.set("pilot/exit", std::to_string(code));
+  // The store lives in this process (unless the agent hosts it): stay until every rank has read the verdict.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (store.add("pilot/ack", 0) < launch.world_size - 1 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(cfg.distributed.timeout_s))
+    ::usleep(20000);
+  return code;
 }
 
 }  // namespace anchor::pipeline

@@ -9,11 +9,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <filesystem>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/config/config.hpp"
+#include "anchor/dist/launch.hpp"
+#include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/measure/memory.hpp"
@@ -29,6 +34,8 @@ struct WorkerContext {
   config::Config cfg;
   std::string run_dir;
   std::string ckpt_dir;
+  dist::LaunchEnv env;                   // rank and world (one rank: the defaults)
+  std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
   nlohmann::json out = nlohmann::json::object();  // becomes work/<role>.json
 };
 
@@ -87,6 +94,39 @@ nlohmann::json run_steps(train::Trainer& t, int n) {
   return steps;
 }
 
+// The trainer of this rank; with several ranks DDP over the worker's group.
+std::unique_ptr<train::Trainer> make_trainer(WorkerContext& ctx) {
+  auto t = std::make_unique<train::Trainer>(ctx.cfg, ctx.env.rank, ctx.env.world_size);
+  if (ctx.pg) t->attach(ctx.pg.get(), static_cast<std::int64_t>(ctx.cfg.distributed.bucket_mb * 1024.0 * 1024.0));
+  return t;
+}
+
+// The checkpoint of step t.step(). One rank: a plain save. Several: every rank
+// sends its RNG state through the store, rank 0 writes model, optimizer and one
+// RNG file per rank and commits; a barrier keeps every rank here until the
+// commit is done (a rank killed in between leaves no COMMITTED: rank 0 never
+// got its state, or never got past the barrier).
+std::optional<checkpoint::SaveResult> save_checkpoint(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
+                                                      const nlohmann::json& extra, const checkpoint::Hook& hook = {}) {
+  std::vector<torch::Tensor> keep;
+  if (!ctx.pg) return store.save(t.save_request(keep, extra), hook);
+  auto mine = train::get_cpu_rng_state().contiguous();
+  std::string bytes(static_cast<const char*>(mine.data_ptr()), static_cast<std::size_t>(mine.nbytes()));
+  auto all = ctx.pg->exchange("rng/" + std::to_string(t.step()), bytes);
+  std::optional<checkpoint::SaveResult> res;
+  if (ctx.env.rank == 0) {
+    std::vector<torch::Tensor> rng;
+    for (const auto& b : all) {
+      auto x = torch::empty({static_cast<std::int64_t>(b.size())}, torch::kUInt8);
+      std::memcpy(x.data_ptr(), b.data(), b.size());
+      rng.push_back(x);
+    }
+    res = store.save(t.save_request(keep, extra, rng), hook);
+  }
+  ctx.pg->barrier("checkpoint commit of step " + std::to_string(t.step()));
+  return res;
+}
+
 nlohmann::json save_figures(const checkpoint::SaveResult& s) {
   return {{"dir", s.dir}, {"bytes", s.bytes}, {"seconds", s.seconds},
           {"gb_per_s", s.seconds > 0 ? static_cast<double>(s.bytes) / s.seconds / 1e9 : 0.0}};
@@ -98,7 +138,12 @@ void write_result(const WorkerContext& ctx, const std::string& role) {
   out["role"] = role;
   out["pid"] = ::getpid();
   out["memory"] = {{"rss_bytes", mem.rss_bytes}, {"peak_rss_bytes", mem.hwm_bytes}};
-  fs::atomic_write_file(ctx.run_dir + "/work/" + role + ".json", out.dump(2));
+  if (ctx.env.distributed()) {
+    out["rank"] = ctx.env.rank;
+    out["world_size"] = ctx.env.world_size;
+  }
+  const std::string name = ctx.env.rank == 0 ? role : role + "-rank" + std::to_string(ctx.env.rank);
+  fs::atomic_write_file(ctx.run_dir + "/work/" + name + ".json", out.dump(2));
 }
 
 int run_reference(WorkerContext& ctx) {
@@ -107,7 +152,8 @@ int run_reference(WorkerContext& ctx) {
 
   StageTimer load("load");
   StageMemory load_mem("cpu");
-  train::Trainer t(ctx.cfg);
+  auto tp = make_trainer(ctx);
+  auto& t = *tp;
   const std::string dev = t.device();
   ctx.out["model"] = {{"parameters", t.num_parameters()}, {"n_layer", ctx.cfg.model.n_layer},
                       {"n_head", ctx.cfg.model.n_head}, {"n_embd", ctx.cfg.model.n_embd},
@@ -138,6 +184,8 @@ int run_reference(WorkerContext& ctx) {
                               {"measured_step", last["step"]},
                               {"step_seconds", step_s},
                               {"tokens_per_s", step_s > 0 ? last["tokens"].get<double>() / step_s : 0.0},
+                              {"world_size", ctx.env.world_size},
+                              {"comm_s", last.value("comm_s", 0.0)},
                               {"memory", ctx.out["step_memory"]}}));
 
   StageTimer eval("eval");
@@ -150,15 +198,14 @@ int run_reference(WorkerContext& ctx) {
   StageTimer save("checkpoint_save");
   StageMemory save_mem(dev);
   checkpoint::Store store(ctx.ckpt_dir);
-  std::vector<torch::Tensor> keep;
   ctx.out["saved_state"] = t.state_digest();
-  auto saved = store.save(t.save_request(keep, {{"eval_loss", eval_loss}}));
-  keep.clear();
+  auto saved = save_checkpoint(ctx, t, store, {{"eval_loss", eval_loss}});
   ctx.out["saved_step"] = t.step();
   // Retention as the long run applies it: only after a newer commit, never the newest valid one.
-  for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
-    ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
-  auto save_fig = save_figures(saved);
+  if (saved)
+    for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
+      ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
+  auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
   save_fig["memory"] = save_mem.read();
   stages.push_back(save.end(save_fig));
 
@@ -177,7 +224,7 @@ int run_reference(WorkerContext& ctx) {
       for (;;) ::pause();  // until SIGKILL; PR_SET_PDEATHSIG ends us if the supervisor dies
     }
   };
-  store.save(t.save_request(keep, {}), hook);
+  save_checkpoint(ctx, t, store, {}, hook);
   throw Error(ErrorKind::kRuntime, "the second save finished although the supervisor should have killed it");
 }
 
@@ -186,8 +233,14 @@ void resume_from_checkpoint(WorkerContext& ctx);
 
 int run_resume(WorkerContext& ctx) {
   resume_from_checkpoint(ctx);
-  // The resumed run's trainer is gone: the probe measures from an empty
-  // allocator, and saves the start-up of a process of its own.
+  if (ctx.pg) {
+    // Rank 0 hosts the store: nobody leaves while another rank may still read it.
+    ctx.pg->barrier("end of the resume worker");
+    if (ctx.env.rank != 0) return 0;
+  }
+  // The resumed run's trainer is gone: the probe (rank 0 only, one process,
+  // no collectives) measures from an empty allocator, and saves the start-up
+  // of a process of its own.
   ctx.out = {{"stages", nlohmann::json::array()}};
   return run_probe(ctx);
 }
@@ -197,7 +250,8 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   auto& stages = ctx.out["stages"];
 
   StageTimer restore("restore");
-  train::Trainer t(ctx.cfg);
+  auto tp = make_trainer(ctx);
+  auto& t = *tp;
   StageMemory restore_mem(t.device());
   checkpoint::Store store(ctx.ckpt_dir);
   auto loaded = store.restore_newest();
@@ -274,11 +328,16 @@ int run_worker(const WorkerOptions& opts) {
   measure::install_counting_allocator();
   WorkerContext ctx = load_context(opts);
   std::filesystem::create_directories(opts.run_dir + "/work");
-  switch (opts.role) {
-    case WorkerRole::kReference: return run_reference(ctx);
-    case WorkerRole::kResume: return run_resume(ctx);
+  // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...
+  // (docs/distributed.md).
+  ctx.env = dist::detect_launch();
+  if (ctx.env.distributed()) {
+    set_events_enabled(ctx.env.rank == 0);
+    ctx.pg = std::make_unique<dist::ProcessGroup>(ctx.env, ctx.cfg.distributed.timeout_s);
   }
-  return 1;
+  // The reference worker never returns normally (SIGKILL in its kill window).
+  if (opts.role == WorkerRole::kReference) return run_reference(ctx);
+  return run_resume(ctx);
 }
 
 }  // namespace anchor::pipeline

@@ -5,14 +5,19 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
+#include "anchor/log.hpp"
 #include "anchor/train/schedule.hpp"
 #include "compat.hpp"
 
@@ -103,7 +108,8 @@ const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, c
 nlohmann::json StepRecord::to_json() const {
   return {{"step", step},         {"loss", loss},           {"grad_norm", grad_norm},
           {"lr", lr},             {"batch_digest", batch_digest}, {"data_wait_s", data_wait_s},
-          {"compute_s", compute_s}, {"tokens", tokens}};
+          {"compute_s", compute_s}, {"comm_s", comm_s}, {"replica_check_s", replica_check_s},
+          {"tokens", tokens}};
 }
 
 RestoreFaults RestoreFaults::from_env() {
@@ -216,15 +222,60 @@ StepRecord Trainer::train_step() {
     r.compute_s += seconds_since(t1);
     r.tokens += x.numel();
   }
+  if (pg_) {
+    if (rank_ == fault_rank_ && step_ == fault_step_) {
+      ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself in step {} before the all-reduce", rank_, step_);
+      std::fflush(nullptr);
+      ::raise(SIGKILL);
+    }
+    // DDP: average the gradients (and the loss, for the record) over the ranks.
+    std::vector<torch::Tensor> ps;
+    ps.reserve(opt_->params().size());
+    for (const auto& p : opt_->params()) ps.push_back(p.param);
+    auto st = dist::allreduce_gradients(*pg_, ps, bucket_bytes_, step_);
+    auto t3 = Clock::now();
+    auto l = torch::tensor({loss_sum}, torch::kFloat64);
+    pg_->allreduce_sum(l, "loss all-reduce (step " + std::to_string(step_) + ")");
+    loss_sum = l.item<double>() / pg_->size();
+    r.comm_s = st.seconds + seconds_since(t3);
+  }
   auto t2 = Clock::now();
   r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
   r.lr = lr_at(cfg_.train, step_, total_steps_);
   opt_->step(r.lr);
   r.compute_s += seconds_since(t2);
+  if (pg_ && check_replicas_) {
+    auto t4 = Clock::now();
+    dist::check_replicated(*pg_, parameter_digest(), step_);
+    r.replica_check_s = seconds_since(t4);
+  }
   r.loss = loss_sum;
   r.batch_digest = digest.hex();
   ++step_;
   return r;
+}
+
+void Trainer::attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool check_replicas) {
+  if (pg && pg->size() != world_)
+    throw Error(ErrorKind::kRuntime, "trainer built for " + std::to_string(world_) + " ranks attached to a group of " +
+                                         std::to_string(pg->size()));
+  pg_ = pg;
+  bucket_bytes_ = std::max<std::int64_t>(1, bucket_bytes);
+  check_replicas_ = check_replicas;
+  if (const char* f = std::getenv("ANCHOR_DIST_FAULT")) {
+    int r = -1;
+    long long s = -1;
+    if (std::sscanf(f, "sigkill:%d:%lld", &r, &s) != 2)
+      throw Error(ErrorKind::kUsage, std::string("bad ANCHOR_DIST_FAULT '") + f + "'", "use sigkill:<rank>:<step>");
+    fault_rank_ = r;
+    fault_step_ = s;
+  }
+}
+
+std::string Trainer::parameter_digest() const {
+  Sha256 h;
+  for (const auto& p : model_->named_parameters()) h.update(p.key() + ":" + tensor_digest(p.value()) + "\n");
+  return h.hex();
 }
 
 double Trainer::evaluate(int batches) {
@@ -247,8 +298,18 @@ double Trainer::evaluate(int batches) {
   return sum / batches;
 }
 
+std::string rank_rng_file(int rank, int world) {
+  if (world == 1) return "rng.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "rng-rank%05d-of-%05d.safetensors", rank, world);
+  return buf;
+}
+
+std::string Trainer::rng_file_name() const { return rank_rng_file(rank_, world_); }
+
 checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
-                                              const nlohmann::json& extra_state) const {
+                                              const nlohmann::json& extra_state,
+                                              const std::vector<torch::Tensor>& rng_by_rank) const {
   keep.clear();
   keep.reserve(4 * opt_->params().size() + 64);  // refs point into it: no reallocation
   checkpoint::SaveRequest req;
@@ -268,7 +329,19 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   // Dropout on the GPU draws from the device generator: its state travels too.
   if (device_.is_cuda()) rng_file.tensors.push_back(ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
 #endif
-  req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};
+  req.files = {std::move(model_file), std::move(opt_file)};
+  if (world_ > 1) {
+    if (static_cast<int>(rng_by_rank.size()) != world_)
+      throw Error(ErrorKind::kRuntime, "save_request: " + std::to_string(rng_by_rank.size()) +
+                                           " RNG states for a world of " + std::to_string(world_));
+    for (int r = 0; r < world_; ++r) {
+      checkpoint::FileContent f{rank_rng_file(r, world_), {}, {{"format", "anchor.rng/v1"}, {"rank", std::to_string(r)}}};
+      f.tensors.push_back(ref("cpu_generator", rng_by_rank[static_cast<std::size_t>(r)], keep));
+      req.files.push_back(std::move(f));
+    }
+  } else {
+    req.files.push_back(std::move(rng_file));
+  }
 
   req.state = extra_state;
   req.state["step"] = step_;
@@ -305,8 +378,8 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
     }
   }
   if (!faults.drop_rng) {
-    const auto& rf = file_of(c, "rng.safetensors");
-    set_cpu_rng_state(view_of(rf, "rng.safetensors", "cpu_generator").clone());
+    const auto& rf = file_of(c, rng_file_name());
+    set_cpu_rng_state(view_of(rf, rng_file_name(), "cpu_generator").clone());
 #if defined(ANCHOR_WITH_CUDA)
     if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, "rng.safetensors", "cuda_generator").clone());
 #endif

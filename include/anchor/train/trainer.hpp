@@ -16,6 +16,10 @@
 #include "anchor/model/gpt.hpp"
 #include "anchor/train/adamw.hpp"
 
+namespace anchor::dist {
+class ProcessGroup;
+}
+
 namespace anchor::train {
 
 struct StepRecord {
@@ -26,6 +30,8 @@ struct StepRecord {
   std::string batch_digest;     // SHA-256 of the step's input tokens (the data cursor, checked)
   double data_wait_s = 0;       // assembling batches
   double compute_s = 0;         // forward, backward, optimizer
+  double comm_s = 0;            // DDP: gradient + loss all-reduce (0 on one rank)
+  double replica_check_s = 0;   // DDP: the parameter digest exchange after the step
   std::int64_t tokens = 0;
   nlohmann::json to_json() const;
 };
@@ -46,8 +52,16 @@ class Trainer {
   // Sets the thread count and deterministic mode. rank/world shard the data.
   Trainer(const config::Config& cfg, int rank = 0, int world_size = 1);
 
+  // Data parallelism (DDP): from now on every step averages the gradients over
+  // the group's ranks in buckets of bucket_bytes between backward and clipping,
+  // reports the loss averaged over ranks, and (check_replicas) checks after the
+  // step that every rank holds the same parameters. `pg` must outlive the trainer.
+  void attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool check_replicas = true);
+
   // One optimizer step (grad_accum micro-steps) at the current step; advances it.
   StepRecord train_step();
+  // SHA-256 over every parameter (names, dtypes, shapes, bytes): the replica check.
+  std::string parameter_digest() const;
   // Mean validation loss over `batches` fixed batches (dropout off, RNG untouched).
   double evaluate(int batches);
 
@@ -66,8 +80,14 @@ class Trainer {
 
   // The checkpoint of the current state. The request points into tensors held
   // by `keepalive`, which must outlive the save.
+  // With several ranks (DDP: model and optimizer replicated) the request holds
+  // one RNG file per rank, rng-rankRRRRR-of-WWWWW.safetensors, from
+  // `rng_by_rank` (every rank's CPU generator state, gathered by the caller).
   checkpoint::SaveRequest save_request(std::vector<torch::Tensor>& keepalive,
-                                       const nlohmann::json& extra_state) const;
+                                       const nlohmann::json& extra_state,
+                                       const std::vector<torch::Tensor>& rng_by_rank = {}) const;
+  // The RNG file this rank restores from: rng.safetensors on one rank.
+  std::string rng_file_name() const;
   // Restores model, optimizer, RNG and step from a loaded checkpoint. Throws
   // Error (kVerification) naming any tensor missing or of the wrong shape/dtype.
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
@@ -88,6 +108,13 @@ class Trainer {
   std::unique_ptr<AdamW> opt_;
   std::int64_t step_ = 0;
   std::vector<std::uint16_t> window_buf_;
+  dist::ProcessGroup* pg_ = nullptr;
+  std::int64_t bucket_bytes_ = 25 << 20;
+  bool check_replicas_ = true;
+  // Test seam ANCHOR_DIST_FAULT=sigkill:<rank>:<step>: that rank SIGKILLs itself
+  // in that step after backward, before the all-reduce (docs/distributed.md).
+  int fault_rank_ = -1;
+  std::int64_t fault_step_ = -1;
 };
 
 // The CPU generator's state (a uint8 tensor) and back.

@@ -1,0 +1,63 @@
+#pragma once
+// Where this process sits in a multi-process run: rank, world, the rendezvous
+// address. Read from the launcher's environment (torchrun/TorchElastic or
+// Slurm's srun) or made by the supervisor's own self-launch. Torch-free.
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace anchor::dist {
+
+enum class Launcher {
+  kNone,      // a single process: no launcher variables at all
+  kTorchrun,  // RANK/WORLD_SIZE/... (torchrun, TorchElastic, or anchor's self-launch)
+  kSlurm,     // SLURM_PROCID/SLURM_NTASKS/... (srun)
+};
+const char* launcher_name(Launcher l);
+
+struct LaunchEnv {
+  Launcher launcher = Launcher::kNone;
+  int rank = 0, world_size = 1;
+  int local_rank = 0, local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // TORCHELASTIC_USE_AGENT_STORE=True: the torchrun agent already hosts the
+  // TCPStore on MASTER_ADDR:MASTER_PORT; every rank is a client and keys live
+  // under "/worker/attempt_<restart_count>".
+  bool agent_store = false;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+
+  bool distributed() const { return world_size > 1; }
+  // Whether this process hosts the TCPStore (rank 0 unless the agent does).
+  bool store_server() const { return !agent_store && rank == 0; }
+  // The PrefixStore prefix every key goes under ("" when none).
+  std::string store_prefix() const;
+  // "rank 1/2 (local 1/2) via torchrun, store 127.0.0.1:29500 (agent, /worker/attempt_0)"
+  std::string describe() const;
+};
+
+// Looks a variable up: nullopt when unset. The default reads the process environment.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env();
+EnvLookup map_env(const std::map<std::string, std::string>& vars);
+
+// Detects the launcher. torchrun's variables win over Slurm's (`srun torchrun …`
+// sets both; the ranks are torchrun's). Throws Error (kConfig) naming the
+// variables when the environment is partial (RANK without WORLD_SIZE, a
+// multi-rank world without MASTER_ADDR/MASTER_PORT) or contradictory (RANK >=
+// WORLD_SIZE, LOCAL_WORLD_SIZE > WORLD_SIZE, a non-integer, a bad port, an
+// unrecognised TORCHELASTIC_USE_AGENT_STORE).
+LaunchEnv detect_launch(const EnvLookup& env);
+inline LaunchEnv detect_launch() { return detect_launch(process_env()); }
+
+// The variables the supervisor gives rank `rank` of `nproc` ranks it starts
+// itself on this node (torchrun's names, rank 0 hosting the store on `port`).
+std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port);
+
+// Settles the world from the launch and the config's distributed.nproc_per_node:
+// under an external launcher nproc_per_node must be 1 (the default) or equal
+// LOCAL_WORLD_SIZE; throws Error (kConfig) otherwise.
+void check_nproc_per_node(const LaunchEnv& env, int nproc_per_node);
+
+}  // namespace anchor::dist

@@ -1,0 +1,34 @@
+#pragma once
+// A key-value store shared by the ranks of a launch (c10d TCPStore behind a
+// torch-free interface), for coordination outside the process group: the
+// pilot's rank 0 tells the other launched processes its verdict. Rank 0 hosts
+// it on MASTER_ADDR:MASTER_PORT, or the torchrun agent does
+// (TORCHELASTIC_USE_AGENT_STORE=True; keys then live under its prefix).
+#include <memory>
+#include <string>
+
+#include "anchor/dist/launch.hpp"
+
+namespace anchor::dist {
+
+class Store {
+ public:
+  // Connects (or hosts) within timeout_s; throws Error (kRuntime) naming the address.
+  Store(const LaunchEnv& env, double timeout_s);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // Waits for `key` with no overall limit, checking every second that the
+  // store is still there; throws Error naming `who_hosts` when it is gone.
+  std::string wait_get(const std::string& key, const std::string& who_hosts);
+  // Atomic add; returns the new value.
+  long long add(const std::string& key, long long delta);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace anchor::dist

@@ -1,0 +1,206 @@
+// Launch environment: torchrun/TorchElastic, Slurm, or none (docs/distributed.md).
+#include "anchor/dist/launch.hpp"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "anchor/error.hpp"
+
+namespace anchor::dist {
+namespace {
+
+[[noreturn]] void bad(const std::string& what, const std::string& hint) {
+  throw Error(ErrorKind::kConfig, "launch environment: " + what, hint);
+}
+
+// A whole non-negative decimal integer, or an error naming the variable.
+int parse_int(const std::string& name, const std::string& v) {
+  std::size_t i = 0;
+  long long n = 0;
+  if (v.empty()) bad(name + " is set but empty", "unset it or give a non-negative integer");
+  for (; i < v.size(); ++i) {
+    if (v[i] < '0' || v[i] > '9' || n > 100000000)
+      bad(name + "='" + v + "' is not a non-negative integer", "fix the launcher's environment");
+    n = n * 10 + (v[i] - '0');
+  }
+  return static_cast<int>(n);
+}
+
+// Slurm's task counts may read "2(x3)" (2 tasks on each of 3 nodes) or "2,1":
+// the first node's count is the leading integer.
+int parse_slurm_count(const std::string& name, const std::string& v) {
+  std::size_t end = 0;
+  while (end < v.size() && v[end] >= '0' && v[end] <= '9') ++end;
+  if (end == 0) bad(name + "='" + v + "' does not start with a task count", "fix the job's task layout");
+  return parse_int(name, v.substr(0, end));
+}
+
+}  // namespace
+
+const char* launcher_name(Launcher l) {
+  switch (l) {
+    case Launcher::kNone: return "none";
+    case Launcher::kTorchrun: return "torchrun";
+    case Launcher::kSlurm: return "slurm";
+  }
+  return "?";
+}
+
+std::string LaunchEnv::store_prefix() const {
+  return agent_store ? "/worker/attempt_" + std::to_string(restart_count) : std::string();
+}
+
+std::string LaunchEnv::describe() const {
+  std::string s = "rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " (local " +
+                  std::to_string(local_rank) + "/" + std::to_string(local_world_size) + ") via " +
+                  launcher_name(launcher) + ", store " + master_addr + ":" + std::to_string(master_port);
+  if (agent_store) s += " (agent's, " + store_prefix() + ")";
+  else if (store_server()) s += " (hosted here)";
+  return s;
+}
+
+EnvLookup process_env() {
+  return [](const std::string& k) -> std::optional<std::string> {
+    const char* v = std::getenv(k.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+EnvLookup map_env(const std::map<std::string, std::string>& vars) {
+  return [vars](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+namespace {
+
+void check_world(LaunchEnv& e, const std::string& rank_v, const std::string& world_v,
+                 const std::string& local_rank_v, const std::string& local_world_v) {
+  if (e.world_size < 1) bad(world_v + " is 0", "a world has at least one rank");
+  if (e.rank >= e.world_size)
+    bad(rank_v + "=" + std::to_string(e.rank) + " is not below " + world_v + "=" + std::to_string(e.world_size),
+        "ranks are 0 .. world size - 1; the launcher's variables contradict each other");
+  if (e.local_world_size < 1) bad(local_world_v + " is 0", "a node runs at least one rank");
+  if (e.local_world_size > e.world_size)
+    bad(local_world_v + "=" + std::to_string(e.local_world_size) + " exceeds " + world_v + "=" +
+            std::to_string(e.world_size),
+        "a node cannot hold more ranks than the world");
+  if (e.local_rank >= e.local_world_size)
+    bad(local_rank_v + "=" + std::to_string(e.local_rank) + " is not below " + local_world_v + "=" +
+            std::to_string(e.local_world_size),
+        "local ranks are 0 .. ranks per node - 1");
+  if (e.local_rank > e.rank)
+    bad(local_rank_v + "=" + std::to_string(e.local_rank) + " exceeds " + rank_v + "=" + std::to_string(e.rank),
+        "a local rank is never above the global rank");
+}
+
+void read_master(LaunchEnv& e, const EnvLookup& env, const std::optional<std::string>& fallback_addr,
+                 const std::optional<int>& fallback_port, const std::string& who) {
+  auto addr = env("MASTER_ADDR");
+  auto port = env("MASTER_PORT");
+  if (addr && !addr->empty()) e.master_addr = *addr;
+  else if (fallback_addr && !fallback_addr->empty()) e.master_addr = *fallback_addr;
+  else if (e.distributed())
+    bad(who + " gives a world of " + std::to_string(e.world_size) + " ranks but no MASTER_ADDR",
+        "export MASTER_ADDR (the host of rank 0) for every rank");
+  if (port) e.master_port = parse_int("MASTER_PORT", *port);
+  else if (fallback_port) e.master_port = *fallback_port;
+  else if (e.distributed())
+    bad(who + " gives a world of " + std::to_string(e.world_size) + " ranks but no MASTER_PORT",
+        "export MASTER_PORT (a free TCP port on rank 0's host) for every rank");
+  if (e.master_port < 1 || e.master_port > 65535)
+    bad("MASTER_PORT=" + std::to_string(e.master_port) + " is not a TCP port", "use 1..65535");
+}
+
+}  // namespace
+
+LaunchEnv detect_launch(const EnvLookup& env) {
+  LaunchEnv e;
+  auto rank = env("RANK"), world = env("WORLD_SIZE");
+  auto local_rank = env("LOCAL_RANK"), local_world = env("LOCAL_WORLD_SIZE");
+  if (rank || world || local_rank || local_world) {
+    e.launcher = Launcher::kTorchrun;
+    if (!rank || !world) {
+      std::string missing = !rank ? "RANK" : "WORLD_SIZE";
+      std::string present = rank ? "RANK" : world ? "WORLD_SIZE" : local_rank ? "LOCAL_RANK" : "LOCAL_WORLD_SIZE";
+      bad(present + " is set but " + missing + " is not",
+          "launch with torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, "
+          "MASTER_PORT) or unset the partial variables");
+    }
+    e.rank = parse_int("RANK", *rank);
+    e.world_size = parse_int("WORLD_SIZE", *world);
+    // A hand-made single-node launch may omit the local pair: then local = global.
+    if (local_rank.has_value() != local_world.has_value())
+      bad(std::string(local_rank ? "LOCAL_RANK" : "LOCAL_WORLD_SIZE") + " is set but " +
+              (local_rank ? "LOCAL_WORLD_SIZE" : "LOCAL_RANK") + " is not",
+          "set both or neither (neither: one node)");
+    e.local_rank = local_rank ? parse_int("LOCAL_RANK", *local_rank) : e.rank;
+    e.local_world_size = local_world ? parse_int("LOCAL_WORLD_SIZE", *local_world) : e.world_size;
+    check_world(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+    read_master(e, env, std::nullopt, std::nullopt, "torchrun's environment");
+    if (auto a = env("TORCHELASTIC_USE_AGENT_STORE")) {
+      if (*a == "True" || *a == "true" || *a == "1") e.agent_store = true;
+      else if (*a == "False" || *a == "false" || *a == "0" || a->empty()) e.agent_store = false;
+      else bad("TORCHELASTIC_USE_AGENT_STORE='" + *a + "' is neither True nor False", "fix the launcher's environment");
+    }
+    if (auto r = env("TORCHELASTIC_RESTART_COUNT")) e.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", *r);
+    return e;
+  }
+
+  auto procid = env("SLURM_PROCID"), ntasks = env("SLURM_NTASKS");
+  if (procid || ntasks) {
+    e.launcher = Launcher::kSlurm;
+    if (!procid || !ntasks)
+      bad(std::string(procid ? "SLURM_PROCID" : "SLURM_NTASKS") + " is set but " +
+              (procid ? "SLURM_NTASKS" : "SLURM_PROCID") + " is not",
+          "run under srun (it sets both), or unset the partial variables");
+    e.rank = parse_int("SLURM_PROCID", *procid);
+    e.world_size = parse_int("SLURM_NTASKS", *ntasks);
+    auto localid = env("SLURM_LOCALID");
+    if (!localid && e.world_size > 1)
+      bad("SLURM_PROCID/SLURM_NTASKS give " + std::to_string(e.world_size) + " tasks but SLURM_LOCALID is unset",
+          "run under srun, which sets SLURM_LOCALID");
+    e.local_rank = localid ? parse_int("SLURM_LOCALID", *localid) : 0;
+    if (auto per = env("SLURM_NTASKS_PER_NODE")) e.local_world_size = parse_slurm_count("SLURM_NTASKS_PER_NODE", *per);
+    else if (auto tpn = env("SLURM_TASKS_PER_NODE")) e.local_world_size = parse_slurm_count("SLURM_TASKS_PER_NODE", *tpn);
+    else if (e.world_size > 1)
+      bad("Slurm gives " + std::to_string(e.world_size) + " tasks but neither SLURM_NTASKS_PER_NODE nor "
+          "SLURM_TASKS_PER_NODE", "run under srun, or pass --ntasks-per-node");
+    check_world(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
+    // The store port: MASTER_PORT, else one derived from the job id so that two
+    // jobs sharing a node do not collide.
+    std::optional<int> port;
+    if (auto job = env("SLURM_JOB_ID")) port = 20000 + parse_int("SLURM_JOB_ID", *job) % 20000;
+    read_master(e, env, env("SLURM_LAUNCH_NODE_IPADDR"), port, "Slurm's environment");
+    return e;
+  }
+  return e;  // a single process
+}
+
+std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port) {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(nproc)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
+          {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+          {"TORCHELASTIC_RESTART_COUNT", "0"}};
+}
+
+void check_nproc_per_node(const LaunchEnv& env, int nproc_per_node) {
+  if (env.launcher == Launcher::kNone || nproc_per_node == 1) return;
+  if (nproc_per_node != env.local_world_size)
+    throw Error(ErrorKind::kConfig,
+                "distributed.nproc_per_node is " + std::to_string(nproc_per_node) + " but " +
+                    launcher_name(env.launcher) + " started " + std::to_string(env.local_world_size) +
+                    " ranks on this node",
+                "under an external launcher leave distributed.nproc_per_node at 1 (the launcher decides) or "
+                "make it match");
+}
+
+}  // namespace anchor::dist

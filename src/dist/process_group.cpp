@@ -1,0 +1,276 @@
+// c10d TCPStore + ProcessGroupGloo, DDP gradient averaging, the replica check.
+// The only TU that includes c10d (docs/distributed.md).
+#include "anchor/dist/process_group.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+#include "anchor/dist/store.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+
+namespace anchor::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+
+ms to_ms(double s) { return ms(std::max<std::int64_t>(1, static_cast<std::int64_t>(s * 1000.0))); }
+
+std::string key(const std::string& a, int r) { return "anchor/" + a + "/" + std::to_string(r); }
+
+}  // namespace
+
+namespace {
+
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeout_s) {
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    o.isServer = env.store_server();
+    if (o.isServer) o.numWorkers = static_cast<std::size_t>(env.world_size);
+    o.waitWorkers = false;  // the Gloo rendezvous waits for every rank, with its own timeout
+    o.timeout = to_ms(timeout_s);
+    o.multiTenant = true;
+    c10::intrusive_ptr<c10d::Store> base = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    if (env.agent_store) base = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix(), base);
+    return base;
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": cannot " +
+                    (env.store_server() ? "host" : "reach") + " the store at " + where + " within " +
+                    std::to_string(timeout_s) + " s: " + e.what(),
+                env.store_server() ? "is MASTER_PORT already in use (a static torchrun rendezvous hosts it: "
+                                     "TORCHELASTIC_USE_AGENT_STORE=True)?"
+                                   : "is rank 0 running and MASTER_ADDR/MASTER_PORT the same for every rank?");
+  }
+}
+
+}  // namespace
+
+struct Store::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+Store::Store(const LaunchEnv& env, double timeout_s) : impl_(std::make_unique<Impl>()) {
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>("anchor-launch", connect_store(env, timeout_s));
+}
+Store::~Store() = default;
+
+void Store::set(const std::string& k, const std::string& v) {
+  try {
+    impl_->store->set(k, std::vector<std::uint8_t>(v.begin(), v.end()));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime, "store: cannot set '" + k + "': " + e.what());
+  }
+}
+
+std::string Store::wait_get(const std::string& k, const std::string& who_hosts) {
+  for (;;) {
+    bool there = false;
+    try {
+      there = impl_->store->check({k});
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (waiting for '" + k + "'): " + e.what(),
+                  "look at that process's output");
+    }
+    if (there) {
+      auto v = impl_->store->get(k);
+      return std::string(v.begin(), v.end());
+    }
+    try {
+      impl_->store->wait({k}, ms(1000));
+    } catch (const std::exception&) {
+      // a timeout (check again) or a lost store (the check above says so)
+    }
+  }
+}
+
+long long Store::add(const std::string& k, long long delta) {
+  try {
+    return static_cast<long long>(impl_->store->add(k, delta));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime, "store: cannot add to '" + k + "': " + e.what());
+  }
+}
+
+struct ProcessGroup::Impl {
+  LaunchEnv env;
+  double timeout_s = 300;
+  c10::intrusive_ptr<c10d::Store> store;  // anchor's keys
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+};
+
+ProcessGroup::ProcessGroup(const LaunchEnv& env, double timeout_s) : impl_(std::make_unique<Impl>()) {
+  impl_->env = env;
+  impl_->timeout_s = timeout_s;
+  const auto t0 = Clock::now();
+  c10::intrusive_ptr<c10d::Store> base = connect_store(env, timeout_s);
+  impl_->store = base;
+  try {
+    auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));
+    // One node: loopback. Several: the interface the host name resolves to.
+    opts->devices.push_back(env.local_world_size == env.world_size
+                                ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                : c10d::ProcessGroupGloo::createDefaultDevice());
+    auto gloo_store = c10::make_intrusive<c10d::PrefixStore>("gloo", base);
+    impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, env.rank, env.world_size, opts);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": the " + std::to_string(env.world_size) +
+                    " ranks did not all join within " + std::to_string(timeout_s) + " s: " + e.what(),
+                "check that every rank was started with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+  }
+  ANCHOR_LOG_INFO("dist", "process group up: {} ({:.3f} s)", env.describe(),
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::rank() const { return impl_->env.rank; }
+int ProcessGroup::size() const { return impl_->env.world_size; }
+double ProcessGroup::timeout_s() const { return impl_->timeout_s; }
+
+void ProcessGroup::fail(const std::string& what, const std::string& cause) {
+  const int me = rank();
+  std::string diagnosis;
+  // Tell the others this rank saw the failure, then give the live ones a short
+  // grace to say the same: whoever stays silent is the dead or hung rank.
+  try {
+    impl_->store->set(key("failed", me), std::vector<std::uint8_t>(what.begin(), what.end()));
+    const auto grace = to_ms(std::min(impl_->timeout_s, 5.0));
+    const auto deadline = Clock::now() + grace;
+    std::vector<int> silent, reported;
+    for (int r = 0; r < size(); ++r) {
+      if (r == me) continue;
+      bool seen = impl_->store->check({key("failed", r)});
+      auto left = std::chrono::duration_cast<ms>(deadline - Clock::now());
+      if (!seen && left.count() > 0) {
+        try {
+          impl_->store->wait({key("failed", r)}, left);
+          seen = true;
+        } catch (const std::exception&) {
+        }
+      }
+      (seen ? reported : silent).push_back(r);
+    }
+    auto list = [](const std::vector<int>& v) {
+      std::string s;
+      for (int r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
+      return s;
+    };
+    if (!silent.empty())
+      diagnosis = std::string(silent.size() == 1 ? "rank " : "ranks ") + list(silent) +
+                  " did not answer (dead or hung)";
+    else
+      diagnosis = "every other rank (" + list(reported) + ") reported the failure too";
+  } catch (const std::exception&) {
+    diagnosis = impl_->env.agent_store
+                    ? "the torchrun agent's store is unreachable"
+                    : "rank 0 (the store's host) did not answer (dead or hung)";
+  }
+  throw Error(ErrorKind::kRuntime,
+              "distributed: " + what + " failed on rank " + std::to_string(me) + "/" + std::to_string(size()) +
+                  ": " + diagnosis + " (timeout " + std::to_string(static_cast<int>(impl_->timeout_s)) +
+                  " s): " + cause,
+              "look at that rank's log; every rank stops rather than hang");
+}
+
+void ProcessGroup::allreduce_sum(torch::Tensor& t, const std::string& what) {
+  try {
+    std::vector<at::Tensor> v{t};
+    auto work = impl_->gloo->allreduce(v);
+    work->wait(to_ms(impl_->timeout_s));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
+void ProcessGroup::barrier(const std::string& what) {
+  try {
+    auto work = impl_->gloo->barrier();
+    work->wait(to_ms(impl_->timeout_s));
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
+std::vector<std::string> ProcessGroup::exchange(const std::string& k, const std::string& mine) {
+  std::vector<std::string> out(static_cast<std::size_t>(size()));
+  int r = 0;
+  try {
+    impl_->store->set(key("x/" + k, rank()), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    for (r = 0; r < size(); ++r) {
+      auto v = impl_->store->get(key("x/" + k, r));  // waits, bounded by the store's timeout
+      out[static_cast<std::size_t>(r)].assign(v.begin(), v.end());
+    }
+  } catch (const std::exception& e) {
+    fail("exchange of '" + k + "' (waiting for rank " + std::to_string(r) + ")", e.what());
+  }
+  return out;
+}
+
+GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Tensor>& params,
+                                  std::int64_t bucket_bytes, std::int64_t step) {
+  GradSyncStats st;
+  const auto t0 = Clock::now();
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  grads.reserve(params.size());
+  for (auto p : params) {
+    // A parameter no loss reached has no gradient: zeros, so every rank's buckets line up.
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  const double inv = 1.0 / pg.size();
+  std::size_t i = 0;
+  while (i < grads.size()) {
+    std::size_t j = i;
+    std::int64_t bytes = 0;
+    while (j < grads.size() && grads[j].scalar_type() == grads[i].scalar_type() &&
+           grads[j].device() == grads[i].device() &&
+           (j == i || bytes + static_cast<std::int64_t>(grads[j].nbytes()) <= bucket_bytes)) {
+      bytes += static_cast<std::int64_t>(grads[j].nbytes());
+      ++j;
+    }
+    std::vector<torch::Tensor> flat;
+    for (std::size_t k = i; k < j; ++k) flat.push_back(grads[k].reshape({-1}));
+    auto bucket = torch::cat(flat);
+    pg.allreduce_sum(bucket, "gradient all-reduce (bucket " + std::to_string(st.buckets) + ", step " +
+                                 std::to_string(step) + ")");
+    bucket.mul_(inv);
+    std::int64_t off = 0;
+    for (std::size_t k = i; k < j; ++k) {
+      const auto n = grads[k].numel();
+      grads[k].copy_(bucket.narrow(0, off, n).view_as(grads[k]));
+      off += n;
+    }
+    st.bytes += bytes;
+    ++st.buckets;
+    i = j;
+  }
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+void check_replicated(ProcessGroup& pg, const std::string& digest, std::int64_t step) {
+  auto all = pg.exchange("params/" + std::to_string(step), digest);
+  std::string differ;
+  for (int r = 1; r < pg.size(); ++r)
+    if (all[static_cast<std::size_t>(r)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw Error(ErrorKind::kVerification,
+                "DDP: after step " + std::to_string(step) + " the parameters of rank(s) " + differ +
+                    " differ from rank 0's (digest " + all[0].substr(0, 12) + ")",
+                "the replicas diverged: a collective, the data sharding or the initialisation is not the same "
+                "on every rank");
+}
+
+}  // namespace anchor::dist

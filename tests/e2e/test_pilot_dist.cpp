@@ -1,0 +1,182 @@
+// End-to-end: `anchor pilot --nproc-per-node 2`, the self-launch: the
+// supervisor starts 2 ranks of each worker (DDP over Gloo), kills every rank
+// in the second save, restores and resumes per rank (docs/distributed.md).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+using anchor::testing::run_anchor;
+using anchor::testing::source_path;
+using anchor::testing::TempDir;
+using nlohmann::json;
+
+const std::string kPilot = source_path("configs/pilot.yaml");
+
+json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
+
+int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
+  TempDir t("pilot2");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("passed: resume matches the uninterrupted run (bitwise)"), std::string::npos) << r.output;
+
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u) << report["resume"].dump(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(report["resume"]["per_rank"][rank]["rank"], rank);
+    EXPECT_EQ(report["resume"]["per_rank"][rank]["verdict"], "match");
+  }
+  // DDP: the train stage ran on 2 ranks and measured its all-reduce.
+  bool train_seen = false;
+  for (const auto& s : report["stages"])
+    if (s["stage"] == "train") {
+      train_seen = true;
+      EXPECT_EQ(s["figures"]["world_size"], 2);
+      EXPECT_GT(s["figures"]["comm_s"].get<double>(), 0.0);
+    }
+  EXPECT_TRUE(train_seen);
+
+  // One committed checkpoint: model and optimizer once (replicated), an RNG file per rank.
+  const std::string c = t.str("run/checkpoints/step-00000002/");
+  for (const char* f : {"COMMITTED", "model.safetensors", "optimizer.safetensors",
+                        "rng-rank00000-of-00002.safetensors", "rng-rank00001-of-00002.safetensors"})
+    EXPECT_TRUE(std::filesystem::exists(c + f)) << f;
+  EXPECT_FALSE(std::filesystem::exists(c + "rng.safetensors"));
+  // Data sharded by rank (different batches), parameters replicated (equal digests).
+  auto ref0 = read_json(t.str("run/work/reference.json"));
+  auto ref1 = read_json(t.str("run/work/reference-rank1.json"));
+  EXPECT_EQ(ref1["rank"], 1);
+  EXPECT_NE(ref0["train_steps"][0]["batch_digest"], ref1["train_steps"][0]["batch_digest"]) << "data not sharded";
+  EXPECT_EQ(ref0["final_state"]["model"], ref1["final_state"]["model"]) << "replicas differ";
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/work/resume-rank1.json")));
+
+  // The kill stage killed every rank.
+  std::ifstream ev(t.str("run/events.jsonl"));
+  bool all_killed = false;
+  for (std::string line; std::getline(ev, line);) {
+    auto e = json::parse(line);
+    if (e.value("event", "") == "sigkill_sent") all_killed = e["pids"].size() == 2;
+  }
+  EXPECT_TRUE(all_killed);
+}
+
+// Negative control: rank 1 (and rank 0) restore without their RNG state; the
+// per-rank comparison catches it and names rank 1.
+TEST(PilotDist, ABrokenRestoreOnRankOneIsCaughtAndNamed) {
+  TempDir t("pilot2neg");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"},
+                      {{"ANCHOR_PILOT_FAULT", "drop_rng"}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["resume"]["verdict"], "mismatch");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u);
+  EXPECT_EQ(report["resume"]["per_rank"][1]["verdict"], "mismatch");
+  EXPECT_EQ(report["resume"]["per_rank"][1]["cause"][0], "rng") << report["resume"].dump(2);
+  bool named = false;
+  for (const auto& c : report["resume"]["cause"]) named |= c == "rank 1: rng";
+  EXPECT_TRUE(named) << report["resume"]["cause"].dump();
+}
+
+// torchrun 1.13 (python3-torch) launching the binary: 2 processes; rank 0
+// supervises the pilot with 2 ranks, rank 1 waits for its verdict and exits
+// with it. `static`: --master_port, the agent hosts the store
+// (TORCHELASTIC_USE_AGENT_STORE=True); `standalone`: rank 0 hosts it.
+class PilotTorchrun : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
+  TempDir t("pilottr");
+  std::vector<std::string> argv = {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python",
+                                   "--nproc_per_node", "2", "--redirects", "1", "--tee", "1"};
+  if (GetParam()) {
+    argv.push_back("--standalone");
+  } else {
+    argv.push_back("--master_addr");
+    argv.push_back("127.0.0.1");
+    argv.push_back("--master_port");
+    argv.push_back(std::to_string(free_port()));
+  }
+  for (const auto& a : {std::string(ANCHOR_BINARY), std::string("pilot"), kPilot, std::string("--run-dir"), t.str("run")})
+    argv.push_back(a);
+  anchor::proc::SpawnOptions o;
+  o.merge_stderr = true;
+  auto r = anchor::proc::run_capture(argv, o);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(GetParam() ? "(hosted here)" : "(agent's, /worker/attempt_0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 0's pilot exited with 0"), std::string::npos) << r.out;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u);
+  EXPECT_EQ(report["resume"]["per_rank"][1]["verdict"], "match");
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/rng-rank00001-of-00002.safetensors")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Rendezvous, PilotTorchrun, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "standalone" : "static"); });
+
+TEST(PilotDist, SeveralNodesUnderALauncherAreRefusedForNow) {
+  TempDir t("pilot2ext");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")},
+                      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("on several nodes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
+}
+
+// Rank 1 of the reference worker SIGKILLs itself in step 1 after backward,
+// before the all-reduce: rank 0 ends with an error naming rank 1 well within
+// the timeout, and the pilot fails in the train stage instead of hanging.
+TEST(PilotDist, KillingOneRankMidStepEndsEveryRankWithAnErrorNamingIt) {
+  TempDir t("pilot2kill");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set",
+                       "distributed.timeout_s=30"},
+                      {{"ANCHOR_DIST_FAULT", "sigkill:1:1"}});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 1 kills itself in step 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed on rank 0/2: rank 1 did not answer (dead or hung)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pilot failed in stage train"), std::string::npos) << r.output;
+  std::cout << "pilot ended " << s << " s after its start (timeout 30 s)\n";
+  EXPECT_LT(s, 30.0);
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+}
+
+TEST(PilotDist, APartialLaunchEnvironmentIsAConfigError) {
+  TempDir t("pilot2part");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"RANK", "0"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("RANK is set but WORLD_SIZE is not"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,186 @@
+// The launch environment: torchrun/TorchElastic, Slurm, none; partial and
+// contradictory environments are errors that name the variables.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "anchor/dist/launch.hpp"
+#include "anchor/error.hpp"
+
+namespace {
+
+using namespace anchor;
+using Vars = std::map<std::string, std::string>;
+
+dist::LaunchEnv detect(const Vars& v) { return dist::detect_launch(dist::map_env(v)); }
+
+// Expects a kConfig error whose message contains every fragment.
+void expect_error(const Vars& v, std::initializer_list<const char*> fragments) {
+  try {
+    detect(v);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    for (const char* f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+  }
+}
+
+const Vars kTorchrun{{"RANK", "1"},        {"WORLD_SIZE", "2"},       {"LOCAL_RANK", "1"},
+                     {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "29511"},
+                     {"TORCHELASTIC_USE_AGENT_STORE", "False"}, {"TORCHELASTIC_RESTART_COUNT", "0"}};
+
+TEST(Launch, NothingSetIsOneProcess) {
+  auto e = detect({});
+  EXPECT_EQ(e.launcher, dist::Launcher::kNone);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.world_size, 1);
+  EXPECT_FALSE(e.distributed());
+  EXPECT_TRUE(e.store_server());
+}
+
+TEST(Launch, TorchrunStandalone) {
+  auto e = detect(kTorchrun);
+  EXPECT_EQ(e.launcher, dist::Launcher::kTorchrun);
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world_size, 2);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 2);
+  EXPECT_EQ(e.master_addr, "10.0.0.5");
+  EXPECT_EQ(e.master_port, 29511);
+  EXPECT_FALSE(e.agent_store);
+  EXPECT_FALSE(e.store_server());  // rank 1 is a client
+  EXPECT_EQ(e.store_prefix(), "");
+  auto v = kTorchrun;
+  v["RANK"] = "0";
+  v["LOCAL_RANK"] = "0";
+  EXPECT_TRUE(detect(v).store_server());  // rank 0 hosts the store
+}
+
+TEST(Launch, TorchrunAgentStoreEveryRankIsAClientUnderThePrefix) {
+  auto v = kTorchrun;
+  v["RANK"] = "0";
+  v["LOCAL_RANK"] = "0";
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  v["TORCHELASTIC_RESTART_COUNT"] = "3";
+  auto e = detect(v);
+  EXPECT_TRUE(e.agent_store);
+  EXPECT_FALSE(e.store_server());
+  EXPECT_EQ(e.store_prefix(), "/worker/attempt_3");
+  EXPECT_NE(e.describe().find("/worker/attempt_3"), std::string::npos) << e.describe();
+}
+
+TEST(Launch, HandMadeSingleNodeLaunchMayOmitTheLocalPair) {
+  auto e = detect({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 2);
+}
+
+TEST(Launch, TorchrunPartialEnvironments) {
+  expect_error({{"RANK", "0"}}, {"RANK is set but WORLD_SIZE is not"});
+  expect_error({{"WORLD_SIZE", "2"}}, {"WORLD_SIZE is set but RANK is not"});
+  expect_error({{"LOCAL_RANK", "0"}}, {"LOCAL_RANK is set but RANK is not"});
+  auto v = kTorchrun;
+  v.erase("MASTER_ADDR");
+  expect_error(v, {"no MASTER_ADDR"});
+  v = kTorchrun;
+  v.erase("MASTER_PORT");
+  expect_error(v, {"no MASTER_PORT"});
+  v = kTorchrun;
+  v.erase("LOCAL_WORLD_SIZE");
+  expect_error(v, {"LOCAL_RANK is set but LOCAL_WORLD_SIZE is not"});
+  // One rank needs no store address.
+  EXPECT_NO_THROW(detect({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+}
+
+TEST(Launch, TorchrunContradictions) {
+  auto with = [](const char* k, const char* val) {
+    auto v = kTorchrun;
+    v[k] = val;
+    return v;
+  };
+  expect_error(with("RANK", "2"), {"RANK=2 is not below WORLD_SIZE=2"});
+  expect_error(with("LOCAL_WORLD_SIZE", "4"), {"LOCAL_WORLD_SIZE=4 exceeds WORLD_SIZE=2"});
+  expect_error(with("LOCAL_RANK", "2"), {"LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2"});
+  expect_error(with("WORLD_SIZE", "0"), {"WORLD_SIZE is 0"});
+  expect_error(with("RANK", "-1"), {"RANK='-1' is not a non-negative integer"});
+  expect_error(with("RANK", "1x"), {"RANK='1x'"});
+  expect_error(with("MASTER_PORT", "70000"), {"MASTER_PORT=70000 is not a TCP port"});
+  expect_error(with("TORCHELASTIC_USE_AGENT_STORE", "maybe"), {"TORCHELASTIC_USE_AGENT_STORE='maybe'"});
+  auto v = kTorchrun;
+  v["RANK"] = "0";
+  expect_error(v, {"LOCAL_RANK=1 exceeds RANK=0"});
+}
+
+const Vars kSlurm{{"SLURM_PROCID", "3"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "4"},
+                  {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"},
+                  {"SLURM_JOB_ID", "123457"}};
+
+TEST(Launch, Slurm) {
+  auto e = detect(kSlurm);
+  EXPECT_EQ(e.launcher, dist::Launcher::kSlurm);
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 2);
+  EXPECT_EQ(e.master_addr, "10.1.2.3");
+  EXPECT_EQ(e.master_port, 20000 + 123457 % 20000);  // derived from the job id
+  auto v = kSlurm;
+  v["MASTER_ADDR"] = "node7";
+  v["MASTER_PORT"] = "31000";
+  v.erase("SLURM_NTASKS_PER_NODE");
+  v["SLURM_TASKS_PER_NODE"] = "2(x2)";
+  e = detect(v);
+  EXPECT_EQ(e.master_addr, "node7");  // the environment wins
+  EXPECT_EQ(e.master_port, 31000);
+  EXPECT_EQ(e.local_world_size, 2);
+}
+
+TEST(Launch, SlurmPartialAndContradictory) {
+  expect_error({{"SLURM_PROCID", "0"}}, {"SLURM_PROCID is set but SLURM_NTASKS is not"});
+  auto v = kSlurm;
+  v.erase("SLURM_LOCALID");
+  expect_error(v, {"SLURM_LOCALID is unset"});
+  v = kSlurm;
+  v.erase("SLURM_NTASKS_PER_NODE");
+  expect_error(v, {"SLURM_TASKS_PER_NODE"});
+  v = kSlurm;
+  v["SLURM_PROCID"] = "4";
+  expect_error(v, {"SLURM_PROCID=4 is not below SLURM_NTASKS=4"});
+  v = kSlurm;
+  v.erase("SLURM_LAUNCH_NODE_IPADDR");
+  expect_error(v, {"no MASTER_ADDR"});
+  v = kSlurm;
+  v.erase("SLURM_JOB_ID");
+  expect_error(v, {"no MASTER_PORT"});
+}
+
+TEST(Launch, TorchrunInsideSrunUsesTorchrunsRanks) {
+  auto v = kSlurm;
+  for (const auto& [k, val] : kTorchrun) v[k] = val;
+  auto e = detect(v);
+  EXPECT_EQ(e.launcher, dist::Launcher::kTorchrun);
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world_size, 2);
+}
+
+TEST(Launch, SelfLaunchEnvironmentRoundTrips) {
+  for (int r = 0; r < 3; ++r) {
+    auto e = detect(dist::self_launch_env(r, 3, 29600));
+    EXPECT_EQ(e.launcher, dist::Launcher::kTorchrun);
+    EXPECT_EQ(e.rank, r);
+    EXPECT_EQ(e.world_size, 3);
+    EXPECT_EQ(e.master_port, 29600);
+    EXPECT_EQ(e.store_server(), r == 0);
+  }
+}
+
+TEST(Launch, NprocPerNodeMustAgreeWithAnExternalLauncher) {
+  auto e = detect(kTorchrun);
+  EXPECT_NO_THROW(dist::check_nproc_per_node(e, 1));
+  EXPECT_NO_THROW(dist::check_nproc_per_node(e, 2));
+  EXPECT_THROW(dist::check_nproc_per_node(e, 4), Error);
+  EXPECT_NO_THROW(dist::check_nproc_per_node(detect({}), 4));  // no launcher: the supervisor starts them
+}
+
+}  // namespace
