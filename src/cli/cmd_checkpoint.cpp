@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/common/units.hpp"
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/error.hpp"
 #include "commands.hpp"
@@ -17,14 +18,6 @@ struct CheckpointOptions {
   bool json = false;
 };
 
-std::string human_bytes(std::uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  return buf;
-}
 
 nlohmann::json to_json(const checkpoint::Store::Verification& v) {
   return {{"dir", v.dir}, {"step", v.step}, {"state", v.state}, {"ok", v.ok},
@@ -44,7 +37,7 @@ int run_verify(const CheckpointOptions& o) {
   if (o.json) {
     std::cout << to_json(v).dump(2) << "\n";
   } else if (v.ok) {
-    std::cout << dir << ": ok (step " << v.step << ", committed, " << human_bytes(v.bytes)
+    std::cout << dir << ": ok (step " << v.step << ", committed, " << human_bytes(double(v.bytes))
               << ", every file's size and SHA-256 match manifest.json)\n";
   } else {
     std::cout << dir << ": INVALID (" << v.state << "), " << v.problems.size()
@@ -77,7 +70,7 @@ int run_list(const CheckpointOptions& o) {
       newest_marked = true;
     }
     std::printf("%-10lld %-12s %-11s %s\n", static_cast<long long>(v.step), state.c_str(),
-                human_bytes(v.bytes).c_str(), std::filesystem::path(v.dir).filename().c_str());
+                human_bytes(double(v.bytes)).c_str(), std::filesystem::path(v.dir).filename().c_str());
     for (const auto& p : v.problems) std::printf("%35s- %s\n", "", p.c_str());
   }
   if (all.empty()) std::printf("(no checkpoints under %s)\n", o.dir.c_str());

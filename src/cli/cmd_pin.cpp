@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "anchor/common/units.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
@@ -23,17 +24,6 @@ struct PinCliOptions {
   int threads = 0;
 };
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char s[32];
-  std::snprintf(s, sizeof s, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return s;
-}
 
 // One line on stderr: what was pinned and how much came from the cache.
 void print_summary(const nlohmann::json& m, const std::string& verb) {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/units.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::manifest {
@@ -75,17 +76,6 @@ bool same_identity(const FileKey& a, const FileKey& b) {
   return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode && a.dev == b.dev;
 }
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char s[32];
-  std::snprintf(s, sizeof s, "%.1f %s", b, units[u]);
-  return s;
-}
 
 // Prints "hashing 1.2 GiB / 3.4 GiB (35%)" on stderr after the first second,
 // only when stderr is a terminal; clears the line when done.
