@@ -79,7 +79,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     config::Config cfg = manifest::config_from_manifest(old_manifest);
     manifest::PinOptions po;
     po.use_cache = o->use_cache;
-    const auto drift = manifest::compare(old_manifest, manifest::pin(cfg, po));
+    const nlohmann::json new_manifest = manifest::pin(cfg, po);
+    const auto drift = manifest::compare(old_manifest, new_manifest);
     if (drift.empty())
       std::cerr << "reproduce: no drift: every pin matches the original run\n";
     else
@@ -98,6 +99,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     po2.config_path = cfg.source_path;
     po2.run_dir = o->run_dir;
     po2.baseline = &original;
+    po2.pinned_manifest = &new_manifest;
     po2.use_hash_cache = o->use_cache;
     po2.json_stdout = o->json;
     po2.junit_path = o->junit;

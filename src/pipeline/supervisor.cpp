@@ -106,7 +106,6 @@ struct WorkerOutcome {
   bool killed_by_us = false;
   std::string open_stage;   // a stage that started and did not end
   int failed_rank = 0;      // the rank whose status this is
-  nlohmann::json stages = nlohmann::json::array();
 };
 
 // A TCP port the kernel just handed out on the loopback (closed again before
@@ -127,6 +126,11 @@ int free_port() {
   ::close(s);
   return ntohs(a.sin_port);
 }
+
+// The pilot's exit code for a worker that failed: a config/data error (2) or a
+// verification failure (3) keeps its meaning; anything else (a crash, a
+// signal, an I/O error) is a runtime failure (1).
+int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 1; }
 
 // Starts a worker (nproc ranks of it for reference and resume: the self-launch,
 // docs/distributed.md), relays rank 0's events, and (for the reference)
@@ -309,7 +313,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     p.stage("pin", [&] {
       manifest::PinOptions po;
       po.use_cache = opts.use_hash_cache;
-      auto m = manifest::pin(p.cfg, po);
+      // `anchor reproduce` has just pinned the same config to show the drift: not twice.
+      auto m = opts.pinned_manifest ? *opts.pinned_manifest : manifest::pin(p.cfg, po);
       fs::atomic_write_file(p.run_dir + "/manifest.json", m.dump(2));
       p.report.set_manifest(m);
       return nlohmann::json{{"manifest", "manifest.json"}, {"manifest_sha256", sha256_hex(m.dump(2))}};
@@ -323,7 +328,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   auto a = run_worker_process(p, WorkerRole::kReference);
   if (g_signal) return interrupted_exit(p);
   if (!a.killed_by_us)
-    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, a.status == 0 ? 1 : a.status,
+    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status),
                 "worker A exited with status " + std::to_string(a.status) + " before its kill window");
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
@@ -342,7 +347,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   auto b = run_worker_process(p, WorkerRole::kResume);
   if (g_signal) return interrupted_exit(p);
   if (b.status != 0)
-    return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, b.status == 3 ? 3 : 1,
+    return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
                 "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string()) +
                     " exited with status " + std::to_string(b.status));
   auto res = read_json(p.run_dir + "/work/resume.json");

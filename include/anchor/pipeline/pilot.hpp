@@ -23,6 +23,7 @@ struct PilotOptions {
   // compare the results with `baseline` (a past report.json) stage by stage.
   const config::Config* config = nullptr;
   const nlohmann::json* baseline = nullptr;
+  const nlohmann::json* pinned_manifest = nullptr;  // already pinned for this config: reused, not re-hashed
   nlohmann::json reproduces;           // link to the report reproduced, its drift
   bool reproduce_bitwise = true;       // no drift on CPU: bitwise; else the recorded tolerance
 };
