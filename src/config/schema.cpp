@@ -133,6 +133,8 @@ std::vector<Field> make_fields() {
           "precision (#8), plan (#6)").one_of({"fp32", "bf16", "fp16"}),
     Field(ANCHOR_KEY(train.activation_checkpointing), "0: none; N: recompute every N-th block in backward.",
           "activation checkpointing (#8)").at_least(0),
+    Field(ANCHOR_KEY(train.loss_scale.enabled), "Dynamic loss scaling: auto (on for fp16 only), true (on at any precision, e.g. to exercise it on CPU), false.",
+          "precision (#8)").one_of({"auto", "true", "false"}),
     Field(ANCHOR_KEY(train.loss_scale.init_scale), "fp16: initial loss scale.", "precision (#8)").above(0),
     Field(ANCHOR_KEY(train.loss_scale.growth_factor), "fp16: scale multiplier after growth_interval clean steps.",
           "precision (#8)").at_least(1),

@@ -13,6 +13,7 @@ const char* group_label(const std::string& g) {
   if (g == "model") return "model parameters";
   if (g == "optimizer") return "optimizer state";
   if (g == "rng") return "RNG state";
+  if (g == "scaler") return "loss scaler state";
   if (g == "step") return "step counter";
   return "state";
 }
@@ -55,11 +56,16 @@ struct Checker {
   }
 
   void states(const std::string& what, const nlohmann::json& a, const nlohmann::json& b) {
-    for (const char* g : {"model", "optimizer", "rng"}) {
+    for (const char* g : {"model", "optimizer", "rng", "scaler"}) {
+      if (std::string(g) == "scaler" && !a.contains(g) && !b.contains(g)) continue;  // digests from before the scaler
+      if (!a.contains(g) || !b.contains(g)) {
+        add(what + ": " + group_label(g), false, std::string("present on one side only"), g);
+        continue;
+      }
       const bool ok = a.at(g) == b.at(g);
       std::string detail = ok ? "digest " + a.at(g).get<std::string>().substr(0, 16) + " equal"
                               : "differs in: " + differing_tensors(a, b, g);
-      if (!ok && tol > 0 && std::string(g) != "rng") {
+      if (!ok && tol > 0 && std::string(g) != "rng" && std::string(g) != "scaler") {
         // Under a tolerance, parameters may legitimately differ in the last bits.
         add(what + ": " + group_label(g), true, "digest differs (allowed under tolerance): " + detail, g);
         continue;
@@ -90,6 +96,12 @@ struct Checker {
             "lr_schedule");
       if (a.at("batch_digest") != b.at("batch_digest"))
         add(at + ": batch (data cursor)", false, "the resumed run saw different input tokens", "data_cursor");
+      // The loss scaler (docs/precision.md): the scale used and whether the step was skipped.
+      if (a.value("loss_scale", 1.0) != b.value("loss_scale", 1.0) || a.value("skipped", false) != b.value("skipped", false))
+        add(at + ": loss scale", false,
+            "reference scale " + a.value("loss_scale", nlohmann::json(1.0)).dump() + (a.value("skipped", false) ? " (skipped)" : "") +
+                ", resumed " + b.value("loss_scale", nlohmann::json(1.0)).dump() + (b.value("skipped", false) ? " (skipped)" : ""),
+            "scaler");
       for (const char* f : {"loss", "grad_norm"}) {
         const double x = a.at(f).get<double>(), y = b.at(f).get<double>();
         const bool ok = close(x, y);
@@ -124,7 +136,7 @@ nlohmann::json compare_resume(const nlohmann::json& ref, const nlohmann::json& r
 
   nlohmann::json diverged = nlohmann::json::array();
   // Root causes first (state that was restored wrongly), then their consequences.
-  static const std::vector<std::string> kOrder = {"step",      "rng",  "optimizer", "model", "lr_schedule",
+  static const std::vector<std::string> kOrder = {"step", "rng", "optimizer", "scaler", "model", "lr_schedule",
                                                   "data_cursor", "eval", "loss",      "gradients"};
   for (const auto& s : kOrder)
     if (c.diverged.count(s)) diverged.push_back(s);

@@ -39,7 +39,10 @@ std::string stage_figure(const nlohmann::json& s) {
   std::ostringstream os;
   os << std::setprecision(5);
   const std::string name = s.value("stage", "");
-  if (f.contains("loss")) os << "loss " << f["loss"].get<double>();
+  if (name == "precision" && f.contains("verdict"))
+    os << f.value("precision", "") << " vs fp32: " << f["verdict"].get<std::string>() << ", loss rel " << std::setprecision(2)
+       << f.value("loss_rel_diff", 0.0) << ", grad norm rel " << f.value("grad_norm_rel_diff", 0.0);
+  else if (f.contains("loss")) os << "loss " << f["loss"].get<double>();
   else if (f.contains("tokens_per_s")) os << std::fixed << std::setprecision(0) << f["tokens_per_s"].get<double>() << " tok/s";
   else if (f.contains("bytes") && f.contains("seconds"))
     os << std::fixed << std::setprecision(2) << f["bytes"].get<double>() / 1e6 << " MB in " << f["seconds"].get<double>() << " s";
@@ -84,12 +87,32 @@ void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, co
   j_["resume"]["restored_step"] = res["restored_step"];
   j_["resume"]["skipped"] = res["skipped"];
   auto groups = [](const nlohmann::json& d) {
-    return nlohmann::json{{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
+    nlohmann::json g{{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
+    if (d.contains("scaler")) {
+      g["scaler"] = d["scaler"];
+      g["loss_scale"] = d.value("loss_scale", 1.0);
+    }
+    return g;
   };
   j_["resume"]["state_digests"] = {{"saved", groups(ref["saved_state"])},
                                    {"restored", groups(res["restored_state"])},
                                    {"final_reference", groups(ref["final_state"])},
                                    {"final_resume", groups(res["final_state"])}};
+
+  // The loss scaler: every skipped step, and the scale saved vs restored.
+  {
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const char* part : {"train", "reference", "resume"})
+      for (const auto& st : j_["steps"][part])
+        if (st.value("skipped", false))
+          skipped.push_back({{"part", part}, {"step", st["step"]}, {"loss_scale", st.value("loss_scale", 1.0)},
+                             {"nonfinite_grad", st.value("nonfinite_grad", "")}});
+    j_["loss_scaler"] = {{"enabled", ref.value("loss_scaler_enabled", false)},
+                         {"skipped_steps", skipped},
+                         {"saved_scale", ref["saved_state"].value("loss_scale", 1.0)},
+                         {"restored_scale", res["restored_state"].value("loss_scale", 1.0)},
+                         {"final_scale", res["final_state"].value("loss_scale", 1.0)}};
+  }
 
   // Measurements (docs/report.md): the measured step is the last of the K
   // training steps, the first with full optimizer state.
@@ -140,6 +163,8 @@ void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, co
                               {"resume", res.value("memory", nlohmann::json::object())}}}};
   j_["measurements"] = m;
 }
+
+void Report::set_precision(const nlohmann::json& v) { j_["precision"] = v; }
 
 void Report::set_memory_points(const nlohmann::json& points) {
   j_["measurements"]["memory"]["points"] = points;
@@ -197,6 +222,38 @@ void Report::write(const std::string& run_dir) const {
        << ")\n\n";
     for (const auto& c : j_["resume"]["checks"])
       if (!c["ok"].get<bool>()) md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
+  }
+  if (j_.contains("precision")) {
+    const auto& p = j_["precision"];
+    md << "\n## Precision\n\n" << p.value("precision", "") << " vs " << p.value("reference", "fp32") << " on the step "
+       << p.value("step", 0) << " from the same state: **" << p.value("verdict", "") << "** (tolerance "
+       << p.value("tolerance", 0.0) << ")\n\n";
+    for (const auto& n : p.value("non_finite", nlohmann::json::array()))
+      md << "- NON-FINITE " << n.value("what", "") << " " << n.value("tensor", "") << "\n";
+    if (p.contains("loss")) {
+      md << "| value | fp32 | " << p.value("precision", "") << " | relative difference |\n|---|---|---|---|\n";
+      md << "| loss | " << p["loss"]["fp32"].get<double>() << " | " << p["loss"]["value"].get<double>() << " | "
+         << p["loss"]["rel_diff"].get<double>() << (p["loss"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
+      md << "| global gradient norm | " << p["grad_norm"]["fp32"].get<double>() << " | " << p["grad_norm"]["value"].get<double>()
+         << " | " << p["grad_norm"]["rel_diff"].get<double>() << (p["grad_norm"]["flagged"].get<bool>() ? " FLAGGED" : "")
+         << " |\n";
+      const auto& params = p["parameters"];
+      const bool any_flag = !params["flagged"].empty();
+      md << "\n" << (any_flag ? "Parameters whose gradient norm differs beyond the tolerance:" : "Largest per-parameter gradient-norm differences (none beyond the tolerance):")
+         << "\n\n| parameter | grad norm fp32 | grad norm | relative difference | relative error |\n|---|---|---|---|---|\n";
+      for (const auto& x : any_flag ? params["flagged"] : params["largest"])
+        md << "| " << x["name"].get<std::string>() << " | " << x["grad_norm_fp32"].get<double>() << " | "
+           << x["grad_norm"].get<double>() << " | " << x["rel_diff"].get<double>() << " | " << x["rel_error"].get<double>() << " |\n";
+    }
+  }
+  if (j_.contains("loss_scaler") && j_["loss_scaler"].value("enabled", false)) {
+    const auto& ls = j_["loss_scaler"];
+    md << "\n## Loss scaler\n\nScale saved " << ls["saved_scale"].get<double>() << ", restored "
+       << ls["restored_scale"].get<double>() << ", final " << ls["final_scale"].get<double>() << ". Skipped steps: "
+       << (ls["skipped_steps"].empty() ? "none" : "") << "\n\n";
+    for (const auto& st : ls["skipped_steps"])
+      md << "- step " << st["step"].dump() << " (" << st["part"].get<std::string>() << "): inf/NaN gradient in "
+         << st["nonfinite_grad"].get<std::string>() << " at scale " << st["loss_scale"].dump() << "\n";
   }
   md << "\nSigned: "
      << (j_.value("signed", false) ? "yes, key " + j_.value("signer_key_id", std::string()) + " (report.intoto.json)"

@@ -327,9 +327,17 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
   auto a = run_worker_process(p, WorkerRole::kReference);
   if (g_signal) return interrupted_exit(p);
-  if (!a.killed_by_us)
-    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status),
-                "worker A exited with status " + std::to_string(a.status) + " before its kill window");
+  // The numerical validation of train.precision, passed or not (docs/precision.md).
+  if (std::filesystem::exists(p.run_dir + "/work/precision.json"))
+    p.report.set_precision(read_json(p.run_dir + "/work/precision.json"));
+  if (!a.killed_by_us) {
+    std::string why = "worker A exited with status " + std::to_string(a.status) + " before its kill window";
+    if (a.open_stage == "precision" && p.report.json().contains("precision"))
+      for (const auto& n : p.report.json()["precision"].value("non_finite", nlohmann::json::array()))
+        why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.value("what", "") + " " +
+               n.value("tensor", "");
+    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status), why);
+  }
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   auto ref = read_json(p.run_dir + "/work/reference.json");

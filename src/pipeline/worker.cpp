@@ -165,6 +165,35 @@ int run_reference(WorkerContext& ctx) {
                              {"val_windows", t.dataset().val().size()},
                              {"threads", ctx.cfg.run.threads},
                              {"memory", load_mem.read()}}));
+  ctx.out["loss_scaler_enabled"] = t.loss_scaler().enabled();
+
+  // Numerical validation of train.precision (docs/precision.md): step 0 in
+  // fp32 and in the chosen precision from the same state; the training
+  // trajectory is left as it was.
+  if (t.precision() != train::Precision::kFp32) {
+    StageTimer prec("precision");
+    auto v = t.validate_precision(p.precision_tolerance);
+    ctx.out["precision"] = v;
+    if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/precision.json", v.dump(2));
+    const std::string verdict = v["verdict"].get<std::string>();
+    if (verdict == "non_finite") {
+      std::string names;
+      for (const auto& n : v["non_finite"])
+        names += (names.empty() ? "" : ", ") + n["what"].get<std::string>() + " " + n["tensor"].get<std::string>();
+      throw Error(ErrorKind::kVerification, "precision: non-finite values: " + names,
+                  "see report.json precision.non_finite; lower the learning rate, check the data, or use fp32");
+    }
+    if (verdict == "flagged")
+      ANCHOR_LOG_WARN("precision", "{} differs from fp32 beyond pilot.precision_tolerance {} (report.json precision)",
+                      ctx.cfg.train.precision, p.precision_tolerance);
+    stages.push_back(prec.end({{"precision", ctx.cfg.train.precision},
+                               {"verdict", verdict},
+                               {"loss_rel_diff", v["loss"]["rel_diff"]},
+                               {"grad_norm_rel_diff", v["grad_norm"]["rel_diff"]},
+                               {"max_param_rel_diff", v["parameters"]["max_rel_diff"]},
+                               {"flagged", v["parameters"]["flagged"].size()},
+                               {"tolerance", p.precision_tolerance}}));
+  }
 
   // K steps; the last one is the measured step: full optimizer state exists
   // (K >= 2), the peak is reset right before it (zero_grad, forward, backward,

@@ -4,6 +4,7 @@
 // TORCH_VERSION_* macros.
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <ATen/autocast_mode.h>
 
 #include <string>
 
@@ -34,5 +35,35 @@ inline void set_deterministic(bool on) {
   at::globalContext().setDeterministicAlgorithms(on);
 #endif
 }
+
+// Autocast state of one device type (CPU or CUDA). LibTorch 2.4 made the
+// calls device-generic and deprecated the per-device ones 1.13 has.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+inline bool autocast_enabled(bool cuda) {
+  return at::autocast::is_autocast_enabled(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+}
+inline at::ScalarType autocast_dtype(bool cuda) {
+  return at::autocast::get_autocast_dtype(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+}
+inline void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
+  const auto d = cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  at::autocast::set_autocast_dtype(d, dtype);
+  at::autocast::set_autocast_enabled(d, enabled);
+}
+#else
+inline bool autocast_enabled(bool cuda) { return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
+inline at::ScalarType autocast_dtype(bool cuda) {
+  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+inline void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
+  if (cuda) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+    at::autocast::set_cpu_enabled(enabled);
+  }
+}
+#endif
 
 }  // namespace anchor::train::compat

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -106,10 +107,12 @@ const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, c
 }  // namespace
 
 nlohmann::json StepRecord::to_json() const {
-  return {{"step", step},         {"loss", loss},           {"grad_norm", grad_norm},
+  nlohmann::json j = {{"step", step},         {"loss", loss},           {"grad_norm", grad_norm},
           {"lr", lr},             {"batch_digest", batch_digest}, {"data_wait_s", data_wait_s},
           {"compute_s", compute_s}, {"comm_s", comm_s}, {"replica_check_s", replica_check_s},
-          {"tokens", tokens}};
+          {"tokens", tokens}, {"loss_scale", loss_scale}, {"skipped", skipped}};
+  if (!nonfinite_grad.empty()) j["nonfinite_grad"] = nonfinite_grad;
+  return j;
 }
 
 RestoreFaults RestoreFaults::from_env() {
@@ -122,9 +125,10 @@ RestoreFaults RestoreFaults::from_env() {
     if (item == "drop_rng") f.drop_rng = true;
     else if (item == "drop_optimizer") f.drop_optimizer = true;
     else if (item == "wrong_step") f.wrong_step = true;
+    else if (item == "drop_scaler") f.drop_scaler = true;
     else if (!item.empty())
       throw Error(ErrorKind::kUsage, "unknown ANCHOR_PILOT_FAULT '" + item + "'",
-                  "use drop_rng, drop_optimizer or wrong_step");
+                  "use drop_rng, drop_optimizer, wrong_step or drop_scaler");
   }
   return f;
 }
@@ -156,7 +160,12 @@ void set_cuda_rng_state(int index, const torch::Tensor& state) {
 #endif
 
 Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
-    : cfg_(cfg), rank_(rank), world_(world_size), total_steps_(total_steps(cfg, world_size)) {
+    : cfg_(cfg),
+      rank_(rank),
+      world_(world_size),
+      total_steps_(total_steps(cfg, world_size)),
+      precision_(parse_precision(cfg.train.precision)),
+      scaler_(cfg.train.loss_scale, loss_scaling_enabled(cfg.train)) {
   at::set_num_threads(cfg.run.threads);
   compat::set_deterministic(cfg.run.deterministic);
   device_ = compat::resolve_device(cfg.device);
@@ -185,6 +194,18 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
   // Dropout draws from here on: its own seed, so init and data never shift it.
   torch::manual_seed(config::derive_seed(cfg.run.seed, "dropout"));
   window_buf_.resize(static_cast<std::size_t>(cfg.data.seq_len) + 1);
+  if (const char* f = std::getenv("ANCHOR_GRAD_FAULT")) {
+    std::stringstream ss(f);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      long long st = -1;
+      char kind[8] = {0};
+      if (std::sscanf(item.c_str(), "%3[a-z]:%lld", kind, &st) != 2 || (std::string(kind) != "inf" && std::string(kind) != "nan"))
+        throw Error(ErrorKind::kUsage, "bad ANCHOR_GRAD_FAULT '" + item + "'", "use inf:<step> or nan:<step>, comma-separated");
+      grad_faults_.push_back({st, std::string(kind) == "inf" ? std::numeric_limits<double>::infinity()
+                                                           : std::numeric_limits<double>::quiet_NaN()});
+    }
+  }
 }
 
 double Trainer::flops_per_token() const { return model_->flops_per_token(cfg_.data.seq_len); }
@@ -204,11 +225,7 @@ void Trainer::make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::
   y = buf.narrow(1, 1, T);
 }
 
-StepRecord Trainer::train_step() {
-  StepRecord r;
-  r.step = step_;
-  Sha256 digest;
-  opt_->zero_grad();
+double Trainer::forward_backward(Precision p, double scale, StepRecord& r, Sha256& digest) {
   double loss_sum = 0;
   for (int m = 0; m < cfg_.train.grad_accum; ++m) {
     auto t0 = Clock::now();
@@ -216,12 +233,34 @@ StepRecord Trainer::train_step() {
     make_batch(step_, m, x, y, digest);
     r.data_wait_s += seconds_since(t0);
     auto t1 = Clock::now();
-    auto loss = model_->loss(x, y) / static_cast<double>(cfg_.train.grad_accum);
-    loss.backward();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(p, device_.is_cuda());  // the forward only; backward outside it
+      loss = model_->loss(x, y) / static_cast<double>(cfg_.train.grad_accum);
+    }
+    if (scale == 1.0) loss.backward();
+    else (loss * scale).backward();
     loss_sum += loss.item<double>();
     r.compute_s += seconds_since(t1);
     r.tokens += x.numel();
   }
+  return loss_sum;
+}
+
+StepRecord Trainer::train_step() {
+  StepRecord r;
+  r.step = step_;
+  Sha256 digest;
+  opt_->zero_grad();
+  r.loss_scale = scaler_.scale();
+  double loss_sum = forward_backward(precision_, r.loss_scale, r, digest);
+  for (const auto& [fault_step, value] : grad_faults_)
+    if (fault_step == step_ && !opt_->params().empty()) {
+      torch::NoGradGuard no_grad;
+      const auto& p = opt_->params().front();
+      ANCHOR_LOG_WARN("train", "ANCHOR_GRAD_FAULT: step {}: {} put into the gradient of {}", step_, value, p.name);
+      if (p.param.grad().defined()) p.param.grad().view(-1)[0].fill_(value);
+    }
   if (pg_) {
     if (rank_ == fault_rank_ && step_ == fault_step_) {
       ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself in step {} before the all-reduce", rank_, step_);
@@ -240,9 +279,29 @@ StepRecord Trainer::train_step() {
     r.comm_s = st.seconds + seconds_since(t3);
   }
   auto t2 = Clock::now();
-  r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
+  bool apply = true;
+  if (scaler_.enabled()) {
+    // Unscale before clipping, then skip the step (and back off) on any inf/NaN.
+    torch::NoGradGuard no_grad;
+    NamedTensors grads;
+    for (const auto& p : opt_->params()) {
+      if (p.param.grad().defined() && r.loss_scale != 1.0) p.param.grad().mul_(1.0 / r.loss_scale);
+      grads.push_back({p.name, p.param.grad()});
+    }
+    const auto bad = non_finite_names(grads);
+    apply = scaler_.update(!bad.empty());
+    if (!apply) {
+      r.skipped = true;
+      r.nonfinite_grad = bad.front();
+      ANCHOR_LOG_WARN("train", "step {}: inf/NaN gradient in {}; step skipped, loss scale {} -> {}", step_, bad.front(),
+                      r.loss_scale, scaler_.scale());
+    }
+  }
   r.lr = lr_at(cfg_.train, step_, total_steps_);
-  opt_->step(r.lr);
+  if (apply) {
+    r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
+    opt_->step(r.lr);
+  }
   r.compute_s += seconds_since(t2);
   if (pg_ && check_replicas_) {
     auto t4 = Clock::now();
@@ -292,6 +351,7 @@ double Trainer::evaluate(int batches) {
       for (int t = 0; t <= T; ++t) out[b * (T + 1) + t] = window_buf_[static_cast<std::size_t>(t)];
     }
     auto dbuf = buf.to(device_);
+    AutocastGuard autocast(precision_, device_.is_cuda());
     sum += model_->loss(dbuf.narrow(1, 0, T), dbuf.narrow(1, 1, T)).item<double>();
   }
   model_->train();
@@ -329,7 +389,14 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   // Dropout on the GPU draws from the device generator: its state travels too.
   if (device_.is_cuda()) rng_file.tensors.push_back(ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
 #endif
-  req.files = {std::move(model_file), std::move(opt_file)};
+  // The loss scaler: scale as F64 so it restores bitwise.
+  checkpoint::FileContent scaler_file{"scaler.safetensors", {}, {{"format", "anchor.loss_scaler/v1"},
+                                                                  {"enabled", scaler_.enabled() ? "true" : "false"}}};
+  const auto& ss = scaler_.state();
+  scaler_file.tensors.push_back(ref("scale", torch::tensor(ss.scale, torch::kFloat64), keep));
+  scaler_file.tensors.push_back(ref("growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64), keep));
+  scaler_file.tensors.push_back(ref("skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64), keep));
+  req.files = {std::move(model_file), std::move(opt_file), std::move(scaler_file)};
   if (world_ > 1) {
     if (static_cast<int>(rng_by_rank.size()) != world_)
       throw Error(ErrorKind::kRuntime, "save_request: " + std::to_string(rng_by_rank.size()) +
@@ -349,6 +416,9 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   req.state["data_cursor"] = {{"kind", "pure(seed, step, rank)"}, {"next_step", step_}};
   req.state["lr_schedule"] = {{"kind", cfg_.train.schedule.kind}, {"next_lr", lr_at(cfg_.train, step_, total_steps_)},
                               {"total_steps", total_steps_}};
+  req.state["precision"] = precision_name(precision_);
+  req.state["loss_scale"] = {{"enabled", scaler_.enabled()}, {"scale", ss.scale},
+                             {"growth_tracker", ss.growth_tracker}, {"skipped_steps", ss.skipped_steps}};
   req.state["world_size"] = world_;
   req.state["threads"] = cfg_.run.threads;
   req.state["libtorch"] = compat::torch_version();
@@ -384,6 +454,19 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
     if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, "rng.safetensors", "cuda_generator").clone());
 #endif
   }
+  if (!faults.drop_scaler) {
+    auto it = c.files.find("scaler.safetensors");
+    if (it != c.files.end()) {
+      LossScaler::State s;
+      s.scale = view_of(it->second, "scaler.safetensors", "scale").item<double>();
+      s.growth_tracker = view_of(it->second, "scaler.safetensors", "growth_tracker").item<std::int64_t>();
+      s.skipped_steps = view_of(it->second, "scaler.safetensors", "skipped_steps").item<std::int64_t>();
+      if (scaler_.enabled()) scaler_.set_state(s);
+    } else if (scaler_.enabled()) {
+      throw Error(ErrorKind::kVerification, "checkpoint " + c.dir + " has no scaler.safetensors, but loss scaling is on",
+                  "resume from a checkpoint saved with train.loss_scale on (a scaler restarting at init_scale diverges)");
+    }
+  }
   step_ = c.state.at("step").get<std::int64_t>() + (faults.wrong_step ? 1 : 0);
 }
 
@@ -415,6 +498,15 @@ nlohmann::json Trainer::state_digest() const {
       opt_h.update(name + "." + suffix + ":" + d + "\n");
     }
   }
+  Sha256 scaler_h;
+  const auto& ss = scaler_.state();
+  for (const auto& [name, t] : {std::pair<const char*, torch::Tensor>{"scale", torch::tensor(ss.scale, torch::kFloat64)},
+                                {"growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64)},
+                                {"skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64)}}) {
+    auto d = tensor_digest(t);
+    tensors[std::string("scaler/") + name] = d;
+    scaler_h.update(std::string(name) + ":" + d + "\n");
+  }
   auto rd = tensor_digest(get_cpu_rng_state());
   tensors["rng/cpu_generator"] = rd;
   rng_h.update("cpu_generator:" + rd + "\n");
@@ -426,7 +518,7 @@ nlohmann::json Trainer::state_digest() const {
   }
 #endif
   return {{"model", model_h.hex()}, {"optimizer", opt_h.hex()}, {"rng", rng_h.hex()},
-          {"step", step_},          {"tensors", tensors}};
+          {"scaler", scaler_h.hex()}, {"loss_scale", ss.scale},   {"step", step_}, {"tensors", tensors}};
 }
 
 }  // namespace anchor::train

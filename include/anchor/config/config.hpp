@@ -65,6 +65,7 @@ struct ScheduleConfig {
 };
 
 struct LossScaleConfig {
+  std::string enabled = "auto";         // auto (fp16 only) | true | false
   double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;

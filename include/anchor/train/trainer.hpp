@@ -15,6 +15,8 @@
 #include "anchor/data/dataset.hpp"
 #include "anchor/model/gpt.hpp"
 #include "anchor/train/adamw.hpp"
+#include "anchor/train/loss_scaler.hpp"
+#include "anchor/train/precision.hpp"
 
 namespace anchor::dist {
 class ProcessGroup;
@@ -33,6 +35,9 @@ struct StepRecord {
   double comm_s = 0;            // DDP: gradient + loss all-reduce (0 on one rank)
   double replica_check_s = 0;   // DDP: the parameter digest exchange after the step
   std::int64_t tokens = 0;
+  double loss_scale = 1;        // the loss scale this step's backward used (1: no scaling)
+  bool skipped = false;         // the loss scaler skipped the optimizer step (inf/NaN gradient)
+  std::string nonfinite_grad;   // skipped: the first parameter whose gradient was inf/NaN
   nlohmann::json to_json() const;
 };
 
@@ -42,8 +47,9 @@ struct RestoreFaults {
   bool drop_rng = false;
   bool drop_optimizer = false;
   bool wrong_step = false;
-  static RestoreFaults from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step[,...]
-  bool any() const { return drop_rng || drop_optimizer || wrong_step; }
+  bool drop_scaler = false;  // the loss scaler restarts at its initial state
+  static RestoreFaults from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step|drop_scaler[,...]
+  bool any() const { return drop_rng || drop_optimizer || wrong_step || drop_scaler; }
 };
 
 class Trainer {
@@ -62,8 +68,19 @@ class Trainer {
   StepRecord train_step();
   // SHA-256 over every parameter (names, dtypes, shapes, bytes): the replica check.
   std::string parameter_digest() const;
-  // Mean validation loss over `batches` fixed batches (dropout off, RNG untouched).
+  // Mean validation loss over `batches` fixed batches (dropout off, RNG untouched),
+  // in train.precision.
   double evaluate(int batches);
+
+  // The pilot's numerical validation (docs/precision.md): the current step's
+  // forward and backward (all micro-steps) in fp32 and in train.precision from
+  // the same state, the RNG replayed so dropout masks match, compared by
+  // compare_precision. Leaves parameters, optimizer, scaler, RNG and step as
+  // they were (gradients cleared). Does not throw on non-finite values: the
+  // verdict says "non_finite" and names the tensors.
+  nlohmann::json validate_precision(double tolerance);
+  Precision precision() const { return precision_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
 
   std::int64_t step() const { return step_; }
   model::Gpt& model() { return model_; }
@@ -93,11 +110,14 @@ class Trainer {
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
 
   // SHA-256 digests of the whole training state, per group and per tensor:
-  // {"model": hex, "optimizer": hex, "rng": hex, "step": n, "tensors": {name: hex}}.
+  // {"model": hex, "optimizer": hex, "rng": hex, "scaler": hex, "step": n, "tensors": {name: hex}}.
   nlohmann::json state_digest() const;
 
  private:
   void make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::Tensor& y, class Sha256& digest);
+  // The micro-steps of the current step: forward in `p` (autocast), backward
+  // of loss * scale, gradients accumulated. Returns the (unscaled) mean loss.
+  double forward_backward(Precision p, double scale, StepRecord& r, class Sha256& digest);
 
   config::Config cfg_;
   torch::Device device_{torch::kCPU};
@@ -106,6 +126,11 @@ class Trainer {
   std::unique_ptr<data::Dataset> data_;
   model::Gpt model_{nullptr};
   std::unique_ptr<AdamW> opt_;
+  Precision precision_ = Precision::kFp32;
+  LossScaler scaler_;
+  // Test seam ANCHOR_GRAD_FAULT=inf:<step>|nan:<step>[,...]: that step's first
+  // gradient gets an inf/NaN after backward (docs/precision.md).
+  std::vector<std::pair<std::int64_t, double>> grad_faults_;
   std::int64_t step_ = 0;
   std::vector<std::uint16_t> window_buf_;
   dist::ProcessGroup* pg_ = nullptr;
