@@ -9,6 +9,8 @@
 #include <chrono>
 #include <mutex>
 
+#include "anchor/error.hpp"
+
 #if defined(ANCHOR_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -18,12 +20,18 @@
 namespace anchor::measure {
 namespace {
 
-// Counts live and peak bytes of every CPU tensor allocation. Each DataPtr it
-// hands out owns the base allocator's DataPtr in a small context, so the
-// deleter knows the size and frees through the base allocator.
+// Counts live and peak bytes of every CPU tensor allocation. Each block it
+// hands out is the base allocator's block with a 64-byte header in front (the
+// size; 64 keeps the base's alignment), and the DataPtr's context is its data
+// pointer, so the raw interface (raw_allocate/raw_deleter, which oneDNN's
+// bf16 kernels use) works too.
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  explicit CountingAllocator(c10::Allocator* base) : base_(base), base_deleter_(base->raw_deleter()) {
+    if (!base_deleter_)
+      throw Error(ErrorKind::kRuntime, "the CPU allocator has no raw deleter: the counting allocator cannot wrap it");
+    self_ = this;
+  }
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   c10::DataPtr allocate(size_t n) override { return wrap(n); }
@@ -31,37 +39,37 @@ class CountingAllocator final : public c10::Allocator {
 #else
   c10::DataPtr allocate(size_t n) const override { return wrap(n); }
 #endif
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   std::int64_t current() const { return current_.load(); }
   std::int64_t peak() const { return peak_.load(); }
   void reset_peak() { peak_.store(current_.load()); }
 
  private:
-  struct Ctx {
-    c10::DataPtr inner;
-    std::int64_t bytes;
-    const CountingAllocator* owner;
-  };
+  static constexpr std::size_t kHeader = 64;
+  static inline CountingAllocator* self_ = nullptr;  // one instance, installed once and never freed
 
-  static void release(void* p) {
-    auto* ctx = static_cast<Ctx*>(p);
-    ctx->owner->current_.fetch_sub(ctx->bytes);
-    delete ctx;  // frees through the base allocator's deleter
+  static void release(void* data) {
+    if (!data) return;
+    void* block = static_cast<char*>(data) - kHeader;
+    self_->current_.fetch_sub(*static_cast<std::int64_t*>(block));
+    self_->base_deleter_(block);
   }
 
   c10::DataPtr wrap(size_t n) const {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
-    auto device = inner.device();
+    void* block = base_->raw_allocate(n + kHeader);
     const auto bytes = static_cast<std::int64_t>(n);
+    *static_cast<std::int64_t*>(block) = bytes;
+    void* data = static_cast<char*>(block) + kHeader;
     const auto now = current_.fetch_add(bytes) + bytes;
     std::int64_t prev = peak_.load();
     while (now > prev && !peak_.compare_exchange_weak(prev, now)) {
     }
-    return c10::DataPtr(data, new Ctx{std::move(inner), bytes, this}, &release, device);
+    return c10::DataPtr(data, data, &release, c10::Device(c10::DeviceType::CPU));
   }
 
   c10::Allocator* base_;
+  c10::DeleterFnPtr base_deleter_;
   mutable std::atomic<std::int64_t> current_{0}, peak_{0};
 };
 
