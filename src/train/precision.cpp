@@ -155,7 +155,7 @@ nlohmann::json Trainer::validate_precision(double tolerance) {
 #endif
   };
   nlohmann::json seconds = nlohmann::json::object();
-  auto side = [&](Precision p, const std::string& label) {
+  auto side = [&](Precision p, const std::string& label, bool inject) {
     replay_rng();  // the same dropout masks on both sides
     opt_->zero_grad();
     // The chosen precision runs as training runs it: scaled when the scaler is on.
@@ -167,6 +167,10 @@ nlohmann::json Trainer::validate_precision(double tolerance) {
     s.label = label;
     s.loss = forward_backward(p, scale, r, digest);
     torch::NoGradGuard no_grad;
+    // ANCHOR_GRAD_FAULT at this step: the chosen precision's side gets the inf/NaN.
+    for (const auto& [fault_step, value] : grad_faults_)
+      if (inject && fault_step == step_ && !opt_->params().empty() && opt_->params().front().param.grad().defined())
+        opt_->params().front().param.grad().view(-1)[0].fill_(value);
     for (const auto& np : opt_->params()) {
       auto g = np.param.grad();
       if (g.defined()) g = scale == 1.0 ? g.detach().clone() : g.detach() * (1.0 / scale);
@@ -176,8 +180,8 @@ nlohmann::json Trainer::validate_precision(double tolerance) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;
   };
-  const auto a = side(Precision::kFp32, "fp32");
-  const auto b = side(precision_, std::string(precision_name(precision_)) + (precision_ == Precision::kFp32 ? "" : " autocast"));
+  const auto a = side(Precision::kFp32, "fp32", false);
+  const auto b = side(precision_, std::string(precision_name(precision_)) + (precision_ == Precision::kFp32 ? "" : " autocast"), true);
   replay_rng();
   opt_->zero_grad();
   NamedTensors params;

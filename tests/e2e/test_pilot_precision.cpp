@@ -99,4 +99,22 @@ TEST(PilotPrecision, ARestoreThatDropsTheScalerStateIsCaught) {
   EXPECT_EQ(report["loss_scaler"]["restored_scale"], 65536.0);  // reset to init_scale: the known divergence
 }
 
+TEST(PilotPrecision, ANonFiniteGradientFailsTheValidationStageWithTheTensorNamed) {
+  // The inf injected at step 0 reaches the validation's bf16 side (and would reach training).
+  TempDir t("nonfinite");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "train.precision=bf16"},
+                      {{"ANCHOR_GRAD_FAULT", "inf:0"}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("non-finite"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wte.weight"), std::string::npos) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+  EXPECT_EQ(report["stages"].back()["stage"], "precision");
+  EXPECT_EQ(report["stages"].back()["status"], "failed");
+  EXPECT_EQ(report["precision"]["verdict"], "non_finite");
+  ASSERT_EQ(report["precision"]["non_finite"].size(), 1u) << report["precision"].dump(2);
+  EXPECT_EQ(report["precision"]["non_finite"][0]["tensor"], "wte.weight");
+  EXPECT_EQ(report["precision"]["non_finite"][0]["what"], "bf16 autocast gradient");
+}
+
 }  // namespace
