@@ -135,12 +135,12 @@ std::vector<Field> make_fields() {
           "activation checkpointing (#8)").at_least(0),
     Field(ANCHOR_KEY(train.loss_scale.enabled), "Dynamic loss scaling: auto (on for fp16 only), true (on at any precision, e.g. to exercise it on CPU), false.",
           "precision (#8)").one_of({"auto", "true", "false"}),
-    Field(ANCHOR_KEY(train.loss_scale.init_scale), "fp16: initial loss scale.", "precision (#8)").above(0),
-    Field(ANCHOR_KEY(train.loss_scale.growth_factor), "fp16: scale multiplier after growth_interval clean steps.",
+    Field(ANCHOR_KEY(train.loss_scale.init_scale), "Loss scaler (docs/precision.md): initial loss scale.", "precision (#8)").above(0),
+    Field(ANCHOR_KEY(train.loss_scale.growth_factor), "Loss scaler: scale multiplier after growth_interval consecutive clean steps.",
           "precision (#8)").at_least(1),
-    Field(ANCHOR_KEY(train.loss_scale.backoff_factor), "fp16: scale multiplier after a step with inf/NaN gradients.",
+    Field(ANCHOR_KEY(train.loss_scale.backoff_factor), "Loss scaler: scale multiplier after a step with inf/NaN gradients (the step is skipped).",
           "precision (#8)").above(0).below(1),
-    Field(ANCHOR_KEY(train.loss_scale.growth_interval), "fp16: clean steps before the scale grows.",
+    Field(ANCHOR_KEY(train.loss_scale.growth_interval), "Loss scaler: consecutive clean steps before the scale grows.",
           "precision (#8)").at_least(1),
 
     // pilot ----------------------------------------------------------------
