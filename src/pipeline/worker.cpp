@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -92,6 +93,15 @@ nlohmann::json run_steps(train::Trainer& t, int n) {
     auto r = t.train_step();
     ANCHOR_LOG_INFO("train_step", "step={} loss={:.4f} grad_norm={:.4f} lr={:.3e} ({:.3f}s)", r.step, r.loss,
                     r.grad_norm, r.lr, r.compute_s + r.data_wait_s);
+    // A non-finite loss or applied gradient poisons every later step: fail
+    // here, naming it (a step the loss scaler skipped is not applied).
+    if (!std::isfinite(r.loss) || (!r.skipped && !std::isfinite(r.grad_norm)))
+      throw Error(ErrorKind::kVerification,
+                  "step " + std::to_string(r.step) + ": non-finite " +
+                      (std::isfinite(r.loss) ? std::string("gradient norm") : std::string("loss")) +
+                      (r.nonfinite_grad.empty() ? std::string() : " (gradient of " + r.nonfinite_grad + ")"),
+                  "with train.precision bf16/fp16 turn on train.loss_scale.enabled to skip such steps; else "
+                  "lower train.optimizer.lr or check the data (docs/precision.md)");
     steps.push_back(r.to_json());
   }
   return steps;

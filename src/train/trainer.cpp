@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -300,6 +301,13 @@ StepRecord Trainer::train_step() {
   r.lr = lr_at(cfg_.train, step_, total_steps_);
   if (apply) {
     r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
+    if (!std::isfinite(r.grad_norm)) {
+      // No scaler to skip it: name the gradient for the caller (clipping keeps inf/NaN non-finite).
+      NamedTensors grads;
+      for (const auto& p : opt_->params()) grads.push_back({p.name, p.param.grad()});
+      const auto bad = non_finite_names(grads);
+      if (!bad.empty()) r.nonfinite_grad = bad.front();
+    }
     opt_->step(r.lr);
   }
   r.compute_s += seconds_since(t2);

@@ -117,4 +117,18 @@ TEST(PilotPrecision, ANonFiniteGradientFailsTheValidationStageWithTheTensorNamed
   EXPECT_EQ(report["precision"]["non_finite"][0]["what"], "bf16 autocast gradient");
 }
 
+TEST(PilotPrecision, ANonFiniteGradientWithoutTheScalerFailsTheStepWithTheTensorNamed) {
+  // Negative control of the scaler test: the same fault at step 1 with loss scaling off
+  // goes into the update; the pilot stops there (exit 3), not at a report full of NaN.
+  TempDir t("nan-noscaler");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "train.precision=bf16"},
+                      {{"ANCHOR_GRAD_FAULT", "nan:1"}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("step 1: non-finite"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wte.weight"), std::string::npos) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["stages"].back()["stage"], "train");
+  EXPECT_EQ(report["stages"].back()["status"], "failed");
+}
+
 }  // namespace

@@ -37,7 +37,7 @@ struct StepRecord {
   std::int64_t tokens = 0;
   double loss_scale = 1;        // the loss scale this step's backward used (1: no scaling)
   bool skipped = false;         // the loss scaler skipped the optimizer step (inf/NaN gradient)
-  std::string nonfinite_grad;   // skipped: the first parameter whose gradient was inf/NaN
+  std::string nonfinite_grad;   // the first parameter whose gradient was inf/NaN (skipped, or applied without a scaler)
   nlohmann::json to_json() const;
 };
 
