@@ -13,7 +13,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/data/dataset.hpp"
-#include "anchor/model/gpt.hpp"
+#include "anchor/model/model.hpp"
 #include "anchor/train/adamw.hpp"
 
 namespace anchor::dist {
@@ -66,7 +66,8 @@ class Trainer {
   double evaluate(int batches);
 
   std::int64_t step() const { return step_; }
-  model::Gpt& model() { return model_; }
+  // The model behind the interface: the built-in GPT or a TorchScript module.
+  model::Model& model() { return *model_; }
   const data::Dataset& dataset() const { return *data_; }
   double flops_per_token() const;
   std::int64_t num_parameters() const { return model_->num_parameters(); }
@@ -104,7 +105,7 @@ class Trainer {
   int rank_, world_;
   std::int64_t total_steps_;
   std::unique_ptr<data::Dataset> data_;
-  model::Gpt model_{nullptr};
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::int64_t step_ = 0;
   std::vector<std::uint16_t> window_buf_;
