@@ -137,7 +137,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto x = ctx->get_saved_variables().at(0);
-    auto r = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data.at("recompute").toCapsule());
+    const auto holder = ctx->saved_data.at("recompute").toCapsule();  // keeps *r alive here
+    auto* r = static_cast<Recompute*>(holder.get());
     auto xd = x.detach().requires_grad_(true);
     torch::Tensor out;
     {

@@ -111,7 +111,7 @@ void check_signature(const torch::jit::Module& m, const std::string& path) {
 std::unique_ptr<Model> load_torchscript(const std::string& path, int probe_seq_len) {
   torch::jit::Module m;
   try {
-    m = torch::jit::load(path, torch::kCPU);
+    m = torch::jit::load(path, torch::Device(torch::kCPU));
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
     if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
@@ -124,7 +124,8 @@ std::unique_ptr<Model> load_torchscript(const std::string& path, int probe_seq_l
   for (const auto& p : m.named_parameters(/*recurse=*/true)) trainable += p.value.requires_grad() ? 1 : 0;
   if (trainable == 0)
     contract_error(path, "the module has no trainable parameters (none registered, or all with requires_grad=False)",
-                   "register the weights as nn.Parameter (nn.Linear, nn.Embedding, ...) with requires_grad=True");
+                   "register the weights as nn.Parameter (nn.Linear, nn.Embedding, ...) with requires_grad=True "
+                   "(docs/models.md)");
 
   auto model = std::make_unique<TorchScriptModel>(std::move(m), path);
   if (probe_seq_len > 0) {

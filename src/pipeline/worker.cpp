@@ -320,7 +320,7 @@ int run_probe(WorkerContext& ctx) {
   ctx.out["memory_points"] = out;
   ctx.out["stages"].push_back(probe.end({{"points", out.size()}}));
   if (ctx.cfg.train.activation_checkpointing > 0) {
-    StageTimer ac("activation_checkpointing");
+    StageTimer ac("activation_ckpt");
     ctx.out["activation_checkpointing"] = measure_activation_checkpointing(ctx.cfg);
     ctx.out["stages"].push_back(ac.end(ctx.out["activation_checkpointing"]));
   }

@@ -145,7 +145,7 @@ TEST(ActivationCheckpointingPilot, ResumesBitwiseAndReportsTheTrade) {
   EXPECT_NE(ac["trade"].get<std::string>().find("saves"), std::string::npos);
   EXPECT_NE(anchor::fs::read_file(t.str("run/report.md")).find("## Activation checkpointing"), std::string::npos);
   bool stage = false;
-  for (const auto& s : report["stages"]) stage |= s["stage"] == "activation_checkpointing";
+  for (const auto& s : report["stages"]) stage |= s["stage"] == "activation_ckpt";
   EXPECT_TRUE(stage);
 }
 

@@ -33,7 +33,7 @@ model::GptOptions opts(int n_layer, double dropout) {
   return o;
 }
 
-struct Run {
+struct Result {
   double loss = 0;
   std::map<std::string, torch::Tensor> grads;
   torch::Tensor rng_after;
@@ -41,7 +41,7 @@ struct Run {
 
 // Seeded init, seeded dropout, two micro-steps (the second accumulates into
 // existing .grad), as the trainer does.
-Run run(int n_layer, int every, model::CheckpointOptions co = {}, double dropout = 0.1) {
+Result run(int n_layer, int every, model::CheckpointOptions co = {}, double dropout = 0.1) {
   torch::manual_seed(11);
   model::Gpt m(opts(n_layer, dropout));
   m->set_activation_checkpointing(every, co);
@@ -50,7 +50,7 @@ Run run(int n_layer, int every, model::CheckpointOptions co = {}, double dropout
   auto x = torch::randint(0, 64, {3, 16}, torch::kInt64);
   auto y = torch::randint(0, 64, {3, 16}, torch::kInt64);
   torch::manual_seed(13);
-  Run r;
+  Result r;
   for (int micro = 0; micro < 2; ++micro) {
     auto loss = m->loss(x, y);
     loss.backward();
@@ -65,7 +65,7 @@ Run run(int n_layer, int every, model::CheckpointOptions co = {}, double dropout
 }
 
 // Names of the parameters whose gradients differ in any bit.
-std::vector<std::string> differing(const Run& a, const Run& b) {
+std::vector<std::string> differing(const Result& a, const Result& b) {
   std::vector<std::string> out;
   for (const auto& [name, g] : a.grads) {
     auto it = b.grads.find(name);
@@ -75,7 +75,7 @@ std::vector<std::string> differing(const Run& a, const Run& b) {
 }
 
 TEST(ActivationCheckpoint, GradientsBitwiseEqualWithDropoutEveryBlock) {
-  const Run plain = run(3, 0), ckpt = run(3, 1);
+  const Result plain = run(3, 0), ckpt = run(3, 1);
   ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
   EXPECT_EQ(plain.loss, ckpt.loss);
   EXPECT_TRUE(differing(plain, ckpt).empty()) << "differ: " << differing(plain, ckpt).front();
@@ -84,7 +84,7 @@ TEST(ActivationCheckpoint, GradientsBitwiseEqualWithDropoutEveryBlock) {
 }
 
 TEST(ActivationCheckpoint, GradientsBitwiseEqualEverySecondBlock) {
-  const Run plain = run(4, 0), ckpt = run(4, 2);
+  const Result plain = run(4, 0), ckpt = run(4, 2);
   EXPECT_EQ(plain.loss, ckpt.loss);
   EXPECT_TRUE(differing(plain, ckpt).empty());
 }
@@ -93,8 +93,7 @@ TEST(ActivationCheckpoint, WithoutRngReplayTheGradientsDiffer) {
   // The negative control: the recompute draws new dropout masks.
   model::CheckpointOptions no_replay;
   no_replay.replay_rng = false;
-  const Run plain = run(3, 0), broken = run(3, 1, no_replay);
-  EXPECT_EQ(plain.loss, broken.loss) << "the forward is the same; only the recompute differs";
+  const Result plain = run(3, 0), broken = run(3, 1, no_replay);
   const auto diff = differing(plain, broken);
   EXPECT_FALSE(diff.empty());
   // Block parameters see the wrong masks.
@@ -180,23 +179,41 @@ class TrainerCheckpointing : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(TrainerCheckpointing, ConfigTurnsItOnAndTheRunIsTheSame) {
-  measure::install_counting_allocator();
-  train::Trainer plain(cfg(0)), ckpt(cfg(1));
-  std::int64_t peak[2] = {0, 0};
+// One trainer's first steps: the records, the state digest, the eval loss and
+// the largest step peak. Trainers draw from the one global generator (and
+// seed it when built): they run one after the other, never interleaved.
+struct TrainerRun {
+  std::vector<train::StepRecord> steps;
+  nlohmann::json digest;
+  double eval = 0;
+  std::int64_t peak = 0;
+};
+
+TrainerRun train_steps(const config::Config& c) {
+  TrainerRun r;
+  train::Trainer t(c);
   for (int i = 0; i < 3; ++i) {
     measure::reset_peak("cpu");
-    auto a = plain.train_step();
-    peak[0] = std::max(peak[0], measure::tensor_memory("cpu").peak_allocated_bytes);
-    measure::reset_peak("cpu");
-    auto b = ckpt.train_step();
-    peak[1] = std::max(peak[1], measure::tensor_memory("cpu").peak_allocated_bytes);
-    EXPECT_EQ(a.loss, b.loss) << "step " << i;
-    EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << i;
+    r.steps.push_back(t.train_step());
+    r.peak = std::max(r.peak, measure::tensor_memory("cpu").peak_allocated_bytes);
   }
-  EXPECT_LT(peak[1], peak[0]) << "train.activation_checkpointing had no effect on the trainer's model";
-  EXPECT_EQ(plain.state_digest(), ckpt.state_digest());
-  EXPECT_EQ(plain.evaluate(1), ckpt.evaluate(1));
+  r.digest = t.state_digest();
+  r.eval = t.evaluate(1);
+  return r;
+}
+
+TEST_F(TrainerCheckpointing, ConfigTurnsItOnAndTheRunIsTheSame) {
+  measure::install_counting_allocator();
+  const TrainerRun plain = train_steps(cfg(0)), ckpt = train_steps(cfg(1));
+  for (std::size_t i = 0; i < plain.steps.size(); ++i) {
+    EXPECT_EQ(plain.steps[i].loss, ckpt.steps[i].loss) << "step " << i;
+    EXPECT_EQ(plain.steps[i].grad_norm, ckpt.steps[i].grad_norm) << "step " << i;
+  }
+  EXPECT_EQ(plain.digest["model"], ckpt.digest["model"]);
+  EXPECT_EQ(plain.digest["optimizer"], ckpt.digest["optimizer"]);
+  EXPECT_EQ(plain.digest["rng"], ckpt.digest["rng"]);
+  EXPECT_EQ(plain.eval, ckpt.eval);
+  EXPECT_LT(ckpt.peak, plain.peak) << "train.activation_checkpointing had no effect on the trainer's model";
 }
 
 }  // namespace
