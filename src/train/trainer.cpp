@@ -407,6 +407,13 @@ nlohmann::json Trainer::state_digest() const {
     tensors["model/" + p.key()] = d;
     model_h.update(p.key() + ":" + d + "\n");
   }
+  // Buffers (a user's BatchNorm statistics, masks) are model state too; the
+  // built-in GPT has none.
+  for (const auto& b : model_->named_buffers()) {
+    auto d = tensor_digest(b.value());
+    tensors["model/" + b.key()] = d;
+    model_h.update(b.key() + ":" + d + "\n");
+  }
   for (const auto& [name, s] : opt_->state()) {
     for (const auto& [suffix, t] : {std::pair<const char*, torch::Tensor>{"exp_avg", s.exp_avg},
                                     {"exp_avg_sq", s.exp_avg_sq},

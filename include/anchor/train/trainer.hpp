@@ -94,7 +94,8 @@ class Trainer {
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
 
   // SHA-256 digests of the whole training state, per group and per tensor:
-  // {"model": hex, "optimizer": hex, "rng": hex, "step": n, "tensors": {name: hex}}.
+  // {"model": hex, "optimizer": hex, "rng": hex, "step": n, "tensors": {name: hex}};
+  // "model" covers the parameters, then the buffers, by name.
   nlohmann::json state_digest() const;
 
  private:
