@@ -72,7 +72,7 @@ struct Recompute : torch::CustomClassHolder {
   bool replay_rng = true;
   at::Tensor cpu_rng;
   at::Tensor cuda_rng;  // defined when x is on a CUDA device
-  int cuda_index = -1;
+  c10::DeviceIndex cuda_index = -1;
   AutocastState autocast;
 };
 
@@ -124,7 +124,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     r->cpu_rng = generator_state(at::detail::getDefaultCPUGenerator());
 #if defined(ANCHOR_WITH_CUDA)
     if (x.is_cuda()) {
-      r->cuda_index = x.get_device();
+      r->cuda_index = x.device().index();
       r->cuda_rng = generator_state(at::cuda::detail::getDefaultCUDAGenerator(r->cuda_index));
     }
 #endif
