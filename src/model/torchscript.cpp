@@ -116,7 +116,8 @@ std::unique_ptr<Model> load_torchscript(const std::string& path, int probe_seq_l
     std::string what = e.what_without_backtrace();
     if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
     throw Error(ErrorKind::kConfig, "model.torchscript '" + path + "': cannot load it as a TorchScript module: " + what,
-                std::string("save the model with torch.jit.script(model).save(path) (") + kContract + ")");
+                "torch.save(model) writes a pickle, not TorchScript: save it with "
+                "torch.jit.script(model).save(path) (docs/models.md)");
   }
   check_signature(m, path);
 

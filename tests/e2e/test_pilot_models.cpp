@@ -121,7 +121,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(BadModule{"no_targets", "forward takes 1 argument(s)"},
                       BadModule{"non_scalar", "not a scalar loss"},
                       BadModule{"tuple_return", "not a Tensor"},
-                      BadModule{"frozen", "no trainable parameters"}),
+                      BadModule{"frozen", "no trainable parameters"},
+                      BadModule{"pickled", "cannot load it as a TorchScript module"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ActivationCheckpointingPilot, ResumesBitwiseAndReportsTheTrade) {

@@ -7,6 +7,7 @@ Run with /usr/bin/python3 (python3-torch). Writes into OUT_DIR:
   non_scalar.pt    forward returns the per-token losses [B, T]
   tuple_return.pt  forward returns (logits, loss)
   frozen.pt        every parameter has requires_grad=False
+  pickled.pt       torch.save(model): a pickle, not a TorchScript archive
 """
 import sys
 
@@ -81,6 +82,7 @@ def main(out: str) -> None:
             for p in m.parameters():
                 p.requires_grad_(False)
         torch.jit.script(m).save(f"{out}/{name}.pt")
+    torch.save(TinyLM(), f"{out}/pickled.pt")
 
 
 if __name__ == "__main__":
