@@ -8,12 +8,14 @@
 namespace anchor::pipeline {
 
 // Runs in the resume worker's memory probe when train.activation_checkpointing
-// is N > 0. Two fresh trainers from the same seed, one after the other (so the
-// peaks share a baseline): one as configured, one with checkpointing off. Each
-// takes a first step (full optimizer state), then measured steps: the peak
-// tensor memory of the first measured step (reset right before it) and the
-// fastest measured step's compute time. Since the recompute is exact on CPU,
-// both end with the same parameters; the figures say whether they did.
+// is N > 0, against the same config with checkpointing off. Memory: a fresh
+// trainer per side, one after the other (so the peaks share a baseline), the
+// peak tensor bytes of its second step (full optimizer state). Time: two more
+// trainers alive together, taking turns step by step (each with its own
+// generator state, the order alternating), after one untimed step each: the
+// median step time of each side, and the median of the paired differences
+// within a round as the time added. Since the recompute is exact on CPU, both
+// end with the same parameters; the figures say whether they did.
 // Returns the "activation_checkpointing" section of the report (docs/report.md).
 nlohmann::json measure_activation_checkpointing(const config::Config& cfg);
 
