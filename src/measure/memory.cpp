@@ -8,8 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-
-#include "anchor/error.hpp"
+#include <unordered_map>
 
 #if defined(ANCHOR_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -20,18 +19,14 @@
 namespace anchor::measure {
 namespace {
 
-// Counts live and peak bytes of every CPU tensor allocation. Each block it
-// hands out is the base allocator's block with a 64-byte header in front (the
-// size; 64 keeps the base's alignment), and the DataPtr's context is its data
-// pointer, so the raw interface (raw_allocate/raw_deleter, which oneDNN's
-// bf16 kernels use) works too.
+// Counts live and peak bytes of every CPU tensor allocation. The DataPtr it
+// hands out has the data pointer as its context (as the default CPU allocator
+// does): Allocator::raw_allocate, which the TorchScript interpreter's kernels
+// use, asserts exactly that. The base allocator's DataPtr and the size live in
+// a table keyed by the pointer until release() frees them.
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base), base_deleter_(base->raw_deleter()) {
-    if (!base_deleter_)
-      throw Error(ErrorKind::kRuntime, "the CPU allocator has no raw deleter: the counting allocator cannot wrap it");
-    self_ = this;
-  }
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   c10::DataPtr allocate(size_t n) override { return wrap(n); }
@@ -46,35 +41,52 @@ class CountingAllocator final : public c10::Allocator {
   void reset_peak() { peak_.store(current_.load()); }
 
  private:
-  static constexpr std::size_t kHeader = 64;
-  static inline CountingAllocator* self_ = nullptr;  // one instance, installed once and never freed
+  struct Live {
+    c10::DataPtr inner;
+    std::int64_t bytes;
+  };
 
-  static void release(void* data) {
-    if (!data) return;
-    void* block = static_cast<char*>(data) - kHeader;
-    self_->current_.fetch_sub(*static_cast<std::int64_t*>(block));
-    self_->base_deleter_(block);
-  }
+  static void release(void* p);
 
   c10::DataPtr wrap(size_t n) const {
-    void* block = base_->raw_allocate(n + kHeader);
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    if (data == nullptr) return inner;  // zero bytes: nothing to count
+    auto device = inner.device();
     const auto bytes = static_cast<std::int64_t>(n);
-    *static_cast<std::int64_t*>(block) = bytes;
-    void* data = static_cast<char*>(block) + kHeader;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(data, Live{std::move(inner), bytes});
+    }
     const auto now = current_.fetch_add(bytes) + bytes;
     std::int64_t prev = peak_.load();
     while (now > prev && !peak_.compare_exchange_weak(prev, now)) {
     }
-    return c10::DataPtr(data, data, &release, c10::Device(c10::DeviceType::CPU));
+    return c10::DataPtr(data, data, &release, device);
   }
 
   c10::Allocator* base_;
-  c10::DeleterFnPtr base_deleter_;
   mutable std::atomic<std::int64_t> current_{0}, peak_{0};
+  mutable std::mutex mu_;
+  mutable std::unordered_map<void*, Live> live_;
 };
 
 CountingAllocator* g_counting = nullptr;
 std::once_flag g_once;
+
+void CountingAllocator::release(void* p) {
+  if (p == nullptr) return;
+  Live gone;
+  {
+    std::lock_guard<std::mutex> lock(g_counting->mu_);
+    auto it = g_counting->live_.find(p);
+    if (it == g_counting->live_.end()) return;
+    gone = std::move(it->second);
+    g_counting->live_.erase(it);
+  }
+  g_counting->current_.fetch_sub(gone.bytes);
+  // gone.inner frees through the base allocator's deleter here, outside the lock.
+}
 
 bool is_cuda(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 

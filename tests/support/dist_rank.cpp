@@ -49,14 +49,14 @@ int main(int argc, char** argv) {
         for (;;) ::pause();
       if (env.rank == 1 && s == perturb) {
         torch::NoGradGuard g;
-        t.model()->parameters()[0].add_(1e-3);
+        t.model().parameters()[0].add_(1e-3);
       }
       rec << t.train_step().to_json().dump() << "\n" << std::flush;
     }
     // The store lives in rank 0: no rank leaves while another may still read it.
     if (pg) pg->barrier("end of training");
     std::ofstream f(out, std::ios::binary);
-    for (const auto& p : t.model()->parameters()) {
+    for (const auto& p : t.model().parameters()) {
       auto c = p.detach().to(torch::kFloat32).contiguous();
       f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
     }

@@ -13,7 +13,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/data/dataset.hpp"
-#include "anchor/model/gpt.hpp"
+#include "anchor/model/model.hpp"
 #include "anchor/train/adamw.hpp"
 #include "anchor/train/loss_scaler.hpp"
 #include "anchor/train/precision.hpp"
@@ -83,7 +83,8 @@ class Trainer {
   const LossScaler& loss_scaler() const { return scaler_; }
 
   std::int64_t step() const { return step_; }
-  model::Gpt& model() { return model_; }
+  // The model behind the interface: the built-in GPT or a TorchScript module.
+  model::Model& model() { return *model_; }
   const data::Dataset& dataset() const { return *data_; }
   double flops_per_token() const;
   std::int64_t num_parameters() const { return model_->num_parameters(); }
@@ -110,7 +111,8 @@ class Trainer {
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
 
   // SHA-256 digests of the whole training state, per group and per tensor:
-  // {"model": hex, "optimizer": hex, "rng": hex, "scaler": hex, "step": n, "tensors": {name: hex}}.
+  // {"model": hex, "optimizer": hex, "rng": hex, "scaler": hex, "step": n, "tensors": {name: hex}};
+  // "model" covers the parameters, then the buffers, by name.
   nlohmann::json state_digest() const;
 
  private:
@@ -124,7 +126,7 @@ class Trainer {
   int rank_, world_;
   std::int64_t total_steps_;
   std::unique_ptr<data::Dataset> data_;
-  model::Gpt model_{nullptr};
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> opt_;
   Precision precision_ = Precision::kFp32;
   LossScaler scaler_;
