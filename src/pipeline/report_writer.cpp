@@ -198,6 +198,20 @@ void Report::write(const std::string& run_dir) const {
     for (const auto& c : j_["resume"]["checks"])
       if (!c["ok"].get<bool>()) md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
   }
+  if (j_.contains("distributed")) {
+    const auto& d = j_["distributed"];
+    md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0)
+       << " ranks. Per rank after the measured step (DDP: every rank holds all of it):\n\n"
+       << "| rank | optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|---|---|---|---|---|\n";
+    for (const auto& r : d["per_rank"])
+      md << "| " << r.value("rank", 0) << " | " << r.value("optimizer_bytes", 0) << " | "
+         << r.value("optimizer_bytes_ddp", 0) << " | " << r.value("gradient_bytes", 0) << " | "
+         << r.value("gradient_bytes_ddp", 0) << " | " << r.value("comm_s", 0.0) << " |\n";
+    const auto& rr = d.value("rng_restore", nlohmann::json::object());
+    if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
+      md << "\nRestored from " << rr.value("saved_world_size", 0) << " ranks: RNG re-derived "
+         << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
+  }
   md << "\nSigned: "
      << (j_.value("signed", false) ? "yes, key " + j_.value("signer_key_id", std::string()) + " (report.intoto.json)"
                                    : "NO: " + j_.value("unsigned_reason", std::string("no report.signing_key configured")))
