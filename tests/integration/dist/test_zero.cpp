@@ -284,6 +284,11 @@ TEST_F(Zero, ReshardOneRankToTwo) {
     std::cout << "1 -> 2 resume vs uninterrupted, rank " << r << ": max abs diff " << d << "\n";
     EXPECT_LE(d, 1e-6);
   }
+  // Negative control: the 2 ranks restore the model but not the optimizer state.
+  ok(run(config("zero2", 2), 2, 2, "noopt", {"--ckpt", ck, "--restore", "1"}, {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
+  const double dn = max_abs_diff(ref, read_floats(dir_ / "noopt.rank0"));
+  std::cout << "negative control (optimizer state dropped): max abs diff " << dn << "\n";
+  EXPECT_GT(dn, 1e-4);
 }
 
 // A rank killed in the middle of a save (its shard written, not reported):
