@@ -1,5 +1,6 @@
-// anchor pilot CONFIG  and the hidden  anchor __worker  it starts.
+// anchor pilot CONFIG  and the hidden  anchor-torch __worker  it starts.
 #include "anchor/pipeline/pilot.hpp"
+#include "bridge.hpp"
 #include "commands.hpp"
 
 namespace anchor::cli {
@@ -19,7 +20,8 @@ Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
   return [o, nproc, &global]() {
     if (*nproc > 0) o->overrides.push_back("distributed.nproc_per_node=" + std::to_string(*nproc));
     o->log_level = global.log_level;
-    return pipeline::run_pilot(*o);
+    o->worker_binary = torch_binary();
+    return cli::run_pilot(*o);
   };
 }
 
@@ -29,9 +31,10 @@ Runner setup_worker(CLI::App& sub, const GlobalOptions&) {
   auto role = std::make_shared<std::string>();
   sub.add_option("--role", *role, "reference | resume")->required()->check(CLI::IsMember({"reference", "resume"}));
   sub.add_option("--run-dir", o->run_dir, "run directory")->required();
+  sub.add_flag("!--no-cache", o->use_hash_cache, "pin without the hash cache");
   return [o, role]() {
     o->role = *role == "reference" ? pipeline::WorkerRole::kReference : pipeline::WorkerRole::kResume;
-    return pipeline::run_worker(*o);
+    return cli::run_worker(*o);
   };
 }
 

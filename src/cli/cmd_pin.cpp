@@ -9,6 +9,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
 #include "anchor/manifest/manifest.hpp"
+#include "bridge.hpp"
 #include "commands.hpp"
 
 namespace anchor::cli {
@@ -75,6 +76,8 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
   set->excludes(check);
 
   return [o, cfg, check, out]() {
+    // The manifest pins the shared libraries of a process that trains.
+    if (!torch_in_process()) hand_over_to_torch("pin records the libraries LibTorch loads");
     manifest::PinOptions popts;
     popts.use_cache = !o->no_cache;
     popts.threads = o->threads;

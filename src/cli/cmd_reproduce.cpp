@@ -13,6 +13,7 @@
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/statement.hpp"
+#include "bridge.hpp"
 #include "commands.hpp"
 
 namespace anchor::cli {
@@ -69,6 +70,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
   sub.add_flag("--json", o->json, "print the new report.json on stdout");
   sub.add_option("--junit", o->junit, "also write a JUnit XML file for the re-run");
   return [o, &global]() {
+    // The fresh pin must see the libraries of a process that trains.
+    if (!torch_in_process()) hand_over_to_torch("reproduce pins the libraries LibTorch loads");
     bool verified = false;
     const nlohmann::json original = load_report(*o, verified);
     if (!original.contains("manifest"))
@@ -117,7 +120,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                                         : "within the recorded tolerance " + std::to_string(cfg.pilot.tolerance) +
                                               (drift.empty() ? " (GPU)" : " (pins drifted)"))
               << "\n";
-    return pipeline::run_pilot(po2);
+    po2.worker_binary = torch_binary();
+    return cli::run_pilot(po2);
   };
 }
 

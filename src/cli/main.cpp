@@ -1,4 +1,4 @@
-// anchor: the binary. It parses the command line, dispatches to the
+// anchor and anchor-torch (cli/bridge.hpp): the binaries. It parses the command line, dispatches to the
 // subcommand table (commands.cpp), and is the only place that catches
 // anchor::Error and turns it into a message and an exit code.
 #include <CLI/CLI.hpp>
@@ -11,6 +11,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
+#include "bridge.hpp"
 #include "commands.hpp"
 
 namespace {
@@ -41,6 +42,7 @@ int report_error(const anchor::Error& e) {
 
 int main(int argc, char** argv) {
   using namespace anchor;
+  cli::remember_argv(argc, argv);
   CLI::App app{"anchor: prove a training run on one node before the long run, "
                "and leave a signed record of it"};
   app.set_version_flag("--version", std::string("anchor ") + build::kVersion + " (" +

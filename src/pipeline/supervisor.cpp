@@ -1,6 +1,6 @@
-// `anchor pilot`: the supervisor. It never trains; it pins, starts fresh
-// worker processes from its own binary, kills one for real, compares, and
-// writes the report. Reads top to bottom as the stage sequence
+// `anchor pilot`: the supervisor. It never trains and has no LibTorch: it
+// starts fresh worker processes (anchor-torch), kills one for real, compares,
+// and writes the report. Worker A pins the run before it trains. Reads top to bottom as the stage sequence
 // (DESIGN.md "The pilot").
 #include <netinet/in.h>
 #include <signal.h>
@@ -23,7 +23,6 @@
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
-#include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
@@ -88,6 +87,7 @@ struct Pilot {
   std::string signing_key;  // resolved path; empty: the run is unsigned
   plan::Catalog catalog;
   int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
+  std::string worker_binary;  // anchor-torch (or this binary when it has LibTorch)
 
   // Supervisor-side stage: timed, logged, recorded in the report.
   template <typename F>
@@ -106,6 +106,7 @@ struct WorkerOutcome {
   bool killed_by_us = false;
   std::string open_stage;   // a stage that started and did not end
   int failed_rank = 0;      // the rank whose status this is
+  std::string error;        // the worker's own account of its failure ("error" event)
 };
 
 // A TCP port the kernel just handed out on the loopback (closed again before
@@ -146,9 +147,10 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
     so.die_with_parent = true;
     if (nproc > 1) so.env = dist::self_launch_env(r, nproc, port);
-    ranks.push_back(proc::spawn({proc::self_exe(), "--log-level", p.opts.log_level, "__worker", "--role", name,
-                                 "--run-dir", p.run_dir},
-                                so));
+    std::vector<std::string> argv = {p.worker_binary, "--log-level", p.opts.log_level, "__worker", "--role", name,
+                                     "--run-dir", p.run_dir};
+    if (!p.opts.use_hash_cache) argv.push_back("--no-cache");
+    ranks.push_back(proc::spawn(argv, so));
   }
   auto& child = ranks[0];
   WorkerOutcome w;
@@ -179,6 +181,10 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       const std::string evname = ev.value("event", "");
       if (evname == "start") w.open_stage = ev.value("stage", "");
       if (evname == "end") w.open_stage.clear();
+      if (evname == "error") {
+        w.error = ev.value("message", "");
+        if (!ev.value("hint", "").empty()) w.error += " (hint: " + ev.value("hint", "") + ")";
+      }
       if (evname == "kill_window" && role == WorkerRole::kReference) {
         // The real thing: SIGKILL in the middle of a save, nothing cooperative; every rank.
         nlohmann::json pids = nlohmann::json::array();
@@ -262,13 +268,13 @@ nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse
 
 }  // namespace
 
-namespace {
-
-// The pilot in this process. launched_world > 0: under an external launcher
-// on one node, the number of ranks it started (the workers get as many).
 int run_supervisor(const PilotOptions& opts, int launched_world) {
   Pilot p;
   p.opts = opts;
+  p.worker_binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
+  if (::access(p.worker_binary.c_str(), X_OK) != 0)
+    throw Error(ErrorKind::kRuntime, "the pilot's worker binary " + p.worker_binary + " is missing or not executable",
+                "anchor-torch is built and installed next to anchor; rebuild with `make build`");
   // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
   if (!p.cfg.report.signing_key.empty()) {
@@ -300,32 +306,25 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
       ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
   p.report.begin(p.run_id, p.cfg, opts.config_path);
   fs::atomic_write_file(p.run_dir + "/config.json",
-                        nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir}}.dump(2));
+                        nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
+                                       {"source_path", p.cfg.source_path}}.dump(2));
   install_signal_handlers();
   ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
 
-  // 3. Pin everything that decides the result, before any training.
-  try {
-    p.stage("pin", [&] {
-      manifest::PinOptions po;
-      po.use_cache = opts.use_hash_cache;
-      // `anchor reproduce` has just pinned the same config to show the drift: not twice.
-      auto m = opts.pinned_manifest ? *opts.pinned_manifest : manifest::pin(p.cfg, po);
-      fs::atomic_write_file(p.run_dir + "/manifest.json", m.dump(2));
-      p.report.set_manifest(m);
-      return nlohmann::json{{"manifest", "manifest.json"}, {"manifest_sha256", sha256_hex(m.dump(2))}};
-    });
-  } catch (const Error& e) {
-    return fail(p, "pin", exit_code_for(e.kind()), e.what());
-  }
+  // 3. Pinning happens in worker A, before it trains: the manifest's libraries
+  //    and runtime versions are those of the process that trains, and this
+  //    supervisor never loads LibTorch. `anchor reproduce` pinned already.
+  if (opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", opts.pinned_manifest->dump(2));
   if (g_signal) return interrupted_exit(p);
 
   // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
   auto a = run_worker_process(p, WorkerRole::kReference);
+  if (std::filesystem::exists(p.run_dir + "/manifest.json")) p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
   if (g_signal) return interrupted_exit(p);
   if (!a.killed_by_us)
     return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status),
-                "worker A exited with status " + std::to_string(a.status) + " before its kill window");
+                a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window"
+                                : a.error);
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   auto ref = read_json(p.run_dir + "/work/reference.json");
@@ -344,8 +343,9 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (g_signal) return interrupted_exit(p);
   if (b.status != 0)
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
-                "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string()) +
-                    " exited with status " + std::to_string(b.status));
+                b.error.empty() ? "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string()) +
+                                      " exited with status " + std::to_string(b.status)
+                                : b.error);
   auto res = read_json(p.run_dir + "/work/resume.json");
   for (const auto& s : res["stages"]) p.report.add_stage(s);
 
@@ -442,53 +442,6 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   summary_stream(p) << plan::format_plan(p.report.json()["plan"]);
   p.report.print_summary(summary_stream(p));
   return 0;
-}
-
-}  // namespace
-
-int run_pilot(const PilotOptions& opts) {
-  const auto launch = dist::detect_launch();  // a partial or contradictory environment: exit 2
-  if (launch.launcher == dist::Launcher::kNone) return run_supervisor(opts, 0);
-
-  // Under torchrun/srun: the pilot needs fresh worker processes and a real
-  // SIGKILL, so the launched processes are supervisors, not workers. On one
-  // node, rank 0 runs the pilot with as many self-started ranks as the
-  // launcher started; the other launched processes wait for its exit code and
-  // exit with it (docs/distributed.md).
-  if (launch.local_world_size != launch.world_size)
-    throw Error(ErrorKind::kUsage,
-                std::string("anchor pilot under ") + dist::launcher_name(launch.launcher) + " on several nodes (" +
-                    launch.describe() + ") is not supported yet",
-                "run it on one node: torchrun --nproc_per_node N, or anchor pilot --nproc-per-node N");
-  config::Config cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
-  dist::check_nproc_per_node(launch, cfg.distributed.nproc_per_node);
-  PilotOptions here = opts;
-  here.config = &cfg;
-  dist::Store store(launch, cfg.distributed.timeout_s);
-  if (launch.rank != 0) {
-    ANCHOR_LOG_INFO("pilot", "{}: rank 0 runs the pilot with {} ranks; waiting for its verdict", launch.describe(),
-                    launch.world_size);
-    const int code = std::stoi(store.wait_get("pilot/exit", "rank 0 (the pilot's supervisor)"));
-    store.add("pilot/ack", 1);
-    ANCHOR_LOG_INFO("pilot", "rank 0's pilot exited with {}", code);
-    return code;
-  }
-  ANCHOR_LOG_INFO("pilot", "{}: this process supervises the pilot", launch.describe());
-  int code = 1;
-  try {
-    code = run_supervisor(here, launch.world_size);
-  } catch (const Error& e) {
-    code = exit_code_for(e.kind());
-    store.set("pilot/exit", std::to_string(code));
-    throw;
-  }
-  store.set("pilot/exit", std::to_string(code));
-  // The store lives in this process (unless the agent hosts it): stay until every rank has read the verdict.
-  const auto t0 = std::chrono::steady_clock::now();
-  while (store.add("pilot/ack", 0) < launch.world_size - 1 &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(cfg.distributed.timeout_s))
-    ::usleep(20000);
-  return code;
 }
 
 }  // namespace anchor::pipeline

@@ -20,7 +20,9 @@
 #include "anchor/dist/launch.hpp"
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
+#include "anchor/common/sha256.hpp"
 #include "anchor/log.hpp"
+#include "anchor/manifest/manifest.hpp"
 #include "anchor/measure/memory.hpp"
 #include "anchor/measure/proc.hpp"
 #include "anchor/pipeline/pilot.hpp"
@@ -46,6 +48,7 @@ WorkerContext load_context(const WorkerOptions& opts) {
   auto doc = nlohmann::json::parse(fs::read_file(opts.run_dir + "/config.json"));
   ctx.cfg = config::from_json(doc.at("config"));
   ctx.cfg.base_dir = doc.at("base_dir").get<std::string>();
+  ctx.cfg.source_path = doc.value("source_path", "");
   ctx.ckpt_dir = ctx.cfg.checkpoint.dir.empty() ? opts.run_dir + "/checkpoints"
                                                 : config::resolve_path(ctx.cfg, ctx.cfg.checkpoint.dir);
   ctx.out["stages"] = nlohmann::json::array();
@@ -134,9 +137,34 @@ void write_result(const WorkerContext& ctx, const std::string& role) {
   fs::atomic_write_file(ctx.run_dir + "/work/" + name + ".json", out.dump(2));
 }
 
-int run_reference(WorkerContext& ctx) {
+// Pins the run before anything trains, in the process that trains: the
+// manifest's shared libraries and runtime versions are this process's
+// (docs/manifest.md). `anchor reproduce` has pinned already: its manifest stands.
+void pin_stage(WorkerContext& ctx, bool use_cache) {
+  const std::string path = ctx.run_dir + "/manifest.json";
+  StageTimer pin("pin");
+  const bool reused = std::filesystem::exists(path);
+  nlohmann::json m;
+  if (reused) {
+    m = nlohmann::json::parse(fs::read_file(path));
+  } else {
+    manifest::PinOptions po;
+    po.use_cache = use_cache;
+    po.progress = false;  // stdout carries events; a progress line would interleave with the supervisor's
+    m = manifest::pin(ctx.cfg, po);
+    fs::atomic_write_file(path, m.dump(2));
+  }
+  ctx.out["stages"].push_back(pin.end({{"manifest", "manifest.json"},
+                                       {"manifest_sha256", sha256_hex(m.dump(2))},
+                                       {"reused", reused},
+                                       {"shared_libraries", m["dependencies"]["shared_libraries"].size()},
+                                       {"files_hashed", m["hashing"].value("files_hashed", 0)}}));
+}
+
+int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out["stages"];
+  if (ctx.env.rank == 0) pin_stage(ctx, use_hash_cache);
 
   StageTimer load("load");
   StageMemory load_mem("cpu");
@@ -325,9 +353,19 @@ int run_worker(const WorkerOptions& opts) {
     set_events_enabled(ctx.env.rank == 0);
     ctx.pg = std::make_unique<dist::ProcessGroup>(ctx.env, ctx.cfg.distributed.timeout_s);
   }
-  // The reference worker never returns normally (SIGKILL in its kill window).
-  if (opts.role == WorkerRole::kReference) return run_reference(ctx);
-  return run_resume(ctx);
+  try {
+    // The reference worker never returns normally (SIGKILL in its kill window).
+    if (opts.role == WorkerRole::kReference) return run_reference(ctx, opts.use_hash_cache);
+    return run_resume(ctx);
+  } catch (const std::exception& e) {
+    // The supervisor puts this in the report; main() still prints it on stderr.
+    std::string message = e.what(), hint;
+    if (const auto* ce = dynamic_cast<const config::ConfigError*>(&e))
+      for (const auto& pr : ce->problems()) message += "; " + pr.format();
+    if (const auto* ae = dynamic_cast<const Error*>(&e)) hint = ae->hint();
+    emit_event({{"event", "error"}, {"message", message}, {"hint", hint}, {"time", utc_now()}});
+    throw;
+  }
 }
 
 }  // namespace anchor::pipeline

@@ -1,0 +1,22 @@
+// anchor, the front end: no LibTorch. Nothing here may reference a symbol of a
+// torch translation unit, or the linker pulls LibTorch back in (a test reads
+// this binary's NEEDED entries: tests/e2e/test_frontend.cpp).
+#include "anchor/dist/launch.hpp"
+#include "anchor/pipeline/pilot.hpp"
+#include "bridge.hpp"
+
+namespace anchor::cli {
+
+bool torch_in_process() { return false; }
+
+int run_pilot(const pipeline::PilotOptions& opts) {
+  const auto launch = dist::detect_launch();  // a partial or contradictory environment: exit 2
+  if (launch.launcher != dist::Launcher::kNone)
+    hand_over_to_torch(std::string("started by ") + dist::launcher_name(launch.launcher) +
+                       ": the ranks meet through c10d's store");
+  return pipeline::run_supervisor(opts, 0);
+}
+
+int run_worker(const pipeline::WorkerOptions&) { hand_over_to_torch("a pilot worker trains"); }
+
+}  // namespace anchor::cli

@@ -1,0 +1,92 @@
+// The two binaries (src/cli/bridge.hpp): `anchor` runs the supervisor without
+// LibTorch; anchor-torch trains and pins. These tests read the binaries'
+// dynamic sections and drive the real commands.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+using anchor::testing::run_anchor;
+using anchor::testing::TempDir;
+const std::string kPilot = std::string(ANCHOR_SOURCE_DIR) + "/configs/pilot.yaml";
+
+// The NEEDED entries of an ELF file, as readelf -d lists them.
+std::string needed(const std::string& elf) {
+  auto r = anchor::proc::run_capture({"/usr/bin/readelf", "-d", elf});
+  EXPECT_EQ(r.status, 0) << "readelf -d " << elf << " failed: " << r.out;
+  std::string out;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("(NEEDED)") != std::string::npos) out += line + "\n";
+  return out;
+}
+
+bool pins_library(const nlohmann::json& manifest, const std::string& name) {
+  for (const auto& l : manifest["dependencies"]["shared_libraries"])
+    if (l["path"].get<std::string>().find(name) != std::string::npos) return true;
+  return false;
+}
+
+TEST(FrontEnd, LinksNoLibTorchWhileTheWorkerBinaryDoes) {
+  const std::string front = needed(ANCHOR_BINARY), torch = needed(ANCHOR_TORCH_BINARY);
+  EXPECT_EQ(front.find("libtorch"), std::string::npos) << front;
+  EXPECT_EQ(front.find("libc10"), std::string::npos) << front;
+  EXPECT_NE(front.find("libcrypto"), std::string::npos) << "the check reads NEEDED entries: " << front;
+  // Negative control: the same check sees LibTorch in anchor-torch.
+  EXPECT_NE(torch.find("libtorch_cpu"), std::string::npos) << torch;
+}
+
+TEST(FrontEnd, PilotManifestPinsTheProcessThatTrains) {
+  TempDir t("frontend-pilot");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto m = nlohmann::json::parse(anchor::fs::read_file(t.str("run") + "/manifest.json"));
+  EXPECT_TRUE(pins_library(m, "libtorch_cpu")) << "worker A pins its own libraries, LibTorch among them";
+  EXPECT_EQ(std::filesystem::path(m["dependencies"]["executable"]["path"].get<std::string>()).filename(), "anchor-torch");
+  auto report = nlohmann::json::parse(anchor::fs::read_file(t.str("run") + "/report.json"));
+  EXPECT_EQ(report["manifest"], m) << "the report embeds the manifest worker A wrote";
+  EXPECT_EQ(report["stages"][0]["stage"], "pin");
+  EXPECT_EQ(report["stages"][0]["figures"]["reused"], false);
+}
+
+TEST(FrontEnd, PinIsHandedToTheTorchBinary) {
+  TempDir t("frontend-pin");
+  const std::string out = t.str("manifest.json");
+  auto r = run_anchor({"pin", kPilot, "-o", out});
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto m = nlohmann::json::parse(anchor::fs::read_file(out));
+  EXPECT_TRUE(pins_library(m, "libtorch_cpu")) << "pin ran where LibTorch is loaded";
+}
+
+TEST(FrontEnd, MissingTorchBinaryIsAClearErrorThatWritesNothing) {
+  TempDir t("frontend-alone");
+  const std::string alone = t.str("anchor");
+  std::filesystem::copy_file(ANCHOR_BINARY, alone);
+  ::chmod(alone.c_str(), 0755);
+  anchor::proc::SpawnOptions o;
+  o.merge_stderr = true;
+  auto pin = anchor::proc::run_capture({alone, "pin", kPilot, "-o", t.str("m.json")}, o);
+  EXPECT_EQ(pin.status, 1) << pin.out;
+  EXPECT_NE(pin.out.find("anchor-torch"), std::string::npos) << pin.out;
+  EXPECT_FALSE(std::filesystem::exists(t.str("m.json")));
+
+  auto pilot = anchor::proc::run_capture({alone, "pilot", kPilot, "--run-dir", t.str("run")}, o);
+  EXPECT_EQ(pilot.status, 1) << pilot.out;
+  EXPECT_NE(pilot.out.find("worker binary"), std::string::npos) << pilot.out;
+  EXPECT_NE(pilot.out.find("anchor-torch"), std::string::npos) << pilot.out;
+  EXPECT_FALSE(std::filesystem::exists(t.str("run"))) << "no run directory for a pilot that cannot start";
+  // `anchor --version` and `config check` need no LibTorch and still work alone.
+  auto check = anchor::proc::run_capture({alone, "config", "check", kPilot}, o);
+  EXPECT_EQ(check.status, 0) << check.out;
+}
+
+}  // namespace
