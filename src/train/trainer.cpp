@@ -418,16 +418,20 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
     // optimizer.safetensors (one rank, DDP) or the optimizer-rank* shards of
     // any world size: every piece is looked up by its global name.
     std::map<std::string, std::string> where;  // "<param>.step" -> file
+    std::map<std::string, nlohmann::json> index;  // shards: param -> {global_shape, offset, numel}
+    bool any = false;
     for (const auto& [fname, f] : c.files) {
       if (fname != "optimizer.safetensors" && fname.rfind("optimizer-rank", 0) != 0) continue;
+      any = true;
       for (const auto& e : f.entries())
         if (e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".step") == 0) where[e.name] = fname;
+      auto m = f.metadata().find("index");
+      if (m != f.metadata().end()) {
+        const auto parsed = nlohmann::json::parse(m->second);  // items() must not outlive it
+        for (const auto& [name, piece] : parsed.items()) index[name] = piece;
+      }
     }
-    if (where.empty() && c.files.count("optimizer.safetensors") == 0) {
-      bool any = false;
-      for (const auto& kv : c.files) any = any || kv.first.rfind("optimizer-rank", 0) == 0;
-      if (!any) file_of(c, "optimizer.safetensors");  // throws: names the missing file
-    }
+    if (!any) file_of(c, "optimizer.safetensors");  // throws: names the missing file
     auto& state = opt_->state();
     state.clear();
     const auto& ps = opt_->params();
@@ -441,6 +445,13 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
       s.exp_avg = view_of(of, it->second, p.name + ".exp_avg").to(device_, false, /*copy=*/true);
       s.exp_avg_sq = view_of(of, it->second, p.name + ".exp_avg_sq").to(device_, false, /*copy=*/true);
       s.step = view_of(of, it->second, p.name + ".step").item<std::int64_t>();
+      if (auto ix = index.find(p.name); ix != index.end() &&
+          (ix->second.value("offset", -1) != 0 || ix->second.at("global_shape").get<std::vector<std::int64_t>>() !=
+                                                       p.param.sizes().vec()))
+        throw Error(ErrorKind::kVerification,
+                    "optimizer shard " + it->second + " holds " + p.name + " as " + ix->second.dump() +
+                        ": only whole parameters (offset 0, the model's shape) can be restored",
+                    "restore with the model config the checkpoint was saved with");
       if (s.exp_avg.sizes() != p.param.sizes() || s.exp_avg_sq.sizes() != p.param.sizes())
         throw Error(ErrorKind::kVerification, "optimizer state " + p.name + " in " + it->second + " has the wrong shape");
       state[p.name] = std::move(s);
