@@ -53,9 +53,11 @@ trap cleanup EXIT
 
 now() { date +%s.%N; }
 
-# A private copy: others rebuild build/release while this runs. Workers start
-# from the supervisor's own /proc/self/exe, so they use the copy too.
+# A private copy: others rebuild build/release while this runs. The supervisor
+# starts its workers from anchor-torch beside its own /proc/self/exe, so they
+# use the copy too.
 cp "$anchor" "$workdir/anchor"
+cp "$(dirname "$anchor")/anchor-torch" "$workdir/anchor-torch"
 anchor_src=$anchor
 anchor=$workdir/anchor
 
@@ -124,12 +126,12 @@ def anchor_figures(r):
     ev = {}
     for line in open(os.path.join(d, "events.jsonl")):
         e = json.loads(line)
-        ev.setdefault((e["source"], e.get("stage"), e["event"]), ts(e["time"]))
+        ev.setdefault((e["source"], e.get("stage") or e.get("worker"), e["event"]), ts(e["time"]))
     sup, A, B = "supervisor", "worker-reference", "worker-resume"
     seg = {  # where the wall time goes, from the event log (ms resolution)
-        "supervisor start-up (exec, libtorch load, config)": ev[(sup, "pin", "start")] - r["t0"],
-        "pin (manifest, hash cache)": ev[(sup, "pin", "end")] - ev[(sup, "pin", "start")],
-        "worker A start-up (exec, libtorch load)": ev[(A, "load", "start")] - ev[(sup, "pin", "end")],
+        "supervisor start-up (exec, config; no libtorch)": ev[(sup, "reference", "worker_started")] - r["t0"],
+        "worker A start-up (exec, libtorch load)": ev[(A, "pin", "start")] - ev[(sup, "reference", "worker_started")],
+        "pin in worker A (manifest, hash cache)": ev[(A, "pin", "end")] - ev[(A, "pin", "start")],
         "worker A load..kill window": ev[(A, "kill", "kill_window")] - ev[(A, "load", "start")],
         "SIGKILL, reap, read reference.json": ev[(sup, "kill", "start")] - ev[(sup, "kill", "sigkill_sent")],
         "worker B start-up (exec, libtorch load)": ev[(B, "restore", "start")] - ev[(sup, "kill", "end")],

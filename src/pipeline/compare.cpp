@@ -18,6 +18,7 @@ const char* group_label(const std::string& g) {
 }
 
 struct Checker {
+  explicit Checker(double tolerance) : tol(tolerance) {}
   double tol;
   nlohmann::json checks = nlohmann::json::array();
   std::set<std::string> diverged;

@@ -152,6 +152,12 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     if (!p.opts.use_hash_cache) argv.push_back("--no-cache");
     ranks.push_back(proc::spawn(argv, so));
   }
+  {
+    nlohmann::json pids = nlohmann::json::array();
+    for (const auto& c : ranks) pids.push_back(c.pid);
+    p.events->write({{"event", "worker_started"}, {"worker", name}, {"binary", p.worker_binary}, {"pids", pids}},
+                    "supervisor");
+  }
   auto& child = ranks[0];
   WorkerOutcome w;
   std::string buf;
