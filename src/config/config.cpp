@@ -325,6 +325,11 @@ class Loader {
                "train.activation_checkpointing " +
                    std::to_string(c.train.activation_checkpointing) + " exceeds model.n_layer " +
                    std::to_string(c.model.n_layer) + ": no block would be checkpointed");
+    if (ok({"train.activation_checkpointing", "model.source"}) && c.model.source == "torchscript" &&
+        c.train.activation_checkpointing > 0)
+      conflict({"train.activation_checkpointing", "model.source"},
+               "train.activation_checkpointing needs the built-in model: anchor cannot see the blocks "
+               "inside a TorchScript module; set it to 0 with model.source torchscript");
   }
 
   // Throws ConfigError when anything was found, else returns the config.

@@ -88,7 +88,7 @@ std::vector<Field> make_fields() {
           "pilot (#3)"),
     Field(ANCHOR_KEY(model.weights), "source=safetensors: weights file in the Hugging Face GPT-2 layout. Pinned by SHA-256.",
           "pin (#2), pilot (#3)").config_relative(),
-    Field(ANCHOR_KEY(model.torchscript), "source=torchscript: a TorchScript module whose forward(inputs, targets) returns the loss. Pinned by SHA-256.",
+    Field(ANCHOR_KEY(model.torchscript), "source=torchscript: a TorchScript module whose forward(inputs, targets) returns the mean loss as a 0-dim tensor (contract and a Python example: docs/models.md). Pinned by SHA-256.",
           "pin (#2), users' models (#8)").config_relative(),
 
     // data -----------------------------------------------------------------
@@ -131,7 +131,7 @@ std::vector<Field> make_fields() {
           "pilot (#3)").at_least(0).at_most(1),
     Field(ANCHOR_KEY(train.precision), "Compute precision: fp32, bf16 autocast (fp32 master weights), fp16 autocast with loss scaling (GPU only).",
           "precision (#8), plan (#6)").one_of({"fp32", "bf16", "fp16"}),
-    Field(ANCHOR_KEY(train.activation_checkpointing), "0: none; N: recompute every N-th block in backward.",
+    Field(ANCHOR_KEY(train.activation_checkpointing), "0: none; N: recompute every N-th block of the built-in GPT in backward (same gradients, less memory; the pilot measures both sides, docs/pilot.md). 0 with model.source torchscript.",
           "activation checkpointing (#8)").at_least(0),
     Field(ANCHOR_KEY(train.loss_scale.init_scale), "fp16: initial loss scale.", "precision (#8)").above(0),
     Field(ANCHOR_KEY(train.loss_scale.growth_factor), "fp16: scale multiplier after growth_interval clean steps.",

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <unordered_map>
 
 #if defined(ANCHOR_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -18,9 +19,11 @@
 namespace anchor::measure {
 namespace {
 
-// Counts live and peak bytes of every CPU tensor allocation. Each DataPtr it
-// hands out owns the base allocator's DataPtr in a small context, so the
-// deleter knows the size and frees through the base allocator.
+// Counts live and peak bytes of every CPU tensor allocation. The DataPtr it
+// hands out has the data pointer as its context (as the default CPU allocator
+// does): Allocator::raw_allocate, which the TorchScript interpreter's kernels
+// use, asserts exactly that. The base allocator's DataPtr and the size live in
+// a table keyed by the pointer until release() frees them.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
@@ -31,42 +34,59 @@ class CountingAllocator final : public c10::Allocator {
 #else
   c10::DataPtr allocate(size_t n) const override { return wrap(n); }
 #endif
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   std::int64_t current() const { return current_.load(); }
   std::int64_t peak() const { return peak_.load(); }
   void reset_peak() { peak_.store(current_.load()); }
 
  private:
-  struct Ctx {
+  struct Live {
     c10::DataPtr inner;
     std::int64_t bytes;
-    const CountingAllocator* owner;
   };
 
-  static void release(void* p) {
-    auto* ctx = static_cast<Ctx*>(p);
-    ctx->owner->current_.fetch_sub(ctx->bytes);
-    delete ctx;  // frees through the base allocator's deleter
-  }
+  static void release(void* p);
 
   c10::DataPtr wrap(size_t n) const {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
+    if (data == nullptr) return inner;  // zero bytes: nothing to count
     auto device = inner.device();
     const auto bytes = static_cast<std::int64_t>(n);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(data, Live{std::move(inner), bytes});
+    }
     const auto now = current_.fetch_add(bytes) + bytes;
     std::int64_t prev = peak_.load();
     while (now > prev && !peak_.compare_exchange_weak(prev, now)) {
     }
-    return c10::DataPtr(data, new Ctx{std::move(inner), bytes, this}, &release, device);
+    return c10::DataPtr(data, data, &release, device);
   }
 
   c10::Allocator* base_;
   mutable std::atomic<std::int64_t> current_{0}, peak_{0};
+  mutable std::mutex mu_;
+  mutable std::unordered_map<void*, Live> live_;
 };
 
 CountingAllocator* g_counting = nullptr;
 std::once_flag g_once;
+
+void CountingAllocator::release(void* p) {
+  if (p == nullptr) return;
+  Live gone;
+  {
+    std::lock_guard<std::mutex> lock(g_counting->mu_);
+    auto it = g_counting->live_.find(p);
+    if (it == g_counting->live_.end()) return;
+    gone = std::move(it->second);
+    g_counting->live_.erase(it);
+  }
+  g_counting->current_.fetch_sub(gone.bytes);
+  // gone.inner frees through the base allocator's deleter here, outside the lock.
+}
 
 bool is_cuda(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 

@@ -101,7 +101,15 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
                                         " exceeds model.block_size " + std::to_string(o_.block_size));
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop->forward(wte->forward(idx) + wpe->forward(pos));
-  for (auto& m : *h) x = m->as<BlockImpl>()->forward(x);
+  int n = 0;  // blocks counted from 1: with every = N, blocks N, 2N, ... are recomputed
+  for (auto& m : *h) {
+    auto* block = m->as<BlockImpl>();
+    ++n;
+    if (ckpt_every_ > 0 && n % ckpt_every_ == 0)
+      x = checkpoint([block](const torch::Tensor& in) { return block->forward(in); }, x, ckpt_opts_);
+    else
+      x = block->forward(x);
+  }
   x = ln_f->forward(x);
   return torch::matmul(x, wte->weight.t());  // tied LM head
 }
@@ -114,6 +122,12 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
 double GptImpl::flops_per_token(int seq_len) const {
   const double n = static_cast<double>(num_parameters() - wpe->weight.numel());
   return 6.0 * n + 12.0 * o_.n_layer * o_.n_embd * static_cast<double>(seq_len);
+}
+
+void GptImpl::set_activation_checkpointing(int every, const CheckpointOptions& opts) {
+  if (every < 0) throw Error(ErrorKind::kConfig, "train.activation_checkpointing must be >= 0");
+  ckpt_every_ = every;
+  ckpt_opts_ = opts;
 }
 
 std::int64_t GptImpl::num_parameters() const {

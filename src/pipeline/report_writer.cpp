@@ -47,6 +47,9 @@ std::string stage_figure(const nlohmann::json& s) {
   else if (name == "restore" && f.contains("step")) os << "step " << f["step"] << ", skipped " << f["skipped"].size();
   else if (f.contains("verdict")) os << f["verdict"].get<std::string>() << " (" << f["mode"].get<std::string>() << ")";
   else if (f.contains("parameters")) os << f["parameters"] << " params";
+  else if (f.contains("memory_saved_bytes") && f.contains("time_added_percent"))
+    os << std::fixed << std::setprecision(1) << f["memory_saved_percent"].get<double>() << "% memory saved, " << std::showpos
+       << f["time_added_percent"].get<double>() << "% time";
   return os.str();
 }
 
@@ -145,6 +148,10 @@ void Report::set_memory_points(const nlohmann::json& points) {
   j_["measurements"]["memory"]["points"] = points;
 }
 
+void Report::set_activation_checkpointing(const nlohmann::json& figures) {
+  j_["measurements"]["activation_checkpointing"] = figures;
+}
+
 void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir) {
   nlohmann::json list = nlohmann::json::array();
   std::error_code ec;
@@ -212,6 +219,9 @@ void Report::write(const std::string& run_dir) const {
       md << "\nRestored from " << rr.value("saved_world_size", 0) << " ranks: RNG re-derived "
          << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
   }
+  if (j_.contains("measurements") && j_["measurements"].contains("activation_checkpointing"))
+    md << "\n## Activation checkpointing\n\n" << j_["measurements"]["activation_checkpointing"].value("trade", "")
+       << "\n";
   md << "\nSigned: "
      << (j_.value("signed", false) ? "yes, key " + j_.value("signer_key_id", std::string()) + " (report.intoto.json)"
                                    : "NO: " + j_.value("unsigned_reason", std::string("no report.signing_key configured")))

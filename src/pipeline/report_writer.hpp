@@ -16,6 +16,8 @@ class Report {
   void add_stage(const nlohmann::json& stage);
   void set_resume(const nlohmann::json& reference, const nlohmann::json& resume, const nlohmann::json& verdict);
   void set_memory_points(const nlohmann::json& points);
+  // measurements.activation_checkpointing: both sides of the trade (activation_probe.hpp).
+  void set_activation_checkpointing(const nlohmann::json& figures);
   void set_plan(const nlohmann::json& plan) { j_["plan"] = plan; }
   // Several ranks: strategy, per-rank state bytes vs DDP's and comm time, RNG resharding (docs/report.md).
   void set_distributed(const nlohmann::json& d) { j_["distributed"] = d; }

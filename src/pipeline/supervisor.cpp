@@ -399,6 +399,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   auto probe = read_json(p.run_dir + "/work/probe.json");
   for (const auto& s : probe["stages"]) p.report.add_stage(s);
   p.report.set_memory_points(probe["memory_points"]);
+  if (probe.contains("activation_checkpointing")) p.report.set_activation_checkpointing(probe["activation_checkpointing"]);
 
   // 9. The plan for the long run, from what was measured (docs/plan.md).
   try {

@@ -28,6 +28,7 @@
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
+#include "activation_probe.hpp"
 #include "events.hpp"
 
 namespace anchor::pipeline {
@@ -174,7 +175,8 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   ctx.out["model"] = {{"parameters", t.num_parameters()}, {"n_layer", ctx.cfg.model.n_layer},
                       {"n_head", ctx.cfg.model.n_head}, {"n_embd", ctx.cfg.model.n_embd},
                       {"vocab_size", ctx.cfg.model.vocab_size}, {"seq_len", ctx.cfg.data.seq_len},
-                      {"flops_per_token", t.flops_per_token()}};
+                      {"flops_per_token", t.flops_per_token()}, {"source", ctx.cfg.model.source},
+                      {"flops_per_token_note", t.model().flops_note()}};
   stages.push_back(load.end({{"parameters", t.num_parameters()},
                              {"device", dev},
                              {"train_windows", t.dataset().train().size()},
@@ -335,6 +337,11 @@ int run_probe(WorkerContext& ctx) {
   }
   ctx.out["memory_points"] = out;
   ctx.out["stages"].push_back(probe.end({{"points", out.size()}}));
+  if (ctx.cfg.train.activation_checkpointing > 0) {
+    StageTimer ac("activation_ckpt");
+    ctx.out["activation_checkpointing"] = measure_activation_checkpointing(ctx.cfg);
+    ctx.out["stages"].push_back(ac.end(ctx.out["activation_checkpointing"]));
+  }
   write_result(ctx, "probe");
   return 0;
 }

@@ -174,13 +174,14 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
   data_ = std::make_unique<data::Dataset>(spec);
 
   torch::manual_seed(config::derive_seed(cfg.run.seed, "init"));
-  model_ = model::Gpt(model::GptOptions::from(cfg.model));
-  if (cfg.model.source == "safetensors") model::load_gpt2_safetensors(model_, config::resolve_path(cfg, cfg.model.weights));
+  // builtin / safetensors / torchscript, with train.activation_checkpointing.
+  model_ = model::make_model(cfg);
   model_->to(device_);  // initialised on the CPU: the same weights whatever the device
   model_->train();
 
   std::vector<NamedParam> params;
-  for (auto& p : model_->named_parameters()) params.push_back({p.key(), p.value(), p.value().dim() >= 2});
+  for (auto& p : model_->named_parameters())
+    if (p.value().requires_grad()) params.push_back({p.key(), p.value(), p.value().dim() >= 2});
   opt_ = std::make_unique<AdamW>(std::move(params), cfg.train.optimizer);
   // Dropout draws from here on: its own seed, so init and data never shift it.
   torch::manual_seed(config::derive_seed(cfg.run.seed, "dropout"));
@@ -530,6 +531,13 @@ nlohmann::json Trainer::state_digest() const {
     auto d = tensor_digest(p.value());
     tensors["model/" + p.key()] = d;
     model_h.update(p.key() + ":" + d + "\n");
+  }
+  // Buffers (a user's BatchNorm statistics, masks) are model state too; the
+  // built-in GPT has none.
+  for (const auto& b : model_->named_buffers()) {
+    auto d = tensor_digest(b.value());
+    tensors["model/" + b.key()] = d;
+    model_h.update(b.key() + ":" + d + "\n");
   }
   for (const auto& [name, s] : opt_->state()) {
     for (const auto& [suffix, t] : {std::pair<const char*, torch::Tensor>{"exp_avg", s.exp_avg},

@@ -82,6 +82,7 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_EQ(m["memory"]["source"], "counting_allocator");
   EXPECT_GT(m["memory"]["step"]["peak_allocated_bytes"].get<double>(), m["memory"]["state_bytes"]["parameters"].get<double>());
   EXPECT_EQ(m["memory"]["points"].size(), 3u);
+  EXPECT_FALSE(m.contains("activation_checkpointing")) << "off by default: no section, no extra probe";
   EXPECT_GT(m["checkpoint_save"]["bytes"].get<double>(), 0);
   for (const char* stage : {"eval", "checkpoint_save", "restore"})
     EXPECT_TRUE(m["memory"]["stages"].contains(stage)) << stage;

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
         for (;;) ::pause();
       if (env.rank == 1 && s == perturb) {
         torch::NoGradGuard g;
-        t.model()->parameters()[0].add_(1e-3);
+        t.model().parameters()[0].add_(1e-3);
       }
       rec << t.train_step().to_json().dump() << "\n" << std::flush;
     }
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     std::ofstream(out + ".sharding.json") << t.sharding().dump(2);
     if (pg) pg->barrier("end of training");
     std::ofstream f(out, std::ios::binary);
-    for (const auto& p : t.model()->parameters()) {
+    for (const auto& p : t.model().parameters()) {
       auto c = p.detach().to(torch::kFloat32).contiguous();
       f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
     }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "anchor/config/config.hpp"
+#include "anchor/model/activation_checkpoint.hpp"
 
 namespace anchor::model {
 
@@ -46,6 +47,11 @@ class GptImpl : public torch::nn::Module {
   // Forward FLOPs per token (6N + attention term, as in the PaLM appendix), for MFU.
   double flops_per_token(int seq_len) const;
   std::int64_t num_parameters() const;
+  // Activation checkpointing (activation_checkpoint.hpp): every `every`-th block
+  // (blocks every, 2*every, ... counting from 1) is recomputed in backward;
+  // 0 turns it off. Gradients are bitwise those of the plain run on CPU.
+  void set_activation_checkpointing(int every, const CheckpointOptions& opts = {});
+  int activation_checkpointing() const { return ckpt_every_; }
 
   // Re-initialises every parameter as GPT-2 does (normal 0.02, residual
   // projections scaled by 1/sqrt(2 n_layer), zeros, LayerNorm ones) from the
@@ -58,6 +64,8 @@ class GptImpl : public torch::nn::Module {
   torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};
+  int ckpt_every_ = 0;
+  CheckpointOptions ckpt_opts_;
 };
 TORCH_MODULE(Gpt);
 

@@ -13,7 +13,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/data/dataset.hpp"
-#include "anchor/model/gpt.hpp"
+#include "anchor/model/model.hpp"
 #include "anchor/train/adamw.hpp"
 #include "anchor/train/zero.hpp"
 
@@ -69,7 +69,8 @@ class Trainer {
   double evaluate(int batches);
 
   std::int64_t step() const { return step_; }
-  model::Gpt& model() { return model_; }
+  // The model behind the interface: the built-in GPT or a TorchScript module.
+  model::Model& model() { return *model_; }
   const data::Dataset& dataset() const { return *data_; }
   double flops_per_token() const;
   std::int64_t num_parameters() const { return model_->num_parameters(); }
@@ -113,7 +114,8 @@ class Trainer {
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
 
   // SHA-256 digests of the whole training state, per group and per tensor:
-  // {"model": hex, "optimizer": hex, "rng": hex, "step": n, "tensors": {name: hex}}.
+  // {"model": hex, "optimizer": hex, "rng": hex, "step": n, "tensors": {name: hex}};
+  // "model" covers the parameters, then the buffers, by name.
   nlohmann::json state_digest() const;
   // How the last restore set the RNG: {"saved_world_size", "world_size",
   // "carried": [ranks], "rederived": [{"rank", "seed", "from"}], "dropped": [ranks]}.
@@ -127,7 +129,7 @@ class Trainer {
   int rank_, world_;
   std::int64_t total_steps_;
   std::unique_ptr<data::Dataset> data_;
-  model::Gpt model_{nullptr};
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::int64_t step_ = 0;
   std::vector<std::uint16_t> window_buf_;

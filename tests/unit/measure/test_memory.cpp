@@ -3,6 +3,7 @@
 // on the pilot's three probe points, then measure other micro-batches and
 // sequence lengths and compare with the prediction.
 #include <gtest/gtest.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -23,6 +24,18 @@ class CountingAllocator : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { measure::install_counting_allocator(); }
 };
+
+TEST_F(CountingAllocator, RawAllocateWorksAndIsCounted) {
+  // Allocator::raw_allocate (used by TorchScript's kernels) asserts that the
+  // DataPtr's context is its data pointer; the counting allocator keeps that.
+  auto* a = c10::GetCPUAllocator();
+  const auto before = measure::tensor_memory("cpu").allocated_bytes;
+  void* p = a->raw_allocate(1024);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(measure::tensor_memory("cpu").allocated_bytes - before, 1024);
+  a->raw_deallocate(p);
+  EXPECT_EQ(measure::tensor_memory("cpu").allocated_bytes, before);
+}
 
 TEST_F(CountingAllocator, CountsKnownTensorSizesExactly) {
   ASSERT_TRUE(measure::counting_allocator_installed());
