@@ -221,6 +221,7 @@ SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
     fs_->mkdir(tmp, 0755);
     tmp_created = true;
     point("after_mkdir");
+    if (req.remote.announce) req.remote.announce(tmp);
 
     json files = json::array();
     auto record = [&](const std::string& name, const FileDigest& d) {
@@ -230,6 +231,23 @@ SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
     for (const auto& f : req.files) {
       record(f.filename, write_safetensors(*fs_, join(tmp, f.filename), f.tensors, f.metadata));
       point("after_file:" + f.filename);
+    }
+    if (req.remote.collect) {
+      for (const auto& rf : req.remote.collect()) {
+        const std::string& n = rf.filename;
+        if (n.empty() || n.find('/') != std::string::npos || n[0] == '.' || n == kState || n == kManifest ||
+            n == kCommitted || !names.insert(n).second)
+          throw Error(ErrorKind::kUsage, "remote file name '" + n + "' is invalid or given twice");
+        std::error_code ec;
+        const auto size = stdfs::file_size(join(tmp, n), ec);
+        if (ec || size != rf.digest.size)
+          throw Error(ErrorKind::kIo, "remote file " + join(tmp, n) + (ec ? " is missing: " + ec.message()
+                                                                           : " has " + std::to_string(size) +
+                                                                                 " bytes, its writer reported " +
+                                                                                 std::to_string(rf.digest.size)));
+        record(n, rf.digest);
+      }
+      point("after_remote_files");
     }
     record(kState, write_bytes(*fs_, join(tmp, kState), state.dump(2) + "\n"));
     point(std::string("after_file:") + kState);

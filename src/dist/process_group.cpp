@@ -193,6 +193,37 @@ void ProcessGroup::allreduce_sum(torch::Tensor& t, const std::string& what) {
   }
 }
 
+void ProcessGroup::reduce_sum(torch::Tensor& t, int root, const std::string& what) {
+  try {
+    std::vector<at::Tensor> v{t};
+    c10d::ReduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    o.rootRank = root;
+    o.timeout = to_ms(impl_->timeout_s);
+    auto work = impl_->gloo->reduce(v, o);
+    work->wait(to_ms(impl_->timeout_s));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
+void ProcessGroup::broadcast(torch::Tensor& t, int root, const std::string& what) {
+  try {
+    std::vector<at::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.timeout = to_ms(impl_->timeout_s);
+    auto work = impl_->gloo->broadcast(v, o);
+    work->wait(to_ms(impl_->timeout_s));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
 void ProcessGroup::barrier(const std::string& what) {
   try {
     auto work = impl_->gloo->barrier();

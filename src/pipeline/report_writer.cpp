@@ -262,6 +262,20 @@ void Report::write(const std::string& run_dir) const {
       md << "- step " << st["step"].dump() << " (" << st["part"].get<std::string>() << "): inf/NaN gradient in "
          << st["nonfinite_grad"].get<std::string>() << " at scale " << st["loss_scale"].dump() << "\n";
   }
+  if (j_.contains("distributed")) {
+    const auto& d = j_["distributed"];
+    md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0)
+       << " ranks. Per rank after the measured step (DDP: every rank holds all of it):\n\n"
+       << "| rank | optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|---|---|---|---|---|\n";
+    for (const auto& r : d["per_rank"])
+      md << "| " << r.value("rank", 0) << " | " << r.value("optimizer_bytes", 0) << " | "
+         << r.value("optimizer_bytes_ddp", 0) << " | " << r.value("gradient_bytes", 0) << " | "
+         << r.value("gradient_bytes_ddp", 0) << " | " << r.value("comm_s", 0.0) << " |\n";
+    const auto& rr = d.value("rng_restore", nlohmann::json::object());
+    if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
+      md << "\nRestored from " << rr.value("saved_world_size", 0) << " ranks: RNG re-derived "
+         << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
+  }
   if (j_.contains("measurements") && j_["measurements"].contains("activation_checkpointing"))
     md << "\n## Activation checkpointing\n\n" << j_["measurements"]["activation_checkpointing"].value("trade", "")
        << "\n";

@@ -21,6 +21,8 @@ class Report {
   void set_plan(const nlohmann::json& plan) { j_["plan"] = plan; }
   // The numerical validation of train.precision (worker A's precision stage; docs/precision.md).
   void set_precision(const nlohmann::json& validation);
+  // Several ranks: strategy, per-rank state bytes vs DDP's and comm time, RNG resharding (docs/report.md).
+  void set_distributed(const nlohmann::json& d) { j_["distributed"] = d; }
   // Lists committed checkpoints under ckpt_dir with their manifest digests (paths relative to run_dir).
   void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
   void set_outcome(const std::string& status, int exit_code, const std::string& message);

@@ -295,10 +295,6 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     if (p.nproc > 1 && p.cfg.distributed.backend == "nccl")
       throw Error(ErrorKind::kConfig, "distributed.backend: nccl is not implemented yet; the pilot's ranks use Gloo",
                   "use distributed.backend: auto or gloo (CPU)");
-    if (p.nproc > 1 && p.cfg.distributed.strategy != "ddp")
-      throw Error(ErrorKind::kConfig,
-                  "distributed.strategy: " + p.cfg.distributed.strategy + " is not implemented yet",
-                  "use distributed.strategy: ddp");
   }
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
@@ -391,6 +387,19 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
                           {"world_size", p.nproc}, {"per_rank", verdict.value("per_rank", nlohmann::json::array())}};
   });
   p.report.set_resume(ref, res, verdict);
+  if (p.nproc > 1) {
+    // Per rank: its share of the state next to DDP's, and the measured step's comm time (docs/report.md).
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < p.nproc; ++r) {
+      auto rj = r == 0 ? ref : read_json(p.run_dir + "/work/reference-rank" + std::to_string(r) + ".json");
+      auto row = rj.value("sharding", nlohmann::json::object());
+      row["rank"] = r;
+      row["comm_s"] = rj["train_steps"].empty() ? 0.0 : rj["train_steps"].back().value("comm_s", 0.0);
+      ranks.push_back(row);
+    }
+    p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc}, {"per_rank", ranks},
+                              {"rng_restore", res.value("rng_restore", nlohmann::json::object())}});
+  }
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
 
   // 8. The memory probe (run by worker B after its results): the step's peak

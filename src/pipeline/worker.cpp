@@ -27,6 +27,7 @@
 #include "anchor/measure/memory.hpp"
 #include "anchor/measure/proc.hpp"
 #include "anchor/pipeline/pilot.hpp"
+#include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
 #include "activation_probe.hpp"
 #include "events.hpp"
@@ -116,29 +117,16 @@ std::unique_ptr<train::Trainer> make_trainer(WorkerContext& ctx) {
 }
 
 // The checkpoint of step t.step(). One rank: a plain save. Several: every rank
-// sends its RNG state through the store, rank 0 writes model, optimizer and one
-// RNG file per rank and commits; a barrier keeps every rank here until the
-// commit is done (a rank killed in between leaves no COMMITTED: rank 0 never
-// got its state, or never got past the barrier).
+// writes its own files (its RNG stream; zero1/zero2: its optimizer shard; rank
+// 0 also the model, and the optimizer under DDP) into rank 0's temp directory
+// and reports their digests; rank 0 commits once every rank has; a barrier
+// keeps every rank here until the commit is done (a rank killed in between
+// leaves no COMMITTED: train/sharded_checkpoint.hpp).
 std::optional<checkpoint::SaveResult> save_checkpoint(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
                                                       const nlohmann::json& extra, const checkpoint::Hook& hook = {}) {
   std::vector<torch::Tensor> keep;
   if (!ctx.pg) return store.save(t.save_request(keep, extra), hook);
-  auto mine = train::get_cpu_rng_state().contiguous();
-  std::string bytes(static_cast<const char*>(mine.data_ptr()), static_cast<std::size_t>(mine.nbytes()));
-  auto all = ctx.pg->exchange("rng/" + std::to_string(t.step()), bytes);
-  std::optional<checkpoint::SaveResult> res;
-  if (ctx.env.rank == 0) {
-    std::vector<torch::Tensor> rng;
-    for (const auto& b : all) {
-      auto x = torch::empty({static_cast<std::int64_t>(b.size())}, torch::kUInt8);
-      std::memcpy(x.data_ptr(), b.data(), b.size());
-      rng.push_back(x);
-    }
-    res = store.save(t.save_request(keep, extra, rng), hook);
-  }
-  ctx.pg->barrier("checkpoint commit of step " + std::to_string(t.step()));
-  return res;
+  return train::save_distributed(*ctx.pg, store, t.save_request(keep, extra), hook);
 }
 
 nlohmann::json save_figures(const checkpoint::SaveResult& s) {
@@ -245,6 +233,7 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   ctx.out["step_memory"] = step_mem.read();
   if (auto smi = measure::device_smi_report(dev); !smi.empty()) ctx.out["step_memory"]["device_report"] = smi;
   ctx.out["state_bytes"] = state_bytes_json(t);
+  if (ctx.pg) ctx.out["sharding"] = t.sharding();  // this rank's state vs DDP's, after the measured step
   ctx.out["train_steps"].push_back(measured[0]);
   const auto& last = measured[0];
   const double step_s = last["compute_s"].get<double>() + last["data_wait_s"].get<double>();
@@ -335,6 +324,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   ctx.out["restored_dir"] = loaded->dir;
   ctx.out["skipped"] = skipped;
   ctx.out["restored_state"] = t.state_digest();
+  ctx.out["rng_restore"] = t.rng_restore();
   std::uint64_t restored_bytes = 0;
   for (const auto& f : loaded->manifest.value("files", nlohmann::json::array())) restored_bytes += f.value("size", 0ull);
   const double restore_s = restore.elapsed();

@@ -269,39 +269,57 @@ StepRecord Trainer::train_step() {
       std::fflush(nullptr);
       ::raise(SIGKILL);
     }
-    // DDP: average the gradients (and the loss, for the record) over the ranks.
-    std::vector<torch::Tensor> ps;
-    ps.reserve(opt_->params().size());
-    for (const auto& p : opt_->params()) ps.push_back(p.param);
-    auto st = dist::allreduce_gradients(*pg_, ps, bucket_bytes_, step_);
+    double sync_s = 0;
+    if (strategy_ == Strategy::kDdp) {
+      // DDP: average the gradients (and the loss, for the record) over the ranks.
+      std::vector<torch::Tensor> ps;
+      ps.reserve(opt_->params().size());
+      for (const auto& p : opt_->params()) ps.push_back(p.param);
+      sync_s = dist::allreduce_gradients(*pg_, ps, bucket_bytes_, step_).seconds;
+    } else {
+      // zero1/zero2: gradients averaged (all-reduce, or reduce to each owner) and clipped by the global norm.
+      if (scaler_.enabled() && r.loss_scale != 1.0) {
+        torch::NoGradGuard no_grad;  // unscaled before the sync clips them
+        for (const auto& p : opt_->params())
+          if (p.param.grad().defined()) p.param.grad().mul_(1.0 / r.loss_scale);
+      }
+      ZeroSyncStats zs;
+      r.grad_norm = zero_sync_and_clip(*pg_, *opt_, owner_, strategy_, bucket_bytes_, step_,
+                                       cfg_.train.optimizer.grad_clip, &zs);
+      sync_s = zs.seconds;
+    }
     auto t3 = Clock::now();
     auto l = torch::tensor({loss_sum}, torch::kFloat64);
     pg_->allreduce_sum(l, "loss all-reduce (step " + std::to_string(step_) + ")");
     loss_sum = l.item<double>() / pg_->size();
-    r.comm_s = st.seconds + seconds_since(t3);
+    r.comm_s = sync_s + seconds_since(t3);
   }
+  const bool sharded = pg_ && strategy_ != Strategy::kDdp;
   auto t2 = Clock::now();
   bool apply = true;
   if (scaler_.enabled()) {
-    // Unscale before clipping, then skip the step (and back off) on any inf/NaN.
+    // Unscaled before clipping (ZeRO: before the sync, which clips), then the
+    // step is skipped (and the scale backs off) on any inf/NaN.
     torch::NoGradGuard no_grad;
     NamedTensors grads;
     for (const auto& p : opt_->params()) {
-      if (p.param.grad().defined() && r.loss_scale != 1.0) p.param.grad().mul_(1.0 / r.loss_scale);
+      if (!sharded && p.param.grad().defined() && r.loss_scale != 1.0) p.param.grad().mul_(1.0 / r.loss_scale);
       grads.push_back({p.name, p.param.grad()});
     }
     const auto bad = non_finite_names(grads);
-    apply = scaler_.update(!bad.empty());
+    // ZeRO: the global norm says whether any rank's gradient is non-finite, so every rank decides alike.
+    apply = scaler_.update(sharded ? !std::isfinite(r.grad_norm) : !bad.empty());
     if (!apply) {
       r.skipped = true;
-      r.nonfinite_grad = bad.front();
-      ANCHOR_LOG_WARN("train", "step {}: inf/NaN gradient in {}; step skipped, loss scale {} -> {}", step_, bad.front(),
-                      r.loss_scale, scaler_.scale());
+      r.grad_norm = 0;
+      r.nonfinite_grad = bad.empty() ? std::string("(a gradient another rank reduced)") : bad.front();
+      ANCHOR_LOG_WARN("train", "step {}: inf/NaN gradient in {}; step skipped, loss scale {} -> {}", step_,
+                      r.nonfinite_grad, r.loss_scale, scaler_.scale());
     }
   }
   r.lr = lr_at(cfg_.train, step_, total_steps_);
   if (apply) {
-    r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
+    if (!sharded) r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
     if (!std::isfinite(r.grad_norm)) {
       // No scaler to skip it: name the gradient for the caller (clipping keeps inf/NaN non-finite).
       NamedTensors grads;
@@ -309,9 +327,11 @@ StepRecord Trainer::train_step() {
       const auto bad = non_finite_names(grads);
       if (!bad.empty()) r.nonfinite_grad = bad.front();
     }
-    opt_->step(r.lr);
+    if (sharded) zero_optimizer_step(*opt_, owner_, rank_, r.lr);
+    else opt_->step(r.lr);
   }
   r.compute_s += seconds_since(t2);
+  if (sharded) r.comm_s += zero_broadcast_parameters(*pg_, *opt_, owner_, bucket_bytes_, step_);
   if (pg_ && check_replicas_) {
     auto t4 = Clock::now();
     dist::check_replicated(*pg_, parameter_digest(), step_);
@@ -330,11 +350,19 @@ void Trainer::attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool che
   pg_ = pg;
   bucket_bytes_ = std::max<std::int64_t>(1, bucket_bytes);
   check_replicas_ = check_replicas;
-  if (const char* f = std::getenv("ANCHOR_DIST_FAULT")) {
+  strategy_ = parse_strategy(cfg_.distributed.strategy);
+  owner_.clear();
+  if (pg && strategy_ != Strategy::kDdp) {
+    std::vector<std::int64_t> numels;
+    for (const auto& p : opt_->params()) numels.push_back(p.param.numel());
+    owner_ = partition_parameters(numels, world_);
+  }
+  // sigkill_save:<rank>:<step> is the save-time seam (train/sharded_checkpoint.hpp).
+  if (const char* f = std::getenv("ANCHOR_DIST_FAULT"); f && std::string(f).rfind("sigkill_save:", 0) != 0) {
     int r = -1;
     long long s = -1;
     if (std::sscanf(f, "sigkill:%d:%lld", &r, &s) != 2)
-      throw Error(ErrorKind::kUsage, std::string("bad ANCHOR_DIST_FAULT '") + f + "'", "use sigkill:<rank>:<step>");
+      throw Error(ErrorKind::kUsage, std::string("bad ANCHOR_DIST_FAULT '") + f + "'", "use sigkill:<rank>:<step> or sigkill_save:<rank>:<step>");
     fault_rank_ = r;
     fault_step_ = s;
   }
@@ -380,7 +408,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
                                               const nlohmann::json& extra_state,
                                               const std::vector<torch::Tensor>& rng_by_rank) const {
   keep.clear();
-  keep.reserve(4 * opt_->params().size() + 64);  // refs point into it: no reallocation
+  keep.reserve(8 * opt_->params().size() + 64);  // refs point into it: no reallocation
   checkpoint::SaveRequest req;
   req.step = step_;
   checkpoint::FileContent model_file{"model.safetensors", {}, {{"format", "anchor.model/v1"}}};
@@ -405,8 +433,38 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   scaler_file.tensors.push_back(ref("scale", torch::tensor(ss.scale, torch::kFloat64), keep));
   scaler_file.tensors.push_back(ref("growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64), keep));
   scaler_file.tensors.push_back(ref("skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64), keep));
-  req.files = {std::move(model_file), std::move(opt_file), std::move(scaler_file)};
-  if (world_ > 1) {
+  if (world_ > 1 && rng_by_rank.empty()) {
+    // Per-rank files: what this rank writes into the shared save.
+    if (rank_ == 0) req.files.push_back(std::move(model_file));
+    if (pg_ && strategy_ != Strategy::kDdp) {
+      checkpoint::FileContent shard{optimizer_shard_file(rank_, world_), {}, {{"format", "anchor.adamw-shard/v1"},
+                                                                              {"rank", std::to_string(rank_)},
+                                                                              {"world_size", std::to_string(world_)},
+                                                                              {"partition", "whole-parameter"}}};
+      nlohmann::json index = nlohmann::json::object();
+      const auto& ps = opt_->params();
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (owner_[i] != rank_) continue;
+        auto it = opt_->state().find(ps[i].name);
+        if (it == opt_->state().end()) continue;  // never stepped
+        const auto& st = it->second;
+        shard.tensors.push_back(ref(ps[i].name + ".exp_avg", st.exp_avg, keep));
+        shard.tensors.push_back(ref(ps[i].name + ".exp_avg_sq", st.exp_avg_sq, keep));
+        shard.tensors.push_back(ref(ps[i].name + ".step", torch::tensor(st.step, torch::kInt64), keep));
+        // Global name, global shape and offset of each piece (whole parameters: offset 0).
+        index[ps[i].name] = {{"global_shape", ps[i].param.sizes().vec()}, {"offset", 0},
+                             {"numel", ps[i].param.numel()}};
+      }
+      shard.metadata["index"] = index.dump();
+      req.files.push_back(std::move(shard));
+    } else if (rank_ == 0) {
+      req.files.push_back(std::move(opt_file));
+    }
+    checkpoint::FileContent f{rank_rng_file(rank_, world_), {}, {{"format", "anchor.rng/v1"}, {"rank", std::to_string(rank_)}}};
+    f.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
+    req.files.push_back(std::move(f));
+  } else if (world_ > 1) {
+    req.files = {std::move(model_file), std::move(opt_file)};
     if (static_cast<int>(rng_by_rank.size()) != world_)
       throw Error(ErrorKind::kRuntime, "save_request: " + std::to_string(rng_by_rank.size()) +
                                            " RNG states for a world of " + std::to_string(world_));
@@ -416,8 +474,10 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
       req.files.push_back(std::move(f));
     }
   } else {
-    req.files.push_back(std::move(rng_file));
+    req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};
   }
+  // One writer of the scaler (identical on every rank): rank 0 in a per-rank save.
+  if (!(world_ > 1 && rng_by_rank.empty() && rank_ != 0)) req.files.push_back(std::move(scaler_file));
 
   req.state = extra_state;
   req.state["step"] = step_;
@@ -429,6 +489,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   req.state["loss_scale"] = {{"enabled", scaler_.enabled()}, {"scale", ss.scale},
                              {"growth_tracker", ss.growth_tracker}, {"skipped_steps", ss.skipped_steps}};
   req.state["world_size"] = world_;
+  req.state["strategy"] = pg_ ? strategy_name(strategy_) : "ddp";
   req.state["threads"] = cfg_.run.threads;
   req.state["libtorch"] = compat::torch_version();
   req.state["config_digest"] = config::digest(cfg_);
@@ -441,27 +502,75 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   for (auto& p : model_->named_parameters()) copy_into(p.value(), view_of(mf, "model.safetensors", p.key()), p.key());
   for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, "model.safetensors", b.key()), b.key());
 
+  const std::int64_t saved_step = c.state.at("step").get<std::int64_t>();
   if (!faults.drop_optimizer) {
-    const auto& of = file_of(c, "optimizer.safetensors");
+    // optimizer.safetensors (one rank, DDP) or the optimizer-rank* shards of
+    // any world size: every piece is looked up by its global name.
+    std::map<std::string, std::string> where;  // "<param>.step" -> file
+    std::map<std::string, nlohmann::json> index;  // shards: param -> {global_shape, offset, numel}
+    bool any = false;
+    for (const auto& [fname, f] : c.files) {
+      if (fname != "optimizer.safetensors" && fname.rfind("optimizer-rank", 0) != 0) continue;
+      any = true;
+      for (const auto& e : f.entries())
+        if (e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".step") == 0) where[e.name] = fname;
+      auto m = f.metadata().find("index");
+      if (m != f.metadata().end()) {
+        const auto parsed = nlohmann::json::parse(m->second);  // items() must not outlive it
+        for (const auto& [name, piece] : parsed.items()) index[name] = piece;
+      }
+    }
+    if (!any) file_of(c, "optimizer.safetensors");  // throws: names the missing file
     auto& state = opt_->state();
     state.clear();
-    for (const auto& p : opt_->params()) {
-      if (!of.find(p.name + ".step")) continue;  // never stepped: no state, as in a fresh optimizer
+    const auto& ps = opt_->params();
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const auto& p = ps[i];
+      if (!owner_.empty() && owner_[i] != rank_) continue;  // another rank's shard
+      auto it = where.find(p.name + ".step");
+      if (it == where.end()) continue;  // never stepped: no state, as in a fresh optimizer
+      const auto& of = c.files.at(it->second);
       AdamW::State s;
-      s.exp_avg = view_of(of, "optimizer.safetensors", p.name + ".exp_avg").to(device_, false, /*copy=*/true);
-      s.exp_avg_sq = view_of(of, "optimizer.safetensors", p.name + ".exp_avg_sq").to(device_, false, /*copy=*/true);
-      s.step = view_of(of, "optimizer.safetensors", p.name + ".step").item<std::int64_t>();
-      if (s.exp_avg.sizes() != p.param.sizes())
-        throw Error(ErrorKind::kVerification, "optimizer state " + p.name + ".exp_avg has the wrong shape");
+      s.exp_avg = view_of(of, it->second, p.name + ".exp_avg").to(device_, false, /*copy=*/true);
+      s.exp_avg_sq = view_of(of, it->second, p.name + ".exp_avg_sq").to(device_, false, /*copy=*/true);
+      s.step = view_of(of, it->second, p.name + ".step").item<std::int64_t>();
+      if (auto ix = index.find(p.name); ix != index.end() &&
+          (ix->second.value("offset", -1) != 0 || ix->second.at("global_shape").get<std::vector<std::int64_t>>() !=
+                                                       p.param.sizes().vec()))
+        throw Error(ErrorKind::kVerification,
+                    "optimizer shard " + it->second + " holds " + p.name + " as " + ix->second.dump() +
+                        ": only whole parameters (offset 0, the model's shape) can be restored",
+                    "restore with the model config the checkpoint was saved with");
+      if (s.exp_avg.sizes() != p.param.sizes() || s.exp_avg_sq.sizes() != p.param.sizes())
+        throw Error(ErrorKind::kVerification, "optimizer state " + p.name + " in " + it->second + " has the wrong shape");
       state[p.name] = std::move(s);
     }
   }
+  const int saved_world = c.state.value("world_size", 1);
+  rng_restore_ = {{"saved_world_size", saved_world}, {"world_size", world_}, {"carried", nlohmann::json::array()},
+                  {"rederived", nlohmann::json::array()}, {"dropped", nlohmann::json::array()}};
+  for (int r = world_; r < saved_world; ++r) rng_restore_["dropped"].push_back(r);
   if (!faults.drop_rng) {
-    const auto& rf = file_of(c, rng_file_name());
-    set_cpu_rng_state(view_of(rf, rng_file_name(), "cpu_generator").clone());
+    if (rank_ < saved_world) {
+      // Same world size: this rank's own stream. Otherwise saved rank r's stream for rank r.
+      const std::string rn = rank_rng_file(rank_, saved_world);
+      const auto& rf = file_of(c, rn);
+      set_cpu_rng_state(view_of(rf, rn, "cpu_generator").clone());
 #if defined(ANCHOR_WITH_CUDA)
-    if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, "rng.safetensors", "cuda_generator").clone());
+      if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, rn, "cuda_generator").clone());
 #endif
+      rng_restore_["carried"].push_back(rank_);
+    } else {
+      // No saved stream for this rank: a fresh one from (run seed, step, rank).
+      const std::string from = "derive_seed(run.seed, \"dropout/step" + std::to_string(saved_step) + "/rank" +
+                               std::to_string(rank_) + "\")";
+      const auto seed = config::derive_seed(cfg_.run.seed, "dropout/step" + std::to_string(saved_step) + "/rank" +
+                                                               std::to_string(rank_));
+      torch::manual_seed(seed);
+      rng_restore_["rederived"].push_back({{"rank", rank_}, {"seed", seed}, {"from", from}});
+      ANCHOR_LOG_WARN("restore", "world size {} -> {}: rank {} has no saved RNG stream; re-derived from {}",
+                      saved_world, world_, rank_, from);
+    }
   }
   if (!faults.drop_scaler) {
     auto it = c.files.find("scaler.safetensors");
@@ -476,7 +585,33 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
                   "resume from a checkpoint saved with train.loss_scale on (a scaler restarting at init_scale diverges)");
     }
   }
-  step_ = c.state.at("step").get<std::int64_t>() + (faults.wrong_step ? 1 : 0);
+  step_ = saved_step + (faults.wrong_step ? 1 : 0);
+}
+
+nlohmann::json Trainer::sharding() const {
+  const auto b = state_bytes();
+  std::int64_t opt_ddp = 0, grad_ddp = 0, owned = 0, owned_el = 0, total_el = 0;
+  const auto& ps = opt_->params();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto nb = static_cast<std::int64_t>(ps[i].param.nbytes());
+    opt_ddp += 2 * nb + static_cast<std::int64_t>(sizeof(std::int64_t));  // exp_avg, exp_avg_sq, step
+    grad_ddp += nb;
+    total_el += ps[i].param.numel();
+    if (owner_.empty() || owner_[i] == rank_) {
+      ++owned;
+      owned_el += ps[i].param.numel();
+    }
+  }
+  return {{"strategy", pg_ ? strategy_name(strategy_) : "ddp"},
+          {"rank", rank_},
+          {"world_size", world_},
+          {"owned_parameters", owned},
+          {"owned_elements", owned_el},
+          {"total_elements", total_el},
+          {"optimizer_bytes", b.optimizer},
+          {"optimizer_bytes_ddp", opt_ddp},
+          {"gradient_bytes", b.gradients},
+          {"gradient_bytes_ddp", grad_ddp}};
 }
 
 Trainer::StateBytes Trainer::state_bytes() const {

@@ -31,15 +31,37 @@ struct FileContent {
   std::map<std::string, std::string> metadata;
 };
 
+// A file another process (another rank of a distributed save) wrote into this
+// save's temp directory, fsynced, with its digest.
+struct RemoteFile {
+  std::string filename;
+  FileDigest digest;
+};
+
+// Files written by other processes (docs/checkpoints.md, "Files written by
+// every rank"). `announce` is called with the temp directory's path right
+// after it exists (after the "after_mkdir" point); `collect` after this
+// process's own files, and returns every remote file once its writer has
+// fsynced it (it may block, bounded by the caller's timeout; a throw fails the
+// save like an I/O error: the temp dir is removed, no COMMITTED). The store
+// checks each one is in the temp dir with the reported size, lists it in the
+// manifest with its digest, and fsyncs the directory before COMMITTED.
+struct RemoteFiles {
+  std::function<void(const std::string& temp_dir)> announce;
+  std::function<std::vector<RemoteFile>()> collect;
+};
+
 struct SaveRequest {
   std::int64_t step = 0;
   std::vector<FileContent> files;
+  RemoteFiles remote;  // empty: every file is written by this process
   nlohmann::json state;  // written as state.json; the store sets "step" (a different "step" is an error)
 };
 
 // Called at each named point of the save protocol, in this order:
-//   "begin", "after_mkdir", "after_file:<filename>" (each safetensors file, then
-//   "after_file:state.json"), "after_manifest", "after_committed",
+//   "begin", "after_mkdir", "after_file:<filename>" (each safetensors file),
+//   "after_remote_files" (only when req.remote.collect is set), then
+//   "after_file:state.json", "after_manifest", "after_committed",
 //   "after_dir_fsync", "after_rename", "after_parent_fsync", "done".
 // A hook may throw: the save then fails like on an I/O error (at "done" the
 // checkpoint is already committed and stays; the exception still propagates).

@@ -30,6 +30,10 @@ class ProcessGroup {
 
   // In-place sum over ranks of one contiguous tensor. `what` names the call in errors.
   void allreduce_sum(torch::Tensor& t, const std::string& what);
+  // In-place sum over ranks into `root`'s tensor (the others' are left unspecified).
+  void reduce_sum(torch::Tensor& t, int root, const std::string& what);
+  // `root`'s tensor copied into every rank's (same shape and dtype everywhere).
+  void broadcast(torch::Tensor& t, int root, const std::string& what);
   void barrier(const std::string& what);
   // Every rank's string (rank order), through the store under `key` (unique per call).
   std::vector<std::string> exchange(const std::string& key, const std::string& mine);

@@ -17,6 +17,7 @@
 #include "anchor/train/adamw.hpp"
 #include "anchor/train/loss_scaler.hpp"
 #include "anchor/train/precision.hpp"
+#include "anchor/train/zero.hpp"
 
 namespace anchor::dist {
 class ProcessGroup;
@@ -62,6 +63,8 @@ class Trainer {
   // the group's ranks in buckets of bucket_bytes between backward and clipping,
   // reports the loss averaged over ranks, and (check_replicas) checks after the
   // step that every rank holds the same parameters. `pg` must outlive the trainer.
+  // distributed.strategy zero1|zero2 shards the optimizer state (and, zero2,
+  // the gradients) over the ranks instead (train/zero.hpp, docs/distributed.md).
   void attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool check_replicas = true);
 
   // One optimizer step (grad_accum micro-steps) at the current step; advances it.
@@ -95,18 +98,35 @@ class Trainer {
     std::int64_t parameters = 0, gradients = 0, optimizer = 0;
   };
   StateBytes state_bytes() const;
+  // This rank's share of the state under the strategy, next to what DDP (every
+  // rank holding everything) would hold: {"strategy", "rank", "world_size",
+  // "owned_parameters", "owned_elements", "total_elements", "optimizer_bytes",
+  // "optimizer_bytes_ddp", "gradient_bytes", "gradient_bytes_ddp"}. Gradient
+  // bytes as they stand (after a step: what the step kept).
+  nlohmann::json sharding() const;
+  Strategy strategy() const { return strategy_; }
 
   // The checkpoint of the current state. The request points into tensors held
   // by `keepalive`, which must outlive the save.
   // With several ranks (DDP: model and optimizer replicated) the request holds
   // one RNG file per rank, rng-rankRRRRR-of-WWWWW.safetensors, from
   // `rng_by_rank` (every rank's CPU generator state, gathered by the caller).
+  // With several ranks and no `rng_by_rank`: only the files THIS rank writes
+  // (docs/checkpoints.md, "Files written by every rank"): rank 0 the model,
+  // every rank its RNG file, and the optimizer state — optimizer.safetensors
+  // from rank 0 under DDP, optimizer-rankRRRRR-of-WWWWW.safetensors (the
+  // parameters it owns) from every rank under zero1/zero2.
   checkpoint::SaveRequest save_request(std::vector<torch::Tensor>& keepalive,
                                        const nlohmann::json& extra_state,
                                        const std::vector<torch::Tensor>& rng_by_rank = {}) const;
   // The RNG file this rank restores from: rng.safetensors on one rank.
   std::string rng_file_name() const;
-  // Restores model, optimizer, RNG and step from a loaded checkpoint. Throws
+  // Restores model, optimizer, RNG and step from a loaded checkpoint, saved at
+  // any world size and strategy: optimizer state is looked up by name in
+  // optimizer.safetensors or the optimizer-rank* shards (this rank takes what
+  // it owns). When the world size differs, rank r < saved world carries over
+  // saved rank r's RNG stream and the others are re-derived
+  // (rng_restore()). Throws
   // Error (kVerification) naming any tensor missing or of the wrong shape/dtype.
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
 
@@ -114,6 +134,9 @@ class Trainer {
   // {"model": hex, "optimizer": hex, "rng": hex, "scaler": hex, "step": n, "tensors": {name: hex}};
   // "model" covers the parameters, then the buffers, by name.
   nlohmann::json state_digest() const;
+  // How the last restore set the RNG: {"saved_world_size", "world_size",
+  // "carried": [ranks], "rederived": [{"rank", "seed", "from"}], "dropped": [ranks]}.
+  const nlohmann::json& rng_restore() const { return rng_restore_; }
 
  private:
   void make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::Tensor& y, class Sha256& digest);
@@ -138,6 +161,9 @@ class Trainer {
   dist::ProcessGroup* pg_ = nullptr;
   std::int64_t bucket_bytes_ = 25 << 20;
   bool check_replicas_ = true;
+  Strategy strategy_ = Strategy::kDdp;
+  std::vector<int> owner_;  // zero1/zero2: owner rank of each optimizer parameter
+  nlohmann::json rng_restore_ = nlohmann::json::object();
   // Test seam ANCHOR_DIST_FAULT=sigkill:<rank>:<step>: that rank SIGKILLs itself
   // in that step after backward, before the all-reduce (docs/distributed.md).
   int fault_rank_ = -1;

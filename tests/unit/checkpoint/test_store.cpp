@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -471,6 +472,75 @@ TEST_F(StoreTest, FaultEnvExitAndSigkillAtEachPoint) {
       EXPECT_TRUE(store.verify(r.dir).ok);
     }
   }
+}
+
+}  // namespace
+
+// Files written by other processes (the other ranks of a distributed save,
+// docs/checkpoints.md): announce gets the temp dir, collect returns their
+// digests; they are listed in the manifest and verified on restore.
+namespace {
+
+class StoreRemoteTest : public CheckpointDir {};
+
+ck::RemoteFile write_remote(const std::string& dir, const std::string& name, float v) {
+  static std::vector<float> data(64);
+  std::fill(data.begin(), data.end(), v);
+  auto d = ck::write_safetensors(afs::real_fs(), dir + "/" + name,
+                                 {{"shard", ck::DType::F32, {64}, data.data(), data.size() * 4}});
+  return {name, d};
+}
+
+TEST_F(StoreRemoteTest, RemoteFilesAreListedAndVerified) {
+  ck::Store store(root());
+  auto req = make_request(3, 100);
+  std::string tmp;
+  req.remote.announce = [&](const std::string& t) { tmp = t; };
+  req.remote.collect = [&] { return std::vector<ck::RemoteFile>{write_remote(tmp, "opt-rank1.safetensors", 1.5f)}; };
+  std::vector<std::string> points;
+  auto res = store.save(req, [&](std::string_view p) { points.emplace_back(p); });
+  EXPECT_NE(std::find(points.begin(), points.end(), "after_remote_files"), points.end());
+  auto manifest = nlohmann::json::parse(slurp(std::filesystem::path(res.dir) / "manifest.json"));
+  ASSERT_EQ(manifest["files"].size(), 4u);
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded.has_value());
+  const auto& f = loaded->files.at("opt-rank1.safetensors");
+  ASSERT_NE(f.find("shard"), nullptr);
+  EXPECT_EQ(reinterpret_cast<const float*>(f.data(*f.find("shard")))[5], 1.5f);
+}
+
+// A rank that never reports (collect throws: the timeout naming it) or
+// reports a wrong size: no COMMITTED, no temp dir left, the previous
+// checkpoint intact.
+TEST_F(StoreRemoteTest, AFailedCollectLeavesNoCommit) {
+  ck::Store store(root());
+  store.save(make_request(1, 100));
+  auto req = make_request(2, 100);
+  std::string tmp;
+  req.remote.announce = [&](const std::string& t) { tmp = t; };
+  req.remote.collect = [&]() -> std::vector<ck::RemoteFile> {
+    write_remote(tmp, "opt-rank1.safetensors", 2.0f);
+    throw anchor::Error(anchor::ErrorKind::kRuntime, "rank 1 did not answer (dead or hung)");
+  };
+  EXPECT_THROW(store.save(req), anchor::Error);
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+  EXPECT_FALSE(std::filesystem::exists(root() + "/step-00000002"));
+
+  req.remote.collect = [&] {
+    auto f = write_remote(tmp, "opt-rank1.safetensors", 2.0f);
+    f.digest.size += 1;  // a writer that reported what it did not write
+    return std::vector<ck::RemoteFile>{f};
+  };
+  try {
+    store.save(req);
+    FAIL() << "a wrong size was accepted";
+  } catch (const anchor::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "its writer reported")) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(root() + "/step-00000002"));
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->step, 1);
 }
 
 }  // namespace

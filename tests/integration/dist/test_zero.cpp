@@ -1,0 +1,331 @@
+// ZeRO-1 / ZeRO-2 across real processes on Gloo (docs/distributed.md,
+// "Sharded strategies"), distributed checkpoints written by every rank, and
+// restores at another world size (docs/checkpoints.md). Ranks are
+// tests/support/dist_rank.cpp.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+
+namespace {
+
+using namespace anchor;
+using nlohmann::json;
+namespace fsys = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+std::string drain(int fd) {
+  std::string all;
+  while (auto l = proc::read_line(fd)) all += *l + "\n";
+  ::close(fd);
+  return all;
+}
+
+std::vector<float> read_floats(const fsys::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> v(b.size() / sizeof(float));
+  std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
+  return v;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+
+json read_json(const fsys::path& p) { return json::parse(fs::read_file(p.string())); }
+
+std::vector<std::string> lines(const fsys::path& p) {
+  std::ifstream f(p);
+  std::vector<std::string> v;
+  for (std::string l; std::getline(f, l);) v.push_back(l);
+  return v;
+}
+
+struct RankRun {
+  int status = -1;
+  std::string out;
+  double seconds = 0;
+};
+
+class Zero : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fsys::temp_directory_path() / ("anchor-zero-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
+    fsys::create_directories(dir_);
+    std::string text;
+    for (int i = 0; text.size() < 20000; ++i) text += "the ranks shard the optimizer " + std::to_string(i * 7919 % 1000) + ". ";
+    std::ofstream(dir_ / "train.txt") << text;
+  }
+  void TearDown() override { fsys::remove_all(dir_); }
+
+  // dropout 0 (the RNG streams change with the world size); grad_clip 0.05 so
+  // that clipping by the global norm is exercised on every step.
+  std::string config(const std::string& strategy, int micro_batch, double timeout_s = 60) {
+    auto p = dir_ / ("cfg-" + strategy + "-" + std::to_string(micro_batch) + ".yaml");
+    std::ofstream(p) << "run: {seed: 7, threads: 1}\n"
+                        "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.0}\n"
+                        "data: {train: [" << (dir_ / "train.txt").string() << "], seq_len: 32, val_fraction: 0.1}\n"
+                     << "train: {micro_batch: " << micro_batch
+                     << ", grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}, optimizer: {grad_clip: 0.05}}\n"
+                     << "distributed: {timeout_s: " << timeout_s << ", bucket_mb: 0.05, strategy: " << strategy << "}\n";
+    return p.string();
+  }
+
+  std::vector<RankRun> run(const std::string& cfg, int world, int steps, const std::string& out,
+                           const std::vector<std::string>& extra = {},
+                           const std::vector<std::pair<std::string, std::string>>& env = {}) {
+    const int port = free_port();
+    std::vector<proc::Child> kids;
+    std::vector<Clock::time_point> t0;
+    for (int r = 0; r < world; ++r) {
+      proc::SpawnOptions o;
+      o.capture_stdout = true;
+      o.merge_stderr = true;
+      o.die_with_parent = true;
+      if (world > 1)
+        o.env = {{"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(world)},
+                 {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
+                 {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)}};
+      for (const auto& e : env) o.env[e.first] = e.second;
+      std::vector<std::string> argv{DIST_RANK, cfg, std::to_string(steps), (dir_ / out).string()};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      t0.push_back(Clock::now());
+      kids.push_back(proc::spawn(argv, o));
+    }
+    std::vector<RankRun> res(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      auto& x = res[static_cast<std::size_t>(r)];
+      x.out = drain(kids[static_cast<std::size_t>(r)].stdout_fd);
+      x.status = proc::wait_exit(kids[static_cast<std::size_t>(r)].pid);
+      x.seconds = std::chrono::duration<double>(Clock::now() - t0[static_cast<std::size_t>(r)]).count();
+    }
+    return res;
+  }
+  void ok(const std::vector<RankRun>& rs) {
+    for (const auto& r : rs) ASSERT_EQ(r.status, 0) << r.out;
+  }
+  // Every "optimizer/..." tensor digest of a state digest.
+  static json opt_tensors(const json& state) {
+    json o = json::object();
+    for (const auto& [k, v] : state["tensors"].items())
+      if (k.rfind("optimizer/", 0) == 0) o[k] = v;
+    return o;
+  }
+  static json model_tensors(const json& state) {
+    json o = json::object();
+    for (const auto& [k, v] : state["tensors"].items())
+      if (k.rfind("model/", 0) == 0) o[k] = v;
+    return o;
+  }
+  fsys::path dir_;
+};
+
+// The claim: with 2 ranks, ZeRO-1 and ZeRO-2 give BITWISE the parameters DDP
+// gives. Every element goes through the same arithmetic: the sum of two
+// gradients (a + b == b + a, whether all-reduced or reduced to the owner), the
+// same division, the same global norm (ZeRO-2 all-reduces the vector of
+// per-parameter norms, each entry from one rank, x + 0 == x), the same AdamW
+// on the owner, and a broadcast that copies bytes. (With more than 2 ranks the
+// reduction order of reduce and all-reduce may differ: not claimed.)
+TEST_F(Zero, Zero1AndZero2EqualDdpBitwiseAndHoldLessOptimizerState) {
+  ok(run(config("ddp", 2), 2, 3, "ddp"));
+  ok(run(config("zero1", 2), 2, 3, "z1"));
+  ok(run(config("zero2", 2), 2, 3, "z2"));
+  const auto ddp = read_floats(dir_ / "ddp.rank0");
+  ASSERT_GT(ddp.size(), 1000u);
+  for (const std::string s : {"z1", "z2"}) {
+    for (int r = 0; r < 2; ++r) {
+      const auto p = read_floats(dir_ / (s + ".rank" + std::to_string(r)));
+      ASSERT_EQ(p.size(), ddp.size());
+      EXPECT_TRUE(p == ddp) << s << " rank " << r << " differs from DDP by " << max_abs_diff(p, ddp);
+    }
+    // Same losses and gradient norms (clipping active: norm > grad_clip) on every step.
+    const auto a = lines(dir_ / "ddp.rank0.json"), b = lines(dir_ / (s + ".rank0.json"));
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const auto ja = json::parse(a[i]), jb = json::parse(b[i]);
+      EXPECT_EQ(ja["loss"], jb["loss"]) << s;
+      EXPECT_EQ(ja["grad_norm"], jb["grad_norm"]) << s;
+      EXPECT_GT(jb["grad_norm"].get<double>(), 0.05) << "clipping not exercised";
+      EXPECT_GT(jb["comm_s"].get<double>(), 0.0);
+    }
+  }
+  // Memory: each rank holds the optimizer state of its parameters only; the
+  // shards partition DDP's state; ZeRO-2 also keeps only its gradients.
+  std::int64_t opt_sum[3] = {0, 0, 0};
+  const char* names[3] = {"ddp", "z1", "z2"};
+  for (int k = 0; k < 3; ++k)
+    for (int r = 0; r < 2; ++r) {
+      const auto j = read_json(dir_ / (std::string(names[k]) + ".rank" + std::to_string(r) + ".sharding.json"));
+      std::cout << names[k] << " rank " << r << ": " << j.dump() << "\n";
+      const auto ob = j["optimizer_bytes"].get<std::int64_t>(), od = j["optimizer_bytes_ddp"].get<std::int64_t>();
+      const auto gb = j["gradient_bytes"].get<std::int64_t>(), gd = j["gradient_bytes_ddp"].get<std::int64_t>();
+      opt_sum[k] += ob;
+      if (k == 0) {
+        EXPECT_EQ(ob, od);
+        EXPECT_EQ(gb, gd);
+      } else {
+        EXPECT_LT(ob, od);
+        EXPECT_LE(ob, od * 6 / 10) << "the partition is badly balanced";
+        if (k == 1) EXPECT_EQ(gb, gd);  // ZeRO-1 keeps full gradients
+        else EXPECT_LT(gb, gd);         // ZeRO-2 keeps its shard's
+      }
+    }
+  EXPECT_EQ(opt_sum[1], read_json(dir_ / "ddp.rank0.sharding.json")["optimizer_bytes"].get<std::int64_t>());
+  EXPECT_EQ(opt_sum[2], opt_sum[1]);
+
+  // Negative control: one rank on half the global batch (what a rank would
+  // train on without the gradient reduce) is not equal.
+  ok(run(config("zero2", 2), 1, 3, "half"));
+  const auto h = read_floats(dir_ / "half.rank0");
+  EXPECT_FALSE(h == ddp);
+  EXPECT_GT(max_abs_diff(h, ddp), 1e-3);
+}
+
+// Reshard 2 -> 1: a ZeRO-1 checkpoint (each rank's optimizer shard in its own
+// file) restored by one rank. Equality: after the restore the model and the
+// whole optimizer state are bitwise the saved ones (the union of the shards);
+// the resumed steps (1 rank x micro_batch 4) equal the uninterrupted 2-rank
+// run (2 x micro_batch 2, same global batch) within 1e-6 — summation order,
+// as DDP 1 vs 2 ranks (dropout 0: the RNG stream of rank 1 is dropped).
+TEST_F(Zero, ReshardTwoRanksToOne) {
+  const auto ck = (dir_ / "ck2").string();
+  ok(run(config("zero1", 2), 2, 4, "ref", {"--ckpt", ck, "--save-at", "2"}));
+  ASSERT_TRUE(fsys::exists(fsys::path(ck) / "step-00000002" / "COMMITTED"));
+  for (const char* f : {"optimizer-rank00000-of-00002.safetensors", "optimizer-rank00001-of-00002.safetensors",
+                        "rng-rank00000-of-00002.safetensors", "rng-rank00001-of-00002.safetensors", "model.safetensors"})
+    EXPECT_TRUE(fsys::exists(fsys::path(ck) / "step-00000002" / f)) << f;
+  const auto manifest = read_json(fsys::path(ck) / "step-00000002" / "manifest.json");
+  EXPECT_EQ(manifest["files"].size(), 6u) << manifest.dump(2);  // 5 + state.json
+
+  ok(run(config("zero1", 4), 1, 2, "one", {"--ckpt", ck, "--restore", "1"}));
+  const auto restored = read_json(dir_ / "one.rank0.restored.json");
+  EXPECT_EQ(restored["step"], 2);
+  json saved_opt = opt_tensors(read_json(dir_ / "ref.rank0.saved2.json"));
+  saved_opt.update(opt_tensors(read_json(dir_ / "ref.rank1.saved2.json")));
+  EXPECT_GT(saved_opt.size(), 10u);
+  EXPECT_EQ(opt_tensors(restored["state"]), saved_opt);  // bitwise: the union of the two shards
+  EXPECT_EQ(model_tensors(restored["state"]), model_tensors(read_json(dir_ / "ref.rank0.saved2.json")));
+  EXPECT_EQ(restored["rng_restore"]["dropped"], json::array({1}));
+  EXPECT_EQ(restored["rng_restore"]["carried"], json::array({0}));
+
+  const auto ref = read_floats(dir_ / "ref.rank0"), one = read_floats(dir_ / "one.rank0");
+  const double d = max_abs_diff(ref, one);
+  std::cout << "2 -> 1 resume vs uninterrupted: max abs diff " << d << "\n";
+  EXPECT_LE(d, 1e-6);
+
+  // Negative control: the same restore without the optimizer shards
+  // (ANCHOR_PILOT_FAULT=drop_optimizer: fresh AdamW state) is far outside the bound.
+  ok(run(config("zero1", 4), 1, 2, "noopt", {"--ckpt", ck, "--restore", "1"}, {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
+  const double dn = max_abs_diff(ref, read_floats(dir_ / "noopt.rank0"));
+  std::cout << "negative control (optimizer state dropped): max abs diff " << dn << "\n";
+  EXPECT_GT(dn, 1e-4);
+}
+
+// Reshard 1 -> 2: a one-rank checkpoint (optimizer.safetensors, rng.safetensors)
+// restored by 2 ZeRO-2 ranks, each taking the state of the parameters it owns;
+// rank 0 carries the saved RNG stream, rank 1's is re-derived from
+// (run seed, step, rank) and the restore says so.
+TEST_F(Zero, ReshardOneRankToTwo) {
+  const auto ck = (dir_ / "ck1").string();
+  ok(run(config("zero2", 4), 1, 4, "ref", {"--ckpt", ck, "--save-at", "2"}));
+  ok(run(config("zero2", 2), 2, 2, "two", {"--ckpt", ck, "--restore", "1"}));
+  const auto saved = read_json(dir_ / "ref.rank0.saved2.json");
+  json got = json::object();
+  for (int r = 0; r < 2; ++r) {
+    const auto restored = read_json(dir_ / ("two.rank" + std::to_string(r) + ".restored.json"));
+    EXPECT_EQ(model_tensors(restored["state"]), model_tensors(saved));
+    auto o = opt_tensors(restored["state"]);
+    EXPECT_GT(o.size(), 0u);
+    EXPECT_LT(o.size(), opt_tensors(saved).size());  // a shard, not everything
+    got.update(o);
+  }
+  EXPECT_EQ(got, opt_tensors(saved));  // the two shards are exactly the saved state
+  const auto rr1 = read_json(dir_ / "two.rank1.restored.json")["rng_restore"];
+  EXPECT_EQ(rr1["saved_world_size"], 1);
+  ASSERT_EQ(rr1["rederived"].size(), 1u);
+  EXPECT_EQ(rr1["rederived"][0]["rank"], 1);
+  EXPECT_NE(rr1["rederived"][0]["from"].get<std::string>().find("dropout/step2/rank1"), std::string::npos);
+
+  const auto ref = read_floats(dir_ / "ref.rank0");
+  for (int r = 0; r < 2; ++r) {
+    const double d = max_abs_diff(ref, read_floats(dir_ / ("two.rank" + std::to_string(r))));
+    std::cout << "1 -> 2 resume vs uninterrupted, rank " << r << ": max abs diff " << d << "\n";
+    EXPECT_LE(d, 1e-6);
+  }
+  // Negative control: the 2 ranks restore the model but not the optimizer state.
+  ok(run(config("zero2", 2), 2, 2, "noopt", {"--ckpt", ck, "--restore", "1"}, {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
+  const double dn = max_abs_diff(ref, read_floats(dir_ / "noopt.rank0"));
+  std::cout << "negative control (optimizer state dropped): max abs diff " << dn << "\n";
+  EXPECT_GT(dn, 1e-4);
+}
+
+// A rank killed in the middle of a save (its shard written, not reported):
+// the other rank fails within the timeout naming it, the step is not
+// committed, and a restore picks the previous committed step.
+TEST_F(Zero, RankKilledDuringSaveLeavesNoCommitAndRestoreTakesTheLastCommitted) {
+  const double timeout = 20;
+  const auto ck = (dir_ / "ckk").string();
+  auto rs = run(config("zero1", 2, timeout), 2, 3, "kill", {"--ckpt", ck, "--save-at", "1", "--save-at", "2"},
+                {{"ANCHOR_DIST_FAULT", "sigkill_save:1:2"}});
+  EXPECT_EQ(rs[1].status, 128 + SIGKILL) << rs[1].out;
+  EXPECT_EQ(rs[0].status, 1) << rs[0].out;
+  EXPECT_NE(rs[0].out.find("rank 1 did not answer (dead or hung)"), std::string::npos) << rs[0].out;
+  std::cout << "rank 0 ended " << rs[0].seconds << " s after its start (timeout " << timeout << " s)\n";
+  EXPECT_LT(rs[0].seconds, timeout);  // a dead rank is seen at once (its sockets close), well inside the timeout
+  EXPECT_TRUE(fsys::exists(fsys::path(ck) / "step-00000001" / "COMMITTED"));
+  EXPECT_FALSE(fsys::exists(fsys::path(ck) / "step-00000002"));
+  for (const auto& e : fsys::directory_iterator(ck))
+    EXPECT_EQ(e.path().filename().string().find("step-00000002"), std::string::npos) << e.path();
+
+  ok(run(config("zero1", 2, timeout), 2, 1, "after", {"--ckpt", ck, "--restore", "1"}));
+  EXPECT_EQ(read_json(dir_ / "after.rank0.restored.json")["step"], 1);
+}
+
+// Rank 0 (the committer, the store's host) killed in the save: rank 1 fails
+// naming rank 0; nothing is committed.
+TEST_F(Zero, Rank0KilledDuringSaveEndsRank1NamingIt) {
+  const double timeout = 10;
+  const auto ck = (dir_ / "ck0").string();
+  auto rs = run(config("zero2", 2, timeout), 2, 2, "k0", {"--ckpt", ck, "--save-at", "1"},
+                {{"ANCHOR_DIST_FAULT", "sigkill_save:0:1"}});
+  EXPECT_EQ(rs[0].status, 128 + SIGKILL) << rs[0].out;
+  EXPECT_EQ(rs[1].status, 1) << rs[1].out;
+  EXPECT_NE(rs[1].out.find("rank 0"), std::string::npos) << rs[1].out;
+  std::cout << "rank 1 ended " << rs[1].seconds << " s after its start (timeout " << timeout << " s)\n";
+  EXPECT_LT(rs[1].seconds, timeout);
+  EXPECT_FALSE(fsys::exists(fsys::path(ck) / "step-00000001" / "COMMITTED"));
+}
+
+}  // namespace
