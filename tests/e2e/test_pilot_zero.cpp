@@ -41,10 +41,11 @@ TEST_P(PilotZero, TwoRanksPassWithBitwiseResumeAndShardedState) {
   const std::string c = t.str("run/checkpoints/step-00000002/");
   for (const char* f : {"COMMITTED", "model.safetensors", "optimizer-rank00000-of-00002.safetensors",
                         "optimizer-rank00001-of-00002.safetensors", "rng-rank00000-of-00002.safetensors",
-                        "rng-rank00001-of-00002.safetensors"})
+                        "rng-rank00001-of-00002.safetensors", "scaler.safetensors"})
     EXPECT_TRUE(std::filesystem::exists(c + f)) << f;
   EXPECT_FALSE(std::filesystem::exists(c + "optimizer.safetensors"));
-  EXPECT_EQ(read_json(c + "manifest.json")["files"].size(), 6u);
+  // The files above but COMMITTED, plus state.json (the loss scaler's file is written once, by rank 0).
+  EXPECT_EQ(read_json(c + "manifest.json")["files"].size(), 7u);
 
   // The memory saving, per rank, in the report.
   const auto& d = report["distributed"];
