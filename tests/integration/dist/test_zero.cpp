@@ -224,10 +224,11 @@ TEST_F(Zero, ReshardTwoRanksToOne) {
   ok(run(config("zero1", 2), 2, 4, "ref", {"--ckpt", ck, "--save-at", "2"}));
   ASSERT_TRUE(fsys::exists(fsys::path(ck) / "step-00000002" / "COMMITTED"));
   for (const char* f : {"optimizer-rank00000-of-00002.safetensors", "optimizer-rank00001-of-00002.safetensors",
-                        "rng-rank00000-of-00002.safetensors", "rng-rank00001-of-00002.safetensors", "model.safetensors"})
+                        "rng-rank00000-of-00002.safetensors", "rng-rank00001-of-00002.safetensors", "model.safetensors",
+                        "scaler.safetensors"})
     EXPECT_TRUE(fsys::exists(fsys::path(ck) / "step-00000002" / f)) << f;
   const auto manifest = read_json(fsys::path(ck) / "step-00000002" / "manifest.json");
-  EXPECT_EQ(manifest["files"].size(), 6u) << manifest.dump(2);  // 5 + state.json
+  EXPECT_EQ(manifest["files"].size(), 7u) << manifest.dump(2);  // 6 + state.json
 
   ok(run(config("zero1", 4), 1, 2, "one", {"--ckpt", ck, "--restore", "1"}));
   const auto restored = read_json(dir_ / "one.rank0.restored.json");
