@@ -405,8 +405,7 @@ std::string rank_rng_file(int rank, int world) {
 std::string Trainer::rng_file_name() const { return rank_rng_file(rank_, world_); }
 
 checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
-                                              const nlohmann::json& extra_state,
-                                              const std::vector<torch::Tensor>& rng_by_rank) const {
+                                              const nlohmann::json& extra_state) const {
   keep.clear();
   keep.reserve(8 * opt_->params().size() + 64);  // refs point into it: no reallocation
   checkpoint::SaveRequest req;
@@ -433,7 +432,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   scaler_file.tensors.push_back(ref("scale", torch::tensor(ss.scale, torch::kFloat64), keep));
   scaler_file.tensors.push_back(ref("growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64), keep));
   scaler_file.tensors.push_back(ref("skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64), keep));
-  if (world_ > 1 && rng_by_rank.empty()) {
+  if (world_ > 1) {
     // Per-rank files: what this rank writes into the shared save.
     if (rank_ == 0) req.files.push_back(std::move(model_file));
     if (pg_ && strategy_ != Strategy::kDdp) {
@@ -463,21 +462,11 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
     checkpoint::FileContent f{rank_rng_file(rank_, world_), {}, {{"format", "anchor.rng/v1"}, {"rank", std::to_string(rank_)}}};
     f.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
     req.files.push_back(std::move(f));
-  } else if (world_ > 1) {
-    req.files = {std::move(model_file), std::move(opt_file)};
-    if (static_cast<int>(rng_by_rank.size()) != world_)
-      throw Error(ErrorKind::kRuntime, "save_request: " + std::to_string(rng_by_rank.size()) +
-                                           " RNG states for a world of " + std::to_string(world_));
-    for (int r = 0; r < world_; ++r) {
-      checkpoint::FileContent f{rank_rng_file(r, world_), {}, {{"format", "anchor.rng/v1"}, {"rank", std::to_string(r)}}};
-      f.tensors.push_back(ref("cpu_generator", rng_by_rank[static_cast<std::size_t>(r)], keep));
-      req.files.push_back(std::move(f));
-    }
   } else {
     req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};
   }
   // One writer of the scaler (identical on every rank): rank 0 in a per-rank save.
-  if (!(world_ > 1 && rng_by_rank.empty() && rank_ != 0)) req.files.push_back(std::move(scaler_file));
+  if (world_ == 1 || rank_ == 0) req.files.push_back(std::move(scaler_file));
 
   req.state = extra_state;
   req.state["step"] = step_;

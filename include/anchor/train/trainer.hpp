@@ -108,17 +108,15 @@ class Trainer {
 
   // The checkpoint of the current state. The request points into tensors held
   // by `keepalive`, which must outlive the save.
-  // With several ranks (DDP: model and optimizer replicated) the request holds
-  // one RNG file per rank, rng-rankRRRRR-of-WWWWW.safetensors, from
-  // `rng_by_rank` (every rank's CPU generator state, gathered by the caller).
-  // With several ranks and no `rng_by_rank`: only the files THIS rank writes
-  // (docs/checkpoints.md, "Files written by every rank"): rank 0 the model,
-  // every rank its RNG file, and the optimizer state — optimizer.safetensors
-  // from rank 0 under DDP, optimizer-rankRRRRR-of-WWWWW.safetensors (the
-  // parameters it owns) from every rank under zero1/zero2.
+  // With several ranks: only the files THIS rank writes, joined into one save
+  // by train::save_distributed (docs/checkpoints.md, "Files written by every
+  // rank"): rank 0 the model and the scaler, every rank its RNG file
+  // (rng-rankRRRRR-of-WWWWW.safetensors), and the optimizer state —
+  // optimizer.safetensors from rank 0 under DDP,
+  // optimizer-rankRRRRR-of-WWWWW.safetensors (the parameters it owns) from
+  // every rank under zero1/zero2.
   checkpoint::SaveRequest save_request(std::vector<torch::Tensor>& keepalive,
-                                       const nlohmann::json& extra_state,
-                                       const std::vector<torch::Tensor>& rng_by_rank = {}) const;
+                                       const nlohmann::json& extra_state) const;
   // The RNG file this rank restores from: rng.safetensors on one rank.
   std::string rng_file_name() const;
   // Restores model, optimizer, RNG and step from a loaded checkpoint, saved at
