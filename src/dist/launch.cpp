@@ -1,6 +1,13 @@
 // Launch environment: torchrun/TorchElastic, Slurm, or none (docs/distributed.md).
 #include "anchor/dist/launch.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -179,6 +186,23 @@ LaunchEnv detect_launch(const EnvLookup& env) {
     return e;
   }
   return e;  // a single process
+}
+
+int free_loopback_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) throw io_error("socket", "127.0.0.1", errno);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
+    int e = errno;
+    ::close(s);
+    throw io_error("bind", "127.0.0.1:0", e);
+  }
+  ::close(s);
+  return ntohs(a.sin_port);
 }
 
 std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port) {

@@ -2,9 +2,7 @@
 // starts fresh worker processes (anchor-torch), kills one for real, compares,
 // and writes the report. Worker A pins the run before it trains. Reads top to bottom as the stage sequence
 // (DESIGN.md "The pilot").
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -109,25 +107,6 @@ struct WorkerOutcome {
   std::string error;        // the worker's own account of its failure ("error" event)
 };
 
-// A TCP port the kernel just handed out on the loopback (closed again before
-// rank 0's store binds it: a small window, fine on one node).
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) throw io_error("socket", "127.0.0.1", errno);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof a;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
-    int e = errno;
-    ::close(s);
-    throw io_error("bind", "127.0.0.1:0", e);
-  }
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 // The pilot's exit code for a worker that failed: a config/data error (2) or a
 // verification failure (3) keeps its meaning; anything else (a crash, a
 // signal, an I/O error) is a runtime failure (1).
@@ -140,7 +119,7 @@ int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 
 WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   const std::string name = role == WorkerRole::kReference ? "reference" : "resume";
   const int nproc = p.nproc;
-  const int port = nproc > 1 ? free_port() : 0;
+  const int port = nproc > 1 ? dist::free_loopback_port() : 0;
   std::vector<proc::Child> ranks;
   for (int r = 0; r < nproc; ++r) {
     proc::SpawnOptions so;

@@ -2,8 +2,6 @@
 // supervisor starts 2 ranks of each worker (DDP over Gloo), kills every rank
 // in the second save, restores and resumes per rank (docs/distributed.md).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +12,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/dist/launch.hpp"
 #include "support/run_anchor.hpp"
 
 namespace {
@@ -27,17 +26,6 @@ const std::string kPilot = source_path("configs/pilot.yaml");
 
 json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
 
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
   TempDir t("pilot2");
@@ -121,7 +109,7 @@ TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
     argv.push_back("--master_addr");
     argv.push_back("127.0.0.1");
     argv.push_back("--master_port");
-    argv.push_back(std::to_string(free_port()));
+    argv.push_back(std::to_string(anchor::dist::free_loopback_port()));
   }
   for (const auto& a : {std::string(ANCHOR_BINARY), std::string("pilot"), kPilot, std::string("--run-dir"), t.str("run")})
     argv.push_back(a);

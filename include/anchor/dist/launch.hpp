@@ -51,6 +51,11 @@ EnvLookup map_env(const std::map<std::string, std::string>& vars);
 LaunchEnv detect_launch(const EnvLookup& env);
 inline LaunchEnv detect_launch() { return detect_launch(process_env()); }
 
+// A TCP port the kernel just handed out on the loopback, closed again before
+// the caller's store binds it (a small window, fine on one node). Throws
+// Error (kIo) when no socket can be bound.
+int free_loopback_port();
+
 // The variables the supervisor gives rank `rank` of `nproc` ranks it starts
 // itself on this node (torchrun's names, rank 0 hosting the store on `port`).
 std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port);

@@ -20,60 +20,18 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "support/dist_ranks.hpp"
 
 namespace {
+
+using anchor::testing::max_diff;
+using anchor::testing::RankRun;
+using anchor::testing::read_floats;
+using anchor::testing::run_ranks;
 
 using namespace anchor;
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// A port the kernel just handed out (closed again: a small race, fine on a test box).
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
-std::string drain(int fd) {
-  std::string all;
-  while (auto l = proc::read_line(fd)) all += *l + "\n";
-  ::close(fd);
-  return all;
-}
-
-std::vector<float> read_floats(const fsys::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<float> v(b.size() / sizeof(float));
-  std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
-  return v;
-}
-
-struct MaxDiff {
-  double abs = 0, rel = 0;  // rel: |a-b| / max(|a|, 1e-3), the worst element
-};
-MaxDiff max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  MaxDiff d;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    double x = std::fabs(static_cast<double>(a[i]) - b[i]);
-    d.abs = std::max(d.abs, x);
-    d.rel = std::max(d.rel, x / std::max(std::fabs(static_cast<double>(a[i])), 1e-3));
-  }
-  return d;
-}
-
-struct RankRun {
-  int status = -1;
-  std::string out;
-  double seconds = 0;
-};
 
 class Ddp : public ::testing::Test {
  protected:
@@ -97,36 +55,10 @@ class Ddp : public ::testing::Test {
     return p.string();
   }
 
-  // Starts `world` ranks of dist_rank; extra args go to rank 1 only when one_only.
+  // Starts `world` ranks of dist_rank for 3 steps (tests/support/dist_ranks.hpp).
   std::vector<RankRun> run(const std::string& cfg, int world, const std::string& out,
                            const std::vector<std::string>& extra = {}, bool kill_rank1_after_rank0 = false) {
-    const int port = free_port();
-    std::vector<proc::Child> kids;
-    std::vector<Clock::time_point> t0;
-    for (int r = 0; r < world; ++r) {
-      proc::SpawnOptions o;
-      o.capture_stdout = true;
-      o.merge_stderr = true;
-      o.die_with_parent = true;
-      if (world > 1)
-        o.env = {{"RANK", std::to_string(r)},        {"WORLD_SIZE", std::to_string(world)},
-                 {"LOCAL_RANK", std::to_string(r)},  {"LOCAL_WORLD_SIZE", std::to_string(world)},
-                 {"MASTER_ADDR", "127.0.0.1"},       {"MASTER_PORT", std::to_string(port)}};
-      std::vector<std::string> argv{DIST_RANK, cfg, "3", (dir_ / out).string()};
-      argv.insert(argv.end(), extra.begin(), extra.end());
-      t0.push_back(Clock::now());
-      kids.push_back(proc::spawn(argv, o));
-    }
-    std::vector<RankRun> res(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      auto& k = kids[static_cast<std::size_t>(r)];
-      auto& x = res[static_cast<std::size_t>(r)];
-      if (r == 1 && kill_rank1_after_rank0) ::kill(k.pid, SIGKILL);  // the hung rank: the test ends it
-      x.out = drain(k.stdout_fd);
-      x.status = proc::wait_exit(k.pid);
-      x.seconds = std::chrono::duration<double>(Clock::now() - t0[static_cast<std::size_t>(r)]).count();
-    }
-    return res;
+    return run_ranks(DIST_RANK, cfg, world, 3, (dir_ / out).string(), extra, {}, kill_rank1_after_rank0);
   }
   fsys::path dir_;
 };

@@ -21,46 +21,19 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "support/dist_ranks.hpp"
 
 namespace {
+
+using anchor::testing::max_diff;
+using anchor::testing::RankRun;
+using anchor::testing::read_floats;
+using anchor::testing::run_ranks;
 
 using namespace anchor;
 using nlohmann::json;
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
-std::string drain(int fd) {
-  std::string all;
-  while (auto l = proc::read_line(fd)) all += *l + "\n";
-  ::close(fd);
-  return all;
-}
-
-std::vector<float> read_floats(const fsys::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<float> v(b.size() / sizeof(float));
-  std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
-  return v;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-  return d;
-}
 
 json read_json(const fsys::path& p) { return json::parse(fs::read_file(p.string())); }
 
@@ -70,12 +43,6 @@ std::vector<std::string> lines(const fsys::path& p) {
   for (std::string l; std::getline(f, l);) v.push_back(l);
   return v;
 }
-
-struct RankRun {
-  int status = -1;
-  std::string out;
-  double seconds = 0;
-};
 
 class Zero : public ::testing::Test {
  protected:
@@ -103,33 +70,8 @@ class Zero : public ::testing::Test {
 
   std::vector<RankRun> run(const std::string& cfg, int world, int steps, const std::string& out,
                            const std::vector<std::string>& extra = {},
-                           const std::vector<std::pair<std::string, std::string>>& env = {}) {
-    const int port = free_port();
-    std::vector<proc::Child> kids;
-    std::vector<Clock::time_point> t0;
-    for (int r = 0; r < world; ++r) {
-      proc::SpawnOptions o;
-      o.capture_stdout = true;
-      o.merge_stderr = true;
-      o.die_with_parent = true;
-      if (world > 1)
-        o.env = {{"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(world)},
-                 {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
-                 {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)}};
-      for (const auto& e : env) o.env[e.first] = e.second;
-      std::vector<std::string> argv{DIST_RANK, cfg, std::to_string(steps), (dir_ / out).string()};
-      argv.insert(argv.end(), extra.begin(), extra.end());
-      t0.push_back(Clock::now());
-      kids.push_back(proc::spawn(argv, o));
-    }
-    std::vector<RankRun> res(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      auto& x = res[static_cast<std::size_t>(r)];
-      x.out = drain(kids[static_cast<std::size_t>(r)].stdout_fd);
-      x.status = proc::wait_exit(kids[static_cast<std::size_t>(r)].pid);
-      x.seconds = std::chrono::duration<double>(Clock::now() - t0[static_cast<std::size_t>(r)]).count();
-    }
-    return res;
+                           const std::map<std::string, std::string>& env = {}) {
+    return run_ranks(DIST_RANK, cfg, world, steps, (dir_ / out).string(), extra, env);
   }
   void ok(const std::vector<RankRun>& rs) {
     for (const auto& r : rs) ASSERT_EQ(r.status, 0) << r.out;
@@ -167,7 +109,7 @@ TEST_F(Zero, Zero1AndZero2EqualDdpBitwiseAndHoldLessOptimizerState) {
     for (int r = 0; r < 2; ++r) {
       const auto p = read_floats(dir_ / (s + ".rank" + std::to_string(r)));
       ASSERT_EQ(p.size(), ddp.size());
-      EXPECT_TRUE(p == ddp) << s << " rank " << r << " differs from DDP by " << max_abs_diff(p, ddp);
+      EXPECT_TRUE(p == ddp) << s << " rank " << r << " differs from DDP by " << max_diff(p, ddp).abs;
     }
     // Same losses and gradient norms (clipping active: norm > grad_clip) on every step.
     const auto a = lines(dir_ / "ddp.rank0.json"), b = lines(dir_ / (s + ".rank0.json"));
@@ -210,7 +152,7 @@ TEST_F(Zero, Zero1AndZero2EqualDdpBitwiseAndHoldLessOptimizerState) {
   ok(run(config("zero2", 2), 1, 3, "half"));
   const auto h = read_floats(dir_ / "half.rank0");
   EXPECT_FALSE(h == ddp);
-  EXPECT_GT(max_abs_diff(h, ddp), 1e-3);
+  EXPECT_GT(max_diff(h, ddp).abs, 1e-3);
 }
 
 // Reshard 2 -> 1: a ZeRO-1 checkpoint (each rank's optimizer shard in its own
@@ -242,14 +184,14 @@ TEST_F(Zero, ReshardTwoRanksToOne) {
   EXPECT_EQ(restored["rng_restore"]["carried"], json::array({0}));
 
   const auto ref = read_floats(dir_ / "ref.rank0"), one = read_floats(dir_ / "one.rank0");
-  const double d = max_abs_diff(ref, one);
+  const double d = max_diff(ref, one).abs;
   std::cout << "2 -> 1 resume vs uninterrupted: max abs diff " << d << "\n";
   EXPECT_LE(d, 1e-6);
 
   // Negative control: the same restore without the optimizer shards
   // (ANCHOR_PILOT_FAULT=drop_optimizer: fresh AdamW state) is far outside the bound.
   ok(run(config("zero1", 4), 1, 2, "noopt", {"--ckpt", ck, "--restore", "1"}, {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
-  const double dn = max_abs_diff(ref, read_floats(dir_ / "noopt.rank0"));
+  const double dn = max_diff(ref, read_floats(dir_ / "noopt.rank0")).abs;
   std::cout << "negative control (optimizer state dropped): max abs diff " << dn << "\n";
   EXPECT_GT(dn, 1e-4);
 }
@@ -281,13 +223,13 @@ TEST_F(Zero, ReshardOneRankToTwo) {
 
   const auto ref = read_floats(dir_ / "ref.rank0");
   for (int r = 0; r < 2; ++r) {
-    const double d = max_abs_diff(ref, read_floats(dir_ / ("two.rank" + std::to_string(r))));
+    const double d = max_diff(ref, read_floats(dir_ / ("two.rank" + std::to_string(r)))).abs;
     std::cout << "1 -> 2 resume vs uninterrupted, rank " << r << ": max abs diff " << d << "\n";
     EXPECT_LE(d, 1e-6);
   }
   // Negative control: the 2 ranks restore the model but not the optimizer state.
   ok(run(config("zero2", 2), 2, 2, "noopt", {"--ckpt", ck, "--restore", "1"}, {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
-  const double dn = max_abs_diff(ref, read_floats(dir_ / "noopt.rank0"));
+  const double dn = max_diff(ref, read_floats(dir_ / "noopt.rank0")).abs;
   std::cout << "negative control (optimizer state dropped): max abs diff " << dn << "\n";
   EXPECT_GT(dn, 1e-4);
 }
