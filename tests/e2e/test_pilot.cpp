@@ -21,7 +21,7 @@ using nlohmann::json;
 
 const std::string kPilot = source_path("configs/pilot.yaml");
 
-json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
+using anchor::testing::read_json;
 
 std::vector<json> read_events(const std::string& path) {
   std::vector<json> out;

@@ -25,7 +25,7 @@ using nlohmann::json;
 
 const std::string kPilot = source_path("configs/pilot.yaml");
 
-json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
+using anchor::testing::read_json;
 
 // The fixtures, built once for the suite. No torch for /usr/bin/python3 is a
 // failure, not a skip: the test exists to run the pilot on a real module.

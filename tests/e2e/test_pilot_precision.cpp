@@ -18,7 +18,7 @@ using nlohmann::json;
 
 const std::string kPilot = source_path("configs/pilot.yaml");
 
-json read_json(const std::string& path) { return json::parse(anchor::fs::read_file(path)); }
+using anchor::testing::read_json;
 
 std::vector<std::string> stage_names(const json& report) {
   std::vector<std::string> out;

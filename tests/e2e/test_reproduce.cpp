@@ -16,7 +16,7 @@ using anchor::testing::source_path;
 using anchor::testing::TempDir;
 using nlohmann::json;
 
-json read_json(const std::string& p) { return json::parse(anchor::fs::read_file(p)); }
+using anchor::testing::read_json;
 
 class Reproduce : public ::testing::Test {
  protected:

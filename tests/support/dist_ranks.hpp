@@ -62,6 +62,13 @@ inline std::vector<RankRun> run_ranks(const std::string& dist_rank, const std::s
   return res;
 }
 
+// A small text corpus for the ranks' config: `phrase` + a number, repeated to 20 kB.
+inline void write_corpus(const std::filesystem::path& file, const std::string& phrase) {
+  std::string text;
+  for (int i = 0; text.size() < 20000; ++i) text += phrase + " " + std::to_string(i * 7919 % 1000) + ". ";
+  std::ofstream(file) << text;
+}
+
 // The raw float32 parameters a rank wrote (dist_rank's <out>.rank<R> file).
 inline std::vector<float> read_floats(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);

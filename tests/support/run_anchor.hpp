@@ -2,6 +2,7 @@
 // Helpers for end-to-end tests that drive the real `anchor` binary.
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ struct AnchorRun {
   int status = -1;
   std::string output;  // stdout and stderr, interleaved
 };
+
+// A JSON file the run wrote (report.json, manifest.json, work/*.json).
+inline nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(fs::read_file(path)); }
 
 // Runs `anchor args...` from the source directory with extra environment.
 inline AnchorRun run_anchor(const std::vector<std::string>& args,

@@ -38,9 +38,7 @@ class Ddp : public ::testing::Test {
   void SetUp() override {
     dir_ = fsys::temp_directory_path() / ("anchor-ddp-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
     fsys::create_directories(dir_);
-    std::string text;
-    for (int i = 0; text.size() < 20000; ++i) text += "the ranks reduce the gradients " + std::to_string(i * 7919 % 1000) + ". ";
-    std::ofstream(dir_ / "train.txt") << text;
+    anchor::testing::write_corpus(dir_ / "train.txt", "the ranks reduce the gradients");
   }
   void TearDown() override { fsys::remove_all(dir_); }
 

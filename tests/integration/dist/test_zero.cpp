@@ -49,9 +49,7 @@ class Zero : public ::testing::Test {
   void SetUp() override {
     dir_ = fsys::temp_directory_path() / ("anchor-zero-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
     fsys::create_directories(dir_);
-    std::string text;
-    for (int i = 0; text.size() < 20000; ++i) text += "the ranks shard the optimizer " + std::to_string(i * 7919 % 1000) + ". ";
-    std::ofstream(dir_ / "train.txt") << text;
+    anchor::testing::write_corpus(dir_ / "train.txt", "the ranks shard the optimizer");
   }
   void TearDown() override { fsys::remove_all(dir_); }
 
