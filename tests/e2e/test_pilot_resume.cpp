@@ -42,9 +42,11 @@ bool committed(const TempDir& t, int step) {
   return std::filesystem::exists(t.path() / "ckpt" / name / "COMMITTED");
 }
 
+// The step directories in ckpt (not the torn `.tmp-` save a pilot's kill leaves, removed by the next pilot).
 std::vector<std::string> step_dirs(const TempDir& t) {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(t.path() / "ckpt")) out.push_back(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(t.path() / "ckpt"))
+    if (e.path().filename().string().find('.') == std::string::npos) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -53,9 +55,10 @@ std::vector<std::string> step_dirs(const TempDir& t) {
 json groups(const json& d) { return {{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}}; }
 
 // The scenario: a 2-rank pilot commits step 2; the next one, started
-// from it, loses rank 1 in its save of step 4 (no COMMITTED); the one after
-// that starts from the last committed step (2), passes with bitwise resume on
-// every rank, and its report says where it started.
+// from it, loses rank 1 in its save of step 4 (no COMMITTED), and another loses
+// rank 1 in the middle of step 3; the one after that starts from the last
+// committed step (2), passes with bitwise resume on every rank, and its report
+// says where it started.
 TEST(PilotStartFromLatest, AfterARankKilledInASaveTheNextPilotStartsFromTheLastCommittedStep) {
   TempDir t("startdist");
   const std::vector<std::string> two = {"--nproc-per-node", "2", "--set", "distributed.strategy=zero1", "--set",
@@ -75,6 +78,13 @@ TEST(PilotStartFromLatest, AfterARankKilledInASaveTheNextPilotStartsFromTheLastC
   EXPECT_NE(r2.output.find("pilot failed in stage checkpoint_save"), std::string::npos) << r2.output;
   EXPECT_FALSE(committed(t, 4));
   EXPECT_EQ(read_json(t.str("run2/report.json"))["start"]["step"], 2);
+
+  // And one killed in the middle of a step (rank 1 in step 3, before its all-reduce).
+  auto r2b = pilot(t, "run2b", args2, {{"ANCHOR_DIST_FAULT", "sigkill:1:3"}});
+  EXPECT_EQ(r2b.status, 1) << r2b.output;
+  EXPECT_NE(r2b.output.find("rank 1 did not answer (dead or hung)"), std::string::npos) << r2b.output;
+  EXPECT_NE(r2b.output.find("pilot failed in stage train"), std::string::npos) << r2b.output;
+  EXPECT_FALSE(committed(t, 4));
 
   auto r3 = pilot(t, "run3", args2);
   ASSERT_EQ(r3.status, 0) << r3.output;
