@@ -152,6 +152,10 @@ TEST(PilotStartFromLatest, OneRankContinuesFromTheNewestAndPassesOverABrokenOne)
   for (const auto& s : rep2["stages"])
     if (s["stage"] == "load") load_fig = s["figures"].dump();
   EXPECT_NE(load_fig.find("\"start_step\":2"), std::string::npos) << load_fig;
+  // `anchor reproduce` would start again from whatever is newest now: refused, saying so.
+  auto rr = run_anchor({"reproduce", t.str("run2/report.json"), "--allow-unsigned", "--run-dir", t.str("rerun")});
+  EXPECT_EQ(rr.status, 2) << rr.output;
+  EXPECT_NE(rr.output.find("reproducing it is not supported"), std::string::npos) << rr.output;
   ASSERT_TRUE(committed(t, 4));
 
   // Flip one byte of step 4's model.safetensors.
