@@ -336,9 +336,11 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
 
   // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
+  const std::string start_json = p.run_dir + "/work/start.json";  // worker A writes it when it starts from a checkpoint
+  std::filesystem::remove(start_json);                             // not a reused run directory's
   auto a = run_worker_process(p, WorkerRole::kReference);
-  p.report.set_start(std::filesystem::exists(p.run_dir + "/work/start.json") ? read_json(p.run_dir + "/work/start.json")
-                                                                              : nlohmann::json{{"from", p.cfg.pilot.start_from}});
+  p.report.set_start(std::filesystem::exists(start_json) ? read_json(start_json)
+                                                         : nlohmann::json{{"from", p.cfg.pilot.start_from}});
   if (std::filesystem::exists(p.run_dir + "/manifest.json")) p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
   if (g_signal) return interrupted_exit(p);
   // The numerical validation of train.precision, passed or not (docs/precision.md).
