@@ -333,6 +333,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (g_signal) return interrupted_exit(p);
   // Where worker A may start (docs/pilot.md, "Starting from a checkpoint"): the
   // directory names alone, before any worker; worker A verifies and checks the fit.
+  p.report.set_start({{"from", p.cfg.pilot.start_from}});
   if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
 
   // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.

@@ -246,17 +246,23 @@ TEST(PilotStartFromLatest, RefusesWhatItCannotStartFrom) {
 
 // A different world size: 2 ZeRO-2 ranks start from a 1-rank checkpoint through
 // Trainer::restore's reshard path; rank 1 has no saved RNG stream and the
-// report says how it was re-derived. The pilot still proves its own resume.
+// report says how it was re-derived. The pilot still proves its own resume,
+// also when retention (keep_last 1) deletes the start checkpoint on the way.
 TEST(PilotStartFromLatest, TwoRanksStartFromAOneRankCheckpoint) {
   TempDir t("startws");
   auto r1 = pilot(t, "run1", {});
   ASSERT_EQ(r1.status, 0) << r1.output;
+  const auto manifest2 = anchor::sha256_file(t.str("ckpt/step-00000002/manifest.json")).sha256;
+  // keep_last 1: A's commit of step 4 retires the start checkpoint; B restores step 4 and never needs it.
   auto r2 = pilot(t, "run2", {"--start-from", "latest", "--nproc-per-node", "2", "--set", "distributed.strategy=zero2",
-                              "--set", "distributed.timeout_s=20"});
+                              "--set", "distributed.timeout_s=20", "--set", "checkpoint.keep_last=1"});
   ASSERT_EQ(r2.status, 0) << r2.output;
   const auto rep = read_json(t.str("run2/report.json"));
   const auto& st = rep["start"];
   EXPECT_EQ(st["step"], 2);
+  EXPECT_EQ(st["manifest_sha256"], manifest2);  // kept by the report
+  EXPECT_EQ(step_dirs(t), std::vector<std::string>{"step-00000004"});
+  EXPECT_EQ(rep["resume"]["restored_step"], 4);
   EXPECT_EQ(st["world_size"], 1);
   ASSERT_EQ(st["rng_restore_per_rank"].size(), 2u) << st.dump(2);
   EXPECT_EQ(st["rng_restore_per_rank"][0]["carried"], json::array({0}));
