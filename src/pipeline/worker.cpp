@@ -1,6 +1,7 @@
 // A pilot worker: a fresh process the supervisor starts from its own binary.
 //
-// Reference worker (A): load, train K steps, eval, save + commit step K, go on
+// Reference worker (A): load (from initialisation, or the newest committed
+// checkpoint restored: pilot.start_from latest), train K steps, eval, save + commit step S+K, go on
 // R steps as the reference, then begin a second save and wait to be SIGKILLed
 // in the middle of it. Resume worker (B): restore the newest committed
 // checkpoint (skipping the torn one), eval, resume R steps.
@@ -10,13 +11,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <set>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <filesystem>
+#include <set>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
@@ -296,22 +297,22 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", start.dump(2));
 
   const std::string name = std::filesystem::path(loaded->dir).filename().string();
+  // Every reason it is another run's checkpoint, at once: its tensors, then its config.
+  std::vector<std::string> misfit;
   if (auto mm = model_mismatches(t, *loaded); !mm.empty())
-    throw Error(ErrorKind::kConfig,
-                "pilot.start_from latest: " + loaded->dir + " does not fit this model (" + std::to_string(mm.size()) +
-                    " tensor(s) differ): " + join_first(mm, 4),
-                "restart with the model config that wrote " + name + " (its state.json holds the config), or start "
-                "from initialisation with an empty checkpoint.dir");
+    misfit.push_back("the model: " + std::to_string(mm.size()) + " tensor(s) differ: " + join_first(mm, 4));
   std::vector<std::string> refused;
   for (const auto& d : diffs)
     if (d["refused"].get<bool>())
       refused.push_back(d["key"].get<std::string>() + " is " + d["checkpoint"].dump() + " in the checkpoint, " +
                         d["config"].dump() + " here");
-  if (!refused.empty())
+  if (!refused.empty()) misfit.push_back("the config it was written with: " + join_first(refused, 6));
+  if (!misfit.empty())
     throw Error(ErrorKind::kConfig,
-                "pilot.start_from latest: " + loaded->dir + " was written by another run: " + join_first(refused, 6),
-                "model, run.seed and data.format must be those of the run that wrote the checkpoint (docs/pilot.md, "
-                "\"Starting from a checkpoint\"); set them back, or start from initialisation with an empty checkpoint.dir");
+                "pilot.start_from latest: " + loaded->dir + " does not fit this run: " + join_first(misfit, 2),
+                "the model, run.seed and data.format must be those of the run that wrote " + name +
+                    " (its state.json holds that run's config; docs/pilot.md, \"Starting from a checkpoint\"); set "
+                    "them back, or start from initialisation with an empty checkpoint.dir");
   for (const auto& d : diffs)
     ANCHOR_LOG_WARN("pilot", "{} differs from the checkpoint's config: {} there, {} here", d["key"].get<std::string>(),
                     d["checkpoint"].dump(), d["config"].dump());

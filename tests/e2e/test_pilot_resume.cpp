@@ -218,15 +218,21 @@ TEST(PilotStartFromLatest, RefusesWhatItCannotStartFrom) {
   auto r3 = pilot(t, "run3", {"--start-from", "latest", "--set", "model.n_layer=1"});
   EXPECT_EQ(r3.status, 2) << r3.output;
   EXPECT_NE(r3.output.find("pilot failed in stage load"), std::string::npos) << r3.output;
-  EXPECT_NE(r3.output.find("does not fit this model"), std::string::npos) << r3.output;
-  EXPECT_NE(r3.output.find("h.1."), std::string::npos) << r3.output;
+  EXPECT_NE(r3.output.find("does not fit this run: the model: 12 tensor(s) differ: h.1."), std::string::npos)
+      << r3.output;
   EXPECT_NE(r3.output.find("is in the checkpoint, not in the model"), std::string::npos) << r3.output;
+  // Every reason at once: the tensors and the config key behind them.
+  EXPECT_NE(r3.output.find("the config it was written with: model.n_layer is 2 in the checkpoint, 1 here"),
+            std::string::npos)
+      << r3.output;
   EXPECT_EQ(read_json(t.str("run3/report.json"))["start"]["step"], 2);
 
   // Another seed (another data order and dropout stream): the key and both values named.
   auto r4 = pilot(t, "run4", {"--start-from", "latest", "--set", "run.seed=7"});
   EXPECT_EQ(r4.status, 2) << r4.output;
-  EXPECT_NE(r4.output.find("written by another run: run.seed is 1234 in the checkpoint, 7 here"), std::string::npos)
+  EXPECT_NE(r4.output.find("does not fit this run: the config it was written with: run.seed is 1234 in the "
+                           "checkpoint, 7 here"),
+            std::string::npos)
       << r4.output;
   EXPECT_EQ(step_dirs(t), only2);
 
