@@ -288,8 +288,8 @@ void Report::write(const std::string& run_dir) const {
   }
   if (j_.contains("distributed")) {
     const auto& d = j_["distributed"];
-    md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0)
-       << " ranks. Per rank after the measured step (DDP: every rank holds all of it):\n\n"
+    md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0) << " ranks"
+       << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string())) << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
        << "| rank | optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|---|---|---|---|---|\n";
     for (const auto& r : d["per_rank"])
       md << "| " << r.value("rank", 0) << " | " << r.value("optimizer_bytes", 0) << " | "

@@ -299,12 +299,9 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   }
   // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
   // many as the external launcher started: docs/distributed.md).
-  {
-    p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
-    if (p.nproc > 1 && p.cfg.distributed.backend == "nccl")
-      throw Error(ErrorKind::kConfig, "distributed.backend: nccl is not implemented yet; the pilot's ranks use Gloo",
-                  "use distributed.backend: auto or gloo (CPU)");
-  }
+  // Each worker rank picks its device and backend itself (it has LibTorch):
+  // dist::rank_device, dist::choose_backend.
+  p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
 
@@ -423,7 +420,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
       row["comm_s"] = rj["train_steps"].empty() ? 0.0 : rj["train_steps"].back().value("comm_s", 0.0);
       ranks.push_back(row);
     }
-    p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc}, {"per_rank", ranks},
+    p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc},
+                              {"backend", ref.value("backend", "")}, {"per_rank", ranks},
                               {"rng_restore", res.value("rng_restore", nlohmann::json::object())}});
   }
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
