@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -128,6 +129,7 @@ class StoreNodes : public PilotNodes {
       for (const auto& r : json::parse(*a))
         out.push_back({r.value("rank", 0), k, host(k), r.value("status", -1), r.value("killed", false)});
     }
+    std::sort(out.begin(), out.end(), [](const RemoteRank& x, const RemoteRank& y) { return x.rank < y.rank; });
     return out;
   }
 

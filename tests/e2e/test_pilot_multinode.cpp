@@ -129,6 +129,30 @@ TEST(PilotMultinode, TwoHandLaunchedNodesPassWithBitwiseResumePerRank) {
   expect_passed_on_two_nodes(t);
 }
 
+// srun's variables (one task per node), no --run-dir on either node: the
+// supervisor's run.output_dir/<run-id> is the only run directory made.
+TEST(PilotMultinode, TwoSrunStyleNodesShareTheSupervisorsRunDirectory) {
+  TempDir t("pilotmnslurm");
+  const std::string port = std::to_string(anchor::dist::free_loopback_port());
+  std::vector<std::vector<std::string>> argvs;
+  std::vector<std::map<std::string, std::string>> envs;
+  for (int node = 0; node < 2; ++node) {
+    argvs.push_back({ANCHOR_BINARY, "pilot", kPilot, "--set", "run.output_dir=" + t.str("runs")});
+    envs.push_back({{"SLURM_PROCID", std::to_string(node)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
+                    {"SLURM_NTASKS_PER_NODE", "1"}, {"SLURM_NODEID", std::to_string(node)},
+                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+  }
+  auto r = run_together(argvs, envs);
+  ASSERT_EQ(r[0].status, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
+  ASSERT_EQ(r[1].status, 0) << r[1].out;
+  EXPECT_NE(r[1].out.find("via slurm"), std::string::npos) << r[1].out;
+  std::vector<std::filesystem::path> runs;
+  for (const auto& e : std::filesystem::directory_iterator(t.str("runs"))) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  std::filesystem::create_symlink(runs[0], t.str("run"));  // where expect_passed_on_two_nodes looks
+  expect_passed_on_two_nodes(t);
+}
+
 // torchrun 1.13 (python3-torch), one agent per "node", static rendezvous on
 // node 0's torchrun agent store (TORCHELASTIC_USE_AGENT_STORE=True).
 TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
