@@ -221,6 +221,35 @@ TEST(PilotMultinode, ARemoteRankThatDiesFailsThePilotNamingItAndItsNode) {
   EXPECT_EQ(report["status"], "failed");
 }
 
+// Rank 0 (node 0) SIGKILLs itself in step 1: the supervisor's side failed, so
+// it relays a stop and node 1's agent SIGKILLs rank 1 at once, long before
+// rank 1's collectives would time out (60 s).
+TEST(PilotMultinode, WhenTheSupervisorsSideFailsTheAgentStopsItsRanks) {
+  TempDir t("pilotmnstop");
+  const int port = anchor::dist::free_loopback_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e0 = node_env(0, port);
+  e0["ANCHOR_DIST_FAULT"] = "sigkill:0:1";
+  auto r = run_together({{ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=60"},
+                         {ANCHOR_BINARY, "pilot", kPilot, "--set", "distributed.timeout_s=60"}},
+                        {e0, node_env(1, port)});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "two-node pilot with a dead rank 0 ended after " << s << " s (timeout 60 s)\n";
+  EXPECT_EQ(r[0].status, 1) << r[0].out;
+  EXPECT_EQ(r[1].status, 1) << r[1].out;
+  EXPECT_NE(r[1].out.find("SIGKILLed its ranks of the reference worker"), std::string::npos) << r[1].out;
+  EXPECT_LT(s, 30.0);
+  std::ifstream ev(t.str("run/events.jsonl"));
+  bool stopped = false;
+  for (std::string line; std::getline(ev, line);) {
+    auto e = json::parse(line);
+    if (e.value("event", "") == "remote_ranks_ended")
+      stopped = e["ranks"].size() == 1 && e["ranks"][0]["killed"] == true && e["ranks"][0]["status"] == 137;
+  }
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(read_json(t.str("run/report.json"))["status"], "failed");
+}
+
 // Node 1 never comes: the supervisor gives up after distributed.timeout_s
 // naming it, instead of hanging.
 TEST(PilotMultinode, ANodeThatNeverComesIsNamedAfterTheTimeout) {
