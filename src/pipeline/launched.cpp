@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
@@ -51,6 +52,12 @@ Clock::time_point after(double s) {
 }
 void pause_briefly() { ::usleep(10000); }  // the store is polled, every wait bounded
 
+std::string seconds(double s) {
+  std::ostringstream o;
+  o << s << " s (distributed.timeout_s)";
+  return o.str();
+}
+
 std::string group_key(const std::string& group, const std::string& what) { return "pilot/" + group + "/" + what; }
 
 // The supervisor's side of the other nodes: PilotNodes over the launcher's store.
@@ -85,7 +92,7 @@ class StoreNodes : public PilotNodes {
           for (const auto& m : marks) std::filesystem::remove(m);
           throw Error(ErrorKind::kRuntime,
                       "node " + std::to_string(k) + " (rank " + std::to_string(k * local_world_size()) +
-                          ") did not answer within " + std::to_string(timeout_s_) + " s (distributed.timeout_s)",
+                          ") did not answer within " + seconds(timeout_s_),
                       "start `anchor pilot` on every node of the launch with the same config");
         }
         pause_briefly();
@@ -116,7 +123,7 @@ class StoreNodes : public PilotNodes {
           if (stop)
             throw Error(ErrorKind::kRuntime,
                         "node " + std::to_string(k) + " (" + host(k) + ") did not report its ranks of the " + group +
-                            " worker within " + std::to_string(timeout_s_) + " s (distributed.timeout_s)",
+                            " worker within " + seconds(timeout_s_),
                         "look at that node's output: its agent or ranks may hang");
           ANCHOR_LOG_WARN("pilot", "node {} has not reported its ranks of the {} worker in {} s: stopping them", k,
                           group, timeout_s_);
