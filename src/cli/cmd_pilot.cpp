@@ -15,7 +15,7 @@ Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
   sub.add_flag("!--no-cache", o->use_hash_cache, "hash every input again instead of trusting the pin cache");
   auto nproc = std::make_shared<int>(0);
   sub.add_option("--nproc-per-node", *nproc,
-                 "start N ranks of each worker (DDP over Gloo; same as --set distributed.nproc_per_node=N)")
+                 "start N ranks of each worker (DDP over Gloo on CPU, NCCL on GPUs; same as --set distributed.nproc_per_node=N)")
       ->check(CLI::PositiveNumber);
   return [o, nproc, &global]() {
     if (*nproc > 0) o->overrides.push_back("distributed.nproc_per_node=" + std::to_string(*nproc));

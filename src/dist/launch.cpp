@@ -244,4 +244,44 @@ void check_nproc_per_node(const LaunchEnv& env, int nproc_per_node) {
                 "make it match");
 }
 
+std::string rank_device(const std::string& device, const LaunchEnv& env, int visible_gpus) {
+  if (!env.distributed() || device == "cpu") return device;
+  const bool gpu = device == "cuda" || device == "rocm" || (device == "auto" && visible_gpus > 0);
+  if (!gpu) {
+    if (device.rfind("cuda:", 0) == 0)
+      throw Error(ErrorKind::kConfig,
+                  "device " + device + " with " + std::to_string(env.world_size) +
+                      " ranks would put every rank of this node on one GPU",
+                  "use device: cuda; each rank then takes cuda:<LOCAL_RANK>");
+    return device;  // auto without a GPU: the CPU
+  }
+  // visible_gpus 0 with device cuda: resolve_device says this LibTorch sees none.
+  if (visible_gpus > 0 && visible_gpus != env.local_world_size)
+    throw Error(ErrorKind::kConfig,
+                std::to_string(env.local_world_size) + " ranks on this node but " + std::to_string(visible_gpus) +
+                    " visible GPU" + (visible_gpus == 1 ? "" : "s") + ": anchor runs one process per device",
+                "start as many ranks per node as GPUs (--nproc-per-node " + std::to_string(visible_gpus) +
+                    ", torchrun --nproc_per_node " + std::to_string(visible_gpus) +
+                    "), or choose the GPUs with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES");
+  return "cuda:" + std::to_string(env.local_rank);
+}
+
+std::string choose_backend(const std::string& configured, bool on_gpu, bool nccl_built,
+                           const std::string& torch_version) {
+  if (configured == "gloo") return "gloo";
+  if (configured == "auto") return on_gpu && nccl_built ? "nccl" : "gloo";
+  if (configured != "nccl")
+    throw Error(ErrorKind::kConfig, "distributed.backend '" + configured + "' is not one of auto, gloo, nccl");
+  if (!on_gpu)
+    throw Error(ErrorKind::kConfig, "distributed.backend nccl needs a GPU, and this rank has none visible",
+                "use distributed.backend: auto or gloo on CPU");
+  if (!nccl_built)
+    throw Error(ErrorKind::kConfig,
+                "distributed.backend nccl: this anchor-torch was built against a LibTorch (" + torch_version +
+                    ") without NCCL/RCCL",
+                "build anchor on the GPU node against its CUDA/ROCm LibTorch (cmake -DANCHOR_NCCL=ON makes a "
+                "missing NCCL a build error; docs/development.md), or use distributed.backend: gloo");
+  return "nccl";
+}
+
 }  // namespace anchor::dist

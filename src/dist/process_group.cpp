@@ -1,15 +1,21 @@
-// c10d TCPStore + ProcessGroupGloo, DDP gradient averaging, the replica check.
-// The only TU that includes c10d (docs/distributed.md).
+// c10d TCPStore + ProcessGroupGloo or ProcessGroupNCCL, DDP gradient
+// averaging, the replica check. The only TU that includes c10d
+// (docs/distributed.md).
 #include "anchor/dist/process_group.hpp"
-
-#include <cstdlib>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+// USE_C10D_NCCL: defined by CMake (ANCHOR_NCCL) when the LibTorch found links
+// ProcessGroupNCCL; a ROCm LibTorch's RCCL group has the same name.
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
@@ -17,6 +23,14 @@
 
 namespace anchor::dist {
 namespace {
+
+// The common base of the Gloo and NCCL groups: LibTorch 2.0 split the
+// collectives out of ProcessGroup into Backend.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
 
 using Clock = std::chrono::steady_clock;
 using ms = std::chrono::milliseconds;
@@ -115,38 +129,83 @@ long long Store::add(const std::string& k, long long delta) {
 struct ProcessGroup::Impl {
   LaunchEnv env;
   double timeout_s = 300;
+  std::string backend;
   c10::intrusive_ptr<c10d::Store> store;  // anchor's keys
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  c10::intrusive_ptr<CollectiveBackend> group;
 };
 
-ProcessGroup::ProcessGroup(const LaunchEnv& env, double timeout_s) : impl_(std::make_unique<Impl>()) {
+bool nccl_available() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+c10::intrusive_ptr<CollectiveBackend> make_gloo(const LaunchEnv& env, double timeout_s,
+                                                const c10::intrusive_ptr<c10d::Store>& base) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));
+  // One node: loopback. Several: GLOO_SOCKET_IFNAME's interface (as in
+  // PyTorch), else the interface the host name resolves to (loopback when it
+  // resolves to none).
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (env.local_world_size == env.world_size)
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else if (ifname && *ifname)
+    opts->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForInterface(std::string(ifname).substr(0, std::string(ifname).find(','))));
+  else
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", base), env.rank,
+                                                     env.world_size, opts);
+}
+
+#ifdef USE_C10D_NCCL
+c10::intrusive_ptr<CollectiveBackend> make_nccl(const LaunchEnv& env, double timeout_s,
+                                                const c10::intrusive_ptr<c10d::Store>& base) {
+  // Blocking wait: work->wait() returns when the GPU finished the collective
+  // and throws after the timeout, so a dead or hung rank ends this one as it
+  // does under Gloo. 1.13 reads NCCL_BLOCKING_WAIT, 2.2+ TORCH_NCCL_BLOCKING_WAIT.
+  // A value the user set is kept.
+  ::setenv("NCCL_BLOCKING_WAIT", "1", 0);
+  ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = to_ms(timeout_s);
+  // Communicators are created at the first collective, on the tensors' device
+  // (cuda:<LOCAL_RANK>, rank_device in launch.hpp).
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", base), env.rank,
+                                                     env.world_size, opts);
+}
+#endif
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const LaunchEnv& env, double timeout_s, const std::string& backend)
+    : impl_(std::make_unique<Impl>()) {
   impl_->env = env;
   impl_->timeout_s = timeout_s;
+  impl_->backend = backend;
+  if (backend != "gloo" && !(backend == "nccl" && nccl_available()))
+    throw Error(ErrorKind::kConfig, "distributed: backend '" + backend + "' is not available in this build (LibTorch " +
+                                        TORCH_VERSION + "; gloo" + (nccl_available() ? ", nccl" : "") + ")",
+                "use distributed.backend: auto or gloo");
   const auto t0 = Clock::now();
   c10::intrusive_ptr<c10d::Store> base = connect_store(env, timeout_s);
   impl_->store = base;
   try {
-    auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));
-    // One node: loopback. Several: GLOO_SOCKET_IFNAME's interface (as in
-    // PyTorch), else the interface the host name resolves to (loopback when
-    // it resolves to none).
-    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    if (env.local_world_size == env.world_size)
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else if (ifname && *ifname)
-      opts->devices.push_back(
-          c10d::ProcessGroupGloo::createDeviceForInterface(std::string(ifname).substr(0, std::string(ifname).find(','))));
-    else
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    auto gloo_store = c10::make_intrusive<c10d::PrefixStore>("gloo", base);
-    impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, env.rank, env.world_size, opts);
+#ifdef USE_C10D_NCCL
+    if (backend == "nccl") impl_->group = make_nccl(env, timeout_s, base);
+#endif
+    if (!impl_->group) impl_->group = make_gloo(env, timeout_s, base);
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kRuntime,
                 "rendezvous: " + env.describe() + ": the " + std::to_string(env.world_size) +
                     " ranks did not all join within " + std::to_string(timeout_s) + " s: " + e.what(),
                 "check that every rank was started with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
   }
-  ANCHOR_LOG_INFO("dist", "process group up: {} ({:.3f} s)", env.describe(),
+  ANCHOR_LOG_INFO("dist", "process group up: {}, {} ({:.3f} s)", env.describe(), backend,
                   std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
@@ -155,6 +214,7 @@ ProcessGroup::~ProcessGroup() = default;
 int ProcessGroup::rank() const { return impl_->env.rank; }
 int ProcessGroup::size() const { return impl_->env.world_size; }
 double ProcessGroup::timeout_s() const { return impl_->timeout_s; }
+const std::string& ProcessGroup::backend() const { return impl_->backend; }
 
 void ProcessGroup::fail(const std::string& what, const std::string& cause) {
   const int me = rank();
@@ -204,7 +264,7 @@ void ProcessGroup::fail(const std::string& what, const std::string& cause) {
 void ProcessGroup::allreduce_sum(torch::Tensor& t, const std::string& what) {
   try {
     std::vector<at::Tensor> v{t};
-    auto work = impl_->gloo->allreduce(v);
+    auto work = impl_->group->allreduce(v);
     work->wait(to_ms(impl_->timeout_s));
   } catch (const Error&) {
     throw;
@@ -220,7 +280,7 @@ void ProcessGroup::reduce_sum(torch::Tensor& t, int root, const std::string& wha
     o.reduceOp = c10d::ReduceOp::SUM;
     o.rootRank = root;
     o.timeout = to_ms(impl_->timeout_s);
-    auto work = impl_->gloo->reduce(v, o);
+    auto work = impl_->group->reduce(v, o);
     work->wait(to_ms(impl_->timeout_s));
   } catch (const Error&) {
     throw;
@@ -235,7 +295,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int root, const std::string& what
     c10d::BroadcastOptions o;
     o.rootRank = root;
     o.timeout = to_ms(impl_->timeout_s);
-    auto work = impl_->gloo->broadcast(v, o);
+    auto work = impl_->group->broadcast(v, o);
     work->wait(to_ms(impl_->timeout_s));
   } catch (const Error&) {
     throw;
@@ -246,7 +306,11 @@ void ProcessGroup::broadcast(torch::Tensor& t, int root, const std::string& what
 
 void ProcessGroup::barrier(const std::string& what) {
   try {
-    auto work = impl_->gloo->barrier();
+    c10d::BarrierOptions o;
+    o.timeout = to_ms(impl_->timeout_s);
+    // NCCL runs the barrier on a device: this rank's (rank_device).
+    if (impl_->backend == "nccl") o.device_ids = {impl_->env.local_rank};
+    auto work = impl_->group->barrier(o);
     work->wait(to_ms(impl_->timeout_s));
   } catch (const std::exception& e) {
     fail(what, e.what());

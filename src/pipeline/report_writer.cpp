@@ -267,6 +267,7 @@ void Report::write(const std::string& run_dir) const {
     const bool nodes = d.value("nodes", 1) > 1;  // several nodes: which one each rank ran on
     md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0) << " ranks"
        << (nodes ? " on " + std::to_string(d.value("nodes", 1)) + " nodes" : std::string())
+       << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string()))
        << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
        << "| rank |" << (nodes ? " node | host |" : "") << " optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|"
        << (nodes ? "---|---|" : "") << "---|---|---|---|---|\n";

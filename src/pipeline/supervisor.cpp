@@ -305,12 +305,9 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   }
   // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
   // many as the external launcher started: docs/distributed.md).
-  {
-    p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
-    if (p.nproc > 1 && p.cfg.distributed.backend == "nccl")
-      throw Error(ErrorKind::kConfig, "distributed.backend: nccl is not implemented yet; the pilot's ranks use Gloo",
-                  "use distributed.backend: auto or gloo (CPU)");
-  }
+  // Each worker rank picks its device and backend itself (it has LibTorch):
+  // dist::rank_device, dist::choose_backend.
+  p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
 
@@ -427,6 +424,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
       ranks.push_back(row);
     }
     p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc},
+                              {"backend", ref.value("backend", "")},
                               {"nodes", p.opts.nodes ? p.opts.nodes->count() : 1}, {"per_rank", ranks},
                               {"rng_restore", res.value("rng_restore", nlohmann::json::object())}});
   }

@@ -29,6 +29,7 @@
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
+#include <torch/version.h>
 #include "activation_probe.hpp"
 #include "events.hpp"
 
@@ -41,6 +42,7 @@ struct WorkerContext {
   std::string ckpt_dir;
   dist::LaunchEnv env;                   // rank and world (one rank: the defaults)
   std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
+  std::string device;                      // this rank's device (dist::rank_device); empty: cfg.device
   nlohmann::json out = nlohmann::json::object();  // becomes work/<role>.json
 };
 
@@ -111,7 +113,7 @@ nlohmann::json run_steps(train::Trainer& t, int n) {
 
 // The trainer of this rank; with several ranks DDP over the worker's group.
 std::unique_ptr<train::Trainer> make_trainer(WorkerContext& ctx) {
-  auto t = std::make_unique<train::Trainer>(ctx.cfg, ctx.env.rank, ctx.env.world_size);
+  auto t = std::make_unique<train::Trainer>(ctx.cfg, ctx.env.rank, ctx.env.world_size, ctx.device);
   if (ctx.pg) t->attach(ctx.pg.get(), static_cast<std::int64_t>(ctx.cfg.distributed.bucket_mb * 1024.0 * 1024.0));
   return t;
 }
@@ -143,6 +145,7 @@ void write_result(const WorkerContext& ctx, const std::string& role) {
   if (ctx.env.distributed()) {
     out["rank"] = ctx.env.rank;
     out["world_size"] = ctx.env.world_size;
+    out["backend"] = ctx.pg->backend();
   }
   const std::string name = ctx.env.rank == 0 ? role : role + "-rank" + std::to_string(ctx.env.rank);
   fs::atomic_write_file(ctx.run_dir + "/work/" + name + ".json", out.dump(2));
@@ -395,11 +398,16 @@ int run_worker(const WorkerOptions& opts) {
   // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...
   // (docs/distributed.md).
   ctx.env = dist::detect_launch();
-  if (ctx.env.distributed()) {
-    set_events_enabled(ctx.env.rank == 0);
-    ctx.pg = std::make_unique<dist::ProcessGroup>(ctx.env, ctx.cfg.distributed.timeout_s);
-  }
+  if (ctx.env.distributed()) set_events_enabled(ctx.env.rank == 0);
   try {
+    if (ctx.env.distributed()) {
+      // One process per device: this rank's GPU, then the backend that reduces there (docs/distributed.md).
+      ctx.device = dist::rank_device(ctx.cfg.device, ctx.env, static_cast<int>(torch::cuda::device_count()));
+      const bool on_gpu = ctx.device.rfind("cuda", 0) == 0;
+      const std::string backend =
+          dist::choose_backend(ctx.cfg.distributed.backend, on_gpu, dist::nccl_available(), TORCH_VERSION);
+      ctx.pg = std::make_unique<dist::ProcessGroup>(ctx.env, ctx.cfg.distributed.timeout_s, backend);
+    }
     // The reference worker never returns normally (SIGKILL in its kill window).
     if (opts.role == WorkerRole::kReference) return run_reference(ctx, opts.use_hash_cache);
     return run_resume(ctx);

@@ -22,7 +22,7 @@ inline torch::Device resolve_device(const std::string& name) {
     if (!torch::cuda::is_available())
       throw Error(ErrorKind::kConfig, "device '" + name + "' requested, but this LibTorch (" + torch_version() +
                                           ") sees no CUDA/HIP device",
-                  "use device: cpu here, or build against a CUDA/ROCm LibTorch on a GPU node (docs/gpu.md)");
+                  "use device: cpu here, or build against a CUDA/ROCm LibTorch on a GPU node (docs/development.md)");
     if (n == "cuda") n = "cuda:0";
   }
   return torch::Device(n);

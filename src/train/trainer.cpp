@@ -1,6 +1,7 @@
 #include "anchor/train/trainer.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #if defined(ANCHOR_WITH_CUDA)
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
@@ -160,7 +161,7 @@ void set_cuda_rng_state(int index, const torch::Tensor& state) {
 }
 #endif
 
-Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
+Trainer::Trainer(const config::Config& cfg, int rank, int world_size, const std::string& device)
     : cfg_(cfg),
       rank_(rank),
       world_(world_size),
@@ -169,7 +170,10 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size)
       scaler_(cfg.train.loss_scale, loss_scaling_enabled(cfg.train)) {
   at::set_num_threads(cfg.run.threads);
   compat::set_deterministic(cfg.run.deterministic);
-  device_ = compat::resolve_device(cfg.device);
+  device_ = compat::resolve_device(device.empty() ? cfg.device : device);
+  // The rank's GPU becomes the current one, so NCCL and CUDA calls without an
+  // explicit device land there too.
+  if (device_.is_cuda()) c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device_);
 
   data::DataSpec spec;
   spec.format = data::parse_format(cfg.data.format);
@@ -289,7 +293,7 @@ StepRecord Trainer::train_step() {
       sync_s = zs.seconds;
     }
     auto t3 = Clock::now();
-    auto l = torch::tensor({loss_sum}, torch::kFloat64);
+    auto l = torch::tensor({loss_sum}, torch::kFloat64).to(device_);  // NCCL reduces device tensors only
     pg_->allreduce_sum(l, "loss all-reduce (step " + std::to_string(step_) + ")");
     loss_sum = l.item<double>() / pg_->size();
     r.comm_s = sync_s + seconds_since(t3);

@@ -51,6 +51,8 @@ TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
       EXPECT_GT(s["figures"]["comm_s"].get<double>(), 0.0);
     }
   EXPECT_TRUE(train_seen);
+  // No GPU here: distributed.backend auto chose Gloo, and the report says so.
+  EXPECT_EQ(report["distributed"]["backend"], "gloo") << report["distributed"].dump(2);
 
   // One committed checkpoint: model and optimizer once (replicated), an RNG file per rank.
   const std::string c = t.str("run/checkpoints/step-00000002/");
@@ -155,6 +157,24 @@ TEST(PilotDist, APartialLaunchEnvironmentIsAConfigError) {
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"RANK", "0"}});
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("RANK is set but WORLD_SIZE is not"), std::string::npos) << r.output;
+}
+
+// distributed.backend nccl on a machine without a GPU (device auto resolves
+// to the CPU on every rank): each rank refuses before it joins a group or
+// trains, the pilot fails with exit 2 and says why, and nothing is committed.
+// The nccl code itself is compiled by the dist.nccl_backend_compiles check.
+TEST(PilotDist, NcclWithoutAGpuIsAConfigErrorBeforeAnyTraining) {
+  TempDir t("pilot2nccl");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set", "device=auto",
+                       "--set", "distributed.backend=nccl"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("distributed.backend nccl needs a GPU, and this rank has none visible"), std::string::npos)
+      << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+  EXPECT_EQ(report["exit_code"], 2);
+  EXPECT_NE(report["message"].get<std::string>().find("needs a GPU"), std::string::npos) << report["message"];
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/COMMITTED")));
 }
 
 }  // namespace

@@ -72,4 +72,19 @@ std::map<std::string, std::string> placed_launch_env(int rank, int world, int lo
 // LOCAL_WORLD_SIZE; throws Error (kConfig) otherwise.
 void check_nproc_per_node(const LaunchEnv& env, int nproc_per_node);
 
+// The device a rank trains on (docs/distributed.md, "GPUs and NCCL"). One
+// process per device: with several ranks, `cuda`/`rocm` (and `auto` when GPUs
+// are visible) become `cuda:<LOCAL_RANK>`, and the ranks on this node must
+// equal the visible GPUs. A single process keeps `device` as it is. Throws
+// Error (kConfig) for a count that does not match and for `cuda:N` with
+// several ranks (every rank would share one GPU).
+std::string rank_device(const std::string& device, const LaunchEnv& env, int visible_gpus);
+
+// The collective backend the ranks use: "gloo" or "nccl" (RCCL in a ROCm
+// LibTorch, under the same name). `auto`: nccl on a GPU when this build has
+// it, else gloo. Throws Error (kConfig) for nccl without a GPU or without
+// NCCL in this build.
+std::string choose_backend(const std::string& configured, bool on_gpu, bool nccl_built,
+                           const std::string& torch_version);
+
 }  // namespace anchor::dist

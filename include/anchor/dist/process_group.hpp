@@ -19,7 +19,9 @@ class ProcessGroup {
  public:
   // Rendezvous: the TCPStore (hosted by rank 0, or the torchrun agent's under
   // its prefix) and the Gloo group, both bounded by timeout_s.
-  ProcessGroup(const LaunchEnv& env, double timeout_s);
+  // `backend` is "gloo" or "nccl" (choose_backend in launch.hpp); nccl needs
+  // a build with NCCL (nccl_available()) and tensors on this rank's GPU.
+  ProcessGroup(const LaunchEnv& env, double timeout_s, const std::string& backend = "gloo");
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -27,6 +29,7 @@ class ProcessGroup {
   int rank() const;
   int size() const;
   double timeout_s() const;
+  const std::string& backend() const;
 
   // In-place sum over ranks of one contiguous tensor. `what` names the call in errors.
   void allreduce_sum(torch::Tensor& t, const std::string& what);
@@ -43,6 +46,10 @@ class ProcessGroup {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether this build has ProcessGroupNCCL (RCCL in a ROCm LibTorch): set by
+// CMake (ANCHOR_NCCL) when the LibTorch found links it.
+bool nccl_available();
 
 struct GradSyncStats {
   double seconds = 0;      // wall time of the all-reduce (flatten, reduce, unflatten)

@@ -57,7 +57,9 @@ class Trainer {
  public:
   // Builds the model from the config (seeded init), the data, the optimizer.
   // Sets the thread count and deterministic mode. rank/world shard the data.
-  Trainer(const config::Config& cfg, int rank = 0, int world_size = 1);
+  // `device` overrides cfg.device (a rank's own GPU, dist::rank_device); the
+  // config, and so every digest of it, stays as written.
+  Trainer(const config::Config& cfg, int rank = 0, int world_size = 1, const std::string& device = "");
 
   // Data parallelism (DDP): from now on every step averages the gradients over
   // the group's ranks in buckets of bucket_bytes between backward and clipping,

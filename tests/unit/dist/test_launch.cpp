@@ -202,4 +202,52 @@ TEST(Launch, NprocPerNodeMustAgreeWithAnExternalLauncher) {
   EXPECT_NO_THROW(dist::check_nproc_per_node(detect({}), 4));  // no launcher: the supervisor starts them
 }
 
+// Runs f, expects a kConfig error whose message contains every fragment.
+template <typename F>
+void expect_config_error(F&& f, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    const std::string all = std::string(e.what()) + " (hint: " + e.hint() + ")";
+    for (const char* frag : fragments) EXPECT_NE(all.find(frag), std::string::npos) << all;
+  }
+}
+
+TEST(RankDevice, EachRankTakesTheGpuOfItsLocalRank) {
+  auto e = detect(kTorchrun);  // local rank 1 of 2
+  EXPECT_EQ(dist::rank_device("cuda", e, 2), "cuda:1");
+  EXPECT_EQ(dist::rank_device("rocm", e, 2), "cuda:1");  // HIP devices are cuda to LibTorch
+  EXPECT_EQ(dist::rank_device("auto", e, 2), "cuda:1");
+  EXPECT_EQ(dist::rank_device("auto", e, 0), "auto");  // no GPU: the CPU
+  EXPECT_EQ(dist::rank_device("cpu", e, 2), "cpu");
+  // One process: the device as configured, whatever is visible.
+  EXPECT_EQ(dist::rank_device("cuda", detect({}), 8), "cuda");
+  EXPECT_EQ(dist::rank_device("cuda:3", detect({}), 8), "cuda:3");
+}
+
+TEST(RankDevice, OneProcessPerVisibleGpu) {
+  auto e = detect(kTorchrun);
+  expect_config_error([&] { dist::rank_device("cuda", e, 8); },
+                      {"2 ranks on this node but 8 visible GPUs", "--nproc-per-node 8", "CUDA_VISIBLE_DEVICES"});
+  expect_config_error([&] { dist::rank_device("auto", e, 1); }, {"2 ranks on this node but 1 visible GPU:"});
+  expect_config_error([&] { dist::rank_device("cuda:0", e, 2); }, {"cuda:0 with 2 ranks", "use device: cuda"});
+}
+
+TEST(ChooseBackend, AutoTakesNcclOnlyOnAGpuWithNccl) {
+  EXPECT_EQ(dist::choose_backend("auto", true, true, "2.5.1"), "nccl");
+  EXPECT_EQ(dist::choose_backend("auto", true, false, "2.5.1"), "gloo");
+  EXPECT_EQ(dist::choose_backend("auto", false, true, "2.5.1"), "gloo");
+  EXPECT_EQ(dist::choose_backend("gloo", true, true, "2.5.1"), "gloo");
+  EXPECT_EQ(dist::choose_backend("nccl", true, true, "2.5.1"), "nccl");
+}
+
+TEST(ChooseBackend, NcclWithoutAGpuOrWithoutNcclIsAConfigError) {
+  expect_config_error([] { dist::choose_backend("nccl", false, true, "2.5.1"); }, {"needs a GPU"});
+  expect_config_error([] { dist::choose_backend("nccl", true, false, "1.13.1"); },
+                      {"LibTorch (1.13.1) without NCCL/RCCL", "ANCHOR_NCCL=ON"});
+  expect_config_error([] { dist::choose_backend("mpi", true, true, "2.5.1"); }, {"'mpi'"});
+}
+
 }  // namespace
