@@ -122,6 +122,17 @@ std::string Store::wait_get(const std::string& k, const std::string& who_hosts) 
   }
 }
 
+std::optional<std::string> Store::try_get(const std::string& k, const std::string& who_hosts) {
+  try {
+    if (!impl_->store->check({k})) return std::nullopt;
+    auto v = impl_->store->get(k);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (reading '" + k + "'): " + e.what(),
+                "look at that process's output");
+  }
+}
+
 long long Store::add(const std::string& k, long long delta) {
   try {
     return static_cast<long long>(impl_->store->add(k, delta));
@@ -151,10 +162,17 @@ namespace {
 c10::intrusive_ptr<CollectiveBackend> make_gloo(const LaunchEnv& env, double timeout_s,
                                                 const c10::intrusive_ptr<c10d::Store>& base) {
   auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));
-  // One node: loopback. Several: the interface the host name resolves to.
-  opts->devices.push_back(env.local_world_size == env.world_size
-                              ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                              : c10d::ProcessGroupGloo::createDefaultDevice());
+  // One node: loopback. Several: GLOO_SOCKET_IFNAME's interface (as in
+  // PyTorch), else the interface the host name resolves to (loopback when it
+  // resolves to none).
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (env.local_world_size == env.world_size)
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else if (ifname && *ifname)
+    opts->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForInterface(std::string(ifname).substr(0, std::string(ifname).find(','))));
+  else
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", base), env.rank,
                                                      env.world_size, opts);
 }

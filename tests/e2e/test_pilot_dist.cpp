@@ -138,16 +138,6 @@ TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
 INSTANTIATE_TEST_SUITE_P(Rendezvous, PilotTorchrun, ::testing::Values(false, true),
                          [](const auto& info) { return std::string(info.param ? "c10d" : "static"); });
 
-TEST(PilotDist, SeveralNodesUnderALauncherAreRefusedForNow) {
-  TempDir t("pilot2ext");
-  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")},
-                      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
-                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("on several nodes"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
-}
-
 // Rank 1 of the reference worker SIGKILLs itself in step 1 after backward,
 // before the all-reduce: rank 0 ends with an error naming rank 1 well within
 // the timeout, and the pilot fails in the train stage instead of hanging.
