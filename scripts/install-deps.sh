@@ -3,6 +3,7 @@
 # Idempotent; prints what it installs; works as root and uses sudo otherwise.
 # Set ANCHOR_SKIP_DEPS=1 to skip (e.g. a node without a package registry,
 # building against a prefix named in CMAKE_PREFIX_PATH).
+# --test adds what only the test suite needs (`make test` passes it).
 set -euo pipefail
 
 if [[ "${ANCHOR_SKIP_DEPS:-0}" == 1 ]]; then
@@ -20,6 +21,11 @@ packages=(
   python3-torch            # interop tests and torchrun (for /usr/bin/python3 only)
   python3-cryptography     # independent signature verification in the tests
 )
+if [[ "${1:-}" == --test ]]; then
+  packages+=(
+    slurmctld slurmd slurm-client munge   # `srun anchor pilot` on a private Slurm cluster (tests/support/slurm_cluster.hpp)
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -188,22 +189,29 @@ LaunchEnv detect_launch(const EnvLookup& env) {
   return e;  // a single process
 }
 
-int free_loopback_port() {
+namespace {
+
+int free_port_on(std::uint32_t addr, const char* what) {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) throw io_error("socket", "127.0.0.1", errno);
+  if (s < 0) throw io_error("socket", what, errno);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(addr);
   socklen_t n = sizeof a;
   if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
     int e = errno;
     ::close(s);
-    throw io_error("bind", "127.0.0.1:0", e);
+    throw io_error("bind", std::string(what) + ":0", e);
   }
   ::close(s);
   return ntohs(a.sin_port);
 }
+
+}  // namespace
+
+int free_loopback_port() { return free_port_on(INADDR_LOOPBACK, "127.0.0.1"); }
+int free_port() { return free_port_on(INADDR_ANY, "0.0.0.0"); }
 
 std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port) {
   return {{"RANK", std::to_string(rank)},
@@ -214,6 +222,15 @@ std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port
           {"MASTER_PORT", std::to_string(port)},
           {"TORCHELASTIC_USE_AGENT_STORE", "False"},
           {"TORCHELASTIC_RESTART_COUNT", "0"}};
+}
+
+std::map<std::string, std::string> placed_launch_env(int rank, int world, int local_rank, int local_world,
+                                                     const std::string& addr, int port) {
+  auto e = self_launch_env(rank, world, port);
+  e["LOCAL_RANK"] = std::to_string(local_rank);
+  e["LOCAL_WORLD_SIZE"] = std::to_string(local_world);
+  e["MASTER_ADDR"] = addr;
+  return e;
 }
 
 void check_nproc_per_node(const LaunchEnv& env, int nproc_per_node) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
@@ -38,6 +39,23 @@ using ms = std::chrono::milliseconds;
 ms to_ms(double s) { return ms(std::max<std::int64_t>(1, static_cast<std::int64_t>(s * 1000.0))); }
 
 std::string key(const std::string& a, int r) { return "anchor/" + a + "/" + std::to_string(r); }
+
+// How often a store key is polled. TCPStore::wait(keys, timeout) is never used
+// with a timeout: in LibTorch 1.13 a client whose wait timed out keeps a
+// waiter registered on the server, whose later "stop waiting" reply is read as
+// the answer to the client's next request, and from then on every answer is
+// off by one (a key that is there reads as missing). Later LibTorch cancels the
+// waiter; polling check() is correct on both lines.
+constexpr auto kStorePoll = std::chrono::milliseconds(20);
+
+// Whether `k` appears in `store` before `deadline` (polled).
+bool wait_for_key(c10d::Store& store, const std::string& k, Clock::time_point deadline) {
+  for (;;) {
+    if (store.check({k})) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(kStorePoll);
+  }
+}
 
 }  // namespace
 
@@ -99,11 +117,19 @@ std::string Store::wait_get(const std::string& k, const std::string& who_hosts) 
       auto v = impl_->store->get(k);
       return std::string(v.begin(), v.end());
     }
-    try {
-      impl_->store->wait({k}, ms(1000));
-    } catch (const std::exception&) {
-      // a timeout (check again) or a lost store (the check above says so)
-    }
+    // Polled, never store->wait(k, timeout): see kStorePoll.
+    std::this_thread::sleep_for(kStorePoll);
+  }
+}
+
+std::optional<std::string> Store::try_get(const std::string& k, const std::string& who_hosts) {
+  try {
+    if (!impl_->store->check({k})) return std::nullopt;
+    auto v = impl_->store->get(k);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (reading '" + k + "'): " + e.what(),
+                "look at that process's output");
   }
 }
 
@@ -136,10 +162,17 @@ namespace {
 c10::intrusive_ptr<CollectiveBackend> make_gloo(const LaunchEnv& env, double timeout_s,
                                                 const c10::intrusive_ptr<c10d::Store>& base) {
   auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));
-  // One node: loopback. Several: the interface the host name resolves to.
-  opts->devices.push_back(env.local_world_size == env.world_size
-                              ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                              : c10d::ProcessGroupGloo::createDefaultDevice());
+  // One node: loopback. Several: GLOO_SOCKET_IFNAME's interface (as in
+  // PyTorch), else the interface the host name resolves to (loopback when it
+  // resolves to none).
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (env.local_world_size == env.world_size)
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else if (ifname && *ifname)
+    opts->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForInterface(std::string(ifname).substr(0, std::string(ifname).find(','))));
+  else
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", base), env.rank,
                                                      env.world_size, opts);
 }
@@ -210,16 +243,7 @@ void ProcessGroup::fail(const std::string& what, const std::string& cause) {
     std::vector<int> silent, reported;
     for (int r = 0; r < size(); ++r) {
       if (r == me) continue;
-      bool seen = impl_->store->check({key("failed", r)});
-      auto left = std::chrono::duration_cast<ms>(deadline - Clock::now());
-      if (!seen && left.count() > 0) {
-        try {
-          impl_->store->wait({key("failed", r)}, left);
-          seen = true;
-        } catch (const std::exception&) {
-        }
-      }
-      (seen ? reported : silent).push_back(r);
+      (wait_for_key(*impl_->store, key("failed", r), deadline) ? reported : silent).push_back(r);
     }
     auto list = [](const std::vector<int>& v) {
       std::string s;
@@ -304,8 +328,13 @@ std::vector<std::string> ProcessGroup::exchange(const std::string& k, const std:
   int r = 0;
   try {
     impl_->store->set(key("x/" + k, rank()), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    const auto deadline = Clock::now() + to_ms(impl_->timeout_s);
     for (r = 0; r < size(); ++r) {
-      auto v = impl_->store->get(key("x/" + k, r));  // waits, bounded by the store's timeout
+      // Polled up to the timeout, then read: a get() that timed out would
+      // leave the client's socket out of step (kStorePoll).
+      if (!wait_for_key(*impl_->store, key("x/" + k, r), deadline))
+        throw std::runtime_error("no answer within the timeout");
+      auto v = impl_->store->get(key("x/" + k, r));
       out[static_cast<std::size_t>(r)].assign(v.begin(), v.end());
     }
   } catch (const std::exception& e) {

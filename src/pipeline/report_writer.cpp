@@ -288,13 +288,20 @@ void Report::write(const std::string& run_dir) const {
   }
   if (j_.contains("distributed")) {
     const auto& d = j_["distributed"];
+    const bool nodes = d.value("nodes", 1) > 1;  // several nodes: which one each rank ran on
     md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0) << " ranks"
-       << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string())) << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
-       << "| rank | optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|---|---|---|---|---|\n";
-    for (const auto& r : d["per_rank"])
-      md << "| " << r.value("rank", 0) << " | " << r.value("optimizer_bytes", 0) << " | "
-         << r.value("optimizer_bytes_ddp", 0) << " | " << r.value("gradient_bytes", 0) << " | "
-         << r.value("gradient_bytes_ddp", 0) << " | " << r.value("comm_s", 0.0) << " |\n";
+       << (nodes ? " on " + std::to_string(d.value("nodes", 1)) + " nodes" : std::string())
+       << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string()))
+       << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
+       << "| rank |" << (nodes ? " node | host |" : "") << " optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|"
+       << (nodes ? "---|---|" : "") << "---|---|---|---|---|\n";
+    for (const auto& r : d["per_rank"]) {
+      md << "| " << r.value("rank", 0) << " | ";
+      if (nodes) md << r.value("node", 0) << " | " << r.value("host", "") << " | ";
+      md << r.value("optimizer_bytes", 0) << " | " << r.value("optimizer_bytes_ddp", 0) << " | "
+         << r.value("gradient_bytes", 0) << " | " << r.value("gradient_bytes_ddp", 0) << " | " << r.value("comm_s", 0.0)
+         << " |\n";
+    }
     const auto& rr = d.value("rng_restore", nlohmann::json::object());
     if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
       md << "\nRestored from " << rr.value("saved_world_size", 0) << " ranks: RNG re-derived "

@@ -106,7 +106,13 @@ struct WorkerOutcome {
   std::string open_stage;   // a stage that started and did not end
   int failed_rank = 0;      // the rank whose status this is
   std::string error;        // the worker's own account of its failure ("error" event)
+  std::string remote;       // several nodes: the other nodes' ranks that failed on their own
 };
+
+// "rank 3 (node 1, host b)": how a stage error names a rank of another node.
+std::string rank_on_node(const RemoteRank& r) {
+  return "rank " + std::to_string(r.rank) + " (node " + std::to_string(r.node) + (r.host.empty() ? "" : ", " + r.host) + ")";
+}
 
 // The pilot's exit code for a worker that failed: a config/data error (2) or a
 // verification failure (3) keeps its meaning; anything else (a crash, a
@@ -120,13 +126,16 @@ int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 
 WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   const std::string name = role == WorkerRole::kReference ? "reference" : "resume";
   const int nproc = p.nproc;
-  const int port = nproc > 1 ? dist::free_loopback_port() : 0;
+  PilotNodes* nodes = p.opts.nodes;  // several nodes: this one runs ranks 0 .. local_world_size - 1
+  const int local = nodes ? nodes->local_world_size() : nproc;
+  const int port = nproc > 1 ? (nodes ? dist::free_port() : dist::free_loopback_port()) : 0;
   std::vector<proc::Child> ranks;
-  for (int r = 0; r < nproc; ++r) {
+  for (int r = 0; r < local; ++r) {
     proc::SpawnOptions so;
     so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
     so.die_with_parent = true;
-    if (nproc > 1) so.env = dist::self_launch_env(r, nproc, port);
+    if (nodes) so.env = dist::placed_launch_env(r, nproc, r, local, nodes->master_addr(), port);
+    else if (nproc > 1) so.env = dist::self_launch_env(r, nproc, port);
     std::vector<std::string> argv = {p.worker_binary, "--log-level", p.opts.log_level, "__worker", "--role", name,
                                      "--run-dir", p.run_dir};
     if (!p.opts.use_hash_cache) argv.push_back("--no-cache");
@@ -138,6 +147,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     p.events->write({{"event", "worker_started"}, {"worker", name}, {"binary", p.worker_binary}, {"pids", pids}},
                     "supervisor");
   }
+  if (nodes) nodes->start(name, port);  // the other nodes start theirs
   auto& child = ranks[0];
   WorkerOutcome w;
   std::string buf;
@@ -179,8 +189,9 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
           pids.push_back(c.pid);
         }
         w.killed_by_us = true;
+        if (nodes) nodes->kill(name);  // and every other node's ranks, relayed through the store
         p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pid", child.pid}, {"pids", pids},
-                         {"point", ev.value("point", "")}},
+                         {"point", ev.value("point", "")}, {"nodes", nodes ? nodes->count() : 1}},
                         "supervisor");
       }
     }
@@ -196,6 +207,31 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     if (w.status == 0 && st != 0) {
       w.status = st;
       w.failed_rank = static_cast<int>(r);
+    }
+  }
+  if (nodes) {
+    // The other nodes' ranks: stopped when this side failed; a failure there fails the stage, named.
+    try {
+      nlohmann::json remote = nlohmann::json::array();
+      for (const auto& rr : nodes->collect(name, (w.status != 0 && !w.killed_by_us) || g_signal)) {
+        remote.push_back({{"rank", rr.rank}, {"node", rr.node}, {"host", rr.host}, {"status", rr.status},
+                          {"killed", rr.killed}});
+        if (rr.status == 0 || rr.killed || w.killed_by_us) continue;
+        const std::string said = rank_on_node(rr) + " exited with status " + std::to_string(rr.status);
+        w.remote += (w.remote.empty() ? "" : "; ") + said;
+        if (w.status == 0) {
+          w.status = rr.status;
+          w.failed_rank = rr.rank;
+          w.error = "worker " + std::string(role == WorkerRole::kReference ? "A " : "B ") + said;
+        }
+      }
+      p.events->write({{"event", "remote_ranks_ended"}, {"worker", name}, {"ranks", remote}}, "supervisor");
+    } catch (const Error& e) {
+      w.remote += (w.remote.empty() ? "" : "; ") + std::string(e.what());
+      if (w.status == 0) {
+        w.status = 1;
+        w.error = e.what();
+      }
     }
   }
   return w;
@@ -322,6 +358,14 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
                                        {"source_path", p.cfg.source_path}, {"run_id", p.run_id}}.dump(2));
   install_signal_handlers();
   ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
+  // Several nodes: every node must see this run directory and the checkpoints.
+  if (opts.nodes) {
+    try {
+      opts.nodes->share_run_dir(p.run_dir, p.ckpt_dir);
+    } catch (const Error& e) {
+      return fail(p, "nodes", exit_code_for(e.kind()), std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+    }
+  }
 
   // 3. Pinning happens in worker A, before it trains: the manifest's libraries
   //    and runtime versions are those of the process that trains, and this
@@ -347,6 +391,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (!a.killed_by_us) {
     std::string why = a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window"
                                       : a.error;
+    if (!a.remote.empty() && why.find(a.remote) == std::string::npos) why += " [" + a.remote + "]";
     if (a.error.empty() && a.open_stage == "precision" && p.report.json().contains("precision"))
       for (const auto& n : p.report.json()["precision"].value("non_finite", nlohmann::json::array()))
         why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.value("what", "") + " " +
@@ -380,9 +425,10 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (g_signal) return interrupted_exit(p);
   if (b.status != 0)
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
-                b.error.empty() ? "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string()) +
-                                      " exited with status " + std::to_string(b.status)
-                                : b.error);
+                (b.error.empty() ? "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string()) +
+                                       " exited with status " + std::to_string(b.status)
+                                 : b.error) +
+                    (b.remote.empty() || b.error.find(b.remote) != std::string::npos ? "" : " [" + b.remote + "]"));
   auto res = read_json(p.run_dir + "/work/resume.json");
   for (const auto& s : res["stages"]) p.report.add_stage(s);
 
@@ -417,11 +463,16 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
       auto rj = r == 0 ? ref : read_json(p.run_dir + "/work/reference-rank" + std::to_string(r) + ".json");
       auto row = rj.value("sharding", nlohmann::json::object());
       row["rank"] = r;
+      if (p.opts.nodes) {
+        row["node"] = r / p.opts.nodes->local_world_size();
+        row["host"] = p.opts.nodes->host(r / p.opts.nodes->local_world_size());
+      }
       row["comm_s"] = rj["train_steps"].empty() ? 0.0 : rj["train_steps"].back().value("comm_s", 0.0);
       ranks.push_back(row);
     }
     p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc},
-                              {"backend", ref.value("backend", "")}, {"per_rank", ranks},
+                              {"backend", ref.value("backend", "")},
+                              {"nodes", p.opts.nodes ? p.opts.nodes->count() : 1}, {"per_rank", ranks},
                               {"rng_restore", res.value("rng_restore", nlohmann::json::object())}});
   }
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);

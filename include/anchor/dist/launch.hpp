@@ -55,10 +55,17 @@ inline LaunchEnv detect_launch() { return detect_launch(process_env()); }
 // the caller's store binds it (a small window, fine on one node). Throws
 // Error (kIo) when no socket can be bound.
 int free_loopback_port();
+// A TCP port free on every interface (bound on INADDR_ANY, then closed): for a
+// store that ranks on other hosts must reach (the multi-node pilot's workers).
+int free_port();
 
 // The variables the supervisor gives rank `rank` of `nproc` ranks it starts
 // itself on this node (torchrun's names, rank 0 hosting the store on `port`).
 std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port);
+// The same variables for a rank placed by a multi-node launch: global `rank` of
+// `world`, `local_rank` of `local_world` on its node, the store on addr:port.
+std::map<std::string, std::string> placed_launch_env(int rank, int world, int local_rank, int local_world,
+                                                     const std::string& addr, int port);
 
 // Settles the world from the launch and the config's distributed.nproc_per_node:
 // under an external launcher nproc_per_node must be 1 (the default) or equal

@@ -5,6 +5,7 @@
 // it on MASTER_ADDR:MASTER_PORT, or the torchrun agent does
 // (TORCHELASTIC_USE_AGENT_STORE=True; keys then live under its prefix).
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "anchor/dist/launch.hpp"
@@ -23,6 +24,9 @@ class Store {
   // Waits for `key` with no overall limit, checking every second that the
   // store is still there; throws Error naming `who_hosts` when it is gone.
   std::string wait_get(const std::string& key, const std::string& who_hosts);
+  // The value of `key` when it is set, nullopt when not (yet); never waits.
+  // Throws Error naming `who_hosts` when the store is gone.
+  std::optional<std::string> try_get(const std::string& key, const std::string& who_hosts);
   // Atomic add; returns the new value.
   long long add(const std::string& key, long long delta);
 

@@ -11,6 +11,41 @@
 
 namespace anchor::pipeline {
 
+// A rank of a worker group that ran on another node (multi-node pilot).
+struct RemoteRank {
+  int rank = 0;         // global rank
+  int node = 0;         // node index (node 0 is the supervisor's)
+  std::string host;
+  int status = -1;      // exit status, 128 + signal when killed by one
+  bool killed = false;  // the node's agent SIGKILLed it (the relayed kill or a stop)
+};
+
+// The other nodes of a multi-node pilot (docs/distributed.md, "The pilot over
+// several nodes"). Implemented over the launcher's store in launched.cpp
+// (anchor-torch); the supervisor sees only this torch-free interface. Every
+// wait is bounded by distributed.timeout_s or by the store's liveness.
+class PilotNodes {
+ public:
+  virtual ~PilotNodes() = default;
+  virtual int count() const = 0;             // nodes, the supervisor's included
+  virtual int local_world_size() const = 0;  // ranks per node
+  virtual std::string master_addr() const = 0;  // node 0's address: the workers' store
+  virtual std::string host(int node) const = 0;
+  // Publishes the run directory (and checkpoint directory) and has every
+  // other node check that it sees them; throws Error (kConfig) naming the
+  // node that does not.
+  virtual void share_run_dir(const std::string& run_dir, const std::string& ckpt_dir) = 0;
+  // Every other node starts its ranks of worker `group` ("reference",
+  // "resume") against the store on master_addr():port.
+  virtual void start(const std::string& group, int port) = 0;
+  // The kill relayed: every other node SIGKILLs its ranks of `group` at once.
+  virtual void kill(const std::string& group) = 0;
+  // Waits for every other node's ranks of `group` to end and returns their
+  // statuses; stop: the nodes SIGKILL their ranks first (the supervisor's
+  // side failed). A node that does not answer in time is an Error (kRuntime).
+  virtual std::vector<RemoteRank> collect(const std::string& group, bool stop) = 0;
+};
+
 struct PilotOptions {
   std::string config_path;
   std::vector<std::string> overrides;  // --set key=value
@@ -30,6 +65,8 @@ struct PilotOptions {
   const nlohmann::json* pinned_manifest = nullptr;
   nlohmann::json reproduces;           // link to the report reproduced, its drift
   bool reproduce_bitwise = true;       // no drift on CPU: bitwise; else the recorded tolerance
+  // Under a multi-node launch: the other nodes (launched.cpp); null on one node.
+  PilotNodes* nodes = nullptr;
 };
 
 // Runs the whole pilot; returns the process exit code (0 passed, 1 a stage

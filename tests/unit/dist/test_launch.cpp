@@ -175,6 +175,25 @@ TEST(Launch, SelfLaunchEnvironmentRoundTrips) {
   }
 }
 
+// A multi-node pilot's worker rank: its real placement, node 0's store address.
+TEST(Launch, PlacedLaunchEnvironmentRoundTripsWithItsNode) {
+  auto e = detect(dist::placed_launch_env(3, 4, 1, 2, "10.0.0.7", 29601));
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 2);  // several nodes: Gloo picks the network device, not the loopback
+  EXPECT_EQ(e.master_addr, "10.0.0.7");
+  EXPECT_EQ(e.master_port, 29601);
+  EXPECT_FALSE(e.store_server());
+  EXPECT_FALSE(e.agent_store);
+}
+
+TEST(Launch, FreePortIsAUsableTcpPort) {
+  const int p = dist::free_port();
+  EXPECT_GT(p, 0);
+  EXPECT_LT(p, 65536);
+}
+
 TEST(Launch, NprocPerNodeMustAgreeWithAnExternalLauncher) {
   auto e = detect(kTorchrun);
   EXPECT_NO_THROW(dist::check_nproc_per_node(e, 1));

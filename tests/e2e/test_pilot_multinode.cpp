@@ -1,0 +1,275 @@
+// End-to-end: `anchor pilot` over several nodes (docs/distributed.md, "The
+// pilot over several nodes"). Here the two "nodes" are two launches on one
+// machine sharing its filesystem: LOCAL_WORLD_SIZE 1, WORLD_SIZE 2. Node 0's
+// process supervises; node 1's is its agent and starts rank 1 of each worker.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "anchor/dist/launch.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+using anchor::testing::read_json;
+using anchor::testing::source_path;
+using anchor::testing::TempDir;
+using nlohmann::json;
+
+const std::string kPilot = source_path("configs/pilot.yaml");
+
+struct NodeRun {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+// Starts every argv at once (each with its environment), reads their outputs
+// concurrently (none may block on a full pipe) and waits for all.
+std::vector<NodeRun> run_together(const std::vector<std::vector<std::string>>& argvs,
+                                  const std::vector<std::map<std::string, std::string>>& envs) {
+  std::vector<anchor::proc::Child> kids;
+  for (std::size_t i = 0; i < argvs.size(); ++i) {
+    anchor::proc::SpawnOptions o;
+    o.env = envs[i];
+    o.capture_stdout = true;
+    o.merge_stderr = true;
+    o.die_with_parent = true;
+    kids.push_back(anchor::proc::spawn(argvs[i], o));
+  }
+  std::vector<NodeRun> res(kids.size());
+  std::vector<std::thread> readers;
+  for (std::size_t i = 0; i < kids.size(); ++i)
+    readers.emplace_back([&, i] {
+      while (auto l = anchor::proc::read_line(kids[i].stdout_fd)) res[i].out += *l + "\n";
+      ::close(kids[i].stdout_fd);
+      res[i].status = anchor::proc::wait_exit(kids[i].pid);
+    });
+  for (auto& t : readers) t.join();
+  return res;
+}
+
+// The variables srun or torchrun give launched process `rank` of 2, one per node.
+std::map<std::string, std::string> node_env(int rank, int port) {
+  return {{"RANK", std::to_string(rank)},       {"WORLD_SIZE", "2"},
+          {"LOCAL_RANK", "0"},                  {"LOCAL_WORLD_SIZE", "1"},
+          {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(port)},
+          {"TORCHELASTIC_USE_AGENT_STORE", "False"}};
+}
+
+// Two hand-launched nodes: node 0 with --run-dir <t>/run, node 1 without (it
+// must use the run directory node 0 published), `extra` after both.
+std::vector<NodeRun> run_two_nodes(const TempDir& t, const std::vector<std::string>& extra,
+                                   const std::map<std::string, std::string>& node1_env = {}) {
+  const int port = anchor::dist::free_loopback_port();
+  std::vector<std::string> a0 = {ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run")};
+  std::vector<std::string> a1 = {ANCHOR_BINARY, "pilot", kPilot};
+  a0.insert(a0.end(), extra.begin(), extra.end());
+  a1.insert(a1.end(), extra.begin(), extra.end());
+  auto e1 = node_env(1, port);
+  for (const auto& [k, v] : node1_env) e1[k] = v;
+  return run_together({a0, a1}, {node_env(0, port), e1});
+}
+
+// The pilot passed over 2 nodes with bitwise resume on each rank.
+void expect_passed_on_two_nodes(const TempDir& t) {
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u) << report["resume"].dump(2);
+  for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(report["resume"]["per_rank"][rank]["verdict"], "match");
+  ASSERT_TRUE(report.contains("distributed"));
+  EXPECT_EQ(report["distributed"]["nodes"], 2);
+  EXPECT_EQ(report["distributed"]["world_size"], 2);
+  ASSERT_EQ(report["distributed"]["per_rank"].size(), 2u);
+  EXPECT_EQ(report["distributed"]["per_rank"][0]["node"], 0);
+  EXPECT_EQ(report["distributed"]["per_rank"][1]["node"], 1);
+  EXPECT_FALSE(report["distributed"]["per_rank"][1].value("host", "").empty());
+  EXPECT_NE(anchor::fs::read_file(t.str("run/report.md")).find("2 ranks on 2 nodes"), std::string::npos);
+  // Rank 1 ran (on node 1) and wrote its share of the committed checkpoint and its results.
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/rng-rank00001-of-00002.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/work/resume-rank1.json")));
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/.anchor-node-check")));  // the visibility mark is removed
+  // The kill reached node 1: its agent SIGKILLed rank 1 of the reference worker.
+  std::ifstream ev(t.str("run/events.jsonl"));
+  bool relayed = false, remote_killed = false;
+  for (std::string line; std::getline(ev, line);) {
+    auto e = json::parse(line);
+    if (e.value("event", "") == "sigkill_sent") relayed = e.value("nodes", 0) == 2;
+    if (e.value("event", "") == "remote_ranks_ended" && e["worker"] == "reference")
+      remote_killed = e["ranks"].size() == 1 && e["ranks"][0]["rank"] == 1 && e["ranks"][0]["killed"] == true &&
+                      e["ranks"][0]["status"] == 137;
+  }
+  EXPECT_TRUE(relayed);
+  EXPECT_TRUE(remote_killed);
+}
+
+TEST(PilotMultinode, TwoHandLaunchedNodesPassWithBitwiseResumePerRank) {
+  TempDir t("pilotmn");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_two_nodes(t, {});
+  std::cout << "two-node pilot (hand launch): "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  ASSERT_EQ(r[0].status, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
+  ASSERT_EQ(r[1].status, 0) << r[1].out;
+  EXPECT_NE(r[0].out.find("supervises the pilot over 2 nodes"), std::string::npos) << r[0].out;
+  EXPECT_NE(r[1].out.find("agent of node 1"), std::string::npos) << r[1].out;
+  EXPECT_NE(r[1].out.find("rank 0's pilot exited with 0"), std::string::npos) << r[1].out;
+  expect_passed_on_two_nodes(t);
+}
+
+// srun's variables (one task per node), no --run-dir on either node: the
+// supervisor's run.output_dir/<run-id> is the only run directory made.
+TEST(PilotMultinode, TwoSrunStyleNodesShareTheSupervisorsRunDirectory) {
+  TempDir t("pilotmnslurm");
+  const std::string port = std::to_string(anchor::dist::free_loopback_port());
+  std::vector<std::vector<std::string>> argvs;
+  std::vector<std::map<std::string, std::string>> envs;
+  for (int node = 0; node < 2; ++node) {
+    argvs.push_back({ANCHOR_BINARY, "pilot", kPilot, "--set", "run.output_dir=" + t.str("runs")});
+    envs.push_back({{"SLURM_PROCID", std::to_string(node)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
+                    {"SLURM_NTASKS_PER_NODE", "1"}, {"SLURM_NODEID", std::to_string(node)},
+                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+  }
+  auto r = run_together(argvs, envs);
+  ASSERT_EQ(r[0].status, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
+  ASSERT_EQ(r[1].status, 0) << r[1].out;
+  EXPECT_NE(r[1].out.find("via slurm"), std::string::npos) << r[1].out;
+  std::vector<std::filesystem::path> runs;
+  for (const auto& e : std::filesystem::directory_iterator(t.str("runs"))) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  std::filesystem::create_symlink(runs[0], t.str("run"));  // where expect_passed_on_two_nodes looks
+  expect_passed_on_two_nodes(t);
+}
+
+// torchrun 1.13 (python3-torch), one agent per "node", static rendezvous on
+// node 0's torchrun agent store (TORCHELASTIC_USE_AGENT_STORE=True).
+TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
+  TempDir t("pilotmntr");
+  const std::string port = std::to_string(anchor::dist::free_loopback_port());
+  std::vector<std::vector<std::string>> argvs;
+  for (int node = 0; node < 2; ++node) {
+    std::vector<std::string> a = {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--nnodes", "2",
+                                  "--node_rank", std::to_string(node), "--nproc_per_node", "1", "--master_addr",
+                                  "127.0.0.1", "--master_port", port, "--redirects", "1", "--tee", "1",
+                                  ANCHOR_BINARY, "pilot", kPilot};
+    if (node == 0) {
+      a.push_back("--run-dir");
+      a.push_back(t.str("run"));
+    }
+    argvs.push_back(a);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_together(argvs, {{}, {}});
+  std::cout << "two-node pilot (torchrun): "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  ASSERT_EQ(r[0].status, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
+  ASSERT_EQ(r[1].status, 0) << r[1].out;
+  EXPECT_NE(r[0].out.find("(agent's, /worker/attempt_0)"), std::string::npos) << r[0].out;
+  EXPECT_NE(r[1].out.find("agent of node 1"), std::string::npos) << r[1].out;
+  expect_passed_on_two_nodes(t);
+}
+
+// Node 1 does not see the run directory (fault injection: it looks for the
+// supervisor's mark elsewhere, as a node without the shared mount would):
+// both end with exit 2 and say what, why and what to do; no report passes.
+TEST(PilotMultinode, ARunDirectoryANodeCannotSeeIsAConfigErrorOnBothNodes) {
+  TempDir t("pilotmnhide");
+  auto r = run_two_nodes(t, {"--set", "distributed.timeout_s=10"}, {{"ANCHOR_NODE_FAULT", "hide_run_dir"}});
+  EXPECT_EQ(r[1].status, 2) << r[1].out;
+  EXPECT_EQ(r[0].status, 2) << r[0].out;
+  for (const auto& n : r) {
+    EXPECT_NE(n.out.find("is not visible on node 1"), std::string::npos) << n.out;
+    EXPECT_NE(n.out.find("needs one filesystem for its run directory and checkpoints"), std::string::npos) << n.out;
+    EXPECT_NE(n.out.find("--run-dir, run.output_dir or checkpoint.dir on a shared filesystem"), std::string::npos)
+        << n.out;
+  }
+  EXPECT_NE(r[0].out.find("pilot failed in stage nodes"), std::string::npos) << r[0].out;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/work/reference.json")));  // no worker ran
+}
+
+// Rank 1, on node 1, SIGKILLs itself in step 1 before the all-reduce: rank 0
+// (node 0) fails naming rank 1, the supervisor names it with its node, the
+// agent reports it, and both processes end well within the timeout.
+TEST(PilotMultinode, ARemoteRankThatDiesFailsThePilotNamingItAndItsNode) {
+  TempDir t("pilotmnkill");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_two_nodes(t, {"--set", "distributed.timeout_s=15"}, {{"ANCHOR_DIST_FAULT", "sigkill:1:1"}});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "two-node pilot with a dead remote rank ended after " << s << " s (timeout 15 s)\n";
+  EXPECT_EQ(r[0].status, 1) << r[0].out;
+  EXPECT_EQ(r[1].status, 1) << r[1].out;
+  EXPECT_NE(r[1].out.find("rank 1 kills itself in step 1"), std::string::npos) << r[1].out;
+  EXPECT_NE(r[0].out.find("pilot failed in stage train"), std::string::npos) << r[0].out;
+  EXPECT_NE(r[0].out.find("rank 1 (node 1"), std::string::npos) << r[0].out;
+  EXPECT_NE(r[0].out.find("exited with status 137"), std::string::npos) << r[0].out;
+  EXPECT_LT(s, 15.0);
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+}
+
+// Rank 0 (node 0) SIGKILLs itself in step 1: the supervisor's side failed, so
+// it relays a stop and node 1's agent SIGKILLs rank 1 at once, long before
+// rank 1's collectives would time out (60 s).
+TEST(PilotMultinode, WhenTheSupervisorsSideFailsTheAgentStopsItsRanks) {
+  TempDir t("pilotmnstop");
+  const int port = anchor::dist::free_loopback_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e0 = node_env(0, port);
+  e0["ANCHOR_DIST_FAULT"] = "sigkill:0:1";
+  auto r = run_together({{ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=60"},
+                         {ANCHOR_BINARY, "pilot", kPilot, "--set", "distributed.timeout_s=60"}},
+                        {e0, node_env(1, port)});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "two-node pilot with a dead rank 0 ended after " << s << " s (timeout 60 s)\n";
+  EXPECT_EQ(r[0].status, 1) << r[0].out;
+  EXPECT_EQ(r[1].status, 1) << r[1].out;
+  EXPECT_NE(r[1].out.find("SIGKILLed its ranks of the reference worker"), std::string::npos) << r[1].out;
+  EXPECT_LT(s, 30.0);
+  std::ifstream ev(t.str("run/events.jsonl"));
+  bool stopped = false;
+  for (std::string line; std::getline(ev, line);) {
+    auto e = json::parse(line);
+    if (e.value("event", "") == "remote_ranks_ended")
+      stopped = e["ranks"].size() == 1 && e["ranks"][0]["killed"] == true && e["ranks"][0]["status"] == 137;
+  }
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(read_json(t.str("run/report.json"))["status"], "failed");
+}
+
+// Node 1 never comes: the supervisor gives up after distributed.timeout_s
+// naming it, instead of hanging.
+TEST(PilotMultinode, ANodeThatNeverComesIsNamedAfterTheTimeout) {
+  TempDir t("pilotmnalone");
+  const int port = anchor::dist::free_loopback_port();
+  auto r = anchor::testing::run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=2"}, node_env(0, port));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("node 1 (rank 1) did not answer within 2 s (distributed.timeout_s)"), std::string::npos) << r.output;
+  EXPECT_EQ(read_json(t.str("run/report.json"))["status"], "failed");
+}
+
+TEST(PilotMultinode, UnevenNodesAreRefused) {
+  TempDir t("pilotmnuneven");
+  auto r = anchor::testing::run_anchor({"pilot", kPilot, "--run-dir", t.str("run")},
+                                       {{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", "0"},
+                                        {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                        {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("3 ranks do not fill nodes of 2 evenly"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,98 @@
+// End-to-end: `srun anchor pilot` under a real Slurm (a private cluster of
+// this machine's own daemons, tests/support/slurm_cluster.hpp): the launched
+// tasks find their ranks in Slurm's variables, rank 0 supervises the pilot
+// with as many ranks as srun started, and the other task waits for its
+// verdict (docs/distributed.md, "The pilot under torchrun or srun").
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "anchor/common/process.hpp"
+#include "support/run_anchor.hpp"
+#include "support/slurm_cluster.hpp"
+
+namespace {
+
+using anchor::testing::find_program;
+using anchor::testing::read_json;
+using anchor::testing::SlurmCluster;
+using anchor::testing::source_path;
+using anchor::testing::TempDir;
+
+const std::string kPilot = source_path("configs/pilot.yaml");
+
+struct SrunRun {
+  int status = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+SrunRun srun(const SlurmCluster& c, const std::vector<std::string>& srun_args, const std::vector<std::string>& args,
+             std::map<std::string, std::string> env = {}) {
+  std::vector<std::string> argv = {find_program("srun")};
+  argv.insert(argv.end(), srun_args.begin(), srun_args.end());
+  argv.push_back(ANCHOR_BINARY);
+  argv.insert(argv.end(), args.begin(), args.end());
+  anchor::proc::SpawnOptions o;
+  for (const auto& [k, v] : c.env()) env[k] = v;
+  o.env = env;
+  o.merge_stderr = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = anchor::proc::run_capture(argv, o);
+  return {r.status, r.out, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+#define SKIP_WITHOUT_SLURM()                                                       \
+  if (const auto why = SlurmCluster::unavailable_reason(); !why.empty()) GTEST_SKIP() << why
+
+// srun -n 2 on one node: both tasks are Slurm ranks (SLURM_PROCID 0/1,
+// SLURM_NTASKS 2), the store is at SLURM_LAUNCH_NODE_IPADDR on the port derived
+// from the job id; the pilot passes with bitwise resume on each of its 2 ranks.
+TEST(PilotSlurm, SrunTwoTasksOnOneNodePassWithBitwiseResumePerRank) {
+  SKIP_WITHOUT_SLURM();
+  TempDir t("slurm1");
+  SlurmCluster cluster(t.path() / "cluster", 1);
+  auto r = srun(cluster, {"-n", "2"}, {"pilot", kPilot, "--run-dir", t.str("run")});
+  std::cout << "srun -n 2 anchor pilot: " << r.seconds << " s\n";
+  ASSERT_EQ(r.status, 0) << r.output << cluster.logs();
+  // Rank 0 saw Slurm's variables, not a self-launch; the port is 20000 + job id % 20000.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(rank 0/2 \(local 0/2\) via slurm, store 127\.0\.0\.1:(\d+))")))
+      << r.output;
+  const int port = std::stoi(m[1]);
+  EXPECT_GE(port, 20000);
+  EXPECT_LT(port, 40000);
+  EXPECT_NE(r.output.find("rank 0 runs the pilot with 2 ranks; waiting for its verdict"), std::string::npos) << r.output;
+
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u) << report["resume"].dump(2);
+  for (const auto& pr : report["resume"]["per_rank"]) EXPECT_EQ(pr["verdict"], "match");
+  EXPECT_EQ(report["distributed"]["world_size"], 2);
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/rng-rank00001-of-00002.safetensors")));
+}
+
+// Under srun, a rank of the reference worker killed in the middle of a step:
+// rank 0's pilot fails naming it, the waiting task exits with the same code,
+// srun returns it, and nothing hangs: all within the distributed timeout.
+TEST(PilotSlurm, ARankKilledMidStepEndsTheJobWithinTheTimeout) {
+  SKIP_WITHOUT_SLURM();
+  TempDir t("slurm1kill");
+  SlurmCluster cluster(t.path() / "cluster", 1);
+  auto r = srun(cluster, {"-n", "2"},
+                {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=30"},
+                {{"ANCHOR_DIST_FAULT", "sigkill:1:1"}});
+  std::cout << "srun ended " << r.seconds << " s after its start (timeout 30 s)\n";
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 1 did not answer (dead or hung)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0's pilot exited with 1"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30.0);
+  EXPECT_EQ(read_json(t.str("run/report.json"))["status"], "failed");
+}
+
+}  // namespace

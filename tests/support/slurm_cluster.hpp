@@ -1,0 +1,154 @@
+#pragma once
+// A private Slurm cluster on this machine for end-to-end tests of
+// `srun anchor pilot` (docs/distributed.md): its own munged (own key and
+// socket), slurmctld and one slurmd per node, all on free loopback ports and
+// under one temporary directory, all started as real daemons from Debian's
+// slurmctld/slurmd/slurm-client/munge packages (scripts/install-deps.sh).
+// Several "nodes" are several slurmd processes on this host (`slurmd -N`):
+// Slurm places tasks on them as on real nodes (SLURM_NODEID, SLURM_LOCALID,
+// SLURM_TASKS_PER_NODE), only the filesystem and the host are shared.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "anchor/common/process.hpp"
+#include "anchor/dist/launch.hpp"
+
+namespace anchor::testing {
+
+// The absolute path of `name` on PATH, /usr/sbin or /sbin; "" when absent.
+inline std::string find_program(const std::string& name) {
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  path += ":/usr/sbin:/sbin";
+  std::stringstream ss(path);
+  for (std::string d; std::getline(ss, d, ':');)
+    if (!d.empty() && ::access((d + "/" + name).c_str(), X_OK) == 0) return d + "/" + name;
+  return "";
+}
+
+class SlurmCluster {
+ public:
+  // Why a cluster cannot be started here ("" when it can): the daemons run as
+  // root (SlurmUser=root, munged --force), and the packages must be installed.
+  static std::string unavailable_reason() {
+    if (::geteuid() != 0) return "the private Slurm cluster runs its daemons as root, and this test is not root";
+    for (const char* p : {"munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo"})
+      if (find_program(p).empty())
+        return std::string(p) + " is not installed (scripts/install-deps.sh installs munge, slurmctld, slurmd, "
+                                "slurm-client)";
+    return "";
+  }
+
+  // Starts the daemons for `nodes` nodes named n1..nN under `dir` and waits
+  // (at most 60 s) until every node is idle. Throws std::runtime_error with
+  // the daemons' logs when they do not come up.
+  SlurmCluster(const std::filesystem::path& dir, int nodes) : dir_(dir) {
+    namespace fsys = std::filesystem;
+    fsys::create_directories(dir_ / "state");
+    fsys::create_directories(dir_ / "log");
+    const std::string key = (dir_ / "munge.key").string(), sock = (dir_ / "munge.sock").string();
+    if (proc::run_capture({find_program("mungekey"), "--create", "--keyfile=" + key}).status != 0)
+      throw std::runtime_error("mungekey could not create " + key);
+    start({find_program("munged"), "--foreground", "--force", "--socket=" + sock, "--key-file=" + key,
+           "--pid-file=" + (dir_ / "munged.pid").string(), "--log-file=" + (dir_ / "log/munged.log").string(),
+           "--seed-file=" + (dir_ / "munged.seed").string()});
+    // MASTER_PORT under Slurm defaults to 20000 + SLURM_JOB_ID % 20000: the
+    // first job id is chosen so that this port is free now.
+    int port = 0;
+    while (port < 20000 || port >= 40000) port = dist::free_loopback_port();
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::ofstream conf(dir_ / "slurm.conf");
+    conf << "ClusterName=anchortest\n"
+         << "SlurmctldHost=" << host << "(127.0.0.1)\n"
+         << "SlurmctldPort=" << dist::free_loopback_port() << "\n"
+         << "SlurmUser=root\nSlurmdUser=root\n"
+         << "AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=" << sock << "\n"
+         << "StateSaveLocation=" << (dir_ / "state").string() << "\n"
+         << "SlurmdSpoolDir=" << (dir_ / "spool-%n").string() << "\n"
+         << "SlurmctldPidFile=" << (dir_ / "slurmctld.pid").string() << "\n"
+         << "SlurmdPidFile=" << (dir_ / "slurmd-%n.pid").string() << "\n"
+         << "SlurmctldLogFile=" << (dir_ / "log/slurmctld.log").string() << "\n"
+         << "SlurmdLogFile=" << (dir_ / "log/slurmd-%n.log").string() << "\n"
+         << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n"
+         << "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nReturnToService=2\n"
+         << "FirstJobId=" << port - 20000 << "\n";
+    std::string names;
+    for (int n = 1; n <= nodes; ++n) {
+      conf << "NodeName=n" << n << " NodeHostname=" << host << " NodeAddr=127.0.0.1 Port="
+           << dist::free_loopback_port() << " CPUs=" << std::max(1u, std::thread::hardware_concurrency())
+           << " State=UNKNOWN\n";
+      names += (n > 1 ? "," : "") + std::string("n") + std::to_string(n);
+    }
+    conf << "PartitionName=anchor Nodes=" << names << " Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n";
+    conf.close();
+    env_["SLURM_CONF"] = (dir_ / "slurm.conf").string();
+    start({find_program("slurmctld"), "-D", "-f", env_["SLURM_CONF"]});
+    for (int n = 1; n <= nodes; ++n)
+      start({find_program("slurmd"), "-D", "-N", "n" + std::to_string(n), "-f", env_["SLURM_CONF"]});
+    wait_idle(nodes);
+  }
+
+  ~SlurmCluster() {
+    for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
+      ::kill(it->pid, SIGKILL);
+      proc::wait_exit(it->pid);
+    }
+  }
+  SlurmCluster(const SlurmCluster&) = delete;
+  SlurmCluster& operator=(const SlurmCluster&) = delete;
+
+  // The environment srun/sinfo need (SLURM_CONF).
+  const std::map<std::string, std::string>& env() const { return env_; }
+  std::string logs() const {
+    std::string all;
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / "log")) {
+      std::ifstream f(e.path());
+      all += "--- " + e.path().filename().string() + "\n" +
+             std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    return all;
+  }
+
+ private:
+  void start(const std::vector<std::string>& argv) {
+    proc::SpawnOptions o;
+    o.die_with_parent = true;
+    o.env = env_;
+    daemons_.push_back(proc::spawn(argv, o));
+  }
+
+  // Polls sinfo until every node reports idle.
+  void wait_idle(int nodes) {
+    proc::SpawnOptions o;
+    o.env = env_;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = proc::run_capture({find_program("sinfo"), "-h", "-N", "-o", "%T"}, o);
+      last = r.out;
+      int idle = 0;
+      std::stringstream ss(r.out);
+      for (std::string l; std::getline(ss, l);) idle += l == "idle";
+      if (r.status == 0 && idle == nodes) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    throw std::runtime_error("the private Slurm cluster did not come up within 60 s (sinfo: " + last + ")\n" + logs());
+  }
+
+  std::filesystem::path dir_;
+  std::map<std::string, std::string> env_;
+  std::vector<proc::Child> daemons_;
+};
+
+}  // namespace anchor::testing
