@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -93,6 +94,44 @@ TEST(PilotSlurm, ARankKilledMidStepEndsTheJobWithinTheTimeout) {
   EXPECT_NE(r.output.find("rank 0's pilot exited with 1"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30.0);
   EXPECT_EQ(read_json(t.str("run/report.json"))["status"], "failed");
+}
+
+// srun across two "nodes" (two slurmd of the private cluster, one task each:
+// SLURM_NODEID 0/1, SLURM_LOCALID 0, SLURM_TASKS_PER_NODE 1(x2)): rank 0
+// supervises, node 1's task is that node's agent and starts its rank of each
+// worker, the kill is relayed to it, and the pilot passes with bitwise resume
+// on both ranks. Slurm places the tasks; the host and filesystem are shared.
+TEST(PilotSlurm, SrunAcrossTwoNodesPassesWithTheKillRelayed) {
+  SKIP_WITHOUT_SLURM();
+  TempDir t("slurm2");
+  SlurmCluster cluster(t.path() / "cluster", 2);
+  auto r = srun(cluster, {"--nodes", "2", "--ntasks-per-node", "1"},
+                {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs")});
+  std::cout << "srun --nodes 2 anchor pilot: " << r.seconds << " s\n";
+  ASSERT_EQ(r.status, 0) << r.output << cluster.logs();
+  EXPECT_NE(r.output.find("rank 0/2 (local 0/1) via slurm"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1/2 (local 0/1) via slurm"), std::string::npos) << r.output;
+  // One run directory, chosen by rank 0 and used by both nodes.
+  std::vector<std::filesystem::path> runs;
+  for (const auto& e : std::filesystem::directory_iterator(t.str("runs"))) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  auto report = read_json((runs[0] / "report.json").string());
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u) << report["resume"].dump(2);
+  for (const auto& pr : report["resume"]["per_rank"]) EXPECT_EQ(pr["verdict"], "match");
+  EXPECT_EQ(report["distributed"]["nodes"], 2) << report["distributed"].dump(2);
+  EXPECT_EQ(report["distributed"]["per_rank"][1]["node"], 1) << report["distributed"].dump(2);
+  // Node 1's agent SIGKILLed its rank of the reference worker when told to.
+  bool relayed = false;
+  std::ifstream ev(runs[0] / "events.jsonl");
+  for (std::string line; std::getline(ev, line);) {
+    auto e = nlohmann::json::parse(line);
+    if (e.value("event", "") == "remote_ranks_ended")
+      for (const auto& rr : e.value("ranks", nlohmann::json::array()))
+        relayed |= rr.value("rank", -1) == 1 && rr.value("killed", false);
+  }
+  EXPECT_TRUE(relayed) << "no remote_ranks_ended event with rank 1 killed";
 }
 
 }  // namespace
