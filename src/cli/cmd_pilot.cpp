@@ -17,8 +17,14 @@ Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
   sub.add_option("--nproc-per-node", *nproc,
                  "start N ranks of each worker (DDP over Gloo on CPU, NCCL on GPUs; same as --set distributed.nproc_per_node=N)")
       ->check(CLI::PositiveNumber);
-  return [o, nproc, &global]() {
+  auto start_from = std::make_shared<std::string>();
+  sub.add_option("--start-from", *start_from,
+                 "init: worker A starts from initialisation; latest: from the newest committed checkpoint in "
+                 "checkpoint.dir, restored (same as --set pilot.start_from=...; docs/pilot.md)")
+      ->check(CLI::IsMember({"init", "latest"}));
+  return [o, nproc, start_from, &global]() {
     if (*nproc > 0) o->overrides.push_back("distributed.nproc_per_node=" + std::to_string(*nproc));
+    if (!start_from->empty()) o->overrides.push_back("pilot.start_from=" + *start_from);
     o->log_level = global.log_level;
     o->worker_binary = torch_binary();
     return cli::run_pilot(*o);

@@ -77,6 +77,15 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     if (!original.contains("manifest"))
       throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
     const auto& old_manifest = original["manifest"];
+    // A pilot that started from a checkpoint (pilot.start_from: latest) would
+    // start again from whatever is newest in checkpoint.dir now: not the same run.
+    if (original.value("start", nlohmann::json::object()).value("from", "init") == "latest")
+      throw Error(ErrorKind::kConfig,
+                  "the report's pilot started from the checkpoint " +
+                      original["start"].value("dir", std::string("(none restored)")) +
+                      " (pilot.start_from: latest): reproducing it is not supported",
+                  "a re-run would start from the newest checkpoint in checkpoint.dir now, not that one; re-run `anchor "
+                  "pilot --start-from latest` against a copy of that checkpoint instead (docs/pilot.md)");
 
     // Re-pin the current environment and inputs against the recorded manifest.
     config::Config cfg = manifest::config_from_manifest(old_manifest);

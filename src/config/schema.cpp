@@ -157,6 +157,8 @@ std::vector<Field> make_fields() {
           "precision (#8)").at_least(0),
     Field(ANCHOR_KEY(pilot.memory_probe_micro_batch), "Second, smaller micro-batch measured for the memory model; 0: micro_batch / 2.",
           "measure and plan (#6)").at_least(0),
+    Field(ANCHOR_KEY(pilot.start_from), "Where worker A starts: init (the model initialised from run.seed; checkpoint.dir must hold no step directory) or latest (restored from the newest committed checkpoint in checkpoint.dir, which must exist, verify and fit the config; docs/pilot.md). `anchor pilot --start-from`.",
+          "pilot restart (#7)").one_of({"init", "latest"}),
 
     // device ---------------------------------------------------------------
     Field(ANCHOR_KEY(device), "Device: cpu, cuda (the rank's local device), cuda:N, rocm (HIP builds expose it as cuda), auto (a GPU when present, else cpu).",

@@ -49,7 +49,9 @@ std::string stage_figure(const nlohmann::json& s) {
   else if (name == "kill" && f.contains("torn_checkpoints")) os << "SIGKILL, " << f["torn_checkpoints"].size() << " torn save left";
   else if (name == "restore" && f.contains("step")) os << "step " << f["step"] << ", skipped " << f["skipped"].size();
   else if (f.contains("verdict")) os << f["verdict"].get<std::string>() << " (" << f["mode"].get<std::string>() << ")";
-  else if (f.contains("parameters")) os << f["parameters"] << " params";
+  else if (f.contains("parameters"))
+    os << f["parameters"] << " params"
+       << (f.value("start_from", "init") == "latest" ? ", from step " + f["start_step"].dump() : std::string());
   else if (f.contains("memory_saved_bytes") && f.contains("time_added_percent"))
     os << std::fixed << std::setprecision(1) << f["memory_saved_percent"].get<double>() << "% memory saved, " << std::showpos
        << f["time_added_percent"].get<double>() << "% time";
@@ -224,6 +226,28 @@ void Report::write(const std::string& run_dir) const {
   for (const auto& s : j_["stages"])
     md << "| " << s.value("stage", "") << " | " << s.value("status", "") << " | "
        << (s.contains("seconds") ? fmt_seconds(s["seconds"].get<double>()) : "") << " | " << stage_figure(s) << " |\n";
+  if (j_.contains("start")) {
+    const auto& st = j_["start"];
+    md << "\n## Start\n\n";
+    if (st.value("from", "init") != "latest" || !st.contains("step")) {
+      md << (st.value("from", "init") == "latest" ? "From the newest committed checkpoint (none was restored).\n"
+                                                  : "From initialisation (run.seed).\n");
+    } else {
+      md << "From step " << st["step"].dump() << ": `" << st.value("dir", "") << "` (manifest sha256 "
+         << st.value("manifest_sha256", "") << "), written by run "
+         << (st["run_id"].is_string() ? st["run_id"].get<std::string>() : std::string("(not recorded)")) << " with "
+         << st.value("world_size", 1) << " rank(s), " << st.value("strategy", "") << ".\n";
+      for (const auto& sk : st.value("skipped", nlohmann::json::array()))
+        md << "- passed over " << sk.value("dir", "") << ": " << sk.value("reason", "") << "\n";
+      for (const auto& d : st.value("config_differences", nlohmann::json::array()))
+        md << "- config " << d.value("key", "") << ": " << d["checkpoint"].dump() << " in the checkpoint, "
+           << d["config"].dump() << " here" << (d.value("refused", false) ? " (REFUSED)" : "") << "\n";
+      const auto& rr = st.value("rng_restore", nlohmann::json::object());
+      if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
+        md << "- restored from " << rr.value("saved_world_size", 0) << " rank(s) to " << rr.value("world_size", 0)
+           << ": RNG re-derived " << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
+    }
+  }
   if (j_.contains("resume")) {
     md << "\n## Resume\n\nVerdict: " << j_["resume"].value("verdict", "") << " (" << j_["resume"].value("mode", "")
        << ")\n\n";

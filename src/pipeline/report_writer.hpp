@@ -23,6 +23,9 @@ class Report {
   void set_precision(const nlohmann::json& validation);
   // Several ranks: strategy, per-rank state bytes vs DDP's and comm time, RNG resharding (docs/report.md).
   void set_distributed(const nlohmann::json& d) { j_["distributed"] = d; }
+  // Where worker A started: {"from": "init"} or the checkpoint it restored
+  // (step, dir, manifest_sha256, run_id, ...; docs/report.md).
+  void set_start(const nlohmann::json& s) { j_["start"] = s; }
   // Lists committed checkpoints under ckpt_dir with their manifest digests (paths relative to run_dir).
   void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
   void set_outcome(const std::string& status, int exit_code, const std::string& message);

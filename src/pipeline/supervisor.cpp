@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -287,6 +288,35 @@ int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
 
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(fs::read_file(path)); }
 
+// The start point against what checkpoint.dir holds (step directories; the
+// stale temps are gone by now). "" when fine, else why not, with what to do.
+// init: the directory must hold no step directory at all: the pilot would save
+// step K over one, its retention would delete older ones, and worker B restores
+// the newest — possibly another run's. latest: there must be one to start from.
+std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_dir) {
+  std::vector<std::string> steps;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos) steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());
+  if (cfg.pilot.start_from == "latest") {
+    if (!steps.empty()) return "";
+    return "pilot.start_from is latest, but checkpoint.dir " + ckpt_dir +
+           " holds no checkpoint (no step-* directory) (hint: point checkpoint.dir at the directory of the run to "
+           "restart, or start from initialisation: pilot.start_from init)";
+  }
+  if (steps.empty()) return "";
+  return "checkpoint.dir " + ckpt_dir + " already holds " + std::to_string(steps.size()) + " checkpoint(s), newest " +
+         steps.back() + "; a pilot starting from initialisation would save its steps " +
+         std::to_string(cfg.pilot.steps_before_save) + " and " +
+         std::to_string(cfg.pilot.steps_before_save + cfg.pilot.steps_after_resume) +
+         " among them (replacing a directory of the same step), delete older ones by retention, and restore the "
+         "newest in its resume worker (hint: to restart from the newest committed one, pass --start-from "
+         "latest; to start afresh, use an empty checkpoint.dir or leave it empty for <run dir>/checkpoints)";
+}
+
 }  // namespace
 
 int run_supervisor(const PilotOptions& opts, int launched_world) {
@@ -325,7 +355,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   p.report.begin(p.run_id, p.cfg, opts.config_path);
   fs::atomic_write_file(p.run_dir + "/config.json",
                         nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
-                                       {"source_path", p.cfg.source_path}}.dump(2));
+                                       {"source_path", p.cfg.source_path}, {"run_id", p.run_id}}.dump(2));
   install_signal_handlers();
   ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
   // Several nodes: every node must see this run directory and the checkpoints.
@@ -342,9 +372,17 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   //    supervisor never loads LibTorch. `anchor reproduce` pinned already.
   if (opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", opts.pinned_manifest->dump(2));
   if (g_signal) return interrupted_exit(p);
+  // Where worker A may start (docs/pilot.md, "Starting from a checkpoint"): the
+  // directory names alone, before any worker; worker A verifies and checks the fit.
+  p.report.set_start({{"from", p.cfg.pilot.start_from}});
+  if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
 
   // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
+  const std::string start_json = p.run_dir + "/work/start.json";  // worker A writes it when it starts from a checkpoint
+  std::filesystem::remove(start_json);                             // not a reused run directory's
   auto a = run_worker_process(p, WorkerRole::kReference);
+  p.report.set_start(std::filesystem::exists(start_json) ? read_json(start_json)
+                                                         : nlohmann::json{{"from", p.cfg.pilot.start_from}});
   if (std::filesystem::exists(p.run_dir + "/manifest.json")) p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
   if (g_signal) return interrupted_exit(p);
   // The numerical validation of train.precision, passed or not (docs/precision.md).
@@ -364,6 +402,15 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   auto ref = read_json(p.run_dir + "/work/reference.json");
   for (const auto& s : ref["stages"]) p.report.add_stage(s);
+  if (p.nproc > 1 && ref.value("start", nlohmann::json::object()).value("from", "") == "latest") {
+    // Every rank's RNG at the start: after a world-size change some are re-derived (docs/checkpoints.md).
+    auto start = ref["start"];
+    start["rng_restore_per_rank"] = nlohmann::json::array({start["rng_restore"]});
+    for (int r = 1; r < p.nproc; ++r)
+      start["rng_restore_per_rank"].push_back(
+          read_json(p.run_dir + "/work/reference-rank" + std::to_string(r) + ".json")["start"]["rng_restore"]);
+    p.report.set_start(start);
+  }
 
   // 5. The kill left a torn save on disk: the evidence that restore must skip it.
   p.stage("kill", [&] {

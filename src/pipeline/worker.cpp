@@ -1,6 +1,7 @@
 // A pilot worker: a fresh process the supervisor starts from its own binary.
 //
-// Reference worker (A): load, train K steps, eval, save + commit step K, go on
+// Reference worker (A): load (from initialisation, or the newest committed
+// checkpoint restored: pilot.start_from latest), train K steps, eval, save + commit step S+K, go on
 // R steps as the reference, then begin a second save and wait to be SIGKILLed
 // in the middle of it. Resume worker (B): restore the newest committed
 // checkpoint (skipping the torn one), eval, resume R steps.
@@ -8,12 +9,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <filesystem>
+#include <set>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
@@ -40,6 +44,7 @@ struct WorkerContext {
   config::Config cfg;
   std::string run_dir;
   std::string ckpt_dir;
+  std::string run_id;                    // recorded in the state.json of every checkpoint this run saves
   dist::LaunchEnv env;                   // rank and world (one rank: the defaults)
   std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
   std::string device;                      // this rank's device (dist::rank_device); empty: cfg.device
@@ -53,6 +58,7 @@ WorkerContext load_context(const WorkerOptions& opts) {
   ctx.cfg = config::from_json(doc.at("config"));
   ctx.cfg.base_dir = doc.at("base_dir").get<std::string>();
   ctx.cfg.source_path = doc.value("source_path", "");
+  ctx.run_id = doc.value("run_id", "");
   ctx.ckpt_dir = ctx.cfg.checkpoint.dir.empty() ? opts.run_dir + "/checkpoints"
                                                 : config::resolve_path(ctx.cfg, ctx.cfg.checkpoint.dir);
   ctx.out["stages"] = nlohmann::json::array();
@@ -175,6 +181,168 @@ void pin_stage(WorkerContext& ctx, bool use_cache) {
                                        {"files_hashed", m["hashing"].value("files_hashed", 0)}}));
 }
 
+// ---- pilot.start_from latest (docs/pilot.md, "Starting from a checkpoint") ----
+
+// Config keys that make a checkpoint another run's: a different model, a
+// different data stream (batches are a pure function of run.seed, step and
+// rank, read from files of data.format). Any other difference is allowed and
+// reported (a restart may change the learning rate, the ranks, the batch split).
+bool refuses_start(const std::string& key) {
+  static const char* kKeys[] = {"model.source", "model.arch", "model.n_layer", "model.n_head", "model.n_embd",
+                                "model.vocab_size", "model.block_size", "model.bias", "run.seed", "data.format"};
+  for (const char* k : kKeys)
+    if (key == k) return true;
+  return false;
+}
+
+// Every config key whose value differs: {"key", "checkpoint", "config", "refused"}.
+// pilot.*, checkpoint.* and report.* say how this pilot runs, not what it trains: not compared.
+nlohmann::json config_differences(const nlohmann::json& saved, const nlohmann::json& now) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto a = saved.flatten(), b = now.flatten();
+  std::set<std::string> keys;
+  for (const auto& it : a.items()) keys.insert(it.key());
+  for (const auto& it : b.items()) keys.insert(it.key());
+  for (const auto& ptr : keys) {
+    std::string key = ptr.substr(1);
+    std::replace(key.begin(), key.end(), '/', '.');
+    // flatten() spells list elements as key.N: compare the list as a whole.
+    if (auto dot = key.find_last_of('.'); dot != std::string::npos &&
+                                         key.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+      key = key.substr(0, dot);
+    if (key.rfind("pilot.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("report.", 0) == 0) continue;
+    const nlohmann::json::json_pointer jp("/" + [&] {
+      std::string k = key;
+      std::replace(k.begin(), k.end(), '.', '/');
+      return k;
+    }());
+    const nlohmann::json va = saved.contains(jp) ? saved.at(jp) : nlohmann::json(), vb = now.contains(jp) ? now.at(jp) : nlohmann::json();
+    if (va == vb) continue;
+    if (!out.empty() && out.back()["key"] == key) continue;  // a list, already listed
+    out.push_back({{"key", key}, {"checkpoint", va}, {"config", vb}, {"refused", refuses_start(key)}});
+  }
+  return out;
+}
+
+// The model's tensors against the checkpoint's model.safetensors: names and
+// shapes, both ways (a checkpoint with more blocks restores into fewer without
+// a missing tensor, so extra tensors count too).
+std::vector<std::string> model_mismatches(train::Trainer& t, const checkpoint::Store::Loaded& c) {
+  std::vector<std::string> out;
+  auto f = c.files.find("model.safetensors");
+  if (f == c.files.end()) return {"the checkpoint has no model.safetensors"};
+  std::map<std::string, std::vector<std::int64_t>> ckpt, model;
+  for (const auto& e : f->second.entries()) ckpt[e.name] = e.shape;
+  for (const auto& p : t.model().named_parameters()) model[p.key()] = p.value().sizes().vec();
+  for (const auto& b : t.model().named_buffers()) model[b.key()] = b.value().sizes().vec();
+  auto shape = [](const std::vector<std::int64_t>& v) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  for (const auto& [name, sh] : model) {
+    auto it = ckpt.find(name);
+    if (it == ckpt.end()) out.push_back(name + " is not in the checkpoint");
+    else if (it->second != sh) out.push_back(name + " is " + shape(it->second) + " in the checkpoint, " + shape(sh) + " in the model");
+  }
+  for (const auto& [name, sh] : ckpt)
+    if (!model.count(name)) out.push_back(name + " " + shape(sh) + " is in the checkpoint, not in the model");
+  return out;
+}
+
+std::string join_first(const std::vector<std::string>& v, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size() && i < n; ++i) s += (i ? "; " : "") + v[i];
+  if (v.size() > n) s += "; and " + std::to_string(v.size() - n) + " more";
+  return s;
+}
+
+// Worker A's start from the newest committed checkpoint that verifies: chosen
+// as worker B chooses (Store::restore_newest: newer directories that do not
+// verify are passed over and listed with the reason), refused when it does not
+// fit this run's model or config, or when the pilot's own saves would land on
+// an existing directory; then restored (Trainer::restore: model, optimizer,
+// loss scaler, RNG, step, at any world size). Returns the report's `start`;
+// rank 0 also writes it to work/start.json as soon as the checkpoint is chosen,
+// so a refused start is in the report too.
+nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
+  checkpoint::Store store(ctx.ckpt_dir);
+  std::vector<checkpoint::Store::Skipped> skipped_any;
+  auto loaded = store.restore_newest(std::nullopt, &skipped_any);
+  const auto& skipped_list = loaded ? loaded->skipped : skipped_any;
+  nlohmann::json skipped = nlohmann::json::array();
+  std::string skipped_text;
+  for (const auto& s : skipped_list) {
+    skipped.push_back({{"dir", s.dir}, {"reason", s.reason}});
+    skipped_text += "; " + std::filesystem::path(s.dir).filename().string() + ": " + s.reason;
+  }
+  if (!loaded)
+    throw Error(ErrorKind::kVerification,
+                "pilot.start_from latest: no checkpoint in " + ctx.ckpt_dir + " is committed and verifies" + skipped_text,
+                "`anchor checkpoint list " + ctx.ckpt_dir + "` shows every problem; put back a good copy of the "
+                "checkpoint, or start from initialisation (pilot.start_from init) with an empty checkpoint.dir");
+  const auto& st = loaded->state;
+  nlohmann::json start = {{"from", "latest"},
+                          {"step", loaded->step},
+                          {"dir", loaded->dir},
+                          {"manifest_sha256", sha256_file(loaded->dir + "/manifest.json").sha256},
+                          {"run_id", st.contains("run_id") ? st["run_id"] : nlohmann::json()},
+                          {"world_size", st.value("world_size", 1)},
+                          {"strategy", st.value("strategy", "ddp")},
+                          {"config_digest_matches", st.value("config_digest", "") == config::digest(ctx.cfg)},
+                          {"skipped", skipped}};
+  if (!skipped.empty())
+    ANCHOR_LOG_WARN("pilot", "starting from {}: newer checkpoint directories do not verify and are passed over{}",
+                    loaded->dir, skipped_text);
+  const auto diffs = st.contains("config") ? config_differences(st["config"], config::to_json(ctx.cfg))
+                                           : nlohmann::json::array();
+  start["config_differences"] = diffs;
+  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", start.dump(2));
+
+  const std::string name = std::filesystem::path(loaded->dir).filename().string();
+  // Every reason it is another run's checkpoint, at once: its tensors, then its config.
+  std::vector<std::string> misfit;
+  if (auto mm = model_mismatches(t, *loaded); !mm.empty())
+    misfit.push_back("the model: " + std::to_string(mm.size()) + " tensor(s) differ: " + join_first(mm, 4));
+  std::vector<std::string> refused;
+  for (const auto& d : diffs)
+    if (d["refused"].get<bool>())
+      refused.push_back(d["key"].get<std::string>() + " is " + d["checkpoint"].dump() + " in the checkpoint, " +
+                        d["config"].dump() + " here");
+  if (!refused.empty()) misfit.push_back("the config it was written with: " + join_first(refused, 6));
+  if (!misfit.empty())
+    throw Error(ErrorKind::kConfig,
+                "pilot.start_from latest: " + loaded->dir + " does not fit this run: " + join_first(misfit, 2),
+                "the model, run.seed and data.format must be those of the run that wrote " + name +
+                    " (its state.json holds that run's config; docs/pilot.md, \"Starting from a checkpoint\"); set "
+                    "them back, or start from initialisation with an empty checkpoint.dir");
+  for (const auto& d : diffs)
+    ANCHOR_LOG_WARN("pilot", "{} differs from the checkpoint's config: {} there, {} here", d["key"].get<std::string>(),
+                    d["checkpoint"].dump(), d["config"].dump());
+  // The pilot saves step S+K (committed) and S+K+R (killed): never onto an existing directory.
+  const auto& p = ctx.cfg.pilot;
+  for (const std::int64_t s : {loaded->step + p.steps_before_save, loaded->step + p.steps_before_save + p.steps_after_resume}) {
+    const std::string dir = ctx.ckpt_dir + "/" + checkpoint::step_dir_name(s);
+    if (!std::filesystem::exists(dir)) continue;
+    std::string why;
+    for (const auto& sk : skipped_list)
+      if (sk.dir == dir) why = " (it does not verify: " + sk.reason + ")";
+    throw Error(ErrorKind::kConfig,
+                "pilot.start_from latest: starting from step " + std::to_string(loaded->step) + ", the pilot would save step " +
+                    std::to_string(s) + " into " + dir + ", which exists" + why,
+                "the pilot never saves over a checkpoint directory: move " + dir + " out of checkpoint.dir (`anchor "
+                "checkpoint verify " + dir + "` shows what is wrong with it), or change pilot.steps_before_save");
+  }
+  t.restore(*loaded);
+  const auto d = t.state_digest();
+  start["restored_state"] = {{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
+  start["rng_restore"] = t.rng_restore();
+  ANCHOR_LOG_INFO("pilot", "worker A starts from {} (step {}, saved by {} rank(s))", loaded->dir, loaded->step,
+                  start["world_size"].get<int>());
+  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", start.dump(2));
+  return start;
+}
+
 int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out["stages"];
@@ -185,6 +353,10 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   auto tp = make_trainer(ctx);
   auto& t = *tp;
   const std::string dev = t.device();
+  // Where the run starts: initialisation, or the newest committed checkpoint (restored).
+  const nlohmann::json start = ctx.cfg.pilot.start_from == "latest" ? restore_start(ctx, t)
+                                                                    : nlohmann::json{{"from", "init"}};
+  ctx.out["start"] = start;
   ctx.out["model"] = {{"parameters", t.num_parameters()}, {"n_layer", ctx.cfg.model.n_layer},
                       {"n_head", ctx.cfg.model.n_head}, {"n_embd", ctx.cfg.model.n_embd},
                       {"vocab_size", ctx.cfg.model.vocab_size}, {"seq_len", ctx.cfg.data.seq_len},
@@ -195,6 +367,8 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
                              {"train_windows", t.dataset().train().size()},
                              {"val_windows", t.dataset().val().size()},
                              {"threads", ctx.cfg.run.threads},
+                             {"start_from", start["from"]},
+                             {"start_step", t.step()},
                              {"memory", load_mem.read()}}));
   ctx.out["loss_scaler_enabled"] = t.loss_scaler().enabled();
 
@@ -242,6 +416,7 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   const double step_s = last["compute_s"].get<double>() + last["data_wait_s"].get<double>();
   ctx.out["matmul_flops"] = measure::measured_matmul_flops(dev);
   stages.push_back(train.end({{"steps", p.steps_before_save},
+                              {"first_step", ctx.out["train_steps"].empty() ? last["step"] : ctx.out["train_steps"][0]["step"]},
                               {"measured_step", last["step"]},
                               {"step_seconds", step_s},
                               {"tokens_per_s", step_s > 0 ? last["tokens"].get<double>() / step_s : 0.0},
@@ -260,7 +435,10 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   StageMemory save_mem(dev);
   checkpoint::Store store(ctx.ckpt_dir);
   ctx.out["saved_state"] = t.state_digest();
-  auto saved = save_checkpoint(ctx, t, store, {{"eval_loss", eval_loss}});
+  // The run and its config travel in state.json: a later pilot starting from
+  // this checkpoint names the run and compares the configs.
+  auto saved = save_checkpoint(ctx, t, store,
+                               {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}});
   ctx.out["saved_step"] = t.step();
   // Retention as the long run applies it: only after a newer commit, never the newest valid one.
   if (saved)

@@ -1,0 +1,288 @@
+// End-to-end: `anchor pilot --start-from latest` (pilot.start_from: latest;
+// docs/pilot.md, "Starting from a checkpoint"). Worker A restores the newest
+// committed checkpoint of a shared checkpoint.dir instead of initialising,
+// trains on from its step, and the pilot proves that restart point: after a
+// 2-rank pilot killed in a save, the next pilot starts from the last committed
+// step. Negative controls: nothing to start from, another model, another seed,
+// a corrupted file, a start from initialisation into a used directory, and a
+// save that would land on a broken directory.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+using anchor::testing::read_json;
+using anchor::testing::run_anchor;
+using anchor::testing::source_path;
+using anchor::testing::TempDir;
+using nlohmann::json;
+
+const std::string kPilot = source_path("configs/pilot.yaml");
+
+// `anchor pilot` on configs/pilot.yaml with checkpoint.dir = ckpt and extra arguments.
+anchor::testing::AnchorRun pilot(const TempDir& t, const std::string& run, const std::vector<std::string>& extra,
+                                 const std::map<std::string, std::string>& env = {}) {
+  std::vector<std::string> args = {"pilot", kPilot, "--run-dir", t.str(run), "--set", "checkpoint.dir=" + t.str("ckpt")};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_anchor(args, env);
+}
+
+bool committed(const TempDir& t, int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08d", step);
+  return std::filesystem::exists(t.path() / "ckpt" / name / "COMMITTED");
+}
+
+// The step directories in ckpt (not the torn `.tmp-` save a pilot's kill leaves, removed by the next pilot).
+std::vector<std::string> step_dirs(const TempDir& t) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(t.path() / "ckpt"))
+    if (e.path().filename().string().find('.') == std::string::npos) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The state groups a report records for one moment (model, optimizer, RNG, step).
+json groups(const json& d) { return {{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}}; }
+
+// The scenario: a 2-rank pilot commits step 2; the next one, started
+// from it, loses rank 1 in its save of step 4 (no COMMITTED), and another loses
+// rank 1 in the middle of step 3; the one after that starts from the last
+// committed step (2), passes with bitwise resume on every rank, and its report
+// says where it started.
+TEST(PilotStartFromLatest, AfterARankKilledInASaveTheNextPilotStartsFromTheLastCommittedStep) {
+  TempDir t("startdist");
+  const std::vector<std::string> two = {"--nproc-per-node", "2", "--set", "distributed.strategy=zero1", "--set",
+                                        "distributed.timeout_s=20"};
+  auto r1 = pilot(t, "run1", two);
+  ASSERT_EQ(r1.status, 0) << r1.output;
+  ASSERT_TRUE(committed(t, 2));
+  const auto rep1 = read_json(t.str("run1/report.json"));
+  EXPECT_EQ(rep1["start"]["from"], "init");
+
+  auto args2 = two;
+  args2.push_back("--start-from");
+  args2.push_back("latest");
+  auto r2 = pilot(t, "run2", args2, {{"ANCHOR_DIST_FAULT", "sigkill_save:1:4"}});
+  EXPECT_EQ(r2.status, 1) << r2.output;
+  EXPECT_NE(r2.output.find("rank 1 did not answer (dead or hung)"), std::string::npos) << r2.output;
+  EXPECT_NE(r2.output.find("pilot failed in stage checkpoint_save"), std::string::npos) << r2.output;
+  EXPECT_FALSE(committed(t, 4));
+  EXPECT_EQ(read_json(t.str("run2/report.json"))["start"]["step"], 2);
+
+  // And one killed in the middle of a step (rank 1 in step 3, before its all-reduce).
+  auto r2b = pilot(t, "run2b", args2, {{"ANCHOR_DIST_FAULT", "sigkill:1:3"}});
+  EXPECT_EQ(r2b.status, 1) << r2b.output;
+  EXPECT_NE(r2b.output.find("rank 1 did not answer (dead or hung)"), std::string::npos) << r2b.output;
+  EXPECT_NE(r2b.output.find("pilot failed in stage train"), std::string::npos) << r2b.output;
+  EXPECT_FALSE(committed(t, 4));
+
+  auto r3 = pilot(t, "run3", args2);
+  ASSERT_EQ(r3.status, 0) << r3.output;
+  const auto rep = read_json(t.str("run3/report.json"));
+  EXPECT_EQ(rep["status"], "passed");
+  const auto& st = rep["start"];
+  EXPECT_EQ(st["from"], "latest");
+  EXPECT_EQ(st["step"], 2);
+  EXPECT_EQ(std::filesystem::path(st["dir"].get<std::string>()).filename(), "step-00000002");
+  EXPECT_EQ(st["manifest_sha256"], anchor::sha256_file(t.str("ckpt/step-00000002/manifest.json")).sha256);
+  EXPECT_EQ(st["run_id"], rep1["run_id"]);  // the run that wrote it
+  EXPECT_EQ(st["world_size"], 2);
+  EXPECT_EQ(st["strategy"], "zero1");
+  EXPECT_TRUE(st["config_differences"].empty()) << st.dump(2);
+  EXPECT_EQ(st["rng_restore"]["carried"], json::array({0}));
+  // Restored bitwise: the state worker A started from is the state the first pilot saved.
+  EXPECT_EQ(st["restored_state"], groups(rep1["resume"]["state_digests"]["saved"]));
+  // Steps continue from the restored step on every rank; B restored A's commit of step 4.
+  EXPECT_EQ(rep["steps"]["train"][0]["step"], 2);
+  EXPECT_EQ(read_json(t.str("run3/work/reference-rank1.json"))["train_steps"][0]["step"], 2);
+  EXPECT_EQ(rep["resume"]["saved_step"], 4);
+  EXPECT_EQ(rep["resume"]["restored_step"], 4);
+  EXPECT_EQ(rep["resume"]["mode"], "bitwise");
+  ASSERT_EQ(rep["resume"]["per_rank"].size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(rep["resume"]["per_rank"][rank]["verdict"], "match");
+  // Started from step 2, the pilot trained steps 2 and 3 exactly as the first pilot's reference did.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(rep["steps"]["train"][i]["loss"], rep1["steps"]["reference"][i]["loss"]) << i;
+    EXPECT_EQ(rep["steps"]["train"][i]["batch_digest"], rep1["steps"]["reference"][i]["batch_digest"]) << i;
+  }
+  const auto md = anchor::fs::read_file(t.str("run3/report.md"));
+  EXPECT_NE(md.find("## Start"), std::string::npos) << md;
+  EXPECT_NE(md.find("From step 2: `" + st["dir"].get<std::string>() + "`"), std::string::npos) << md;
+  EXPECT_TRUE(committed(t, 4));
+}
+
+// One rank: start from the newest committed checkpoint of a previous pilot.
+// Then a corrupted file in that checkpoint (step 4): a pilot whose own save
+// would land on it is refused and leaves it alone; with another K it falls
+// back to step 2 as worker B's restore does, and says what it passed over.
+TEST(PilotStartFromLatest, OneRankContinuesFromTheNewestAndPassesOverABrokenOne) {
+  TempDir t("start1");
+  auto r1 = pilot(t, "run1", {});
+  ASSERT_EQ(r1.status, 0) << r1.output;
+  const auto rep1 = read_json(t.str("run1/report.json"));
+
+  auto r2 = pilot(t, "run2", {"--start-from", "latest"});
+  ASSERT_EQ(r2.status, 0) << r2.output;
+  const auto rep2 = read_json(t.str("run2/report.json"));
+  EXPECT_EQ(rep2["status"], "passed");
+  EXPECT_EQ(rep2["start"]["step"], 2);
+  EXPECT_EQ(rep2["start"]["run_id"], rep1["run_id"]);
+  EXPECT_EQ(rep2["start"]["restored_state"], groups(rep1["resume"]["state_digests"]["saved"]));
+  // The first trained step is the one after the checkpoint (0-based step 2: two steps were done).
+  const auto ref2 = read_json(t.str("run2/work/reference.json"));
+  EXPECT_EQ(ref2["train_steps"][0]["step"], 2);
+  EXPECT_EQ(ref2["saved_step"], 4);
+  // Bitwise the first pilot's reference steps 2 and 3; not its steps 0 and 1 (negative control).
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(ref2["train_steps"][i]["loss"], rep1["steps"]["reference"][i]["loss"]);
+    EXPECT_EQ(ref2["train_steps"][i]["grad_norm"], rep1["steps"]["reference"][i]["grad_norm"]);
+    EXPECT_NE(ref2["train_steps"][i]["loss"], rep1["steps"]["train"][i]["loss"]);
+  }
+  std::string load_fig;
+  for (const auto& s : rep2["stages"])
+    if (s["stage"] == "load") load_fig = s["figures"].dump();
+  EXPECT_NE(load_fig.find("\"start_step\":2"), std::string::npos) << load_fig;
+  // `anchor reproduce` would start again from whatever is newest now: refused, saying so.
+  auto rr = run_anchor({"reproduce", t.str("run2/report.json"), "--allow-unsigned", "--run-dir", t.str("rerun")});
+  EXPECT_EQ(rr.status, 2) << rr.output;
+  EXPECT_NE(rr.output.find("reproducing it is not supported"), std::string::npos) << rr.output;
+  ASSERT_TRUE(committed(t, 4));
+
+  // Flip one byte of step 4's model.safetensors.
+  const std::string model4 = t.str("ckpt/step-00000004/model.safetensors");
+  {
+    std::fstream f(model4, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x01);
+    f.seekp(-5, std::ios::end);
+    f.write(&c, 1);
+  }
+  const auto corrupted = anchor::fs::read_file(model4);
+  auto r3 = pilot(t, "run3", {"--start-from", "latest"});
+  EXPECT_EQ(r3.status, 2) << r3.output;
+  EXPECT_NE(r3.output.find("pilot failed in stage load"), std::string::npos) << r3.output;
+  EXPECT_NE(r3.output.find("would save step 4 into"), std::string::npos) << r3.output;
+  EXPECT_NE(r3.output.find("model.safetensors"), std::string::npos) << r3.output;
+  EXPECT_EQ(anchor::fs::read_file(model4), corrupted);  // left for inspection
+  EXPECT_EQ(step_dirs(t), (std::vector<std::string>{"step-00000002", "step-00000004"}));
+
+  auto r4 = pilot(t, "run4", {"--start-from", "latest", "--set", "pilot.steps_before_save=3"});
+  ASSERT_EQ(r4.status, 0) << r4.output;
+  const auto rep4 = read_json(t.str("run4/report.json"));
+  EXPECT_EQ(rep4["start"]["step"], 2);
+  ASSERT_EQ(rep4["start"]["skipped"].size(), 1u) << rep4["start"].dump(2);
+  EXPECT_EQ(std::filesystem::path(rep4["start"]["skipped"][0]["dir"].get<std::string>()).filename(), "step-00000004");
+  EXPECT_NE(rep4["start"]["skipped"][0]["reason"].get<std::string>().find("model.safetensors"), std::string::npos);
+  EXPECT_EQ(rep4["resume"]["restored_step"], 5);
+  // A different pilot.steps_before_save is how this pilot runs, not what it trains: not a config difference.
+  EXPECT_TRUE(rep4["start"]["config_differences"].empty()) << rep4["start"].dump(2);
+}
+
+// What is refused, and how. None of them commits anything.
+TEST(PilotStartFromLatest, RefusesWhatItCannotStartFrom) {
+  TempDir t("startneg");
+  // Nothing to start from: exit 2 before any worker, stage "start".
+  std::filesystem::create_directories(t.path() / "ckpt");
+  auto r0 = pilot(t, "run0", {"--start-from", "latest"});
+  EXPECT_EQ(r0.status, 2) << r0.output;
+  EXPECT_NE(r0.output.find("pilot failed in stage start"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("holds no checkpoint"), std::string::npos) << r0.output;
+  EXPECT_EQ(read_json(t.str("run0/report.json"))["status"], "failed");
+  EXPECT_TRUE(step_dirs(t).empty());
+
+  auto r1 = pilot(t, "run1", {});
+  ASSERT_EQ(r1.status, 0) << r1.output;
+  const std::vector<std::string> only2 = {"step-00000002"};
+  ASSERT_EQ(step_dirs(t), only2);
+
+  // From initialisation into a directory that holds a checkpoint: it would save step 2 over it.
+  auto r2 = pilot(t, "run2", {});
+  EXPECT_EQ(r2.status, 2) << r2.output;
+  EXPECT_NE(r2.output.find("pilot failed in stage start"), std::string::npos) << r2.output;
+  EXPECT_NE(r2.output.find("already holds 1 checkpoint(s), newest step-00000002"), std::string::npos) << r2.output;
+  EXPECT_NE(r2.output.find("--start-from latest"), std::string::npos) << r2.output;
+
+  // Another model: one block fewer restores without a missing tensor, so the extra ones are named.
+  auto r3 = pilot(t, "run3", {"--start-from", "latest", "--set", "model.n_layer=1"});
+  EXPECT_EQ(r3.status, 2) << r3.output;
+  EXPECT_NE(r3.output.find("pilot failed in stage load"), std::string::npos) << r3.output;
+  EXPECT_NE(r3.output.find("does not fit this run: the model: 12 tensor(s) differ: h.1."), std::string::npos)
+      << r3.output;
+  EXPECT_NE(r3.output.find("is in the checkpoint, not in the model"), std::string::npos) << r3.output;
+  // Every reason at once: the tensors and the config key behind them.
+  EXPECT_NE(r3.output.find("the config it was written with: model.n_layer is 2 in the checkpoint, 1 here"),
+            std::string::npos)
+      << r3.output;
+  EXPECT_EQ(read_json(t.str("run3/report.json"))["start"]["step"], 2);
+
+  // Another seed (another data order and dropout stream): the key and both values named.
+  auto r4 = pilot(t, "run4", {"--start-from", "latest", "--set", "run.seed=7"});
+  EXPECT_EQ(r4.status, 2) << r4.output;
+  EXPECT_NE(r4.output.find("does not fit this run: the config it was written with: run.seed is 1234 in the "
+                           "checkpoint, 7 here"),
+            std::string::npos)
+      << r4.output;
+  EXPECT_EQ(step_dirs(t), only2);
+
+  // A corrupted file and nothing older: exit 3 naming the checkpoint and the file.
+  {
+    std::fstream f(t.str("ckpt/step-00000002/optimizer.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  auto r5 = pilot(t, "run5", {"--start-from", "latest"});
+  EXPECT_EQ(r5.status, 3) << r5.output;
+  EXPECT_NE(r5.output.find("pilot failed in stage load"), std::string::npos) << r5.output;
+  EXPECT_NE(r5.output.find("is committed and verifies; step-00000002: "), std::string::npos) << r5.output;
+  EXPECT_NE(r5.output.find("optimizer.safetensors"), std::string::npos) << r5.output;
+  EXPECT_EQ(step_dirs(t), only2);
+}
+
+// A different world size: 2 ZeRO-2 ranks start from a 1-rank checkpoint through
+// Trainer::restore's reshard path; rank 1 has no saved RNG stream and the
+// report says how it was re-derived. The pilot still proves its own resume,
+// also when retention (keep_last 1) deletes the start checkpoint on the way.
+TEST(PilotStartFromLatest, TwoRanksStartFromAOneRankCheckpoint) {
+  TempDir t("startws");
+  auto r1 = pilot(t, "run1", {});
+  ASSERT_EQ(r1.status, 0) << r1.output;
+  const auto manifest2 = anchor::sha256_file(t.str("ckpt/step-00000002/manifest.json")).sha256;
+  // keep_last 1: A's commit of step 4 retires the start checkpoint; B restores step 4 and never needs it.
+  auto r2 = pilot(t, "run2", {"--start-from", "latest", "--nproc-per-node", "2", "--set", "distributed.strategy=zero2",
+                              "--set", "distributed.timeout_s=20", "--set", "checkpoint.keep_last=1"});
+  ASSERT_EQ(r2.status, 0) << r2.output;
+  const auto rep = read_json(t.str("run2/report.json"));
+  const auto& st = rep["start"];
+  EXPECT_EQ(st["step"], 2);
+  EXPECT_EQ(st["manifest_sha256"], manifest2);  // kept by the report
+  EXPECT_EQ(step_dirs(t), std::vector<std::string>{"step-00000004"});
+  EXPECT_EQ(rep["resume"]["restored_step"], 4);
+  EXPECT_EQ(st["world_size"], 1);
+  ASSERT_EQ(st["rng_restore_per_rank"].size(), 2u) << st.dump(2);
+  EXPECT_EQ(st["rng_restore_per_rank"][0]["carried"], json::array({0}));
+  ASSERT_EQ(st["rng_restore_per_rank"][1]["rederived"].size(), 1u);
+  EXPECT_EQ(st["rng_restore_per_rank"][1]["rederived"][0]["rank"], 1);
+  // distributed.strategy and nproc_per_node differ from the checkpoint's config: allowed, and listed.
+  std::set<std::string> keys;
+  for (const auto& d : st["config_differences"]) {
+    keys.insert(d["key"].get<std::string>());
+    EXPECT_FALSE(d["refused"].get<bool>()) << d.dump();
+  }
+  EXPECT_TRUE(keys.count("distributed.strategy")) << st.dump(2);
+  for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(rep["resume"]["per_rank"][rank]["verdict"], "match");
+  EXPECT_NE(anchor::fs::read_file(t.str("run2/report.md")).find("RNG re-derived"), std::string::npos);
+}
+
+}  // namespace
