@@ -63,9 +63,10 @@ class SlurmCluster {
            "--pid-file=" + (dir_ / "munged.pid").string(), "--log-file=" + (dir_ / "log/munged.log").string(),
            "--seed-file=" + (dir_ / "munged.seed").string()});
     // MASTER_PORT under Slurm defaults to 20000 + SLURM_JOB_ID % 20000: the
-    // first job id is chosen so that this port is free now.
+    // first job id is chosen so that this port is free now (when the kernel
+    // hands out no port in 20001..39999, Slurm's default first id, 1, stays).
     int port = 0;
-    while (port < 20000 || port >= 40000) port = dist::free_loopback_port();
+    for (int tries = 0; tries < 1000 && (port <= 20000 || port >= 40000); ++tries) port = dist::free_loopback_port();
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     std::ofstream conf(dir_ / "slurm.conf");
@@ -82,7 +83,7 @@ class SlurmCluster {
          << "SlurmdLogFile=" << (dir_ / "log/slurmd-%n.log").string() << "\n"
          << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n"
          << "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nReturnToService=2\n"
-         << "FirstJobId=" << port - 20000 << "\n";
+         << (port > 20000 && port < 40000 ? "FirstJobId=" + std::to_string(port - 20000) + "\n" : std::string());
     std::string names;
     for (int n = 1; n <= nodes; ++n) {
       conf << "NodeName=n" << n << " NodeHostname=" << host << " NodeAddr=127.0.0.1 Port="
