@@ -134,4 +134,43 @@ TEST(PilotSlurm, SrunAcrossTwoNodesPassesWithTheKillRelayed) {
   EXPECT_TRUE(relayed) << "no remote_ranks_ended event with rank 1 killed";
 }
 
+// A restart across two nodes: a first srun pilot commits step 2 into a shared
+// checkpoint.dir; the next, with --start-from latest, starts both nodes' ranks
+// of worker A from it (node 1's rank reads it through its agent's worker) and
+// passes bitwise per rank. Negative control: the same second pilot without
+// --start-from is refused (exit 2), since the directory already holds steps.
+TEST(PilotSlurm, AcrossTwoNodesTheNextPilotStartsFromTheLastCommittedStep) {
+  SKIP_WITHOUT_SLURM();
+  TempDir t("slurm2start");
+  SlurmCluster cluster(t.path() / "cluster", 2);
+  const std::vector<std::string> two_nodes = {"--nodes", "2", "--ntasks-per-node", "1"};
+  const std::string ckpt = "checkpoint.dir=" + t.str("ckpt");
+  auto first = srun(cluster, two_nodes, {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs1"), "--set", ckpt});
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_TRUE(std::filesystem::exists(t.str("ckpt/step-00000002/COMMITTED")));
+
+  auto refused = srun(cluster, two_nodes, {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs0"), "--set", ckpt});
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_NE(refused.output.find("already holds"), std::string::npos) << refused.output;
+
+  auto next = srun(cluster, two_nodes,
+                   {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs2"), "--set", ckpt, "--start-from", "latest"});
+  std::cout << "restart across 2 nodes: " << next.seconds << " s\n";
+  ASSERT_EQ(next.status, 0) << next.output;
+  std::vector<std::filesystem::path> runs;
+  for (const auto& e : std::filesystem::directory_iterator(t.str("runs2"))) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  auto report = read_json((runs[0] / "report.json").string());
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["start"]["from"], "latest");
+  EXPECT_EQ(report["start"]["step"], 2);
+  EXPECT_EQ(report["distributed"]["nodes"], 2);
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u);
+  for (const auto& pr : report["resume"]["per_rank"]) EXPECT_EQ(pr["verdict"], "match");
+  // Rank 1 (node 1) trained on from step 2 too.
+  auto rank1 = read_json((runs[0] / "work/reference-rank1.json").string());
+  EXPECT_EQ(rank1["train_steps"][0]["step"], 2) << rank1["train_steps"].dump();
+  EXPECT_TRUE(std::filesystem::exists(t.str("ckpt/step-00000004/COMMITTED")));
+}
+
 }  // namespace
