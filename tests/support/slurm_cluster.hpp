@@ -105,6 +105,21 @@ class SlurmCluster {
       ::kill(it->pid, SIGKILL);
       proc::wait_exit(it->pid);
     }
+    // slurmd's step daemons (slurmstepd) run in sessions of their own and
+    // outlive a killed slurmd, waiting for it; they, like every process this
+    // cluster started, carry its SLURM_CONF in their environment.
+    const std::string mark = "SLURM_CONF=" + env_["SLURM_CONF"];
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream f(e.path() / "environ");
+      for (std::string var; std::getline(f, var, '\0');)
+        if (var == mark) {
+          ::kill(std::stoi(name), SIGKILL);
+          break;
+        }
+    }
   }
   SlurmCluster(const SlurmCluster&) = delete;
   SlurmCluster& operator=(const SlurmCluster&) = delete;
