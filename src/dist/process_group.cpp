@@ -45,16 +45,28 @@ std::string key(const std::string& a, int r) { return "anchor/" + a + "/" + std:
 // waiter registered on the server, whose later "stop waiting" reply is read as
 // the answer to the client's next request, and from then on every answer is
 // off by one (a key that is there reads as missing). Later LibTorch cancels the
-// waiter; polling check() is correct on both lines.
+// waiter; polling check() is correct on both lines. A key that is slow to
+// come is polled at most this often; a quick one is seen within a millisecond
+// (wait_until backs off from 0.25 ms).
 constexpr auto kStorePoll = std::chrono::milliseconds(20);
 
-// Whether `k` appears in `store` before `deadline` (polled).
-bool wait_for_key(c10d::Store& store, const std::string& k, Clock::time_point deadline) {
+// Whether `ready()` holds before `deadline`: polled, backing off from 0.25 ms
+// to kStorePoll, so a key set a moment later costs a round trip or two, not a
+// whole poll interval.
+template <typename Ready>
+bool wait_until(Ready&& ready, Clock::time_point deadline) {
+  auto pause = std::chrono::microseconds(250);
   for (;;) {
-    if (store.check({k})) return true;
+    if (ready()) return true;
     if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(kStorePoll);
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, kStorePoll);
   }
+}
+
+// Whether `k` appears in `store` before `deadline`.
+bool wait_for_key(c10d::Store& store, const std::string& k, Clock::time_point deadline) {
+  return wait_until([&] { return store.check({k}); }, deadline);
 }
 
 }  // namespace
@@ -339,6 +351,18 @@ std::vector<std::string> ProcessGroup::exchange(const std::string& k, const std:
     }
   } catch (const std::exception& e) {
     fail("exchange of '" + k + "' (waiting for rank " + std::to_string(r) + ")", e.what());
+  }
+  // The store's host stays until every rank has read every value: the caller
+  // may act on them at once (a replica mismatch ends the process), and a rank
+  // still reading would then find the store gone and blame the host.
+  try {
+    const std::string read = "anchor/x/" + k + "/read";
+    const auto readers = impl_->store->add(read, 1);
+    if (impl_->env.store_server() && readers < size() &&
+        !wait_until([&] { return impl_->store->add(read, 0) >= size(); }, Clock::now() + to_ms(impl_->timeout_s)))
+      throw std::runtime_error("not every rank read the values within the timeout");
+  } catch (const std::exception& e) {
+    fail("exchange of '" + k + "' (waiting for every rank to read)", e.what());
   }
   return out;
 }
