@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "anchor/error.hpp"
 
@@ -117,6 +119,16 @@ RunResult run_capture(const std::vector<std::string>& argv, const SpawnOptions& 
   ::close(c.stdout_fd);
   r.status = wait_exit(c.pid);
   return r;
+}
+
+std::string find_on_path(const std::string& tool, const std::string& more_dirs) {
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(std::string(path ? path : "") + ":" + more_dirs);
+  for (std::string dir; std::getline(ss, dir, ':');) {
+    const std::string candidate = dir + "/" + tool;
+    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
 }
 
 }  // namespace anchor::proc

@@ -2,9 +2,7 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "anchor/common/process.hpp"
@@ -24,28 +22,15 @@ ProcMemory read_proc_memory() {
   return m;
 }
 
-namespace {
-
-std::string on_path(const std::string& tool) {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "");
-  for (std::string dir; std::getline(ss, dir, ':');) {
-    const std::string candidate = dir + "/" + tool;
-    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
-}  // namespace
 
 std::string device_smi_report(const std::string& device) {
   if (device.rfind("cuda", 0) != 0) return "";
   try {
-    if (auto smi = on_path("nvidia-smi"); !smi.empty()) {
+    if (auto smi = proc::find_on_path("nvidia-smi"); !smi.empty()) {
       auto r = proc::run_capture({smi, "--query-compute-apps=pid,process_name,used_memory", "--format=csv"});
       if (r.status == 0) return r.out;
     }
-    if (auto smi = on_path("rocm-smi"); !smi.empty()) {
+    if (auto smi = proc::find_on_path("rocm-smi"); !smi.empty()) {
       auto r = proc::run_capture({smi, "--showmeminfo", "vram", "--json"});
       if (r.status == 0) return r.out;
     }

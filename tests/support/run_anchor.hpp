@@ -17,7 +17,9 @@ struct AnchorRun {
 };
 
 // A JSON file the run wrote (report.json, manifest.json, work/*.json).
-inline nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(fs::read_file(path)); }
+inline nlohmann::json read_json(const std::filesystem::path& path) {
+  return nlohmann::json::parse(fs::read_file(path.string()));
+}
 
 // Runs `anchor args...` from the source directory with extra environment.
 inline AnchorRun run_anchor(const std::vector<std::string>& args,

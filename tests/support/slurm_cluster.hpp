@@ -26,15 +26,8 @@
 
 namespace anchor::testing {
 
-// The absolute path of `name` on PATH, /usr/sbin or /sbin; "" when absent.
-inline std::string find_program(const std::string& name) {
-  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
-  path += ":/usr/sbin:/sbin";
-  std::stringstream ss(path);
-  for (std::string d; std::getline(ss, d, ':');)
-    if (!d.empty() && ::access((d + "/" + name).c_str(), X_OK) == 0) return d + "/" + name;
-  return "";
-}
+// Slurm's and munge's daemons live in /usr/sbin, which a non-login PATH may lack.
+inline std::string find_program(const std::string& name) { return proc::find_on_path(name, "/usr/sbin:/sbin"); }
 
 class SlurmCluster {
  public:

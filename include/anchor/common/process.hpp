@@ -12,6 +12,10 @@ namespace anchor::proc {
 // Absolute path of the running executable (/proc/self/exe).
 std::string self_exe();
 
+// The absolute path of the executable `tool` in PATH's directories, then in
+// `more_dirs` (colon-separated, e.g. "/usr/sbin:/sbin"); "" when none has it.
+std::string find_on_path(const std::string& tool, const std::string& more_dirs = "");
+
 struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or overriding) the inherited environment
   bool capture_stdout = false;             // pipe the child's stdout to Child::stdout_fd

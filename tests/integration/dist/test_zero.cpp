@@ -22,20 +22,20 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "support/dist_ranks.hpp"
+#include "support/run_anchor.hpp"
 
 namespace {
 
 using anchor::testing::max_diff;
 using anchor::testing::RankRun;
 using anchor::testing::read_floats;
+using anchor::testing::read_json;
 using anchor::testing::run_ranks;
 
 using namespace anchor;
 using nlohmann::json;
 namespace fsys = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-json read_json(const fsys::path& p) { return json::parse(fs::read_file(p.string())); }
 
 std::vector<std::string> lines(const fsys::path& p) {
   std::ifstream f(p);
