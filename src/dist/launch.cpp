@@ -180,9 +180,11 @@ LaunchEnv detect_launch(const EnvLookup& env) {
           "SLURM_TASKS_PER_NODE", "run under srun, or pass --ntasks-per-node");
     check_world(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
     // The store port: MASTER_PORT, else one derived from the job id so that two
-    // jobs sharing a node do not collide.
+    // jobs sharing a node do not collide, in 20000..29999: below Linux's
+    // ephemeral range (32768..60999 by default), where any outgoing connection
+    // on the node may already hold it as its local port.
     std::optional<int> port;
-    if (auto job = env("SLURM_JOB_ID")) port = 20000 + parse_int("SLURM_JOB_ID", *job) % 20000;
+    if (auto job = env("SLURM_JOB_ID")) port = kSlurmPortBase + parse_int("SLURM_JOB_ID", *job) % kSlurmPortSpan;
     read_master(e, env, env("SLURM_LAUNCH_NODE_IPADDR"), port, "Slurm's environment");
     return e;
   }

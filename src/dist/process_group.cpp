@@ -13,6 +13,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <csignal>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -73,7 +75,21 @@ bool wait_for_key(c10d::Store& store, const std::string& k, Clock::time_point de
 
 namespace {
 
+// A peer that dies while this process writes to it must be an error this
+// process can diagnose ("rank 1 did not answer"), not a SIGPIPE that ends it
+// with status 141 before it says anything: Gloo's TCP transport writes with
+// writev(), which takes no MSG_NOSIGNAL. Python ignores SIGPIPE at start-up,
+// which is why torch.distributed never shows this; a C++ rank must do it
+// itself, before its first socket. Process-wide; a handler the embedding
+// program installed is kept, and the children anchor starts get SIG_DFL back
+// (proc::spawn).
+void ignore_broken_pipes() {
+  struct sigaction now {};
+  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeout_s) {
+  ignore_broken_pipes();
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   try {
     c10d::TCPStoreOptions o;

@@ -7,7 +7,9 @@
 // Several "nodes" are several slurmd processes on this host (`slurmd -N`):
 // Slurm places tasks on them as on real nodes (SLURM_NODEID, SLURM_LOCALID,
 // SLURM_TASKS_PER_NODE), only the filesystem and the host are shared.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +34,9 @@ inline std::string find_program(const std::string& name) { return proc::find_on_
 
 class SlurmCluster {
  public:
+  // The id of the cluster's first job; each later one is one more.
+  int first_job_id() const { return first_job_id_; }
+
   // Why a cluster cannot be started here ("" when it can): the daemons run as
   // root (SlurmUser=root, munged --force), and the packages must be installed.
   static std::string unavailable_reason() {
@@ -55,11 +61,7 @@ class SlurmCluster {
     start({find_program("munged"), "--foreground", "--force", "--socket=" + sock, "--key-file=" + key,
            "--pid-file=" + (dir_ / "munged.pid").string(), "--log-file=" + (dir_ / "log/munged.log").string(),
            "--seed-file=" + (dir_ / "munged.seed").string()});
-    // MASTER_PORT under Slurm defaults to 20000 + SLURM_JOB_ID % 20000: the
-    // first job id is chosen so that this port is free now (when the kernel
-    // hands out no port in 20001..39999, Slurm's default first id, 1, stays).
-    int port = 0;
-    for (int tries = 0; tries < 1000 && (port <= 20000 || port >= 40000); ++tries) port = dist::free_loopback_port();
+    first_job_id_ = choose_first_job_id();
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     std::ofstream conf(dir_ / "slurm.conf");
@@ -76,7 +78,7 @@ class SlurmCluster {
          << "SlurmdLogFile=" << (dir_ / "log/slurmd-%n.log").string() << "\n"
          << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n"
          << "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nReturnToService=2\n"
-         << (port > 20000 && port < 40000 ? "FirstJobId=" + std::to_string(port - 20000) + "\n" : std::string());
+         << "FirstJobId=" << first_job_id_ << "\n";
     std::string names;
     for (int n = 1; n <= nodes; ++n) {
       conf << "NodeName=n" << n << " NodeHostname=" << host << " NodeAddr=127.0.0.1 Port="
@@ -130,6 +132,36 @@ class SlurmCluster {
   }
 
  private:
+  // MASTER_PORT under Slurm defaults to kSlurmPortBase + SLURM_JOB_ID %
+  // kSlurmPortSpan. The first job id is chosen so that the ports of the
+  // cluster's first kJobs jobs are free now, starting from a place that
+  // depends on the process id, so that clusters of tests run side by side
+  // take different ones. Those ports lie below the kernel's ephemeral range,
+  // so no connection made meanwhile (another test's store client) takes one.
+  static int choose_first_job_id() {
+    constexpr int kJobs = 8;
+    const int start = static_cast<int>(::getpid()) % dist::kSlurmPortSpan;
+    for (int i = 0; i < dist::kSlurmPortSpan; i += kJobs) {
+      const int id = 1 + (start + i) % (dist::kSlurmPortSpan - kJobs);
+      bool all_free = true;
+      for (int j = 0; j < kJobs && all_free; ++j) all_free = port_is_free(dist::kSlurmPortBase + id + j);
+      if (all_free) return id;
+    }
+    throw std::runtime_error("no run of free ports in 20000..29999 for the test cluster's jobs");
+  }
+
+  // Whether a TCP listener could bind `port` on every interface now.
+  static bool port_is_free(int port) {
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return false;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool ok = ::bind(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+    ::close(s);
+    return ok;
+  }
   void start(const std::vector<std::string>& argv) {
     proc::SpawnOptions o;
     o.die_with_parent = true;
@@ -158,6 +190,7 @@ class SlurmCluster {
   std::filesystem::path dir_;
   std::map<std::string, std::string> env_;
   std::vector<proc::Child> daemons_;
+  int first_job_id_ = 1;
 };
 
 }  // namespace anchor::testing

@@ -42,6 +42,12 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_env();
 EnvLookup map_env(const std::map<std::string, std::string>& vars);
 
+// Under Slurm without MASTER_PORT, the store listens on
+// kSlurmPortBase + SLURM_JOB_ID % kSlurmPortSpan: 20000..29999, below Linux's
+// ephemeral ports (32768 and up), which outgoing connections take.
+inline constexpr int kSlurmPortBase = 20000;
+inline constexpr int kSlurmPortSpan = 10000;
+
 // Detects the launcher. torchrun's variables win over Slurm's (`srun torchrun …`
 // sets both; the ranks are torchrun's). Throws Error (kConfig) naming the
 // variables when the environment is partial (RANK without WORLD_SIZE, a

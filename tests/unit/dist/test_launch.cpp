@@ -1,11 +1,17 @@
 // The launch environment: torchrun/TorchElastic, Slurm, none; partial and
 // contradictory environments are errors that name the variables.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <map>
 #include <string>
 
 #include "anchor/dist/launch.hpp"
+#include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
 
 namespace {
@@ -124,7 +130,7 @@ TEST(Launch, Slurm) {
   EXPECT_EQ(e.local_rank, 1);
   EXPECT_EQ(e.local_world_size, 2);
   EXPECT_EQ(e.master_addr, "10.1.2.3");
-  EXPECT_EQ(e.master_port, 20000 + 123457 % 20000);  // derived from the job id
+  EXPECT_EQ(e.master_port, 20000 + 123457 % 10000);  // derived from the job id, below the ephemeral ports
   auto v = kSlurm;
   v["MASTER_ADDR"] = "node7";
   v["MASTER_PORT"] = "31000";
@@ -192,6 +198,39 @@ TEST(Launch, FreePortIsAUsableTcpPort) {
   const int p = dist::free_port();
   EXPECT_GT(p, 0);
   EXPECT_LT(p, 65536);
+}
+
+// In a child: optionally joins a store (one rank, hosting it), then writes to a
+// stream socket whose peer has closed. Returns the child's wait status.
+int write_to_a_closed_peer(bool join_a_store) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (join_a_store) {
+      dist::LaunchEnv env;
+      env.master_port = dist::free_port();
+      dist::Store store(env, 10);
+    }
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) ::_exit(10);
+    ::close(sv[1]);
+    const char byte = 'x';
+    const ssize_t n = ::write(sv[0], &byte, 1);
+    ::_exit(n < 0 && errno == EPIPE ? 0 : 11);  // reached only when SIGPIPE did not end the process
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// A rank whose peer dies while it writes (Gloo's writev) must see EPIPE and
+// name the dead rank, not die of SIGPIPE with status 141 and say nothing:
+// joining a store ignores SIGPIPE. Negative control: the same write in a
+// process that joined no store is ended by SIGPIPE.
+TEST(Launch, JoiningAStoreTurnsAWriteToADeadPeerIntoAnErrorNotSigpipe) {
+  const int joined = write_to_a_closed_peer(true);
+  EXPECT_TRUE(WIFEXITED(joined) && WEXITSTATUS(joined) == 0) << "wait status " << joined;
+  const int control = write_to_a_closed_peer(false);
+  EXPECT_TRUE(WIFSIGNALED(control) && WTERMSIG(control) == SIGPIPE) << "wait status " << control;
 }
 
 TEST(Launch, NprocPerNodeMustAgreeWithAnExternalLauncher) {
