@@ -6,10 +6,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -191,9 +194,46 @@ LaunchEnv detect_launch(const EnvLookup& env) {
   return e;  // a single process
 }
 
+bool port_is_free(int port, std::uint32_t addr) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(addr);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+  ::close(s);
+  return ok;
+}
+
 namespace {
 
+// The lowest port of the kernel's ephemeral range, from which it picks the
+// local port of an outgoing connection (32768 unless the node changed it).
+int ephemeral_low() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  return f >> lo >> hi && lo > 0 ? lo : 32768;
+}
+
 int free_port_on(std::uint32_t addr, const char* what) {
+  // A port below the ephemeral range, tried from a random place: between this
+  // check and the store's bind no outgoing connection can take it as its
+  // local port, which a port the kernel hands out for port 0 may be (seen as
+  // EADDRINUSE when tests run side by side); and two launchers started at
+  // once try different ports. Kept apart from Slurm's job-id ports. The
+  // kernel's choice is the fallback when that range has no room.
+  constexpr int kLow = 10000;
+  const int high = std::min(kSlurmPortBase, ephemeral_low());
+  if (high - kLow >= 1000) {
+    std::random_device rd;
+    const unsigned start = rd();
+    const int span = high - kLow;
+    for (int i = 0; i < 256; ++i) {
+      const int port = kLow + static_cast<int>((start + 7919u * static_cast<unsigned>(i)) % static_cast<unsigned>(span));
+      if (port_is_free(port, addr)) return port;
+    }
+  }
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   if (s < 0) throw io_error("socket", what, errno);
   sockaddr_in a{};

@@ -7,9 +7,7 @@
 // Several "nodes" are several slurmd processes on this host (`slurmd -N`):
 // Slurm places tasks on them as on real nodes (SLURM_NODEID, SLURM_LOCALID,
 // SLURM_TASKS_PER_NODE), only the filesystem and the host are shared.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -144,24 +142,12 @@ class SlurmCluster {
     for (int i = 0; i < dist::kSlurmPortSpan; i += kJobs) {
       const int id = 1 + (start + i) % (dist::kSlurmPortSpan - kJobs);
       bool all_free = true;
-      for (int j = 0; j < kJobs && all_free; ++j) all_free = port_is_free(dist::kSlurmPortBase + id + j);
+      for (int j = 0; j < kJobs && all_free; ++j) all_free = dist::port_is_free(dist::kSlurmPortBase + id + j);
       if (all_free) return id;
     }
     throw std::runtime_error("no run of free ports in 20000..29999 for the test cluster's jobs");
   }
 
-  // Whether a TCP listener could bind `port` on every interface now.
-  static bool port_is_free(int port) {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0) return false;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    const bool ok = ::bind(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
-    ::close(s);
-    return ok;
-  }
   void start(const std::vector<std::string>& argv) {
     proc::SpawnOptions o;
     o.die_with_parent = true;

@@ -57,13 +57,17 @@ inline constexpr int kSlurmPortSpan = 10000;
 LaunchEnv detect_launch(const EnvLookup& env);
 inline LaunchEnv detect_launch() { return detect_launch(process_env()); }
 
-// A TCP port the kernel just handed out on the loopback, closed again before
-// the caller's store binds it (a small window, fine on one node). Throws
-// Error (kIo) when no socket can be bound.
+// A TCP port free on the loopback now, for the caller's store to bind a moment
+// later: one in 10000..19999 (below the ephemeral ports that outgoing
+// connections take, and apart from Slurm's job-id ports), picked at random,
+// else one the kernel hands out. Throws Error (kIo) when no socket can be bound.
 int free_loopback_port();
-// A TCP port free on every interface (bound on INADDR_ANY, then closed): for a
-// store that ranks on other hosts must reach (the multi-node pilot's workers).
+// The same, free on every interface: for a store that ranks on other hosts
+// must reach (the multi-node pilot's workers).
 int free_port();
+// Whether a TCP listener could bind `port` on `addr` (host byte order,
+// INADDR_ANY by default) now. No SO_REUSEADDR: a port in TIME_WAIT counts as taken.
+bool port_is_free(int port, std::uint32_t addr = 0);
 
 // The variables the supervisor gives rank `rank` of `nproc` ranks it starts
 // itself on this node (torchrun's names, rank 0 hosting the store on `port`).

@@ -1,6 +1,7 @@
 // The launch environment: torchrun/TorchElastic, Slurm, none; partial and
 // contradictory environments are errors that name the variables.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -194,10 +195,26 @@ TEST(Launch, PlacedLaunchEnvironmentRoundTripsWithItsNode) {
   EXPECT_FALSE(e.agent_store);
 }
 
-TEST(Launch, FreePortIsAUsableTcpPort) {
-  const int p = dist::free_port();
-  EXPECT_GT(p, 0);
-  EXPECT_LT(p, 65536);
+// The launch port lies below the ephemeral ports (so no outgoing connection
+// takes it before the store binds it) and apart from Slurm's job-id ports,
+// and it can be bound. port_is_free's negative control: a port held by a
+// listener is not free.
+TEST(Launch, FreePortIsAUsableTcpPortBelowTheEphemeralOnes) {
+  for (int p : {dist::free_port(), dist::free_loopback_port()}) {
+    EXPECT_GE(p, 10000);
+    EXPECT_LT(p, dist::kSlurmPortBase);
+    EXPECT_TRUE(dist::port_is_free(p));
+  }
+  const int held = dist::free_port();
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(held));
+  ASSERT_EQ(::bind(s, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(s, 1), 0);
+  EXPECT_FALSE(dist::port_is_free(held));
+  ::close(s);
 }
 
 // In a child: optionally joins a store (one rank, hosting it), then writes to a
