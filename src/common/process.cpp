@@ -25,6 +25,11 @@ std::string self_exe() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : "unknown";
+}
+
 Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   if (argv.empty()) throw Error(ErrorKind::kRuntime, "spawn: empty command");
   // Everything the child needs is built before fork: only async-signal-safe calls after it.

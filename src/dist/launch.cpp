@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -226,13 +225,10 @@ int free_port_on(std::uint32_t addr, const char* what) {
   constexpr int kLow = 10000;
   const int high = std::min(kSlurmPortBase, ephemeral_low());
   if (high - kLow >= 1000) {
-    std::random_device rd;
-    const unsigned start = rd();
     const int span = high - kLow;
-    for (int i = 0; i < 256; ++i) {
-      const int port = kLow + static_cast<int>((start + 7919u * static_cast<unsigned>(i)) % static_cast<unsigned>(span));
-      if (port_is_free(port, addr)) return port;
-    }
+    const int start = static_cast<int>(std::random_device{}() % static_cast<unsigned>(span));
+    for (int i = 0; i < 256; ++i)
+      if (const int port = kLow + (start + i) % span; port_is_free(port, addr)) return port;
   }
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   if (s < 0) throw io_error("socket", what, errno);

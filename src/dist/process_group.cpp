@@ -71,10 +71,6 @@ bool wait_for_key(c10d::Store& store, const std::string& k, Clock::time_point de
   return wait_until([&] { return store.check({k}); }, deadline);
 }
 
-}  // namespace
-
-namespace {
-
 // A peer that dies while this process writes to it must be an error this
 // process can diagnose ("rank 1 did not answer"), not a SIGPIPE that ends it
 // with status 141 before it says anything: Gloo's TCP transport writes with

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "anchor/common/process.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::manifest {
@@ -264,8 +265,7 @@ nlohmann::json container_info(const std::string& config_digest, bool required) {
 
 nlohmann::json host_info() {
   nlohmann::json j;
-  char host[256] = {0};
-  j["hostname"] = ::gethostname(host, sizeof host - 1) == 0 ? std::string(host) : "unknown";
+  j["hostname"] = proc::host_name();
   std::string model = "unknown";
   {
     std::ifstream in("/proc/cpuinfo");

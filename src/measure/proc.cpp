@@ -22,7 +22,6 @@ ProcMemory read_proc_memory() {
   return m;
 }
 
-
 std::string device_smi_report(const std::string& device) {
   if (device.rfind("cuda", 0) != 0) return "";
   try {

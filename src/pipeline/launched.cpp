@@ -40,12 +40,6 @@ const char* const kSupervisor = "rank 0 (the pilot's supervisor)";
 const char* const kNonceFile = ".anchor-node-check";
 const char* const kGroups[] = {"reference", "resume"};
 
-std::string this_host() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
-
 bool expired(Clock::time_point deadline) { return Clock::now() >= deadline; }
 Clock::time_point after(double s) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -66,7 +60,7 @@ class StoreNodes : public PilotNodes {
   StoreNodes(dist::Store& store, const dist::LaunchEnv& launch, double timeout_s)
       : store_(store), launch_(launch), timeout_s_(timeout_s) {
     hosts_.assign(static_cast<std::size_t>(count()), "");
-    hosts_[0] = this_host();
+    hosts_[0] = proc::host_name();
   }
   int count() const override { return launch_.world_size / launch_.local_world_size; }
   int local_world_size() const override { return launch_.local_world_size; }
@@ -182,7 +176,7 @@ std::string nonce_problem(const std::string& dir, const std::string& nonce) {
 // or stop, and reports their statuses; then exits with the pilot's verdict.
 int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOptions& opts) {
   const int node = launch.rank / launch.local_world_size;
-  const std::string host = this_host();
+  const std::string host = proc::host_name();
   ANCHOR_LOG_INFO("pilot", "{}: agent of node {} ({}): starts this node's ranks of each worker", launch.describe(),
                   node, host);
   auto [which, value] = wait_any(store, {"pilot/exit", "pilot/run_dir"});

@@ -114,6 +114,13 @@ std::string rank_on_node(const RemoteRank& r) {
   return "rank " + std::to_string(r.rank) + " (node " + std::to_string(r.node) + (r.host.empty() ? "" : ", " + r.host) + ")";
 }
 
+// A failed worker's account (`why`), with the other nodes' failed ranks added
+// when it does not name them already.
+std::string with_remote(std::string why, const WorkerOutcome& w) {
+  if (!w.remote.empty() && why.find(w.remote) == std::string::npos) why += " [" + w.remote + "]";
+  return why;
+}
+
 // The pilot's exit code for a worker that failed: a config/data error (2) or a
 // verification failure (3) keeps its meaning; anything else (a crash, a
 // signal, an I/O error) is a runtime failure (1).
@@ -389,9 +396,9 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (std::filesystem::exists(p.run_dir + "/work/precision.json"))
     p.report.set_precision(read_json(p.run_dir + "/work/precision.json"));
   if (!a.killed_by_us) {
-    std::string why = a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window"
-                                      : a.error;
-    if (!a.remote.empty() && why.find(a.remote) == std::string::npos) why += " [" + a.remote + "]";
+    std::string why = with_remote(
+        a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window" : a.error,
+        a);
     if (a.error.empty() && a.open_stage == "precision" && p.report.json().contains("precision"))
       for (const auto& n : p.report.json()["precision"].value("non_finite", nlohmann::json::array()))
         why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.value("what", "") + " " +
@@ -423,12 +430,11 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // 6. Worker B, a fresh process: restore the newest committed checkpoint, eval, resume R steps.
   auto b = run_worker_process(p, WorkerRole::kResume);
   if (g_signal) return interrupted_exit(p);
-  if (b.status != 0)
+  if (b.status != 0) {
+    const std::string who = "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string());
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
-                (b.error.empty() ? "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string()) +
-                                       " exited with status " + std::to_string(b.status)
-                                 : b.error) +
-                    (b.remote.empty() || b.error.find(b.remote) != std::string::npos ? "" : " [" + b.remote + "]"));
+                with_remote(b.error.empty() ? who + " exited with status " + std::to_string(b.status) : b.error, b));
+  }
   auto res = read_json(p.run_dir + "/work/resume.json");
   for (const auto& s : res["stages"]) p.report.add_stage(s);
 

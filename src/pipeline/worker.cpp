@@ -198,28 +198,27 @@ bool refuses_start(const std::string& key) {
 // Every config key whose value differs: {"key", "checkpoint", "config", "refused"}.
 // pilot.*, checkpoint.* and report.* say how this pilot runs, not what it trains: not compared.
 nlohmann::json config_differences(const nlohmann::json& saved, const nlohmann::json& now) {
+  // The leaves of both configs as JSON pointers ("/model/n_layer"); a list
+  // ("/data/files/0", flatten()'s spelling of its elements) is compared whole.
+  std::set<std::string> pointers;
+  for (const auto* doc : {&saved, &now}) {
+    const auto flat = doc->flatten();  // items() refers into it: not a temporary
+    for (const auto& it : flat.items()) {
+      std::string ptr = it.key();
+      const auto slash = ptr.find_last_of('/');
+      if (slash > 0 && ptr.find_first_not_of("0123456789", slash + 1) == std::string::npos) ptr.resize(slash);
+      pointers.insert(ptr);
+    }
+  }
   nlohmann::json out = nlohmann::json::array();
-  const auto a = saved.flatten(), b = now.flatten();
-  std::set<std::string> keys;
-  for (const auto& it : a.items()) keys.insert(it.key());
-  for (const auto& it : b.items()) keys.insert(it.key());
-  for (const auto& ptr : keys) {
+  for (const auto& ptr : pointers) {
     std::string key = ptr.substr(1);
     std::replace(key.begin(), key.end(), '/', '.');
-    // flatten() spells list elements as key.N: compare the list as a whole.
-    if (auto dot = key.find_last_of('.'); dot != std::string::npos &&
-                                         key.find_first_not_of("0123456789", dot + 1) == std::string::npos)
-      key = key.substr(0, dot);
     if (key.rfind("pilot.", 0) == 0 || key.rfind("checkpoint.", 0) == 0 || key.rfind("report.", 0) == 0) continue;
-    const nlohmann::json::json_pointer jp("/" + [&] {
-      std::string k = key;
-      std::replace(k.begin(), k.end(), '.', '/');
-      return k;
-    }());
-    const nlohmann::json va = saved.contains(jp) ? saved.at(jp) : nlohmann::json(), vb = now.contains(jp) ? now.at(jp) : nlohmann::json();
-    if (va == vb) continue;
-    if (!out.empty() && out.back()["key"] == key) continue;  // a list, already listed
-    out.push_back({{"key", key}, {"checkpoint", va}, {"config", vb}, {"refused", refuses_start(key)}});
+    const nlohmann::json::json_pointer jp(ptr);
+    const auto va = saved.contains(jp) ? saved.at(jp) : nlohmann::json();
+    const auto vb = now.contains(jp) ? now.at(jp) : nlohmann::json();
+    if (va != vb) out.push_back({{"key", key}, {"checkpoint", va}, {"config", vb}, {"refused", refuses_start(key)}});
   }
   return out;
 }

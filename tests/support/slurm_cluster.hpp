@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -60,8 +61,7 @@ class SlurmCluster {
            "--pid-file=" + (dir_ / "munged.pid").string(), "--log-file=" + (dir_ / "log/munged.log").string(),
            "--seed-file=" + (dir_ / "munged.seed").string()});
     first_job_id_ = choose_first_job_id();
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
+    const std::string host = proc::host_name();
     std::ofstream conf(dir_ / "slurm.conf");
     conf << "ClusterName=anchortest\n"
          << "SlurmctldHost=" << host << "(127.0.0.1)\n"
@@ -132,15 +132,17 @@ class SlurmCluster {
  private:
   // MASTER_PORT under Slurm defaults to kSlurmPortBase + SLURM_JOB_ID %
   // kSlurmPortSpan. The first job id is chosen so that the ports of the
-  // cluster's first kJobs jobs are free now, starting from a place that
-  // depends on the process id, so that clusters of tests run side by side
-  // take different ones. Those ports lie below the kernel's ephemeral range,
-  // so no connection made meanwhile (another test's store client) takes one.
+  // cluster's first kJobs jobs are free now. Ids come in blocks of kJobs, tried
+  // from a random block: clusters of tests started side by side (with
+  // neighbouring process ids) take whole blocks, never overlapping runs of
+  // ports. Those ports lie below the kernel's ephemeral range, so no
+  // connection made meanwhile (another test's store client) takes one.
   static int choose_first_job_id() {
     constexpr int kJobs = 8;
-    const int start = static_cast<int>(::getpid()) % dist::kSlurmPortSpan;
-    for (int i = 0; i < dist::kSlurmPortSpan; i += kJobs) {
-      const int id = 1 + (start + i) % (dist::kSlurmPortSpan - kJobs);
+    constexpr int kBlocks = (dist::kSlurmPortSpan - 1) / kJobs;
+    const int start = static_cast<int>(std::random_device{}() % kBlocks);
+    for (int i = 0; i < kBlocks; ++i) {
+      const int id = 1 + ((start + i) % kBlocks) * kJobs;
       bool all_free = true;
       for (int j = 0; j < kJobs && all_free; ++j) all_free = dist::port_is_free(dist::kSlurmPortBase + id + j);
       if (all_free) return id;

@@ -12,6 +12,9 @@ namespace anchor::proc {
 // Absolute path of the running executable (/proc/self/exe).
 std::string self_exe();
 
+// This machine's host name (gethostname); "unknown" when it cannot be read.
+std::string host_name();
+
 // The absolute path of the executable `tool` in PATH's directories, then in
 // `more_dirs` (colon-separated, e.g. "/usr/sbin:/sbin"); "" when none has it.
 std::string find_on_path(const std::string& tool, const std::string& more_dirs = "");

@@ -1,4 +1,4 @@
-// proc::find_on_path: PATH first, then the extra directories.
+// proc::find_on_path: PATH first, then the extra directories; proc::host_name.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -29,6 +29,15 @@ TEST(FindOnPath, FindsAnExecutableOnPathOrInTheExtraDirectories) {
   EXPECT_EQ(proc::find_on_path("anchor-extra-tool", "/nonexistent:" + dir.string()), (dir / "anchor-extra-tool").string());
   EXPECT_EQ(proc::find_on_path("anchor-not-executable", dir.string()), "");
   std::filesystem::remove_all(dir);
+}
+
+// The kernel's host name, as /proc/sys/kernel/hostname has it.
+TEST(HostName, IsTheKernelsHostName) {
+  std::ifstream f("/proc/sys/kernel/hostname");
+  std::string expected;
+  ASSERT_TRUE(std::getline(f, expected));
+  EXPECT_FALSE(expected.empty());
+  EXPECT_EQ(proc::host_name(), expected);
 }
 
 }  // namespace
