@@ -3,6 +3,9 @@
 function(anchor_target_defaults target)
   target_compile_features(${target} PUBLIC cxx_std_17)
   target_compile_options(${target} PRIVATE -Wall -Wextra)
+  # fmt formats in the caller's TU (anchor/log.hpp), header-only: PyTorch 2.x
+  # ships its own fmt headers, which win on a torch target's include path.
+  target_compile_definitions(${target} PRIVATE FMT_HEADER_ONLY=1)
   if(ANCHOR_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
@@ -14,27 +17,53 @@ function(anchor_target_defaults target)
 endfunction()
 
 # anchor_module(<name> SOURCES ... [TORCH_SOURCES ...] [LIBS ...])
-# One object library per module (src/<name>/). TORCH_SOURCES use the shared
-# precompiled torch header; plain SOURCES skip it so they stay cheap to build.
+# One module (src/<name>/) as object libraries: `anchor_<name>` holds the
+# sources that never include torch; `anchor_<name>_torch` the ones that do
+# (or `anchor_<name>` alone when every source does). The torch sources reuse
+# the shared precompiled header. The front end `anchor` is built from the
+# torch-free objects only (ANCHOR_PLAIN_MODULES), so the boundary between the
+# two binaries is a build fact: a front-end reference to a torch translation
+# unit fails to link instead of pulling LibTorch in.
 set_property(GLOBAL PROPERTY ANCHOR_MODULES "")
-function(anchor_module name)
-  cmake_parse_arguments(M "" "" "SOURCES;TORCH_SOURCES;LIBS" ${ARGN})
-  set(t anchor_${name})
-  add_library(${t} OBJECT ${M_SOURCES} ${M_TORCH_SOURCES})
+set_property(GLOBAL PROPERTY ANCHOR_PLAIN_MODULES "")
+function(anchor_module_part t)
   anchor_target_defaults(${t})
   set_target_properties(${t} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_include_directories(${t} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>)
-  target_link_libraries(${t} PUBLIC ${M_LIBS})
-  if(M_TORCH_SOURCES)
-    target_link_libraries(${t} PUBLIC torch)
-    target_precompile_headers(${t} REUSE_FROM anchor_pch)
-    if(M_SOURCES)
-      set_source_files_properties(${M_SOURCES} TARGET_DIRECTORY ${t}
-        PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
-    endif()
-  endif()
   set_property(GLOBAL APPEND PROPERTY ANCHOR_MODULES ${t})
+endfunction()
+function(anchor_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;TORCH_SOURCES;LIBS" ${ARGN})
+  set(t anchor_${name})
+  if(M_SOURCES)
+    add_library(${t} OBJECT ${M_SOURCES})
+    anchor_module_part(${t})
+    target_link_libraries(${t} PUBLIC ${M_LIBS})
+    set_property(GLOBAL APPEND PROPERTY ANCHOR_PLAIN_MODULES ${t})
+    set(t ${t}_torch)
+  endif()
+  if(M_TORCH_SOURCES)
+    add_library(${t} OBJECT ${M_TORCH_SOURCES})
+    anchor_module_part(${t})
+    target_link_libraries(${t} PUBLIC ${M_LIBS} torch)
+    if(M_SOURCES)
+      target_link_libraries(${t} PUBLIC anchor_${name})
+    endif()
+    target_precompile_headers(${t} REUSE_FROM anchor_pch)
+  endif()
+endfunction()
+
+# The object libraries a LIBS list means: each module with its torch part.
+function(anchor_expand_modules out)
+  set(libs "")
+  foreach(l IN LISTS ARGN)
+    list(APPEND libs ${l})
+    if(TARGET ${l}_torch)
+      list(APPEND libs ${l}_torch)
+    endif()
+  endforeach()
+  set(${out} ${libs} PARENT_SCOPE)
 endfunction()

@@ -34,7 +34,7 @@ void hand_over_to_torch(const std::string& why) {
   for (std::size_t i = 1; i < g_argv.size(); ++i) args.push_back(g_argv[i].data());
   args.push_back(nullptr);
   std::fflush(nullptr);
-  if (auto logger = spdlog::default_logger()) logger->flush();
+  log::flush();
   ::execv(bin.c_str(), args.data());
   const int e = errno;
   throw Error(ErrorKind::kRuntime, "cannot start " + bin + " (" + why + "): " + std::strerror(e),

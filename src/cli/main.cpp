@@ -24,7 +24,7 @@ int finish(int rc) {
   std::cout.flush();
   std::fflush(stdout);
   std::fflush(stderr);
-  if (auto logger = spdlog::default_logger()) logger->flush();
+  anchor::log::flush();
 #if defined(__SANITIZE_ADDRESS__) || defined(ANCHOR_SANITIZED)
   return rc;
 #else

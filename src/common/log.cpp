@@ -1,10 +1,26 @@
 #include "anchor/log.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "anchor/error.hpp"
 
 namespace anchor::log {
+
+namespace {
+
+spdlog::level::level_enum to_spdlog(Level level) {
+  switch (level) {
+    case Level::kDebug: return spdlog::level::debug;
+    case Level::kInfo: return spdlog::level::info;
+    case Level::kWarn: return spdlog::level::warn;
+    case Level::kError: return spdlog::level::err;
+    case Level::kOff: break;
+  }
+  return spdlog::level::off;
+}
+
+}  // namespace
 
 void init(Level level) {
   auto logger = spdlog::get("anchor");
@@ -13,13 +29,17 @@ void init(Level level) {
     logger->set_pattern("%^%L%$ %H:%M:%S.%e %v");
     spdlog::set_default_logger(logger);
   }
-  switch (level) {
-    case Level::kDebug: spdlog::set_level(spdlog::level::debug); break;
-    case Level::kInfo: spdlog::set_level(spdlog::level::info); break;
-    case Level::kWarn: spdlog::set_level(spdlog::level::warn); break;
-    case Level::kError: spdlog::set_level(spdlog::level::err); break;
-    case Level::kOff: spdlog::set_level(spdlog::level::off); break;
-  }
+  spdlog::set_level(to_spdlog(level));
+}
+
+bool enabled(Level level) { return level != Level::kOff && spdlog::should_log(to_spdlog(level)); }
+
+void write(Level level, std::string_view tag, const std::string& message) {
+  spdlog::log(to_spdlog(level), "[{}] {}", tag, message);
+}
+
+void flush() {
+  if (auto logger = spdlog::default_logger()) logger->flush();
 }
 
 Level parse_level(std::string_view name) {
