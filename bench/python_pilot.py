@@ -3,7 +3,7 @@
 (issue 3, "Benchmark"; bench/bench_pilot.sh runs both side by side).
 
 It does what `anchor pilot` does, the way a careful engineer would write it in
-plain PyTorch (python3-torch 1.13, /usr/bin/python3):
+plain PyTorch (python3-torch 1.13 at /usr/bin/python3, or torch 2.x: scripts/torch2-python):
 
   parent (this script, no --role; never imports torch)
     -> worker A (fresh process, --role reference): load, train K steps, eval,
@@ -16,8 +16,9 @@ plain PyTorch (python3-torch 1.13, /usr/bin/python3):
     -> the parent compares losses, grad norms, eval and a SHA-256 digest of
        every parameter, optimizer and RNG tensor (bitwise on CPU).
 
-Same model as src/model/gpt.cpp (pre-LN GPT, tanh GELU, hand-written causal
-attention with a float -inf mask, tied head, same init), same byte-level data
+Same model as src/model/gpt.cpp (pre-LN GPT, tanh GELU, causal attention as
+model.attention says: scaled_dot_product_attention on torch 2.x under auto, or
+written out with a float -inf mask; tied head, same init), same byte-level data
 and windowing as src/data/dataset.cpp, the same splitmix64 permutation sampler
 and SHA-256 seed derivation (so the losses match anchor's), torch.optim.AdamW
 (decay only on >= 2-D parameters), clip_grad_norm_, warmup + cosine LR from the
@@ -25,6 +26,7 @@ step, gradient accumulation, the config's thread count.
 
 Usage:
   /usr/bin/python3 bench/python_pilot.py [configs/pilot.yaml] --run-dir DIR [--json]
+  scripts/torch2-python bench/python_pilot.py ...    (torch 2.x, the wheel the torch2 build links)
 Writes DIR/work/{reference,resume}.json and DIR/summary.json; exit 0 when the
 resume matches, 3 when it does not, 1 on any other failure.
 """
@@ -50,7 +52,7 @@ MASK64 = (1 << 64) - 1
 DEFAULTS = {
     "run": {"seed": 1234, "deterministic": True, "threads": 1},
     "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, "block_size": 64,
-              "dropout": 0.1, "bias": True},
+              "dropout": 0.1, "bias": True, "attention": "auto"},
     "data": {"format": "text", "train": [], "val": [], "seq_len": 64},
     "train": {"micro_batch": 4, "grad_accum": 1, "total_steps": 0,
               "optimizer": {"lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
@@ -153,8 +155,14 @@ class ByteData:
 
 # ----------------------------------------------------------------- model ----
 
-def build_model(torch, m):
+def build_model(torch, m, ckpt_every=0):
+    """The built-in GPT; ckpt_every N > 0 recomputes blocks N, 2N, ... in backward
+    (torch.utils.checkpoint, non-reentrant), as train.activation_checkpointing does."""
     nn, F = torch.nn, torch.nn.functional
+    if ckpt_every > 0:
+        import torch.utils.checkpoint  # noqa: F401  (not imported by `import torch` on 1.13)
+    # model.attention as anchor resolves it: auto is scaled_dot_product_attention where torch has it (2.x).
+    sdpa = m["attention"] == "sdpa" or (m["attention"] == "auto" and hasattr(F, "scaled_dot_product_attention"))
 
     class Block(nn.Module):
         def __init__(self):
@@ -179,11 +187,16 @@ def build_model(torch, m):
             q = q.view(B, T, self.n_head, hd).transpose(1, 2)
             k = k.view(B, T, self.n_head, hd).transpose(1, 2)
             v = v.view(B, T, self.n_head, hd).transpose(1, 2)
-            att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-            att = att.masked_fill(mask, float("-inf"))
-            att = self.attn_drop(torch.softmax(att, -1))
-            y = torch.matmul(att, v).transpose(1, 2).contiguous().view(B, T, C)
+            if sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0,
+                                                   is_causal=True)
+            else:
+                att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+                att = att.masked_fill(mask, float("-inf"))
+                att = self.attn_drop(torch.softmax(att, -1))
+                y = torch.matmul(att, v)
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
             return self.resid_drop(self.attn.c_proj(y))
 
         def forward(self, x):
@@ -214,8 +227,11 @@ def build_model(torch, m):
             T = idx.size(1)
             pos = torch.arange(T, dtype=torch.long, device=idx.device)
             x = self.drop(self.wte(idx) + self.wpe(pos))
-            for b in self.h:
-                x = b(x)
+            for i, b in enumerate(self.h):
+                if ckpt_every > 0 and (i + 1) % ckpt_every == 0:
+                    x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+                else:
+                    x = b(x)
             logits = torch.matmul(self.ln_f(x), self.wte.weight.t())  # tied head
             return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 

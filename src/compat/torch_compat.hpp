@@ -5,28 +5,93 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <ATen/autocast_mode.h>
+#if defined(ANCHOR_WITH_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#endif
 
 #include <string>
 
 #include "anchor/error.hpp"
 
-namespace anchor::train::compat {
+namespace anchor::compat {
 
 inline std::string torch_version() { return TORCH_VERSION; }
+
+// Why this process cannot use a CUDA device: "" when it can.
+inline std::string cuda_unavailable_reason() {
+#if defined(ANCHOR_WITH_CUDA)
+  // Without the driver library the runtime says "driver version is
+  // insufficient", which misleads on a machine that has no driver at all.
+  // (Left loaded when found: unloading the driver library is not supported.)
+  if (::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) == nullptr)
+    return "no NVIDIA driver (libcuda.so.1 cannot be loaded)";
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+  return n > 0 && torch::cuda::is_available() ? "" : "no CUDA device is visible";
+#else
+  return "this LibTorch is built without CUDA";
+#endif
+}
 
 // "cpu", "cuda", "cuda:N", "rocm" (HIP builds expose it as cuda), "auto".
 inline torch::Device resolve_device(const std::string& name) {
   std::string n = name == "rocm" ? "cuda" : name;
   if (n == "auto") n = torch::cuda::is_available() ? "cuda" : "cpu";
   if (n.rfind("cuda", 0) == 0) {
-    if (!torch::cuda::is_available())
+    if (!torch::cuda::is_available()) {
+#if defined(ANCHOR_WITH_CUDA)
       throw Error(ErrorKind::kConfig, "device '" + name + "' requested, but this LibTorch (" + torch_version() +
-                                          ") sees no CUDA/HIP device",
+                                          ", built with CUDA) can use no device: " + cuda_unavailable_reason(),
+                  "check that nvidia-smi (or rocm-smi) lists a GPU and that CUDA_VISIBLE_DEVICES does not hide it; "
+                  "on a machine without a GPU use device: cpu");
+#else
+      throw Error(ErrorKind::kConfig, "device '" + name + "' requested, but this LibTorch (" + torch_version() +
+                                          ") is built without CUDA/HIP: " + cuda_unavailable_reason(),
                   "use device: cpu here, or build against a CUDA/ROCm LibTorch on a GPU node (docs/development.md)");
+#endif
+    }
     if (n == "cuda") n = "cuda:0";
   }
   return torch::Device(n);
 }
+
+// Waits until the device has run what was queued on it, so that a timer read
+// next covers the kernels, not just their launches (CUDA is asynchronous: the
+// optimizer step's kernels are still running when its call returns). A no-op
+// on the CPU.
+inline void synchronize(const torch::Device& device) {
+#if defined(ANCHOR_WITH_CUDA)
+  if (device.is_cuda()) {
+    c10::cuda::CUDAGuard guard(device.index());
+    c10::cuda::device_synchronize();
+  }
+#else
+  (void)device;
+#endif
+}
+
+// Scaled dot-product attention through at::scaled_dot_product_attention
+// (LibTorch 2.0 on; flash or memory-efficient kernels on a GPU, a fused
+// kernel on the CPU), scale 1/sqrt(head_dim). q, k, v: [B, heads, T,
+// head_dim]. LibTorch 1.13 has only a private variant: the built-in GPT
+// writes attention out there (model.attention, docs/models.md).
+#if TORCH_VERSION_MAJOR >= 2
+inline constexpr bool kHasSdpa = true;
+inline torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double dropout_p,
+                          bool causal) {
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, causal);
+}
+#else
+inline constexpr bool kHasSdpa = false;
+inline torch::Tensor sdpa(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double, bool) {
+  throw Error(ErrorKind::kConfig, "model.attention sdpa needs LibTorch 2.0 or newer; this is " + torch_version(),
+              "use model.attention: manual (or auto), or build against PyTorch 2.x (make torch2)");
+}
+#endif
 
 inline void set_deterministic(bool on) {
 #if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 11)
@@ -66,4 +131,4 @@ inline void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
 }
 #endif
 
-}  // namespace anchor::train::compat
+}  // namespace anchor::compat

@@ -11,6 +11,7 @@
 
 #include <sstream>
 
+#include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
 #include "config/schema.hpp"
@@ -274,6 +275,11 @@ class Loader {
         conflict({"model.torchscript"}, "model.torchscript is set but model.source is " +
                                             m.source + " (set model.source: torchscript to use it)");
     }
+    if (ok({"model.attention"}) && c.model.attention == "sdpa" && !build::kLibTorchHasSdpa)
+      conflict({"model.attention"},
+               std::string("model.attention sdpa needs LibTorch 2.0 or newer; this anchor is built against "
+                           "LibTorch ") + build::kLibTorchVersion +
+                   " (use manual, or auto, which is manual here; or build against PyTorch 2.x: make torch2)");
     if (ok({"train.total_steps", "train.total_tokens"}) && c.train.total_steps != 0 &&
         c.train.total_tokens != 0)
       conflict({"train.total_tokens", "train.total_steps"},

@@ -86,6 +86,8 @@ std::vector<Field> make_fields() {
           "pilot (#3)").at_least(0).below(1),
     Field(ANCHOR_KEY(model.bias), "Biases in linear layers and layer norms (GPT-2 has them).",
           "pilot (#3)"),
+    Field(ANCHOR_KEY(model.attention), "Causal self-attention of the built-in GPT: sdpa (torch's scaled_dot_product_attention: flash or memory-efficient kernels on a GPU; LibTorch 2.x only), manual (written out: matmul, -inf mask, softmax, dropout; the same on every LibTorch), auto (sdpa where this build's LibTorch has it, else manual). The report records which ran.",
+          "LibTorch 2.x (#13)").one_of({"auto", "sdpa", "manual"}),
     Field(ANCHOR_KEY(model.weights), "source=safetensors: weights file in the Hugging Face GPT-2 layout. Pinned by SHA-256.",
           "pin (#2), pilot (#3)").config_relative(),
     Field(ANCHOR_KEY(model.torchscript), "source=torchscript: a TorchScript module whose forward(inputs, targets) returns the mean loss as a 0-dim tensor (contract and a Python example: docs/models.md). Pinned by SHA-256.",

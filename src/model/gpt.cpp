@@ -7,11 +7,20 @@
 
 #include "anchor/checkpoint/safetensors.hpp"
 #include "anchor/error.hpp"
+#include "compat/torch_compat.hpp"
 
 namespace anchor::model {
 
+const char* attention_name(Attention a) { return a == Attention::kSdpa ? "sdpa" : "manual"; }
+
 GptOptions GptOptions::from(const config::ModelConfig& m) {
   GptOptions o;
+  if (m.attention == "sdpa" && !compat::kHasSdpa)
+    throw Error(ErrorKind::kConfig,
+                "model.attention sdpa needs LibTorch 2.0 or newer; this is " + compat::torch_version(),
+                "use model.attention: manual (or auto), or build against PyTorch 2.x (make torch2)");
+  o.attention = m.attention == "sdpa" || (m.attention == "auto" && compat::kHasSdpa) ? Attention::kSdpa
+                                                                                    : Attention::kManual;
   o.n_layer = m.n_layer;
   o.n_head = m.n_head;
   o.n_embd = m.n_embd;
@@ -44,13 +53,21 @@ torch::Tensor BlockImpl::attention(const torch::Tensor& x) {
   auto q = qkv[0].view({B, T, o_.n_head, hd}).transpose(1, 2);
   auto k = qkv[1].view({B, T, o_.n_head, hd}).transpose(1, 2);
   auto v = qkv[2].view({B, T, o_.n_head, hd}).transpose(1, 2);
-  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  // A float -inf mask (not a bool mask: see LIBTORCH_NOTES.md), built on the input's device.
-  auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
-  att = att.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  att = torch::softmax(att, -1);
-  att = attn_drop->forward(att);
-  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  torch::Tensor y;
+  if (o_.attention == Attention::kSdpa) {
+    // The same scale (1/sqrt(hd)) and causal mask; dropout on the attention
+    // weights happens inside, from the same generator, only while training.
+    y = compat::sdpa(q, k, v, is_training() ? o_.dropout : 0.0, /*causal=*/true);
+  } else {
+    auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+    // A float -inf mask (not a bool mask: see LIBTORCH_NOTES.md), built on the input's device.
+    auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    att = att.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    att = torch::softmax(att, -1);
+    att = attn_drop->forward(att);
+    y = torch::matmul(att, v);
+  }
+  y = y.transpose(1, 2).contiguous().view({B, T, C});
   return resid_drop->forward(attn_proj->forward(y));
 }
 

@@ -36,6 +36,7 @@ class BuiltinGpt final : public Model {
     return "counted: 6N (N without position embeddings) + the attention term 12 * n_layer * n_embd * seq_len";
   }
   std::string kind() const override { return "builtin"; }
+  std::string attention() const override { return attention_name(gpt_->options().attention); }
 
  private:
   Gpt gpt_;

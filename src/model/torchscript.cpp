@@ -57,6 +57,7 @@ class TorchScriptModel final : public Model {
            "and embedding lookups are not counted separately";
   }
   std::string kind() const override { return "torchscript"; }
+  std::string attention() const override { return "module"; }
 
   torch::Tensor check_loss(const c10::IValue& out, const torch::Tensor& x) const {
     if (!out.isTensor())

@@ -51,6 +51,8 @@ std::string stage_figure(const nlohmann::json& s) {
   else if (f.contains("verdict")) os << f["verdict"].get<std::string>() << " (" << f["mode"].get<std::string>() << ")";
   else if (f.contains("parameters"))
     os << f["parameters"] << " params"
+       << (f.value("attention", "module") != "module" ? ", " + f["attention"].get<std::string>() + " attention"
+                                                       : std::string())
        << (f.value("start_from", "init") == "latest" ? ", from step " + f["start_step"].dump() : std::string());
   else if (f.contains("memory_saved_bytes") && f.contains("time_added_percent"))
     os << std::fixed << std::setprecision(1) << f["memory_saved_percent"].get<double>() << "% memory saved, " << std::showpos

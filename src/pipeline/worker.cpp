@@ -65,28 +65,11 @@ WorkerContext load_context(const WorkerOptions& opts) {
   return ctx;
 }
 
-nlohmann::json memory_json(const measure::TensorMemory& m) {
-  nlohmann::json j = {{"allocated_bytes", m.allocated_bytes}, {"peak_allocated_bytes", m.peak_allocated_bytes},
-                      {"source", m.source}};
-  if (m.reserved_bytes >= 0) {
-    j["reserved_bytes"] = m.reserved_bytes;
-    j["peak_reserved_bytes"] = m.peak_reserved_bytes;
-  }
-  if (m.device_total_bytes >= 0) {
-    j["device_total_bytes"] = m.device_total_bytes;
-    j["device_free_bytes"] = m.device_free_bytes;
-  }
-  const auto proc = measure::read_proc_memory();
-  j["rss_bytes"] = proc.rss_bytes;
-  j["peak_rss_bytes"] = proc.hwm_bytes;
-  return j;
-}
-
 // Peak tensor memory of one stage: reset when it starts, read when it ends.
 class StageMemory {
  public:
   explicit StageMemory(std::string device) : device_(std::move(device)) { measure::reset_peak(device_); }
-  nlohmann::json read() const { return memory_json(measure::tensor_memory(device_)); }
+  nlohmann::json read() const { return measure::memory_json(measure::tensor_memory(device_), measure::read_proc_memory()); }
 
  private:
   std::string device_;
@@ -360,8 +343,10 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
                       {"n_head", ctx.cfg.model.n_head}, {"n_embd", ctx.cfg.model.n_embd},
                       {"vocab_size", ctx.cfg.model.vocab_size}, {"seq_len", ctx.cfg.data.seq_len},
                       {"flops_per_token", t.flops_per_token()}, {"source", ctx.cfg.model.source},
-                      {"flops_per_token_note", t.model().flops_note()}};
+                      {"flops_per_token_note", t.model().flops_note()},
+                      {"attention", t.model().attention()}};
   stages.push_back(load.end({{"parameters", t.num_parameters()},
+                             {"attention", t.model().attention()},
                              {"device", dev},
                              {"train_windows", t.dataset().train().size()},
                              {"val_windows", t.dataset().val().size()},

@@ -9,7 +9,7 @@
 #include "anchor/common/sha256.hpp"
 #include "anchor/error.hpp"
 #include "anchor/train/trainer.hpp"
-#include "compat.hpp"
+#include "compat/torch_compat.hpp"
 
 namespace anchor::train {
 

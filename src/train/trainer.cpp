@@ -22,7 +22,7 @@
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/train/schedule.hpp"
-#include "compat.hpp"
+#include "compat/torch_compat.hpp"
 
 namespace anchor::train {
 namespace {
@@ -334,6 +334,7 @@ StepRecord Trainer::train_step() {
     if (sharded) zero_optimizer_step(*opt_, owner_, rank_, r.lr);
     else opt_->step(r.lr);
   }
+  compat::synchronize(device_);  // the step's time and peak memory include its optimizer kernels
   r.compute_s += seconds_since(t2);
   if (sharded) r.comm_s += zero_broadcast_parameters(*pg_, *opt_, owner_, bucket_bytes_, step_);
   if (pg_ && check_replicas_) {

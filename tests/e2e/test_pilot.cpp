@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "support/run_anchor.hpp"
@@ -44,6 +45,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_EQ(report["resume"]["saved_step"], 2);
   EXPECT_EQ(report["resume"]["restored_step"], 2);
   EXPECT_EQ(report["eval"]["before_save"], report["eval"]["after_restore"]);
+  // model.attention auto: scaled_dot_product_attention where this LibTorch has it.
+  EXPECT_EQ(report["measurements"]["model"]["attention"], anchor::build::kLibTorchHasSdpa ? "sdpa" : "manual");
   // The torn second save is on disk, uncommitted, and restore skipped it.
   ASSERT_EQ(report["resume"]["skipped"].size(), 1u) << report["resume"].dump(2);
   EXPECT_NE(report["resume"]["skipped"][0]["dir"].get<std::string>().find("step-00000004.tmp-"), std::string::npos);
@@ -172,6 +175,24 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   EXPECT_EQ(report["status"], "interrupted");
   EXPECT_EQ(report["exit_code"], 143);
   EXPECT_TRUE(std::filesystem::exists(committed));
+}
+
+// A GPU asked for where none is usable (CUDA_VISIBLE_DEVICES hides every one,
+// on any machine): exit 2 before any training, saying what this LibTorch is:
+// built without CUDA (Debian's), or with CUDA and no device here (torch2).
+TEST(Pilot, CudaWithoutAUsableGpuIsAConfigErrorBeforeTraining) {
+  TempDir t("pilot-nogpu");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "device=cuda"},
+                      {{"CUDA_VISIBLE_DEVICES", ""}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("device 'cuda' requested"), std::string::npos) << r.output;
+  if (anchor::build::kLibTorchHasCuda) {
+    EXPECT_NE(r.output.find("built with CUDA) can use no device"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << r.output;
+  } else {
+    EXPECT_NE(r.output.find("is built without CUDA"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/checkpoints/step-00000002"))) << "nothing was trained";
 }
 
 TEST(Pilot, JsonPrintsTheReportOnStdoutAndLogsStayOnStderr) {

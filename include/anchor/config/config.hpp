@@ -36,6 +36,7 @@ struct ModelConfig {
   int block_size = 64;                  // maximum positions (>= data.seq_len)
   double dropout = 0.1;
   bool bias = true;
+  std::string attention = "auto";       // auto | sdpa | manual (built-in GPT; docs/models.md)
   std::string weights;                  // source=safetensors: HF GPT-2 layout file
   std::string torchscript;              // source=torchscript: module file
 };

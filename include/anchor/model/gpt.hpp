@@ -1,7 +1,8 @@
 #pragma once
 // The built-in GPT family: decoder-only, pre-LayerNorm, GELU (tanh), dropout,
-// causal self-attention written by hand so it computes the same on LibTorch
-// 1.13 and 2.x. Parameter names follow Hugging Face's GPT-2 layout
+// causal self-attention either through torch's scaled_dot_product_attention
+// (LibTorch 2.x: flash / memory-efficient kernels on a GPU) or written out by
+// hand (the same on LibTorch 1.13 and 2.x; model.attention). Parameter names follow Hugging Face's GPT-2 layout
 // (wte, wpe, h.N.ln_1, h.N.attn.c_attn, h.N.attn.c_proj, h.N.ln_2,
 // h.N.mlp.c_fc, h.N.mlp.c_proj, ln_f); the LM head is tied to wte.
 // Linear weights are stored [out, in] as torch::nn::Linear does; the loader
@@ -15,10 +16,16 @@
 
 namespace anchor::model {
 
+enum class Attention { kManual, kSdpa };
+const char* attention_name(Attention a);  // "manual" | "sdpa"
+
 struct GptOptions {
   int n_layer = 2, n_head = 4, n_embd = 64, vocab_size = 256, block_size = 64;
   double dropout = 0.1;
   bool bias = true;
+  Attention attention = Attention::kManual;
+  // model.attention auto resolves to sdpa where this LibTorch has it (2.0 on),
+  // else manual. Throws Error (kConfig) for sdpa on a LibTorch without it.
   static GptOptions from(const config::ModelConfig& m);
 };
 

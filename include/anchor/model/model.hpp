@@ -36,6 +36,9 @@ class Model {
   virtual std::string flops_note() const = 0;
   // "builtin" or "torchscript" (model.source; safetensors weights are builtin).
   virtual std::string kind() const = 0;
+  // How attention is computed: "sdpa" or "manual" for the built-in GPT
+  // (model.attention resolved); "module" for a TorchScript module (its own).
+  virtual std::string attention() const = 0;
 
   std::vector<torch::Tensor> parameters() const;
   std::int64_t num_parameters() const;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
@@ -197,6 +198,26 @@ TEST_P(RuleTest, BadIsOneProblemGoodLoads) {
 
 INSTANTIATE_TEST_SUITE_P(Config, RuleTest, ::testing::ValuesIn(rules()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// model.attention sdpa is checked against the LibTorch this build links: on
+// 1.13 it is refused, naming the version and the way out; on 2.x accepted.
+// auto and manual load everywhere; anything else is not a choice.
+TEST(ConfigLoad, AttentionSdpaNeedsALibTorchThatHasIt) {
+  const auto sdpa = problems_of(kMinimal + "model:\n  attention: sdpa\n");
+  if (anchor::build::kLibTorchHasSdpa) {
+    EXPECT_TRUE(sdpa.empty()) << dump(sdpa);
+  } else {
+    ASSERT_EQ(sdpa.size(), 1u) << dump(sdpa);
+    EXPECT_EQ(sdpa[0].key, "model.attention");
+    EXPECT_NE(sdpa[0].message.find("needs LibTorch 2.0 or newer"), std::string::npos) << sdpa[0].message;
+    EXPECT_NE(sdpa[0].message.find(anchor::build::kLibTorchVersion), std::string::npos) << sdpa[0].message;
+  }
+  EXPECT_TRUE(problems_of(kMinimal + "model:\n  attention: manual\n").empty());
+  EXPECT_TRUE(problems_of(kMinimal + "model:\n  attention: auto\n").empty());
+  const auto typo = problems_of(kMinimal + "model:\n  attention: flash\n");
+  ASSERT_EQ(typo.size(), 1u) << dump(typo);
+  EXPECT_EQ(typo[0].key, "model.attention");
+}
 
 // ---------------------------------------------------------------------------
 
