@@ -118,7 +118,13 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
   add_model_file("weights", "model.weights", cfg.model.weights);
   add_model_file("torchscript", "model.torchscript", cfg.model.torchscript);
 
-  // Libraries before any probe that might dlopen more of them.
+  // The probes first: asking cuDNN its version loads its sub-libraries
+  // (libcudnn_graph, libz), and the device probe opens the CUDA driver. Listed
+  // after them, the loaded libraries are the same however often this process
+  // pins (a second pin in one process would otherwise see more), and they are
+  // what a GPU run has loaded anyway.
+  nlohmann::json runtime = runtime_versions();
+  nlohmann::json device = device_info(cfg.device);
   std::vector<LoadedLibrary> libs = loaded_shared_libraries();
   const std::string exe = proc::self_exe();
 
@@ -212,7 +218,7 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
     seeds[purpose] = config::derive_seed(root, purpose);
   m["seeds"] = std::move(seeds);
 
-  nlohmann::json deps = runtime_versions();
+  nlohmann::json deps = std::move(runtime);
   deps["anchor"] = {{"version", build::kVersion},
                     {"git_commit", build::kGitCommit},
                     {"git_dirty", build::kGitDirty},
@@ -245,7 +251,7 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
 
   m["container"] = std::move(container);
   m["host"] = host_info();
-  m["device"] = device_info(cfg.device);
+  m["device"] = std::move(device);
   m["hashing"] = {{"threads", stats.threads},
                   {"cache", cache ? nlohmann::json(cache->file()) : nlohmann::json(nullptr)},
                   {"files_hashed", stats.files_hashed},

@@ -13,6 +13,7 @@
 #if defined(ANCHOR_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -90,7 +91,53 @@ void CountingAllocator::release(void* p) {
 
 bool is_cuda(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
+#if defined(ANCHOR_WITH_CUDA)
+// c10's CUDA caching allocator (HIP's in a ROCm build) and the driver's view.
+class CudaStatsSource final : public DeviceStatsSource {
+ public:
+  DeviceAllocatorStats read(int index) override {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    DeviceAllocatorStats out;
+    // [0] is StatType::AGGREGATE: small and large pools together.
+    out.allocated_bytes = stats.allocated_bytes[0].current;
+    out.peak_allocated_bytes = stats.allocated_bytes[0].peak;
+    out.reserved_bytes = stats.reserved_bytes[0].current;
+    out.peak_reserved_bytes = stats.reserved_bytes[0].peak;
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+      out.total_bytes = static_cast<std::int64_t>(total_b);
+      out.free_bytes = static_cast<std::int64_t>(free_b);
+    }
+    return out;
+  }
+  void reset_peak(int index) override { c10::cuda::CUDACachingAllocator::resetPeakStats(index); }
+};
+
+DeviceStatsSource* build_source() {
+  static CudaStatsSource source;
+  return &source;
+}
+#else
+DeviceStatsSource* build_source() { return nullptr; }
+#endif
+
+DeviceStatsSource* g_source = build_source();
+
+// "cuda:N" -> N; "cuda" -> the current device (0 without a source that knows better).
+int device_index(const std::string& device) {
+  const auto colon = device.find(':');
+  if (colon != std::string::npos) return std::stoi(device.substr(colon + 1));
+#if defined(ANCHOR_WITH_CUDA)
+  if (g_source == build_source()) return c10::cuda::current_device();
+#endif
+  return 0;
+}
+
 }  // namespace
+
+DeviceStatsSource* device_stats_source() { return g_source; }
+void set_device_stats_source(DeviceStatsSource* source) { g_source = source ? source : build_source(); }
 
 void install_counting_allocator() {
   std::call_once(g_once, [] {
@@ -104,26 +151,17 @@ bool counting_allocator_installed() { return g_counting != nullptr; }
 
 TensorMemory tensor_memory(const std::string& device) {
   TensorMemory m;
-#if defined(ANCHOR_WITH_CUDA)
-  if (is_cuda(device)) {
-    const int dev = c10::cuda::current_device();
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(dev);
-    m.allocated_bytes = stats.allocated_bytes[0].current;
-    m.peak_allocated_bytes = stats.allocated_bytes[0].peak;
-    m.reserved_bytes = stats.reserved_bytes[0].current;
-    m.peak_reserved_bytes = stats.reserved_bytes[0].peak;
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-      m.device_total_bytes = static_cast<std::int64_t>(total_b);
-      m.device_free_bytes = static_cast<std::int64_t>(free_b);
-    }
+  if (is_cuda(device) && g_source) {
+    const auto d = g_source->read(device_index(device));
+    m.allocated_bytes = d.allocated_bytes;
+    m.peak_allocated_bytes = d.peak_allocated_bytes;
+    m.reserved_bytes = d.reserved_bytes;
+    m.peak_reserved_bytes = d.peak_reserved_bytes;
+    m.device_total_bytes = d.total_bytes;
+    m.device_free_bytes = d.free_bytes;
     m.source = "cuda_caching_allocator";
     return m;
   }
-#else
-  (void)is_cuda;
-  (void)device;
-#endif
   if (g_counting) {
     m.allocated_bytes = g_counting->current();
     m.peak_allocated_bytes = g_counting->peak();
@@ -133,14 +171,10 @@ TensorMemory tensor_memory(const std::string& device) {
 }
 
 void reset_peak(const std::string& device) {
-#if defined(ANCHOR_WITH_CUDA)
-  if (is_cuda(device)) {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+  if (is_cuda(device) && g_source) {
+    g_source->reset_peak(device_index(device));
     return;
   }
-#else
-  (void)device;
-#endif
   if (g_counting) g_counting->reset_peak();
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "support/run_anchor.hpp"
@@ -43,6 +44,61 @@ TEST(FrontEnd, LinksNoLibTorchWhileTheWorkerBinaryDoes) {
   EXPECT_NE(front.find("libcrypto"), std::string::npos) << "the check reads NEEDED entries: " << front;
   // Negative control: the same check sees LibTorch in anchor-torch.
   EXPECT_NE(torch.find("libtorch_cpu"), std::string::npos) << torch;
+}
+
+// PyTorch 2.x with CUDA (the torch2 build, what a GPU node runs): the worker
+// binary links LibTorch's CUDA libraries and ProcessGroupNCCL for real, and the
+// loader finds NCCL; a CPU LibTorch (Debian's) links none of them. The front
+// end never does.
+TEST(FrontEnd, WorkerBinaryLinksCudaAndNcclExactlyWhenItsLibTorchHasThem) {
+  const std::string front = needed(ANCHOR_BINARY), torch = needed(ANCHOR_TORCH_BINARY);
+  EXPECT_EQ(front.find("cuda"), std::string::npos) << front;
+  if (!anchor::build::kLibTorchHasCuda) {
+    EXPECT_EQ(torch.find("cuda"), std::string::npos) << torch;
+    return;
+  }
+  EXPECT_NE(torch.find("libtorch_cuda.so"), std::string::npos) << torch;
+  EXPECT_NE(torch.find("libc10_cuda.so"), std::string::npos) << torch;
+  const auto ldd = anchor::proc::run_capture({"/usr/bin/ldd", ANCHOR_TORCH_BINARY});
+  ASSERT_EQ(ldd.status, 0) << ldd.out;
+  EXPECT_NE(ldd.out.find("libnccl.so.2 => /"), std::string::npos) << ldd.out;
+  EXPECT_EQ(ldd.out.find("not found"), std::string::npos) << ldd.out;
+  const auto nm = anchor::proc::run_capture({"/usr/bin/nm", "-D", "-C", "--undefined-only", ANCHOR_TORCH_BINARY});
+  ASSERT_EQ(nm.status, 0) << nm.out;
+  EXPECT_NE(nm.out.find("c10d::ProcessGroupNCCL::ProcessGroupNCCL("), std::string::npos)
+      << "anchor-torch constructs the NCCL group itself (src/dist/process_group.cpp)";
+}
+
+// The GPU libraries the worker loaded are pinned with the versions torch
+// itself reports for the same wheel (its Python, ANCHOR_TEST_PYTHON): CUDA
+// runtime, cuDNN and NCCL answer without a GPU. A CPU LibTorch pins none.
+TEST(FrontEnd, ManifestPinsTheGpuRuntimeVersionsTorchReports) {
+  TempDir t("frontend-gpu-pins");
+  auto r = run_anchor({"pin", kPilot, "-o", t.str("manifest.json")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto deps = nlohmann::json::parse(anchor::fs::read_file(t.str("manifest.json")))["dependencies"];
+  anchor::proc::SpawnOptions o;
+  o.merge_stderr = false;
+  const auto py = anchor::proc::run_capture(
+      {ANCHOR_TEST_PYTHON, "-c",
+       "import torch\n"
+       "c = torch.backends.cudnn.version() if torch.version.cuda else None\n"
+       "n = torch.cuda.nccl.version() if torch.version.cuda else None\n"
+       "print(torch.__version__)\n"
+       "print(torch.version.cuda or 'none')\n"
+       "print('%d.%d.%d' % (c // 10000, c % 10000 // 100, c % 100) if c else 'none')\n"
+       "print('.'.join(map(str, n)) if n else 'none')\n"},
+      o);
+  ASSERT_EQ(py.status, 0) << py.out;
+  std::istringstream in(py.out);
+  std::string torch_version, cuda, cudnn, nccl;
+  in >> torch_version >> cuda >> cudnn >> nccl;
+  EXPECT_EQ(torch_version.rfind(deps["libtorch"].get<std::string>(), 0), 0u)
+      << "the worker's LibTorch " << deps["libtorch"] << " is the Python's torch " << torch_version;
+  EXPECT_EQ(deps["cuda_runtime"], cuda) << deps.dump(2);
+  EXPECT_EQ(deps["cudnn"], cudnn) << deps.dump(2);
+  EXPECT_EQ(deps["nccl"], nccl) << deps.dump(2);
+  EXPECT_EQ(cuda != "none", anchor::build::kLibTorchHasCuda);
 }
 
 TEST(FrontEnd, PilotManifestPinsTheProcessThatTrains) {

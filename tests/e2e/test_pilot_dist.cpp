@@ -95,7 +95,7 @@ TEST(PilotDist, ABrokenRestoreOnRankOneIsCaughtAndNamed) {
   EXPECT_TRUE(named) << report["resume"]["cause"].dump();
 }
 
-// torchrun 1.13 (python3-torch) launching the binary: 2 processes; rank 0
+// torchrun (the torch of this build: python3-torch 1.13, or torch2's 2.x) launching the binary: 2 processes; rank 0
 // supervises the pilot with 2 ranks, rank 1 waits for its verdict and exits
 // with it. `static`: --master_port, the agent hosts the store
 // (TORCHELASTIC_USE_AGENT_STORE=True); `c10d` (the dynamic rendezvous
@@ -104,7 +104,7 @@ class PilotTorchrun : public ::testing::TestWithParam<bool> {};
 
 TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
   TempDir t("pilottr");
-  std::vector<std::string> argv = {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python",
+  std::vector<std::string> argv = {ANCHOR_TEST_PYTHON, "-m", "torch.distributed.run", "--no_python",
                                    "--nproc_per_node", "2", "--redirects", "1", "--tee", "1"};
   if (GetParam()) {
     // What --standalone sets up, on a free port: --standalone always takes

@@ -1,5 +1,5 @@
 // End-to-end (issue 8): the pilot on the long run's real options.
-// - A user's TorchScript model, built here by /usr/bin/python3 (python3-torch):
+// - A user's TorchScript model, built here by the torch of this build (ANCHOR_TEST_PYTHON):
 //   the whole pilot passes with bitwise resume; its dropout draws from the
 //   checkpointed generator (dropping the RNG state changes the resumed losses);
 //   a module that breaks the contract is a config error (exit 2) naming the file
@@ -27,7 +27,7 @@ const std::string kPilot = source_path("configs/pilot.yaml");
 
 using anchor::testing::read_json;
 
-// The fixtures, built once for the suite. No torch for /usr/bin/python3 is a
+// The fixtures, built once for the suite. No torch for ANCHOR_TEST_PYTHON is a
 // failure, not a skip: the test exists to run the pilot on a real module.
 class TorchScriptPilot : public ::testing::Test {
  protected:
@@ -36,7 +36,7 @@ class TorchScriptPilot : public ::testing::Test {
     anchor::proc::SpawnOptions o;
     o.merge_stderr = true;
     auto r = anchor::proc::run_capture(
-        {"/usr/bin/python3", source_path("tests/support/make_torchscript.py"), dir_->str()}, o);
+        {ANCHOR_TEST_PYTHON, source_path("tests/support/make_torchscript.py"), dir_->str()}, o);
     build_status_ = r.status;
     build_output_ = r.out;
   }
@@ -45,7 +45,7 @@ class TorchScriptPilot : public ::testing::Test {
     dir_ = nullptr;
   }
   void SetUp() override {
-    ASSERT_EQ(build_status_, 0) << "/usr/bin/python3 could not build the TorchScript fixtures (needs python3-torch):\n"
+    ASSERT_EQ(build_status_, 0) << ANCHOR_TEST_PYTHON << " could not build the TorchScript fixtures (needs torch):\n"
                                 << build_output_;
   }
   static std::string module(const std::string& name) { return dir_->str(name + ".pt"); }

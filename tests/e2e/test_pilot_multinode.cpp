@@ -153,14 +153,14 @@ TEST(PilotMultinode, TwoSrunStyleNodesShareTheSupervisorsRunDirectory) {
   expect_passed_on_two_nodes(t);
 }
 
-// torchrun 1.13 (python3-torch), one agent per "node", static rendezvous on
+// torchrun (this build's torch: 1.13 or 2.x), one agent per "node", static rendezvous on
 // node 0's torchrun agent store (TORCHELASTIC_USE_AGENT_STORE=True).
 TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
   TempDir t("pilotmntr");
   const std::string port = std::to_string(anchor::dist::free_loopback_port());
   std::vector<std::vector<std::string>> argvs;
   for (int node = 0; node < 2; ++node) {
-    std::vector<std::string> a = {"/usr/bin/python3", "-m", "torch.distributed.run", "--no_python", "--nnodes", "2",
+    std::vector<std::string> a = {ANCHOR_TEST_PYTHON, "-m", "torch.distributed.run", "--no_python", "--nnodes", "2",
                                   "--node_rank", std::to_string(node), "--nproc_per_node", "1", "--master_addr",
                                   "127.0.0.1", "--master_port", port, "--redirects", "1", "--tee", "1",
                                   ANCHOR_BINARY, "pilot", kPilot};

@@ -1,7 +1,9 @@
 // Memory accounting (the CPU counting allocator against known tensor sizes)
 // and the memory model's accuracy on held-out configurations (issue 6): fit
 // on the pilot's three probe points, then measure other micro-batches and
-// sequence lengths and compare with the prediction.
+// sequence lengths and compare with the prediction, for each attention this
+// LibTorch has. A GPU's figures behind their seam (measure::DeviceStatsSource):
+// what the worker reports for one, checked without a device.
 #include <gtest/gtest.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/measure/memory.hpp"
@@ -62,7 +65,7 @@ TEST_F(CountingAllocator, CountsKnownTensorSizesExactly) {
   EXPECT_GE(measure::tensor_memory("cpu").peak_allocated_bytes - base, 2048);
 }
 
-class MemoryPrediction : public CountingAllocator {
+class MemoryPrediction : public CountingAllocator, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("anchor-mem-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
@@ -74,7 +77,8 @@ class MemoryPrediction : public CountingAllocator {
   // As the pilot's probe: a fresh trainer's second step (full optimizer state), peak reset before it.
   double measure_peak(int micro_batch, int seq_len) {
     auto c = config::load_string("run: {threads: 1}\n"
-                                 "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 128}\n"
+                                 "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 128, attention: " +
+                                     GetParam() + "}\n"
                                  "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: " +
                                      std::to_string(seq_len) + "}\n"
                                  "train: {micro_batch: " + std::to_string(micro_batch) +
@@ -89,14 +93,15 @@ class MemoryPrediction : public CountingAllocator {
   std::filesystem::path dir_;
 };
 
-TEST_F(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {
+TEST_P(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {
   std::vector<plan::MemoryPoint> fit_points;
   for (auto [mb, T] : std::vector<std::pair<int, int>>{{4, 64}, {2, 64}, {4, 32}})
     fit_points.push_back({mb, T, measure_peak(mb, T)});
   const auto fit = plan::fit_memory(fit_points);
   ASSERT_TRUE(fit.quadratic) << fit.note;
 
-  std::printf("| micro_batch | seq_len | predicted MiB | measured MiB | error |\n|---|---|---|---|---|\n");
+  std::printf("attention %s\n| micro_batch | seq_len | predicted MiB | measured MiB | error |\n|---|---|---|---|---|\n",
+              GetParam().c_str());
   for (auto [mb, T] : std::vector<std::pair<int, int>>{{8, 64}, {1, 64}, {6, 48}, {3, 96}, {8, 128}, {2, 16}}) {
     const double measured = measure_peak(mb, T);
     const double predicted = fit.predict(mb, T);
@@ -107,6 +112,66 @@ TEST_F(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {
   // Negative control: a weights-only estimate (what many estimators do) is far off.
   const double weights_only = fit_points[0].peak_bytes - fit.per_token * 4 * 64 - fit.per_token_seq * 4 * 64 * 64;
   EXPECT_GT(std::abs(weights_only - measure_peak(8, 64)) / measure_peak(8, 64), 0.10);
+}
+
+// Every attention this build's LibTorch has: the written-out one everywhere,
+// scaled_dot_product_attention on 2.x (no T x T score matrix kept on the CPU).
+INSTANTIATE_TEST_SUITE_P(Attention, MemoryPrediction,
+                         ::testing::ValuesIn(build::kLibTorchHasSdpa ? std::vector<std::string>{"manual", "sdpa"}
+                                                                     : std::vector<std::string>{"manual"}),
+                         [](const auto& info) { return info.param; });
+
+// A device whose figures a test chooses, per index.
+class FakeDevice final : public measure::DeviceStatsSource {
+ public:
+  measure::DeviceAllocatorStats read(int index) override {
+    reads.push_back(index);
+    measure::DeviceAllocatorStats d;
+    d.allocated_bytes = 1000 + index;
+    d.peak_allocated_bytes = 5000 + index;
+    d.reserved_bytes = 8192;
+    d.peak_reserved_bytes = 16384;
+    d.total_bytes = std::int64_t{80} << 30;
+    d.free_bytes = std::int64_t{79} << 30;
+    return d;
+  }
+  void reset_peak(int index) override { resets.push_back(index); }
+  std::vector<int> reads, resets;
+};
+
+TEST(DeviceStats, AGpusFiguresReachTheWorkersMemoryReport) {
+  FakeDevice fake;
+  measure::set_device_stats_source(&fake);
+  measure::reset_peak("cuda:3");
+  const auto m = measure::tensor_memory("cuda:3");
+  const auto cpu = measure::tensor_memory("cpu");  // the CPU never asks the device
+  measure::set_device_stats_source(nullptr);
+
+  EXPECT_EQ(fake.resets, std::vector<int>{3});
+  EXPECT_EQ(fake.reads, std::vector<int>{3});
+  EXPECT_EQ(m.source, "cuda_caching_allocator");
+  EXPECT_EQ(m.peak_allocated_bytes, 5003);
+  EXPECT_EQ(cpu.source, "counting_allocator");
+  EXPECT_EQ(cpu.reserved_bytes, -1);
+
+  measure::ProcMemory proc;
+  proc.rss_bytes = 300;
+  proc.hwm_bytes = 400;
+  const auto j = measure::memory_json(m, proc);
+  EXPECT_EQ(j["allocated_bytes"], 1003);
+  EXPECT_EQ(j["peak_allocated_bytes"], 5003);
+  EXPECT_EQ(j["reserved_bytes"], 8192);
+  EXPECT_EQ(j["peak_reserved_bytes"], 16384);
+  EXPECT_EQ(j["device_total_bytes"], std::int64_t{80} << 30);
+  EXPECT_EQ(j["device_free_bytes"], std::int64_t{79} << 30);
+  EXPECT_EQ(j["peak_rss_bytes"], 400);
+  EXPECT_EQ(j["source"], "cuda_caching_allocator");
+  // The CPU's report has no reserved or device figures at all.
+  const auto jc = measure::memory_json(cpu, proc);
+  EXPECT_FALSE(jc.contains("reserved_bytes"));
+  EXPECT_FALSE(jc.contains("device_total_bytes"));
+  // nullptr restored this build's own source: c10's allocator in a CUDA build, none otherwise.
+  EXPECT_EQ(measure::device_stats_source() != nullptr, build::kLibTorchHasCuda);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // state through a checkpoint (bitwise, with a negative control), the injected
 // inf gradient (skip, back-off, growth), the autocast guard, and the
 // numerical validation (flags beyond tolerance, names non-finite tensors).
+// On a GPU: tests/gpu/test_gpu.cpp.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <torch/torch.h>
@@ -114,22 +115,6 @@ TEST(Autocast, GuardLowersMatmulsInsideAndRestoresOnExit) {
   EXPECT_THROW(train::parse_precision("fp8"), Error);
 }
 
-#if defined(ANCHOR_WITH_CUDA)
-// Built against a CUDA LibTorch (GPU nodes, docs/development.md): a device must be there.
-TEST(Autocast, CudaGuardLowersToBf16AndFp16) {
-  ASSERT_TRUE(torch::cuda::is_available()) << "a CUDA build of the tests runs on a GPU node";
-  auto a = torch::randn({4, 4}, torch::kCUDA), b = torch::randn({4, 4}, torch::kCUDA);
-  {
-    train::AutocastGuard g(train::Precision::kFp16, /*cuda=*/true);
-    EXPECT_EQ(torch::matmul(a, b).scalar_type(), torch::kHalf);
-  }
-  {
-    train::AutocastGuard g(train::Precision::kBf16, true);
-    EXPECT_EQ(torch::matmul(a, b).scalar_type(), torch::kBFloat16);
-  }
-  EXPECT_EQ(torch::matmul(a, b).scalar_type(), torch::kFloat32);
-}
-#endif
 
 train::PrecisionSide side(const std::string& label, double loss, std::vector<std::pair<std::string, torch::Tensor>> g) {
   train::PrecisionSide s;
@@ -299,20 +284,5 @@ TEST_F(PrecisionTrainer, ValidationComparesFp32WithBf16AndLeavesTheTrajectoryAlo
   EXPECT_EQ(same["verdict"], "ok");
 }
 
-#if defined(ANCHOR_WITH_CUDA)
-TEST_F(PrecisionTrainer, Fp16OnCudaValidatesAndScales) {
-  ASSERT_TRUE(torch::cuda::is_available()) << "a CUDA build of the tests runs on a GPU node";
-  auto c = cfg("precision: fp16");
-  c.device = "cuda";
-  train::Trainer t(c);
-  ASSERT_TRUE(t.loss_scaler().enabled());  // auto: on for fp16
-  auto v = t.validate_precision(0.05);
-  EXPECT_NE(v["verdict"], "non_finite") << v.dump(2);
-  EXPECT_GT(v["loss"]["rel_diff"].get<double>(), 0.0);
-  auto r = t.train_step();
-  EXPECT_EQ(r.loss_scale, 65536.0);
-  EXPECT_TRUE(std::isfinite(r.loss));
-}
-#endif
 
 }  // namespace
