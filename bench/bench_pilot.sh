@@ -40,6 +40,9 @@ done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "bench_pilot.sh: --reps wants a positive integer" >&2; exit 2; }
 [[ -x $anchor ]] || { echo "bench_pilot.sh: no anchor binary at $anchor (build it, or pass --anchor)" >&2; exit 2; }
 [[ -x /usr/bin/time ]] || { echo "bench_pilot.sh: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
+# Absolute: the runs start in their own directories.
+py=$(command -v "$py") || { echo "bench_pilot.sh: no Python '$py'" >&2; exit 2; }
+[[ $py == /* ]] || py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")"
 "$py" -c 'import torch, yaml' 2>/dev/null || { echo "bench_pilot.sh: $py cannot import torch and yaml" >&2; exit 2; }
 config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
 

@@ -48,6 +48,9 @@ def main():
         return
 
     dev = torch.device(args.device)
+    if cfg["run"]["deterministic"]:  # as anchor's trainer (src/compat/torch_compat.hpp): same kernels
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     torch.manual_seed(cfg["run"]["seed"])
     torch.set_num_threads(cfg["run"]["threads"])
     model = python_pilot.build_model(torch, m, ckpt_every=t.get("activation_checkpointing", 0)).to(dev)

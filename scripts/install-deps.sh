@@ -20,6 +20,7 @@ packages=(
   libgtest-dev libssl-dev openssl
   python3-torch            # interop tests and torchrun (for /usr/bin/python3 only)
   python3-cryptography     # independent signature verification in the tests
+  python3-venv             # the torch2 environment (scripts/install-torch2.sh) when python3 is Debian's
 )
 if [[ "${1:-}" == --test ]]; then
   packages+=(

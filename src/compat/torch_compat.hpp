@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #endif
 
+#include <cstdlib>
 #include <string>
 
 #include "anchor/error.hpp"
@@ -93,7 +94,13 @@ inline torch::Tensor sdpa(const torch::Tensor&, const torch::Tensor&, const torc
 }
 #endif
 
+// Deterministic algorithms (run.deterministic). On a GPU cuBLAS is
+// deterministic only with a fixed workspace: with deterministic algorithms on,
+// LibTorch refuses every cuBLAS call unless CUBLAS_WORKSPACE_CONFIG is
+// :4096:8 or :16:8. It is read when a cuBLAS handle is made, so it is set
+// here, before the model reaches the device; a value the user set is kept.
 inline void set_deterministic(bool on) {
+  if (on) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
 #if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 11)
   at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/false);
 #else

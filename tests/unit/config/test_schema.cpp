@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/config/config.hpp"
@@ -29,8 +30,12 @@ std::string dump(const cfg::ConfigError& e) {
 
 TEST(ConfigFilesInRepo, EveryConfigValidates) {
   // catalog.yaml is the device catalog (a different schema, read by plan).
+  // bench/configs: the benchmarks' real-sized pilots (bench/README.md).
   int n = 0;
-  for (const auto& entry : stdfs::recursive_directory_iterator(kSource / "configs")) {
+  std::vector<stdfs::directory_entry> files;
+  for (const char* dir : {"configs", "bench/configs"})
+    for (const auto& entry : stdfs::recursive_directory_iterator(kSource / dir)) files.push_back(entry);
+  for (const auto& entry : files) {
     if (!entry.is_regular_file() || entry.path().extension() != ".yaml") continue;
     if (entry.path().filename() == "catalog.yaml") continue;
     ++n;
@@ -44,7 +49,7 @@ TEST(ConfigFilesInRepo, EveryConfigValidates) {
       ADD_FAILURE() << dump(e);
     }
   }
-  EXPECT_GE(n, 2) << "configs/pilot.yaml and configs/examples/*.yaml should be found";
+  EXPECT_GE(n, 4) << "configs/pilot.yaml, configs/examples/*.yaml and bench/configs/*.yaml should be found";
 }
 
 TEST(ConfigFilesInRepo, PilotIsTheTinyCpuDefault) {
