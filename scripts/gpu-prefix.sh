@@ -11,8 +11,8 @@
 # Needs Debian's apt (apt-get download; no root needed for that).
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-dest="$here/../build/gpu-prefix"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dest="$root/build/gpu-prefix"
 packages=(
   libcli11-dev nlohmann-json3-dev        # header-only
   libyaml-cpp-dev libyaml-cpp0.7
@@ -50,6 +50,7 @@ for deb in *.deb; do dpkg -x "$deb" stage; done
 rm -rf stage/usr/share/doc stage/usr/share/man stage/usr/share/lintian
 rm -f stage/usr/lib/x86_64-linux-gnu/libssl.a stage/usr/lib/x86_64-linux-gnu/libcrypto.a
 echo "$want" > stage/.packages
+mkdir -p "$(dirname "$dest")"
 rm -rf "$dest.tmp"
 mv stage "$dest.tmp"
 rm -rf "$dest"
