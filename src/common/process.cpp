@@ -99,14 +99,46 @@ std::optional<std::string> read_line(int fd) {
   }
 }
 
+namespace {
+int decode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+}  // namespace
+
 int wait_exit(pid_t pid) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return -1;
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
+  return decode(status);
+}
+
+std::optional<int> try_wait(pid_t pid) {
+  int status = 0;
+  pid_t got;
+  while ((got = ::waitpid(pid, &status, WNOHANG)) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  if (got == 0) return std::nullopt;
+  return decode(status);
+}
+
+std::string describe_exit(int status) {
+  const std::string code = "exited with status " + std::to_string(status);
+  if (status <= 128 || status >= 128 + 65) return code;
+  switch (status - 128) {
+    case SIGKILL: return code + " (killed by SIGKILL)";
+    case SIGTERM: return code + " (killed by SIGTERM)";
+    case SIGINT: return code + " (killed by SIGINT)";
+    case SIGSEGV: return code + " (killed by SIGSEGV: a crash)";
+    case SIGABRT: return code + " (killed by SIGABRT: an abort)";
+    case SIGBUS: return code + " (killed by SIGBUS)";
+    case SIGPIPE: return code + " (killed by SIGPIPE)";
+    case SIGHUP: return code + " (killed by SIGHUP)";
+    default: return code + " (killed by signal " + std::to_string(status - 128) + ")";
+  }
 }
 
 RunResult run_capture(const std::vector<std::string>& argv, const SpawnOptions& opts) {

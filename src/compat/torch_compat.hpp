@@ -21,6 +21,14 @@ namespace anchor::compat {
 
 inline std::string torch_version() { return TORCH_VERSION; }
 
+// An exception's message for a person: LibTorch's own errors (c10::Error)
+// carry a C++ backtrace in what(), some thirty lines that say nothing to a
+// user and bury the one that does; this drops it.
+inline std::string message_of(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
 // Why this process cannot use a CUDA device: "" when it can.
 inline std::string cuda_unavailable_reason() {
 #if defined(ANCHOR_WITH_CUDA)

@@ -567,6 +567,8 @@ std::string resolve_path(const Config& c, const std::string& p) {
   return (stdfs::path(c.base_dir) / path).lexically_normal().string();
 }
 
+std::string dropout_purpose(int rank) { return rank == 0 ? "dropout" : "dropout/rank" + std::to_string(rank); }
+
 std::uint64_t derive_seed(std::uint64_t root, const std::string& purpose) {
   std::uint8_t le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<std::uint8_t>(root >> (8 * i));

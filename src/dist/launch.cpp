@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -320,6 +321,26 @@ std::string choose_backend(const std::string& configured, bool on_gpu, bool nccl
                 "build anchor on the GPU node against its CUDA/ROCm LibTorch (cmake -DANCHOR_NCCL=ON makes a "
                 "missing NCCL a build error; docs/development.md), or use distributed.backend: gloo");
   return "nccl";
+}
+
+DistFault dist_fault(const EnvLookup& env) {
+  DistFault f;
+  const auto v = env("ANCHOR_DIST_FAULT");
+  if (!v || v->empty()) return f;
+  int rank = -1, used = 0;
+  long long step = -1;
+  const char* s = v->c_str();
+  const auto whole = [&](int n) { return n > 0 && static_cast<std::size_t>(n) == v->size(); };
+  if (std::sscanf(s, "sigkill_save:%d:%lld%n", &rank, &step, &used) == 2 && whole(used)) f.point = DistFault::Point::kSave;
+  else if (std::sscanf(s, "sigkill_rendezvous:%d%n", &rank, &used) == 1 && whole(used))
+    f.point = DistFault::Point::kRendezvous;
+  else if (std::sscanf(s, "sigkill:%d:%lld%n", &rank, &step, &used) == 2 && whole(used)) f.point = DistFault::Point::kStep;
+  if (f.point == DistFault::Point::kNone || rank < 0)
+    throw Error(ErrorKind::kUsage, "bad ANCHOR_DIST_FAULT '" + *v + "'",
+                "use sigkill:<rank>:<step>, sigkill_save:<rank>:<step> or sigkill_rendezvous:<rank>");
+  f.rank = rank;
+  f.step = step;
+  return f;
 }
 
 }  // namespace anchor::dist

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "anchor/dist/store.hpp"
+#include "compat/torch_compat.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 
@@ -102,7 +103,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeo
     throw Error(ErrorKind::kRuntime,
                 "rendezvous: " + env.describe() + ": cannot " +
                     (env.store_server() ? "host" : "reach") + " the store at " + where + " within " +
-                    std::to_string(timeout_s) + " s: " + e.what(),
+                    std::to_string(timeout_s) + " s: " + compat::message_of(e),
                 env.store_server() ? "is MASTER_PORT already in use (a static torchrun rendezvous hosts it: "
                                      "TORCHELASTIC_USE_AGENT_STORE=True)?"
                                    : "is rank 0 running and MASTER_ADDR/MASTER_PORT the same for every rank?");
@@ -124,7 +125,7 @@ void Store::set(const std::string& k, const std::string& v) {
   try {
     impl_->store->set(k, std::vector<std::uint8_t>(v.begin(), v.end()));
   } catch (const std::exception& e) {
-    throw Error(ErrorKind::kRuntime, "store: cannot set '" + k + "': " + e.what());
+    throw Error(ErrorKind::kRuntime, "store: cannot set '" + k + "': " + compat::message_of(e));
   }
 }
 
@@ -134,7 +135,7 @@ std::string Store::wait_get(const std::string& k, const std::string& who_hosts) 
     try {
       there = impl_->store->check({k});
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (waiting for '" + k + "'): " + e.what(),
+      throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (waiting for '" + k + "'): " + compat::message_of(e),
                   "look at that process's output");
     }
     if (there) {
@@ -152,7 +153,7 @@ std::optional<std::string> Store::try_get(const std::string& k, const std::strin
     auto v = impl_->store->get(k);
     return std::string(v.begin(), v.end());
   } catch (const std::exception& e) {
-    throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (reading '" + k + "'): " + e.what(),
+    throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (reading '" + k + "'): " + compat::message_of(e),
                 "look at that process's output");
   }
 }
@@ -161,7 +162,7 @@ long long Store::add(const std::string& k, long long delta) {
   try {
     return static_cast<long long>(impl_->store->add(k, delta));
   } catch (const std::exception& e) {
-    throw Error(ErrorKind::kRuntime, "store: cannot add to '" + k + "': " + e.what());
+    throw Error(ErrorKind::kRuntime, "store: cannot add to '" + k + "': " + compat::message_of(e));
   }
 }
 
@@ -241,7 +242,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, double timeout_s, const std::st
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kRuntime,
                 "rendezvous: " + env.describe() + ": the " + std::to_string(env.world_size) +
-                    " ranks did not all join within " + std::to_string(timeout_s) + " s: " + e.what(),
+                    " ranks did not all join within " + std::to_string(timeout_s) + " s: " + compat::message_of(e),
                 "check that every rank was started with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
   }
   ANCHOR_LOG_INFO("dist", "process group up: {}, {} ({:.3f} s)", env.describe(), backend,
@@ -299,7 +300,7 @@ void ProcessGroup::allreduce_sum(torch::Tensor& t, const std::string& what) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(what, e.what());
+    fail(what, compat::message_of(e));
   }
 }
 
@@ -315,7 +316,7 @@ void ProcessGroup::reduce_sum(torch::Tensor& t, int root, const std::string& wha
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(what, e.what());
+    fail(what, compat::message_of(e));
   }
 }
 
@@ -330,7 +331,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int root, const std::string& what
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(what, e.what());
+    fail(what, compat::message_of(e));
   }
 }
 
@@ -343,7 +344,7 @@ void ProcessGroup::barrier(const std::string& what) {
     auto work = impl_->group->barrier(o);
     work->wait(to_ms(impl_->timeout_s));
   } catch (const std::exception& e) {
-    fail(what, e.what());
+    fail(what, compat::message_of(e));
   }
 }
 
@@ -362,7 +363,7 @@ std::vector<std::string> ProcessGroup::exchange(const std::string& k, const std:
       out[static_cast<std::size_t>(r)].assign(v.begin(), v.end());
     }
   } catch (const std::exception& e) {
-    fail("exchange of '" + k + "' (waiting for rank " + std::to_string(r) + ")", e.what());
+    fail("exchange of '" + k + "' (waiting for rank " + std::to_string(r) + ")", compat::message_of(e));
   }
   // The store's host stays until every rank has read every value: the caller
   // may act on them at once (a replica mismatch ends the process), and a rank
@@ -374,7 +375,7 @@ std::vector<std::string> ProcessGroup::exchange(const std::string& k, const std:
         !wait_until([&] { return impl_->store->add(read, 0) >= size(); }, Clock::now() + to_ms(impl_->timeout_s)))
       throw std::runtime_error("not every rank read the values within the timeout");
   } catch (const std::exception& e) {
-    fail("exchange of '" + k + "' (waiting for every rank to read)", e.what());
+    fail("exchange of '" + k + "' (waiting for every rank to read)", compat::message_of(e));
   }
   return out;
 }

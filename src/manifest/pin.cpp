@@ -216,6 +216,11 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
   nlohmann::json seeds = {{"root", root}};
   for (const char* purpose : {"init", "data", "dropout", "eval"})
     seeds[purpose] = config::derive_seed(root, purpose);
+  // Each rank's own stream (config::dropout_purpose); rank 0's is "dropout".
+  const int ranks = opts.world_size > 0 ? opts.world_size : std::max(1, cfg.distributed.nproc_per_node);
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (int r = 0; r < ranks; ++r) per_rank.push_back(config::derive_seed(root, config::dropout_purpose(r)));
+  seeds["dropout_per_rank"] = std::move(per_rank);
   m["seeds"] = std::move(seeds);
 
   nlohmann::json deps = std::move(runtime);

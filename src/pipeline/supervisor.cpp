@@ -2,6 +2,7 @@
 // starts fresh worker processes (anchor-torch), kills one for real, compares,
 // and writes the report. Worker A pins the run before it trains. Reads top to bottom as the stage sequence
 // (DESIGN.md "The pilot").
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,8 +16,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "anchor/checkpoint/store.hpp"
+#include "anchor/common/dir_lock.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
@@ -81,6 +84,7 @@ struct Pilot {
   config::Config cfg;
   PilotOptions opts;
   std::string run_id, run_dir, ckpt_dir;
+  fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
   std::unique_ptr<EventLog> events;
   Report report;
   std::string signing_key;  // resolved path; empty: the run is unsigned
@@ -157,17 +161,54 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   if (nodes) nodes->start(name, port);  // the other nodes start theirs
   auto& child = ranks[0];
   WorkerOutcome w;
+  // The other ranks, watched while rank 0 speaks: one that dies where rank 0
+  // cannot notice (before the rendezvous, in a store wait) would leave it
+  // waiting out the whole timeout. After a grace that outlasts rank 0's own
+  // diagnosis (a collective with a dead peer fails at once, then rank 0 waits
+  // up to min(timeout, 5 s) for the others' accounts: ProcessGroup::fail),
+  // every rank is stopped and the dead one named, with how it ended.
+  std::vector<std::optional<int>> ended(ranks.size());
+  int dead = -1;
+  std::chrono::steady_clock::time_point dead_at;
+  const auto grace = std::chrono::duration<double>(std::min(p.cfg.distributed.timeout_s, 5.0) + 10.0);
+  auto who = [&](int r) {
+    return "worker " + std::string(role == WorkerRole::kReference ? "A" : "B") +
+           (nproc > 1 ? " rank " + std::to_string(r) + (nodes ? " (node 0, " + proc::host_name() + ")" : "") : "");
+  };
+  auto watch_other_ranks = [&] {
+    for (std::size_t r = 1; r < ranks.size(); ++r) {
+      if (ended[r] || w.killed_by_us) continue;
+      ended[r] = proc::try_wait(ranks[r].pid);
+      if (ended[r] && *ended[r] != 0 && dead < 0) {
+        dead = static_cast<int>(r);
+        dead_at = std::chrono::steady_clock::now();
+        p.events->write({{"event", "rank_ended"}, {"worker", name}, {"rank", dead}, {"status", *ended[r]}}, "supervisor");
+      }
+    }
+    if (dead < 0 || !w.error.empty() || std::chrono::steady_clock::now() - dead_at < grace) return;
+    w.error = who(dead) + " " + proc::describe_exit(*ended[dead]) + " while rank 0 was " +
+              (w.open_stage.empty() ? std::string("starting (rendezvous)") : "in stage " + w.open_stage) +
+              "; every rank of the worker was stopped";
+    w.failed_rank = dead;
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+      if (!ended[r]) ::kill(ranks[r].pid, SIGKILL);
+  };
   std::string buf;
   char chunk[4096];
   for (;;) {
-    ssize_t n = ::read(child.stdout_fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) {
+    pollfd pfd{child.stdout_fd, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, ranks.size() > 1 ? 100 : -1);
+    if (ready < 0 && errno == EINTR) {
       if (g_signal) {
         for (const auto& c : ranks) ::kill(c.pid, SIGTERM);
         break;
       }
       continue;
     }
+    if (ranks.size() > 1) watch_other_ranks();
+    if (ready == 0) continue;
+    ssize_t n = ::read(child.stdout_fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     buf.append(chunk, static_cast<size_t>(n));
     size_t nl;
@@ -184,7 +225,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       const std::string evname = ev.value("event", "");
       if (evname == "start") w.open_stage = ev.value("stage", "");
       if (evname == "end") w.open_stage.clear();
-      if (evname == "error") {
+      if (evname == "error" && w.error.empty()) {
         w.error = ev.value("message", "");
         if (!ev.value("hint", "").empty()) w.error += " (hint: " + ev.value("hint", "") + ")";
       }
@@ -208,14 +249,21 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   // Rank 0 failed: the others are stopped or failing (every collective has a
   // timeout), but one hung outside a collective would never end: stop them all.
   if (w.status != 0 && !w.killed_by_us)
-    for (std::size_t r = 1; r < ranks.size(); ++r) ::kill(ranks[r].pid, SIGKILL);
+    for (std::size_t r = 1; r < ranks.size(); ++r)
+      if (!ended[r]) ::kill(ranks[r].pid, SIGKILL);
   for (std::size_t r = 1; r < ranks.size(); ++r) {
-    const int st = proc::wait_exit(ranks[r].pid);
+    const int st = ended[r] ? *ended[r] : proc::wait_exit(ranks[r].pid);
     if (w.status == 0 && st != 0) {
       w.status = st;
       w.failed_rank = static_cast<int>(r);
     }
   }
+  // Rank 0 stopped by the supervisor for a dead peer: the peer's status is the worker's.
+  if (dead >= 0 && w.failed_rank == dead && !w.killed_by_us) w.status = *ended[dead];
+  // How rank 0 itself ended, when it said nothing (killed, crashed).
+  if (w.error.empty() && w.status != 0 && !w.killed_by_us && w.failed_rank == 0)
+    w.error = who(0) + " " + proc::describe_exit(w.status) +
+              (w.open_stage.empty() ? std::string() : " in stage " + w.open_stage);
   if (nodes) {
     // The other nodes' ranks: stopped when this side failed; a failure there fails the stage, named.
     try {
@@ -224,7 +272,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
         remote.push_back({{"rank", rr.rank}, {"node", rr.node}, {"host", rr.host}, {"status", rr.status},
                           {"killed", rr.killed}});
         if (rr.status == 0 || rr.killed || w.killed_by_us) continue;
-        const std::string said = rank_on_node(rr) + " exited with status " + std::to_string(rr.status);
+        const std::string said = rank_on_node(rr) + " " + proc::describe_exit(rr.status);
         w.remote += (w.remote.empty() ? "" : "; ") + said;
         if (w.status == 0) {
           w.status = rr.status;
@@ -287,7 +335,12 @@ int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
   p.report.add_stage({{"stage", stage}, {"status", "failed"}, {"error", why}});
   p.events->write({{"stage", stage}, {"event", "end"}, {"status", "failed"}, {"error", why}}, "supervisor");
   p.report.set_outcome("failed", code, stage + ": " + why);
-  publish(p);
+  try {
+    publish(p);
+  } catch (const Error& e) {
+    // The failure being reported stays the error; the report's own is said too.
+    std::fprintf(stderr, "anchor: error: the report of the failed pilot could not be written: %s\n", e.what());
+  }
   p.report.print_summary(summary_stream(p));
   std::fprintf(stderr, "anchor: error: pilot failed in stage %s: %s\n", stage.c_str(), why.c_str());
   return code;
@@ -324,6 +377,33 @@ std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_d
          "latest; to start afresh, use an empty checkpoint.dir or leave it empty for <run dir>/checkpoints)";
 }
 
+// Creates the run directory and takes the locks of it and of checkpoint.dir
+// (fs::DirLock) before anything is written or removed in either: another
+// pilot's stale-temp cleanup or retention would otherwise delete this one's
+// save in progress. A run directory made here and refused is removed again.
+void lock_directories(Pilot& p) {
+  std::error_code ec;
+  const bool made = std::filesystem::create_directories(p.run_dir, ec);
+  if (ec) throw io_error("create the run directory", p.run_dir, ec.value());
+  try {
+    p.run_dir = std::filesystem::canonical(p.run_dir).string();
+    p.run_lock = fs::DirLock::acquire(p.run_dir, "run directory " + p.run_dir, p.run_id);
+    p.ckpt_dir = p.cfg.checkpoint.dir.empty() ? p.run_dir + "/checkpoints"
+                                              : config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
+    // A pilot from initialisation makes checkpoint.dir; one from `latest`
+    // needs it to exist already (check_start_dir says so when it does not).
+    if (p.cfg.pilot.start_from != "latest" || std::filesystem::exists(p.ckpt_dir)) {
+      std::filesystem::create_directories(p.ckpt_dir, ec);
+      if (ec) throw io_error("create checkpoint.dir", p.ckpt_dir, ec.value());
+      p.ckpt_lock = fs::DirLock::acquire(p.ckpt_dir, "checkpoint.dir " + p.ckpt_dir, p.run_id);
+    }
+  } catch (...) {
+    p.run_lock = fs::DirLock();
+    if (made) std::filesystem::remove_all(p.run_dir, ec);
+    throw;
+  }
+}
+
 }  // namespace
 
 int run_supervisor(const PilotOptions& opts, int launched_world) {
@@ -348,21 +428,28 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
 
-  // 2. The run directory, its event log and the effective config the workers read.
+  // 2. The run directory and checkpoint.dir, locked for this pilot's life
+  //    (another pilot on either is refused, exit 2), its event log and the
+  //    effective config the workers read.
   p.run_id = make_run_id(p.cfg.run.name);
   p.run_dir = opts.run_dir.empty() ? p.cfg.run.output_dir + "/" + p.run_id : opts.run_dir;
-  std::filesystem::create_directories(p.run_dir);
-  p.run_dir = std::filesystem::canonical(p.run_dir).string();
-  p.ckpt_dir = p.cfg.checkpoint.dir.empty() ? p.run_dir + "/checkpoints" : config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
+  lock_directories(p);
   p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
-  // Leftovers of an earlier, killed run in a shared checkpoint.dir: never loaded, removed now.
-  if (std::filesystem::exists(p.ckpt_dir))
-    for (const auto& gone : checkpoint::Store(p.ckpt_dir).remove_stale_temps())
-      ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
   p.report.begin(p.run_id, p.cfg, opts.config_path);
-  fs::atomic_write_file(p.run_dir + "/config.json",
-                        nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
-                                       {"source_path", p.cfg.source_path}, {"run_id", p.run_id}}.dump(2));
+  // From here on a failure is a failed stage with a report (where the run
+  // directory takes one), never a bare exception.
+  try {
+    // Leftovers of an earlier, killed run in a shared checkpoint.dir: never loaded, removed now.
+    if (std::filesystem::exists(p.ckpt_dir))
+      for (const auto& gone : checkpoint::Store(p.ckpt_dir).remove_stale_temps())
+        ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
+    fs::atomic_write_file(p.run_dir + "/config.json",
+                          nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
+                                         {"source_path", p.cfg.source_path}, {"run_id", p.run_id}}.dump(2));
+  } catch (const Error& e) {
+    return fail(p, "prepare", exit_code_for(e.kind()),
+                std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+  }
   install_signal_handlers();
   ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
   // Several nodes: every node must see this run directory and the checkpoints.

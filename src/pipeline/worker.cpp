@@ -35,6 +35,7 @@
 #include "anchor/train/trainer.hpp"
 #include <torch/version.h>
 #include "activation_probe.hpp"
+#include "compat/torch_compat.hpp"
 #include "events.hpp"
 
 namespace anchor::pipeline {
@@ -154,6 +155,7 @@ void pin_stage(WorkerContext& ctx, bool use_cache) {
     manifest::PinOptions po;
     po.use_cache = use_cache;
     po.progress = false;  // stdout carries events; a progress line would interleave with the supervisor's
+    po.world_size = ctx.env.world_size;
     m = manifest::pin(ctx.cfg, po);
     fs::atomic_write_file(path, m.dump(2));
   }
@@ -568,6 +570,11 @@ int run_worker(const WorkerOptions& opts) {
       const bool on_gpu = ctx.device.rfind("cuda", 0) == 0;
       const std::string backend =
           dist::choose_backend(ctx.cfg.distributed.backend, on_gpu, dist::nccl_available(), TORCH_VERSION);
+      if (dist::dist_fault().at(dist::DistFault::Point::kRendezvous, ctx.env.rank)) {
+        ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself before the rendezvous", ctx.env.rank);
+        std::fflush(nullptr);
+        ::raise(SIGKILL);
+      }
       ctx.pg = std::make_unique<dist::ProcessGroup>(ctx.env, ctx.cfg.distributed.timeout_s, backend);
     }
     // The reference worker never returns normally (SIGKILL in its kill window).
@@ -575,7 +582,7 @@ int run_worker(const WorkerOptions& opts) {
     return run_resume(ctx);
   } catch (const std::exception& e) {
     // The supervisor puts this in the report; main() still prints it on stderr.
-    std::string message = e.what(), hint;
+    std::string message = compat::message_of(e), hint;
     if (const auto* ce = dynamic_cast<const config::ConfigError*>(&e))
       for (const auto& pr : ce->problems()) message += "; " + pr.format();
     if (const auto* ae = dynamic_cast<const Error*>(&e)) hint = ae->hint();

@@ -13,6 +13,13 @@ namespace anchor::report::detail {
 // with a COMMITTED inside (a save killed before its rename).
 std::vector<std::string> committed_checkpoints(const std::string& run_dir);
 
+// The run's own files that a later reader trusts, besides report.json and the
+// checkpoints, as paths relative to run_dir, sorted: report.md, manifest.json,
+// config.json, events.jsonl and every regular file under work/ (the workers'
+// results), those that exist. Signing makes each a subject; verify warns about
+// one present on disk but not signed.
+std::vector<std::string> run_files(const std::string& run_dir);
+
 // The SHA-256 a COMMITTED file names: its content with surrounding whitespace
 // and an optional "sha256:" prefix removed, when that is 64 lowercase hex;
 // nullopt when it holds anything else (then it is not compared).

@@ -39,6 +39,24 @@ std::vector<std::string> committed_checkpoints(const std::string& run_dir) {
   return out;
 }
 
+std::vector<std::string> run_files(const std::string& run_dir) {
+  std::vector<std::string> out;
+  const stdfs::path root(run_dir);
+  std::error_code ec;
+  for (const char* name : {"report.md", "manifest.json", "config.json", "events.jsonl"})
+    if (stdfs::is_regular_file(root / name, ec)) out.push_back(name);
+  if (stdfs::is_directory(root / "work", ec)) {
+    std::vector<std::string> work;
+    for (stdfs::directory_iterator it(root / "work", ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec) && it->path().filename().string().front() != '.')
+        work.push_back("work/" + it->path().filename().string());
+    if (ec) throw io_error("list", (root / "work").string(), ec.value());
+    std::sort(work.begin(), work.end());
+    out.insert(out.end(), work.begin(), work.end());
+  }
+  return out;
+}
+
 std::string normalise_sha256(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -61,6 +79,8 @@ std::vector<Subject> collect_subjects(const std::string& run_dir) {
   std::vector<Subject> out;
   stdfs::path root(run_dir);
   out.push_back({kReportFile, sha256_file((root / kReportFile).string()).sha256});
+  for (const auto& name : detail::run_files(run_dir))
+    out.push_back({name, sha256_file((root / name).string()).sha256});
   for (const auto& dir : detail::committed_checkpoints(run_dir)) {
     std::string name = dir + "/manifest.json";
     std::string digest = sha256_file((root / name).string()).sha256;

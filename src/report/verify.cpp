@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 
+#include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/error.hpp"
@@ -242,10 +243,37 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
   if (manifests && committed_ok == manifests)
     r.checks.push_back("checkpoints: " + std::to_string(manifests) +
                        " signed manifests, each committed (COMMITTED agrees where it names a digest)");
+
+  // 3b. The signed checkpoints' data: every file each signed manifest lists is
+  //     on disk with the size and SHA-256 it lists (the checkpoint store's own
+  //     verification, headers parsed strictly). The manifest's signature covers
+  //     the files only if the files are checked against it.
+  std::size_t data_ok = 0, data_checked = 0;
+  for (const auto& s : st.subjects) {
+    stdfs::path name(s.name);
+    if (name.filename() != "manifest.json" || s.name.rfind("checkpoints/", 0) != 0) continue;
+    std::error_code ec;
+    if (!stdfs::exists(root / name, ec)) continue;  // already reported as subject-missing
+    ++data_checked;
+    const auto v = checkpoint::Store((root / "checkpoints").string()).verify((root / name.parent_path()).string());
+    if (v.ok) {
+      ++data_ok;
+      continue;
+    }
+    for (const auto& problem : v.problems)
+      f.failures.push_back(failure("checkpoint-data", name.parent_path().generic_string() + ": " + problem));
+  }
+  if (data_checked && data_ok == data_checked)
+    r.checks.push_back("checkpoint data: every file of the " + std::to_string(data_checked) +
+                       " signed checkpoints matches its manifest (size and sha256)");
   for (const auto& dir : detail::committed_checkpoints(run_dir))
     if (!subject_names.count(dir + "/manifest.json"))
       r.warnings.push_back(dir + " was committed but is not a subject: it is not covered by "
                                  "the signature (written after signing?)");
+  for (const auto& name : detail::run_files(run_dir))
+    if (!subject_names.count(name))
+      r.warnings.push_back(name + " is in the run directory but not signed: nothing vouches for it "
+                                  "(written after signing, or signed by an older anchor)");
 
   // 4. The checkpoints report.json lists ({dir, manifest_sha256}) are the
   //    manifests on disk, and are signed.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/dist/launch.hpp"
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
@@ -16,11 +17,7 @@ namespace anchor::train {
 namespace {
 
 void save_fault(int rank, std::int64_t step) {
-  const char* f = std::getenv("ANCHOR_DIST_FAULT");
-  if (!f) return;
-  int r = -1;
-  long long s = -1;
-  if (std::sscanf(f, "sigkill_save:%d:%lld", &r, &s) != 2 || r != rank || s != step) return;
+  if (!dist::dist_fault().at(dist::DistFault::Point::kSave, rank, step)) return;
   ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself in the save of step {} after writing its files",
                   rank, step);
   std::fflush(nullptr);

@@ -197,8 +197,9 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size, const std:
   for (auto& p : model_->named_parameters())
     if (p.value().requires_grad()) params.push_back({p.key(), p.value(), p.value().dim() >= 2});
   opt_ = std::make_unique<AdamW>(std::move(params), cfg.train.optimizer);
-  // Dropout draws from here on: its own seed, so init and data never shift it.
-  torch::manual_seed(config::derive_seed(cfg.run.seed, "dropout"));
+  // Dropout draws from here on: its own seed, so init and data never shift it,
+  // and each rank its own (config::dropout_purpose), so ranks draw different masks.
+  torch::manual_seed(config::derive_seed(cfg.run.seed, config::dropout_purpose(rank_)));
   window_buf_.resize(static_cast<std::size_t>(cfg.data.seq_len) + 1);
   if (const char* f = std::getenv("ANCHOR_GRAD_FAULT")) {
     std::stringstream ss(f);
@@ -362,14 +363,10 @@ void Trainer::attach(dist::ProcessGroup* pg, std::int64_t bucket_bytes, bool che
     for (const auto& p : opt_->params()) numels.push_back(p.param.numel());
     owner_ = partition_parameters(numels, world_);
   }
-  // sigkill_save:<rank>:<step> is the save-time seam (train/sharded_checkpoint.hpp).
-  if (const char* f = std::getenv("ANCHOR_DIST_FAULT"); f && std::string(f).rfind("sigkill_save:", 0) != 0) {
-    int r = -1;
-    long long s = -1;
-    if (std::sscanf(f, "sigkill:%d:%lld", &r, &s) != 2)
-      throw Error(ErrorKind::kUsage, std::string("bad ANCHOR_DIST_FAULT '") + f + "'", "use sigkill:<rank>:<step> or sigkill_save:<rank>:<step>");
-    fault_rank_ = r;
-    fault_step_ = s;
+  // The step-time seam (sigkill:<rank>:<step>); the others are read where they act.
+  if (const auto f = dist::dist_fault(); f.point == dist::DistFault::Point::kStep) {
+    fault_rank_ = f.rank;
+    fault_step_ = f.step;
   }
 }
 

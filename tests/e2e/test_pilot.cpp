@@ -195,6 +195,43 @@ TEST(Pilot, CudaWithoutAUsableGpuIsAConfigErrorBeforeTraining) {
   EXPECT_FALSE(std::filesystem::exists(t.str("run/checkpoints/step-00000002"))) << "nothing was trained";
 }
 
+// A run directory that cannot be made is an I/O error naming the path and
+// the errno (exit 1), not an internal bug.
+TEST(Pilot, ARunDirectoryThatCannotBeMadeIsNamedWithItsErrno) {
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", "/dev/null/anchor-run"});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("create the run directory /dev/null/anchor-run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Not a directory"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("internal"), std::string::npos) << r.output;
+}
+
+// An I/O error while the pilot prepares (a stale temporary save in
+// checkpoint.dir that cannot be removed: made immutable with chattr +i, which
+// binds root too) fails the pilot with a report naming the path and the
+// errno, and a complete event log.
+TEST(Pilot, AnIoErrorWhilePreparingIsAFailedStageWithAReport) {
+  TempDir t("pilot-prepare");
+  const auto stale = t.path() / "ckpt" / "step-00000002.tmp-deadbeef";
+  std::filesystem::create_directories(stale);
+  std::ofstream(stale / "model.safetensors") << "x";
+  const auto chattr = anchor::proc::run_capture({"/usr/bin/chattr", "+i", stale.string()});
+  if (chattr.status != 0)
+    GTEST_SKIP() << "this file system cannot make a directory immutable (chattr +i: " << chattr.out
+                 << "): no undeletable directory to test with";
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "checkpoint.dir=" + t.str("ckpt")});
+  anchor::proc::run_capture({"/usr/bin/chattr", "-i", stale.string()});  // let TempDir remove it
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("pilot failed in stage prepare"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(stale.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Operation not permitted"), std::string::npos) << r.output;
+  const auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+  EXPECT_NE(report["message"].get<std::string>().find("prepare"), std::string::npos);
+  const auto events = read_events(t.str("run/events.jsonl"));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["status"], "failed");
+}
+
 TEST(Pilot, JsonPrintsTheReportOnStdoutAndLogsStayOnStderr) {
   TempDir t("json");
   auto r = anchor::proc::run_capture({ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--json"});

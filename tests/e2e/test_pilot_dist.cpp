@@ -158,6 +158,54 @@ TEST(PilotDist, KillingOneRankMidStepEndsEveryRankWithAnErrorNamingIt) {
   EXPECT_EQ(report["status"], "failed");
 }
 
+// Rank 1 dies before it joins the process group, where rank 0 cannot notice:
+// it would wait out the whole rendezvous timeout (120 s here). The supervisor
+// sees its child end and, after a grace of 15 s (longer than rank 0's own
+// diagnosis of a dead peer takes), stops the worker and names the rank and how
+// it ended in one line, with no LibTorch stack trace.
+TEST(PilotDist, ARankKilledBeforeTheRendezvousIsNamedWithinSecondsNotTheTimeout) {
+  TempDir t("pilot2rdv");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set",
+                       "distributed.timeout_s=120"},
+                      {{"ANCHOR_DIST_FAULT", "sigkill_rendezvous:1"}});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "pilot ended " << s << " s after its start (rendezvous timeout 120 s)\n";
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("worker A rank 1 exited with status 137 (killed by SIGKILL) while rank 0 was starting"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(s, 60.0);
+  const auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+  const std::string message = report["message"];
+  EXPECT_NE(message.find("rank 1 exited with status 137 (killed by SIGKILL)"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+  EXPECT_EQ(report.dump().find("frame #"), std::string::npos) << "a LibTorch stack trace in the report";
+}
+
+// Rank 0 of the reference worker SIGKILLs itself mid-step: the failure names
+// rank 0 and the signal, not just a status number.
+TEST(PilotDist, KillingRankZeroNamesItAndTheSignal) {
+  TempDir t("pilot2kill0");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set",
+                       "distributed.timeout_s=30"},
+                      {{"ANCHOR_DIST_FAULT", "sigkill:0:1"}});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("worker A rank 0 exited with status 137 (killed by SIGKILL) in stage train"),
+            std::string::npos)
+      << r.output;
+}
+
+// A typo in the fault seam is refused, so a fault test cannot pass without its fault.
+TEST(PilotDist, AnUnknownDistFaultIsRefused) {
+  TempDir t("pilot2badfault");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"},
+                      {{"ANCHOR_DIST_FAULT", "sigkil:1:1"}});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("bad ANCHOR_DIST_FAULT 'sigkil:1:1'"), std::string::npos) << r.output;
+}
+
 TEST(PilotDist, APartialLaunchEnvironmentIsAConfigError) {
   TempDir t("pilot2part");
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"RANK", "0"}});

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
     }
     // The store lives in rank 0: no rank leaves while another may still read it.
     std::ofstream(out + ".sharding.json") << t.sharding().dump(2);
+    std::ofstream(out + ".state.json") << t.state_digest().dump(2);
     if (pg) pg->barrier("end of training");
     std::ofstream f(out, std::ios::binary);
     for (const auto& p : t.model().parameters()) {

@@ -41,6 +41,12 @@ std::optional<std::string> read_line(int fd);
 // Waits for pid. Returns the exit status, or 128 + signal number when it was
 // killed by a signal (the shell's convention). Retries EINTR.
 int wait_exit(pid_t pid);
+// The same without waiting: the status when pid has ended (and is now reaped),
+// nullopt while it runs.
+std::optional<int> try_wait(pid_t pid);
+// A status as wait_exit returns it, in words: "exited with status 2",
+// "exited with status 137 (killed by SIGKILL)".
+std::string describe_exit(int status);
 
 // Runs argv to completion, returning (status, stdout).
 struct RunResult {

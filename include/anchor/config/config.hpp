@@ -220,4 +220,10 @@ std::string resolve_path(const Config& c, const std::string& p);
 // so any language can recompute it (docs/config.md has a Python one-liner).
 std::uint64_t derive_seed(std::uint64_t root, const std::string& purpose);
 
+// The purpose a rank's dropout (and every other draw from its default
+// generators) is seeded from: each process its own stream, derived from
+// (run.seed, rank). Rank 0's is "dropout", so a one-process run is rank 0 of
+// a larger one; rank r > 0's is "dropout/rank<r>".
+std::string dropout_purpose(int rank);
+
 }  // namespace anchor::config

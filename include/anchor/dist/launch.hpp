@@ -97,4 +97,23 @@ std::string rank_device(const std::string& device, const LaunchEnv& env, int vis
 std::string choose_backend(const std::string& configured, bool on_gpu, bool nccl_built,
                            const std::string& torch_version);
 
+// The test seam ANCHOR_DIST_FAULT (docs/distributed.md): one rank SIGKILLs
+// itself at a chosen point, so the tests can show how its peers and the
+// supervisor end.
+//   sigkill:<rank>:<step>          in that step, after backward, before the all-reduce
+//   sigkill_save:<rank>:<step>     in that step's save, once its files are written
+//   sigkill_rendezvous:<rank>      before it joins the process group
+struct DistFault {
+  enum class Point { kNone, kStep, kSave, kRendezvous };
+  Point point = Point::kNone;
+  int rank = -1;
+  std::int64_t step = -1;
+  bool at(Point p, int r, std::int64_t s = -1) const { return point == p && rank == r && (s < 0 || step == s); }
+};
+// Reads ANCHOR_DIST_FAULT from `env`; unset is Point::kNone. Throws Error
+// (kUsage) for anything else than the forms above: a typo must not make a
+// fault test pass without its fault.
+DistFault dist_fault(const EnvLookup& env);
+inline DistFault dist_fault() { return dist_fault(process_env()); }
+
 }  // namespace anchor::dist

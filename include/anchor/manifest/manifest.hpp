@@ -21,6 +21,7 @@ struct PinOptions {
   int threads = 0;         // hashing threads; 0 -> hardware_concurrency
   bool progress = true;    // progress line on a terminal when hashing takes > 1 s
   std::string cache_file;  // empty -> HashCache::default_file(); for tests and tools
+  int world_size = 0;      // ranks whose dropout seeds are listed; 0 -> distributed.nproc_per_node
 };
 
 // Pins `cfg`: expands data globs, hashes every data shard, the model file (if

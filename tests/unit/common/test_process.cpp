@@ -40,4 +40,11 @@ TEST(HostName, IsTheKernelsHostName) {
   EXPECT_EQ(proc::host_name(), expected);
 }
 
+TEST(DescribeExit, SaysTheStatusAndTheSignal) {
+  EXPECT_EQ(proc::describe_exit(0), "exited with status 0");
+  EXPECT_EQ(proc::describe_exit(3), "exited with status 3");
+  EXPECT_EQ(proc::describe_exit(137), "exited with status 137 (killed by SIGKILL)");
+  EXPECT_EQ(proc::describe_exit(139), "exited with status 139 (killed by SIGSEGV: a crash)");
+}
+
 }  // namespace

@@ -306,4 +306,18 @@ TEST(ChooseBackend, NcclWithoutAGpuOrWithoutNcclIsAConfigError) {
   expect_config_error([] { dist::choose_backend("mpi", true, true, "2.5.1"); }, {"'mpi'"});
 }
 
+// ANCHOR_DIST_FAULT: the three forms, and anything else refused (a typo would
+// otherwise make a fault test pass without its fault).
+TEST(DistFault, ParsesTheThreeFormsAndRefusesAnythingElse) {
+  using P = dist::DistFault::Point;
+  EXPECT_EQ(dist::dist_fault(dist::map_env({})).point, P::kNone);
+  auto f = dist::dist_fault(dist::map_env({{"ANCHOR_DIST_FAULT", "sigkill:1:3"}}));
+  EXPECT_TRUE(f.at(P::kStep, 1, 3));
+  EXPECT_FALSE(f.at(P::kStep, 0, 3));
+  EXPECT_TRUE(dist::dist_fault(dist::map_env({{"ANCHOR_DIST_FAULT", "sigkill_save:0:2"}})).at(P::kSave, 0, 2));
+  EXPECT_TRUE(dist::dist_fault(dist::map_env({{"ANCHOR_DIST_FAULT", "sigkill_rendezvous:1"}})).at(P::kRendezvous, 1));
+  for (const char* bad : {"sigkil:1:1", "sigkill:1", "sigkill:1:1:1", "sigkill_rendezvous:1:2", "sigkill:-1:1", "x"})
+    EXPECT_THROW(dist::dist_fault(dist::map_env({{"ANCHOR_DIST_FAULT", bad}})), Error) << bad;
+}
+
 }  // namespace

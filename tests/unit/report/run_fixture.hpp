@@ -3,7 +3,10 @@
 //   <tmp>/keys/anchor.key, anchor.pub      (anchor keygen's layout)
 //   <tmp>/run/manifest.json                (the pinned run manifest)
 //   <tmp>/run/report.json                  (records both manifests)
-//   <tmp>/run/checkpoints/step-00000002/{manifest.json,COMMITTED}
+//   <tmp>/run/report.md, config.json, events.jsonl, work/reference.json
+//   <tmp>/run/checkpoints/step-00000002/   (a real checkpoint, written by checkpoint::Store:
+//                                           model and optimizer safetensors, state.json,
+//                                           manifest.json, COMMITTED)
 //   <tmp>/run/checkpoints/step-00000004.tmp-1a2b3c4d/{manifest.json,COMMITTED}
 //                                          (killed before its rename: not a checkpoint)
 // Tests then sign it (sign_run) and tamper with copies of what it wrote.
@@ -18,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
@@ -77,17 +81,20 @@ class RunDirTest : public ::testing::Test {
   }
 
   void make_run() {
+    // A real checkpoint: verify checks its files against its manifest.
+    std::vector<float> weights(16, 0.5f), moments(16, 0.25f);
+    checkpoint::SaveRequest req;
+    req.step = 2;
+    req.files.push_back({"model.safetensors",
+                         {{"wte.weight", checkpoint::DType::F32, {4, 4}, weights.data(), weights.size() * 4}},
+                         {}});
+    req.files.push_back({"optimizer.safetensors",
+                         {{"wte.weight.exp_avg", checkpoint::DType::F32, {4, 4}, moments.data(), moments.size() * 4}},
+                         {}});
+    req.state = {{"format_version", 1}};
+    checkpoint::Store(run_ + "/checkpoints").save(req);
     std::string ck = run_ + "/checkpoints/step-00000002";
-    stdfs::create_directories(ck);
-    spit(ck + "/model.safetensors", std::string(64, '\x01'));
-    nlohmann::ordered_json manifest = {
-        {"format_version", 1},
-        {"files",
-         {{{"path", "model.safetensors"}, {"size", 64},
-           {"sha256", sha256_hex(std::string(64, '\x01'))}}}}};
-    spit(ck + "/manifest.json", manifest.dump(2) + "\n");
     std::string manifest_sha = sha256_file(ck + "/manifest.json").sha256;
-    spit(ck + "/COMMITTED", manifest_sha + "\n");
     std::string torn = run_ + "/checkpoints/step-00000004.tmp-1a2b3c4d";
     stdfs::create_directories(torn);
     spit(torn + "/manifest.json", "{\"torn\": true}\n");
@@ -108,7 +115,17 @@ class RunDirTest : public ::testing::Test {
          {{{"dir", "checkpoints/step-00000002"}, {"step", 2}, {"manifest_sha256", manifest_sha}}}},
     };
     spit(run_ + "/report.json", report.dump(2) + "\n");
+    // The run's other files a reader trusts (run_files in src/report/run_dir.hpp).
+    spit(run_ + "/report.md", "# anchor pilot test-run\n\n**passed**\n");
+    spit(run_ + "/config.json", "{\"run_id\": \"test-run\"}\n");
+    spit(run_ + "/events.jsonl", "{\"event\":\"start\",\"stage\":\"train\"}\n{\"event\":\"end\",\"loss\":5.4123}\n");
+    stdfs::create_directories(run_ + "/work");
+    spit(run_ + "/work/reference.json", "{\"train_steps\": [{\"loss\": 5.4123}]}\n");
   }
+
+  // The subjects a sign_run of this run names: report.json, the five run
+  // files, the one checkpoint's manifest.
+  static constexpr std::size_t kSubjects = 7;
 
   std::string envelope() const { return run_ + "/report.intoto.json"; }
   std::string manifest() const { return run_ + "/checkpoints/step-00000002/manifest.json"; }

@@ -27,7 +27,7 @@ class SignVerifyTest : public testing::RunDirTest {
     SignResult s = sign_run(run_, priv_);
     EXPECT_EQ(s.envelope_path, envelope());
     EXPECT_EQ(s.key_id, key_id_);
-    EXPECT_EQ(s.subjects, 2u);
+    EXPECT_EQ(s.subjects, kSubjects);
   }
 
   VerifyResult verify_with(const std::string& pub) { return verify_envelope(envelope(), pub); }
@@ -53,8 +53,9 @@ TEST_F(SignVerifyTest, ValidRunVerifies) {
   EXPECT_TRUE(r.warnings.empty()) << joined(r.warnings);
   // Every family of check reported as holding.
   std::string checks = joined(r.checks);
-  for (const char* what : {"signature:", "statement:", "subjects: all 2", "report: report.json",
-                           "checkpoints: 1", "report/manifests: the 1", "manifest: manifest.json"})
+  for (const char* what : {"signature:", "statement:", "subjects: all 7", "report: report.json",
+                           "checkpoints: 1", "checkpoint data: every file of the 1", "report/manifests: the 1",
+                           "manifest: manifest.json"})
     EXPECT_NE(checks.find(what), std::string::npos) << what << "\n" << checks;
 }
 
@@ -62,11 +63,15 @@ TEST_F(SignVerifyTest, StatementNamesTheCommittedOutputsOnly) {
   json st = statement();
   EXPECT_EQ(st["_type"], "https://in-toto.io/Statement/v1");
   EXPECT_EQ(st["predicateType"], "https://anchor.dev/pilot-report/v1");
-  ASSERT_EQ(st["subject"].size(), 2u) << st["subject"].dump();  // the torn .tmp- dir is left out
+  ASSERT_EQ(st["subject"].size(), kSubjects) << st["subject"].dump();  // the torn .tmp- dir is left out
   EXPECT_EQ(st["subject"][0]["name"], "report.json");
   EXPECT_EQ(st["subject"][0]["digest"]["sha256"], sha256_file(run_ + "/report.json").sha256);
-  EXPECT_EQ(st["subject"][1]["name"], "checkpoints/step-00000002/manifest.json");
-  EXPECT_EQ(st["subject"][1]["digest"]["sha256"], sha256_file(manifest()).sha256);
+  const std::vector<std::string> rest = {"report.md", "manifest.json", "config.json", "events.jsonl",
+                                         "work/reference.json", "checkpoints/step-00000002/manifest.json"};
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    EXPECT_EQ(st["subject"][i + 1]["name"], rest[i]);
+    EXPECT_EQ(st["subject"][i + 1]["digest"]["sha256"], sha256_file(run_ + "/" + rest[i]).sha256) << rest[i];
+  }
   EXPECT_EQ(st["predicate"]["report"], json::parse(slurp(run_ + "/report.json")));
   EXPECT_EQ(st["predicate"]["signer"]["key_id"], key_id_);
   EXPECT_EQ(st["predicate"]["signer"]["algorithm"], "ecdsa-p256-sha256");
@@ -136,7 +141,7 @@ TEST_F(SignVerifyTest, TamperedPayloadDigest) {
   // The attacker edits a subject digest in the payload instead.
   json env = envelope_json();
   json st = statement();
-  st["subject"][1]["digest"]["sha256"] = std::string(64, 'a');
+  st["subject"][kSubjects - 1]["digest"]["sha256"] = std::string(64, 'a');  // the checkpoint's manifest
   env["payload"] = base64_encode(st.dump());
   write_envelope(env);
   VerifyResult r = verify_with(pub_);
@@ -195,6 +200,48 @@ TEST_F(SignVerifyTest, RunManifestMustBeTheOneTheReportRecords) {
   stdfs::remove(run_ + "/manifest.json");
   r = verify_with(pub_);
   EXPECT_TRUE(has_failure(r.failures, "manifest-mismatch", "missing")) << joined(r.failures);
+}
+
+// What a later reader trusts is covered: a changed byte in a retained
+// checkpoint's data, a deleted optimizer file or an edited state.json fails
+// verify (exit 3 in the CLI) naming the file, through the signed manifest.
+TEST_F(SignVerifyTest, CheckpointDataChangedAfterSigningIsNamedPerFile) {
+  const std::string ck = run_ + "/checkpoints/step-00000002";
+  std::string model = slurp(ck + "/model.safetensors");
+  model[model.size() - 3] ^= 0x01;  // one bit of one weight
+  spit(ck + "/model.safetensors", model);
+  stdfs::remove(ck + "/optimizer.safetensors");
+  spit(ck + "/state.json", slurp(ck + "/state.json") + " ");
+  VerifyResult r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "state.json"})
+    EXPECT_TRUE(has_failure(r.failures, "checkpoint-data", file)) << file << "\n" << joined(r.failures);
+  // The signed manifest itself is untouched: only the data check could see it.
+  EXPECT_FALSE(has_failure(r.failures, "subject-changed")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, EveryRunFileAReaderTrustsIsASubject) {
+  for (const char* name : {"events.jsonl", "config.json", "report.md", "work/reference.json", "manifest.json"}) {
+    const std::string path = run_ + "/" + name;
+    const std::string before = slurp(path);
+    spit(path, before + "\n");
+    VerifyResult r = verify_with(pub_);
+    EXPECT_FALSE(r.ok) << name;
+    EXPECT_TRUE(has_failure(r.failures, "subject-changed", name)) << name << "\n" << joined(r.failures);
+    spit(path, before);
+    EXPECT_TRUE(verify_with(pub_).ok) << name << " restored";  // the control
+  }
+  stdfs::remove(run_ + "/events.jsonl");
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(has_failure(r.failures, "subject-missing", "events.jsonl")) << joined(r.failures);
+}
+
+TEST_F(SignVerifyTest, ARunFileWrittenAfterSigningIsAWarning) {
+  spit(run_ + "/work/late.json", "{}\n");
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  EXPECT_NE(joined(r.warnings).find("work/late.json is in the run directory but not signed"), std::string::npos)
+      << joined(r.warnings);
 }
 
 TEST_F(SignVerifyTest, MalformedJson) {
