@@ -350,19 +350,36 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
 
   // 2. The run directory, its event log and the effective config the workers read.
   p.run_id = make_run_id(p.cfg.run.name);
-  p.run_dir = opts.run_dir.empty() ? p.cfg.run.output_dir + "/" + p.run_id : opts.run_dir;
+  //    Under `anchor reproduce` (use_config_dirs false) the config's directories
+  //    are a report's say-so: only the command line places the run.
+  const std::string output_dir = opts.use_config_dirs ? p.cfg.run.output_dir : config::Config{}.run.output_dir;
+  p.run_dir = opts.run_dir.empty() ? output_dir + "/" + p.run_id : opts.run_dir;
   std::filesystem::create_directories(p.run_dir);
   p.run_dir = std::filesystem::canonical(p.run_dir).string();
-  p.ckpt_dir = p.cfg.checkpoint.dir.empty() ? p.run_dir + "/checkpoints" : config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
+  if (!opts.checkpoint_dir.empty())
+    p.ckpt_dir = std::filesystem::absolute(opts.checkpoint_dir).lexically_normal().string();
+  else if (opts.use_config_dirs && !p.cfg.checkpoint.dir.empty())
+    p.ckpt_dir = config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
+  else
+    p.ckpt_dir = p.run_dir + "/checkpoints";
   p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
   // Leftovers of an earlier, killed run in a shared checkpoint.dir: never loaded, removed now.
   if (std::filesystem::exists(p.ckpt_dir))
     for (const auto& gone : checkpoint::Store(p.ckpt_dir).remove_stale_temps())
       ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
   p.report.begin(p.run_id, p.cfg, opts.config_path);
+  if (opts.baseline) {
+    // What is reproduced and with which key, in the report from the start; and where its checkpoints went.
+    nlohmann::json reproduces = opts.reproduces;
+    reproduces["checkpoint_dir"] = p.ckpt_dir;
+    p.report.set_reproduces(reproduces);
+  }
+  // The workers take the checkpoint directory from here, not from the config:
+  // the supervisor alone decides it (reproduce overrides it).
   fs::atomic_write_file(p.run_dir + "/config.json",
                         nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
-                                       {"source_path", p.cfg.source_path}, {"run_id", p.run_id}}.dump(2));
+                                       {"source_path", p.cfg.source_path}, {"run_id", p.run_id},
+                                       {"checkpoint_dir", p.ckpt_dir}}.dump(2));
   install_signal_handlers();
   ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
   // Several nodes: every node must see this run directory and the checkpoints.
@@ -508,7 +525,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
       repro = compare_reports(*opts.baseline, p.report.json(), opts.reproduce_bitwise, p.cfg.pilot.tolerance);
       return nlohmann::json{{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
     });
-    p.report.set_reproduction(opts.reproduces, repro);
+    const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
+    p.report.set_reproduction(reproduces, repro);
     if (repro["verdict"] != "reproduced") {
       p.report.set_outcome("failed", 3, "the re-run differs from the report it reproduces (" +
                                             std::to_string(repro["differences"].get<int>()) + " differences, " +
