@@ -23,6 +23,7 @@ struct ReproduceOptions {
   std::string report;
   std::string key;
   std::string run_dir;
+  std::string checkpoint_dir;
   bool allow_drift = false;
   bool allow_unsigned = false;
   bool use_cache = true;
@@ -30,21 +31,40 @@ struct ReproduceOptions {
   std::string junit;
 };
 
+// How the report was checked, for the reproduction's `reproduces`.
+struct Trust {
+  bool verified = false;
+  // {path, key_id, source}: the key the signature verified with and why it
+  // was used; null for an unsigned report.json.
+  nlohmann::json key;
+};
+
+// What `reproduces.key.source` says for a key anchor did not get from the user.
+constexpr const char* kKeyBesideReport = "report.pub beside the report (not independently trusted)";
+
 // The report inside a verified envelope, or a plain report.json (unverified).
-nlohmann::json load_report(const ReproduceOptions& o, bool& verified) {
+nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
   const std::string text = fs::read_file(o.report);
   auto doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded())
     throw Error(ErrorKind::kVerification, o.report + " is not JSON", "give a report.intoto.json or report.json");
   if (doc.contains("payloadType")) {
     auto v = report::verify_envelope(o.report, o.key);
+    // As `anchor verify` prints them: without --key, that the key came with
+    // the run and proves integrity, not who signed it.
+    for (const auto& w : v.warnings) std::cerr << "reproduce: warn  " << w << "\n";
     if (!v.ok) {
       std::string all;
       for (const auto& f : v.failures) all += "\n  " + f;
       throw Error(ErrorKind::kVerification, "the report does not verify:" + all,
                   "a report that fails `anchor verify` cannot be reproduced faithfully");
     }
-    verified = true;
+    trust.verified = true;
+    trust.key = {{"path", std::filesystem::absolute(v.public_key_path).lexically_normal().string()},
+                 {"key_id", v.key_id},
+                 {"source", o.key.empty() ? kKeyBesideReport : "--key"}};
+    std::cerr << "reproduce: the report verifies with key " << v.key_id << " ("
+              << trust.key["source"].get<std::string>() << ": " << trust.key["path"].get<std::string>() << ")\n";
     auto env = report::envelope_from_json(text);
     return nlohmann::json::parse(env.payload).at("predicate").at("report");
   }
@@ -52,7 +72,8 @@ nlohmann::json load_report(const ReproduceOptions& o, bool& verified) {
     throw Error(ErrorKind::kVerification, o.report + " is an unsigned report.json: it cannot be verified",
                 "reproduce from report.intoto.json, or pass --allow-unsigned to re-run it anyway");
   ANCHOR_LOG_WARN("reproduce", "UNVERIFIED: {} is unsigned; reproducing it proves nothing about who ran it", o.report);
-  verified = false;
+  trust.verified = false;
+  trust.key = nullptr;
   return doc;
 }
 
@@ -62,8 +83,15 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
   auto o = std::make_shared<ReproduceOptions>();
   sub.add_option("report", o->report, "report.intoto.json of a past run (or report.json with --allow-unsigned)")
       ->required();
-  sub.add_option("--key", o->key, "public key (SPKI PEM) to verify with (default: report.pub beside the report)");
-  sub.add_option("--run-dir", o->run_dir, "run directory for the re-run (default: <run.output_dir>/<run-id>)");
+  sub.add_option("--key", o->key,
+                 "the signer's public key (SPKI PEM) to verify with (default: report.pub beside the report, which "
+                 "shows integrity, not who signed: warned and recorded as such in reproduces.key)");
+  sub.add_option("--run-dir", o->run_dir,
+                 "run directory for the re-run (default: runs/<new run-id> in the current directory; the report's "
+                 "run.output_dir is not used)");
+  sub.add_option("--checkpoint-dir", o->checkpoint_dir,
+                 "directory the re-run saves its checkpoints in (default: <run dir>/checkpoints; the report's "
+                 "checkpoint.dir is not used). Stale temporaries in it are removed; it must hold no step-* directory");
   sub.add_flag("--allow-drift", o->allow_drift, "re-run even when pins drifted (the new report says so)");
   sub.add_flag("--allow-unsigned", o->allow_unsigned, "accept an unsigned report.json (loudly unverified)");
   sub.add_flag("!--no-cache", o->use_cache, "hash every input again instead of trusting the pin cache");
@@ -72,23 +100,26 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
   return [o, &global]() {
     // The fresh pin must see the libraries of a process that trains.
     if (!torch_in_process()) hand_over_to_torch("reproduce pins the libraries LibTorch loads");
-    bool verified = false;
-    const nlohmann::json original = load_report(*o, verified);
+    Trust trust;
+    const nlohmann::json original = load_report(*o, trust);
     if (!original.contains("manifest"))
       throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
     const auto& old_manifest = original["manifest"];
+    config::Config cfg = manifest::config_from_manifest(old_manifest);
     // A pilot that started from a checkpoint (pilot.start_from: latest) would
-    // start again from whatever is newest in checkpoint.dir now: not the same run.
-    if (original.value("start", nlohmann::json::object()).value("from", "init") == "latest")
+    // start again from whatever is newest in checkpoint.dir now: not the same
+    // run. The report's `start` and its config are both asked: either may say so.
+    const auto start = original.value("start", nlohmann::json::object());
+    if (start.value("from", "init") == "latest" || cfg.pilot.start_from == "latest")
       throw Error(ErrorKind::kConfig,
-                  "the report's pilot started from the checkpoint " +
-                      original["start"].value("dir", std::string("(none restored)")) +
+                  "the report's pilot started from a checkpoint" +
+                      (start.contains("dir") && start["dir"].is_string() ? " (" + start["dir"].get<std::string>() + ")"
+                                                                         : std::string()) +
                       " (pilot.start_from: latest): reproducing it is not supported",
                   "a re-run would start from the newest checkpoint in checkpoint.dir now, not that one; re-run `anchor "
                   "pilot --start-from latest` against a copy of that checkpoint instead (docs/pilot.md)");
 
     // Re-pin the current environment and inputs against the recorded manifest.
-    config::Config cfg = manifest::config_from_manifest(old_manifest);
     manifest::PinOptions po;
     po.use_cache = o->use_cache;
     const nlohmann::json new_manifest = manifest::pin(cfg, po);
@@ -109,7 +140,21 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     pipeline::PilotOptions po2;
     po2.config = &cfg;
     po2.config_path = cfg.source_path;
-    po2.run_dir = o->run_dir;
+    // Where the re-run writes: only what the command line names, else under the
+    // current directory. The report's run.output_dir and checkpoint.dir are
+    // another machine's paths, or whatever a hostile report wants cleaned
+    // (stale temporaries are removed from the checkpoint directory) and
+    // written; the effective config keeps them as recorded.
+    po2.use_config_dirs = false;
+    po2.run_dir = o->run_dir;                // empty: runs/<run-id>
+    po2.checkpoint_dir = o->checkpoint_dir;  // empty: <run dir>/checkpoints
+    if (!cfg.checkpoint.dir.empty())
+      std::cerr << "reproduce: the report's checkpoint.dir " << cfg.checkpoint.dir << " is not used; checkpoints go to "
+                << (o->checkpoint_dir.empty() ? "<run dir>/checkpoints (--checkpoint-dir to choose)" : o->checkpoint_dir)
+                << "\n";
+    if (o->run_dir.empty() && cfg.run.output_dir != config::Config{}.run.output_dir)
+      std::cerr << "reproduce: the report's run.output_dir " << cfg.run.output_dir << " is not used; the run goes under "
+                << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
     po2.baseline = &original;
     po2.pinned_manifest = &new_manifest;
     po2.use_hash_cache = o->use_cache;
@@ -121,7 +166,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     po2.reproduces = {{"report", std::filesystem::absolute(o->report).string()},
                       {"report_sha256", sha256_file(o->report).sha256},
                       {"run_id", original.value("run_id", "")},
-                      {"verified", verified},
+                      {"verified", trust.verified},
+                      {"key", trust.key},
                       {"allow_drift", o->allow_drift},
                       {"drift", drift_json}};
     std::cerr << "reproduce: comparing "

@@ -200,11 +200,14 @@ class Loader {
     }
     if (trim(text).empty() &&
         (f->type() == schema::Type::kString || f->type() == schema::Type::kStringList)) {
-      schema::assign_empty(*f, c_);
+      // An empty value gets the checks '' or [] would get from the file:
+      // `--set run.output_dir=` must not put run directories at /.
       where_[f->key] = loc;
-      if (f->required) {
-        add(loc, f->key, "must list at least one entry");
+      if (std::string err = schema::assign_empty(*f, c_); !err.empty()) {
+        add(loc, f->key, err + " (an empty --set value empties a key only where empty is allowed)");
         bad_.insert(f->key);
+      } else {
+        bad_.erase(f->key);  // as set_leaf: a good override replaces a bad file value
       }
       return;
     }
@@ -217,6 +220,16 @@ class Loader {
       return;
     }
     set_leaf(*f, loc, value, /*from_file=*/false);
+  }
+
+  // The directory relative paths resolve against comes from outside the
+  // YAML (a manifest's config.base_dir for reproduce and the workers): it gets
+  // the NUL check every string value gets.
+  void check_base_dir(const std::string& base_dir) {
+    if (base_dir.find('\0') != std::string::npos)
+      add(Loc{file_, 0, 0}, "base_dir",
+          "the directory relative paths resolve against contains a NUL byte (\\0): the operating "
+          "system would see it cut short there");
   }
 
   void check_required() {
@@ -445,6 +458,7 @@ Config load_text(const std::string& text, const std::string& name,
   Loader loader(name);
   loader.read_yaml(text);
   for (const auto& o : overrides) loader.apply_override(o);
+  loader.check_base_dir(base_dir);
   loader.check_required();
   loader.cross_check();
   Config c = loader.finish();

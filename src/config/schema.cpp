@@ -310,7 +310,20 @@ std::string utf8_problem(const std::string& s) {
   return "";
 }
 
+// "" when s holds no NUL byte, else where it does. YAML's "\0" escape (and
+// JSON's "\u0000") can put one in a value; every path and name in a config
+// ends up in a C API (open, stat, mkdir, dlopen) that reads it as the end of
+// the string, so the file would act on a shorter path than the one recorded.
+std::string nul_problem(const std::string& s) {
+  const auto at = s.find('\0');
+  if (at == std::string::npos) return "";
+  return "contains a NUL byte (\\0) at offset " + std::to_string(at) +
+         ": the operating system would see the value cut short there; remove it";
+}
+
 std::string check_string(const Field& f, const std::string& s) {
+  // Before anything quotes the value into a message: it would carry the NUL along.
+  if (auto e = nul_problem(s); !e.empty()) return "the value " + e;
   if (auto e = utf8_problem(s); !e.empty()) return "the value " + e;
   if (!f.allowed.empty() &&
       std::find(f.allowed.begin(), f.allowed.end(), s) == f.allowed.end()) {
@@ -477,6 +490,10 @@ std::string assign(const Field& f, Config& c, const YAML::Node& value, YAML::Mar
         return "list entries must be non-empty strings, got " +
                (item.IsScalar() ? std::string("an empty string") : describe(item));
       }
+      if (auto e = nul_problem(item.Scalar()); !e.empty()) {
+        if (where) *where = item.Mark();
+        return "a list entry " + e;
+      }
       if (auto e = utf8_problem(item.Scalar()); !e.empty()) {
         if (where) *where = item.Mark();
         return "a list entry " + e;
@@ -500,9 +517,16 @@ std::string assign(const Field& f, Config& c, const YAML::Node& value, YAML::Mar
       f.ref);
 }
 
-void assign_empty(const Field& f, Config& c) {
-  if (f.type() == Type::kString) std::get<Ref<std::string>>(f.ref)(c).clear();
-  if (f.type() == Type::kStringList) std::get<Ref<std::vector<std::string>>>(f.ref)(c).clear();
+std::string assign_empty(const Field& f, Config& c) {
+  if (f.type() == Type::kString) {
+    // The checks an explicit '' gets: non-empty, allowed values, the key's own check.
+    if (auto e = check_string(f, ""); !e.empty()) return e;
+    std::get<Ref<std::string>>(f.ref)(c).clear();
+  } else if (f.type() == Type::kStringList) {
+    if (f.required) return "must list at least one entry";
+    std::get<Ref<std::vector<std::string>>>(f.ref)(c).clear();
+  }
+  return "";
 }
 
 void emit_value(const Field& f, const Config& c, YAML::Emitter& out) {

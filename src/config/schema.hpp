@@ -94,8 +94,10 @@ std::string default_text(const Field& f);
 // previous value, and `*where` is set to the offending list item's mark when
 // the problem is inside a list (left alone otherwise).
 std::string assign(const Field& f, Config& c, const YAML::Node& value, YAML::Mark* where);
-// Sets a string or list field to empty (an empty --set value).
-void assign_empty(const Field& f, Config& c);
+// Sets a string or list field to empty (an empty --set value) after the same
+// checks an explicit empty value ('' or []) gets: returns "" on success,
+// otherwise the message, and `c` keeps its previous value.
+std::string assign_empty(const Field& f, Config& c);
 
 // Emits the field's value (scalar or flow sequence) into an open YAML map.
 void emit_value(const Field& f, const Config& c, YAML::Emitter& out);

@@ -30,6 +30,9 @@ class Report {
   void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
   void set_outcome(const std::string& status, int exit_code, const std::string& message);
   void set_signed(const std::string& key_id);
+  // `reproduces` alone (the report reproduced, the key trusted), from the
+  // start: a re-run that fails still says what it reproduced.
+  void set_reproduces(const nlohmann::json& reproduces) { j_["reproduces"] = reproduces; }
   void set_reproduction(const nlohmann::json& reproduces, const nlohmann::json& result);
   void set_unsigned(const std::string& why);
 

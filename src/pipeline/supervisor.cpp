@@ -388,8 +388,12 @@ void lock_directories(Pilot& p) {
   try {
     p.run_dir = std::filesystem::canonical(p.run_dir).string();
     p.run_lock = fs::DirLock::acquire(p.run_dir, "run directory " + p.run_dir, p.run_id);
-    p.ckpt_dir = p.cfg.checkpoint.dir.empty() ? p.run_dir + "/checkpoints"
-                                              : config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
+    if (!p.opts.checkpoint_dir.empty())
+      p.ckpt_dir = std::filesystem::absolute(p.opts.checkpoint_dir).lexically_normal().string();
+    else if (p.opts.use_config_dirs && !p.cfg.checkpoint.dir.empty())
+      p.ckpt_dir = config::resolve_path(p.cfg, p.cfg.checkpoint.dir);
+    else
+      p.ckpt_dir = p.run_dir + "/checkpoints";
     // A pilot from initialisation makes checkpoint.dir; one from `latest`
     // needs it to exist already (check_start_dir says so when it does not).
     if (p.cfg.pilot.start_from != "latest" || std::filesystem::exists(p.ckpt_dir)) {
@@ -432,10 +436,19 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   //    (another pilot on either is refused, exit 2), its event log and the
   //    effective config the workers read.
   p.run_id = make_run_id(p.cfg.run.name);
-  p.run_dir = opts.run_dir.empty() ? p.cfg.run.output_dir + "/" + p.run_id : opts.run_dir;
+  //    Under `anchor reproduce` (use_config_dirs false) the config's directories
+  //    are a report's say-so: only the command line places the run.
+  const std::string output_dir = opts.use_config_dirs ? p.cfg.run.output_dir : config::Config{}.run.output_dir;
+  p.run_dir = opts.run_dir.empty() ? output_dir + "/" + p.run_id : opts.run_dir;
   lock_directories(p);
   p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
   p.report.begin(p.run_id, p.cfg, opts.config_path);
+  if (opts.baseline) {
+    // What is reproduced and with which key, in the report from the start; and where its checkpoints went.
+    nlohmann::json reproduces = opts.reproduces;
+    reproduces["checkpoint_dir"] = p.ckpt_dir;
+    p.report.set_reproduces(reproduces);
+  }
   // From here on a failure is a failed stage with a report (where the run
   // directory takes one), never a bare exception.
   try {
@@ -443,9 +456,12 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     if (std::filesystem::exists(p.ckpt_dir))
       for (const auto& gone : checkpoint::Store(p.ckpt_dir).remove_stale_temps())
         ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
+    // The workers take the checkpoint directory from here, not from the config:
+    // the supervisor alone decides it (reproduce overrides it).
     fs::atomic_write_file(p.run_dir + "/config.json",
                           nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
-                                         {"source_path", p.cfg.source_path}, {"run_id", p.run_id}}.dump(2));
+                                         {"source_path", p.cfg.source_path}, {"run_id", p.run_id},
+                                         {"checkpoint_dir", p.ckpt_dir}}.dump(2));
   } catch (const Error& e) {
     return fail(p, "prepare", exit_code_for(e.kind()),
                 std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
@@ -595,7 +611,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
       repro = compare_reports(*opts.baseline, p.report.json(), opts.reproduce_bitwise, p.cfg.pilot.tolerance);
       return nlohmann::json{{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
     });
-    p.report.set_reproduction(opts.reproduces, repro);
+    const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
+    p.report.set_reproduction(reproduces, repro);
     if (repro["verdict"] != "reproduced") {
       p.report.set_outcome("failed", 3, "the re-run differs from the report it reproduces (" +
                                             std::to_string(repro["differences"].get<int>()) + " differences, " +

@@ -60,8 +60,13 @@ WorkerContext load_context(const WorkerOptions& opts) {
   ctx.cfg.base_dir = doc.at("base_dir").get<std::string>();
   ctx.cfg.source_path = doc.value("source_path", "");
   ctx.run_id = doc.value("run_id", "");
-  ctx.ckpt_dir = ctx.cfg.checkpoint.dir.empty() ? opts.run_dir + "/checkpoints"
-                                                : config::resolve_path(ctx.cfg, ctx.cfg.checkpoint.dir);
+  // The supervisor's choice (it may differ from the config's checkpoint.dir:
+  // `anchor reproduce` keeps a reproduction's checkpoints in its own run directory).
+  if (doc.contains("checkpoint_dir") && doc["checkpoint_dir"].is_string())
+    ctx.ckpt_dir = doc["checkpoint_dir"].get<std::string>();
+  else
+    ctx.ckpt_dir = ctx.cfg.checkpoint.dir.empty() ? opts.run_dir + "/checkpoints"
+                                                  : config::resolve_path(ctx.cfg, ctx.cfg.checkpoint.dir);
   ctx.out["stages"] = nlohmann::json::array();
   return ctx;
 }

@@ -112,4 +112,53 @@ TEST_F(ConfigCli, MissingFileIsRuntimeErrorNamingPath) {
   EXPECT_NE(r.out.find(missing), std::string::npos) << r.out;
 }
 
+// Issue 14: `--set key=` skipped the checks, so `config check` passed an empty
+// device, precision and architecture.
+TEST_F(ConfigCli, EmptyOverridesAreCheckedByConfigCheck) {
+  auto r = anchor_run({"config", "check", kPilot, "--set", "device=", "--set", "train.precision=", "--set",
+                       "model.arch="});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("has 3 problems"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--set: device: '' is not a device"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--set: train.precision: '' is not allowed; allowed: fp32, bf16, fp16"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--set: model.arch: '' is not allowed; allowed: gpt"), std::string::npos) << r.out;
+  // Negative control: a key whose empty value means something (unsigned) may be emptied.
+  auto ok = anchor_run({"config", "check", kPilot, "--set", "report.signing_key="});
+  EXPECT_EQ(ok.status, 0) << ok.out;
+}
+
+// Issue 14: `anchor pilot ... --set run.output_dir=` put its run directory at
+// the filesystem root. It is a config problem (exit 2), and nothing is written:
+// not in the current directory, not at /.
+TEST_F(ConfigCli, PilotWithAnEmptyOutputDirWritesNothing) {
+  const std::string name = "e2e-empty-output-dir-" + std::to_string(::getpid());
+  auto at_root = [&] {
+    std::vector<stdfs::path> found;
+    for (const auto& e : stdfs::directory_iterator("/"))
+      if (e.path().filename().string().rfind(name, 0) == 0) found.push_back(e.path());
+    return found;
+  };
+  ASSERT_TRUE(at_root().empty());
+  const std::string cmd = "cd " + sh_quote(dir_.string()) + " && exec " + sh_quote(ANCHOR_BINARY) + " pilot " +
+                          sh_quote(kPilot) + " --set run.output_dir= --set run.name=" + name + " 2>&1";
+  auto r = anchor::proc::run_capture({"/bin/sh", "-c", cmd});
+  const auto leftovers = at_root();
+  for (const auto& p : leftovers) stdfs::remove_all(p);  // what the bug left behind, if it ran as root
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--set: run.output_dir: must not be empty"), std::string::npos) << r.out;
+  EXPECT_TRUE(leftovers.empty()) << "the pilot wrote " << leftovers.front();
+  EXPECT_TRUE(stdfs::is_empty(dir_)) << "the pilot wrote into the current directory";
+}
+
+// Issue 14: a NUL byte in a path (YAML's "\0" escape) is a problem at its line
+// and column, not a path that C APIs see cut short.
+TEST_F(ConfigCli, NulByteInAPathIsAProblemWithItsPosition) {
+  const std::string bad = write("nul.yaml", "data:\n  train: [\"a\\0b.txt\"]\ncheckpoint: {dir: \"ck\\0\"}\n");
+  auto r = anchor_run({"config", "check", bad});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(bad + ":2:11: data.train: a list entry contains a NUL byte"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(bad + ":3:19: checkpoint.dir: the value contains a NUL byte"), std::string::npos) << r.out;
+}
+
 }  // namespace

@@ -4,9 +4,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
 #include "support/run_anchor.hpp"
 
 namespace {
@@ -89,6 +92,98 @@ TEST_F(Reproduce, ATamperedReportIsNotReproduced) {
                        t_.str("again")});
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("does not verify"), std::string::npos) << r.output;
+}
+
+// Issue 14: the refusal of a started-from-checkpoint report asked only the
+// report's `start`; a config that says pilot.start_from: latest is refused too
+// (the re-run would restore whatever its checkpoint directory holds).
+TEST_F(Reproduce, AConfigThatStartsFromLatestIsRefusedEvenWhenStartSaysInit) {
+  auto rep = read_json(t_.str("orig/report.json"));
+  ASSERT_EQ(rep["start"]["from"], "init");
+  rep["manifest"]["config"]["effective"]["pilot"]["start_from"] = "latest";
+  anchor::fs::atomic_write_file(t_.str("edited.json"), rep.dump());
+  // --allow-drift: the edit changes the config digest the re-pin compares.
+  auto r = run_anchor(
+      {"reproduce", t_.str("edited.json"), "--allow-unsigned", "--allow-drift", "--run-dir", t_.str("again")});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("reproducing it is not supported"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(t_.str("again")));
+}
+
+// Issue 14: a report's config named the checkpoint.dir and run.output_dir
+// that `reproduce` cleaned and wrote into, and without --key the report.pub
+// shipped beside the report was trusted silently. Here the report is a real
+// signed run whose checkpoint.dir lies outside it; another pilot's torn save
+// and an unrelated file sit there when it is reproduced.
+TEST(ReproduceOutputs, WritesOnlyUnderItsOwnRunDirectoryAndSaysWhichKeyItTrusted) {
+  TempDir t{"repro-outputs"};
+  std::filesystem::copy_file(source_path("data/tiny/train.txt"), t.str("train.txt"));
+  std::filesystem::copy_file(source_path("data/tiny/val.txt"), t.str("val.txt"));
+  ASSERT_EQ(run_anchor({"keygen", "-o", t.str("keys")}).status, 0);
+  auto pilot = run_anchor({"pilot", source_path("configs/pilot.yaml"), "--run-dir", t.str("orig"), "--set",
+                           "data.train=[" + t.str("train.txt") + "]", "--set", "data.val=[" + t.str("val.txt") + "]",
+                           "--set", "report.signing_key=" + t.str("keys/anchor.key"), "--set",
+                           "checkpoint.dir=" + t.str("elsewhere"), "--set", "run.output_dir=" + t.str("outputs")});
+  ASSERT_EQ(pilot.status, 0) << pilot.output;
+
+  // What the reproduction must leave alone in the checkpoint.dir the report names.
+  const std::filesystem::path elsewhere = t.str("elsewhere");
+  std::filesystem::create_directories(elsewhere / "step-00000001.tmp-x");
+  anchor::fs::atomic_write_file((elsewhere / "step-00000001.tmp-x/model.safetensors").string(), "half written");
+  anchor::fs::atomic_write_file((elsewhere / "marker.txt").string(), "not yours");
+  auto listing = [](const std::filesystem::path& dir) {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+      names.insert(std::filesystem::relative(e.path(), dir).string());
+    return names;
+  };
+  const auto before = listing(elsewhere);
+  ASSERT_TRUE(before.count("step-00000001.tmp-x/model.safetensors"));
+
+  // 1. Without --key: the report.pub beside the report, with the warning `anchor verify` prints.
+  auto r = run_anchor({"reproduce", t.str("orig/report.intoto.json"), "--run-dir", t.str("again")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(listing(elsewhere), before);
+  EXPECT_EQ(anchor::fs::read_file((elsewhere / "marker.txt").string()), "not yours");
+  EXPECT_EQ(anchor::fs::read_file((elsewhere / "step-00000001.tmp-x/model.safetensors").string()), "half written");
+  auto rep = read_json(t.str("again/report.json"));
+  ASSERT_FALSE(rep["checkpoints"].empty()) << rep.dump(2);
+  for (const auto& c : rep["checkpoints"]) {
+    EXPECT_EQ(c["dir"].get<std::string>().rfind("checkpoints/step-", 0), 0u) << c.dump();
+    EXPECT_TRUE(std::filesystem::exists(t.str("again") + "/" + c["dir"].get<std::string>() + "/COMMITTED"));
+  }
+  EXPECT_EQ(rep["reproduces"]["checkpoint_dir"], t.str("again/checkpoints"));
+  EXPECT_EQ(rep["config"]["checkpoint"]["dir"], t.str("elsewhere"));  // the recorded config is not rewritten
+  EXPECT_EQ(rep["reproduction"]["verdict"], "reproduced");
+  const std::string signer = read_json(t.str("orig/report.json"))["signer_key_id"];
+  EXPECT_TRUE(rep["reproduces"]["verified"].get<bool>());
+  EXPECT_EQ(rep["reproduces"]["key"]["source"], "report.pub beside the report (not independently trusted)");
+  EXPECT_EQ(rep["reproduces"]["key"]["path"], t.str("orig/report.pub"));
+  EXPECT_EQ(rep["reproduces"]["key"]["key_id"], signer);
+  EXPECT_NE(r.output.find("no --key given"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not WHO signed it"), std::string::npos) << r.output;
+  // The reproduction verifies on its own, its checkpoints signed as subjects.
+  auto v = run_anchor({"verify", t.str("again/report.intoto.json"), "--key", t.str("keys/anchor.pub")});
+  EXPECT_EQ(v.status, 0) << v.output;
+
+  // 2. With --key, and without --run-dir: the run goes under ./runs of the
+  //    current directory, not the run.output_dir the report names.
+  std::filesystem::create_directories(t.str("cwd"));
+  const std::string cmd = "cd '" + t.str("cwd") + "' && exec '" + std::string(ANCHOR_BINARY) + "' reproduce '" +
+                          t.str("orig/report.intoto.json") + "' --key '" + t.str("keys/anchor.pub") + "' 2>&1";
+  auto k = anchor::proc::run_capture({"/bin/sh", "-c", cmd});
+  ASSERT_EQ(k.status, 0) << k.out;
+  EXPECT_EQ(k.out.find("no --key given"), std::string::npos) << k.out;
+  EXPECT_FALSE(std::filesystem::exists(t.str("outputs")));
+  EXPECT_EQ(listing(elsewhere), before);
+  std::vector<std::filesystem::path> runs;
+  for (const auto& e : std::filesystem::directory_iterator(t.str("cwd/runs"))) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  auto krep = read_json(runs[0] / "report.json");
+  EXPECT_EQ(krep["reproduces"]["key"]["source"], "--key");
+  EXPECT_EQ(krep["reproduces"]["key"]["path"], t.str("keys/anchor.pub"));
+  EXPECT_EQ(krep["reproduces"]["key"]["key_id"], signer);
+  EXPECT_TRUE(std::filesystem::exists(runs[0] / "checkpoints"));
 }
 
 }  // namespace

@@ -50,6 +50,17 @@ struct PilotOptions {
   std::string config_path;
   std::vector<std::string> overrides;  // --set key=value
   std::string run_dir;                 // empty -> <run.output_dir>/<run-id>
+  // The checkpoint directory, whatever the config says; empty -> the config's
+  // checkpoint.dir (resolved against base_dir), or <run dir>/checkpoints.
+  std::string checkpoint_dir;
+  // false (`anchor reproduce`): the config's run.output_dir and checkpoint.dir
+  // are not used. The run directory is run_dir, else runs/<run-id> under the
+  // current directory; the checkpoints go to checkpoint_dir, else
+  // <run dir>/checkpoints. A report's config names another machine's paths, or
+  // whatever a hostile report wants written (and cleaned: the supervisor
+  // removes stale temporaries from the checkpoint directory). The effective
+  // config itself is not changed.
+  bool use_config_dirs = true;
   std::string junit_path;              // --junit FILE
   bool json_stdout = false;            // --json: the report on stdout
   bool use_hash_cache = true;
@@ -84,7 +95,7 @@ enum class WorkerRole { kReference, kResume };
 
 struct WorkerOptions {
   WorkerRole role = WorkerRole::kReference;
-  std::string run_dir;        // holds config.json (the effective config) and work/
+  std::string run_dir;        // holds config.json (the effective config, the checkpoint directory) and work/
   bool use_hash_cache = true; // the pin's hash cache (worker A, rank 0)
 };
 

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
@@ -328,6 +329,65 @@ TEST(ConfigOverrides, ListsStringsAndEmptyValues) {
   EXPECT_EQ(c.model.dropout, 0.0);
 }
 
+// Issue 14: `--set key=` took a shortcut that skipped the checks, so
+// `--set run.output_dir=` put run directories at / and `config check` passed
+// an empty device, precision or architecture.
+TEST(ConfigOverrides, EmptyOverridesOfStringKeysAreChecked) {
+  auto ps = problems_of(kMinimal, {"run.output_dir=", "device=", "train.precision=", "model.arch=",
+                                   "run.name=  "});
+  ASSERT_EQ(ps.size(), 5u) << dump(ps);
+  const char* keys[] = {"run.output_dir", "device", "train.precision", "model.arch", "run.name"};
+  const char* needles[] = {"must not be empty", "is not a device", "allowed: fp32, bf16, fp16",
+                           "allowed: gpt", "not a usable run name"};
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_EQ(ps[i].file, "--set");
+    EXPECT_EQ(ps[i].key, keys[i]);
+    EXPECT_NE(ps[i].message.find(needles[i]), std::string::npos) << ps[i].format();
+  }
+  // Negative control: keys whose empty value means something still empty.
+  Config c = cfg::load_string("data: {train: [a.txt], val: [v.txt]}\nreport: {signing_key: k.pem}\n", "t.yaml",
+                              {"report.signing_key=", "checkpoint.dir=", "container.digest=", "data.val="});
+  EXPECT_EQ(c.report.signing_key, "");
+  EXPECT_TRUE(c.data.val.empty());
+}
+
+// Every string and list key: `--set key=` gets the verdict an explicit empty
+// value ('' or []) gets, the value a file would carry.
+TEST(ConfigOverrides, AnEmptyOverrideIsCheckedLikeAnExplicitEmptyValue) {
+  // The dotted keys from the effective config's nesting (at most three levels).
+  std::vector<std::pair<std::string, nlohmann::json>> all;
+  const nlohmann::json defaults = cfg::to_json(Config{});  // named: items() refers into it
+  for (const auto& top : defaults.items()) {
+    if (!top.value().is_object()) {
+      all.push_back({top.key(), top.value()});
+      continue;
+    }
+    for (const auto& mid : top.value().items()) {
+      if (!mid.value().is_object()) {
+        all.push_back({top.key() + "." + mid.key(), mid.value()});
+        continue;
+      }
+      for (const auto& leaf : mid.value().items())
+        all.push_back({top.key() + "." + mid.key() + "." + leaf.key(), leaf.value()});
+    }
+  }
+  int refused = 0;
+  for (const auto& [key, v] : all) {
+    if (!v.is_string() && !v.is_array()) continue;
+    auto shortcut = problems_of(kMinimal, {key + "="});
+    auto explicit_empty = problems_of(kMinimal, {key + "=" + (v.is_string() ? "''" : "[]")});
+    ASSERT_EQ(shortcut.size(), explicit_empty.size())
+        << key << "\n--set " << key << "=:\n" << dump(shortcut) << "explicit:\n" << dump(explicit_empty);
+    for (std::size_t i = 0; i < shortcut.size(); ++i) {
+      EXPECT_EQ(shortcut[i].key, explicit_empty[i].key);
+      EXPECT_EQ(shortcut[i].message.rfind(explicit_empty[i].message, 0), 0u)
+          << shortcut[i].format() << "\nvs\n" << explicit_empty[i].format();
+    }
+    if (!shortcut.empty()) ++refused;
+  }
+  EXPECT_GE(refused, 10);  // run.name, run.output_dir, device, every one_of key, data.train
+}
+
 TEST(ConfigOverrides, OverrideCanSupplyRequiredKey) {
   Config c = cfg::load_string("", "t.yaml", {"data.train=[a.txt]"});
   EXPECT_EQ(c.data.train, std::vector<std::string>{"a.txt"});
@@ -629,6 +689,71 @@ TEST(ConfigLoad, NonUtf8StringsAreProblems) {
   }
   // Negative control: valid multi-byte UTF-8 loads.
   EXPECT_EQ(cfg::load_string(kMinimal + "run: {output_dir: \"r\u00e9sultats\"}\n").run.output_dir, "r\u00e9sultats");
+}
+
+// Issue 14: YAML's "\0" escape put a NUL byte inside a path; open() and
+// friends then saw "a" where the config (and its digest) said "a\0b.txt". Every
+// string value with one is a problem at its position, list entries included.
+TEST(ConfigLoad, NulBytesInValuesAreProblemsAtTheirPosition) {
+  const std::string yaml =
+      "data:\n"
+      "  train: [a.txt, \"a\\0b.txt\"]\n"                          // line 2
+      "model: {source: safetensors, weights: \"w\\0.st\"}\n"       // line 3
+      "checkpoint:\n"
+      "  dir: \"ckpt\\0\"\n"                                        // line 5
+      "run: {output_dir: \"\\0runs\", name: \"a\\0\"}\n"           // line 6
+      "report: {signing_key: \"k.pem\\0/etc/passwd\"}\n";          // line 7
+  try {
+    cfg::load_string(yaml, "nul.yaml");
+    FAIL() << "expected problems";
+  } catch (const ConfigError& e) {
+    const auto& ps = e.problems();
+    ASSERT_EQ(ps.size(), 6u) << e.what() << "\n" << dump(ps);
+    const std::vector<std::tuple<std::string, int, int>> expected = {
+        {"data.train", 2, 18}, {"model.weights", 3, 39}, {"checkpoint.dir", 5, 8},
+        {"run.output_dir", 6, 19}, {"run.name", 6, 35}, {"report.signing_key", 7, 23}};
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(ps[i].file, "nul.yaml");
+      EXPECT_EQ(std::make_tuple(ps[i].key, ps[i].line, ps[i].column), expected[i]) << ps[i].format();
+      EXPECT_NE(ps[i].message.find("NUL byte"), std::string::npos) << ps[i].format();
+      EXPECT_EQ(ps[i].format().find('\0'), std::string::npos) << "the message must not carry the NUL";
+    }
+  }
+  // Negative control: the same file without the NULs loads.
+  std::string clean = yaml;
+  for (std::string::size_type at; (at = clean.find("\\0")) != std::string::npos;) clean.erase(at, 2);
+  EXPECT_NO_THROW(cfg::load_string(clean, "clean.yaml"));
+}
+
+TEST(ConfigLoad, NulBytesAreRefusedFromSetAndJson) {
+  auto ps = problems_of(kMinimal, {"checkpoint.dir=\"ck\\0pt\"", "data.val=[\"v\\0.txt\"]", "device=\"cpu\\0\""});
+  ASSERT_EQ(ps.size(), 3u) << dump(ps);
+  for (const auto& p : ps) {
+    EXPECT_EQ(p.file, "--set");
+    EXPECT_NE(p.message.find("NUL byte"), std::string::npos) << p.format();
+  }
+  // from_json (reproduce, the workers): JSON's \u0000 is the same byte.
+  nlohmann::json j = cfg::to_json(cfg::load_string(kMinimal));
+  j["model"]["weights"] = std::string("w\0.safetensors", 14);
+  j["model"]["source"] = "safetensors";
+  try {
+    cfg::from_json(j, "/base");
+    FAIL() << "expected a problem";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    EXPECT_EQ(e.problems()[0].key, "model.weights");
+    EXPECT_EQ(e.problems()[0].file, "<json>");
+  }
+  // The base directory relative paths resolve against (a manifest's config.base_dir).
+  j["model"]["weights"] = "w.safetensors";
+  EXPECT_NO_THROW(cfg::from_json(j, "/base"));
+  try {
+    cfg::from_json(j, std::string("/ba\0se", 6));
+    FAIL() << "expected a problem";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    EXPECT_EQ(e.problems()[0].key, "base_dir");
+  }
 }
 
 }  // namespace
