@@ -242,10 +242,18 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
   if (manifests && committed_ok == manifests)
     r.checks.push_back("checkpoints: " + std::to_string(manifests) +
                        " signed manifests, each committed (COMMITTED agrees where it names a digest)");
-  for (const auto& dir : detail::committed_checkpoints(run_dir))
-    if (!subject_names.count(dir + "/manifest.json"))
-      r.warnings.push_back(dir + " was committed but is not a subject: it is not covered by "
-                                 "the signature (written after signing?)");
+  for (const auto& c : detail::claimed_checkpoints(run_dir)) {
+    if (subject_names.count(c.dir + "/manifest.json")) continue;
+    if (c.verified) {
+      r.warnings.push_back(c.dir + " was committed but is not a subject: it is not covered by "
+                                   "the signature (written after signing?)");
+    } else {
+      std::string why;
+      for (const auto& p : c.problems) why += (why.empty() ? "" : "; ") + p;
+      r.warnings.push_back(c.dir + " holds COMMITTED but does not verify (" + why +
+                           "): it is not a checkpoint, and not covered by the signature");
+    }
+  }
 
   // 4. The checkpoints report.json lists ({dir, manifest_sha256}) are the
   //    manifests on disk, and are signed.

@@ -3,7 +3,8 @@
 //   <tmp>/keys/anchor.key, anchor.pub      (anchor keygen's layout)
 //   <tmp>/run/manifest.json                (the pinned run manifest)
 //   <tmp>/run/report.json                  (records both manifests)
-//   <tmp>/run/checkpoints/step-00000002/{manifest.json,COMMITTED}
+//   <tmp>/run/checkpoints/step-00000002/    (a real checkpoint: checkpoint::Store
+//                                          writes it, so it verifies; only those count)
 //   <tmp>/run/checkpoints/step-00000004.tmp-1a2b3c4d/{manifest.json,COMMITTED}
 //                                          (killed before its rename: not a checkpoint)
 // Tests then sign it (sign_run) and tamper with copies of what it wrote.
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
@@ -77,17 +79,15 @@ class RunDirTest : public ::testing::Test {
   }
 
   void make_run() {
-    std::string ck = run_ + "/checkpoints/step-00000002";
-    stdfs::create_directories(ck);
-    spit(ck + "/model.safetensors", std::string(64, '\x01'));
-    nlohmann::ordered_json manifest = {
-        {"format_version", 1},
-        {"files",
-         {{{"path", "model.safetensors"}, {"size", 64},
-           {"sha256", sha256_hex(std::string(64, '\x01'))}}}}};
-    spit(ck + "/manifest.json", manifest.dump(2) + "\n");
+    // A checkpoint the store wrote (and so verifies): a COMMITTED file alone
+    // does not make one (statement.cpp, run_dir.hpp).
+    static const std::uint8_t kBytes[64] = {1, 1, 1, 1};
+    checkpoint::SaveRequest req;
+    req.step = 2;
+    req.files.push_back({"model.safetensors", {{"w", checkpoint::DType::U8, {64}, kBytes, 64}}, {}});
+    req.state = {{"lr", 0.5}};
+    const std::string ck = checkpoint::Store(run_ + "/checkpoints").save(req).dir;
     std::string manifest_sha = sha256_file(ck + "/manifest.json").sha256;
-    spit(ck + "/COMMITTED", manifest_sha + "\n");
     std::string torn = run_ + "/checkpoints/step-00000004.tmp-1a2b3c4d";
     stdfs::create_directories(torn);
     spit(torn + "/manifest.json", "{\"torn\": true}\n");
