@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "anchor/error.hpp"
+
 namespace anchor {
 namespace {
 
@@ -90,6 +92,45 @@ std::string dump_json(const nlohmann::json& j, int indent) {
     if (e.id != 316) throw;  // 316: invalid UTF-8 byte
     return printable_json(j).dump(indent);
   }
+}
+
+void set_path_field(nlohmann::json& obj, const std::string& key, const std::string& path) {
+  obj[key] = printable(path);
+  if (is_valid_utf8(path)) return;
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * path.size());
+  for (unsigned char c : path) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  obj[key + "_hex"] = hex;
+}
+
+std::string path_field(const nlohmann::json& obj, const std::string& key, const std::string& fallback) {
+  if (!obj.is_object()) return fallback;
+  auto hex = obj.find(key + "_hex");
+  if (hex != obj.end()) {
+    const std::string h = hex->is_string() ? hex->get<std::string>() : std::string("?");
+    auto nibble = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    std::string out;
+    bool ok = h.size() % 2 == 0;
+    for (std::size_t i = 0; ok && i < h.size(); i += 2) {
+      const int hi = nibble(h[i]), lo = nibble(h[i + 1]);
+      ok = hi >= 0 && lo >= 0;
+      out += static_cast<char>(hi * 16 + lo);
+    }
+    if (!ok)
+      throw Error(ErrorKind::kConfig, "\"" + key + "_hex\" is not lowercase hex",
+                  "the file was edited by hand; write it again with anchor");
+    return out;
+  }
+  auto v = obj.find(key);
+  return v != obj.end() && v->is_string() ? v->get<std::string>() : fallback;
 }
 
 }  // namespace anchor

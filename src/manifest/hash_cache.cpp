@@ -9,6 +9,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/hasher.hpp"
@@ -144,9 +145,14 @@ void HashCache::save() {
     it = live ? std::next(it) : merged.erase(it);
   }
   nlohmann::json entries = nlohmann::json::object();
-  for (const auto& [p, e] : merged)
+  for (const auto& [p, e] : merged) {
+    // The cache is JSON keyed by path: a path that is not UTF-8 cannot be a
+    // key as it is (and \xNN would not find the file again). Such a file is
+    // hashed on every pin instead; everything else is cached as before.
+    if (!is_valid_utf8(p)) continue;
     entries[p] = {{"sha256", e.sha256}, {"size", e.size}, {"mtime_ns", e.mtime_ns},
                   {"inode", e.inode}, {"dev", e.dev}};
+  }
   nlohmann::json j = {{"format", kCacheFormat}, {"entries", std::move(entries)}};
 
   std::filesystem::path dir = std::filesystem::path(file_).parent_path();

@@ -18,6 +18,7 @@
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
@@ -69,7 +70,7 @@ class EventLog {
   void write(nlohmann::json e, const std::string& source) {
     if (!e.contains("time")) e["time"] = utc_now();
     e["source"] = source;
-    out_ << e.dump() << "\n";
+    out_ << dump_json(e) << "\n";
     out_.flush();
   }
 
@@ -269,7 +270,7 @@ void publish(Pilot& p) {
     }
   }
   if (!p.opts.junit_path.empty()) fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json()));
-  if (p.opts.json_stdout) std::cout << p.report.json().dump(2) << std::endl;
+  if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
 }
 
 int interrupted_exit(Pilot& p) {
@@ -360,9 +361,14 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     for (const auto& gone : checkpoint::Store(p.ckpt_dir).remove_stale_temps())
       ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
   p.report.begin(p.run_id, p.cfg, opts.config_path);
-  fs::atomic_write_file(p.run_dir + "/config.json",
-                        nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
-                                       {"source_path", p.cfg.source_path}, {"run_id", p.run_id}}.dump(2));
+  {
+    // The workers read base_dir and source_path back as paths: the exact bytes
+    // are kept (set_path_field) even when they are not UTF-8.
+    nlohmann::json cj = {{"config", config::to_json(p.cfg)}, {"run_id", p.run_id}};
+    set_path_field(cj, "base_dir", p.cfg.base_dir);
+    set_path_field(cj, "source_path", p.cfg.source_path);
+    fs::atomic_write_file(p.run_dir + "/config.json", dump_json(cj, 2));
+  }
   install_signal_handlers();
   ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
   // Several nodes: every node must see this run directory and the checkpoints.
@@ -377,7 +383,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // 3. Pinning happens in worker A, before it trains: the manifest's libraries
   //    and runtime versions are those of the process that trains, and this
   //    supervisor never loads LibTorch. `anchor reproduce` pinned already.
-  if (opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", opts.pinned_manifest->dump(2));
+  if (opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*opts.pinned_manifest, 2));
   if (g_signal) return interrupted_exit(p);
   // Where worker A may start (docs/pilot.md, "Starting from a checkpoint"): the
   // directory names alone, before any worker; worker A verifies and checks the fit.

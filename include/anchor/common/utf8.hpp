@@ -35,4 +35,15 @@ nlohmann::json printable_json(const nlohmann::json& j);
 // files and lines anchor writes (report.json, events, the workers' results).
 std::string dump_json(const nlohmann::json& j, int indent = -1);
 
+// A path that anchor writes into JSON and reads back (config.json's base_dir,
+// the manifest's config directory): obj[key] = printable(path), and when the
+// path is not valid UTF-8 also obj[key + "_hex"] = its bytes in lowercase hex,
+// so that path_field() gets the exact bytes back.
+void set_path_field(nlohmann::json& obj, const std::string& key, const std::string& path);
+
+// The path set_path_field() wrote: from key + "_hex" when present (throws
+// Error(kConfig) when that is not hex), else obj[key] when it is a string,
+// else `fallback`.
+std::string path_field(const nlohmann::json& obj, const std::string& key, const std::string& fallback = {});
+
 }  // namespace anchor

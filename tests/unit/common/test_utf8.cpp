@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
 
 namespace {
 
@@ -65,6 +66,24 @@ TEST(Utf8, DumpJsonNeverThrowsOnBadBytes) {
   // Valid documents are dumped exactly as dump() does.
   json good = {{"a", "caf\xc3\xa9"}, {"n", 2}};
   EXPECT_EQ(dump_json(good, 2), good.dump(2));
+}
+
+// Paths read back from JSON (config.json's base_dir, the manifest's config
+// directory) keep their exact bytes through a _hex sibling.
+TEST(Utf8, PathFieldsRoundTripAnyBytes) {
+  json j = json::object();
+  anchor::set_path_field(j, "base_dir", "/work/w\xff/configs");
+  EXPECT_EQ(j["base_dir"], "/work/w\\xff/configs");
+  EXPECT_EQ(j["base_dir_hex"], "2f776f726b2f77ff2f636f6e66696773");
+  const json back = json::parse(j.dump());
+  EXPECT_EQ(anchor::path_field(back, "base_dir"), "/work/w\xff/configs");
+  // A valid path is written as it is, with no _hex (what older readers expect).
+  json k = json::object();
+  anchor::set_path_field(k, "base_dir", "/work/configs");
+  EXPECT_EQ(k, (json{{"base_dir", "/work/configs"}}));
+  EXPECT_EQ(anchor::path_field(k, "base_dir"), "/work/configs");
+  EXPECT_EQ(anchor::path_field(k, "missing", "dflt"), "dflt");
+  EXPECT_THROW(anchor::path_field(json{{"base_dir_hex", "zz"}}, "base_dir"), anchor::Error);
 }
 
 }  // namespace
