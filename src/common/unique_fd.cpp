@@ -46,9 +46,15 @@ UniqueFd open_regular(const std::string& path, struct stat* st_out, const OpenRe
   // O_NONBLOCK: opening a FIFO without a writer returns at once instead of
   // waiting for one. O_NOCTTY: a terminal device never becomes ours.
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (!fd) throw io_error("open" + named, path, errno);
+  if (!fd) {
+    const int err = errno;  // before anything else can change it
+    throw io_error("open" + named, path, err);
+  }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw io_error("stat" + named, path, errno);
+  if (::fstat(fd.get(), &st) != 0) {
+    const int err = errno;
+    throw io_error("stat" + named, path, err);
+  }
   if (!S_ISREG(st.st_mode)) {
     const std::string who = (how.what.empty() ? std::string("read") : how.what) + " " + printable(path) + ": ";
     if (S_ISDIR(st.st_mode))
@@ -62,8 +68,10 @@ UniqueFd open_regular(const std::string& path, struct stat* st_out, const OpenRe
   // Reads of a regular file never block anyway; clear the flag so the
   // descriptor behaves like any other (and mmap/read see no surprise).
   const int flags = ::fcntl(fd.get(), F_GETFL);
-  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
-    throw io_error("fcntl" + named, path, errno);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    throw io_error("fcntl" + named, path, err);
+  }
   if (st_out) *st_out = st;
   return fd;
 }
@@ -74,8 +82,9 @@ std::string read_all(int fd, const std::string& path) {
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      throw io_error("read", path, errno);
+      const int err = errno;
+      if (err == EINTR) continue;
+      throw io_error("read", path, err);
     }
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
