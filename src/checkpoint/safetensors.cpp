@@ -12,10 +12,14 @@
 #include <future>
 #include <mutex>
 #include <limits>
+#include <memory>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/common/unique_fd.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::checkpoint {
@@ -44,10 +48,13 @@ constexpr std::uint64_t kParallelHashBytes = 4u << 20;
 // write_safetensors starts writeback every this many bytes (sync_file_range).
 constexpr std::uint64_t kWritebackBytes = 8u << 20;
 
+// The hint names no policy (see SafetensorsFile::open): the store falls back
+// to an older checkpoint, a weights file is re-downloaded; each caller says so.
+// The message may quote the file's bytes (a JSON syntax error shows the token
+// it stopped at) and the path may hold any byte: keep it valid UTF-8.
 Error invalid(const std::string& name, const std::string& rule, const std::string& details) {
-  return Error(ErrorKind::kVerification, name + ": " + rule + ": " + details,
-               "the file is corrupt, truncated or was not written by a safetensors writer; "
-               "restore falls back to an older checkpoint");
+  return Error(ErrorKind::kVerification, printable(name + ": " + rule + ": " + details),
+               "the file is corrupt, truncated or was not written by a safetensors writer");
 }
 
 std::string shape_str(const std::vector<std::int64_t>& shape) {
@@ -204,21 +211,13 @@ FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path,
   return d;
 }
 
-std::string read_file_hashed(const std::string& path, FileDigest* digest) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("open", path, errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw io_error("stat", path, e);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(ErrorKind::kIo, "read " + path + ": not a regular file");
-  }
+namespace {
+
+// Reads an open regular file of `size` bytes (at open) to its end into a
+// string, hashing each chunk right after it is read when `digest` is given.
+std::string read_fd_hashed(int fd, std::size_t size, const std::string& path, FileDigest* digest) {
   std::string buf;
-  buf.resize(static_cast<std::size_t>(st.st_size));
+  buf.resize(size);
   Sha256 sha;
   std::size_t got = 0;
   for (;;) {
@@ -227,21 +226,26 @@ std::string read_file_hashed(const std::string& path, FileDigest* digest) {
     ssize_t n = ::read(fd, buf.data() + got, want);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      throw io_error("read", path, e);
+      throw io_error("read", path, errno);
     }
     if (n == 0) break;
     if (digest) sha.update(buf.data() + got, static_cast<std::size_t>(n));
     got += static_cast<std::size_t>(n);
   }
-  ::close(fd);
   buf.resize(got);
   if (digest) {
     digest->size = got;
     digest->sha256 = sha.hex();
   }
   return buf;
+}
+
+}  // namespace
+
+std::string read_file_hashed(const std::string& path, FileDigest* digest) {
+  struct stat st {};
+  fs::UniqueFd fd = fs::open_regular(path, &st);
+  return read_fd_hashed(fd.get(), static_cast<std::size_t>(st.st_size), path, digest);
 }
 
 FileBytes::FileBytes(std::string bytes) : str_(std::move(bytes)) {}
@@ -277,17 +281,11 @@ void FileBytes::release() {
 
 FileBytes FileBytes::read(const std::string& path, FileDigest* digest) {
   constexpr std::size_t kHuge = 2u << 20;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("open", path, errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw io_error("stat", path, errno);
-  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kIo, "read " + path + ": not a regular file");
+  fs::UniqueFd file = fs::open_regular(path, &st);
+  const int fd = file.get();
   const std::size_t n = static_cast<std::size_t>(st.st_size);
-  if (n < kHuge) return FileBytes(read_file_hashed(path, digest));
+  if (n < kHuge) return FileBytes(read_fd_hashed(fd, n, path, digest));
 
   FileBytes b;
   // Over-allocate by one huge page so the buffer can start 2 MiB-aligned.
@@ -362,7 +360,7 @@ FileBytes FileBytes::read(const std::string& path, FileDigest* digest) {
   char extra;
   ssize_t more = ::read(fd, &extra, 1);
   if (got != n || more > 0)
-    throw Error(ErrorKind::kIo, "read " + path + ": file changed size while it was read (" + std::to_string(n) +
+    throw Error(ErrorKind::kIo, "read " + printable(path) + ": file changed size while it was read (" + std::to_string(n) +
                                     " bytes at open)");
   b.size_ = n;
   if (digest) {
@@ -390,6 +388,434 @@ const std::uint8_t* SafetensorsFile::data(const Entry& e) const {
   return bytes_.data() + 8 + header_len_ + e.begin;
 }
 
+namespace {
+
+// The header parser: one streaming pass over the JSON (nlohmann's SAX
+// interface), no tree of the whole header. nlohmann's DOM parser with a
+// callback (what this used to be) erases each discarded value by a linear
+// scan of its parent, which made an n-tensor header O(n^2); a tree also costs
+// ~70 bytes per header byte. Here each tensor is checked when its object
+// ends, into an Entry, and the only memory that grows with the header is the
+// entries themselves and the metadata. Problems are recorded, not thrown, so
+// that the precedence stays what it was with a whole parsed tree: a syntax
+// error first, then a duplicate key (the first in file order), then "not an
+// object", then the schema error of the smallest key (the tree iterated its
+// keys sorted).
+class HeaderParser {
+ public:
+  using json_t = nlohmann::json;
+  using string_t = json_t::string_t;
+
+  struct Result {
+    std::vector<SafetensorsFile::Entry> entries;  // file order
+    std::vector<std::uint32_t> position;          // each entry's index among the top-level keys
+    std::map<std::string, std::string> metadata;
+    std::string syntax_error;                     // nlohmann's message
+    const char* root_type = nullptr;              // set when the root is not an object
+    // The first duplicate key found inside a value (position: its top-level key's index).
+    std::string dup_key, dup_where;
+    std::uint64_t dup_position = ~0ull;
+    // The schema error of the smallest key: (key, subkey) orders it.
+    bool has_error = false;
+    std::string error_key, error_subkey, error_rule, error_details;
+  };
+
+  explicit HeaderParser(std::uint64_t header_bytes) {
+    // A tensor entry takes at least ~50 header bytes: reserve for a typical
+    // header instead of growing through ~20 reallocations.
+    r_.entries.reserve(static_cast<std::size_t>(header_bytes / 64));
+    r_.position.reserve(static_cast<std::size_t>(header_bytes / 64));
+  }
+  Result& result() { return r_; }
+
+  // --- SAX events (each scalar's text is made only when it is rendered) ---
+  bool null() { return scalar(Kind::kNull, [] { return std::string("null"); }); }
+  bool boolean(bool v) { return scalar(Kind::kBool, [v] { return std::string(v ? "true" : "false"); }); }
+  bool number_integer(json_t::number_integer_t v) { return scalar(Kind::kInt, [v] { return std::to_string(v); }); }
+  bool number_unsigned(json_t::number_unsigned_t v) {
+    unsigned_value_ = v;
+    return scalar(Kind::kUnsigned, [v] { return std::to_string(v); });
+  }
+  bool number_float(json_t::number_float_t v, const string_t&) {
+    return scalar(Kind::kFloat, [v] { return json_t(v).dump(); });
+  }
+  bool string(string_t& v) {
+    string_value_ = &v;  // value() may move it (dtype, metadata); a rendered string is never moved
+    return scalar(Kind::kString, [&v] { return json_t(v).dump(); });
+  }
+  bool binary(json_t::binary_t&) { return scalar(Kind::kNull, [] { return std::string("null"); }); }  // not in JSON text
+  bool start_object(std::size_t) { return open(true); }
+  bool start_array(std::size_t) { return open(false); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(string_t& k);
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    r_.syntax_error = e.what();
+    return false;
+  }
+
+ private:
+  enum class Kind { kNull, kBool, kInt, kUnsigned, kFloat, kString, kObject, kArray };
+  // What a container is to the header: the top-level object, __metadata__, a
+  // tensor entry, a tensor's shape or data_offsets list, or anything else
+  // (only checked for duplicate keys, and rendered inside a shape/offsets).
+  enum class Role { kTop, kMeta, kTensor, kShape, kOffsets, kOther };
+  enum Field : unsigned { kNone = 0, kDtype = 1, kShapeField = 2, kOffsetsField = 4, kUnknownField = 8 };
+
+  struct Frame {
+    Role role;
+    bool is_object;
+    std::unique_ptr<std::set<std::string>> keys;  // kOther objects: for duplicate detection
+  };
+
+  // The tensor entry being read (one at a time: tensors are not nested).
+  struct Tensor {
+    unsigned seen = 0;                 // Field bits
+    std::string min_unknown;           // the smallest unknown field
+    std::unique_ptr<std::set<std::string>> unknown;  // unknown fields, for duplicates
+    const char* dtype_type = nullptr;  // JSON type when dtype is not a string
+    std::string dtype;
+    const char* shape_type = nullptr;  // JSON type when shape is not an array
+    bool shape_ok = true;
+    std::vector<std::int64_t> dims;
+    std::string shape_text;            // rendered only once the shape is known to be bad
+    bool offsets_ok = true;
+    std::size_t n_offsets = 0;
+    std::uint64_t offsets[2] = {0, 0};
+    std::string offsets_text;          // likewise
+    void reset() {
+      seen = 0;
+      unknown.reset();
+      dtype_type = shape_type = nullptr;
+      dtype.clear();
+      shape_ok = offsets_ok = true;
+      dims.clear();
+      shape_text.clear();
+      offsets_text.clear();
+      n_offsets = 0;
+    }
+  };
+
+  // Compact rendering of a bad shape or data_offsets value for messages (what
+  // json::dump() printed), capped: a message never holds a megabyte list.
+  struct Render {
+    static constexpr std::size_t kCap = 200;
+    std::string* out = nullptr;  // rendering while set
+    std::vector<char> wrote;     // per open container: an element was written
+    bool after_key = false;
+    std::size_t depth = 0;       // stack size at which the rendered value ends
+    void put(std::string_view s) {
+      if (out->size() >= kCap) return;
+      out->append(s.substr(0, kCap - out->size()));
+      if (out->size() >= kCap) out->append("...");
+    }
+    void before_value() {
+      if (!wrote.empty() && !after_key && wrote.back()) put(",");
+      if (!wrote.empty()) wrote.back() = 1;
+      after_key = false;
+    }
+  };
+
+  static const char* type_name(Kind k) {
+    switch (k) {
+      case Kind::kNull: return "null";
+      case Kind::kBool: return "boolean";
+      case Kind::kInt:
+      case Kind::kUnsigned:
+      case Kind::kFloat: return "number";
+      case Kind::kString: return "string";
+      case Kind::kObject: return "object";
+      case Kind::kArray: return "array";
+    }
+    return "?";
+  }
+
+  std::uint32_t top_index() const { return static_cast<std::uint32_t>(top_keys_ - 1); }
+
+  void error(const std::string& key, const std::string& subkey, const char* rule, std::string details) {
+    if (r_.has_error && std::tie(r_.error_key, r_.error_subkey) <= std::tie(key, subkey)) return;
+    r_.has_error = true;
+    r_.error_key = key;
+    r_.error_subkey = subkey;
+    r_.error_rule = rule;
+    r_.error_details = std::move(details);
+  }
+  void duplicate(const std::string& k) {
+    if (r_.dup_position != ~0ull) return;  // the first one found wins
+    r_.dup_position = top_index();
+    r_.dup_key = k;
+    r_.dup_where = "inside '" + top_key_ + "'";
+  }
+
+  // Starts rendering the value of a shape/data_offsets into `text`: from its
+  // start (a value that is not a list), or, inside the list, from the
+  // elements collected so far (all of them fine until now).
+  template <class T>
+  void start_render(std::string& text, bool in_list, const T* values, std::size_t n) {
+    text.clear();
+    render_.out = &text;
+    render_.wrote.clear();
+    render_.after_key = false;
+    if (in_list) {
+      render_.depth = stack_.size() - 1;
+      render_.put("[");
+      for (std::size_t i = 0; i < n && text.size() < Render::kCap; ++i) {
+        if (i) render_.put(",");
+        render_.put(std::to_string(values[i]));
+      }
+      render_.wrote.push_back(n > 0);
+    } else {
+      render_.depth = stack_.size();
+    }
+  }
+
+  void value(Kind kind);
+  template <class Text>
+  bool scalar(Kind kind, const Text& text) {
+    value(kind);
+    if (render_.out) {
+      render_.before_value();
+      render_.put(text());
+      if (render_.wrote.empty()) render_.out = nullptr;  // a scalar shape/data_offsets: done
+    }
+    string_value_ = nullptr;
+    return true;
+  }
+  bool open(bool is_object);
+  bool close();
+  void finish_tensor();
+
+  Result r_;
+  std::vector<Frame> stack_;
+  Role next_role_ = Role::kOther;  // the role of the container value() saw start
+  std::uint64_t top_keys_ = 0;
+  std::string top_key_;            // the current top-level key
+  bool top_is_meta_ = false;
+  unsigned field_ = kNone;         // the current key inside a tensor
+  std::string meta_key_;           // the current key inside __metadata__
+  bool meta_seen_ = false;
+  Tensor t_;
+  Render render_;
+  std::uint64_t unsigned_value_ = 0;
+  string_t* string_value_ = nullptr;
+};
+
+bool HeaderParser::key(string_t& k) {
+  Frame& f = stack_.back();
+  if (render_.out) {
+    render_.before_value();  // the comma before a key
+    render_.put(json_t(k).dump());
+    render_.put(":");
+    render_.after_key = true;
+  }
+  switch (f.role) {
+    case Role::kTop:
+      ++top_keys_;
+      top_key_.assign(k);  // reuses its capacity: no allocation per key
+      top_is_meta_ = std::string_view(k) == "__metadata__";
+      if (top_is_meta_) {
+        if (meta_seen_ && r_.dup_position == ~0ull) {
+          r_.dup_position = top_index();
+          r_.dup_key = k;
+          r_.dup_where = "at the top level";
+        }
+        meta_seen_ = true;
+      } else {
+        r_.entries.emplace_back();
+        r_.entries.back().name = k;
+        r_.position.push_back(top_index());
+      }
+      break;
+    case Role::kMeta: {
+      auto [it, inserted] = r_.metadata.try_emplace(k);
+      if (!inserted) duplicate(k);
+      meta_key_.assign(k);
+      break;
+    }
+    case Role::kTensor: {
+      const std::string_view sk(k);
+      field_ = sk == "dtype" ? kDtype : sk == "shape" ? kShapeField : sk == "data_offsets" ? kOffsetsField : kUnknownField;
+      if (field_ != kUnknownField) {
+        if (t_.seen & field_) duplicate(k);
+      } else {
+        if (!t_.unknown) t_.unknown = std::make_unique<std::set<std::string>>();
+        if (!t_.unknown->insert(k).second) duplicate(k);
+        if (!(t_.seen & kUnknownField) || k < t_.min_unknown) t_.min_unknown = k;
+      }
+      t_.seen |= field_;
+      break;
+    }
+    default:
+      if (f.is_object) {
+        if (!f.keys) f.keys = std::make_unique<std::set<std::string>>();
+        if (!f.keys->insert(k).second) duplicate(k);
+      }
+      break;
+  }
+  return true;
+}
+
+// A value (a scalar, or the start of a container) in the current context;
+// sets next_role_ to the role of a container it starts.
+void HeaderParser::value(Kind kind) {
+  next_role_ = Role::kOther;
+  if (stack_.empty()) {  // the root
+    if (kind == Kind::kObject) next_role_ = Role::kTop;
+    else r_.root_type = type_name(kind);
+    return;
+  }
+  Frame& f = stack_.back();
+  switch (f.role) {
+    case Role::kTop:
+      if (top_is_meta_) {
+        if (kind == Kind::kObject) next_role_ = Role::kMeta;
+        else error(top_key_, "", "__metadata__ is not an object of strings", std::string("found a JSON ") + type_name(kind));
+      } else if (kind == Kind::kObject) {
+        t_.reset();
+        next_role_ = Role::kTensor;
+      } else {
+        error(top_key_, "", "bad tensor entry",
+              "tensor '" + top_key_ + "' is a JSON " + type_name(kind) + ", expected an object");
+      }
+      return;
+    case Role::kMeta:
+      if (kind == Kind::kString)
+        r_.metadata[meta_key_] = std::move(*string_value_);
+      else
+        error(top_key_, meta_key_, "__metadata__ is not an object of strings",
+              "value of '" + meta_key_ + "' is a JSON " + type_name(kind) + ", expected a string");
+      return;
+    case Role::kTensor:
+      if (field_ == kDtype) {
+        if (kind == Kind::kString) {
+          t_.dtype_type = nullptr;
+          t_.dtype = std::move(*string_value_);
+        } else {
+          t_.dtype_type = type_name(kind);
+        }
+      } else if (field_ == kShapeField) {
+        t_.dims.clear();
+        t_.shape_ok = kind == Kind::kArray;
+        t_.shape_type = t_.shape_ok ? nullptr : type_name(kind);
+        if (t_.shape_ok) next_role_ = Role::kShape;
+        else start_render(t_.shape_text, false, t_.dims.data(), 0);
+      } else if (field_ == kOffsetsField) {
+        t_.n_offsets = 0;
+        t_.offsets_ok = kind == Kind::kArray;
+        t_.offsets_text.clear();
+        if (t_.offsets_ok) next_role_ = Role::kOffsets;
+        else start_render(t_.offsets_text, false, t_.offsets, 0);
+      }
+      return;
+    case Role::kShape:
+      if (render_.out) return;  // already bad: the rest is only rendered
+      if (kind == Kind::kUnsigned &&
+          unsigned_value_ <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        t_.dims.push_back(static_cast<std::int64_t>(unsigned_value_));
+      } else {
+        t_.shape_ok = false;
+        start_render(t_.shape_text, true, t_.dims.data(), t_.dims.size());
+      }
+      return;
+    case Role::kOffsets:
+      if (render_.out) return;
+      if (kind == Kind::kUnsigned && t_.n_offsets < 2) {
+        t_.offsets[t_.n_offsets++] = unsigned_value_;
+      } else {
+        t_.offsets_ok = false;
+        start_render(t_.offsets_text, true, t_.offsets, t_.n_offsets);
+      }
+      return;
+    case Role::kOther:
+      return;
+  }
+}
+
+bool HeaderParser::open(bool is_object) {
+  value(is_object ? Kind::kObject : Kind::kArray);
+  if (render_.out) {
+    render_.before_value();
+    render_.put(is_object ? "{" : "[");
+    render_.wrote.push_back(0);
+  }
+  stack_.push_back(Frame{next_role_, is_object, nullptr});
+  return true;
+}
+
+bool HeaderParser::close() {
+  const Role role = stack_.back().role;
+  const bool is_object = stack_.back().is_object;
+  stack_.pop_back();
+  if (render_.out) {
+    render_.put(is_object ? "}" : "]");
+    render_.wrote.pop_back();
+    if (stack_.size() == render_.depth) render_.out = nullptr;
+  }
+  if (role == Role::kTensor) finish_tensor();
+  return true;
+}
+
+// A tensor entry is complete: check it in the order the tree-based parser did.
+void HeaderParser::finish_tensor() {
+  const std::string& key = top_key_;
+  auto bad = [&](const char* rule, std::string details) { error(key, "", rule, "tensor '" + key + "'" + details); };
+  if (t_.seen & kUnknownField)
+    return bad("bad tensor entry", " has unknown field '" + t_.min_unknown + "' (expected dtype, shape, data_offsets)");
+  if (!(t_.seen & kDtype)) return bad("bad tensor entry", " has no 'dtype'");
+  if (!(t_.seen & kShapeField)) return bad("bad tensor entry", " has no 'shape'");
+  if (!(t_.seen & kOffsetsField)) return bad("bad tensor entry", " has no 'data_offsets'");
+  if (t_.dtype_type) return bad("unknown dtype", std::string(" dtype is a JSON ") + t_.dtype_type);
+  auto d = dtype_from_name(t_.dtype);
+  if (!d)
+    return bad("unknown dtype", " has dtype '" + t_.dtype + "' (expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+  if (t_.shape_type) return bad("bad shape", std::string(" shape is a JSON ") + t_.shape_type);
+  if (!t_.shape_ok) return bad("bad shape", " shape " + t_.shape_text + " is not a list of non-negative integers");
+  if (!t_.offsets_ok || t_.n_offsets != 2) {
+    if (t_.offsets_text.empty()) {  // a list of fewer than two non-negative integers: never rendered
+      t_.offsets_text = "[";
+      for (std::size_t i = 0; i < t_.n_offsets; ++i) t_.offsets_text += (i ? "," : "") + std::to_string(t_.offsets[i]);
+      t_.offsets_text += "]";
+    }
+    return bad("bad data_offsets", " data_offsets " + t_.offsets_text + " is not [begin, end] of non-negative integers");
+  }
+  SafetensorsFile::Entry& e = r_.entries.back();  // this tensor's, pushed at its key
+  e.dtype = *d;
+  e.shape = t_.dims;  // a copy sized exactly; t_.dims keeps its capacity for the next tensor
+  e.begin = t_.offsets[0];
+  e.end = t_.offsets[1];
+  if (e.begin > e.end)
+    return bad("bad data_offsets", " begin " + std::to_string(e.begin) + " > end " + std::to_string(e.end));
+  auto want = byte_size(e.dtype, e.shape);
+  if (!want) return bad("shape/byte-length mismatch", " shape " + shape_str(e.shape) + " overflows");
+  if (*want != e.end - e.begin)
+    return bad("shape/byte-length mismatch",
+               std::string(" ") + dtype_name(e.dtype) + " " + shape_str(e.shape) + " needs " + std::to_string(*want) +
+                   " bytes, data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] hold " +
+                   std::to_string(e.end - e.begin));
+}
+
+// Reorders `v` so that v[k] becomes the old v[order[k]] (order is consumed).
+template <class T>
+void permute(std::vector<T>& v, std::vector<std::uint32_t>& order) {
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    if (order[k] == k) continue;
+    T held = std::move(v[k]);
+    std::size_t j = k;
+    for (;;) {
+      std::size_t src = order[j];
+      order[j] = static_cast<std::uint32_t>(j);
+      if (src == k) {
+        v[j] = std::move(held);
+        break;
+      }
+      v[j] = std::move(v[src]);
+      j = src;
+    }
+  }
+}
+
+}  // namespace
+
 SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
   const std::uint64_t size = bytes.size();
   const char* raw = reinterpret_cast<const char*>(bytes.data());
@@ -408,109 +834,51 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
                       " bytes but the file is " + std::to_string(size) + " bytes");
   const std::uint64_t data_len = size - 8 - n;
 
-  // nlohmann keeps the last of duplicate keys; catch them while parsing.
-  std::vector<std::set<std::string>> seen;
-  std::string dup, dup_ctx, top_key;
-  auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    switch (ev) {
-      case json::parse_event_t::object_start: seen.emplace_back(); break;
-      case json::parse_event_t::object_end:
-        if (!seen.empty()) seen.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        std::string k = parsed.get<std::string>();
-        if (depth == 1) top_key = k;
-        if (!seen.empty() && !seen.back().insert(k).second && dup.empty()) {
-          dup = k;
-          dup_ctx = depth == 1 ? "at the top level" : "inside '" + top_key + "'";
-        }
-        break;
-      }
-      default: break;
+  HeaderParser parser(n);
+  json::sax_parse(raw + 8, raw + 8 + n, &parser);
+  HeaderParser::Result& r = parser.result();
+  if (!r.syntax_error.empty()) throw invalid(name, "header is not valid JSON", r.syntax_error);
+
+  // Duplicate tensor names: sort by name (stable in file order; a writer
+  // that sorts, like ours, is already sorted), the first second occurrence in
+  // file order is the one reported, unless a duplicate inside a value came first.
+  std::vector<std::uint32_t> order(r.entries.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  const auto by_name = [&](std::uint32_t a, std::uint32_t b) { return r.entries[a].name < r.entries[b].name; };
+  if (!std::is_sorted(order.begin(), order.end(), by_name)) std::stable_sort(order.begin(), order.end(), by_name);
+  std::uint64_t top_dup = ~0ull;
+  std::string top_dup_key;
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const auto& a = r.entries[order[k - 1]];
+    const auto& b = r.entries[order[k]];
+    if (a.name == b.name && r.position[order[k]] < top_dup) {
+      top_dup = r.position[order[k]];
+      top_dup_key = b.name;
     }
-    return true;
-  };
-  json header;
-  try {
-    header = json::parse(raw + 8, raw + 8 + n, cb);
-  } catch (const json::exception& e) {
-    throw invalid(name, "header is not valid JSON", e.what());
   }
-  if (!dup.empty()) throw invalid(name, "duplicate key", "'" + dup + "' appears twice " + dup_ctx);
-  if (!header.is_object())
-    throw invalid(name, "header is not a JSON object", std::string("found a JSON ") + header.type_name());
+  if (top_dup != ~0ull && top_dup <= r.dup_position)
+    throw invalid(name, "duplicate key", "'" + top_dup_key + "' appears twice at the top level");
+  if (r.dup_position != ~0ull)
+    throw invalid(name, "duplicate key", "'" + r.dup_key + "' appears twice " + r.dup_where);
+  if (r.root_type)
+    throw invalid(name, "header is not a JSON object", std::string("found a JSON ") + r.root_type);
+  if (r.has_error) throw invalid(name, r.error_rule, r.error_details);
 
   SafetensorsFile f;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& key = it.key();
-    const json& v = it.value();
-    if (key == "__metadata__") {
-      if (!v.is_object())
-        throw invalid(name, "__metadata__ is not an object of strings",
-                      std::string("found a JSON ") + v.type_name());
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string())
-          throw invalid(name, "__metadata__ is not an object of strings",
-                        "value of '" + m.key() + "' is a JSON " + m.value().type_name() +
-                            ", expected a string");
-        f.metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string t = "tensor '" + key + "'";
-    if (!v.is_object())
-      throw invalid(name, "bad tensor entry", t + " is a JSON " + v.type_name() + ", expected an object");
-    for (auto m = v.begin(); m != v.end(); ++m)
-      if (m.key() != "dtype" && m.key() != "shape" && m.key() != "data_offsets")
-        throw invalid(name, "bad tensor entry",
-                      t + " has unknown field '" + m.key() + "' (expected dtype, shape, data_offsets)");
-    for (const char* field : {"dtype", "shape", "data_offsets"})
-      if (!v.contains(field))
-        throw invalid(name, "bad tensor entry", t + " has no '" + field + "'");
-    Entry e;
-    e.name = key;
-    const json& dt = v["dtype"];
-    if (!dt.is_string()) throw invalid(name, "unknown dtype", t + " dtype is a JSON " + dt.type_name());
-    auto d = dtype_from_name(dt.get<std::string>());
-    if (!d)
-      throw invalid(name, "unknown dtype",
-                    t + " has dtype '" + dt.get<std::string>() +
-                        "' (expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
-    e.dtype = *d;
-    const json& sh = v["shape"];
-    if (!sh.is_array()) throw invalid(name, "bad shape", t + " shape is a JSON " + sh.type_name());
-    for (const json& dim : sh) {
-      if (!dim.is_number_unsigned() ||
-          dim.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-        throw invalid(name, "bad shape", t + " shape " + sh.dump() + " is not a list of non-negative integers");
-      e.shape.push_back(static_cast<std::int64_t>(dim.get<std::uint64_t>()));
-    }
-    const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      throw invalid(name, "bad data_offsets",
-                    t + " data_offsets " + off.dump() + " is not [begin, end] of non-negative integers");
-    e.begin = off[0].get<std::uint64_t>();
-    e.end = off[1].get<std::uint64_t>();
-    if (e.begin > e.end)
-      throw invalid(name, "bad data_offsets",
-                    t + " begin " + std::to_string(e.begin) + " > end " + std::to_string(e.end));
-    auto want = byte_size(e.dtype, e.shape);
-    if (!want)
-      throw invalid(name, "shape/byte-length mismatch", t + " shape " + shape_str(e.shape) + " overflows");
-    if (*want != e.end - e.begin)
-      throw invalid(name, "shape/byte-length mismatch",
-                    t + " " + dtype_name(e.dtype) + " " + shape_str(e.shape) + " needs " +
-                        std::to_string(*want) + " bytes, data_offsets [" + std::to_string(e.begin) +
-                        ", " + std::to_string(e.end) + "] hold " + std::to_string(e.end - e.begin));
-    f.entries_.push_back(std::move(e));
-  }
+  f.metadata_ = std::move(r.metadata);
+  std::vector<std::uint32_t>().swap(r.position);
+  permute(r.entries, order);
+  std::vector<std::uint32_t>().swap(order);
+  f.entries_ = std::move(r.entries);
 
   // The tensors must tile [0, data_len) exactly: no gap, no overlap, no tail.
   std::vector<const Entry*> by_off;
+  by_off.reserve(f.entries_.size());
   for (const auto& e : f.entries_) by_off.push_back(&e);
-  std::sort(by_off.begin(), by_off.end(), [](const Entry* a, const Entry* b) {
+  const auto off_less = [](const Entry* a, const Entry* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
+  };
+  if (!std::is_sorted(by_off.begin(), by_off.end(), off_less)) std::sort(by_off.begin(), by_off.end(), off_less);
   std::uint64_t pos = 0;
   const Entry* prev = nullptr;
   for (const Entry* e : by_off) {

@@ -1,10 +1,13 @@
 #include "anchor/checkpoint/store.hpp"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include <set>
 
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 
@@ -75,30 +79,55 @@ struct Fault {
   bool sigkill = false;
 };
 
-std::optional<Fault> fault_from_env() {
+// The points of a save, in order (docs/checkpoints.md): "after_file:<f>" for
+// each file of the request and state.json; "after_remote_files" only when
+// other processes write files.
+std::vector<std::string> fault_points(const SaveRequest& req) {
+  std::vector<std::string> p = {"begin", "after_mkdir"};
+  for (const auto& f : req.files) p.push_back("after_file:" + f.filename);
+  if (req.remote.collect) p.push_back("after_remote_files");
+  for (const char* n : {"after_file:state.json", "after_manifest", "after_committed", "after_dir_fsync",
+                        "after_rename", "after_parent_fsync", "done"})
+    p.push_back(n);
+  return p;
+}
+
+// ANCHOR_FAULT for this save. A value that is malformed or names a point
+// this save never reaches is a usage error: a typo must not make a fault test
+// pass by never firing.
+std::optional<Fault> fault_from_env(const SaveRequest& req) {
   const char* env = std::getenv(kFaultEnv);
   if (!env || !*env) return std::nullopt;
   std::string s = env;
   auto colon = s.rfind(':');
-  auto bad = [&](const std::string& why) {
-    return Error(ErrorKind::kUsage, std::string(kFaultEnv) + "='" + s + "': " + why,
-                 "use <point>:<exit|sigkill> or <point>@<step>:<exit|sigkill> (docs/checkpoints.md)");
+  auto bad = [&](const std::string& why, std::string hint = {}) {
+    return Error(ErrorKind::kUsage, std::string(kFaultEnv) + "='" + printable(s) + "': " + why,
+                 hint.empty() ? "use <point>:<exit|sigkill> or <point>@<step>:<exit|sigkill> (docs/checkpoints.md)"
+                              : hint);
   };
   if (colon == std::string::npos) throw bad("missing ':<exit|sigkill>'");
   Fault f;
   std::string action = s.substr(colon + 1);
   if (action == "sigkill") f.sigkill = true;
-  else if (action != "exit") throw bad("action '" + action + "' is not exit or sigkill");
+  else if (action != "exit") throw bad("action '" + printable(action) + "' is not exit or sigkill");
   f.point = s.substr(0, colon);
   auto at = f.point.rfind('@');
   if (at != std::string::npos) {
     std::string st = f.point.substr(at + 1);
-    if (st.empty() || st.find_first_not_of("0123456789") != std::string::npos)
-      throw bad("step '" + st + "' is not a number");
+    if (st.empty() || st.size() > 18 || st.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("step '" + printable(st) + "' is not a number");
     f.step = std::stoll(st);
     f.point = f.point.substr(0, at);
   }
   if (f.point.empty()) throw bad("empty point");
+  const auto known = fault_points(req);
+  if (std::find(known.begin(), known.end(), f.point) == known.end()) {
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw bad("unknown point '" + printable(f.point) + "': a save of step " + std::to_string(req.step) +
+                  " never reaches it, so the fault would never fire",
+              "use one of the points of this save: " + list + " (docs/checkpoints.md, \"The fault seam\")");
+  }
   return f;
 }
 
@@ -177,7 +206,7 @@ SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
   if (state.contains("step") && state["step"] != json(req.step))
     throw usage("state.step is " + state["step"].dump() + ", expected " + std::to_string(req.step));
   state["step"] = req.step;
-  const std::optional<Fault> fault = fault_from_env();
+  const std::optional<Fault> fault = fault_from_env(req);
 
   auto point = [&](const std::string& name) {
     if (hook) hook(name);
@@ -307,13 +336,23 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
   Inspection in;
   Verification& v = in.v;
   v.dir = dir;
-  auto problem = [&](std::string p) { v.problems.push_back(std::move(p)); };
+  // A problem may quote a path or a file's bytes (a JSON parse error shows the
+  // token it stopped at): keep every one valid UTF-8, for --json and reports.
+  auto problem = [&](const std::string& p) { v.problems.push_back(printable(p)); };
   const std::string base = stdfs::path(dir).filename().string();
   DirName dn = parse_dir_name(base);
   v.step = dn.step;
   v.bytes = dir_bytes(dir);
   std::error_code ec;
-  if (!stdfs::is_directory(dir, ec)) {
+  struct stat dst {};
+  if (::stat(dir.c_str(), &dst) != 0) {
+    const int err = errno;
+    v.state = err == ENOENT ? "invalid" : "unreadable";
+    problem(dir + (err == ENOENT ? " does not exist" : " cannot be examined") + ": " + std::strerror(err) + " (" +
+            errno_name(err) + ")");
+    return in;
+  }
+  if (!S_ISDIR(dst.st_mode)) {
     v.state = "invalid";
     problem(dir + " is not a directory");
     return in;
@@ -330,6 +369,26 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
   }
   if (dn.kind == DirKind::kOther)
     problem("directory name '" + base + "' is not step-<N>");
+  // A directory that cannot be listed (no read or search permission) is not
+  // "a save that did not finish": say what the system said.
+  if (DIR* d = ::opendir(dir.c_str())) {
+    ::closedir(d);
+  } else {
+    const int err = errno;
+    v.state = "unreadable";
+    problem("cannot list " + dir + ": " + std::strerror(err) + " (" + errno_name(err) + ")");
+    return in;
+  }
+  // Whether an entry exists: nullopt and a problem when that cannot even be
+  // told (ELOOP, EACCES, ...): "missing" would be a wrong explanation.
+  auto present = [&](const std::string& name) -> std::optional<bool> {
+    struct stat st {};
+    if (::lstat(join(dir, name).c_str(), &st) == 0) return true;
+    const int err = errno;
+    if (err == ENOENT) return false;
+    problem(name + " cannot be examined: " + std::strerror(err) + " (" + errno_name(err) + ")");
+    return std::nullopt;
+  };
 
   auto read = [&](const std::string& name, FileDigest* d) -> std::optional<std::string> {
     try {
@@ -340,18 +399,22 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
     }
   };
 
-  // COMMITTED must hold the SHA-256 of manifest.json.
-  bool committed = stdfs::exists(join(dir, kCommitted), ec);
+  // COMMITTED must hold the SHA-256 of manifest.json. An entry named
+  // COMMITTED that cannot be read still counts as one: the directory is
+  // "invalid" (it says why), not "uncommitted".
+  const std::optional<bool> has_commit = present(kCommitted);
+  const bool committed = has_commit.value_or(true);
   std::optional<std::string> commit_text;
-  if (!committed)
+  if (has_commit && !*has_commit)
     problem("no COMMITTED marker: the save did not finish");
-  else
+  else if (has_commit)
     commit_text = read(kCommitted, nullptr);
   FileDigest mdig;
   std::optional<std::string> mtext;
-  if (!stdfs::exists(join(dir, kManifest), ec))
+  const std::optional<bool> has_manifest = present(kManifest);
+  if (has_manifest && !*has_manifest)
     problem("manifest.json is missing");
-  else
+  else if (has_manifest)
     mtext = read(kManifest, &mdig);
   if (commit_text) {
     std::string c = *commit_text;
@@ -402,7 +465,9 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
           }
           const std::uint64_t size = f["size"].get<std::uint64_t>();
           const std::string sha = f["sha256"].get<std::string>();
-          if (!stdfs::exists(join(dir, name), ec)) {
+          const std::optional<bool> has_file = present(name);
+          if (!has_file) continue;
+          if (!*has_file) {
             problem(name + " is missing (listed in manifest.json)");
             continue;
           }

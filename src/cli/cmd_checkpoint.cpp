@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/units.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/error.hpp"
 #include "commands.hpp"
@@ -19,8 +20,10 @@ struct CheckpointOptions {
 };
 
 
+// A path may hold any byte; JSON only UTF-8: "dir" shows other bytes as \xNN
+// (the problems are valid UTF-8 already, Store::Verification).
 nlohmann::json to_json(const checkpoint::Store::Verification& v) {
-  return {{"dir", v.dir}, {"step", v.step}, {"state", v.state}, {"ok", v.ok},
+  return {{"dir", printable(v.dir)}, {"step", v.step}, {"state", v.state}, {"ok", v.ok},
           {"bytes", v.bytes}, {"problems", v.problems}};
 }
 

@@ -67,7 +67,7 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& what, const 
                                          {"host", proc::host_name()},
                                          {"run_id", run_id},
                                          {"since", utc_now()}}
-                              .dump() +
+                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                           "\n";
   // Best effort: the lock holds whether or not the note about its holder is written.
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, who.data(), who.size(), 0);

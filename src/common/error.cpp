@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "anchor/common/utf8.hpp"
+
 namespace anchor {
 
 std::string errno_name(int err) {
@@ -26,6 +28,8 @@ std::string errno_name(int err) {
     ANCHOR_ERRNO(EINVAL)
     ANCHOR_ERRNO(EMFILE)
     ANCHOR_ERRNO(ENAMETOOLONG)
+    ANCHOR_ERRNO(ENXIO)
+    ANCHOR_ERRNO(EAGAIN)
 #undef ANCHOR_ERRNO
     default:
       return "errno " + std::to_string(err);
@@ -33,7 +37,9 @@ std::string errno_name(int err) {
 }
 
 Error io_error(const std::string& op, const std::string& path, int err, std::string hint) {
-  std::string msg = op + " " + path + ": " + std::strerror(err) + " (" + errno_name(err) + ")";
+  // The path may hold any byte; the message may end up in JSON (a skip
+  // reason, a verification problem): keep it valid UTF-8.
+  std::string msg = printable(op + " " + path) + ": " + std::strerror(err) + " (" + errno_name(err) + ")";
   if (hint.empty()) {
     if (err == ENOSPC || err == EDQUOT || err == EFBIG)
       hint = "free space on that file system or point the output elsewhere; nothing committed was touched";

@@ -8,10 +8,9 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/error.hpp"
 
 #ifndef RENAME_EXCHANGE
@@ -169,15 +168,8 @@ void atomic_write_file(const std::string& path, const std::string& content, File
 }
 
 std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error(ErrorKind::kIo, "read " + path + ": is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io_error("open", path, errno ? errno : ENOENT);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw io_error("read", path, EIO);
-  return ss.str();
+  UniqueFd fd = open_regular(path);
+  return read_all(fd.get(), path);
 }
 
 std::vector<std::string> expand_glob(const std::string& pattern) {

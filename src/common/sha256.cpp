@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "anchor/common/unique_fd.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor {
@@ -20,13 +22,6 @@ const EVP_MD* sha256_md() {
   if (!md) throw Error(ErrorKind::kRuntime, "OpenSSL: SHA256 digest unavailable");
   return md;
 }
-
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -80,17 +75,13 @@ bool is_sha256_hex(std::string_view s) {
 
 FileDigest sha256_file(const std::string& path,
                        const std::function<void(std::uint64_t)>& progress) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("open", path, errno);
-  FdCloser closer{fd};
   struct stat before {};
-  if (::fstat(fd, &before) != 0) throw io_error("stat", path, errno);
-  if (S_ISDIR(before.st_mode))
-    throw Error(ErrorKind::kIo, "read " + path + ": is a directory, not a file",
-                "name the files inside it, or use a glob such as " + path + "/*");
-  if (!S_ISREG(before.st_mode))
-    throw Error(ErrorKind::kIo, "read " + path + ": not a regular file",
-                "pin regular files only (not devices, pipes or sockets)");
+  fs::UniqueFd file = fs::open_regular(
+      path, &before,
+      {"", ErrorKind::kIo,
+       "hash regular files only: name the files inside a directory (or a glob such as " + path +
+           "/*); devices, pipes and sockets are refused"});
+  const int fd = file.get();
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 
   Sha256 h;
@@ -113,7 +104,7 @@ FileDigest sha256_file(const std::string& path,
   if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
       after.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
       total != static_cast<std::uint64_t>(after.st_size)) {
-    throw Error(ErrorKind::kIo, "read " + path + ": the file changed while it was being hashed",
+    throw Error(ErrorKind::kIo, "read " + printable(path) + ": the file changed while it was being hashed",
                 "wait until whatever writes it has finished, then pin again");
   }
   return FileDigest{h.hex(), total};

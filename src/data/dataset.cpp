@@ -7,9 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::data {
@@ -39,22 +39,13 @@ Format parse_format(const std::string& name) {
 std::shared_ptr<const Shard> Shard::open(const std::string& path, Format format, int vocab_size) {
   std::shared_ptr<Shard> s(new Shard());
   s->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("open data shard", path, errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw io_error("stat", path, err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw shard_error(path, "not a regular file");
-  }
+  // A FIFO or device named as a shard is refused here instead of blocking
+  // the open (or reading forever); one descriptor for the check and the read.
+  fs::UniqueFd file = fs::open_regular(path, &st, {"data shard", ErrorKind::kConfig, {}});
   const auto file_size = static_cast<std::size_t>(st.st_size);
   if (format == Format::kText) {
-    std::string bytes = fs::read_file(path);
-    ::close(fd);
+    std::string bytes = fs::read_all(file.get(), path);
     s->owned_.assign(bytes.begin(), bytes.end());
     for (auto& t : s->owned_) t &= 0xff;  // bytes, never sign-extended
     s->tokens_ = s->owned_.data();
@@ -65,13 +56,12 @@ std::shared_ptr<const Shard> Shard::open(const std::string& path, Format format,
     return s;
   }
   if (file_size < kLlmcHeaderBytes) {
-    ::close(fd);
     throw shard_error(path, "file is " + std::to_string(file_size) +
                                 " bytes, shorter than the 1024-byte llm.c header (short file)");
   }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, file.get(), 0);
   int err = errno;
-  ::close(fd);
+  file.reset();
   if (map == MAP_FAILED) throw io_error("mmap", path, err);
   s->map_ = map;
   s->map_len_ = file_size;

@@ -3,13 +3,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/hasher.hpp"
@@ -68,13 +68,30 @@ std::map<std::string, HashCache::Entry> HashCache::parse(const std::string& text
   return out;
 }
 
+namespace {
+
+// The cache file's bytes; nullopt when there is none yet. Anything else that
+// cannot be read (a FIFO or directory in its place: refused, never waited on)
+// is logged and treated as no cache: it is rewritten on the next save.
+std::optional<std::string> read_cache_file(const std::string& file) {
+  struct stat st {};
+  if (::lstat(file.c_str(), &st) != 0 && errno == ENOENT) return std::nullopt;
+  try {
+    return fs::read_file(file);
+  } catch (const Error& e) {
+    ANCHOR_LOG_WARN("pin", "hash cache {} cannot be read ({}); ignoring it (it is rewritten on the next pin)", file,
+                    e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
 HashCache::HashCache(std::string file) : file_(std::move(file)) {
-  std::ifstream in(file_, std::ios::binary);
-  if (!in) return;  // no cache yet: empty
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const auto text = read_cache_file(file_);
+  if (!text) return;  // no cache yet: empty
   bool ok = false;
-  entries_ = parse(ss.str(), &ok);
+  entries_ = parse(*text, &ok);
   if (!ok) {
     loaded_ok_ = false;
     ANCHOR_LOG_WARN("pin", "hash cache {} is corrupt or not an anchor hash cache; ignoring it "
@@ -108,14 +125,9 @@ void HashCache::save() {
   std::lock_guard<std::mutex> lk(mu_);
   // Another process may have pinned other files since we loaded: keep theirs.
   std::map<std::string, Entry> merged;
-  {
-    std::ifstream in(file_, std::ios::binary);
-    if (in) {
-      std::stringstream ss;
-      ss << in.rdbuf();
-      bool ok = false;
-      merged = parse(ss.str(), &ok);
-    }
+  if (const auto text = read_cache_file(file_)) {
+    bool ok = false;
+    merged = parse(*text, &ok);
   }
   for (const auto& [p, e] : entries_) merged.emplace(p, e);  // fill what the file lacks
   for (const auto& [p, e] : dirty_) merged[p] = e;            // ours win
@@ -133,9 +145,14 @@ void HashCache::save() {
     it = live ? std::next(it) : merged.erase(it);
   }
   nlohmann::json entries = nlohmann::json::object();
-  for (const auto& [p, e] : merged)
+  for (const auto& [p, e] : merged) {
+    // The cache is JSON keyed by path: a path that is not UTF-8 cannot be a
+    // key as it is (and \xNN would not find the file again). Such a file is
+    // hashed on every pin instead; everything else is cached as before.
+    if (!is_valid_utf8(p)) continue;
     entries[p] = {{"sha256", e.sha256}, {"size", e.size}, {"mtime_ns", e.mtime_ns},
                   {"inode", e.inode}, {"dev", e.dev}};
+  }
   nlohmann::json j = {{"format", kCacheFormat}, {"entries", std::move(entries)}};
 
   std::filesystem::path dir = std::filesystem::path(file_).parent_path();

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/common/units.hpp"
 #include "anchor/error.hpp"
 
@@ -171,9 +172,11 @@ std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const H
     auto& job = jobs[j];
     if (opts.cache) {
       if (auto hit = opts.cache->lookup(job.key)) {
-        int fd = ::open(job.key.path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw with_label(io_error("open", job.key.path, errno), job.label);
-        ::close(fd);
+        try {
+          fs::open_regular(job.key.path);  // opened and closed: readable, and still a regular file
+        } catch (const Error& e) {
+          throw with_label(e, job.label);
+        }
         job.sha256 = *hit;
         job.cached = true;
         ++st.files_cached;

@@ -9,6 +9,7 @@
 
 #include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
@@ -207,10 +208,9 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
   m["model"] = std::move(model);
   m["data"] = std::move(data);
 
-  m["config"] = {{"source", cfg.source_path},
-                 {"base_dir", cfg.base_dir},
-                 {"digest", config::digest(cfg)},
-                 {"effective", config::to_json(cfg)}};
+  m["config"] = {{"digest", config::digest(cfg)}, {"effective", config::to_json(cfg)}};
+  set_path_field(m["config"], "source", cfg.source_path);  // read back by reproduce: exact bytes kept
+  set_path_field(m["config"], "base_dir", cfg.base_dir);
 
   const std::uint64_t root = cfg.run.seed;
   nlohmann::json seeds = {{"root", root}};
@@ -264,7 +264,9 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
                   {"bytes_hashed", stats.bytes_hashed},
                   {"bytes_cached", stats.bytes_cached},
                   {"seconds", stats.seconds}};
-  return m;
+  // Paths (inputs, libraries, the working directory) may hold any byte; the
+  // manifest is JSON, written, hashed and signed as text: valid UTF-8 only.
+  return printable_json(m);
 }
 
 config::Config config_from_manifest(const nlohmann::json& m) {
@@ -280,11 +282,10 @@ config::Config config_from_manifest(const nlohmann::json& m) {
     throw Error(ErrorKind::kConfig, "manifest has no config.effective section",
                 "the manifest is truncated or was edited; re-pin from the config file");
   const auto& c = m["config"];
-  std::string base_dir =
-      c.contains("base_dir") && c["base_dir"].is_string() ? c["base_dir"].get<std::string>() : "";
+  const std::string base_dir = path_field(c, "base_dir");
   config::Config cfg = config::from_json(c["effective"], base_dir);
   cfg.base_dir = base_dir;
-  if (c.contains("source") && c["source"].is_string()) cfg.source_path = c["source"].get<std::string>();
+  if (c.contains("source")) cfg.source_path = path_field(c, "source");
   return cfg;
 }
 

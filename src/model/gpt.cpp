@@ -175,7 +175,19 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 }  // namespace
 
 void load_gpt2_safetensors(Gpt& model, const std::string& path) {
-  auto file = checkpoint::SafetensorsFile::open(path);
+  // The reader's hint names no policy; a weights file is not a checkpoint
+  // (nothing falls back to an older one): say what fits a downloaded file.
+  auto file = [&] {
+    try {
+      return checkpoint::SafetensorsFile::open(path);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kVerification) throw;
+      throw Error(e.kind(), std::string("model.weights ") + e.what(),
+                  "check the file: a download cut short or a file in another format (a PyTorch .bin, a "
+                  ".gguf) is not a safetensors file. Re-download it (and compare its SHA-256 with the "
+                  "publisher's), or convert it to safetensors; model.weights names it");
+    }
+  }();
   std::map<std::string, const checkpoint::SafetensorsFile::Entry*> by_name;
   for (const auto& e : file.entries()) {
     std::string n = e.name;

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "anchor/common/utf8.hpp"
+
 namespace anchor::pipeline {
 
 std::string utc_now() {
@@ -26,7 +28,7 @@ void set_events_enabled(bool on) { g_events_enabled = on; }
 
 void emit_event(const nlohmann::json& event) {
   if (!g_events_enabled) return;
-  std::string line = std::string(kEventPrefix) + event.dump() + "\n";
+  std::string line = std::string(kEventPrefix) + dump_json(event) + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
 }

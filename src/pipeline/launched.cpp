@@ -14,6 +14,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/dist/store.hpp"
@@ -202,7 +203,7 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
                              "checkpoints (every rank writes into rank 0's save)";
     const std::string hint = "put the run on a path every node mounts: --run-dir, run.output_dir or checkpoint.dir on "
                              "a shared filesystem";
-    store.set("pilot/node/" + std::to_string(node), json{{"ok", false}, {"host", host}, {"error", what}, {"hint", hint}}.dump());
+    store.set("pilot/node/" + std::to_string(node), dump_json(json{{"ok", false}, {"host", host}, {"error", what}, {"hint", hint}}));
     read_verdict(store);
     throw Error(ErrorKind::kConfig, what, hint);
   }

@@ -1,13 +1,16 @@
 #include "report_writer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include "anchor/build_info.hpp"
+#include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "events.hpp"
 
 namespace anchor::pipeline {
@@ -182,18 +185,28 @@ void Report::set_activation_checkpointing(const nlohmann::json& figures) {
 }
 
 void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir) {
+  // Only what the store verifies completely is a checkpoint (a COMMITTED file
+  // alone is not): the same rule as restore and signing (report/run_dir.hpp).
   nlohmann::json list = nlohmann::json::array();
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir, ec)) {
-    const auto name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;
-    if (!std::filesystem::exists(e.path() / "COMMITTED")) continue;
-    auto digest = sha256_file((e.path() / "manifest.json").string());
-    list.push_back({{"dir", std::filesystem::relative(e.path(), run_dir).string()},
-                    {"step", std::stoll(name.substr(5))},
-                    {"manifest_sha256", digest.sha256}});
+  nlohmann::json unverified = nlohmann::json::array();
+  for (const auto& v : checkpoint::Store(ckpt_dir).list()) {
+    const std::filesystem::path dir(v.dir);
+    const auto name = dir.filename().string();
+    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;  // temp, trash
+    const std::string rel = printable(std::filesystem::relative(dir, run_dir).string());
+    if (!v.ok) {
+      // Passed over by restore; say so instead of listing it, or failing here.
+      if (v.state != "uncommitted")
+        unverified.push_back({{"dir", rel}, {"step", v.step}, {"state", v.state}, {"problems", v.problems}});
+      continue;
+    }
+    list.push_back({{"dir", rel},
+                    {"step", v.step},
+                    {"manifest_sha256", sha256_file((dir / "manifest.json").string()).sha256}});
   }
+  std::sort(list.begin(), list.end(), [](const nlohmann::json& a, const nlohmann::json& b) { return a["step"] < b["step"]; });
   j_["checkpoints"] = list;
+  if (!unverified.empty()) j_["unverified_checkpoints"] = unverified;
 }
 
 void Report::set_outcome(const std::string& status, int exit_code, const std::string& message) {
@@ -220,7 +233,7 @@ void Report::set_unsigned(const std::string& why) {
 }
 
 void Report::write(const std::string& run_dir) const {
-  fs::atomic_write_file(run_dir + "/report.json", j_.dump(2) + "\n");
+  fs::atomic_write_file(run_dir + "/report.json", dump_json(j_, 2) + "\n");
   std::ostringstream md;
   md << "# anchor pilot " << j_.value("run_id", "") << "\n\n";
   md << "**" << j_.value("status", "") << "**: " << j_.value("message", "") << "\n\n";

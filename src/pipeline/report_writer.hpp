@@ -26,7 +26,10 @@ class Report {
   // Where worker A started: {"from": "init"} or the checkpoint it restored
   // (step, dir, manifest_sha256, run_id, ...; docs/report.md).
   void set_start(const nlohmann::json& s) { j_["start"] = s; }
-  // Lists committed checkpoints under ckpt_dir with their manifest digests (paths relative to run_dir).
+  // Lists the checkpoints under ckpt_dir that the store verifies completely, with
+  // their manifest digests (paths relative to run_dir), oldest first; step
+  // directories that fail verification go to "unverified_checkpoints" with their
+  // problems. Reads every checkpoint once.
   void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
   void set_outcome(const std::string& status, int exit_code, const std::string& message);
   void set_signed(const std::string& key_id);

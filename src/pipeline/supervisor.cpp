@@ -21,6 +21,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/dir_lock.hpp"
 #include "anchor/common/fs.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
@@ -72,7 +73,7 @@ class EventLog {
   void write(nlohmann::json e, const std::string& source) {
     if (!e.contains("time")) e["time"] = utc_now();
     e["source"] = source;
-    out_ << e.dump() << "\n";
+    out_ << dump_json(e) << "\n";
     out_.flush();
   }
 
@@ -317,7 +318,7 @@ void publish(Pilot& p) {
     }
   }
   if (!p.opts.junit_path.empty()) fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json()));
-  if (p.opts.json_stdout) std::cout << p.report.json().dump(2) << std::endl;
+  if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
 }
 
 int interrupted_exit(Pilot& p) {
@@ -446,7 +447,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (opts.baseline) {
     // What is reproduced and with which key, in the report from the start; and where its checkpoints went.
     nlohmann::json reproduces = opts.reproduces;
-    reproduces["checkpoint_dir"] = p.ckpt_dir;
+    set_path_field(reproduces, "checkpoint_dir", p.ckpt_dir);
     p.report.set_reproduces(reproduces);
   }
   // From here on a failure is a failed stage with a report (where the run
@@ -458,10 +459,13 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
         ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
     // The workers take the checkpoint directory from here, not from the config:
     // the supervisor alone decides it (reproduce overrides it).
-    fs::atomic_write_file(p.run_dir + "/config.json",
-                          nlohmann::json{{"config", config::to_json(p.cfg)}, {"base_dir", p.cfg.base_dir},
-                                         {"source_path", p.cfg.source_path}, {"run_id", p.run_id},
-                                         {"checkpoint_dir", p.ckpt_dir}}.dump(2));
+    // base_dir, source_path and checkpoint_dir are read back as paths: the
+    // exact bytes are kept (set_path_field) even when they are not UTF-8.
+    nlohmann::json cj = {{"config", config::to_json(p.cfg)}, {"run_id", p.run_id}};
+    set_path_field(cj, "base_dir", p.cfg.base_dir);
+    set_path_field(cj, "source_path", p.cfg.source_path);
+    set_path_field(cj, "checkpoint_dir", p.ckpt_dir);
+    fs::atomic_write_file(p.run_dir + "/config.json", dump_json(cj, 2));
   } catch (const Error& e) {
     return fail(p, "prepare", exit_code_for(e.kind()),
                 std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
@@ -480,7 +484,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // 3. Pinning happens in worker A, before it trains: the manifest's libraries
   //    and runtime versions are those of the process that trains, and this
   //    supervisor never loads LibTorch. `anchor reproduce` pinned already.
-  if (opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", opts.pinned_manifest->dump(2));
+  if (opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*opts.pinned_manifest, 2));
   if (g_signal) return interrupted_exit(p);
   // Where worker A may start (docs/pilot.md, "Starting from a checkpoint"): the
   // directory names alone, before any worker; worker A verifies and checks the fit.

@@ -26,11 +26,13 @@
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/measure/memory.hpp"
 #include "anchor/measure/proc.hpp"
 #include "anchor/pipeline/pilot.hpp"
+#include "anchor/train/saved_state.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
 #include <torch/version.h>
@@ -57,13 +59,13 @@ WorkerContext load_context(const WorkerOptions& opts) {
   ctx.run_dir = opts.run_dir;
   auto doc = nlohmann::json::parse(fs::read_file(opts.run_dir + "/config.json"));
   ctx.cfg = config::from_json(doc.at("config"));
-  ctx.cfg.base_dir = doc.at("base_dir").get<std::string>();
-  ctx.cfg.source_path = doc.value("source_path", "");
+  ctx.cfg.base_dir = path_field(doc, "base_dir");
+  ctx.cfg.source_path = path_field(doc, "source_path");
   ctx.run_id = doc.value("run_id", "");
   // The supervisor's choice (it may differ from the config's checkpoint.dir:
   // `anchor reproduce` keeps a reproduction's checkpoints in its own run directory).
-  if (doc.contains("checkpoint_dir") && doc["checkpoint_dir"].is_string())
-    ctx.ckpt_dir = doc["checkpoint_dir"].get<std::string>();
+  if (doc.contains("checkpoint_dir") || doc.contains("checkpoint_dir_hex"))
+    ctx.ckpt_dir = path_field(doc, "checkpoint_dir");
   else
     ctx.ckpt_dir = ctx.cfg.checkpoint.dir.empty() ? opts.run_dir + "/checkpoints"
                                                   : config::resolve_path(ctx.cfg, ctx.cfg.checkpoint.dir);
@@ -143,7 +145,7 @@ void write_result(const WorkerContext& ctx, const std::string& role) {
     out["backend"] = ctx.pg->backend();
   }
   const std::string name = ctx.env.rank == 0 ? role : role + "-rank" + std::to_string(ctx.env.rank);
-  fs::atomic_write_file(ctx.run_dir + "/work/" + name + ".json", out.dump(2));
+  fs::atomic_write_file(ctx.run_dir + "/work/" + name + ".json", dump_json(out, 2));
 }
 
 // Pins the run before anything trains, in the process that trains: the
@@ -259,34 +261,36 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   std::vector<checkpoint::Store::Skipped> skipped_any;
   auto loaded = store.restore_newest(std::nullopt, &skipped_any);
   const auto& skipped_list = loaded ? loaded->skipped : skipped_any;
+  // Paths may hold any byte (the reasons are valid UTF-8 already): as \xNN in JSON.
   nlohmann::json skipped = nlohmann::json::array();
   std::string skipped_text;
   for (const auto& s : skipped_list) {
-    skipped.push_back({{"dir", s.dir}, {"reason", s.reason}});
-    skipped_text += "; " + std::filesystem::path(s.dir).filename().string() + ": " + s.reason;
+    skipped.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
+    skipped_text += "; " + printable(std::filesystem::path(s.dir).filename().string()) + ": " + s.reason;
   }
   if (!loaded)
     throw Error(ErrorKind::kVerification,
                 "pilot.start_from latest: no checkpoint in " + ctx.ckpt_dir + " is committed and verifies" + skipped_text,
                 "`anchor checkpoint list " + ctx.ckpt_dir + "` shows every problem; put back a good copy of the "
                 "checkpoint, or start from initialisation (pilot.start_from init) with an empty checkpoint.dir");
-  const auto& st = loaded->state;
+  // Every state.json field used here, type-checked (a bad one: exit 3 naming it).
+  const train::SavedState st = train::read_saved_state(loaded->state, loaded->dir + "/state.json");
   nlohmann::json start = {{"from", "latest"},
                           {"step", loaded->step},
-                          {"dir", loaded->dir},
+                          {"dir", printable(loaded->dir)},
                           {"manifest_sha256", sha256_file(loaded->dir + "/manifest.json").sha256},
-                          {"run_id", st.contains("run_id") ? st["run_id"] : nlohmann::json()},
-                          {"world_size", st.value("world_size", 1)},
-                          {"strategy", st.value("strategy", "ddp")},
-                          {"config_digest_matches", st.value("config_digest", "") == config::digest(ctx.cfg)},
+                          {"run_id", st.run_id},
+                          {"world_size", st.world_size},
+                          {"strategy", st.strategy},
+                          {"config_digest_matches", st.config_digest == config::digest(ctx.cfg)},
                           {"skipped", skipped}};
   if (!skipped.empty())
     ANCHOR_LOG_WARN("pilot", "starting from {}: newer checkpoint directories do not verify and are passed over{}",
                     loaded->dir, skipped_text);
-  const auto diffs = st.contains("config") ? config_differences(st["config"], config::to_json(ctx.cfg))
+  const auto diffs = st.config.is_object() ? config_differences(st.config, config::to_json(ctx.cfg))
                                            : nlohmann::json::array();
   start["config_differences"] = diffs;
-  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", start.dump(2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", dump_json(start, 2));
 
   const std::string name = std::filesystem::path(loaded->dir).filename().string();
   // Every reason it is another run's checkpoint, at once: its tensors, then its config.
@@ -328,7 +332,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   start["rng_restore"] = t.rng_restore();
   ANCHOR_LOG_INFO("pilot", "worker A starts from {} (step {}, saved by {} rank(s))", loaded->dir, loaded->step,
                   start["world_size"].get<int>());
-  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", start.dump(2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", dump_json(start, 2));
   return start;
 }
 
@@ -491,16 +495,16 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   if (faults.any()) ANCHOR_LOG_WARN("restore", "fault injection active (ANCHOR_PILOT_FAULT): this run must fail");
   t.restore(*loaded, faults);
   nlohmann::json skipped = nlohmann::json::array();
-  for (const auto& s : loaded->skipped) skipped.push_back({{"dir", s.dir}, {"reason", s.reason}});
+  for (const auto& s : loaded->skipped) skipped.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
   ctx.out["restored_step"] = loaded->step;
-  ctx.out["restored_dir"] = loaded->dir;
+  ctx.out["restored_dir"] = printable(loaded->dir);
   ctx.out["skipped"] = skipped;
   ctx.out["restored_state"] = t.state_digest();
   ctx.out["rng_restore"] = t.rng_restore();
   std::uint64_t restored_bytes = 0;
   for (const auto& f : loaded->manifest.value("files", nlohmann::json::array())) restored_bytes += f.value("size", 0ull);
   const double restore_s = restore.elapsed();
-  stages.push_back(restore.end({{"step", loaded->step}, {"dir", loaded->dir}, {"skipped", skipped},
+  stages.push_back(restore.end({{"step", loaded->step}, {"dir", printable(loaded->dir)}, {"skipped", skipped},
                                 {"bytes", restored_bytes}, {"seconds", restore_s},
                                 {"gb_per_s", restore_s > 0 ? static_cast<double>(restored_bytes) / restore_s / 1e9 : 0.0},
                                 {"memory", restore_mem.read()}}));

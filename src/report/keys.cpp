@@ -18,6 +18,7 @@
 #include <filesystem>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/error.hpp"
 #include "openssl_util.hpp"
@@ -81,20 +82,10 @@ std::string bio_to_string(BIO* bio) {
 // Reads a private key file through one descriptor so the mode we check is the
 // mode of the file we read.
 std::string read_private_key_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error("open private key", path, errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw io_error("stat private key", path, err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(ErrorKind::kUsage, "private key " + path + ": not a regular file");
-  }
+  fs::UniqueFd file = fs::open_regular(path, &st, {"private key", ErrorKind::kUsage, {}});
+  const int fd = file.get();
   if (st.st_mode & 077) {
-    ::close(fd);
     throw Error(ErrorKind::kUsage,
                 "private key " + path + " has mode " + mode_text(st.st_mode) +
                     ": group or others can access it, so it is refused",
@@ -109,14 +100,12 @@ std::string read_private_key_file(const std::string& path) {
       int err = errno;
       OPENSSL_cleanse(buf, sizeof buf);
       OPENSSL_cleanse(data.data(), data.size());
-      ::close(fd);
       throw io_error("read private key", path, err);
     }
     if (n == 0) break;
     data.append(buf, static_cast<std::size_t>(n));
   }
   OPENSSL_cleanse(buf, sizeof buf);
-  ::close(fd);
   return data;
 }
 

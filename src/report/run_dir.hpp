@@ -7,10 +7,25 @@
 
 namespace anchor::report::detail {
 
-// Checkpoint directories under <run_dir>/checkpoints named "step-N" (no '.')
-// that hold a COMMITTED file, as paths relative to run_dir
-// ("checkpoints/step-00000002"), sorted. "step-N.tmp-*" is never one, even
-// with a COMMITTED inside (a save killed before its rename).
+// A directory under <run_dir>/checkpoints named "step-N" (no '.') that holds
+// an entry named COMMITTED. "step-N.tmp-*" is never one, even with a
+// COMMITTED inside (a save killed before its rename).
+struct ClaimedCheckpoint {
+  std::string dir;                    // relative to run_dir: "checkpoints/step-00000002"
+  bool verified = false;              // checkpoint::Store::verify found no problem
+  std::vector<std::string> problems;  // what it found otherwise (valid UTF-8)
+};
+
+// Every directory that claims to be a committed checkpoint, each verified
+// completely by the checkpoint store (every file's size and SHA-256 against
+// its manifest, strict safetensors, state.json), sorted by dir. Reads every
+// such checkpoint once. Throws Error(kIo) when <run_dir>/checkpoints exists
+// but cannot be listed.
+std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir);
+
+// The committed checkpoints: those of claimed_checkpoints() that verify, as
+// paths relative to run_dir ("checkpoints/step-00000002"), sorted. A COMMITTED
+// file alone does not make a checkpoint.
 std::vector<std::string> committed_checkpoints(const std::string& run_dir);
 
 // The run's own files that a later reader trusts, besides report.json and the

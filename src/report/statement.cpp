@@ -6,8 +6,10 @@
 #include <cctype>
 #include <filesystem>
 
+#include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/report/dsse.hpp"
@@ -20,22 +22,33 @@ namespace stdfs = std::filesystem;
 
 namespace detail {
 
-std::vector<std::string> committed_checkpoints(const std::string& run_dir) {
-  std::vector<std::string> out;
+std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir) {
+  std::vector<ClaimedCheckpoint> out;
   stdfs::path root = stdfs::path(run_dir) / "checkpoints";
   std::error_code ec;
   if (!stdfs::is_directory(root, ec)) return out;
+  const checkpoint::Store store(root.string());
   for (stdfs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_directory(ec)) continue;
+    std::error_code e2;
+    if (!it->is_directory(e2)) continue;
     // "step-N" only: a "step-N.tmp-*" directory can hold COMMITTED when the
     // save was killed between writing it and the rename that publishes it.
     std::string name = it->path().filename().string();
     if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;
-    if (!stdfs::exists(it->path() / "COMMITTED", ec)) continue;
-    out.push_back("checkpoints/" + it->path().filename().string());
+    if (stdfs::symlink_status(it->path() / "COMMITTED", e2).type() == stdfs::file_type::not_found) continue;
+    const auto v = store.verify(it->path().string());
+    out.push_back({"checkpoints/" + name, v.ok, v.problems});
   }
   if (ec) throw io_error("list", root.string(), ec.value());
-  std::sort(out.begin(), out.end());
+  std::sort(out.begin(), out.end(),
+            [](const ClaimedCheckpoint& a, const ClaimedCheckpoint& b) { return a.dir < b.dir; });
+  return out;
+}
+
+std::vector<std::string> committed_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> out;
+  for (const auto& c : claimed_checkpoints(run_dir))
+    if (c.verified) out.push_back(c.dir);
   return out;
 }
 
@@ -81,16 +94,21 @@ std::vector<Subject> collect_subjects(const std::string& run_dir) {
   out.push_back({kReportFile, sha256_file((root / kReportFile).string()).sha256});
   for (const auto& name : detail::run_files(run_dir))
     out.push_back({name, sha256_file((root / name).string()).sha256});
-  for (const auto& dir : detail::committed_checkpoints(run_dir)) {
-    std::string name = dir + "/manifest.json";
-    std::string digest = sha256_file((root / name).string()).sha256;
-    auto committed = detail::committed_sha256(fs::read_file((root / dir / "COMMITTED").string()));
-    if (committed && *committed != digest)
+  for (const auto& c : detail::claimed_checkpoints(run_dir)) {
+    // A directory that says it is committed but does not verify was changed
+    // or damaged after its commit: never signed, and never silently left out.
+    if (!c.verified) {
+      std::string why;
+      for (const auto& p : c.problems) why += (why.empty() ? "" : "; ") + p;
       throw Error(ErrorKind::kVerification,
-                  "checkpoint " + (root / dir).string() + ": COMMITTED names manifest sha256 " +
-                      *committed + " but manifest.json has " + digest,
-                  "the checkpoint was changed after it was committed; it must not be signed");
-    out.push_back({name, digest});
+                  "checkpoint " + printable((root / c.dir).string()) +
+                      " holds COMMITTED but does not verify: " + why,
+                  "the checkpoint was changed or damaged after it was committed; it must not be signed. "
+                  "`anchor checkpoint verify` on it shows every problem; move it out of the run directory "
+                  "or put back a good copy, then sign again");
+    }
+    std::string name = c.dir + "/manifest.json";
+    out.push_back({name, sha256_file((root / name).string()).sha256});
   }
   return out;
 }

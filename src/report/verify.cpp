@@ -7,6 +7,7 @@
 // payload names another signer) from both.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "anchor/checkpoint/store.hpp"
@@ -248,6 +249,12 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
   //     on disk with the size and SHA-256 it lists (the checkpoint store's own
   //     verification, headers parsed strictly). The manifest's signature covers
   //     the files only if the files are checked against it.
+  //     Each checkpoint directory is read once: those that claim to be
+  //     committed were verified by claimed_checkpoints(); a signed one whose
+  //     COMMITTED has since gone is verified here.
+  const auto claimed = detail::claimed_checkpoints(run_dir);
+  std::map<std::string, const detail::ClaimedCheckpoint*> claimed_by_dir;
+  for (const auto& c : claimed) claimed_by_dir[c.dir] = &c;
   std::size_t data_ok = 0, data_checked = 0;
   for (const auto& s : st.subjects) {
     stdfs::path name(s.name);
@@ -255,25 +262,38 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
     std::error_code ec;
     if (!stdfs::exists(root / name, ec)) continue;  // already reported as subject-missing
     ++data_checked;
-    const auto v = checkpoint::Store((root / "checkpoints").string()).verify((root / name.parent_path()).string());
-    if (v.ok) {
+    const std::string dir = name.parent_path().generic_string();
+    std::vector<std::string> problems;
+    if (auto it = claimed_by_dir.find(dir); it != claimed_by_dir.end()) {
+      problems = it->second->problems;
+    } else {
+      problems = checkpoint::Store((root / "checkpoints").string()).verify((root / dir).string()).problems;
+    }
+    if (problems.empty()) {
       ++data_ok;
       continue;
     }
-    for (const auto& problem : v.problems)
-      f.failures.push_back(failure("checkpoint-data", name.parent_path().generic_string() + ": " + problem));
+    for (const auto& problem : problems) f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
   }
   if (data_checked && data_ok == data_checked)
     r.checks.push_back("checkpoint data: every file of the " + std::to_string(data_checked) +
                        " signed checkpoints matches its manifest (size and sha256)");
-  for (const auto& dir : detail::committed_checkpoints(run_dir))
-    if (!subject_names.count(dir + "/manifest.json"))
-      r.warnings.push_back(dir + " was committed but is not a subject: it is not covered by "
-                                 "the signature (written after signing?)");
   for (const auto& name : detail::run_files(run_dir))
     if (!subject_names.count(name))
       r.warnings.push_back(name + " is in the run directory but not signed: nothing vouches for it "
                                   "(written after signing, or signed by an older anchor)");
+  for (const auto& c : claimed) {
+    if (subject_names.count(c.dir + "/manifest.json")) continue;
+    if (c.verified) {
+      r.warnings.push_back(c.dir + " was committed but is not a subject: it is not covered by "
+                                   "the signature (written after signing?)");
+    } else {
+      std::string why;
+      for (const auto& p : c.problems) why += (why.empty() ? "" : "; ") + p;
+      r.warnings.push_back(c.dir + " holds COMMITTED but does not verify (" + why +
+                           "): it is not a checkpoint, and not covered by the signature");
+    }
+  }
 
   // 4. The checkpoints report.json lists ({dir, manifest_sha256}) are the
   //    manifests on disk, and are signed.

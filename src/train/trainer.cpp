@@ -18,9 +18,11 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
+#include "anchor/train/saved_state.hpp"
 #include "anchor/train/schedule.hpp"
 #include "compat/torch_compat.hpp"
 
@@ -489,11 +491,14 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
 
 void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& faults) {
   torch::NoGradGuard no_grad;
+  // Every field read below, type-checked first: a bad one is a verification
+  // error naming state.json and the field, before any tensor is touched.
+  const SavedState saved = read_saved_state(c.state, c.dir + "/state.json");
   const auto& mf = file_of(c, "model.safetensors");
   for (auto& p : model_->named_parameters()) copy_into(p.value(), view_of(mf, "model.safetensors", p.key()), p.key());
   for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, "model.safetensors", b.key()), b.key());
 
-  const std::int64_t saved_step = c.state.at("step").get<std::int64_t>();
+  const std::int64_t saved_step = saved.step;
   if (!faults.drop_optimizer) {
     // optimizer.safetensors (one rank, DDP) or the optimizer-rank* shards of
     // any world size: every piece is looked up by its global name.
@@ -507,8 +512,28 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
         if (e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".step") == 0) where[e.name] = fname;
       auto m = f.metadata().find("index");
       if (m != f.metadata().end()) {
-        const auto parsed = nlohmann::json::parse(m->second);  // items() must not outlive it
-        for (const auto& [name, piece] : parsed.items()) index[name] = piece;
+        nlohmann::json parsed;  // items() must not outlive it
+        try {
+          parsed = nlohmann::json::parse(m->second);
+        } catch (const nlohmann::json::exception& e) {
+          throw Error(ErrorKind::kVerification,
+                      c.dir + "/" + fname + ": __metadata__ 'index' is not valid JSON: " + printable(e.what()),
+                      "the optimizer shard is damaged or was not written by anchor; restore from another checkpoint");
+        }
+        const auto well_formed = [](const nlohmann::json& piece) {
+          if (!piece.is_object() || !piece.contains("global_shape") || !piece["global_shape"].is_array()) return false;
+          for (const auto& d : piece["global_shape"])
+            if (!d.is_number_integer()) return false;
+          return !piece.contains("offset") || piece["offset"].is_number_integer();
+        };
+        for (const auto& [name, piece] : parsed.items())
+          if (!well_formed(piece))
+            throw Error(ErrorKind::kVerification,
+                        c.dir + "/" + fname + ": __metadata__ 'index' entry for " + name + " is " + piece.dump() +
+                            ", expected an object with a global_shape list",
+                        "the optimizer shard is damaged or was not written by anchor; restore from another checkpoint");
+          else
+            index[name] = piece;
       }
     }
     if (!any) file_of(c, "optimizer.safetensors");  // throws: names the missing file
@@ -537,7 +562,7 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
       state[p.name] = std::move(s);
     }
   }
-  const int saved_world = c.state.value("world_size", 1);
+  const int saved_world = saved.world_size;
   rng_restore_ = {{"saved_world_size", saved_world}, {"world_size", world_}, {"carried", nlohmann::json::array()},
                   {"rederived", nlohmann::json::array()}, {"dropped", nlohmann::json::array()}};
   for (int r = world_; r < saved_world; ++r) rng_restore_["dropped"].push_back(r);

@@ -2,6 +2,8 @@
 // is exercised by the unit tests (fork) and the kill loop (ckpt_saver).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -15,8 +17,10 @@ namespace ck = anchor::checkpoint;
 
 class CheckpointCli : public anchor::test::CheckpointDir {
  protected:
+  // Under /usr/bin/timeout: a command that blocks (a FIFO opened for reading)
+  // exits 124 instead of hanging the test.
   anchor::proc::RunResult run(std::vector<std::string> args) {
-    args.insert(args.begin(), ANCHOR_BINARY);
+    args.insert(args.begin(), {"/usr/bin/timeout", "-s", "KILL", "60", ANCHOR_BINARY});
     anchor::proc::SpawnOptions o;
     o.env["ANCHOR_LOG_LEVEL"] = "warn";
     return anchor::proc::run_capture(args, o);
@@ -73,6 +77,126 @@ TEST_F(CheckpointCli, ListShowsEveryStepWithState) {
   ASSERT_EQ(j.size(), 3u);
   EXPECT_EQ(j[2]["state"], "committed");
   EXPECT_EQ(j[2]["ok"], true);
+}
+
+// --- issue 14 ---------------------------------------------------------------
+
+// JSON that the binary printed; "" and a failure when it is not JSON.
+nlohmann::json parse_or_fail(const std::string& out) {
+  try {
+    return nlohmann::json::parse(out);
+  } catch (const nlohmann::json::exception& e) {
+    ADD_FAILURE() << "not JSON (" << e.what() << "):\n" << out;
+    return nullptr;
+  }
+}
+
+// Sets the byte at the first `needle` in the file to 0xff (inside the header).
+void poison(const std::string& path, const std::string& needle) {
+  std::string bytes = anchor::fs::read_file(path);
+  auto at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = '\xff';
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A safetensors header with a byte that is not UTF-8 used to make --json
+// report an internal error (exit 1): verify exits 3 with JSON naming the
+// problem (the byte as \xff), list exits 0 and marks the older step.
+TEST_F(CheckpointCli, JsonOnAHeaderThatIsNotUtf8) {
+  ck::Store store(root());
+  store.save(anchor::test::make_request(2, 100));
+  auto dir = store.save(anchor::test::make_request(4, 100)).dir;
+  poison(dir + "/model.safetensors", "\"kind\"");
+  auto r = run({"checkpoint", "verify", dir, "--json"});
+  EXPECT_EQ(r.status, 3) << r.out;
+  auto j = parse_or_fail(r.out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["ok"], false);
+  EXPECT_NE(j["problems"].dump().find("header is not valid JSON"), std::string::npos) << j.dump(2);
+  EXPECT_NE(j["problems"].dump().find("\\\\xff"), std::string::npos) << j.dump(2);
+  r = run({"checkpoint", "list", root(), "--json"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  j = parse_or_fail(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["state"], "invalid");
+  EXPECT_EQ(j[1]["state"], "committed");
+  r = run({"checkpoint", "verify", dir});  // the text form names it too
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("header is not valid JSON"), std::string::npos) << r.out;
+}
+
+// A checkpoint root whose name holds a byte that is not UTF-8: "dir" shows it
+// as \xff, and the JSON is valid.
+TEST_F(CheckpointCli, JsonUnderADirectoryWhoseNameIsNotUtf8) {
+  const std::string odd = (dir_ / "runs\xff" / "ckpt").string();
+  ck::Store store(odd);
+  store.save(anchor::test::make_request(2, 100));
+  auto dir4 = store.save(anchor::test::make_request(4, 100)).dir;
+  std::filesystem::resize_file(dir4 + "/optimizer.safetensors", 10);
+  auto r = run({"checkpoint", "list", odd, "--json"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  auto j = parse_or_fail(r.out);
+  ASSERT_EQ(j.size(), 2u) << r.out;
+  EXPECT_NE(j[0]["dir"].get<std::string>().find("runs\\xff/ckpt/step-00000004"), std::string::npos) << j.dump(2);
+  EXPECT_EQ(j[1]["ok"], true);
+  r = run({"checkpoint", "verify", dir4, "--json"});
+  EXPECT_EQ(r.status, 3) << r.out;
+  j = parse_or_fail(r.out);
+  EXPECT_NE(j["problems"].dump().find("runs\\\\xff/ckpt/step-00000004/optimizer.safetensors"), std::string::npos)
+      << j.dump(2);
+  r = run({"checkpoint", "verify", store.save(anchor::test::make_request(6, 100)).dir, "--json"});
+  EXPECT_EQ(r.status, 0) << r.out;  // negative control: a good one under the same root
+  EXPECT_EQ(parse_or_fail(r.out)["ok"], true);
+}
+
+// A FIFO in place of a checkpoint file used to hang verify and list forever:
+// they answer at once (timeout(1) would kill them at 60 s: status 137).
+TEST_F(CheckpointCli, FifoInPlaceOfAFileDoesNotHang) {
+  for (const char* name : {"model.safetensors", "manifest.json", "COMMITTED"}) {
+    SCOPED_TRACE(name);
+    std::filesystem::remove_all(root());
+    ck::Store store(root());
+    store.save(anchor::test::make_request(2, 100));
+    auto dir = store.save(anchor::test::make_request(4, 100)).dir;
+    std::filesystem::remove(dir + "/" + name);
+    ASSERT_EQ(::mkfifo((dir + "/" + name).c_str(), 0644), 0);
+    auto r = run({"checkpoint", "verify", dir});
+    EXPECT_EQ(r.status, 3) << r.out;
+    EXPECT_NE(r.out.find(std::string(name) + ": cannot be read: read " + dir + "/" + name +
+                         ": is a FIFO (named pipe), not a regular file"),
+              std::string::npos)
+        << r.out;
+    r = run({"checkpoint", "list", root()});
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("4          invalid"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("2          committed*"), std::string::npos) << r.out;
+  }
+}
+
+// A step directory without read permission is listed as unreadable with the
+// errno, not as "uncommitted: the save did not finish". The tests run as root,
+// which reads it anyway: the binary runs as nobody (setpriv) when we are root.
+TEST_F(CheckpointCli, UnreadableStepDirectorySaysWhy) {
+  ck::Store store(root());
+  store.save(anchor::test::make_request(2, 100));
+  auto dir = store.save(anchor::test::make_request(4, 100)).dir;
+  ASSERT_EQ(::chmod(dir.c_str(), 0), 0);
+  std::vector<std::string> args = {"/usr/bin/timeout", "-s", "KILL", "60"};
+  if (::geteuid() == 0) {
+    if (!std::filesystem::exists("/usr/bin/setpriv")) GTEST_SKIP() << "running as root without setpriv";
+    args.insert(args.end(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
+  }
+  args.insert(args.end(), {ANCHOR_BINARY, "checkpoint", "list", root()});
+  anchor::proc::SpawnOptions o;
+  o.env["ANCHOR_LOG_LEVEL"] = "warn";
+  auto r = anchor::proc::run_capture(args, o);
+  ::chmod(dir.c_str(), 0755);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("4          unreadable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cannot list " + dir + ": Permission denied (EACCES)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("save did not finish"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2          committed*"), std::string::npos) << r.out;
 }
 
 }  // namespace

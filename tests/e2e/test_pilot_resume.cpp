@@ -7,6 +7,7 @@
 // a corrupted file, a start from initialisation into a used directory, and a
 // save that would land on a broken directory.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/process.hpp"
 #include "support/run_anchor.hpp"
 
 namespace {
@@ -289,6 +291,123 @@ TEST(PilotStartFromLatest, TwoRanksStartFromAOneRankCheckpoint) {
   EXPECT_TRUE(keys.count("distributed.strategy")) << st.dump(2);
   for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(rep["resume"]["per_rank"][rank]["verdict"], "match");
   EXPECT_NE(anchor::fs::read_file(t.str("run2/report.md")).find("RNG re-derived"), std::string::npos);
+}
+
+// Issue 14: newer step directories that do not verify, whatever they hold,
+// are passed over and the pilot starts from the newest good step; none of
+// them is reported as a checkpoint. Step 4: a model.safetensors header byte
+// that is not UTF-8 (a bit flip) and a FIFO in place of optimizer.safetensors;
+// step 11: a copy of step 4 (its manifest says step 4); step 12: a COMMITTED
+// file alone. Before: exit 1 (the skip reason's raw byte broke start.json),
+// a hang (the FIFO), or exit 1 with no report (step 12's missing manifest).
+// The pilot runs under timeout(1), so a hang fails the test.
+TEST(PilotStartFromLatest, PassesOverStepsThatDoNotVerifyWhateverTheyHold) {
+  TempDir t("startbad");
+  auto r1 = pilot(t, "run1", {});
+  ASSERT_EQ(r1.status, 0) << r1.output;
+  auto r2 = pilot(t, "run2", {"--start-from", "latest"});
+  ASSERT_EQ(r2.status, 0) << r2.output;
+  ASSERT_TRUE(committed(t, 4));
+
+  const auto ckpt = t.path() / "ckpt";
+  std::filesystem::copy(ckpt / "step-00000004", ckpt / "step-00000011", std::filesystem::copy_options::recursive);
+  std::filesystem::create_directories(ckpt / "step-00000012");
+  std::ofstream(ckpt / "step-00000012" / "COMMITTED") << std::string(64, 'a') << "\n";
+  {
+    const auto model4 = (ckpt / "step-00000004" / "model.safetensors").string();
+    std::string bytes = anchor::fs::read_file(model4);
+    const auto at = bytes.find("\"dtype\"");
+    ASSERT_NE(at, std::string::npos);
+    bytes[at + 1] = static_cast<char>(bytes[at + 1] ^ 0x80);  // 'd' -> 0xe4: not UTF-8 there
+    std::ofstream(model4, std::ios::binary | std::ios::trunc) << bytes;
+    const auto opt4 = (ckpt / "step-00000004" / "optimizer.safetensors").string();
+    std::filesystem::remove(opt4);
+    ASSERT_EQ(::mkfifo(opt4.c_str(), 0644), 0);
+  }
+
+  std::vector<std::string> args = {"/usr/bin/timeout", "-s", "KILL", "600", ANCHOR_BINARY, "pilot", kPilot,
+                                   "--run-dir", t.str("run3"), "--set", "checkpoint.dir=" + t.str("ckpt"),
+                                   "--start-from", "latest", "--set", "pilot.steps_before_save=3"};
+  anchor::proc::SpawnOptions o;
+  o.merge_stderr = true;
+  auto r3 = anchor::proc::run_capture(args, o);
+  ASSERT_EQ(r3.status, 0) << r3.out;
+  const auto rep = read_json(t.str("run3/report.json"));
+  EXPECT_EQ(rep["status"], "passed");
+  const auto& st = rep["start"];
+  EXPECT_EQ(st["step"], 2);
+  ASSERT_EQ(st["skipped"].size(), 3u) << st.dump(2);
+  const auto reason = [&](int i) { return st["skipped"][i]["reason"].get<std::string>(); };
+  EXPECT_EQ(std::filesystem::path(st["skipped"][0]["dir"].get<std::string>()).filename(), "step-00000012");
+  EXPECT_NE(reason(0).find("manifest.json is missing"), std::string::npos) << reason(0);
+  EXPECT_NE(reason(1).find("manifest.json step is 4 but the directory is step 11"), std::string::npos) << reason(1);
+  EXPECT_NE(reason(2).find("header is not valid JSON"), std::string::npos) << reason(2);
+  EXPECT_NE(reason(2).find("\\xe4"), std::string::npos) << reason(2);  // the byte, shown
+  EXPECT_NE(reason(2).find("optimizer.safetensors: cannot be read"), std::string::npos) << reason(2);
+  EXPECT_NE(reason(2).find("is a FIFO (named pipe), not a regular file"), std::string::npos) << reason(2);
+  EXPECT_EQ(rep["resume"]["restored_step"], 5);
+  EXPECT_EQ(rep["resume"]["verdict"], "match");
+  // Only verified steps are checkpoints in the report; the others are listed with why.
+  std::vector<int> steps, unverified;
+  for (const auto& c : rep["checkpoints"]) steps.push_back(c["step"].get<int>());
+  for (const auto& c : rep["unverified_checkpoints"]) unverified.push_back(c["step"].get<int>());
+  std::sort(unverified.begin(), unverified.end());
+  EXPECT_EQ(steps, (std::vector<int>{2, 5})) << rep["checkpoints"].dump(2);
+  EXPECT_EQ(unverified, (std::vector<int>{4, 11, 12})) << rep["unverified_checkpoints"].dump(2);
+  // Nothing good was lost: steps 2 and 5 verify, the broken ones are left for inspection.
+  EXPECT_TRUE(committed(t, 2));
+  EXPECT_TRUE(committed(t, 5));
+  EXPECT_TRUE(std::filesystem::exists(ckpt / "step-00000012" / "COMMITTED"));
+}
+
+// Issue 14: the working directory (and so the config's directory, the run
+// directories and the checkpoint directory) holds a byte that is not UTF-8.
+// Every path anchor writes into JSON is shown with \xNN (config.json and the
+// manifest keep the exact bytes of the paths read back, as hex). Before: exit 1,
+// "internal: [json.exception.type_error.316] invalid UTF-8 byte", before any
+// stage. A newer step with only a COMMITTED file is passed over.
+TEST(PilotStartFromLatest, WorkingDirectoryThatIsNotUtf8) {
+  TempDir t("startcwd");
+  const std::filesystem::path w = t.path() / "w\xff";
+  std::filesystem::create_directories(w / "configs");
+  std::filesystem::create_directories(w / "data");
+  std::filesystem::copy_file(source_path("configs/pilot.yaml"), w / "configs" / "pilot.yaml");
+  std::filesystem::copy_file(source_path("configs/catalog.yaml"), w / "configs" / "catalog.yaml");
+  std::filesystem::copy(source_path("data/tiny"), w / "data" / "tiny", std::filesystem::copy_options::recursive);
+  auto in_w = [&](const std::string& args) {
+    anchor::proc::SpawnOptions o;
+    o.merge_stderr = true;
+    return anchor::proc::run_capture(
+        {"/bin/sh", "-c", "cd \"$W\" && exec /usr/bin/timeout -s KILL 600 \"$ANCHOR\" pilot configs/pilot.yaml " + args},
+        [&] {
+          o.env["W"] = w.string();
+          o.env["ANCHOR"] = ANCHOR_BINARY;
+          return o;
+        }());
+  };
+  auto r1 = in_w("--run-dir runs/r1 --set checkpoint.dir=../ckpt");
+  ASSERT_EQ(r1.status, 0) << r1.out;
+  EXPECT_EQ(read_json(w / "runs" / "r1" / "report.json")["status"], "passed");
+  // The pinned manifest keeps the config directory's exact bytes.
+  const auto m1 = read_json(w / "runs" / "r1" / "manifest.json");
+  EXPECT_NE(m1["config"]["base_dir"].get<std::string>().find("w\\xff/configs"), std::string::npos) << m1["config"];
+  EXPECT_TRUE(m1["config"].contains("base_dir_hex")) << m1["config"];
+
+  std::filesystem::create_directories(w / "ckpt" / "step-00000009");
+  std::ofstream(w / "ckpt" / "step-00000009" / "COMMITTED") << std::string(64, 'a') << "\n";
+  auto r2 = in_w("--run-dir runs/r2 --set checkpoint.dir=../ckpt --start-from latest");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  const auto rep = read_json(w / "runs" / "r2" / "report.json");
+  EXPECT_EQ(rep["status"], "passed");
+  EXPECT_EQ(rep["start"]["step"], 2);
+  EXPECT_NE(rep["start"]["dir"].get<std::string>().find("w\\xff/ckpt/step-00000002"), std::string::npos)
+      << rep["start"].dump(2);
+  ASSERT_EQ(rep["start"]["skipped"].size(), 1u) << rep["start"].dump(2);
+  EXPECT_NE(rep["start"]["skipped"][0]["dir"].get<std::string>().find("w\\xff/ckpt/step-00000009"), std::string::npos);
+  EXPECT_EQ(rep["resume"]["verdict"], "match");
+  std::vector<int> steps;
+  for (const auto& c : rep["checkpoints"]) steps.push_back(c["step"].get<int>());
+  EXPECT_EQ(steps, (std::vector<int>{2, 4}));
 }
 
 }  // namespace

@@ -1,14 +1,16 @@
 // libFuzzer target for the strict safetensors parser (ANCHOR_FUZZ=ON, clang).
 // Property: parse either throws anchor::Error or returns a file whose entries
 // lie inside it; re-serializing an accepted file and parsing it again yields
-// the same entries and bytes. Anything else (crash, other exception, sanitizer
-// report) is a finding.
+// the same entries and bytes; a rejection's message is valid UTF-8 (it goes
+// into JSON: verify --json, skip reasons). Anything else (crash, other
+// exception, sanitizer report) is a finding.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "anchor/checkpoint/safetensors.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
 namespace ck = anchor::checkpoint;
@@ -31,8 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           std::memcmp(f.data(a), g.data(b), a.end - a.begin) != 0)
         std::abort();
     }
-  } catch (const anchor::Error&) {
+  } catch (const anchor::Error& e) {
     // Rejected with a message: the expected outcome for most inputs.
+    if (!anchor::is_valid_utf8(e.what())) std::abort();
   }
   return 0;
 }

@@ -106,10 +106,17 @@ class SafetensorsFile {
 
   // Reads `path` fully and validates it. When `digest` is given, it receives
   // the SHA-256 and size of the bytes read (one pass). Throws Error(kIo) when
-  // the file cannot be read, Error(kVerification) "<path>: <rule>: <details>"
-  // when it breaks any rule.
+  // the file cannot be read or is not a regular file, Error(kVerification)
+  // "<path>: <rule>: <details>" when it breaks any rule. Messages are valid
+  // UTF-8 whatever the bytes (invalid bytes are shown as \xNN). The hint
+  // names no policy: a caller that knows where the file came from (the store
+  // falls back to an older checkpoint; a weights file can be re-downloaded)
+  // says so itself.
   static SafetensorsFile open(const std::string& path, FileDigest* digest = nullptr);
-  // Same validation on bytes in memory; `name` is used in messages.
+  // Same validation on bytes in memory; `name` is used in messages. The
+  // header is parsed in one streaming pass (no JSON tree of the whole
+  // header): time O(n log n) in the number of tensors, memory a small
+  // multiple of the header size (docs/checkpoints.md, "safetensors, strictly").
   static SafetensorsFile parse(std::string bytes, std::string name);
   static SafetensorsFile parse(FileBytes bytes, std::string name);
 

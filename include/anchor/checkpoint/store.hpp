@@ -71,7 +71,11 @@ using Hook = std::function<void(std::string_view point)>;
 //   ANCHOR_FAULT=<point>:<exit|sigkill>         at that point of every save
 //   ANCHOR_FAULT=<point>@<step>:<exit|sigkill>  only in the save of that step
 // "exit" flushes stdio and calls _exit(kFaultExitCode); "sigkill" raises SIGKILL.
-// This is the only place library code ends the process, on purpose.
+// This is the only place library code ends the process, on purpose. A value
+// that is malformed, or names a point this save never reaches (a typo, or
+// "after_file:<f>" for a file the request does not hold), is Error(kUsage)
+// listing the known points, at the start of every save: a mistyped fault
+// never lets a fault test pass silently.
 constexpr int kFaultExitCode = 86;
 constexpr const char* kFaultEnv = "ANCHOR_FAULT";
 
@@ -122,16 +126,23 @@ class Store {
 
   struct Verification {
     bool ok = false;
-    std::string dir;
-    std::vector<std::string> problems;  // every problem found, each a full sentence
+    std::string dir;                    // the path as given (raw bytes; printable() it for JSON)
+    std::vector<std::string> problems;  // every problem found, each a full sentence, valid UTF-8
     std::int64_t step = -1;             // from the directory name; -1 when it has none
-    std::string state;                  // "committed", "invalid", "temporary", "trash"
+    // "committed" (ok: verified completely; the only state that counts as a
+    // checkpoint anywhere), "uncommitted" (no COMMITTED entry), "invalid",
+    // "unreadable" (the directory or an entry could not be examined: the
+    // problem names the errno), "temporary", "trash".
+    std::string state;
     std::uint64_t bytes = 0;            // total size of the regular files in the dir
   };
   // Checks one checkpoint directory completely and collects every problem.
+  // Reads only regular files (fs::open_regular): a FIFO or device in the
+  // directory is a problem, never a hang.
   Verification verify(const std::string& step_dir) const;
 
-  // Every step-* directory under root (committed, temp, trash), newest first.
+  // Every step-* directory under root (committed, temp, trash), newest first,
+  // each verified completely (this reads every checkpoint once).
   std::vector<Verification> list() const;
 
   // Removes every temp and trash directory under root (call at start-up, never

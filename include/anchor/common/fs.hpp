@@ -67,7 +67,9 @@ class FaultInjectingFs : public FileSystem {
 void atomic_write_file(const std::string& path, const std::string& content,
                        FileSystem& fs = real_fs(), mode_t mode = 0644);
 
-// Reads a whole file; throws Error (kIo) naming the path.
+// Reads a whole regular file (opened through open_regular, common/unique_fd.hpp:
+// a FIFO, socket, device or directory is refused at once instead of blocking
+// or reading forever). Throws Error (kIo) naming the path.
 std::string read_file(const std::string& path);
 
 // Expands a glob pattern (sorted). Throws Error (kConfig) when it matches nothing.

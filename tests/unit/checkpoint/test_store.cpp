@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "anchor/common/sha256.hpp"
 #include "anchor/error.hpp"
 #include "support/checkpoint_fixture.hpp"
+#include "support/in_child.hpp"
 
 namespace {
 
@@ -541,6 +543,179 @@ TEST_F(StoreRemoteTest, AFailedCollectLeavesNoCommit) {
   auto loaded = store.restore_newest();
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(loaded->step, 1);
+}
+
+}  // namespace
+
+// --- issue 14: bytes that are not UTF-8, FIFOs, unreadable entries, fault typos
+
+namespace {
+
+namespace ck = anchor::checkpoint;
+using anchor::test::CheckpointDir;
+using anchor::test::make_request;
+
+class StoreHardeningTest : public CheckpointDir {};
+
+// "" when every text can go into JSON (nlohmann's dump throws on a byte that
+// is not UTF-8: what made the pilot's fallback exit 1), else the first that cannot.
+std::string json_cannot_hold(const std::vector<std::string>& texts) {
+  for (const auto& t : texts) {
+    try {
+      (void)nlohmann::json(t).dump();
+    } catch (const nlohmann::json::exception&) {
+      return t;
+    }
+  }
+  return "";
+}
+
+// Sets the first byte of `needle` in the file's header to 0xff.
+void poison_header(const std::string& path, const std::string& needle) {
+  std::string bytes = anchor::fs::read_file(path);
+  const auto at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos) << needle;
+  ASSERT_LT(at, 8 + 200u);  // inside the header
+  bytes[at] = '\xff';
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A newer step whose model.safetensors header holds a byte that is not UTF-8
+// is skipped with a reason that JSON can hold, and the older step is restored.
+TEST_F(StoreHardeningTest, HeaderWithInvalidUtf8IsSkippedWithAPrintableReason) {
+  ck::Store store(root());
+  store.save(make_request(2, 100));
+  const auto dir4 = store.save(make_request(4, 100)).dir;
+  poison_header(dir4 + "/model.safetensors", "\"kind\"");
+  auto l = store.restore_newest();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->step, 2);
+  ASSERT_EQ(l->skipped.size(), 1u);
+  EXPECT_EQ(json_cannot_hold({l->skipped[0].reason}), "");
+  EXPECT_NE(l->skipped[0].reason.find("header is not valid JSON"), std::string::npos) << l->skipped[0].reason;
+  EXPECT_NE(l->skipped[0].reason.find("\\xff"), std::string::npos) << l->skipped[0].reason;
+  auto v = store.verify(dir4);
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(json_cannot_hold(v.problems), "");
+  for (const auto& row : store.list()) EXPECT_EQ(json_cannot_hold(row.problems), "");
+}
+
+// A checkpoint root whose path holds a byte that is not UTF-8: the problems
+// that name a path stay valid UTF-8 (the path shown with \xNN).
+TEST_F(StoreHardeningTest, RootPathWithInvalidUtf8GivesPrintableProblems) {
+  const std::string odd = (dir_ / "ck\xff").string();
+  ck::Store store(odd);
+  store.save(make_request(2, 100));
+  const auto dir4 = store.save(make_request(4, 100)).dir;
+  std::filesystem::resize_file(dir4 + "/model.safetensors", 20);  // truncated: the message names the file's path
+  auto v = store.verify(dir4);
+  ASSERT_FALSE(v.ok);
+  EXPECT_EQ(json_cannot_hold(v.problems), "");
+  bool named = false;
+  for (const auto& p : v.problems) named = named || p.find("ck\\xff/step-00000004/model.safetensors") != std::string::npos;
+  EXPECT_TRUE(named) << joined(v.problems);
+  auto l = store.restore_newest();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->step, 2);
+  EXPECT_EQ(json_cannot_hold({l->skipped.at(0).reason}), "");
+}
+
+// A FIFO in place of each file anchor reads in a step directory: verify,
+// list and restore answer at once (a blocking open would wait forever), name
+// the FIFO, and restore falls back to the older step. Each call runs in a
+// child with a deadline, so a regression fails instead of hanging.
+TEST_F(StoreHardeningTest, FifoInPlaceOfAFileIsRefusedPromptly) {
+  for (const char* name : {"model.safetensors", "manifest.json", "COMMITTED", "state.json"}) {
+    SCOPED_TRACE(name);
+    std::filesystem::remove_all(root());
+    ck::Store store(root());
+    store.save(make_request(2, 100));
+    const auto dir4 = store.save(make_request(4, 100)).dir;
+    std::filesystem::remove(dir4 + "/" + name);
+    ASSERT_EQ(::mkfifo((dir4 + "/" + name).c_str(), 0644), 0);
+
+    auto v = anchor::test::in_child([&] { return joined(store.verify(dir4).problems); }, 10);
+    ASSERT_FALSE(v.timed_out) << "verify blocked on a FIFO " << name;
+    EXPECT_NE(v.text.find(std::string(name) + ": cannot be read: read " + dir4 + "/" + name +
+                          ": is a FIFO (named pipe), not a regular file"),
+              std::string::npos)
+        << v.text;
+    auto l = anchor::test::in_child([&] {
+      std::string rows;
+      for (const auto& r : store.list()) rows += std::to_string(r.step) + " " + r.state + "\n";
+      return rows;
+    }, 10);
+    ASSERT_FALSE(l.timed_out) << "list blocked on a FIFO " << name;
+    EXPECT_EQ(l.text, "4 invalid\n2 committed\n");
+    auto r = anchor::test::in_child([&] { return std::to_string(store.restore_newest()->step); }, 10);
+    ASSERT_FALSE(r.timed_out) << "restore blocked on a FIFO " << name;
+    EXPECT_EQ(r.text, "2");
+  }
+}
+
+// An entry that cannot even be examined is not "the save did not finish":
+// a COMMITTED that is a symbolic link loop (ELOOP, also as root) is named
+// with its errno, and the directory is invalid, not uncommitted.
+TEST_F(StoreHardeningTest, UnexaminableCommittedSaysWhatHappened) {
+  ck::Store store(root());
+  store.save(make_request(2, 100));
+  const auto dir4 = store.save(make_request(4, 100)).dir;
+  std::filesystem::remove(dir4 + "/COMMITTED");
+  std::filesystem::create_symlink("COMMITTED", dir4 + "/COMMITTED");  // points at itself
+  auto v = store.verify(dir4);
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.state, "invalid");
+  EXPECT_NE(joined(v.problems).find("ELOOP"), std::string::npos) << joined(v.problems);
+  EXPECT_EQ(joined(v.problems).find("save did not finish"), std::string::npos) << joined(v.problems);
+  EXPECT_EQ(store.restore_newest()->step, 2);
+}
+
+// A step directory this user cannot read (chmod 000; as root, checked in a
+// child that has become `nobody`, since root reads it anyway) is listed as
+// unreadable with EACCES, not as a save that did not finish.
+TEST_F(StoreHardeningTest, UnreadableDirectoryIsListedAsUnreadable) {
+  ck::Store store(root());
+  store.save(make_request(2, 100));
+  const auto dir4 = store.save(make_request(4, 100)).dir;
+  ASSERT_EQ(::chmod(dir4.c_str(), 0), 0);
+  auto r = anchor::test::in_child([&] {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return std::string("setuid failed");
+    std::string rows;
+    for (const auto& v : store.list()) rows += std::to_string(v.step) + " " + v.state + ": " + joined(v.problems);
+    return rows;
+  }, 10);
+  ::chmod(dir4.c_str(), 0755);
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_NE(r.text, "setuid failed");
+  EXPECT_NE(r.text.find("4 unreadable: cannot list " + dir4 + ": Permission denied (EACCES)"), std::string::npos)
+      << r.text;
+  EXPECT_EQ(r.text.find("save did not finish"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("2 committed"), std::string::npos) << r.text;
+}
+
+// A mistyped ANCHOR_FAULT point never fires, so a fault test would pass
+// without its fault: refused at the start of the save, listing the points.
+TEST_F(StoreHardeningTest, UnknownFaultPointIsAUsageError) {
+  ck::Store store(root());
+  for (const char* value : {"after_manifst:exit", "after_file:nope.safetensors@2:sigkill", "after_remote_files:exit"}) {
+    SCOPED_TRACE(value);
+    ::setenv("ANCHOR_FAULT", value, 1);
+    try {
+      store.save(make_request(2, 10));
+      ADD_FAILURE() << "saved with ANCHOR_FAULT=" << value;
+    } catch (const anchor::Error& e) {
+      EXPECT_EQ(e.kind(), anchor::ErrorKind::kUsage);
+      EXPECT_NE(std::string(e.what()).find("unknown point"), std::string::npos) << e.what();
+      EXPECT_NE(e.hint().find("after_file:model.safetensors, after_file:optimizer.safetensors, after_file:state.json"),
+                std::string::npos)
+          << e.hint();
+    }
+    EXPECT_FALSE(std::filesystem::exists(root() + "/step-00000002"));
+  }
+  // Negative control: a known point for another step saves normally.
+  ::setenv("ANCHOR_FAULT", "after_file:optimizer.safetensors@9:exit", 1);
+  EXPECT_NO_THROW(store.save(make_request(2, 10)));
+  ::unsetenv("ANCHOR_FAULT");
 }
 
 }  // namespace

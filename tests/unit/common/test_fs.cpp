@@ -1,10 +1,16 @@
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <filesystem>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/error.hpp"
+#include "support/in_child.hpp"
 
 namespace {
 
@@ -71,6 +77,62 @@ TEST_F(FsTest, ExchangeSwapsDirectories) {
   fs::real_fs().exchange(a.string(), b.string());
   EXPECT_EQ(fs::read_file((b / "x").string()), "A");
   EXPECT_FALSE(std::filesystem::exists(a / "x"));
+}
+
+// A FIFO where a file is expected: opening it for reading would wait for a
+// writer forever. Each reader refuses it at once, naming what it is (run in a
+// child with a deadline, so a regression fails instead of hanging).
+TEST_F(FsTest, ReadersRefuseAFifoAtOnce) {
+  const auto fifo = (dir_ / "model.safetensors").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (const char* reader : {"read_file", "sha256_file"}) {
+    SCOPED_TRACE(reader);
+    auto r = anchor::test::in_child([&] {
+      if (std::string(reader) == "read_file") return fs::read_file(fifo);
+      return anchor::sha256_file(fifo).sha256;
+    }, 10);
+    ASSERT_FALSE(r.timed_out) << reader << " blocked on a FIFO";
+    ASSERT_TRUE(r.threw) << r.text;
+    EXPECT_EQ(r.kind, anchor::ErrorKind::kIo);
+    EXPECT_NE(r.text.find("is a FIFO (named pipe), not a regular file"), std::string::npos) << r.text;
+    EXPECT_NE(r.text.find(fifo), std::string::npos) << r.text;
+    EXPECT_LT(r.seconds, 5);
+  }
+}
+
+TEST_F(FsTest, OpenRegularChecksTheDescriptorItReturns) {
+  const auto file = (dir_ / "f").string();
+  fs::atomic_write_file(file, "abc");
+  struct stat st {};
+  fs::UniqueFd fd = fs::open_regular(file, &st);
+  ASSERT_TRUE(fd);
+  EXPECT_EQ(st.st_size, 3);
+  EXPECT_EQ(::fcntl(fd.get(), F_GETFL) & O_NONBLOCK, 0);  // blocking again once checked
+  EXPECT_EQ(fs::read_all(fd.get(), file), "abc");
+  const int raw = fd.get();
+  fd.reset();
+  EXPECT_EQ(::fcntl(raw, F_GETFD), -1);  // closed by the owner
+
+  auto refused = [](const std::string& path, const fs::OpenRegular& how = {}) {
+    try {
+      fs::open_regular(path, nullptr, how);
+    } catch (const anchor::Error& e) {
+      return std::make_pair(e.kind(), std::string(e.what()) + " | " + e.hint());
+    }
+    return std::make_pair(anchor::ErrorKind::kRuntime, std::string("opened"));
+  };
+  auto dir = refused(dir_.string());
+  EXPECT_EQ(dir.first, anchor::ErrorKind::kIo);
+  EXPECT_NE(dir.second.find("is a directory, not a file"), std::string::npos) << dir.second;
+  auto dev = refused("/dev/zero", {"data shard", anchor::ErrorKind::kConfig, {}});
+  EXPECT_EQ(dev.first, anchor::ErrorKind::kConfig);
+  EXPECT_NE(dev.second.find("data shard /dev/zero: is a character device, not a regular file"), std::string::npos)
+      << dev.second;
+  auto missing = refused((dir_ / "nope").string());
+  EXPECT_EQ(missing.first, anchor::ErrorKind::kIo);
+  EXPECT_NE(missing.second.find("ENOENT"), std::string::npos) << missing.second;
+  // Negative control: a regular file opens.
+  EXPECT_EQ(refused(file).second, "opened");
 }
 
 }  // namespace

@@ -227,6 +227,28 @@ TEST_F(CacheTest, CorruptCacheIsIgnoredAndRewritten) {
   EXPECT_FALSE(wrong.loaded_ok());
 }
 
+// Issue 14: a pinned file whose path is not UTF-8 (the working directory
+// holds such a byte) made the cache's JSON dump throw, failing the pin. It is
+// hashed every time instead (a path cannot be a JSON key as it is); the other
+// files are cached as before.
+TEST_F(CacheTest, PathThatIsNotUtf8IsHashedNotCached) {
+  std::filesystem::create_directories(dir.path() / "w\xff");
+  paths.push_back((dir.path() / "w\xff" / "odd.bin").string());
+  write_file(paths.back(), bytes(40000, 7));
+  backdate(paths.back());
+  HashStats first, second;
+  auto a = run(&first);
+  EXPECT_EQ(first.files_hashed, 5u);
+  auto b = run(&second);
+  EXPECT_EQ(second.files_cached, 4u);
+  EXPECT_EQ(second.files_hashed, 1u);
+  EXPECT_FALSE(b[4].cached);
+  EXPECT_EQ(b[4].sha256, a[4].sha256);
+  HashCache reread(cache_file);
+  EXPECT_TRUE(reread.loaded_ok());
+  EXPECT_EQ(reread.size(), 4u);
+}
+
 TEST(HashCacheLocation, FollowsEnvironmentPrecedence) {
   const char* saved[3] = {std::getenv("ANCHOR_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"),
                           std::getenv("HOME")};

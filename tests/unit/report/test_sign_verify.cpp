@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "anchor/checkpoint/store.hpp"
 #include "anchor/error.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/statement.hpp"
@@ -367,6 +368,58 @@ TEST_F(SignVerifyTest, SignRefusesAReadableKey) {
   } catch (const Error& e) {
     EXPECT_EQ(e.hint(), "chmod 600 " + priv_);
   }
+}
+
+// Issue 14: a COMMITTED file alone does not make a checkpoint. A step whose
+// files no longer match its manifest (COMMITTED still agrees with the
+// manifest), or one without manifest.json, is refused by sign_run with the
+// store's verification problems, never signed as committed.
+TEST_F(SignVerifyTest, SignRefusesACommittedStepThatDoesNotVerify) {
+  checkpoint::SaveRequest req;
+  static const std::uint8_t kBytes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  req.step = 4;
+  req.files.push_back({"model.safetensors", {{"w", checkpoint::DType::U8, {8}, kBytes, 8}}, {}});
+  const std::string dir4 = checkpoint::Store(run_ + "/checkpoints").save(req).dir;
+  {
+    std::string bytes = slurp(dir4 + "/model.safetensors");
+    bytes.back() ^= 0x01;  // a data byte: the header still parses, the SHA-256 differs
+    spit(dir4 + "/model.safetensors", bytes);
+  }
+  try {
+    sign_run(run_, priv_);
+    FAIL() << "signed a checkpoint whose files do not match its manifest";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+    EXPECT_NE(std::string(e.what()).find("step-00000004 holds COMMITTED but does not verify"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.safetensors: SHA-256 is"), std::string::npos) << e.what();
+  }
+  // Only COMMITTED, no manifest.json: the same, not an I/O error about a missing file.
+  stdfs::remove_all(dir4);
+  stdfs::create_directories(dir4);
+  spit(dir4 + "/COMMITTED", std::string(64, 'a') + "\n");
+  try {
+    sign_run(run_, priv_);
+    FAIL() << "signed a step directory without manifest.json";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+    EXPECT_NE(std::string(e.what()).find("manifest.json is missing"), std::string::npos) << e.what();
+  }
+  // Negative control: without it, the run signs with the one good checkpoint.
+  stdfs::remove_all(dir4);
+  EXPECT_EQ(sign_run(run_, priv_).subjects, 2u);
+}
+
+TEST_F(SignVerifyTest, VerifySaysACommittedStepThatDoesNotVerifyIsNoCheckpoint) {
+  std::string late = run_ + "/checkpoints/step-00000006";
+  stdfs::create_directories(late);
+  spit(late + "/COMMITTED", std::string(64, 'a') + "\n");
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  EXPECT_NE(joined(r.warnings).find("checkpoints/step-00000006 holds COMMITTED but does not verify "
+                                    "(manifest.json is missing)"),
+            std::string::npos)
+      << joined(r.warnings);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "anchor/error.hpp"
 #include "anchor/model/gpt.hpp"
 #include "anchor/train/adamw.hpp"
+#include "anchor/train/saved_state.hpp"
 #include "anchor/train/schedule.hpp"
 #include "anchor/train/trainer.hpp"
 
@@ -194,6 +195,72 @@ TEST_F(TrainTest, Gpt2SafetensorsLayoutLoadsAndShapeErrorsNameTheTensor) {
   } catch (const Error& e) {
     const std::string w = e.what();
     EXPECT_NE(w.find("wte.weight: expected shape [256, 64] from the config, found [256, 32]"), std::string::npos) << w;
+  }
+}
+
+// Issue 14, 5b: a field of state.json with the wrong type ("world_size": "2")
+// was a JSON library exception (an "internal" error, exit 1). Every field a
+// restore reads is type-checked: a verification error naming the file and
+// every bad field. The state is edited after the commit and the manifest and
+// COMMITTED rewritten to match, so the store verifies it.
+TEST_F(TrainTest, StateJsonFieldOfTheWrongTypeIsAVerificationErrorNamingIt) {
+  auto c = cfg();
+  train::Trainer a(c);
+  a.train_step();
+  checkpoint::Store store((dir_ / "ckpt").string());
+  std::vector<torch::Tensor> keep;
+  auto req = a.save_request(keep, {});
+  req.state["world_size"] = "2";
+  req.state["strategy"] = 3;
+  store.save(req);
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded.has_value());  // the store only checks "step"
+  train::Trainer b(c);
+  try {
+    b.restore(*loaded);
+    FAIL() << "restored a state.json whose world_size is a string";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+    const std::string w = e.what();
+    EXPECT_NE(w.find("step-00000001/state.json: field 'world_size' is a JSON string (\"2\"), expected an integer >= 1"),
+              std::string::npos)
+        << w;
+    EXPECT_NE(w.find("field 'strategy' is a JSON number (3), expected a string"), std::string::npos) << w;
+  }
+  // The checker alone: negative control (what the trainer writes passes) and the other fields.
+  std::vector<torch::Tensor> keep2;
+  const auto good = a.save_request(keep2, {}).state;
+  const auto s = train::read_saved_state(good, "state.json");
+  EXPECT_EQ(s.step, 1);
+  EXPECT_EQ(s.world_size, 1);
+  for (const char* field : {"format_version", "data_cursor", "lr_schedule", "precision", "loss_scale", "threads",
+                            "libtorch", "config_digest", "config"}) {
+    auto bad = good;
+    bad[field] = nlohmann::json::array({1});
+    EXPECT_THROW(train::read_saved_state(bad, "state.json"), Error) << field;
+  }
+  auto zero = good;
+  zero["world_size"] = 0;
+  EXPECT_THROW(train::read_saved_state(zero, "state.json"), Error);
+}
+
+// Issue 14, 5a: a bad model.weights file (model.source: safetensors) was told
+// "restore falls back to an older checkpoint" (the checkpoint reader's hint);
+// it is not a checkpoint: the hint says to check, re-download or convert it.
+TEST_F(TrainTest, BadWeightsFileGetsAWeightsHint) {
+  auto c = cfg();
+  const auto path = (dir_ / "gpt2.safetensors").string();
+  std::ofstream(path, std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{\"w\": [1, 2,   ", 24);
+  model::Gpt m(model::GptOptions::from(c.model));
+  try {
+    model::load_gpt2_safetensors(m, path);
+    FAIL() << "loaded a truncated weights file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_EQ(e.hint().find("falls back"), std::string::npos) << e.hint();
+    EXPECT_NE(e.hint().find("Re-download it"), std::string::npos) << e.hint();
+    EXPECT_NE(e.hint().find("convert it to safetensors"), std::string::npos) << e.hint();
   }
 }
 

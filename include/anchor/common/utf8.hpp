@@ -1,0 +1,49 @@
+#pragma once
+// Bytes from files and paths made safe for JSON and for messages.
+//
+// JSON strings must be valid UTF-8 (nlohmann::json::dump throws type_error
+// 316 otherwise), but a path, a file name or a corrupt file's header can hold
+// any byte. Every string that reaches JSON (or an error message that may end
+// up in JSON: a skip reason, a verification problem) from a file or a path
+// goes through printable(): valid UTF-8 passes unchanged, every byte that is
+// not part of a well-formed UTF-8 sequence is shown as \xNN.
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace anchor {
+
+// True when `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF): what nlohmann::json::dump accepts.
+bool is_valid_utf8(std::string_view s) noexcept;
+
+// `s` with each byte that is not part of a well-formed UTF-8 sequence
+// replaced by the four characters \xNN (lowercase hex). The result is always
+// valid UTF-8; valid input is returned unchanged. Not reversible when the
+// input already holds a literal "\x": it is for people and JSON, not a path
+// to open.
+std::string printable(std::string_view s);
+
+// A copy of `j` in which every string value and every object key went
+// through printable(): safe to dump() whatever the strings held. O(size of j).
+nlohmann::json printable_json(const nlohmann::json& j);
+
+// j.dump(indent), except that a string that is not valid UTF-8 (anywhere in
+// `j`) is written through printable() instead of making dump() throw
+// (type_error 316). Costs nothing extra when every string is valid. For the
+// files and lines anchor writes (report.json, events, the workers' results).
+std::string dump_json(const nlohmann::json& j, int indent = -1);
+
+// A path that anchor writes into JSON and reads back (config.json's base_dir,
+// the manifest's config directory): obj[key] = printable(path), and when the
+// path is not valid UTF-8 also obj[key + "_hex"] = its bytes in lowercase hex,
+// so that path_field() gets the exact bytes back.
+void set_path_field(nlohmann::json& obj, const std::string& key, const std::string& path);
+
+// The path set_path_field() wrote: from key + "_hex" when present (throws
+// Error(kConfig) when that is not hex), else obj[key] when it is a string,
+// else `fallback`.
+std::string path_field(const nlohmann::json& obj, const std::string& key, const std::string& fallback = {});
+
+}  // namespace anchor

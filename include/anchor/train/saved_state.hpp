@@ -1,0 +1,35 @@
+#pragma once
+// The fields of a checkpoint's state.json that a restore reads, type-checked.
+//
+// The store checks that state.json is an object with the directory's integer
+// "step" (docs/checkpoints.md); the trainer and the pilot read more fields
+// from it. A field of the wrong type ("world_size": "2") must be a clear
+// verification error naming the file and the field, not a JSON library
+// exception that surfaces as an internal error. No torch here.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace anchor::train {
+
+// What a restore uses of state.json (Trainer::save_request writes them all;
+// a field that is absent takes the default shown).
+struct SavedState {
+  std::int64_t step = 0;
+  int world_size = 1;
+  std::string strategy = "ddp";
+  std::string config_digest;         // "" when absent
+  nlohmann::json run_id;             // a string, or null when absent
+  nlohmann::json config;             // an object, or null when absent
+};
+
+// Checks every field the trainer writes that is present in `state` (step,
+// format_version, data_cursor, lr_schedule, precision, loss_scale,
+// world_size, strategy, threads, libtorch, config_digest, eval_loss, run_id,
+// config) against its type, collects every mismatch, and throws
+// Error(kVerification) "<file>: <field> is a JSON <type> (<value>), expected
+// <what>; ..." naming them all. `file` names state.json in messages.
+SavedState read_saved_state(const nlohmann::json& state, const std::string& file);
+
+}  // namespace anchor::train

@@ -1,0 +1,136 @@
+#include "anchor/common/utf8.hpp"
+
+#include <cstdint>
+
+#include "anchor/error.hpp"
+
+namespace anchor {
+namespace {
+
+// Length of the well-formed UTF-8 sequence starting at s[i], 0 when the byte
+// there does not start one (RFC 3629, table 3-7 of the Unicode standard).
+std::size_t sequence_length(std::string_view s, std::size_t i) noexcept {
+  const auto b = [&](std::size_t k) { return static_cast<std::uint8_t>(s[k]); };
+  const std::uint8_t c = b(i);
+  const std::size_t left = s.size() - i;
+  if (c < 0x80) return 1;
+  auto cont = [&](std::size_t k, std::uint8_t lo = 0x80, std::uint8_t hi = 0xBF) {
+    return k < left && b(i + k) >= lo && b(i + k) <= hi;
+  };
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;             // no overlong
+  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;       // no surrogates
+  if (c >= 0xE1 && c <= 0xEF) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;  // no overlong
+  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;  // <= U+10FFFF
+  return 0;
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < s.size();) {
+    // ASCII fast path: most strings are plain paths and messages.
+    if (static_cast<std::uint8_t>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const std::size_t n = sequence_length(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string printable(std::string_view s) {
+  if (is_valid_utf8(s)) return std::string(s);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() + 16);
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = sequence_length(s, i);
+    if (n == 0) {
+      const auto c = static_cast<std::uint8_t>(s[i]);
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+      ++i;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+nlohmann::json printable_json(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::string: {
+      const auto& s = j.get_ref<const std::string&>();
+      return is_valid_utf8(s) ? j : nlohmann::json(printable(s));
+    }
+    case nlohmann::json::value_t::object: {
+      nlohmann::json out = nlohmann::json::object();
+      for (auto it = j.begin(); it != j.end(); ++it) out[printable(it.key())] = printable_json(it.value());
+      return out;
+    }
+    case nlohmann::json::value_t::array: {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& v : j) out.push_back(printable_json(v));
+      return out;
+    }
+    default:
+      return j;
+  }
+}
+
+std::string dump_json(const nlohmann::json& j, int indent) {
+  try {
+    return j.dump(indent);
+  } catch (const nlohmann::json::type_error& e) {
+    if (e.id != 316) throw;  // 316: invalid UTF-8 byte
+    return printable_json(j).dump(indent);
+  }
+}
+
+void set_path_field(nlohmann::json& obj, const std::string& key, const std::string& path) {
+  obj[key] = printable(path);
+  if (is_valid_utf8(path)) return;
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * path.size());
+  for (unsigned char c : path) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  obj[key + "_hex"] = hex;
+}
+
+std::string path_field(const nlohmann::json& obj, const std::string& key, const std::string& fallback) {
+  if (!obj.is_object()) return fallback;
+  auto hex = obj.find(key + "_hex");
+  if (hex != obj.end()) {
+    const std::string h = hex->is_string() ? hex->get<std::string>() : std::string("?");
+    auto nibble = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    std::string out;
+    bool ok = h.size() % 2 == 0;
+    for (std::size_t i = 0; ok && i < h.size(); i += 2) {
+      const int hi = nibble(h[i]), lo = nibble(h[i + 1]);
+      ok = hi >= 0 && lo >= 0;
+      out += static_cast<char>(hi * 16 + lo);
+    }
+    if (!ok)
+      throw Error(ErrorKind::kConfig, "\"" + key + "_hex\" is not lowercase hex",
+                  "the file was edited by hand; write it again with anchor");
+    return out;
+  }
+  auto v = obj.find(key);
+  return v != obj.end() && v->is_string() ? v->get<std::string>() : fallback;
+}
+
+}  // namespace anchor

@@ -1,0 +1,71 @@
+#include "anchor/train/saved_state.hpp"
+
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
+
+namespace anchor::train {
+
+SavedState read_saved_state(const nlohmann::json& state, const std::string& file) {
+  using nlohmann::json;
+  const std::string where = printable(file);
+  if (!state.is_object())
+    throw Error(ErrorKind::kVerification, where + ": is a JSON " + std::string(state.type_name()) + ", expected an object",
+                "the checkpoint's state.json is damaged or was not written by anchor; restore from another checkpoint");
+  struct Rule {
+    const char* field;
+    const char* expected;
+    std::function<bool(const json&)> ok;
+  };
+  const auto integer = [](const json& v) { return v.is_number_integer(); };
+  const auto positive_int = [](const json& v) {
+    return v.is_number_integer() && v.get<std::int64_t>() >= 1 &&
+           v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  };
+  const auto object = [](const json& v) { return v.is_object(); };
+  const auto string = [](const json& v) { return v.is_string(); };
+  const auto number = [](const json& v) { return v.is_number(); };
+  const std::vector<Rule> rules = {
+      {"step", "an integer", integer},
+      {"format_version", "an integer", integer},
+      {"data_cursor", "an object", object},
+      {"lr_schedule", "an object", object},
+      {"precision", "a string", string},
+      {"loss_scale", "an object", object},
+      {"world_size", "an integer >= 1", positive_int},
+      {"strategy", "a string", string},
+      {"threads", "an integer", integer},
+      {"libtorch", "a string", string},
+      {"config_digest", "a string", string},
+      {"eval_loss", "a number", number},
+      {"run_id", "a string", [](const json& v) { return v.is_string() || v.is_null(); }},
+      {"config", "an object", object},
+  };
+  std::string problems;
+  for (const auto& r : rules) {
+    auto it = state.find(r.field);
+    if (it == state.end() || r.ok(*it)) continue;
+    std::string shown = it->dump();
+    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+    problems += std::string(problems.empty() ? "" : "; ") + "field '" + r.field + "' is a JSON " + it->type_name() +
+                " (" + shown + "), expected " + r.expected;
+  }
+  if (!state.contains("step")) problems += std::string(problems.empty() ? "" : "; ") + "field 'step' is missing";
+  if (!problems.empty())
+    throw Error(ErrorKind::kVerification, where + ": " + problems,
+                "the checkpoint's state.json does not hold what anchor wrote (edited by hand, or another "
+                "writer); restore from another checkpoint, or put back the state.json it was saved with");
+  SavedState s;
+  s.step = state["step"].get<std::int64_t>();
+  if (state.contains("world_size")) s.world_size = state["world_size"].get<int>();
+  if (state.contains("strategy")) s.strategy = state["strategy"].get<std::string>();
+  if (state.contains("config_digest")) s.config_digest = state["config_digest"].get<std::string>();
+  if (state.contains("run_id")) s.run_id = state["run_id"];
+  if (state.contains("config")) s.config = state["config"];
+  return s;
+}
+
+}  // namespace anchor::train
