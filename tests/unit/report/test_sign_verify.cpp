@@ -407,7 +407,7 @@ TEST_F(SignVerifyTest, SignRefusesACommittedStepThatDoesNotVerify) {
   }
   // Negative control: without it, the run signs with the one good checkpoint.
   stdfs::remove_all(dir4);
-  EXPECT_EQ(sign_run(run_, priv_).subjects, 2u);
+  EXPECT_EQ(sign_run(run_, priv_).subjects, kSubjects);
 }
 
 TEST_F(SignVerifyTest, VerifySaysACommittedStepThatDoesNotVerifyIsNoCheckpoint) {
