@@ -7,6 +7,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
@@ -24,6 +25,7 @@ struct ReproduceOptions {
   std::string key;
   std::string run_dir;
   std::string checkpoint_dir;
+  std::string signing_key;
   bool allow_drift = false;
   bool allow_unsigned = false;
   bool use_cache = true;
@@ -92,6 +94,9 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
   sub.add_option("--checkpoint-dir", o->checkpoint_dir,
                  "directory the re-run saves its checkpoints in (default: <run dir>/checkpoints; the report's "
                  "checkpoint.dir is not used). Stale temporaries in it are removed; it must hold no step-* directory");
+  sub.add_option("--signing-key", o->signing_key,
+                 "PKCS#8 PEM private key that signs the re-run's report (default: none, the re-run is unsigned; the "
+                 "report's report.signing_key is not used)");
   sub.add_flag("--allow-drift", o->allow_drift, "re-run even when pins drifted (the new report says so)");
   sub.add_flag("--allow-unsigned", o->allow_unsigned, "accept an unsigned report.json (loudly unverified)");
   sub.add_flag("!--no-cache", o->use_cache, "hash every input again instead of trusting the pin cache");
@@ -149,12 +154,21 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     po2.run_dir = o->run_dir;                // empty: runs/<run-id>
     po2.checkpoint_dir = o->checkpoint_dir;  // empty: <run dir>/checkpoints
     if (!cfg.checkpoint.dir.empty())
-      std::cerr << "reproduce: the report's checkpoint.dir " << cfg.checkpoint.dir << " is not used; checkpoints go to "
+      std::cerr << "reproduce: the report's checkpoint.dir " << printable(cfg.checkpoint.dir) << " is not used; checkpoints go to "
                 << (o->checkpoint_dir.empty() ? "<run dir>/checkpoints (--checkpoint-dir to choose)" : o->checkpoint_dir)
                 << "\n";
     if (o->run_dir.empty() && cfg.run.output_dir != config::Config{}.run.output_dir)
-      std::cerr << "reproduce: the report's run.output_dir " << cfg.run.output_dir << " is not used; the run goes under "
+      std::cerr << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir) << " is not used; the run goes under "
                 << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
+    // The report's signing key is a path a report chose: never read. Only the
+    // command line's key signs the re-run.
+    po2.signing_key = o->signing_key;
+    if (o->signing_key.empty())
+      std::cerr << "reproduce: the re-run is unsigned"
+                << (cfg.report.signing_key.empty() ? std::string()
+                                                   : " (the report's report.signing_key " + printable(cfg.report.signing_key) +
+                                                         " is not used)")
+                << "; --signing-key KEY to sign it\n";
     po2.baseline = &original;
     po2.pinned_manifest = &new_manifest;
     po2.use_hash_cache = o->use_cache;

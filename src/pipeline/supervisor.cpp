@@ -300,10 +300,12 @@ std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::
 // report.md, the JUnit XML (--junit) and the report on stdout (--json).
 void publish(Pilot& p) {
   if (p.signing_key.empty()) {
+    const char* missing = p.opts.use_config_dirs ? "report.signing_key configured" : "--signing-key given";
+    if (!p.opts.use_config_dirs) p.report.set_unsigned(std::string("no ") + missing);
     p.report.write(p.run_dir);
-    ANCHOR_LOG_WARN("report", "UNSIGNED: no report.signing_key configured; {}/report.json is not signed and "
+    ANCHOR_LOG_WARN("report", "UNSIGNED: no {}; {}/report.json is not signed and "
                               "`anchor verify` will refuse it (create a key with `anchor keygen`)",
-                    p.run_dir);
+                    missing, p.run_dir);
   } else {
     // report.json says it is signed and by which key before it becomes a subject of the signature.
     p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
@@ -420,11 +422,14 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
                 "anchor-torch is built and installed next to anchor; rebuild with `make build`");
   // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
-  if (!p.cfg.report.signing_key.empty()) {
-    // Fail before any training on a key that cannot sign (mode, passphrase, curve).
+  // The signing key: the config's, or under `anchor reproduce` only the one the
+  // command line names (a report's config must not pick a file to sign with).
+  if (!opts.use_config_dirs)
+    p.signing_key = opts.signing_key;
+  else if (!p.cfg.report.signing_key.empty())
     p.signing_key = config::resolve_path(p.cfg, p.cfg.report.signing_key);
-    report::load_private_key(p.signing_key, report::resolve_passphrase(""));
-  }
+  // Fail before any training on a key that cannot sign (mode, passphrase, curve).
+  if (!p.signing_key.empty()) report::load_private_key(p.signing_key, report::resolve_passphrase(""));
   // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
   // many as the external launcher started: docs/distributed.md).
   // Each worker rank picks its device and backend itself (it has LibTorch):

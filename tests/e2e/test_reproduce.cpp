@@ -38,7 +38,7 @@ class Reproduce : public ::testing::Test {
 
 TEST_F(Reproduce, ReproducesBitwiseAndLinksTheOriginal) {
   auto r = run_anchor({"reproduce", t_.str("orig/report.intoto.json"), "--key", t_.str("keys/anchor.pub"), "--run-dir",
-                       t_.str("again")});
+                       t_.str("again"), "--signing-key", t_.str("keys/anchor.key")});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("no drift"), std::string::npos) << r.output;
   auto rep = read_json(t_.str("again/report.json"));
@@ -48,7 +48,7 @@ TEST_F(Reproduce, ReproducesBitwiseAndLinksTheOriginal) {
   EXPECT_EQ(rep["reproduces"]["run_id"], read_json(t_.str("orig/report.json"))["run_id"]);
   EXPECT_TRUE(rep["reproduces"]["verified"].get<bool>());
   EXPECT_TRUE(rep["reproduces"]["drift"].empty());
-  // The re-run is signed with the recorded key too and verifies on its own.
+  // The re-run is signed with the key the command line named and verifies on its own.
   EXPECT_EQ(run_anchor({"verify", t_.str("again/report.intoto.json"), "--key", t_.str("keys/anchor.pub")}).status, 0);
 }
 
@@ -141,7 +141,8 @@ TEST(ReproduceOutputs, WritesOnlyUnderItsOwnRunDirectoryAndSaysWhichKeyItTrusted
   ASSERT_TRUE(before.count("step-00000001.tmp-x/model.safetensors"));
 
   // 1. Without --key: the report.pub beside the report, with the warning `anchor verify` prints.
-  auto r = run_anchor({"reproduce", t.str("orig/report.intoto.json"), "--run-dir", t.str("again")});
+  auto r = run_anchor({"reproduce", t.str("orig/report.intoto.json"), "--run-dir", t.str("again"), "--signing-key",
+                       t.str("keys/anchor.key")});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(listing(elsewhere), before);
   EXPECT_EQ(anchor::fs::read_file((elsewhere / "marker.txt").string()), "not yours");
@@ -184,6 +185,17 @@ TEST(ReproduceOutputs, WritesOnlyUnderItsOwnRunDirectoryAndSaysWhichKeyItTrusted
   EXPECT_EQ(krep["reproduces"]["key"]["path"], t.str("keys/anchor.pub"));
   EXPECT_EQ(krep["reproduces"]["key"]["key_id"], signer);
   EXPECT_TRUE(std::filesystem::exists(runs[0] / "checkpoints"));
+  // 3. Without --signing-key the report's report.signing_key is not read (a
+  //    report must not pick the file anchor signs with): the re-run is
+  //    unsigned and says so, where run 1 (with --signing-key) was signed.
+  EXPECT_NE(k.out.find("the re-run is unsigned (the report's report.signing_key " + t.str("keys/anchor.key") +
+                       " is not used)"),
+            std::string::npos)
+      << k.out;
+  EXPECT_FALSE(std::filesystem::exists(runs[0] / "report.intoto.json"));
+  EXPECT_FALSE(krep.value("signed", true)) << krep.dump(2);
+  EXPECT_EQ(krep.value("unsigned_reason", ""), "no --signing-key given");
+  EXPECT_TRUE(std::filesystem::exists(t.str("again/report.intoto.json")));
 }
 
 }  // namespace

@@ -61,6 +61,10 @@ struct PilotOptions {
   // removes stale temporaries from the checkpoint directory). The effective
   // config itself is not changed.
   bool use_config_dirs = true;
+  // Likewise for the key that signs the report: with use_config_dirs false the
+  // config's report.signing_key (a path a report chose) is not read; this one,
+  // from the command line, signs (empty: the run is unsigned and says so).
+  std::string signing_key;
   std::string junit_path;              // --junit FILE
   bool json_stdout = false;            // --json: the report on stdout
   bool use_hash_cache = true;
