@@ -1,0 +1,92 @@
+"""Builds a model/optimizer/scheduler/scaler/data set whose state covers every
+dtype anchor reads and every structure the encoder tags; restores it in a
+fresh process when run as a script.
+
+    python roundtrip.py CKPT_DIR [skip=a+b]   -> prints {"step", "digests", "draws"} as JSON
+"""
+import json
+import math
+import random
+import sys
+
+import torch
+
+import anchor_pilot as ap
+
+torch.set_num_threads(1)
+
+
+class Many(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.half = torch.nn.Linear(3, 2).to(torch.float16)
+        self.bf = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.bfloat16))
+        self.bn = torch.nn.BatchNorm1d(3)
+        for name, dt in [("f64", torch.float64), ("i64", torch.int64), ("i32", torch.int32), ("i16", torch.int16),
+                         ("i8", torch.int8), ("u8", torch.uint8)]:
+            self.register_buffer(name, (torch.arange(-3, 9).reshape(3, 4) * 37).to(dt))
+        self.register_buffer("flags", torch.tensor([True, False, True]))
+        self.register_buffer("empty", torch.zeros(0, 5))
+        self.register_buffer("scalar", torch.tensor(2.5))
+        self.register_buffer("special", torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0]))
+
+
+class Cursor:
+    def __init__(self):
+        self.s = {}
+
+    def state_dict(self):
+        return self.s
+
+    def load_state_dict(self, s):
+        self.s = s
+
+
+def build():
+    torch.manual_seed(3)
+    random.seed(3)
+    model = Many()
+    opt = torch.optim.AdamW([{"params": [model.lin.weight, model.lin.bias, model.bf], "lr": 0.01},
+                             {"params": [model.bn.weight, model.bn.bias], "lr": 0.1, "weight_decay": 0.0}],
+                            betas=(0.8, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, [lambda s: 0.9 ** s, lambda s: 1.0 / (1 + s)])
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())
+    else:
+        scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
+    data = Cursor()
+    return model, opt, sched, scaler, data
+
+
+def train(model, opt, sched, data, steps=3):
+    for s in range(steps):
+        x = torch.randn(5, 4)
+        h = model.bn(model.lin(x))
+        loss = h.pow(2).mean() + model.bf.float().sum() * 0.1
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    data.s = {"epoch": 2, "pos": 17, "order": (3, 1, 2), "nan": float("nan"), "inf": -float("inf"),
+              "by_rank": {0: [1, 2], 1: [3]}, "name": "shard-é", "none": None, "gen": torch.Generator().get_state()}
+
+
+def draws():
+    return [torch.rand(3).tolist(), random.random()]
+
+
+def main():
+    ckpt = sys.argv[1]
+    skip = tuple(sys.argv[2][5:].split("+")) if len(sys.argv) > 2 else ()
+    model, opt, sched, scaler, data = build()
+    pilot = ap.Pilot(ckpt, model=model, optimizer=opt, scheduler=sched, scaler=scaler, data=data)
+    step = pilot.restore(skip=skip)
+    digests = pilot.digests(step, emit=False)
+    print(json.dumps({"step": step, "digests": digests, "draws": draws(),
+                      "betas_type": type(opt.param_groups[0]["betas"]).__name__,
+                      "nan_restored": math.isnan(data.s["nan"]) if "nan" in data.s else None}))
+
+
+if __name__ == "__main__":
+    main()
