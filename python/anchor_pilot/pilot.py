@@ -128,6 +128,7 @@ class Pilot:
         self._mark = self._last = time.monotonic()
         self._data_ready = None
         self._closed = False
+        self._restoring = None
         self.components = collections.OrderedDict()
         self.components["model"] = _Component("model", self._model_get, self._model_put)
         if optimizer is not None:
@@ -172,8 +173,8 @@ class Pilot:
             problems.append("missing %s" % ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
         if unexpected:
             problems.append("unexpected %s" % ", ".join(unexpected[:10]) + (" ..." if len(unexpected) > 10 else ""))
-        for k, v in sd.items():
-            c = current.get(k)
+        for k, c in current.items():
+            v = sd.get(k)
             if isinstance(c, torch.Tensor) and isinstance(v, torch.Tensor):
                 if tuple(c.shape) != tuple(v.shape):
                     problems.append("%s has shape %s in the checkpoint, %s in the model"
@@ -181,7 +182,7 @@ class Pilot:
                 elif c.dtype != v.dtype:
                     problems.append("%s is %s in the checkpoint, %s in the model" % (k, v.dtype, c.dtype))
         if problems:
-            raise RestoreError("restore model", "the checkpoint does not fit the model: " + "; ".join(problems),
+            raise RestoreError("restore model from %s" % self._restoring, "the checkpoint does not fit the model: " + "; ".join(problems),
                                "build the same model (architecture, sizes, dtype) as the run that saved it")
         _unwrap(self.model).load_state_dict(sd, strict=True)
 
@@ -458,6 +459,7 @@ class Pilot:
                         stt.decode(json.loads(meta["anchor_pilot.module_metadata"]), {}, fname))
             if name == "optimizer":
                 self._check_optimizer(value, where + "/" + fname)
+            self._restoring = "%s/%s" % (where, fname)
             try:
                 self.components[name].put(value)
             except PilotError:
