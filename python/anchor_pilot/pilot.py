@@ -268,7 +268,11 @@ class Pilot:
                          dir=os.path.join(self.checkpoint_dir, store.step_dir_name(step)))
         own = [(n, self._file(n)) for n in self.components if self._writes(n)]
         blobs = {f: self._serialize(n) for n, f in own}
-        digests = {n: st.digest(*blobs[f]) for n, f in own}
+        # Every rank reports the digest of every component (also those rank 0 writes), so
+        # each rank's lines compare with its own lines after a restore.
+        owned = dict(own)
+        digests = collections.OrderedDict(
+            (n, st.digest(*(blobs[owned[n]] if n in owned else self._serialize(n)))) for n in self.components)
         files_by_component = {n: ([self._file(n)] if n not in PER_RANK or self.world_size == 1 else
                                   ["%s-rank%05d-of-%05d.safetensors" % (n, r, self.world_size)
                                    for r in range(self.world_size)]) for n in self.components}
