@@ -10,12 +10,13 @@ import torch
 
 from . import events as ev
 from . import safetensors as st
+from . import tensors as tt
 from . import state as stt
 from . import store
 from .errors import CheckpointError, PilotError, RestoreError, SpecError
 from .spec import Spec
 
-__version__ = "0.1.0"
+from . import __version__
 STATE_FORMAT = "anchor-pilot.state/v1"
 COMPONENT_FORMAT = "anchor-pilot.component/v1"
 COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "rng", "data")
@@ -206,7 +207,7 @@ class Pilot:
             value = dict(value)
         structure = stt.encode(value, tensors, what=name)
         meta["anchor_pilot.structure"] = stt.to_json(structure)
-        prefix, chunks = st.serialize(tensors, meta)
+        prefix, chunks = tt.serialize(tensors, meta)
         return prefix, chunks
 
     def digests(self, step=None, emit=True, when="step"):
@@ -454,7 +455,7 @@ class Pilot:
             except (KeyError, ValueError) as e:
                 raise RestoreError("restore %s/%s" % (where, fname), "no valid anchor_pilot.structure metadata (%s)" % e,
                                    "the file was not written by anchor_pilot")
-            objs = {k: st.to_tensor(dt, shape, buf) for k, (dt, shape, buf) in tensors.items()}
+            objs = {k: tt.to_tensor(dt, shape, buf) for k, (dt, shape, buf) in tensors.items()}
             value = stt.decode(structure, objs, "%s/%s" % (where, fname))
             if name == "model":
                 value = collections.OrderedDict(value)

@@ -5,16 +5,13 @@ Byte layout (the one anchor's C++ writer produces, src/checkpoint/safetensors.cp
 (``__metadata__``, a map of strings, only when non-empty; then each tensor as
 ``{"data_offsets": [begin, end], "dtype": ..., "shape": [...]}``), padded with
 spaces to a multiple of 8; then the tensors' bytes, contiguous, in name order.
-The reader applies the rules of anchor's strict reader (docs/checkpoints.md,
+Torch-free (tensors.py converts torch tensors). The reader applies the rules of anchor's strict reader (docs/checkpoints.md,
 "safetensors, strictly") and raises CheckpointError naming the rule.
 """
-import ctypes
 import hashlib
 import json
 import struct
 import sys
-
-import torch
 
 from .errors import CheckpointError
 
@@ -22,41 +19,13 @@ if sys.byteorder != "little":  # pragma: no cover - every platform torch ships f
     raise ImportError("anchor_pilot writes little-endian safetensors and needs a little-endian host")
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-DTYPES = {
-    torch.float64: ("F64", 8),
-    torch.float32: ("F32", 4),
-    torch.float16: ("F16", 2),
-    torch.bfloat16: ("BF16", 2),
-    torch.int64: ("I64", 8),
-    torch.int32: ("I32", 4),
-    torch.int16: ("I16", 2),
-    torch.int8: ("I8", 1),
-    torch.uint8: ("U8", 1),
-    torch.bool: ("BOOL", 1),
-}
-BY_NAME = {name: (dt, size) for dt, (name, size) in DTYPES.items()}
+SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
-def tensor_bytes(t):
-    """The bytes of ``t`` (any device, any layout) in C order, little-endian."""
-    if t.dtype not in DTYPES:
-        raise CheckpointError("serialize tensor", "dtype %s has no safetensors name anchor reads" % t.dtype,
-                              "anchor reads %s; convert the tensor (e.g. .float())"
-                              % ", ".join(n for n, _ in DTYPES.values()))
-    if t.is_sparse or t.layout != torch.strided:
-        raise CheckpointError("serialize tensor", "layout %s is not strided" % t.layout,
-                              "store a dense tensor (.to_dense())")
-    flat = t.detach().to("cpu").contiguous().reshape(-1)
-    if flat.numel() == 0:
-        return b""
-    u8 = flat.view(torch.uint8)
-    return ctypes.string_at(u8.data_ptr(), u8.numel())
-
-
-def serialize(tensors, metadata=None):
-    """(prefix, [chunks]) of a safetensors file: ``prefix`` is the length and
-    the padded header, the chunks the tensors' bytes in name order."""
+def serialize(entries, metadata=None):
+    """(prefix, [chunks]) of a safetensors file. ``entries`` maps each tensor
+    name to (dtype name, shape, bytes); ``prefix`` is the length and the padded
+    header, the chunks the tensors' bytes in name order."""
     header = {}
     if metadata:
         for k, v in metadata.items():
@@ -66,13 +35,17 @@ def serialize(tensors, metadata=None):
         header["__metadata__"] = dict(metadata)
     chunks = []
     offset = 0
-    for name in sorted(tensors):
+    for name in sorted(entries):
         if not name or name == "__metadata__":
             raise CheckpointError("serialize safetensors", "invalid tensor name %r" % name)
-        t = tensors[name]
-        blob = tensor_bytes(t)
-        header[name] = {"dtype": DTYPES[t.dtype][0], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
+        dtype, shape, blob = entries[name]
+        count = 1
+        for d in shape:
+            count *= d
+        if dtype not in SIZES or count * SIZES[dtype] != len(blob):
+            raise CheckpointError("serialize safetensors", "tensor %r %s %s has %d bytes" % (name, dtype, list(shape),
+                                                                                           len(blob)))
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(blob)]}
         offset += len(blob)
         chunks.append(blob)
     text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -129,7 +102,7 @@ def parse(data, path):
         t = header[name]
         if not isinstance(t, dict) or set(t) != {"dtype", "shape", "data_offsets"}:
             raise bad("bad tensor entry", "%r" % name)
-        if t["dtype"] not in BY_NAME:
+        if t["dtype"] not in SIZES:
             raise bad("unknown dtype", "tensor %r: %r" % (name, t["dtype"]))
         shape = t["shape"]
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
@@ -143,7 +116,7 @@ def parse(data, path):
         count = 1
         for d in shape:
             count *= d
-        need = count * BY_NAME[t["dtype"]][1]
+        need = count * SIZES[t["dtype"]]
         if offs[1] - offs[0] != need:
             raise bad("shape/byte-length mismatch", "tensor %r %s %s needs %d bytes, data_offsets %s hold %d"
                       % (name, t["dtype"], shape, need, offs, offs[1] - offs[0]))
@@ -159,12 +132,3 @@ def parse(data, path):
         raise bad("file length mismatch", "file is %d bytes, header and data make %d" % (len(data), 8 + n + pos))
     body = memoryview(data)[8 + n:]
     return meta, {name: (dt, shape, body[b:e]) for b, e, name, dt, shape in entries}
-
-
-def to_tensor(dtype_name, shape, buf):
-    """A new CPU tensor holding a copy of ``buf``."""
-    dt, _ = BY_NAME[dtype_name]
-    if len(buf) == 0:
-        return torch.empty(shape, dtype=dt)
-    u8 = torch.frombuffer(bytearray(buf), dtype=torch.uint8)
-    return u8.view(dt).reshape(shape)

@@ -26,8 +26,11 @@ class KillResume(support.TempDirTest):
                                   stop_at=N, **fields)
 
     def test_resume_after_sigkill_matches_and_controls_name_the_component(self):
+        # The reference runs beside the interrupted run (two processes, two cores).
         ref = self.spec("ref", checkpoint_dir=self.path("ref-ck"), save_at=[K])
-        self.assertOk(support.run_py([support.TRAIN, ref]), "the reference run")
+        ref_proc = subprocess.Popen([sys.executable, support.TRAIN, ref], env=support.env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, universal_newlines=True)
+        self.addCleanup(_reap, ref_proc)
 
         # The interrupted run: killed by the test right after its save at K.
         cut = self.spec("cut", checkpoint_dir=self.path("ck"), save_at=[K])
@@ -44,6 +47,8 @@ class KillResume(support.TempDirTest):
             proc.stdout.close()
             proc.stderr.close()
         self.assertEqual(proc.returncode, -signal.SIGKILL)
+        out, err = ref_proc.communicate(timeout=120)
+        self.assertEqual(ref_proc.returncode, 0, "the reference run failed:\n" + err[-3000:])
         cut_events = support.read_lines(self.path("cut.jsonl"))
         self.assertEqual(max(e["step"] for e in cut_events if e["type"] == "step"), K)
 
@@ -101,6 +106,9 @@ class KillResume(support.TempDirTest):
             for line in [{"type": "digests", "step": 2, "when": "restore", "components": dict(dig, rng="3" * 64)},
                          {"type": "step", "step": 3, "loss": 0.5}]:
                 f.write(json.dumps(line) + "\n")
+        # The CLI and the torch-free modules do not import torch.
+        p = support.run_py(["-c", "import sys, anchor_pilot.__main__; assert 'torch' not in sys.modules, 'torch'"])
+        self.assertOk(p)
         p = support.run_py(["-m", "anchor_pilot", "compare", a])
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
         p = support.run_py(["-m", "anchor_pilot", "compare", b, b])
@@ -109,6 +117,12 @@ class KillResume(support.TempDirTest):
         p = support.run_py(["-m", "anchor_pilot", "compare", a, b])
         self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
         self.assertIn("component 'rng' differs", p.stdout)
+
+
+def _reap(proc):
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
 
 
 def _losses_only(ref_events, events):

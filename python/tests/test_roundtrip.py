@@ -31,9 +31,15 @@ class RoundTrip(support.TempDirTest):
         d, saved, after = self.save()
         self.assertEqual(os.path.basename(d), "step-00000003")
         self.assertEqual(sorted(saved), ["data", "model", "optimizer", "rng", "scaler", "scheduler"])
-        p = support.run_py([SCRIPT, self.path("ck")])
+        # One fresh process: first a control that leaves the model unrestored, then the real restore.
+        p = support.run_py([SCRIPT, self.path("ck"), "skip=model", "full"])
         self.assertOk(p)
-        out = json.loads(p.stdout.strip().splitlines()[-1])
+        control, out = [json.loads(l) for l in p.stdout.strip().splitlines()[-2:]]
+        self.assertEqual((control["mode"], out["mode"]), ("skip=model", "full"))
+        self.assertNotEqual(control["digests"]["model"], saved["model"])
+        for c in ("optimizer", "scheduler", "scaler", "rng", "data"):
+            self.assertEqual(control["digests"][c], saved[c], c)
+
         self.assertEqual(out["step"], 3)
         self.assertEqual(out["digests"], saved)
         # The RNG streams continue where the saver's did.
@@ -47,35 +53,27 @@ class RoundTrip(support.TempDirTest):
         for c, h in saved.items():
             self.assertEqual(files[c + ".safetensors"], h, c)
 
-    def test_negative_control_skipped_model_differs(self):
-        _, saved, _ = self.save()
-        p = support.run_py([SCRIPT, self.path("ck"), "skip=model"])
-        self.assertOk(p)
-        out = json.loads(p.stdout.strip().splitlines()[-1])
-        self.assertNotEqual(out["digests"]["model"], saved["model"])
-        for c in ("optimizer", "scheduler", "scaler", "rng", "data"):
-            self.assertEqual(out["digests"][c], saved[c], c)
-
     def test_every_dtype_round_trips_in_process(self):
         from anchor_pilot import safetensors as st
+        from anchor_pilot import tensors as tt
         tensors = {}
-        for dt in st.DTYPES:
+        for dt in tt.DTYPES:
             t = (torch.arange(-4, 8) * 3).to(dt).reshape(3, 4)
             tensors[str(dt)] = t
         tensors["empty"] = torch.zeros(0, 3)
         tensors["scalar"] = torch.tensor(1.25, dtype=torch.float64)
         tensors["strided"] = torch.arange(12.0).reshape(3, 4).t()
-        prefix, chunks = st.serialize(tensors, {"k": "v"})
+        prefix, chunks = tt.serialize(tensors, {"k": "v"})
         data = prefix + b"".join(chunks)
         self.assertEqual(len(prefix) % 8, 0)
         meta, parsed = st.parse(data, "x.safetensors")
         self.assertEqual(meta, {"k": "v"})
         for name, t in tensors.items():
             dt, shape, buf = parsed[name]
-            back = st.to_tensor(dt, shape, buf)
+            back = tt.to_tensor(dt, shape, buf)
             self.assertEqual(back.dtype, t.dtype, name)
             self.assertEqual(list(back.shape), list(t.shape), name)
             self.assertTrue(torch.equal(back, t), name)
         with self.assertRaises(ap.CheckpointError) as cm:
-            st.serialize({"c": torch.zeros(2, dtype=torch.complex64)})
+            tt.serialize({"c": torch.zeros(2, dtype=torch.complex64)})
         self.assertIn("dtype torch.complex64 has no safetensors name anchor reads", str(cm.exception))

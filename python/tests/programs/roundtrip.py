@@ -2,7 +2,8 @@
 dtype anchor reads and every structure the encoder tags; restores it in a
 fresh process when run as a script.
 
-    python roundtrip.py CKPT_DIR [skip=a+b]   -> prints {"step", "digests", "draws"} as JSON
+    python roundtrip.py CKPT_DIR [full|skip=a+b ...]
+        -> one JSON line {"mode", "step", "digests", "draws", ...} per mode
 """
 import json
 import math
@@ -78,14 +79,15 @@ def draws():
 
 def main():
     ckpt = sys.argv[1]
-    skip = tuple(sys.argv[2][5:].split("+")) if len(sys.argv) > 2 else ()
-    model, opt, sched, scaler, data = build()
-    pilot = ap.Pilot(ckpt, model=model, optimizer=opt, scheduler=sched, scaler=scaler, data=data)
-    step = pilot.restore(skip=skip)
-    digests = pilot.digests(step, emit=False)
-    print(json.dumps({"step": step, "digests": digests, "draws": draws(),
-                      "betas_type": type(opt.param_groups[0]["betas"]).__name__,
-                      "nan_restored": math.isnan(data.s["nan"]) if "nan" in data.s else None}))
+    for mode in sys.argv[2:] or ["full"]:  # each: fresh objects (reseeded), one restore, one JSON line
+        skip = tuple(mode[5:].split("+")) if mode.startswith("skip=") else ()
+        model, opt, sched, scaler, data = build()
+        pilot = ap.Pilot(ckpt, model=model, optimizer=opt, scheduler=sched, scaler=scaler, data=data)
+        step = pilot.restore(skip=skip)
+        digests = pilot.digests(step, emit=False)
+        print(json.dumps({"mode": mode, "step": step, "digests": digests, "draws": draws(),
+                          "betas_type": type(opt.param_groups[0]["betas"]).__name__,
+                          "nan_restored": math.isnan(data.s["nan"]) if "nan" in data.s else None}))
 
 
 if __name__ == "__main__":
