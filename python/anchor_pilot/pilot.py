@@ -120,8 +120,9 @@ class Pilot:
         self.digests_every, self.check_restore = digests_every, check_restore
         self.rank, self.world_size = rank_and_world()
         self.model, self.optimizer, self.scheduler, self.scaler, self.data = model, optimizer, scheduler, scaler, data
-        if deterministic:
-            set_deterministic()
+        if deterministic and not (torch.are_deterministic_algorithms_enabled() and
+                                  os.environ.get("CUBLAS_WORKSPACE_CONFIG")):
+            set_deterministic()  # setup() did it already, usually (torch 2.x: importing dynamo costs ~2 s)
         self.events = ev.EventLog(events, self.rank)
         self.last_digests = None
         self.restored_from = None

@@ -111,12 +111,45 @@ class Restore(support.TempDirTest):
         self.assertIn("unknown component 'optimiser' in skip", str(cm.exception))
 
 
+class Deterministic(support.TempDirTest):
+    def setUp(self):
+        super().setUp()
+        saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+                 torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+
+        def restore():
+            torch.use_deterministic_algorithms(saved[0])
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1], saved[2]
+            if saved[3] is None:
+                os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+            else:
+                os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[3]
+        self.addCleanup(restore)
+
+    def test_sets_every_flag(self):
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.benchmark = True
+        ap.set_deterministic()
+        self.assertTrue(torch.are_deterministic_algorithms_enabled())
+        self.assertEqual(os.environ["CUBLAS_WORKSPACE_CONFIG"], ":4096:8")
+        self.assertEqual((torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark), (True, False))
+
+    def test_refuses_another_cublas_workspace(self):
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":0:0"
+        with self.assertRaises(ap.PilotError) as cm:
+            ap.set_deterministic()
+        self.assertEqual(str(cm.exception), "deterministic mode: CUBLAS_WORKSPACE_CONFIG is ':0:0'\nhint: unset it or "
+                         "set :4096:8 (or :16:8); other values make cuBLAS nondeterministic")
+
+
 class Spec(support.TempDirTest):
     def spec(self, **fields):
         return support.write_spec(self.path("spec.json"), checkpoint_dir="ck", events="ev.jsonl", **fields)
 
     def test_valid_spec_resolves_relative_paths(self):
-        s = ap.Spec.from_file(self.spec(save_at=[4, 2, 4], role="resume", restore="ck/step-00000002"))
+        s = ap.Spec.from_file(self.spec(save_at=[4, 2, 4], role="resume", restore="ck/step-00000002",
+                                        deterministic=True))
         self.assertEqual((s.role, s.save_at, s.stop_at, s.seed, s.deterministic), ("resume", [2, 4], 10, 7, True))
         self.assertEqual(s.checkpoint_dir, self.path("ck"))
         self.assertEqual(s.restore, self.path("ck", "step-00000002"))
