@@ -18,7 +18,8 @@ SCRIPT = os.path.join(support.HERE, "programs", "roundtrip.py")
 class RoundTrip(support.TempDirTest):
     def save(self):
         model, opt, sched, scaler, data = roundtrip.build()
-        roundtrip.train(model, opt, sched, data)
+        roundtrip.train(model, opt, sched, scaler, data)
+        self.scaler_state = scaler.state_dict()
         pilot = ap.Pilot(self.path("ck"), model=model, optimizer=opt, scheduler=sched, scaler=scaler, data=data,
                          events=self.path("events.jsonl"))
         d = pilot.save(3)
@@ -46,6 +47,14 @@ class RoundTrip(support.TempDirTest):
         self.assertEqual(out["draws"], after)
         self.assertEqual(out["betas_type"], "tuple")
         self.assertTrue(out["nan_restored"])
+        self.assertEqual(out["scaler"], self.scaler_state)
+        # NumPy (imported by roundtrip.py) is in the RNG file, and its stream continued too.
+        self.assertIsNotNone(after[2])
+        from anchor_pilot import safetensors as st
+        with open(os.path.join(d, "rng.safetensors"), "rb") as f:
+            meta, _ = st.parse(f.read(), "rng.safetensors")
+        self.assertEqual(sorted(json.loads(meta["anchor_pilot.structure"])),
+                         sorted(["torch", "python", "numpy"] + (["cuda"] if torch.cuda.is_available() else [])))
         # The digests are those of the files in the manifest.
         with open(os.path.join(d, "manifest.json")) as f:
             manifest = json.load(f)

@@ -14,6 +14,11 @@ import torch
 
 import anchor_pilot as ap
 
+try:  # when NumPy is imported, the helper saves its global RNG too
+    import numpy as np
+except ImportError:  # pragma: no cover - both lines here have NumPy
+    np = None
+
 torch.set_num_threads(1)
 
 
@@ -44,23 +49,39 @@ class Cursor:
         self.s = s
 
 
+def make_scaler():
+    """A GradScaler that is enabled where this torch can: CUDA, or the CPU on torch 2.x
+    (torch 1.13 on a CPU-only host only has a disabled one, whose state is {})."""
+    if torch.cuda.is_available():
+        return torch.cuda.amp.GradScaler(init_scale=1024.0, growth_interval=7)
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        try:
+            return torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=7)
+        except (TypeError, RuntimeError, ValueError):
+            pass
+    return torch.cuda.amp.GradScaler(enabled=False)
+
+
 def build():
     torch.manual_seed(3)
     random.seed(3)
+    if np is not None:
+        np.random.seed(3)
     model = Many()
     opt = torch.optim.AdamW([{"params": [model.lin.weight, model.lin.bias, model.bf], "lr": 0.01},
                              {"params": [model.bn.weight, model.bn.bias], "lr": 0.1, "weight_decay": 0.0}],
                             betas=(0.8, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, [lambda s: 0.9 ** s, lambda s: 1.0 / (1 + s)])
-    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
-        scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())
-    else:
-        scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
+    scaler = make_scaler()
     data = Cursor()
     return model, opt, sched, scaler, data
 
 
-def train(model, opt, sched, data, steps=3):
+def train(model, opt, sched, scaler, data, steps=3):
+    if scaler.is_enabled():  # a state a fresh scaler does not have
+        scaler.load_state_dict(dict(scaler.state_dict(), scale=512.0, _growth_tracker=5))
+    if np is not None:
+        np.random.random(5)
     for s in range(steps):
         x = torch.randn(5, 4)
         h = model.bn(model.lin(x))
@@ -74,7 +95,7 @@ def train(model, opt, sched, data, steps=3):
 
 
 def draws():
-    return [torch.rand(3).tolist(), random.random()]
+    return [torch.rand(3).tolist(), random.random(), float(np.random.random()) if np is not None else None]
 
 
 def main():
@@ -87,7 +108,8 @@ def main():
         digests = pilot.digests(step, emit=False)
         print(json.dumps({"mode": mode, "step": step, "digests": digests, "draws": draws(),
                           "betas_type": type(opt.param_groups[0]["betas"]).__name__,
-                          "nan_restored": math.isnan(data.s["nan"]) if "nan" in data.s else None}))
+                          "nan_restored": math.isnan(data.s["nan"]) if "nan" in data.s else None,
+                          "scaler": scaler.state_dict()}))
 
 
 if __name__ == "__main__":
