@@ -13,7 +13,7 @@ from . import safetensors as st
 from . import tensors as tt
 from . import state as stt
 from . import store
-from .errors import CheckpointError, PilotError, RestoreError, SpecError
+from .errors import CheckpointError, PilotError, RestoreError
 from .spec import Spec
 
 from . import __version__
@@ -127,7 +127,7 @@ class Pilot:
         self.last_digests = None
         self.restored_from = None
         self.skipped = []
-        self._mark = self._last = time.monotonic()
+        self._last = time.monotonic()
         self._data_ready = None
         self._closed = False
         self._restoring = None
@@ -163,8 +163,7 @@ class Pilot:
 
     # ----- components ---------------------------------------------------------------------------------------
     def _model_get(self):
-        sd = _unwrap(self.model).state_dict()
-        return sd
+        return _unwrap(self.model).state_dict()
 
     def _model_put(self, sd):
         current = _unwrap(self.model).state_dict()
@@ -184,7 +183,8 @@ class Pilot:
                 elif c.dtype != v.dtype:
                     problems.append("%s is %s in the checkpoint, %s in the model" % (k, v.dtype, c.dtype))
         if problems:
-            raise RestoreError("restore model from %s" % self._restoring, "the checkpoint does not fit the model: " + "; ".join(problems),
+            raise RestoreError("restore model from %s" % self._restoring,
+                               "the checkpoint does not fit the model: " + "; ".join(problems),
                                "build the same model (architecture, sizes, dtype) as the run that saved it")
         _unwrap(self.model).load_state_dict(sd, strict=True)
 

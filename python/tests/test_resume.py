@@ -7,7 +7,6 @@ run saves at K and is SIGKILLed by the test right after the save (it prints
 and digests must equal the reference bitwise. Negative controls restore
 without one component each: the comparison must name that component.
 """
-import os
 import signal
 import subprocess
 import sys
