@@ -113,6 +113,13 @@ class Torn(support.TempDirTest):
         skip = [e for e in support.read_lines(events) if e["type"] == "checkpoint" and e.get("phase") == "skip"]
         self.assertEqual([(e["dir"], e["problems"]) for e in skip], [(d4, problems)])
 
+        # The torch-free CLI says the same.
+        p = support.run_py(["-m", "anchor_pilot", "verify", d4])
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        self.assertEqual(p.stdout.splitlines(), ["%s: INVALID, 1 problems:" % d4, "  - " + problems[0]])
+        p = support.run_py(["-m", "anchor_pilot", "verify", os.path.join(ck, "step-00000002")])
+        self.assertEqual((p.returncode, p.stdout.strip()), (0, "%s/step-00000002: ok (step 2)" % ck))
+
         # Asked for that step explicitly (the spec's "restore"), it is an error, not a fallback.
         explicit, _, _ = tiny(ck, restore=d4, role="resume")
         with self.assertRaises(ap.CheckpointError) as cm:
