@@ -1,0 +1,79 @@
+"""JSON lines the helper reports (docs/program-protocol.schema.json)."""
+import json
+import math
+import os
+import platform
+import time
+
+import torch
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+class EventLog:
+    """Appends one JSON object per line to ``path`` (O_APPEND, one write per
+    line, so ranks appending to one file do not interleave within a line).
+    Without a path, events are only kept in ``self.lines``."""
+
+    def __init__(self, path, rank):
+        self.path, self.rank, self.lines, self.fd = path, rank, [], None
+        if path:
+            d = os.path.dirname(os.path.abspath(path))
+            os.makedirs(d, exist_ok=True)
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def emit(self, type_, **fields):
+        event = {"type": type_, "rank": self.rank, "time": round(time.time(), 6)}
+        event.update(_clean(fields))
+        self.lines.append(event)
+        if self.fd is not None:
+            line = (json.dumps(event, sort_keys=False, allow_nan=False) + "\n").encode()
+            os.write(self.fd, line)
+        return event
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def versions():
+    cuda = torch.version.cuda
+    cudnn = nccl = None
+    try:
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:  # noqa: BLE001 - a library probe, reported as unknown
+        cudnn = None
+    if torch.cuda.is_available():
+        try:
+            v = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:  # noqa: BLE001
+            nccl = None
+    return {"torch": torch.__version__, "cuda": cuda, "cudnn": cudnn, "nccl": nccl,
+            "python": platform.python_version()}
+
+
+def memory():
+    """CUDA allocated/reserved/total of the current device, else the RSS."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        dev = torch.cuda.current_device()
+        return {"device": "cuda:%d" % dev, "allocated_bytes": torch.cuda.memory_allocated(dev),
+                "reserved_bytes": torch.cuda.memory_reserved(dev),
+                "max_allocated_bytes": torch.cuda.max_memory_allocated(dev),
+                "total_bytes": torch.cuda.get_device_properties(dev).total_memory}
+    rss = None
+    try:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = None
+    return {"device": "cpu", "rss_bytes": rss}

@@ -1,0 +1,572 @@
+"""The Pilot: checkpoints, restores and reports one training loop."""
+import collections
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+
+from . import events as ev
+from . import safetensors as st
+from . import tensors as tt
+from . import state as stt
+from . import store
+from .errors import CheckpointError, PilotError, RestoreError
+from .spec import Spec
+
+from . import __version__
+STATE_FORMAT = "anchor-pilot.state/v1"
+COMPONENT_FORMAT = "anchor-pilot.component/v1"
+COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "rng", "data")
+PER_RANK = ("rng", "data")
+# Optimizer states that have their parameter's shape (checked on restore).
+_PARAM_SHAPED = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta",
+                 "sum", "ax", "prev"}
+
+
+def _dist():
+    d = torch.distributed
+    return d if d.is_available() and d.is_initialized() else None
+
+
+def rank_and_world():
+    d = _dist()
+    if d is not None:
+        return d.get_rank(), d.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def seed_all(seed):
+    """Seeds torch (CPU and every CUDA device), Python's random and, when
+    NumPy is already imported, NumPy's global RNG."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % 2 ** 32)
+
+
+def set_deterministic():
+    """torch.use_deterministic_algorithms(True), CUBLAS_WORKSPACE_CONFIG=:4096:8,
+    cuDNN deterministic and not benchmarking. Call it before the first CUDA
+    matmul: cuBLAS reads its workspace setting once."""
+    want = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if want not in (None, ":4096:8", ":16:8"):
+        raise PilotError("deterministic mode", "CUBLAS_WORKSPACE_CONFIG is %r" % want,
+                         "unset it or set :4096:8 (or :16:8); other values make cuBLAS nondeterministic")
+    if want is None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            raise PilotError("deterministic mode", "CUDA is already initialized and CUBLAS_WORKSPACE_CONFIG "
+                             "is unset, so cuBLAS may already run nondeterministically",
+                             "call anchor_pilot.setup() before the model is built, or export "
+                             "CUBLAS_WORKSPACE_CONFIG=:4096:8")
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def setup(seed=0, deterministic=False):
+    """Call first, before building the model: reads ANCHOR_PILOT_SPEC when it
+    is set (its seed and deterministic flag win over the arguments), seeds
+    every RNG and turns deterministic mode on when asked. Returns the Spec or
+    None when running standalone."""
+    spec = Spec.from_env()
+    if spec is not None:
+        seed, deterministic = spec.seed, spec.deterministic
+    if deterministic:
+        set_deterministic()
+    seed_all(seed)
+    return spec
+
+
+def _unwrap(model):
+    return model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
+
+
+class _Component:
+    """How to read and write one component's state."""
+
+    def __init__(self, name, get, put):
+        self.name, self.get, self.put = name, get, put
+
+
+class Pilot:
+    """Checkpoints, restores and reports one training loop.
+
+    Standalone: ``Pilot(checkpoint_dir, model=..., optimizer=..., save_at=[...], stop_at=N)``.
+    Under anchor: ``Pilot.from_env(model=..., ...)`` reads ANCHOR_PILOT_SPEC.
+    ``data`` is an object with state_dict()/load_state_dict(), or a pair
+    (get, set) of callables; its state must be JSON-able (tensors allowed).
+    """
+
+    def __init__(self, checkpoint_dir=None, *, model, optimizer=None, scheduler=None, scaler=None, data=None,
+                 save_at=(), stop_at=None, seed=None, deterministic=False, events=None, digests_every=0,
+                 restore=None, role="standalone", spec=None, check_restore=True):
+        if spec is not None:
+            checkpoint_dir, save_at, stop_at, seed = spec.checkpoint_dir, spec.save_at, spec.stop_at, spec.seed
+            deterministic, events, digests_every = spec.deterministic, spec.events, spec.digests_every
+            restore, role = spec.restore, spec.role
+        if not checkpoint_dir:
+            raise PilotError("create Pilot", "no checkpoint_dir", "pass checkpoint_dir=... or run under anchor "
+                             "(ANCHOR_PILOT_SPEC)")
+        if model is None:
+            raise PilotError("create Pilot", "no model", "pass model=<your torch.nn.Module>")
+        self.spec, self.role, self.checkpoint_dir = spec, role, checkpoint_dir
+        self.save_at = sorted(set(save_at or ()))
+        self.stop_at, self.seed, self.restore_dir = stop_at, seed, restore
+        self.digests_every, self.check_restore = digests_every, check_restore
+        self.rank, self.world_size = rank_and_world()
+        self.model, self.optimizer, self.scheduler, self.scaler, self.data = model, optimizer, scheduler, scaler, data
+        if deterministic and not (torch.are_deterministic_algorithms_enabled() and
+                                  os.environ.get("CUBLAS_WORKSPACE_CONFIG")):
+            set_deterministic()  # setup() did it already, usually (torch 2.x: importing dynamo costs ~2 s)
+        self.events = ev.EventLog(events, self.rank)
+        self.last_digests = None
+        self.restored_from = None
+        self.skipped = []
+        self._last = time.monotonic()
+        self._data_ready = None
+        self._closed = False
+        self._restoring = None
+        self.components = collections.OrderedDict()
+        self.components["model"] = _Component("model", self._model_get, self._model_put)
+        if optimizer is not None:
+            self.components["optimizer"] = _Component("optimizer", optimizer.state_dict, optimizer.load_state_dict)
+        if scheduler is not None:
+            self.components["scheduler"] = _Component("scheduler", scheduler.state_dict, scheduler.load_state_dict)
+        if scaler is not None:
+            self.components["scaler"] = _Component("scaler", scaler.state_dict, scaler.load_state_dict)
+        self.components["rng"] = _Component("rng", _rng_get, _rng_put)
+        if data is not None:
+            if isinstance(data, tuple) and len(data) == 2 and all(callable(f) for f in data):
+                self.components["data"] = _Component("data", data[0], data[1])
+            elif hasattr(data, "state_dict") and hasattr(data, "load_state_dict"):
+                self.components["data"] = _Component("data", data.state_dict, data.load_state_dict)
+            else:
+                raise PilotError("create Pilot", "data is a %s without state_dict()/load_state_dict()"
+                                 % type(data).__name__,
+                                 "pass an object with both methods, or a pair (get_state, set_state)")
+        self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
+                         anchor_pilot=__version__)
+
+    @classmethod
+    def from_env(cls, *, model, optimizer=None, scheduler=None, scaler=None, data=None, **standalone):
+        """A Pilot configured by ANCHOR_PILOT_SPEC when it is set, else by
+        the keyword arguments in ``standalone`` (checkpoint_dir, save_at, ...)."""
+        spec = Spec.from_env()
+        if spec is not None:
+            return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, spec=spec)
+        return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, **standalone)
+
+    # ----- components ---------------------------------------------------------------------------------------
+    def _model_get(self):
+        return _unwrap(self.model).state_dict()
+
+    def _model_put(self, sd):
+        current = _unwrap(self.model).state_dict()
+        problems = []
+        missing = [k for k in current if k not in sd]
+        unexpected = [k for k in sd if k not in current]
+        if missing:
+            problems.append("missing %s" % ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+        if unexpected:
+            problems.append("unexpected %s" % ", ".join(unexpected[:10]) + (" ..." if len(unexpected) > 10 else ""))
+        for k, c in current.items():
+            v = sd.get(k)
+            if isinstance(c, torch.Tensor) and isinstance(v, torch.Tensor):
+                if tuple(c.shape) != tuple(v.shape):
+                    problems.append("%s has shape %s in the checkpoint, %s in the model"
+                                    % (k, list(v.shape), list(c.shape)))
+                elif c.dtype != v.dtype:
+                    problems.append("%s is %s in the checkpoint, %s in the model" % (k, v.dtype, c.dtype))
+        if problems:
+            raise RestoreError("restore model from %s" % self._restoring,
+                               "the checkpoint does not fit the model: " + "; ".join(problems),
+                               "build the same model (architecture, sizes, dtype) as the run that saved it")
+        _unwrap(self.model).load_state_dict(sd, strict=True)
+
+    def _file(self, name):
+        if name in PER_RANK and self.world_size > 1:
+            return "%s-rank%05d-of-%05d.safetensors" % (name, self.rank, self.world_size)
+        return name + ".safetensors"
+
+    def _writes(self, name):
+        return name in PER_RANK or self.rank == 0
+
+    def _serialize(self, name):
+        comp = self.components[name]
+        value = comp.get()
+        tensors = {}
+        meta = {"anchor_pilot.format": COMPONENT_FORMAT, "anchor_pilot.component": name}
+        if name == "model":
+            versions = getattr(value, "_metadata", None)
+            if versions:
+                meta["anchor_pilot.module_metadata"] = stt.to_json(stt.encode(dict(versions), {}, what="model"))
+            value = dict(value)
+        structure = stt.encode(value, tensors, what=name)
+        meta["anchor_pilot.structure"] = stt.to_json(structure)
+        prefix, chunks = tt.serialize(tensors, meta)
+        return prefix, chunks
+
+    def digests(self, step=None, emit=True, when="step"):
+        """SHA-256 per component: the digest of the file its state would be
+        saved as (so a digest after restore equals the manifest's)."""
+        out = collections.OrderedDict()
+        for name in self.components:
+            prefix, chunks = self._serialize(name)
+            out[name] = st.digest(prefix, chunks)
+        self.last_digests = dict(out)
+        if emit:
+            self.events.emit("digests", step=step, when=when, components=out)
+        return dict(out)
+
+    # ----- the loop -------------------------------------------------------------------------------------------
+    def data_ready(self):
+        """Marks that the batch of this step is ready (splits data_wait_s from compute_s)."""
+        self._data_ready = time.monotonic()
+
+    def step(self, step, loss=None, grad_norm=None, lr=None, tokens=None, data_wait_s=None, compute_s=None):
+        """Reports one step (a "step" line); digests too every digests_every steps."""
+        now = time.monotonic()
+        if self._data_ready is not None:
+            if data_wait_s is None:
+                data_wait_s = self._data_ready - self._last
+            if compute_s is None:
+                compute_s = now - self._data_ready
+        elif compute_s is None:
+            compute_s = now - self._last
+        self._last, self._data_ready = now, None
+        if lr is None and self.optimizer is not None:
+            lr = self.optimizer.param_groups[0].get("lr")
+            lr = float(lr) if lr is not None else None
+        if isinstance(loss, torch.Tensor):
+            loss = loss.item()
+        if isinstance(grad_norm, torch.Tensor):
+            grad_norm = grad_norm.item()
+        self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
+                         data_wait_s=data_wait_s, compute_s=compute_s)
+        if self.digests_every and step % self.digests_every == 0:
+            self.digests(step)
+
+    def eval(self, step, loss):
+        self.events.emit("eval", step=step, loss=float(loss))
+
+    def memory(self, stage):
+        return self.events.emit("memory", stage=stage, **ev.memory())
+
+    # ----- save ---------------------------------------------------------------------------------------------
+    def maybe_save(self, step):
+        """Saves when ``step`` is one of save_at; returns the step directory or None."""
+        return self.save(step) if step in self.save_at else None
+
+    def save(self, step):
+        """Saves every component as checkpoint ``step`` (atomic; see docs/checkpoints.md).
+        Under DDP every rank must call it. Returns the step directory."""
+        t0 = time.monotonic()
+        self.events.emit("checkpoint", op="save", phase="begin", step=step,
+                         dir=os.path.join(self.checkpoint_dir, store.step_dir_name(step)))
+        own = [(n, self._file(n)) for n in self.components if self._writes(n)]
+        blobs = {f: self._serialize(n) for n, f in own}
+        # Every rank reports the digest of every component (also those rank 0 writes), so
+        # each rank's lines compare with its own lines after a restore.
+        owned = dict(own)
+        digests = collections.OrderedDict(
+            (n, st.digest(*(blobs[owned[n]] if n in owned else self._serialize(n)))) for n in self.components)
+        files_by_component = {n: ([self._file(n)] if n not in PER_RANK or self.world_size == 1 else
+                                  ["%s-rank%05d-of-%05d.safetensors" % (n, r, self.world_size)
+                                   for r in range(self.world_size)]) for n in self.components}
+        state = {"format": STATE_FORMAT, "world_size": self.world_size, "seed": self.seed,
+                 "components": files_by_component,
+                 "saved_by": {"anchor_pilot": __version__, "torch": torch.__version__}}
+        if self.world_size == 1:
+            sv = store.Save(self.checkpoint_dir, step)
+            try:
+                sv.begin([f for _, f in own])
+                for _, f in own:
+                    prefix, chunks = blobs[f]
+                    sv.write(f, [prefix] + chunks)
+                final = sv.commit(state)
+            except PilotError:
+                sv.abort()
+                raise
+            except OSError as e:
+                sv.abort()
+                raise CheckpointError("save checkpoint step %d in %s" % (step, self.checkpoint_dir),
+                                      "%s: %s" % (e.filename or "", e.strerror or e),
+                                      "check free space and permissions of the checkpoint directory") from e
+            nbytes = sv.bytes
+        else:
+            final, nbytes = self._save_distributed(step, own, blobs, state)
+        self.events.emit("checkpoint", op="save", phase="end", step=step, dir=final, bytes=nbytes,
+                         seconds=time.monotonic() - t0)
+        self.last_digests = dict(digests)
+        self.events.emit("digests", step=step, when="save", components=digests)
+        return final
+
+    def _save_distributed(self, step, own, blobs, state):
+        d = _dist()
+        if d is None:
+            raise CheckpointError("save checkpoint step %d" % step,
+                                  "WORLD_SIZE is %d but torch.distributed is not initialized" % self.world_size,
+                                  "call torch.distributed.init_process_group() before creating the Pilot")
+        sv = None
+        box = [None]
+        if self.rank == 0:
+            sv = store.Save(self.checkpoint_dir, step, remote=True)
+            try:
+                sv.begin([f for _, f in own])
+                box[0] = {"tmp": sv.tmp}
+            except (PilotError, OSError) as e:
+                box[0] = {"error": "rank 0: %s" % e}
+        d.broadcast_object_list(box, src=0)
+        if "error" in box[0]:
+            raise CheckpointError("save checkpoint step %d" % step, box[0]["error"])
+        report = {"files": []}
+        try:
+            for _, f in own:
+                prefix, chunks = blobs[f]
+                if self.rank == 0:
+                    sv.write(f, [prefix] + chunks)
+                else:
+                    report["files"].append(store.write_into(box[0]["tmp"], f, [prefix] + chunks))
+        except (PilotError, OSError) as e:
+            report = {"error": "rank %d: %s" % (self.rank, e)}
+        reports = [None] * self.world_size if self.rank == 0 else None
+        d.gather_object(report, reports, dst=0)
+        outcome = [None]
+        if self.rank == 0:
+            errors = [r["error"] for r in reports if "error" in r]
+            try:
+                if errors:
+                    raise CheckpointError("save checkpoint step %d" % step, "; ".join(errors))
+                sv.add_remote([tuple(f) for r in reports[1:] for f in r["files"]])
+                outcome[0] = {"dir": sv.commit(state), "bytes": sv.bytes}
+            except (PilotError, OSError) as e:
+                sv.abort()
+                outcome[0] = {"error": str(e)}
+        d.broadcast_object_list(outcome, src=0)
+        if "error" in outcome[0]:
+            raise CheckpointError("save checkpoint step %d in %s" % (step, self.checkpoint_dir), outcome[0]["error"],
+                                  "the save left no committed step; earlier checkpoints are untouched")
+        return outcome[0]["dir"], outcome[0]["bytes"]
+
+    # ----- restore ------------------------------------------------------------------------------------------
+    def _choose(self):
+        """The Verified step directory to restore, or None to start from 0."""
+        if self.restore_dir:
+            v, problems = store.inspect(self.restore_dir)
+            if v is None:
+                raise CheckpointError("restore %s" % self.restore_dir,
+                                      "it does not verify: " + "; ".join(problems),
+                                      "run `anchor checkpoint verify %s` for details; restore another step"
+                                      % self.restore_dir)
+            return v
+        v, skipped = store.newest(self.checkpoint_dir)
+        self.skipped = skipped
+        for path, problems in skipped:
+            sys.stderr.write("anchor_pilot: skipped checkpoint %s: %s\n" % (path, "; ".join(problems)))
+            self.events.emit("checkpoint", op="restore", phase="skip", dir=path, problems=problems)
+        if v is None and self.role == "resume":
+            why = "no step directory verifies" + ("" if skipped else " (there are none)")
+            raise CheckpointError("resume from %s" % self.checkpoint_dir, why,
+                                  "a resume run needs a committed checkpoint; check the reference run's save")
+        return v
+
+    def restore(self, skip=()):
+        """Restores every component from the checkpoint to resume from and
+        returns its step (0 when there is none: start from scratch).
+
+        The checkpoint is the spec's ``restore`` directory, else the newest
+        step that verifies (others are skipped with their reasons, in
+        ``self.skipped`` and as "checkpoint" lines with phase "skip"). A
+        reference run never restores. ``skip`` names components deliberately
+        left as they are (experiments only: the resume then is not exact)."""
+        if self.role == "reference":
+            return 0
+        for name in skip:
+            if name not in COMPONENTS:
+                raise PilotError("restore", "unknown component %r in skip" % name, "use one of " + ", ".join(COMPONENTS))
+        t0 = time.monotonic()
+        d = _dist() if self.world_size > 1 else None
+        if d is not None:
+            box = [None]
+            if self.rank == 0:
+                try:
+                    v = self._choose()
+                    box[0] = {"dir": v.path if v else None}
+                except PilotError as e:
+                    box[0] = {"error": str(e)}
+            d.broadcast_object_list(box, src=0)
+            if "error" in box[0]:
+                raise CheckpointError("restore", box[0]["error"])
+            if box[0]["dir"] is None:
+                return 0
+            v, problems = store.inspect(box[0]["dir"])
+            if v is None:
+                raise CheckpointError("restore %s on rank %d" % (box[0]["dir"], self.rank),
+                                      "it does not verify here: " + "; ".join(problems))
+        else:
+            v = self._choose()
+            if v is None:
+                return 0
+        self.events.emit("checkpoint", op="restore", phase="begin", step=v.step, dir=v.path)
+        where = v.path
+        saved = v.state.get("components")
+        if v.state.get("format") != STATE_FORMAT or not isinstance(saved, dict):
+            raise RestoreError("restore %s" % where, "state.json is not anchor_pilot's (format %s)"
+                               % json.dumps(v.state.get("format")),
+                               "this checkpoint was written by another program (e.g. anchor's own trainer); "
+                               "anchor_pilot restores only checkpoints it saved")
+        if v.state.get("world_size") != self.world_size:
+            raise RestoreError("restore %s" % where, "saved by %s ranks, restoring on %d"
+                               % (v.state.get("world_size"), self.world_size),
+                               "resume with the same number of ranks (the helper does not reshard)")
+        unknown = [n for n in saved if n not in COMPONENTS]
+        missing = [n for n in self.components if n not in saved and n not in skip]
+        extra = [n for n in saved if n in COMPONENTS and n not in self.components and n not in skip]
+        if unknown or missing or extra:
+            why = []
+            if missing:
+                why.append("it has no %s state (%s), which this Pilot was given"
+                           % (" / ".join(missing), ", ".join(self._file(n) for n in missing)))
+            if extra:
+                why.append("it holds %s state, which this Pilot was not given" % " / ".join(extra))
+            if unknown:
+                why.append("unknown components %s" % ", ".join(unknown))
+            raise RestoreError("restore %s" % where, "; ".join(why),
+                               "create the Pilot with the same components as the run that saved it "
+                               "(model, optimizer, scheduler, scaler, data)")
+        nbytes = 0
+        expected = {}
+        order = [n for n in self.components if n != "rng"] + ["rng"]  # RNG last: nothing after it draws
+        for name in order:
+            if name in skip:
+                continue
+            fname = self._file(name)
+            if fname not in v.files:
+                raise RestoreError("restore %s" % where, "%s is missing for the %s state" % (fname, name),
+                                   "restore with the same number of ranks it was saved with")
+            meta, tensors = v.files[fname]
+            nbytes += sum(len(b) for _, _, b in tensors.values())
+            try:
+                structure = json.loads(meta["anchor_pilot.structure"])
+            except (KeyError, ValueError) as e:
+                raise RestoreError("restore %s/%s" % (where, fname), "no valid anchor_pilot.structure metadata (%s)" % e,
+                                   "the file was not written by anchor_pilot")
+            objs = {k: tt.to_tensor(dt, shape, buf) for k, (dt, shape, buf) in tensors.items()}
+            value = stt.decode(structure, objs, "%s/%s" % (where, fname))
+            if name == "model":
+                value = collections.OrderedDict(value)
+                if "anchor_pilot.module_metadata" in meta:
+                    value._metadata = collections.OrderedDict(
+                        stt.decode(json.loads(meta["anchor_pilot.module_metadata"]), {}, fname))
+            if name == "optimizer":
+                self._check_optimizer(value, where + "/" + fname)
+            self._restoring = "%s/%s" % (where, fname)
+            try:
+                self.components[name].put(value)
+            except PilotError:
+                raise
+            except (ValueError, RuntimeError, KeyError, TypeError) as e:
+                raise RestoreError("restore %s from %s/%s" % (name, where, fname), "%s: %s" % (type(e).__name__, e),
+                                   "the %s does not accept the saved state: build it as the run that saved it did"
+                                   % name) from e
+            expected[name] = v.digests[fname]
+        digests = self.digests(v.step, emit=False)
+        if self.check_restore:
+            bad = [n for n in expected if digests[n] != expected[n]]
+            if bad:
+                raise RestoreError("restore %s" % where, "after loading, the state of %s differs from the checkpoint "
+                                   "(%s)" % (", ".join(bad), "; ".join("%s: file %s, restored %s"
+                                                                        % (n, expected[n][:12], digests[n][:12])
+                                                                        for n in bad)),
+                                   "its load_state_dict does not restore what its state_dict returned; "
+                                   "make them inverse (or pass check_restore=False to accept it)")
+        self.events.emit("checkpoint", op="restore", phase="end", step=v.step, dir=where, bytes=nbytes,
+                         seconds=time.monotonic() - t0)
+        self.events.emit("digests", step=v.step, when="restore", components=digests)
+        self.restored_from = v
+        self._last = time.monotonic()
+        return v.step
+
+    def _check_optimizer(self, sd, where):
+        opt = self.optimizer
+        groups = sd.get("param_groups") if isinstance(sd, dict) else None
+        if not isinstance(groups, list):
+            raise RestoreError("restore optimizer from %s" % where, "no param_groups", "the file is not an optimizer state")
+        if len(groups) != len(opt.param_groups):
+            raise RestoreError("restore optimizer from %s" % where, "the checkpoint has %d parameter groups, the "
+                               "optimizer %d" % (len(groups), len(opt.param_groups)),
+                               "build the optimizer with the same parameter groups as the run that saved it")
+        params = [p for g in opt.param_groups for p in g["params"]]
+        saved_sizes = [len(g["params"]) for g in groups]
+        sizes = [len(g["params"]) for g in opt.param_groups]
+        if saved_sizes != sizes:
+            raise RestoreError("restore optimizer from %s" % where, "parameter groups hold %s parameters in the "
+                               "checkpoint, %s in the optimizer" % (saved_sizes, sizes),
+                               "build the optimizer over the same parameters, in the same order")
+        index = {}
+        for g_saved, g in zip(groups, opt.param_groups):
+            for i, p in zip(g_saved["params"], g["params"]):
+                index[i] = p
+        problems = []
+        for i, entry in sd.get("state", {}).items():
+            p = index.get(i)
+            if p is None or not isinstance(entry, dict):
+                continue
+            for k, t in entry.items():
+                if k in _PARAM_SHAPED and isinstance(t, torch.Tensor) and tuple(t.shape) != tuple(p.shape):
+                    problems.append("state %s.%s has shape %s, the parameter %s" % (i, k, list(t.shape), list(p.shape)))
+        if problems:
+            raise RestoreError("restore optimizer from %s" % where, "; ".join(problems[:10]),
+                               "build the same model and optimizer as the run that saved it")
+
+    # ----- end ----------------------------------------------------------------------------------------------
+    def error(self, message):
+        self.events.emit("error", message=str(message))
+
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            self.events.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self.error("%s: %s" % (type(exc).__name__, exc))
+        self.close()
+        return False
+
+    @property
+    def start_step(self):
+        return self.restored_from.step if self.restored_from else 0
+
+
+def _rng_get():
+    s = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        s["numpy"] = np.random.get_state()
+    return s
+
+
+def _rng_put(s):
+    torch.set_rng_state(s["torch"])
+    v = s["python"]
+    random.setstate((v[0], tuple(v[1]), v[2]))
+    if "cuda" in s:
+        if not torch.cuda.is_available() or torch.cuda.device_count() != len(s["cuda"]):
+            raise RestoreError("restore rng", "saved %d CUDA generator states, %d CUDA devices here"
+                               % (len(s["cuda"]), torch.cuda.device_count() if torch.cuda.is_available() else 0),
+                               "resume on as many visible GPUs as the run that saved it")
+        torch.cuda.set_rng_state_all(s["cuda"])
+    if "numpy" in s:
+        import numpy as np
+        np.random.set_state(s["numpy"])

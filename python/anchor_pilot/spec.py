@@ -1,0 +1,106 @@
+"""The spec anchor hands a worker: ANCHOR_PILOT_SPEC names a JSON file.
+
+    {"protocol": 1, "role": "reference" | "resume", "run_dir": str,
+     "checkpoint_dir": str, "save_at": [int], "stop_at": int,
+     "restore": str | null, "seed": int, "deterministic": bool,
+     "events": str, "digests_every": int (optional, default 0)}
+
+Relative paths are taken relative to the spec file's directory. Every
+problem (unknown or missing keys, wrong types) is reported at once.
+"""
+import json
+import os
+
+from .errors import SpecError
+
+PROTOCOL = 1
+ENV = "ANCHOR_PILOT_SPEC"
+ROLES = ("reference", "resume")
+_REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_at", "restore", "seed",
+             "deterministic", "events")
+_OPTIONAL = ("digests_every",)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class Spec:
+    """A validated spec (attributes named as the keys)."""
+
+    def __init__(self, role, run_dir, checkpoint_dir, save_at, stop_at, restore, seed, deterministic, events,
+                 digests_every=0, path=None):
+        self.protocol = PROTOCOL
+        self.role, self.run_dir, self.checkpoint_dir = role, run_dir, checkpoint_dir
+        self.save_at, self.stop_at, self.restore = sorted(set(save_at)), stop_at, restore
+        self.seed, self.deterministic, self.events = seed, deterministic, events
+        self.digests_every, self.path = digests_every, path
+
+    @classmethod
+    def from_file(cls, path):
+        what = "read pilot spec %s" % path
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise SpecError(what, "the file does not exist",
+                            "%s names the spec file anchor writes for the worker; run the program through anchor, "
+                            "or unset %s to run it standalone" % (ENV, ENV))
+        except OSError as e:
+            raise SpecError(what, "cannot be read: %s" % (e.strerror or e), "check the path and its permissions")
+        try:
+            d = json.loads(raw.decode("utf-8"))
+        except ValueError as e:
+            raise SpecError(what, "not valid JSON: %s" % e, "the spec is written by anchor; do not edit it by hand")
+        if not isinstance(d, dict):
+            raise SpecError(what, "not a JSON object", "the spec is a JSON object with a \"protocol\" key")
+        if "protocol" in d and d["protocol"] != PROTOCOL:
+            raise SpecError(what, "unknown protocol version %s (this anchor_pilot speaks protocol %d)"
+                            % (json.dumps(d["protocol"]), PROTOCOL),
+                            "install the anchor_pilot that ships with this anchor (pip install <anchor>/python)")
+        problems = []
+        unknown = sorted(set(d) - set(_REQUIRED) - set(_OPTIONAL))
+        if unknown:
+            problems.append("unknown key%s %s" % ("s" if len(unknown) > 1 else "", ", ".join(map(repr, unknown))))
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            problems.append("missing key%s %s" % ("s" if len(missing) > 1 else "", ", ".join(map(repr, missing))))
+
+        def check(key, ok, expected):
+            if key in d and not ok(d[key]):
+                problems.append("%r is %s, expected %s" % (key, json.dumps(d[key]), expected))
+
+        check("role", lambda v: v in ROLES, " or ".join('"%s"' % r for r in ROLES))
+        for k in ("run_dir", "checkpoint_dir", "events"):
+            check(k, lambda v: isinstance(v, str) and v, "a non-empty string")
+        check("save_at", lambda v: isinstance(v, list) and all(_is_int(s) and s >= 1 for s in v),
+              "a list of integers >= 1")
+        check("stop_at", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+        check("restore", lambda v: v is None or (isinstance(v, str) and v), "null or a step directory")
+        check("seed", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+        check("deterministic", lambda v: isinstance(v, bool), "true or false")
+        check("digests_every", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+        if not problems and d["role"] == "reference" and d["restore"] is not None:
+            problems.append("'restore' is %s but role is \"reference\" (a reference run starts from step 0)"
+                            % json.dumps(d["restore"]))
+        if problems:
+            raise SpecError(what, "%d problem%s: %s" % (len(problems), "s" if len(problems) > 1 else "",
+                                                        "; ".join(problems)),
+                            "the spec is written by anchor; this anchor_pilot speaks protocol %d" % PROTOCOL)
+        base = os.path.dirname(os.path.abspath(path))
+
+        def rel(p):
+            return p if p is None or os.path.isabs(p) else os.path.join(base, p)
+
+        return cls(role=d["role"], run_dir=rel(d["run_dir"]), checkpoint_dir=rel(d["checkpoint_dir"]),
+                   save_at=d["save_at"], stop_at=d["stop_at"], restore=rel(d["restore"]), seed=d["seed"],
+                   deterministic=d["deterministic"], events=rel(d["events"]),
+                   digests_every=d.get("digests_every", 0), path=path)
+
+    @classmethod
+    def from_env(cls, environ=None):
+        """The spec ANCHOR_PILOT_SPEC names, or None when it is unset."""
+        path = (os.environ if environ is None else environ).get(ENV)
+        if not path:
+            return None
+        return cls.from_file(path)

@@ -1,0 +1,137 @@
+"""docs/program-protocol.schema.json describes the spec and the lines the helper
+really writes. A small validator for the keywords the schema uses (no
+jsonschema package here); a keyword it does not know fails the test, so the
+schema cannot silently rely on one it ignores."""
+import json
+import os
+import re
+
+import torch
+
+from tests import support
+
+import anchor_pilot as ap
+
+SCHEMA = os.path.join(support.REPO, "docs", "program-protocol.schema.json")
+ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description"}
+
+
+def _type_ok(v, t):
+    if t == "integer":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if t == "number":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return {"string": str, "boolean": bool, "object": dict, "array": list, "null": type(None)}[t] is type(v)
+
+
+def validate(v, s, root, path="$"):
+    """[problems] of ``v`` against schema ``s``."""
+    errs = []
+    for k in s:
+        if k not in ANNOTATIONS and k not in ("$ref", "type", "const", "enum", "properties", "required",
+                                              "additionalProperties", "items", "minimum", "minItems",
+                                              "minLength", "pattern", "oneOf"):
+            raise AssertionError("schema keyword %r at %s is not supported by this validator" % (k, path))
+    if "$ref" in s:
+        node = root
+        for part in s["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        errs += validate(v, node, root, path)
+    if "type" in s:
+        types = s["type"] if isinstance(s["type"], list) else [s["type"]]
+        if not any(_type_ok(v, t) for t in types):
+            return errs + ["%s: %r is not %s" % (path, v, types)]
+    if "const" in s and v != s["const"]:
+        errs.append("%s: %r is not %r" % (path, v, s["const"]))
+    if "enum" in s and v not in s["enum"]:
+        errs.append("%s: %r is not one of %r" % (path, v, s["enum"]))
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and "minimum" in s and v < s["minimum"]:
+        errs.append("%s: %r < %r" % (path, v, s["minimum"]))
+    if isinstance(v, str):
+        if "minLength" in s and len(v) < s["minLength"]:
+            errs.append("%s: too short" % path)
+        if "pattern" in s and not re.search(s["pattern"], v):
+            errs.append("%s: %r does not match %s" % (path, v, s["pattern"]))
+    if isinstance(v, list):
+        if "minItems" in s and len(v) < s["minItems"]:
+            errs.append("%s: fewer than %d items" % (path, s["minItems"]))
+        for i, x in enumerate(v):
+            if "items" in s:
+                errs += validate(x, s["items"], root, "%s[%d]" % (path, i))
+    if isinstance(v, dict):
+        for k in s.get("required", []):
+            if k not in v:
+                errs.append("%s: missing %r" % (path, k))
+        props = s.get("properties", {})
+        for k, x in v.items():
+            if k in props:
+                errs += validate(x, props[k], root, "%s.%s" % (path, k))
+            elif s.get("additionalProperties") is False:
+                errs.append("%s: unexpected key %r" % (path, k))
+    if "oneOf" in s:
+        matches = [o for o in s["oneOf"] if not validate(v, o, root, path)]
+        if len(matches) != 1:
+            errs.append("%s: matches %d of the oneOf alternatives, expected 1" % (path, len(matches)))
+    return errs
+
+
+class Schema(support.TempDirTest):
+    @classmethod
+    def setUpClass(cls):
+        with open(SCHEMA) as f:
+            cls.schema = json.load(f)
+
+    def check(self, value, kind):
+        return validate(value, self.schema["$defs"][kind], self.schema)
+
+    def test_spec_files(self):
+        path = support.write_spec(self.path("spec.json"), checkpoint_dir="ck", events="ev.jsonl", save_at=[2, 4],
+                                  role="resume", restore="ck/step-00000002", digests_every=2)
+        with open(path) as f:
+            spec = json.load(f)
+        self.assertEqual(self.check(spec, "spec"), [])
+        ap.Spec.from_file(path)  # the helper accepts what the schema accepts
+        self.assertNotEqual(self.check(dict(spec, protocol=2), "spec"), [])
+        self.assertNotEqual(self.check(dict(spec, extra=1), "spec"), [])
+        self.assertNotEqual(self.check({k: v for k, v in spec.items() if k != "seed"}, "spec"), [])
+
+    def test_every_line_the_helper_writes(self):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        events = self.path("ev.jsonl")
+        pilot = ap.Pilot(self.path("ck"), model=m, optimizer=opt, events=events, digests_every=1,
+                         data=(lambda: {"i": 1}, lambda s: None))
+        pilot.data_ready()
+        pilot.step(1, loss=torch.tensor(0.5), grad_norm=float("inf"), tokens=3)
+        pilot.step(2, loss=float("nan"))
+        pilot.eval(2, 0.25)
+        pilot.save(2)
+        pilot.save(3)
+        with open(os.path.join(self.path("ck"), "step-00000003", "model.safetensors"), "r+b") as f:
+            f.seek(-1, 2)
+            last = f.read(1)
+            f.seek(-1, 2)
+            f.write(bytes([last[0] ^ 1]))
+        pilot.memory("after")
+        pilot.error("boom")
+        pilot.close()
+        fresh = ap.Pilot(self.path("ck"), model=m, optimizer=opt, events=events,
+                         data=(lambda: {"i": 1}, lambda s: None))
+        self.assertEqual(fresh.restore(), 2)
+        fresh.close()
+        lines = support.read_lines(events)
+        seen = set()
+        for line in lines:
+            self.assertEqual(self.check(line, "event"), [], line)
+            seen.add((line["type"], line.get("phase")))
+        self.assertEqual(seen, {("hello", None), ("step", None), ("eval", None), ("digests", None),
+                                ("checkpoint", "begin"), ("checkpoint", "end"), ("checkpoint", "skip"),
+                                ("memory", None), ("error", None)})
+        step1 = [l for l in lines if l["type"] == "step"][0]
+        self.assertEqual((step1["loss"], step1["grad_norm"], step1["lr"], step1["tokens"]), (0.5, "inf", 0.1, 3))
+        self.assertIsNone([l for l in lines if l["type"] == "step"][1]["loss"])  # NaN: null, the line stays JSON
+        # Negative controls: the schema rejects what the contract does not allow.
+        self.assertNotEqual(self.check({k: v for k, v in step1.items() if k != "loss"}, "event"), [])
+        self.assertNotEqual(self.check(dict(step1, type="stepp"), "event"), [])
+        self.assertNotEqual(self.check(dict(lines[0], protocol=2), "event"), [])
