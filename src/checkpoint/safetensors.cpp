@@ -732,6 +732,12 @@ void HeaderParser::value(Kind kind) {
 }
 
 bool HeaderParser::open(bool is_object) {
+  // A header nests 3 levels (tensor entry, shape); 100 MiB of '[' would hold
+  // ~1.6 GB of frames before the syntax error at its end.
+  if (stack_.size() >= kMaxJsonDepth) {
+    r_.syntax_error = "arrays and objects nest deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return false;
+  }
   value(is_object ? Kind::kObject : Kind::kArray);
   if (render_.out) {
     render_.before_value();

@@ -390,13 +390,32 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
     return std::nullopt;
   };
 
+  // The size of a regular file as lstat sees it (nullopt: not one, or gone):
+  // what anchor checks before reading a file into memory. A 1 TB sparse
+  // COMMITTED, or a model file far larger than its manifest says, is a
+  // problem, not an allocation that fails (or the OOM killer).
+  auto regular_size = [&](const std::string& name) -> std::optional<std::uint64_t> {
+    struct stat st {};
+    if (::lstat(join(dir, name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    return static_cast<std::uint64_t>(st.st_size);
+  };
+  // The small files (COMMITTED, manifest.json) are read whole; at most this
+  // much (a manifest lists ~100 bytes per file).
+  constexpr std::uint64_t kMaxSmallFile = 64ull << 20;
   auto read = [&](const std::string& name, FileDigest* d) -> std::optional<std::string> {
+    if (const auto size = regular_size(name); size && *size > kMaxSmallFile) {
+      problem(name + ": " + std::to_string(*size) + " bytes, more than the " + std::to_string(kMaxSmallFile) +
+              " a checkpoint's " + name + " may hold");
+      return std::nullopt;
+    }
     try {
       return read_file_hashed(join(dir, name), d);
     } catch (const Error& e) {
       problem(name + ": cannot be read: " + e.what());
-      return std::nullopt;
+    } catch (const std::bad_alloc&) {
+      problem(name + ": cannot be read: too large for memory");
     }
+    return std::nullopt;
   };
 
   // COMMITTED must hold the SHA-256 of manifest.json. An entry named
@@ -429,7 +448,7 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
   if (mtext) {
     json m;
     try {
-      m = json::parse(*mtext);
+      m = parse_json(*mtext);
     } catch (const json::exception& e) {
       problem(std::string("manifest.json is not valid JSON: ") + e.what());
     }
@@ -471,6 +490,13 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
             problem(name + " is missing (listed in manifest.json)");
             continue;
           }
+          // A file larger than the manifest says is not read at all (a sparse
+          // terabyte would be); a smaller one is, to say how it is damaged.
+          if (const auto on_disk = regular_size(name); on_disk && *on_disk > size) {
+            problem(name + ": size is " + std::to_string(*on_disk) + " bytes, manifest.json says " +
+                    std::to_string(size));
+            continue;
+          }
           FileDigest d;
           const bool is_st = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
           std::optional<FileBytes> bytes;
@@ -478,6 +504,9 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
             bytes = is_st ? FileBytes::read(join(dir, name), &d) : FileBytes(read_file_hashed(join(dir, name), &d));
           } catch (const Error& e) {
             problem(name + ": cannot be read: " + e.what());
+            continue;
+          } catch (const std::bad_alloc&) {
+            problem(name + ": cannot be read: too large for memory");
             continue;
           }
           if (d.size != size)
@@ -487,7 +516,7 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
             problem(name + ": SHA-256 is " + d.sha256 + ", manifest.json says " + sha);
           if (name == kState) {
             try {
-              json s = json::parse(bytes->data(), bytes->data() + bytes->size());
+              json s = parse_json(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
               if (!s.is_object())
                 problem("state.json is not a JSON object");
               else if (!s.contains("step") || !s["step"].is_number_integer())

@@ -39,6 +39,7 @@ struct Trust {
   // {path, key_id, source}: the key the signature verified with and why it
   // was used; null for an unsigned report.json.
   nlohmann::json key;
+  std::string sha256;  // of the bytes checked and used (one read)
 };
 
 // What `reproduces.key.source` says for a key anchor did not get from the user.
@@ -47,7 +48,12 @@ constexpr const char* kKeyBesideReport = "report.pub beside the report (not inde
 // The report inside a verified envelope, or a plain report.json (unverified).
 nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
   const std::string text = fs::read_file(o.report);
-  auto doc = nlohmann::json::parse(text, nullptr, false);
+  nlohmann::json doc;
+  try {
+    doc = parse_json(text);
+  } catch (const nlohmann::json::parse_error&) {
+    doc = nlohmann::json(nlohmann::json::value_t::discarded);
+  }
   if (doc.is_discarded())
     throw Error(ErrorKind::kVerification, o.report + " is not JSON", "give a report.intoto.json or report.json");
   if (doc.contains("payloadType")) {
@@ -67,8 +73,10 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
                  {"source", o.key.empty() ? kKeyBesideReport : "--key"}};
     std::cerr << "reproduce: the report verifies with key " << v.key_id << " ("
               << trust.key["source"].get<std::string>() << ": " << trust.key["path"].get<std::string>() << ")\n";
-    auto env = report::envelope_from_json(text);
-    return nlohmann::json::parse(env.payload).at("predicate").at("report");
+    // The payload of the bytes verify read and checked, not of another read.
+    trust.sha256 = sha256_hex(v.envelope_text);
+    auto env = report::envelope_from_json(v.envelope_text);
+    return parse_json(env.payload).at("predicate").at("report");
   }
   if (!o.allow_unsigned)
     throw Error(ErrorKind::kVerification, o.report + " is an unsigned report.json: it cannot be verified",
@@ -76,6 +84,7 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
   ANCHOR_LOG_WARN("reproduce", "UNVERIFIED: {} is unsigned; reproducing it proves nothing about who ran it", o.report);
   trust.verified = false;
   trust.key = nullptr;
+  trust.sha256 = sha256_hex(text);
   return doc;
 }
 
@@ -178,7 +187,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     // Bitwise where nothing drifted on the CPU; the recorded tolerance otherwise.
     po2.reproduce_bitwise = drift.empty() && cfg.device == "cpu";
     po2.reproduces = {{"report", std::filesystem::absolute(o->report).string()},
-                      {"report_sha256", sha256_file(o->report).sha256},
+                      {"report_sha256", trust.sha256},
                       {"run_id", original.value("run_id", "")},
                       {"verified", trust.verified},
                       {"key", trust.key},

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/process.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::fs {
@@ -35,7 +36,9 @@ std::string describe_holder(int fd) {
     text.append(buf, static_cast<std::size_t>(n));
     at += n;
   }
-  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto j = json_depth(text, kMaxJsonDepth) > kMaxJsonDepth
+                     ? nlohmann::json()
+                     : nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return "another process (its lock file does not say which)";
   auto field = [&](const char* k) {
     const auto it = j.find(k);

@@ -85,6 +85,36 @@ nlohmann::json printable_json(const nlohmann::json& j) {
   }
 }
 
+std::size_t json_depth(std::string_view text, std::size_t limit) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest && (deepest = depth) > limit) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+nlohmann::json parse_json(std::string_view text) {
+  if (json_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    throw nlohmann::json::parse_error::create(101, 0,
+                                              "syntax error: arrays and objects nest deeper than " +
+                                                  std::to_string(kMaxJsonDepth) + " levels",
+                                              nullptr);
+  return nlohmann::json::parse(text);
+}
+
 std::string dump_json(const nlohmann::json& j, int indent) {
   try {
     return j.dump(indent);
@@ -96,6 +126,7 @@ std::string dump_json(const nlohmann::json& j, int indent) {
 
 void set_path_field(nlohmann::json& obj, const std::string& key, const std::string& path) {
   obj[key] = printable(path);
+  obj.erase(key + "_hex");  // a stale one would win in path_field()
   if (is_valid_utf8(path)) return;
   static const char* kHex = "0123456789abcdef";
   std::string hex;

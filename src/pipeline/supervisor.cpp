@@ -383,14 +383,19 @@ std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_d
 // Creates the run directory and takes the locks of it and of checkpoint.dir
 // (fs::DirLock) before anything is written or removed in either: another
 // pilot's stale-temp cleanup or retention would otherwise delete this one's
-// save in progress. A run directory made here and refused is removed again.
+// save in progress. A run directory made here is removed again when a later
+// step fails, but only while this pilot holds its lock: when the lock itself
+// is refused, another pilot that found the directory (made here a moment
+// before) is using it.
 void lock_directories(Pilot& p) {
   std::error_code ec;
   const bool made = std::filesystem::create_directories(p.run_dir, ec);
   if (ec) throw io_error("create the run directory", p.run_dir, ec.value());
+  bool locked = false;
   try {
     p.run_dir = std::filesystem::canonical(p.run_dir).string();
     p.run_lock = fs::DirLock::acquire(p.run_dir, "run directory " + p.run_dir, p.run_id);
+    locked = true;
     if (!p.opts.checkpoint_dir.empty())
       p.ckpt_dir = std::filesystem::absolute(p.opts.checkpoint_dir).lexically_normal().string();
     else if (p.opts.use_config_dirs && !p.cfg.checkpoint.dir.empty())
@@ -402,11 +407,14 @@ void lock_directories(Pilot& p) {
     if (p.cfg.pilot.start_from != "latest" || std::filesystem::exists(p.ckpt_dir)) {
       std::filesystem::create_directories(p.ckpt_dir, ec);
       if (ec) throw io_error("create checkpoint.dir", p.ckpt_dir, ec.value());
-      p.ckpt_lock = fs::DirLock::acquire(p.ckpt_dir, "checkpoint.dir " + p.ckpt_dir, p.run_id);
+      // checkpoint.dir may be the run directory itself: its lock is held
+      // already (a second flock on another descriptor would refuse this pilot).
+      if (!std::filesystem::equivalent(p.ckpt_dir, p.run_dir, ec))
+        p.ckpt_lock = fs::DirLock::acquire(p.ckpt_dir, "checkpoint.dir " + p.ckpt_dir, p.run_id);
     }
   } catch (...) {
+    if (made && locked) std::filesystem::remove_all(p.run_dir, ec);
     p.run_lock = fs::DirLock();
-    if (made) std::filesystem::remove_all(p.run_dir, ec);
     throw;
   }
 }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "openssl_util.hpp"
 
@@ -131,7 +132,7 @@ Error schema_error(const std::string& why) {
 Envelope envelope_from_json(const std::string& text) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(ErrorKind::kVerification,
                 std::string("malformed-json: the envelope is not valid JSON (") + e.what() + ")",

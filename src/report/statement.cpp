@@ -31,10 +31,15 @@ std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir) {
   for (stdfs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
     if (!it->is_directory(e2)) continue;
-    // "step-N" only: a "step-N.tmp-*" directory can hold COMMITTED when the
-    // save was killed between writing it and the rename that publishes it.
+    // "step-N" only (1 to 18 digits, as the store names and reads steps): a
+    // "step-N.tmp-*" directory can hold COMMITTED when the save was killed
+    // between writing it and the rename that publishes it; any other name
+    // ("step-best") is not the store's and not a checkpoint.
     std::string name = it->path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;
+    const std::size_t digits = name.size() - std::min<std::size_t>(name.size(), 5);
+    if (name.rfind("step-", 0) != 0 || digits < 1 || digits > 18 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
     if (stdfs::symlink_status(it->path() / "COMMITTED", e2).type() == stdfs::file_type::not_found) continue;
     const auto v = store.verify(it->path().string());
     out.push_back({"checkpoints/" + name, v.ok, v.problems});
@@ -55,14 +60,22 @@ std::vector<std::string> committed_checkpoints(const std::string& run_dir) {
 std::vector<std::string> run_files(const std::string& run_dir) {
   std::vector<std::string> out;
   const stdfs::path root(run_dir);
+  // Regular files only, never through a symlink (a link planted in the run
+  // directory would make signing and verify read elsewhere); in work/ only
+  // the names anchor could have written (valid UTF-8, not hidden).
+  auto regular = [](const stdfs::path& p) {
+    std::error_code e;
+    return stdfs::symlink_status(p, e).type() == stdfs::file_type::regular;
+  };
   std::error_code ec;
   for (const char* name : {"report.md", "manifest.json", "config.json", "events.jsonl"})
-    if (stdfs::is_regular_file(root / name, ec)) out.push_back(name);
-  if (stdfs::is_directory(root / "work", ec)) {
+    if (regular(root / name)) out.push_back(name);
+  if (stdfs::symlink_status(root / "work", ec).type() == stdfs::file_type::directory) {
     std::vector<std::string> work;
-    for (stdfs::directory_iterator it(root / "work", ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_regular_file(ec) && it->path().filename().string().front() != '.')
-        work.push_back("work/" + it->path().filename().string());
+    for (stdfs::directory_iterator it(root / "work", ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.front() != '.' && is_valid_utf8(name) && regular(it->path())) work.push_back("work/" + name);
+    }
     if (ec) throw io_error("list", (root / "work").string(), ec.value());
     std::sort(work.begin(), work.end());
     out.insert(out.end(), work.begin(), work.end());

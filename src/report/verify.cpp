@@ -13,6 +13,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/keys.hpp"
@@ -53,7 +54,7 @@ struct Statement {
 Statement parse_statement(const std::string& payload, std::vector<std::string>& out) {
   Statement st;
   try {
-    st.doc = json::parse(payload);
+    st.doc = parse_json(payload);
   } catch (const json::parse_error& e) {
     out.push_back(failure("payload-encoding",
                           std::string("the payload is not JSON (") + e.what() + ")"));
@@ -190,9 +191,10 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
 
   // 2. report.json equals the report inside the statement.
   std::string report_path = (root / kReportFile).string();
-  if (st.report && subject_names.count(kReportFile) && stdfs::exists(report_path)) {
+  std::error_code report_ec;
+  if (st.report && subject_names.count(kReportFile) && stdfs::exists(report_path, report_ec)) {
     try {
-      json disk = json::parse(fs::read_file(report_path));
+      json disk = parse_json(fs::read_file(report_path));
       if (disk != *st.report) {
         f.failures.push_back(failure(
             "report-mismatch", std::string(kReportFile) +
@@ -346,9 +348,18 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
                                          manifest.generic_string() + " is not a signed subject"));
         continue;
       }
-      if (!inside)
+      if (!inside) {
+        // Its files are checked against that manifest here, as 3b does for
+        // the signed checkpoints inside the run directory.
+        const auto v = checkpoint::Store(on_disk.parent_path().parent_path().string()).verify(on_disk.parent_path().string());
+        if (!v.ok) {
+          for (const auto& problem : v.problems)
+            f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
+          continue;
+        }
         r.warnings.push_back(dir + " is outside the run directory: its manifest is covered by "
-                                   "report.json's manifest_sha256, not as a subject");
+                                   "report.json's manifest_sha256 (and its files by the manifest), not as a subject");
+      }
       ++agree;
     }
     if (listed && agree == listed)
@@ -379,12 +390,12 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
                                        "manifest.json: sha256 on disk " + disk +
                                            ", report.json records " + want));
         } else if (st.report->contains("manifest") && (*st.report)["manifest"].is_object() &&
-                   json::parse(text) != (*st.report)["manifest"]) {
+                   parse_json(text) != (*st.report)["manifest"]) {
           ok = false;
           f.failures.push_back(failure(
               "manifest-mismatch",
               "manifest.json differs from report.json's \"manifest\" at " +
-                  diff_paths((*st.report)["manifest"], json::parse(text))));
+                  diff_paths((*st.report)["manifest"], parse_json(text))));
         }
         if (ok) r.checks.push_back("manifest: manifest.json is the one report.json records");
       } catch (const json::parse_error& e) {
@@ -431,6 +442,7 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
     fail("envelope-missing", e.what());
     return r;
   }
+  r.envelope_text = text;
   Envelope env;
   try {
     env = envelope_from_json(text);

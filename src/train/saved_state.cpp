@@ -21,9 +21,10 @@ SavedState read_saved_state(const nlohmann::json& state, const std::string& file
     std::function<bool(const json&)> ok;
   };
   const auto integer = [](const json& v) { return v.is_number_integer(); };
-  const auto positive_int = [](const json& v) {
-    return v.is_number_integer() && v.get<std::int64_t>() >= 1 &&
-           v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  // A world of more ranks than any job runs: the restore walks every rank
+  // between the saved world and this one (re-derived or dropped streams).
+  const auto world = [](const json& v) {
+    return v.is_number_integer() && v.get<std::int64_t>() >= 1 && v.get<std::int64_t>() <= kMaxWorldSize;
   };
   const auto object = [](const json& v) { return v.is_object(); };
   const auto string = [](const json& v) { return v.is_string(); };
@@ -35,7 +36,7 @@ SavedState read_saved_state(const nlohmann::json& state, const std::string& file
       {"lr_schedule", "an object", object},
       {"precision", "a string", string},
       {"loss_scale", "an object", object},
-      {"world_size", "an integer >= 1", positive_int},
+      {"world_size", "an integer from 1 to 65536", world},
       {"strategy", "a string", string},
       {"threads", "an integer", integer},
       {"libtorch", "a string", string},
@@ -48,7 +49,7 @@ SavedState read_saved_state(const nlohmann::json& state, const std::string& file
   for (const auto& r : rules) {
     auto it = state.find(r.field);
     if (it == state.end() || r.ok(*it)) continue;
-    std::string shown = it->dump();
+    std::string shown = it->is_structured() ? std::to_string(it->size()) + " entries" : dump_json(*it);
     if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
     problems += std::string(problems.empty() ? "" : "; ") + "field '" + r.field + "' is a JSON " + it->type_name() +
                 " (" + shown + "), expected " + r.expected;

@@ -514,7 +514,7 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
       if (m != f.metadata().end()) {
         nlohmann::json parsed;  // items() must not outlive it
         try {
-          parsed = nlohmann::json::parse(m->second);
+          parsed = parse_json(m->second);
         } catch (const nlohmann::json::exception& e) {
           throw Error(ErrorKind::kVerification,
                       c.dir + "/" + fname + ": __metadata__ 'index' is not valid JSON: " + printable(e.what()),

@@ -92,4 +92,16 @@ TEST(PilotLock, ASecondPilotOnTheSameRunDirectoryIsRefusedAndTouchesNothing) {
   EXPECT_EQ(third.status, 0) << third.output;
 }
 
+// checkpoint.dir may be the run directory itself: one lock covers both (a
+// second flock of the same file on another descriptor would make the pilot
+// refuse itself, exit 2, naming its own pid).
+TEST(PilotLock, CheckpointDirEqualToTheRunDirectoryIsNotRefused) {
+  TempDir t("pilot-lock-same");
+  auto r = run_anchor({"pilot", source_path("configs/pilot.yaml"), "--run-dir", t.str("run"), "--set",
+                       "checkpoint.dir=" + t.str("run")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("is in use by"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(t.str("run/step-00000002/COMMITTED")));
+}
+
 }  // namespace

@@ -35,6 +35,22 @@ nlohmann::json printable_json(const nlohmann::json& j);
 // files and lines anchor writes (report.json, events, the workers' results).
 std::string dump_json(const nlohmann::json& j, int indent = -1);
 
+// How deeply arrays and objects nest in JSON text (strings skipped, escapes
+// honoured): 0 for a scalar. Stops counting past `limit` + 1. O(size), no
+// allocation. The text need not be valid JSON.
+std::size_t json_depth(std::string_view text, std::size_t limit);
+
+// The deepest nesting parse_json() accepts. anchor's own files nest 6 levels
+// at most; nlohmann::json's dump, copy and comparison recurse, so a value
+// nested a million levels deep (a 2 MB file) would overflow the stack.
+constexpr std::size_t kMaxJsonDepth = 64;
+
+// nlohmann::json::parse(text) for JSON anchor did not write itself in this
+// process (a checkpoint's manifest or state, a report, an envelope): text
+// nested deeper than kMaxJsonDepth is refused first, with a
+// nlohmann::json::parse_error (id 101) as any other malformed text.
+nlohmann::json parse_json(std::string_view text);
+
 // A path that anchor writes into JSON and reads back (config.json's base_dir,
 // the manifest's config directory): obj[key] = printable(path), and when the
 // path is not valid UTF-8 also obj[key + "_hex"] = its bytes in lowercase hex,

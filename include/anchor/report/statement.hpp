@@ -86,6 +86,10 @@ struct VerifyResult {
   std::string public_key_path;        // the key file used
   std::vector<std::string> checks;    // what held, one line each
   std::vector<std::string> warnings;  // what was not checked, or holds only weakly
+  // The envelope's bytes as read once and checked: a caller that acts on the
+  // payload (reproduce) takes it from here, never from a second read of a
+  // file that may have changed in between.
+  std::string envelope_text;
 };
 
 // Verifies an envelope (or a run directory holding report.intoto.json). Never

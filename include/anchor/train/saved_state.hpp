@@ -15,6 +15,9 @@ namespace anchor::train {
 
 // What a restore uses of state.json (Trainer::save_request writes them all;
 // a field that is absent takes the default shown).
+// The most ranks a saved world_size may name (read_saved_state refuses more).
+constexpr int kMaxWorldSize = 65536;
+
 struct SavedState {
   std::int64_t step = 0;
   int world_size = 1;

@@ -191,6 +191,17 @@ TEST(SafetensorsStrict, OversizedHeader) {
             "t.safetensors: header too large: header length 18446744073709551614 exceeds the limit of 104857600 bytes");
 }
 
+// A header of 10M '[' (under the 100 MiB limit) held ~16 bytes of parser
+// state per level until the syntax error at its end; nesting is cut at 64.
+TEST(SafetensorsStrict, DeepNestingIsRefusedAtOnce) {
+  std::string m = reject(raw("{\"t\":" + std::string(10000000, '[')));
+  EXPECT_EQ(m, "t.safetensors: header is not valid JSON: arrays and objects nest deeper than 64 levels") << m.substr(0, 300);
+  // Negative control: 60 levels inside a metadata-free value are only a schema error, not a nesting one.
+  m = reject(raw("{\"t\":" + std::string(60, '[') + std::string(60, ']') + "}"));
+  EXPECT_EQ(m.find("nest deeper"), std::string::npos) << m;
+  EXPECT_NE(m, "");
+}
+
 TEST(SafetensorsStrict, NotJsonNotObject) {
   std::string m = reject(raw("{\"t\":"));
   EXPECT_EQ(m.rfind("t.safetensors: header is not valid JSON: ", 0), 0u) << m;

@@ -624,6 +624,66 @@ TEST_F(StoreHardeningTest, RootPathWithInvalidUtf8GivesPrintableProblems) {
 // list and restore answer at once (a blocking open would wait forever), name
 // the FIFO, and restore falls back to the older step. Each call runs in a
 // child with a deadline, so a regression fails instead of hanging.
+// A manifest.json or state.json nested a million levels deep (2 MB) made
+// verify, list and the restore's fallback overflow the stack (nlohmann's dump
+// and comparison recurse). It is a problem like any malformed file; the
+// restore falls back to the older step. Run in a child: the old code crashed.
+TEST_F(StoreHardeningTest, DeeplyNestedJsonIsAProblemNotACrash) {
+  for (const char* name : {"manifest.json", "state.json"}) {
+    SCOPED_TRACE(name);
+    std::filesystem::remove_all(root());
+    ck::Store store(root());
+    store.save(make_request(2, 100));
+    const auto dir4 = store.save(make_request(4, 100)).dir;
+    {
+      std::ofstream f(dir4 + "/" + name, std::ios::trunc);
+      f << "{\"files\": " << std::string(1000000, '[') << std::string(1000000, ']') << "}";
+    }
+    auto r = anchor::test::in_child(
+        [&] {
+          const auto v = store.verify(dir4);
+          const auto l = store.restore_newest();
+          return joined(v.problems) + "\nrestored step " + (l ? std::to_string(l->step) : std::string("none"));
+        },
+        60);
+    ASSERT_FALSE(r.timed_out);
+    EXPECT_NE(r.text.find("nest deeper than 64 levels"), std::string::npos) << r.text.substr(0, 2000);
+    EXPECT_NE(r.text.find("restored step 2"), std::string::npos) << r.text.substr(0, 2000);
+  }
+}
+
+// A sparse terabyte in place of COMMITTED, manifest.json or a listed file was
+// read whole (std::bad_alloc escaped as an "internal" error, or the OOM
+// killer came). Sizes are checked first: each is a problem, the restore falls
+// back to the older step.
+TEST_F(StoreHardeningTest, OversizedFilesAreProblemsNotAllocations) {
+  constexpr std::uintmax_t kTerabyte = 1ull << 40;
+  for (const char* name : {"COMMITTED", "manifest.json", "model.safetensors"}) {
+    SCOPED_TRACE(name);
+    std::filesystem::remove_all(root());
+    ck::Store store(root());
+    store.save(make_request(2, 100));
+    const auto dir4 = store.save(make_request(4, 100)).dir;
+    std::error_code ec;
+    std::filesystem::resize_file(dir4 + "/" + name, kTerabyte, ec);
+    if (ec) GTEST_SKIP() << "this file system cannot hold a sparse 1 TB file: " << ec.message();
+    auto r = anchor::test::in_child(
+        [&] {
+          const auto v = store.verify(dir4);
+          const auto l = store.restore_newest();
+          return joined(v.problems) + "\nrestored step " + (l ? std::to_string(l->step) : std::string("none"));
+        },
+        30);
+    ASSERT_FALSE(r.timed_out);
+    EXPECT_FALSE(r.threw) << r.text;
+    const std::string want = std::string(name) == "model.safetensors"
+                                 ? "model.safetensors: size is 1099511627776 bytes, manifest.json says"
+                                 : std::string(name) + ": 1099511627776 bytes, more than the 67108864";
+    EXPECT_NE(r.text.find(want), std::string::npos) << r.text;
+    EXPECT_NE(r.text.find("restored step 2"), std::string::npos) << r.text;
+  }
+}
+
 TEST_F(StoreHardeningTest, FifoInPlaceOfAFileIsRefusedPromptly) {
   for (const char* name : {"model.safetensors", "manifest.json", "COMMITTED", "state.json"}) {
     SCOPED_TRACE(name);

@@ -86,4 +86,38 @@ TEST(Utf8, PathFieldsRoundTripAnyBytes) {
   EXPECT_THROW(anchor::path_field(json{{"base_dir_hex", "zz"}}, "base_dir"), anchor::Error);
 }
 
+// Issue 14 (review): nlohmann's dump, copy and comparison recurse, so JSON
+// nested a million levels deep (a 2 MB manifest.json) overflowed the stack of
+// `checkpoint verify`, a restore's fallback and `anchor verify`. parse_json
+// refuses it before the parse, as a parse_error like any malformed text.
+TEST(Json, DepthCountsBracketsOutsideStrings) {
+  EXPECT_EQ(anchor::json_depth("3", 64), 0u);
+  EXPECT_EQ(anchor::json_depth(R"({"a": [1, {"b": []}]})", 64), 3u);
+  EXPECT_EQ(anchor::json_depth(R"({"a": "[[[[{{{{", "b": "\"[["})", 64), 1u);  // inside strings, escapes honoured
+  EXPECT_EQ(anchor::json_depth(std::string(1000, '['), 64), 65u);             // stops past the limit
+}
+
+TEST(Json, ParseRefusesDeepNestingAndAcceptsTheLimit) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  try {
+    (void)anchor::parse_json(deep);
+    FAIL() << "parsed a million levels";
+  } catch (const json::parse_error& e) {
+    EXPECT_NE(std::string(e.what()).find("nest deeper than 64 levels"), std::string::npos) << e.what();
+  }
+  // Negative control: 64 levels parse, and the value can be dumped.
+  const std::string ok = std::string(anchor::kMaxJsonDepth, '[') + std::string(anchor::kMaxJsonDepth, ']');
+  EXPECT_EQ(anchor::parse_json(ok).dump(), ok);
+  EXPECT_THROW((void)anchor::parse_json(ok + "x"), json::parse_error);  // other errors as before
+}
+
+TEST(Utf8, SetPathFieldDropsAStaleHexField) {
+  json j;
+  anchor::set_path_field(j, "dir", "ck\xff");
+  ASSERT_TRUE(j.contains("dir_hex"));
+  anchor::set_path_field(j, "dir", "plain");
+  EXPECT_FALSE(j.contains("dir_hex"));
+  EXPECT_EQ(anchor::path_field(j, "dir"), "plain");
+}
+
 }  // namespace

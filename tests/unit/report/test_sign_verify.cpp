@@ -306,11 +306,12 @@ TEST_F(SignVerifyTest, ReportCheckpointListMustMatchTheManifests) {
 }
 
 TEST_F(SignVerifyTest, CheckpointDirOutsideTheRunIsTiedByTheReportDigest) {
-  // checkpoint.dir configured outside the run directory.
-  std::string outside = (root_ / "ckpt-outside" / "step-00000002").string();
-  stdfs::create_directories(outside);
-  spit(outside + "/manifest.json", "{\"files\": []}\n");
-  spit(outside + "/COMMITTED", sha256_file(outside + "/manifest.json").sha256 + "\n");
+  // checkpoint.dir configured outside the run directory: a real checkpoint.
+  static const std::uint8_t kBytes[16] = {3, 1, 4, 1, 5};
+  checkpoint::SaveRequest req;
+  req.step = 2;
+  req.files.push_back({"model.safetensors", {{"w", checkpoint::DType::U8, {16}, kBytes, 16}}, {}});
+  const std::string outside = checkpoint::Store((root_ / "ckpt-outside").string()).save(req).dir;
   json report = json::parse(slurp(run_ + "/report.json"));
   report["checkpoints"].push_back({{"dir", "../ckpt-outside/step-00000002"},
                                    {"manifest_sha256", sha256_file(outside + "/manifest.json").sha256}});
@@ -319,6 +320,18 @@ TEST_F(SignVerifyTest, CheckpointDirOutsideTheRunIsTiedByTheReportDigest) {
   VerifyResult r = verify_with(pub_);
   EXPECT_TRUE(r.ok) << joined(r.failures);
   EXPECT_NE(joined(r.warnings).find("outside the run directory"), std::string::npos);
+  // Its data changed after signing (the manifest untouched): the files are
+  // checked against the manifest report.json ties to the signature.
+  const std::string model = slurp(outside + "/model.safetensors");
+  std::string flipped = model;
+  flipped.back() ^= 0x01;
+  spit(outside + "/model.safetensors", flipped);
+  r = verify_with(pub_);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r.failures, "checkpoint-data", "../ckpt-outside/step-00000002: model.safetensors"))
+      << joined(r.failures);
+  spit(outside + "/model.safetensors", model);
+  ASSERT_TRUE(verify_with(pub_).ok);
   // Negative control: that manifest changed after signing.
   spit(outside + "/manifest.json", "{\"files\": [1]}\n");
   r = verify_with(pub_);

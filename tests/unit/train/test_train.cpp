@@ -222,7 +222,7 @@ TEST_F(TrainTest, StateJsonFieldOfTheWrongTypeIsAVerificationErrorNamingIt) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kVerification);
     const std::string w = e.what();
-    EXPECT_NE(w.find("step-00000001/state.json: field 'world_size' is a JSON string (\"2\"), expected an integer >= 1"),
+    EXPECT_NE(w.find("step-00000001/state.json: field 'world_size' is a JSON string (\"2\"), expected an integer from 1 to 65536"),
               std::string::npos)
         << w;
     EXPECT_NE(w.find("field 'strategy' is a JSON number (3), expected a string"), std::string::npos) << w;
@@ -242,6 +242,24 @@ TEST_F(TrainTest, StateJsonFieldOfTheWrongTypeIsAVerificationErrorNamingIt) {
   auto zero = good;
   zero["world_size"] = 0;
   EXPECT_THROW(train::read_saved_state(zero, "state.json"), Error);
+  // A world no job runs (the restore would walk 2^31 ranks' streams): refused;
+  // the largest allowed one passes.
+  auto huge = good;
+  huge["world_size"] = 2147483647;
+  EXPECT_THROW(train::read_saved_state(huge, "state.json"), Error);
+  huge["world_size"] = train::kMaxWorldSize;
+  EXPECT_EQ(train::read_saved_state(huge, "state.json").world_size, train::kMaxWorldSize);
+  // A nested value of the wrong type is described by its size, not dumped whole.
+  auto nested = good;
+  nested["precision"] = nlohmann::json::array({nlohmann::json::array({1, 2}), 3});
+  try {
+    train::read_saved_state(nested, "state.json");
+    FAIL() << "accepted an array as precision";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'precision' is a JSON array (2 entries), expected a string"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Issue 14, 5a: a bad model.weights file (model.source: safetensors) was told
