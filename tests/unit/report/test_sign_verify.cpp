@@ -423,6 +423,25 @@ TEST_F(SignVerifyTest, SignRefusesACommittedStepThatDoesNotVerify) {
   EXPECT_EQ(sign_run(run_, priv_).subjects, kSubjects);
 }
 
+// Review of issue 14: a dangling symlink in work/ made signing (and verify)
+// throw an I/O error about listing work/; a symlink to a file elsewhere was
+// hashed through; a directory "step-best" holding COMMITTED (not a name the
+// store reads) made signing refuse the whole run. None of them is a file
+// anchor wrote: not signed, not followed, no refusal.
+TEST_F(SignVerifyTest, SymlinksAndStrayNamesInTheRunDirectoryAreNotSigned) {
+  stdfs::create_symlink("/nonexistent/anchor-test", run_ + "/work/dangling.json");
+  stdfs::create_symlink("/etc/hostname", run_ + "/work/elsewhere.json");
+  stdfs::create_directories(run_ + "/checkpoints/step-best");
+  spit(run_ + "/checkpoints/step-best/COMMITTED", std::string(64, 'a') + "\n");
+  const auto signed_run = sign_run(run_, priv_);
+  EXPECT_EQ(signed_run.subjects, kSubjects);
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  // Negative control: a regular file there is signed.
+  spit(run_ + "/work/extra.json", "{}");
+  EXPECT_EQ(sign_run(run_, priv_).subjects, kSubjects + 1);
+}
+
 TEST_F(SignVerifyTest, VerifySaysACommittedStepThatDoesNotVerifyIsNoCheckpoint) {
   std::string late = run_ + "/checkpoints/step-00000006";
   stdfs::create_directories(late);
