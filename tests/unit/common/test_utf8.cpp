@@ -92,7 +92,7 @@ TEST(Utf8, PathFieldsRoundTripAnyBytes) {
 // refuses it before the parse, as a parse_error like any malformed text.
 TEST(Json, DepthCountsBracketsOutsideStrings) {
   EXPECT_EQ(anchor::json_depth("3", 64), 0u);
-  EXPECT_EQ(anchor::json_depth(R"({"a": [1, {"b": []}]})", 64), 3u);
+  EXPECT_EQ(anchor::json_depth(R"({"a": [1, {"b": []}]})", 64), 4u);
   EXPECT_EQ(anchor::json_depth(R"({"a": "[[[[{{{{", "b": "\"[["})", 64), 1u);  // inside strings, escapes honoured
   EXPECT_EQ(anchor::json_depth(std::string(1000, '['), 64), 65u);             // stops past the limit
 }
