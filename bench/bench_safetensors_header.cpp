@@ -25,6 +25,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
+#include "anchor/measure/proc.hpp"
 
 namespace ck = anchor::checkpoint;
 using Clock = std::chrono::steady_clock;
@@ -45,19 +46,6 @@ Tensors make_tensors(std::size_t n) {
     t.refs[i] = {buf, ck::DType::U8, {1}, &Tensors::kByte, 1};
   }
   return t;
-}
-
-// VmRSS or VmHWM (peak RSS) of this process, in KiB.
-long status_kib(const char* field) {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long v = -1;
-  const std::size_t n = std::strlen(field);
-  while (std::fgets(line, sizeof line, f))
-    if (!std::strncmp(line, field, n) && line[n] == ':') v = std::atol(line + n + 1);
-  std::fclose(f);
-  return v;
 }
 
 // Resets VmHWM to the current RSS (Linux >= 4.0), so that it measures from here.
@@ -114,11 +102,11 @@ int main(int argc, char** argv) {
     std::string copy = file;  // the bytes parse keeps (FileBytes owns them)
     ::malloc_trim(0);         // free heap the parent left resident would hide the growth
     reset_peak();
-    const long before = status_kib("VmRSS");
+    const double before = static_cast<double>(anchor::measure::read_proc_memory().rss_bytes);
     auto f = ck::SafetensorsFile::parse(std::move(copy), "bench.safetensors");
-    const long peak = status_kib("VmHWM");
+    const double peak = static_cast<double>(anchor::measure::read_proc_memory().hwm_bytes);
     std::printf("peak memory of a parse, over the file's own bytes: %.1f MB = %.2fx the header (%zu entries kept)\n",
-                (peak - before) * 1024.0 / 1e6, (peak - before) * 1024.0 / header, f.entries().size());
+                (peak - before) / 1e6, (peak - before) / header, f.entries().size());
     std::fflush(stdout);
     ::_exit(f.entries().size() == n ? 0 : 2);
   }

@@ -14,6 +14,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/error.hpp"
+#include "anchor/measure/proc.hpp"
 #include "support/in_child.hpp"
 
 namespace {
@@ -438,19 +439,6 @@ TEST(SafetensorsCorpus, EveryCorpusFileParsesOrGivesAMessageJsonCanHold) {
   EXPECT_GE(bitflips, 4);
 }
 
-// Peak RSS (VmHWM) and current RSS (VmRSS) of this process, in KiB.
-long proc_status_kib(const char* field) {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long v = -1;
-  const std::size_t n = std::strlen(field);
-  while (std::fgets(line, sizeof line, f))
-    if (!std::strncmp(line, field, n) && line[n] == ':') v = std::atol(line + n + 1);
-  std::fclose(f);
-  return v;
-}
-
 // Header parsing was quadratic in the number of tensors (80k: about a minute;
 // 1M, a 59 MB header under the 100 MiB limit: hours) and held a JSON tree of
 // ~13-70x the header. 200k tensors (a 15 MB header) now parse in a fraction of
@@ -481,15 +469,15 @@ TEST(SafetensorsScale, TwoHundredThousandTensorsParseFastInBoundedMemory) {
           std::fputs("5", f);  // reset VmHWM to the current RSS
           std::fclose(f);
         }
-        const long before = proc_status_kib("VmRSS");
+        const auto before = anchor::measure::read_proc_memory().rss_bytes;
         const auto t0 = std::chrono::steady_clock::now();
         auto f = SafetensorsFile::parse(std::move(copy), "big.safetensors");
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const long peak = proc_status_kib("VmHWM");
+        const auto peak = anchor::measure::read_proc_memory().hwm_bytes;
         if (f.entries().size() != kTensors || f.entries()[12345].name != "layer.0012345.w" ||
             f.entries()[12345].begin != 12345)
           return std::string("wrong entries");
-        return std::to_string(s) + " " + std::to_string((peak - before) * 1024.0);
+        return std::to_string(s) + " " + std::to_string(static_cast<double>(peak) - static_cast<double>(before));
       },
       30);
   ASSERT_FALSE(r.timed_out) << "parsing " << kTensors << " tensors took over 30 s";
