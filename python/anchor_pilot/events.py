@@ -3,6 +3,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 
 import torch
@@ -77,3 +78,47 @@ def memory():
     except (OSError, ValueError, IndexError):
         rss = None
     return {"device": "cpu", "rss_bytes": rss}
+
+
+def _program_dir():
+    main = sys.modules.get("__main__")
+    f = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] else None)
+    return os.path.dirname(os.path.realpath(f)) if f else os.path.realpath(os.getcwd())
+
+
+def program_info():
+    """The program's own source files (every module imported from under the
+    main script's directory, outside site-packages), the interpreter,
+    sys.path and the installed distributions (name, version, RECORD path)."""
+    root = _program_dir()
+    sources = set()
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if not isinstance(f, str) or not f:
+            continue
+        f = os.path.realpath(f)
+        if f.endswith(".pyc"):
+            continue
+        parts = f.split(os.sep)
+        if "site-packages" in parts or "dist-packages" in parts:
+            continue
+        if f.startswith(root + os.sep) and os.path.isfile(f):
+            sources.add(f)
+    dists = []
+    try:
+        from importlib import metadata
+        seen = set()
+        for d in metadata.distributions():
+            name = d.metadata.get("Name") if d.metadata is not None else None
+            path = getattr(d, "_path", None)
+            if not name or path is None or str(path) in seen:
+                continue
+            seen.add(str(path))
+            dists.append({"name": name, "version": d.version, "dist_info": os.path.realpath(str(path))})
+    except Exception as e:  # noqa: BLE001 - reported, not swallowed: anchor shows it in the manifest
+        dists = {"error": "%s: %s" % (type(e).__name__, e)}
+    if isinstance(dists, list):
+        dists.sort(key=lambda d: (d["name"].lower(), d["dist_info"]))
+    return {"root": root, "sources": sorted(sources), "executable": os.path.realpath(sys.executable),
+            "sys_path": [os.path.realpath(p) if p else os.path.realpath(os.getcwd()) for p in sys.path],
+            "distributions": dists}

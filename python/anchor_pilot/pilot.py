@@ -149,8 +149,11 @@ class Pilot:
                 raise PilotError("create Pilot", "data is a %s without state_dict()/load_state_dict()"
                                  % type(data).__name__,
                                  "pass an object with both methods, or a pair (get_state, set_state)")
+        self.kill_in_save = spec.kill_in_save if spec is not None else None
+        self._program_said = False
+        params = sum(p.numel() for p in _unwrap(model).parameters())
         self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
-                         anchor_pilot=__version__)
+                         anchor_pilot=__version__, parameters=params, executable=sys.executable, pid=os.getpid())
 
     @classmethod
     def from_env(cls, *, model, optimizer=None, scheduler=None, scaler=None, data=None, **standalone):
@@ -265,6 +268,7 @@ class Pilot:
     def save(self, step):
         """Saves every component as checkpoint ``step`` (atomic; see docs/checkpoints.md).
         Under DDP every rank must call it. Returns the step directory."""
+        self._say_program()
         t0 = time.monotonic()
         self.events.emit("checkpoint", op="save", phase="begin", step=step,
                          dir=os.path.join(self.checkpoint_dir, store.step_dir_name(step)))
@@ -275,6 +279,9 @@ class Pilot:
         owned = dict(own)
         digests = collections.OrderedDict(
             (n, st.digest(*(blobs[owned[n]] if n in owned else self._serialize(n)))) for n in self.components)
+        self.last_digests = dict(digests)
+        # Before any file: a save the supervisor kills still reports what it was saving.
+        self.events.emit("digests", step=step, when="save", components=digests)
         files_by_component = {n: ([self._file(n)] if n not in PER_RANK or self.world_size == 1 else
                                   ["%s-rank%05d-of-%05d.safetensors" % (n, r, self.world_size)
                                    for r in range(self.world_size)]) for n in self.components}
@@ -283,6 +290,7 @@ class Pilot:
                  "saved_by": {"anchor_pilot": __version__, "torch": torch.__version__}}
         if self.world_size == 1:
             sv = store.Save(self.checkpoint_dir, step)
+            sv.window = self._kill_window(step)
             try:
                 sv.begin([f for _, f in own])
                 for _, f in own:
@@ -302,8 +310,6 @@ class Pilot:
             final, nbytes = self._save_distributed(step, own, blobs, state)
         self.events.emit("checkpoint", op="save", phase="end", step=step, dir=final, bytes=nbytes,
                          seconds=time.monotonic() - t0)
-        self.last_digests = dict(digests)
-        self.events.emit("digests", step=step, when="save", components=digests)
         return final
 
     def _save_distributed(self, step, own, blobs, state):
@@ -316,6 +322,7 @@ class Pilot:
         box = [None]
         if self.rank == 0:
             sv = store.Save(self.checkpoint_dir, step, remote=True)
+            sv.window = self._kill_window(step)
             try:
                 sv.begin([f for _, f in own])
                 box[0] = {"tmp": sv.tmp}
@@ -531,13 +538,40 @@ class Pilot:
     def close(self):
         if not self._closed:
             self._closed = True
+            self._say_program()
             self.events.close()
+
+    def _kill_window(self, step):
+        """Under anchor, the save the supervisor kills: once rank 0's first file is
+        durable, a "kill_window" line, then this process waits for its SIGKILL."""
+        if self.kill_in_save != step or self.rank != 0:
+            return None
+
+        def window(point):
+            self.events.emit("checkpoint", op="save", phase="kill_window", step=step, point=point)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:  # anchor kills us; never return into the save
+                time.sleep(1)
+            raise CheckpointError("save checkpoint step %d" % step, "anchor did not kill this worker within 600 s "
+                                  "of its kill window", "is the supervisor (anchor pilot) still running?")
+        return window
+
+    def _say_program(self):
+        """Once per process, a "program" line: what the program runs on (its
+        sources, the interpreter, the Python distributions), for anchor's manifest."""
+        if self._program_said:
+            return
+        self._program_said = True
+        self.events.emit("program", **ev.program_info())
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._say_program()
             self.error("%s: %s" % (type(exc).__name__, exc))
         self.close()
         return False

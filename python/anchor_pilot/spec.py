@@ -3,7 +3,10 @@
     {"protocol": 1, "role": "reference" | "resume", "run_dir": str,
      "checkpoint_dir": str, "save_at": [int], "stop_at": int,
      "restore": str | null, "seed": int, "deterministic": bool,
-     "events": str, "digests_every": int (optional, default 0)}
+     "events": str, "digests_every": int (optional, default 0),
+     "kill_in_save": int | null (optional: at the save of that step, rank 0
+     stops after its first file is durable, says so with a "kill_window"
+     line and waits to be SIGKILLed by anchor)}
 
 Relative paths are taken relative to the spec file's directory. Every
 problem (unknown or missing keys, wrong types) is reported at once.
@@ -18,7 +21,7 @@ ENV = "ANCHOR_PILOT_SPEC"
 ROLES = ("reference", "resume")
 _REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_at", "restore", "seed",
              "deterministic", "events")
-_OPTIONAL = ("digests_every",)
+_OPTIONAL = ("digests_every", "kill_in_save")
 
 
 def _is_int(v):
@@ -29,12 +32,12 @@ class Spec:
     """A validated spec (attributes named as the keys)."""
 
     def __init__(self, role, run_dir, checkpoint_dir, save_at, stop_at, restore, seed, deterministic, events,
-                 digests_every=0, path=None):
+                 digests_every=0, kill_in_save=None, path=None):
         self.protocol = PROTOCOL
         self.role, self.run_dir, self.checkpoint_dir = role, run_dir, checkpoint_dir
         self.save_at, self.stop_at, self.restore = sorted(set(save_at)), stop_at, restore
         self.seed, self.deterministic, self.events = seed, deterministic, events
-        self.digests_every, self.path = digests_every, path
+        self.digests_every, self.kill_in_save, self.path = digests_every, kill_in_save, path
 
     @classmethod
     def from_file(cls, path):
@@ -80,6 +83,10 @@ class Spec:
         check("seed", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
         check("deterministic", lambda v: isinstance(v, bool), "true or false")
         check("digests_every", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+        check("kill_in_save", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
+        if not problems and d.get("kill_in_save") is not None and d["kill_in_save"] not in d["save_at"]:
+            problems.append("'kill_in_save' is %d but save_at %s does not hold it" % (d["kill_in_save"],
+                                                                                  json.dumps(d["save_at"])))
         if not problems and d["role"] == "reference" and d["restore"] is not None:
             problems.append("'restore' is %s but role is \"reference\" (a reference run starts from step 0)"
                             % json.dumps(d["restore"]))
@@ -95,7 +102,7 @@ class Spec:
         return cls(role=d["role"], run_dir=rel(d["run_dir"]), checkpoint_dir=rel(d["checkpoint_dir"]),
                    save_at=d["save_at"], stop_at=d["stop_at"], restore=rel(d["restore"]), seed=d["seed"],
                    deterministic=d["deterministic"], events=rel(d["events"]),
-                   digests_every=d.get("digests_every", 0), path=path)
+                   digests_every=d.get("digests_every", 0), kill_in_save=d.get("kill_in_save"), path=path)
 
     @classmethod
     def from_env(cls, environ=None):

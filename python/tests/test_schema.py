@@ -127,7 +127,7 @@ class Schema(support.TempDirTest):
             seen.add((line["type"], line.get("phase")))
         self.assertEqual(seen, {("hello", None), ("step", None), ("eval", None), ("digests", None),
                                 ("checkpoint", "begin"), ("checkpoint", "end"), ("checkpoint", "skip"),
-                                ("memory", None), ("error", None)})
+                                ("memory", None), ("error", None), ("program", None)})
         step1 = [l for l in lines if l["type"] == "step"][0]
         self.assertEqual((step1["loss"], step1["grad_norm"], step1["lr"], step1["tokens"]), (0.5, "inf", 0.1, 3))
         self.assertIsNone([l for l in lines if l["type"] == "step"][1]["loss"])  # NaN: null, the line stays JSON

@@ -70,6 +70,11 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     ::signal(SIGPIPE, SIG_DFL);
     if (opts.capture_stdout) ::dup2(pipefd[1], STDOUT_FILENO);
     if (opts.capture_stdout && opts.merge_stderr) ::dup2(pipefd[1], STDERR_FILENO);
+    if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) {
+      const char msg[] = "anchor: error: cannot change into the working directory of the command\n";
+      (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
     ::execve(args[0], args.data(), envp.data());
     const char msg[] = "anchor: error: exec failed\n";
     (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);

@@ -236,6 +236,8 @@ class Loader {
     if (unreadable_) return;
     for (const auto& f : schema::fields()) {
       if (!f.required || where_.count(f.key)) continue;
+      // The built-in trainer's data is required; a program reads its own (data.train then only pins files).
+      if (f.key == "data.train" && !c_.program.command.empty()) continue;
       // Point at the enclosing section when it is there.
       Loc loc{file_, 0, 0};
       for (std::string s = parent_of(f.key); !s.empty(); s = parent_of(s)) {
@@ -323,6 +325,20 @@ class Loader {
       conflict({"data.val_fraction", "data.val"},
                "data.val is empty and data.val_fraction is 0: the pilot's eval needs "
                "validation data; list data.val files or set a val_fraction > 0");
+    if (ok({"program.env"}))
+      for (const auto& e : c.program.env) {
+        const auto eq = e.find('=');
+        if (eq == 0 || eq == std::string::npos ||
+            e.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") < eq ||
+            (e[0] >= '0' && e[0] <= '9'))
+          conflict({"program.env"}, "program.env entry '" + e +
+                                        "' is not NAME=VALUE (NAME: letters, digits and _, not starting with a digit)");
+        else if (e.compare(0, eq, "ANCHOR_PILOT_SPEC") == 0 || e.compare(0, eq, "RANK") == 0 ||
+                 e.compare(0, eq, "WORLD_SIZE") == 0 || e.compare(0, eq, "LOCAL_RANK") == 0 ||
+                 e.compare(0, eq, "MASTER_PORT") == 0)
+          conflict({"program.env"}, "program.env sets " + e.substr(0, eq) +
+                                        ", which anchor sets for each worker (docs/program.md, \"The contract\")");
+      }
     if (ok({"train.schedule.warmup_steps", "train.total_steps"}) && c.train.total_steps > 0 &&
         c.train.schedule.warmup_steps > c.train.total_steps)
       conflict({"train.schedule.warmup_steps", "train.total_steps"},

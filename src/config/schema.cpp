@@ -215,6 +215,16 @@ std::vector<Field> make_fields() {
     Field(ANCHOR_KEY(budget.nodes), "Nodes in the long run.", "plan (#6)").at_least(1),
     Field(ANCHOR_KEY(budget.gpus_per_node), "Accelerators per node in the long run.", "plan (#6)").at_least(1),
     Field(ANCHOR_KEY(budget.margin), "Schedule margin added to the estimate, as a fraction.", "plan (#6)").at_least(0),
+
+    // program --------------------------------------------------------------
+    Field(ANCHOR_KEY(program.command), "Your training program as a command line (argv, no shell), started once per rank as worker A and worker B with the contract's variables (docs/program.md); the first entry is looked up in PATH. Empty: the built-in trainer.",
+          "your own program (#15)"),
+    Field(ANCHOR_KEY(program.cwd), "The program's working directory; empty: the config file's directory.",
+          "your own program (#15)").config_relative(),
+    Field(ANCHOR_KEY(program.env), "NAME=VALUE entries added to the program's environment (recorded in the effective config, so keep secrets out).",
+          "your own program (#15)"),
+    Field(ANCHOR_KEY(program.timeout_s), "Seconds a worker of the program may run before anchor kills it and fails the pilot.",
+          "your own program (#15)").above(0),
   };
   // clang-format on
 }

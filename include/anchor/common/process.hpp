@@ -25,6 +25,7 @@ struct SpawnOptions {
   bool merge_stderr = false;               // with capture_stdout: stderr into the same pipe
   bool new_process_group = false;
   bool die_with_parent = false;            // PR_SET_PDEATHSIG(SIGKILL): no orphaned workers
+  std::string cwd;                         // the child's working directory; "" -> this process's
 };
 
 struct Child {

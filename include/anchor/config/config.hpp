@@ -136,6 +136,15 @@ struct BudgetConfig {
   double margin = 0.2;                  // schedule margin on top of the estimate
 };
 
+// The user's own training program as the pilot's worker (issue 15;
+// docs/program.md). Empty command: the built-in trainer.
+struct ProgramConfig {
+  std::vector<std::string> command;     // argv, started once per rank as worker A and worker B
+  std::string cwd;                      // working directory; empty -> the config file's directory
+  std::vector<std::string> env;         // NAME=VALUE added to (or replacing in) its environment
+  double timeout_s = 3600;              // a worker running longer is killed and the pilot fails
+};
+
 struct Config {
   RunConfig run;
   ModelConfig model;
@@ -148,6 +157,7 @@ struct Config {
   ReportConfig report;
   ContainerConfig container;
   BudgetConfig budget;
+  ProgramConfig program;
 
   // Where it came from; not part of to_json/digest (the same effective config
   // loaded from two places has one digest).

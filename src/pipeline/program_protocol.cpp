@@ -1,0 +1,440 @@
+#include "program_protocol.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "anchor/common/unique_fd.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
+
+namespace anchor::pipeline::program {
+namespace {
+
+using nlohmann::json;
+
+// A line longer than this is not one the helper writes (its longest, the
+// program line, lists sources and distributions: tens of kB).
+constexpr std::size_t kMaxLine = 16u << 20;
+
+Error bad(const std::string& why) {
+  return Error(ErrorKind::kRuntime, why,
+               "the events file is written by anchor_pilot (docs/program.md); use the anchor_pilot that ships with "
+               "this anchor and do not write to the file otherwise");
+}
+
+// Field readers: `what` names the event type for messages.
+const json& need(const json& j, const char* key, const std::string& what) {
+  auto it = j.find(key);
+  if (it == j.end()) throw bad("a \"" + what + "\" line has no \"" + key + "\"");
+  return *it;
+}
+std::string str(const json& j, const char* key, const std::string& what) {
+  const json& v = need(j, key, what);
+  if (!v.is_string()) throw bad("\"" + what + "\"." + key + " is " + dump_json(v) + ", expected a string");
+  return v.get<std::string>();
+}
+std::string opt_str(const json& j, const char* key, const std::string& what) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_number()) return it->dump();  // cudnn: an integer version
+  throw bad("\"" + what + "\"." + key + " is " + dump_json(*it) + ", expected a string or null");
+}
+std::int64_t integer(const json& v, const std::string& where) {
+  if (!v.is_number_integer()) throw bad(where + " is " + dump_json(v) + ", expected an integer");
+  return v.get<std::int64_t>();
+}
+std::int64_t int_field(const json& j, const char* key, const std::string& what) {
+  return integer(need(j, key, what), "\"" + what + "\"." + key);
+}
+std::optional<std::int64_t> opt_int(const json& j, const char* key, const std::string& what) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return integer(*it, "\"" + what + "\"." + key);
+}
+std::optional<double> opt_double(const json& j, const char* key, const std::string& what) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) throw bad("\"" + what + "\"." + key + " is " + dump_json(*it) + ", expected a number");
+  return it->get<double>();
+}
+Number number(const json& j, const char* key, const std::string& what) {
+  auto it = j.find(key);
+  Number n;
+  if (it == j.end() || it->is_null()) return n;
+  n.known = true;
+  if (it->is_number()) {
+    n.value = it->get<double>();
+  } else if (it->is_string() && (*it == "inf" || *it == "-inf")) {
+    n.value = *it == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  } else {
+    throw bad("\"" + what + "\"." + key + " is " + dump_json(*it) + ", expected a number, \"inf\", \"-inf\" or null");
+  }
+  return n;
+}
+std::vector<std::string> strings(const json& j, const char* key, const std::string& what) {
+  const json& v = need(j, key, what);
+  if (!v.is_array()) throw bad("\"" + what + "\"." + key + " is not a list");
+  std::vector<std::string> out;
+  for (const auto& s : v) {
+    if (!s.is_string()) throw bad("\"" + what + "\"." + key + " holds " + dump_json(s) + ", expected strings");
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+bool is_sha256(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+Body parse_body(const std::string& type, const json& j) {
+  if (type == "hello") {
+    Hello h;
+    if (int_field(j, "protocol", type) != kProtocol)
+      throw Error(ErrorKind::kRuntime,
+                  "the program speaks protocol " + dump_json(j["protocol"]) + "; this anchor speaks protocol " +
+                      std::to_string(kProtocol),
+                  "install the anchor_pilot that ships with this anchor: pip install <anchor>/python");
+    h.role = str(j, "role", type);
+    h.world_size = static_cast<int>(int_field(j, "world_size", type));
+    const json& v = need(j, "versions", type);
+    if (!v.is_object()) throw bad("\"hello\".versions is not an object");
+    h.versions = {opt_str(v, "torch", "hello.versions"), opt_str(v, "cuda", "hello.versions"),
+                  opt_str(v, "cudnn", "hello.versions"), opt_str(v, "nccl", "hello.versions"),
+                  opt_str(v, "python", "hello.versions")};
+    h.anchor_pilot = opt_str(j, "anchor_pilot", type);
+    h.parameters = opt_int(j, "parameters", type);
+    h.executable = opt_str(j, "executable", type);
+    h.pid = opt_int(j, "pid", type);
+    return h;
+  }
+  if (type == "step") {
+    StepLine s;
+    s.step = int_field(j, "step", type);
+    s.loss = number(j, "loss", type);
+    s.grad_norm = number(j, "grad_norm", type);
+    s.lr = number(j, "lr", type);
+    s.tokens = opt_int(j, "tokens", type);
+    s.data_wait_s = opt_double(j, "data_wait_s", type);
+    s.compute_s = opt_double(j, "compute_s", type);
+    return s;
+  }
+  if (type == "eval") return EvalLine{int_field(j, "step", type), number(j, "loss", type)};
+  if (type == "digests") {
+    DigestsLine d;
+    d.step = opt_int(j, "step", type);
+    d.when = str(j, "when", type);
+    if (d.when != "step" && d.when != "save" && d.when != "restore" && d.when != "final")
+      throw bad("\"digests\".when is \"" + printable(d.when) + "\", expected step, save, restore or final");
+    const json& c = need(j, "components", type);
+    if (!c.is_object()) throw bad("\"digests\".components is not an object");
+    for (const auto& [name, v] : c.items()) {
+      if (!v.is_string() || !is_sha256(v.get<std::string>()))
+        throw bad("\"digests\".components." + printable(name) + " is " + dump_json(v) + ", expected a SHA-256 (64 hex)");
+      d.components.emplace_back(name, v.get<std::string>());
+    }
+    return d;
+  }
+  if (type == "checkpoint") {
+    CheckpointLine c;
+    c.op = str(j, "op", type);
+    c.phase = str(j, "phase", type);
+    c.step = opt_int(j, "step", type);
+    c.dir = opt_str(j, "dir", type);
+    c.bytes = opt_int(j, "bytes", type);
+    c.seconds = opt_double(j, "seconds", type);
+    if (j.contains("problems")) c.problems = strings(j, "problems", type);
+    c.point = opt_str(j, "point", type);
+    return c;
+  }
+  if (type == "memory") {
+    MemoryLine m;
+    m.stage = str(j, "stage", type);
+    m.device = opt_str(j, "device", type);
+    m.allocated_bytes = opt_int(j, "allocated_bytes", type);
+    m.reserved_bytes = opt_int(j, "reserved_bytes", type);
+    m.max_allocated_bytes = opt_int(j, "max_allocated_bytes", type);
+    m.total_bytes = opt_int(j, "total_bytes", type);
+    m.rss_bytes = opt_int(j, "rss_bytes", type);
+    return m;
+  }
+  if (type == "error") return ErrorLine{str(j, "message", type)};
+  if (type == "program") {
+    ProgramLine p;
+    p.root = str(j, "root", type);
+    p.executable = str(j, "executable", type);
+    p.sources = strings(j, "sources", type);
+    p.sys_path = strings(j, "sys_path", type);
+    const json& d = need(j, "distributions", type);
+    if (d.is_object()) {
+      p.distributions_error = opt_str(d, "error", "program.distributions");
+    } else if (d.is_array()) {
+      for (const auto& e : d) {
+        if (!e.is_object()) throw bad("\"program\".distributions holds " + dump_json(e) + ", expected objects");
+        p.distributions.push_back({str(e, "name", "program.distributions"), str(e, "version", "program.distributions"),
+                                   str(e, "dist_info", "program.distributions")});
+      }
+    } else {
+      throw bad("\"program\".distributions is neither a list nor an error");
+    }
+    return p;
+  }
+  throw bad("unknown event type \"" + printable(type) + "\"");
+}
+
+}  // namespace
+
+const char* role_name(Role r) { return r == Role::kReference ? "reference" : "resume"; }
+
+nlohmann::json to_json(const Spec& s) {
+  json j = {{"protocol", kProtocol},
+            {"role", role_name(s.role)},
+            {"save_at", s.save_at},
+            {"stop_at", s.stop_at},
+            {"restore", nullptr},
+            {"seed", s.seed},
+            {"deterministic", s.deterministic},
+            {"digests_every", s.digests_every},
+            {"kill_in_save", nullptr}};
+  // Paths keep their bytes; the helper reads them back as JSON strings, so they must be UTF-8.
+  j["run_dir"] = printable(s.run_dir);
+  j["checkpoint_dir"] = printable(s.checkpoint_dir);
+  j["events"] = printable(s.events);
+  if (s.restore) j["restore"] = printable(*s.restore);
+  if (s.kill_in_save) j["kill_in_save"] = *s.kill_in_save;
+  return j;
+}
+
+bool Number::operator==(const Number& o) const {
+  if (known != o.known) return false;
+  if (!known) return true;
+  return std::memcmp(&value, &o.value, sizeof value) == 0 || value == o.value;  // +0 == -0 is not a difference
+}
+
+std::string Number::text() const {
+  if (!known) return "null";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  os << std::setprecision(17) << value;
+  return os.str();
+}
+
+const std::string* DigestsLine::find(const std::string& name) const {
+  for (const auto& [n, d] : components)
+    if (n == name) return &d;
+  return nullptr;
+}
+
+Event parse_event(const std::string& line) {
+  json j;
+  try {
+    j = parse_json(line);
+  } catch (const json::exception& e) {
+    throw bad(std::string("not a JSON line: ") + e.what());
+  }
+  if (!j.is_object()) throw bad("a line is " + std::string(j.type_name()) + ", not a JSON object");
+  Event e;
+  e.type = str(j, "type", "event");
+  e.rank = static_cast<int>(int_field(j, "rank", e.type));
+  if (e.rank < 0) throw bad("\"" + e.type + "\".rank is negative");
+  auto t = opt_double(j, "time", e.type);
+  if (!t) throw bad("a \"" + e.type + "\" line has no \"time\"");
+  e.time = *t;
+  e.body = parse_body(e.type, j);
+  e.raw = std::move(j);
+  return e;
+}
+
+std::vector<Event> EventReader::poll() {
+  std::vector<Event> out;
+  auto fd = fs::open_regular(path_, O_RDONLY, "read the program's events");
+  if (!fd) return out;  // not there yet
+  if (::lseek(fd.get(), static_cast<off_t>(offset_), SEEK_SET) < 0) throw io_error("seek", path_, errno);
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("read", path_, errno);
+    }
+    if (n == 0) break;
+    offset_ += static_cast<std::uint64_t>(n);
+    partial_.append(buf, static_cast<std::size_t>(n));
+    std::size_t start = 0, nl;
+    while ((nl = partial_.find('\n', start)) != std::string::npos) {
+      ++line_no_;
+      const std::string line = partial_.substr(start, nl - start);
+      start = nl + 1;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      try {
+        out.push_back(parse_event(line));
+      } catch (const Error& e) {
+        throw Error(e.kind(), path_ + ":" + std::to_string(line_no_) + ": " + e.what(), e.hint());
+      }
+    }
+    partial_.erase(0, start);
+    if (partial_.size() > kMaxLine)
+      throw bad(path_ + ":" + std::to_string(line_no_ + 1) + ": a line longer than " + std::to_string(kMaxLine >> 20) +
+                " MiB");
+  }
+  return out;
+}
+
+void WorkerLog::add(const Event& e) {
+  std::visit(
+      [&](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, Hello>) hello = b;
+        else if constexpr (std::is_same_v<T, StepLine>) steps.push_back(b);
+        else if constexpr (std::is_same_v<T, EvalLine>) evals.push_back(b);
+        else if constexpr (std::is_same_v<T, DigestsLine>) digests.push_back(b);
+        else if constexpr (std::is_same_v<T, CheckpointLine>) checkpoints.push_back(b);
+        else if constexpr (std::is_same_v<T, MemoryLine>) memory.push_back(b);
+        else if constexpr (std::is_same_v<T, ErrorLine>) errors.push_back(b);
+        else if constexpr (std::is_same_v<T, ProgramLine>) program = b;
+      },
+      e.body);
+}
+
+const DigestsLine* WorkerLog::digests_at(const std::string& when, std::int64_t step) const {
+  const DigestsLine* found = nullptr;
+  for (const auto& d : digests)
+    if (d.when == when && d.step && *d.step == step) found = &d;
+  return found;
+}
+
+const CheckpointLine* WorkerLog::checkpoint(const std::string& op, const std::string& phase, std::int64_t step) const {
+  const CheckpointLine* found = nullptr;
+  for (const auto& c : checkpoints)
+    if (c.op == op && c.phase == phase && c.step && *c.step == step) found = &c;
+  return found;
+}
+
+namespace {
+
+// The first component whose digest differs (in kComponentOrder, then the rest
+// by name), or "" when they are all equal.
+Check compare_state(const std::string& name, const DigestsLine* ref, const DigestsLine* res, const std::string& ref_what,
+                    const std::string& res_what) {
+  Check c{name, false, "", ""};
+  if (!ref || !res) {
+    c.detail = std::string(!ref ? "the reference reports no digests " + ref_what : "the resumed run reports no digests " + res_what) +
+               " (hint: the program must save through anchor_pilot: Pilot.maybe_save(step) at the steps anchor asks)";
+    return c;
+  }
+  std::vector<std::string> names;
+  for (const char* n : kComponentOrder) names.emplace_back(n);
+  std::vector<std::string> rest;
+  for (const auto* line : {ref, res})
+    for (const auto& [n, _] : line->components)
+      if (std::find(names.begin(), names.end(), n) == names.end() && std::find(rest.begin(), rest.end(), n) == rest.end())
+        rest.push_back(n);
+  std::sort(rest.begin(), rest.end());
+  names.insert(names.end(), rest.begin(), rest.end());
+  for (const auto& n : names) {
+    const std::string* a = ref->find(n);
+    const std::string* b = res->find(n);
+    if (!a && !b) continue;
+    if (a && b && *a == *b) continue;
+    c.component = n;
+    c.detail = "component '" + n + "' differs: reference " + (a ? a->substr(0, 16) : std::string("absent")) +
+               ", resumed " + (b ? b->substr(0, 16) : std::string("absent"));
+    return c;
+  }
+  c.ok = true;
+  c.detail = std::to_string(ref->components.size()) + " components equal";
+  return c;
+}
+
+bool close_enough(const Number& a, const Number& b, double tol) {
+  if (tol == 0 || !a.known || !b.known || std::isinf(a.value) || std::isinf(b.value)) return a == b;
+  return std::fabs(a.value - b.value) <= tol * std::max(std::fabs(a.value), std::fabs(b.value));
+}
+
+}  // namespace
+
+Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step,
+                double tolerance) {
+  Verdict v;
+  v.mode = tolerance == 0 ? "bitwise" : "tolerance";
+  v.saved_step = save_step;
+  v.last_step = last_step;
+  // 1. The state right after the restore.
+  const CheckpointLine* restored = nullptr;
+  for (const auto& c : res.checkpoints)
+    if (c.op == "restore" && c.phase == "end") restored = &c;
+  v.restored_step = restored && restored->step ? *restored->step : -1;
+  if (v.restored_step != save_step) {
+    v.checks.push_back({"restored step", false,
+                        restored ? "the resumed run restored step " + std::to_string(v.restored_step) + ", not step " +
+                                       std::to_string(save_step) + " (the one the reference saved before its kill)"
+                                 : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
+                        "checkpoint"});
+    v.cause.push_back("checkpoint");
+    return v;
+  }
+  v.checks.push_back({"restored step", true, "step " + std::to_string(save_step), ""});
+  Check st = compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
+                           "at its save of step " + std::to_string(save_step), "after its restore");
+  v.checks.push_back(st);
+  if (!st.ok) v.cause.push_back(st.component.empty() ? "state" : st.component);
+  // 2. Every resumed step's loss.
+  std::map<std::int64_t, const StepLine*> ref_steps;
+  for (const auto& s : ref.steps) ref_steps[s.step] = &s;
+  bool loss_ok = true;
+  std::int64_t seen = 0;
+  for (const auto& s : res.steps) {
+    if (s.step <= save_step) continue;
+    ++seen;
+    auto it = ref_steps.find(s.step);
+    Check c{"loss at step " + std::to_string(s.step), false, "", ""};
+    if (it == ref_steps.end()) {
+      c.detail = "the reference reports no step " + std::to_string(s.step);
+    } else {
+      c.ok = close_enough(it->second->loss, s.loss, tolerance);
+      c.detail = "reference " + it->second->loss.text() + ", resumed " + s.loss.text();
+    }
+    if (!c.ok && loss_ok) {
+      loss_ok = false;
+      if (v.cause.empty()) v.cause.push_back("loss");
+    }
+    v.checks.push_back(c);
+  }
+  if (seen != last_step - save_step) {
+    v.checks.push_back({"resumed steps", false,
+                        "the resumed run reports " + std::to_string(seen) + " steps after step " + std::to_string(save_step) +
+                            ", expected " + std::to_string(last_step - save_step),
+                        ""});
+    if (v.cause.empty()) v.cause.push_back("steps");
+  }
+  // 3. The state at the last step.
+  Check last = compare_state("state at step " + std::to_string(last_step), ref.digests_at("save", last_step),
+                             res.digests_at("save", last_step), "at its (killed) save of step " + std::to_string(last_step),
+                             "at its save of step " + std::to_string(last_step));
+  v.checks.push_back(last);
+  if (!last.ok && std::find(v.cause.begin(), v.cause.end(), last.component) == v.cause.end())
+    v.cause.push_back(last.component.empty() ? "state" : last.component);
+  v.match = v.cause.empty();
+  return v;
+}
+
+nlohmann::json Verdict::to_json() const {
+  json checks = json::array();
+  for (const auto& c : this->checks) {
+    json e = {{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}};
+    if (!c.component.empty()) e["component"] = c.component;
+    checks.push_back(std::move(e));
+  }
+  return {{"verdict", match ? "match" : "mismatch"}, {"mode", mode},        {"cause", cause},
+          {"checks", checks},                        {"saved_step", saved_step}, {"restored_step", restored_step},
+          {"last_step", last_step}};
+}
+
+}  // namespace anchor::pipeline::program

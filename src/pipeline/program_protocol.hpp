@@ -1,0 +1,178 @@
+#pragma once
+// The program protocol (version 1): what anchor tells a worker that is the
+// user's own training program, and the JSON lines that program reports back
+// (docs/program.md, "The contract"; docs/program-protocol.schema.json). The
+// Python helper python/anchor_pilot speaks the worker's side; this is the
+// supervisor's: one typed struct per message, one parser and one serialiser.
+//
+//   auto spec = program::Spec{...};  fs::atomic_write_file(path, program::to_json(spec).dump());
+//   program::EventReader r(events_path);  for (auto& e : r.poll()) ...;  // as the file grows
+//   program::WorkerLog ref = program::collect(events, 0);               // one rank's account
+//   auto v = program::compare(ref, resumed, tolerance);                 // the verdict
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace anchor::pipeline::program {
+
+inline constexpr int kProtocol = 1;
+// The components in the order a verdict names the first that differs.
+inline constexpr const char* kComponentOrder[] = {"model", "optimizer", "scheduler", "scaler", "rng", "data"};
+
+enum class Role { kReference, kResume };
+const char* role_name(Role r);
+
+// What a worker is told, as the JSON file ANCHOR_PILOT_SPEC names.
+struct Spec {
+  Role role = Role::kReference;
+  std::string run_dir, checkpoint_dir, events;  // absolute
+  std::vector<std::int64_t> save_at;            // steps to save at
+  std::int64_t stop_at = 0;                     // the last step
+  std::optional<std::string> restore;           // a step directory; none: the newest that verifies (resume)
+  std::uint64_t seed = 0;
+  bool deterministic = true;
+  std::int64_t digests_every = 0;
+  std::optional<std::int64_t> kill_in_save;     // the save anchor kills (rank 0 waits in it after its first file)
+};
+nlohmann::json to_json(const Spec& s);
+
+// A number as the helper writes it: a JSON number, "inf"/"-inf", or null (NaN or unknown).
+struct Number {
+  bool known = false;  // false: null
+  double value = 0;
+  bool operator==(const Number& o) const;  // bitwise for known values; null == null
+  std::string text() const;                // "2.7725887298583984", "inf", "null"
+};
+
+struct Versions {
+  std::string torch, cuda, cudnn, nccl, python;  // "" when the worker says null
+};
+struct Hello {
+  std::string role;
+  int world_size = 1;
+  Versions versions;
+  std::string anchor_pilot;
+  std::optional<std::int64_t> parameters;
+  std::string executable;
+  std::optional<std::int64_t> pid;
+};
+struct StepLine {
+  std::int64_t step = 0;
+  Number loss, grad_norm, lr;
+  std::optional<std::int64_t> tokens;
+  std::optional<double> data_wait_s, compute_s;
+};
+struct EvalLine {
+  std::int64_t step = 0;
+  Number loss;
+};
+struct DigestsLine {
+  std::optional<std::int64_t> step;
+  std::string when;                                          // step | save | restore | final
+  std::vector<std::pair<std::string, std::string>> components;  // name -> SHA-256, as written
+  const std::string* find(const std::string& name) const;
+};
+struct CheckpointLine {
+  std::string op;     // save | restore
+  std::string phase;  // begin | end | skip | kill_window
+  std::optional<std::int64_t> step;
+  std::string dir;
+  std::optional<std::int64_t> bytes;
+  std::optional<double> seconds;
+  std::vector<std::string> problems;  // skip
+  std::string point;                  // kill_window
+};
+struct MemoryLine {
+  std::string stage, device;
+  std::optional<std::int64_t> allocated_bytes, reserved_bytes, max_allocated_bytes, total_bytes, rss_bytes;
+};
+struct ErrorLine {
+  std::string message;
+};
+struct Distribution {
+  std::string name, version, dist_info;
+};
+struct ProgramLine {
+  std::string root, executable;
+  std::vector<std::string> sources, sys_path;
+  std::vector<Distribution> distributions;
+  std::string distributions_error;  // the helper could not list them
+};
+
+using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, ErrorLine, ProgramLine>;
+struct Event {
+  std::string type;
+  int rank = 0;
+  double time = 0;
+  Body body;
+  nlohmann::json raw;  // the line as read, for events.jsonl
+};
+
+// Parses one line. Throws Error (kRuntime) saying what is wrong with it:
+// not JSON, not an object, an unknown type, a missing or mistyped field.
+// Unknown fields are allowed (a newer helper may add some).
+Event parse_event(const std::string& line);
+
+// Reads an events file as it grows: poll() returns the complete lines added
+// since the last call, parsed. A line that does not parse is an error naming
+// the file and line number.
+class EventReader {
+ public:
+  explicit EventReader(std::string path) : path_(std::move(path)) {}
+  std::vector<Event> poll();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::uint64_t offset_ = 0;
+  std::uint64_t line_no_ = 0;
+  std::string partial_;
+};
+
+// One rank's account, in the order it was written.
+struct WorkerLog {
+  std::optional<Hello> hello;
+  std::vector<StepLine> steps;
+  std::vector<EvalLine> evals;
+  std::vector<DigestsLine> digests;
+  std::vector<CheckpointLine> checkpoints;
+  std::vector<MemoryLine> memory;
+  std::vector<ErrorLine> errors;
+  std::optional<ProgramLine> program;
+  void add(const Event& e);
+  // The digests line of `when` at `step` (the last one when several), or null.
+  const DigestsLine* digests_at(const std::string& when, std::int64_t step) const;
+  const CheckpointLine* checkpoint(const std::string& op, const std::string& phase, std::int64_t step) const;
+};
+
+// The resume verdict for one rank: the resumed run against the reference.
+// 1. the digests after the restore against the reference's at the saved step,
+// 2. the loss of every resumed step against the reference's at that step,
+// 3. the digests of the resumed run's save at the last step against the
+//    reference's (the save the supervisor killed reports them first).
+// Digests are compared exactly (a SHA-256); losses bitwise when tolerance is
+// 0, else within |a-b| <= tolerance * max(|a|, |b|).
+struct Check {
+  std::string name;   // "restored state", "loss at step 5", "state at step 6"
+  bool ok = false;
+  std::string detail;
+  std::string component;  // the first component that differs, for state checks
+};
+struct Verdict {
+  bool match = false;
+  std::string mode;                // bitwise | tolerance
+  std::vector<std::string> cause;  // components (or "loss") that diverged, first first
+  std::vector<Check> checks;
+  std::int64_t saved_step = 0, restored_step = 0, last_step = 0;
+  nlohmann::json to_json() const;
+};
+Verdict compare(const WorkerLog& reference, const WorkerLog& resumed, std::int64_t save_step, std::int64_t last_step,
+                double tolerance);
+
+}  // namespace anchor::pipeline::program
