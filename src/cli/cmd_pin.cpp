@@ -6,6 +6,7 @@
 
 #include "anchor/common/units.hpp"
 #include "anchor/common/fs.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
 #include "anchor/manifest/manifest.hpp"
@@ -76,8 +77,6 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
   set->excludes(check);
 
   return [o, cfg, check, out]() {
-    // The manifest pins the shared libraries of a process that trains.
-    if (!torch_in_process()) hand_over_to_torch("pin records the libraries LibTorch loads");
     manifest::PinOptions popts;
     popts.use_cache = !o->no_cache;
     popts.threads = o->threads;
@@ -88,6 +87,14 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
         throw Error(ErrorKind::kUsage, "pin: give a CONFIG to pin, or --check MANIFEST",
                     "anchor pin configs/pilot.yaml   |   anchor pin --check manifest.json");
       config::Config c = config::load(o->config_file, o->overrides);
+      if (!c.program.command.empty())
+        throw Error(ErrorKind::kUsage,
+                    "pin: " + o->config_file + " pilots a program (program.command): its sources, Python packages and "
+                        "libraries are known only once it runs",
+                    "`anchor pilot " + o->config_file + "` pins them into <run dir>/manifest.json; check that one "
+                        "later with `anchor pin --check <run dir>/manifest.json`");
+      // The manifest pins the shared libraries of a process that trains.
+      if (!torch_in_process()) hand_over_to_torch("pin records the libraries LibTorch loads");
       nlohmann::json m = manifest::pin(c, popts);
       fs::atomic_write_file(o->output, m.dump(2) + "\n");
       print_summary(m, "pinned");
@@ -96,12 +103,40 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
     }
 
     std::string text = fs::read_file(o->check_manifest);
-    nlohmann::json old_m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (old_m.is_discarded())
+    nlohmann::json old_m = json_depth(text, kMaxJsonDepth) > kMaxJsonDepth
+                               ? nlohmann::json(nlohmann::json::value_t::discarded)
+                               : nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (old_m.is_discarded() || !old_m.is_object())
       throw Error(ErrorKind::kConfig, o->check_manifest + ": not a JSON document",
                   "pass a manifest.json written by `anchor pin`");
     config::Config c = manifest::config_from_manifest(old_m);
-    nlohmann::json new_m = manifest::pin(c, popts);
+    nlohmann::json new_m;
+    if (old_m.contains("program")) {
+      // A program pilot's manifest: the libraries and the interpreter the
+      // program had loaded are hashed again on disk, its sources and Python
+      // distributions listed again; the versions torch reported stay as recorded.
+      const nlohmann::json deps = old_m.value("dependencies", nlohmann::json::object());
+      const nlohmann::json exe = deps.is_object() ? deps.value("executable", nlohmann::json::object()) : nlohmann::json();
+      const nlohmann::json listed = deps.is_object() ? deps.value("shared_libraries", nlohmann::json::array()) : nlohmann::json();
+      if (!exe.is_object() || !exe.contains("path") || !exe["path"].is_string() || !listed.is_array())
+        throw Error(ErrorKind::kConfig, o->check_manifest + ": dependencies.executable.path or "
+                                        "dependencies.shared_libraries is missing or mistyped",
+                    "pass the manifest.json a program pilot wrote into its run directory");
+      std::vector<manifest::LoadedLibrary> libs;
+      for (const auto& l : listed)
+        if (l.is_object() && l.contains("path") && l["path"].is_string() && !l.value("deleted", false))
+          libs.push_back({l["path"].get<std::string>(), false, false});
+      popts.libraries = &libs;
+      popts.executable = exe["path"].get<std::string>();
+      new_m = manifest::pin(c, popts);
+      for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
+        if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
+      new_m["program"] = manifest::repin_program(old_m["program"], popts);
+    } else {
+      // The manifest pins the shared libraries of a process that trains.
+      if (!torch_in_process()) hand_over_to_torch("pin records the libraries LibTorch loads");
+      new_m = manifest::pin(c, popts);
+    }
     if (out->count() > 0) fs::atomic_write_file(o->output, new_m.dump(2) + "\n");
     auto drift = manifest::compare(old_m, new_m);
     std::cout << manifest::format_drift_table(drift) << std::flush;

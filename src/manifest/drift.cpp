@@ -199,6 +199,52 @@ std::vector<Drift> compare(const json& o, const json& n) {
     }
   }
 
+  // A program pilot's program (docs/program.md, "What is pinned"): its
+  // sources by path, the interpreter, and each Python distribution by name and
+  // place (version and RECORD digest).
+  if (at(o, {"program"}) || at(n, {"program"})) {
+    cmp_files(out, "program source", at(o, {"program", "sources"}), at(n, {"program", "sources"}), "path");
+    {
+      const json* a = at(o, {"program", "interpreter"});
+      const json* b = at(n, {"program", "interpreter"});
+      if (!(a && b && same_content(*a, *b))) out.push_back({"program interpreter", a ? short_file(*a) : "(absent)", b ? short_file(*b) : "(absent)"});
+    }
+    auto dists = [](const json* arr) {
+      std::map<std::string, const json*> m;
+      if (!arr || !arr->is_array()) return m;
+      for (const auto& d : *arr) {
+        const json* name = at(d, {"name"});
+        const json* dir = at(d, {"dist_info"});
+        if (!name || !name->is_string() || !dir || !dir->is_string()) continue;
+        const std::string place = dir->get<std::string>();
+        m.emplace(name->get<std::string>() + " (" + place.substr(0, place.rfind('/')) + ")", &d);
+      }
+      return m;
+    };
+    auto da2 = dists(at(o, {"program", "python", "distributions"}));
+    auto db2 = dists(at(n, {"program", "python", "distributions"}));
+    auto show_dist = [](const json& d) {
+      const json* v = at(d, {"version"});
+      const json* r = at(d, {"record_sha256"});
+      return (v && v->is_string() ? v->get<std::string>() : std::string("?")) + " " +
+             (r && r->is_string() ? r->get<std::string>().substr(0, 12) + "..." : std::string("(no RECORD)"));
+    };
+    std::set<std::string> names;
+    for (const auto& [k, _] : da2) names.insert(k);
+    for (const auto& [k, _] : db2) names.insert(k);
+    for (const auto& name : names) {
+      auto fa = da2.find(name);
+      auto fb = db2.find(name);
+      const std::string what = "python package " + name;
+      if (fb == db2.end()) out.push_back({what, show_dist(*fa->second), "(removed)"});
+      else if (fa == da2.end()) out.push_back({what, "(added)", show_dist(*fb->second)});
+      else if (show_dist(*fa->second) != show_dist(*fb->second))
+        out.push_back({what, show_dist(*fa->second), show_dist(*fb->second)});
+    }
+    for (const char* k : {"python", "anchor_pilot"})
+      cmp_path(out, std::string("program.runtime.") + k, o, n, {"program", "runtime", k});
+  }
+
   // Container.
   cmp_path(out, "container.digest", o, n, {"container", "digest"});
   cmp_path(out, "container.containerised", o, n, {"container", "containerised"});

@@ -39,9 +39,9 @@ bool is_shared_object(const std::string& path) {
          (pos + 3 == base.size() || base[pos + 3] == '.');  // libx.so or libx.so.1.2
 }
 
-std::string self_exe_path() {
+std::string exe_path_of(const std::string& proc_dir) {
   char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  ssize_t n = ::readlink((proc_dir + "/exe").c_str(), buf, sizeof buf - 1);
   if (n <= 0) return {};
   buf[n] = '\0';
   return buf;
@@ -59,10 +59,13 @@ Fn loaded_symbol(const char* name) {
 
 }  // namespace
 
-std::vector<LoadedLibrary> loaded_shared_libraries() {
-  std::ifstream in("/proc/self/maps");
-  if (!in) throw io_error("open", "/proc/self/maps", errno);
-  const std::string exe = self_exe_path();
+std::vector<LoadedLibrary> loaded_shared_libraries() { return loaded_shared_libraries(0); }
+
+std::vector<LoadedLibrary> loaded_shared_libraries(int pid) {
+  const std::string dir = pid > 0 ? "/proc/" + std::to_string(pid) : std::string("/proc/self");
+  std::ifstream in(dir + "/maps");
+  if (!in) throw io_error("open", dir + "/maps", errno);
+  const std::string exe = exe_path_of(dir);
   std::map<std::string, LoadedLibrary> libs;
   std::map<std::string, std::uint64_t> mapped_inode;
   std::string line;

@@ -126,8 +126,8 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
   // what a GPU run has loaded anyway.
   nlohmann::json runtime = runtime_versions();
   nlohmann::json device = device_info(cfg.device);
-  std::vector<LoadedLibrary> libs = loaded_shared_libraries();
-  const std::string exe = proc::self_exe();
+  std::vector<LoadedLibrary> libs = opts.libraries ? *opts.libraries : loaded_shared_libraries();
+  const std::string exe = opts.executable.empty() ? proc::self_exe() : opts.executable;
 
   // One parallel pass over everything.
   std::vector<HashInput> inputs;
@@ -141,7 +141,7 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
     inputs.push_back({libs[i].path, "shared library"});
   }
   std::size_t exe_index = inputs.size();
-  inputs.push_back({exe, "the anchor executable"});
+  inputs.push_back({exe, opts.executable.empty() ? "the anchor executable" : "the program's executable"});
 
   std::optional<HashCache> cache;
   if (opts.use_cache) {

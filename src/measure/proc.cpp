@@ -9,9 +9,11 @@
 
 namespace anchor::measure {
 
-ProcMemory read_proc_memory() {
+ProcMemory read_proc_memory() { return read_proc_memory(0); }
+
+ProcMemory read_proc_memory(int pid) {
   ProcMemory m;
-  std::ifstream in("/proc/self/status");
+  std::ifstream in(pid > 0 ? "/proc/" + std::to_string(pid) + "/status" : std::string("/proc/self/status"));
   std::string key;
   while (in >> key) {
     std::uint64_t kb = 0;

@@ -1,11 +1,13 @@
 #include "program_protocol.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -254,8 +256,12 @@ Event parse_event(const std::string& line) {
 
 std::vector<Event> EventReader::poll() {
   std::vector<Event> out;
-  auto fd = fs::open_regular(path_, O_RDONLY, "read the program's events");
-  if (!fd) return out;  // not there yet
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) != 0 && errno == ENOENT) return out;  // not written yet
+  auto fd = fs::open_regular(path_, &st, {"the program's events file", ErrorKind::kRuntime, ""});
+  if (static_cast<std::uint64_t>(st.st_size) < offset_)
+    throw bad(path_ + " shrank while the program ran (from " + std::to_string(offset_) + " to " +
+              std::to_string(st.st_size) + " bytes)");
   if (::lseek(fd.get(), static_cast<off_t>(offset_), SEEK_SET) < 0) throw io_error("seek", path_, errno);
   char buf[65536];
   for (;;) {

@@ -19,6 +19,9 @@ class Report {
   // measurements.activation_checkpointing: both sides of the trade (activation_probe.hpp).
   void set_activation_checkpointing(const nlohmann::json& figures);
   void set_plan(const nlohmann::json& plan) { j_["plan"] = plan; }
+  // A top-level section as the caller built it (the program pilot's program,
+  // resume, steps, measurements; docs/report.md).
+  void set_section(const std::string& key, nlohmann::json value) { j_[key] = std::move(value); }
   // The numerical validation of train.precision (worker A's precision stage; docs/precision.md).
   void set_precision(const nlohmann::json& validation);
   // Several ranks: strategy, per-rank state bytes vs DDP's and comm time, RNG resharding (docs/report.md).

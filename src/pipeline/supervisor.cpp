@@ -38,12 +38,15 @@
 #include "anchor/report/statement.hpp"
 #include "events.hpp"
 #include "report_writer.hpp"
+#include "supervisor_internal.hpp"
 
 namespace anchor::pipeline {
-namespace {
 
 // Signals set a flag and nothing else; the supervisor's loops check it.
 volatile std::sig_atomic_t g_signal = 0;
+
+namespace {
+
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
 void install_signal_handlers() {
@@ -63,47 +66,6 @@ std::string make_run_id(const std::string& name) {
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
   return name + "-" + buf + "-" + fs::random_suffix().substr(0, 4);
 }
-
-// events.jsonl: one line per event, appended and flushed as it happens.
-class EventLog {
- public:
-  explicit EventLog(const std::string& path) : out_(path, std::ios::app) {
-    if (!out_) throw io_error("open", path, errno);
-  }
-  void write(nlohmann::json e, const std::string& source) {
-    if (!e.contains("time")) e["time"] = utc_now();
-    e["source"] = source;
-    out_ << dump_json(e) << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
-
-struct Pilot {
-  config::Config cfg;
-  PilotOptions opts;
-  std::string run_id, run_dir, ckpt_dir;
-  fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
-  std::unique_ptr<EventLog> events;
-  Report report;
-  std::string signing_key;  // resolved path; empty: the run is unsigned
-  plan::Catalog catalog;
-  int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
-  std::string worker_binary;  // anchor-torch (or this binary when it has LibTorch)
-
-  // Supervisor-side stage: timed, logged, recorded in the report.
-  template <typename F>
-  void stage(const std::string& name, F&& body) {
-    events->write({{"stage", name}, {"event", "start"}}, "supervisor");
-    auto t0 = std::chrono::steady_clock::now();
-    nlohmann::json figures = body();
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    report.add_stage({{"stage", name}, {"status", "passed"}, {"seconds", s}, {"figures", figures}});
-    events->write({{"stage", name}, {"event", "end"}, {"status", "passed"}, {"seconds", s}}, "supervisor");
-  }
-};
 
 struct WorkerOutcome {
   int status = -1;
@@ -293,6 +255,8 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   return w;
 }
 
+}  // namespace
+
 // The readable stage table goes to stdout, unless --json reserves stdout for the report.
 std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::cerr : std::cout; }
 
@@ -349,8 +313,6 @@ int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
   return code;
 }
 
-nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(fs::read_file(path)); }
-
 // The start point against what checkpoint.dir holds (step directories; the
 // stale temps are gone by now). "" when fine, else why not, with what to do.
 // init: the directory must hold no step directory at all: the pilot would save
@@ -379,6 +341,10 @@ std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_d
          "newest in its resume worker (hint: to restart from the newest committed one, pass --start-from "
          "latest; to start afresh, use an empty checkpoint.dir or leave it empty for <run dir>/checkpoints)";
 }
+
+namespace {
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(fs::read_file(path)); }
 
 // Creates the run directory and takes the locks of it and of checkpoint.dir
 // (fs::DirLock) before anything is written or removed in either: another
@@ -430,6 +396,17 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
                 "anchor-torch is built and installed next to anchor; rebuild with `make build`");
   // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
+  if (!p.cfg.program.command.empty()) {
+    // What a program pilot does not do (yet): said before anything is written.
+    const char* what = opts.baseline ? "`anchor reproduce` of a program pilot"
+                       : opts.nodes || launched_world > 0 ? "a program pilot under torchrun/srun or on several nodes"
+                       : p.cfg.pilot.start_from == "latest" ? "pilot.start_from latest with program.command"
+                                                            : nullptr;
+    if (what)
+      throw Error(ErrorKind::kUsage, std::string(what) + " is not supported",
+                  "run `anchor pilot CONFIG` on one node; anchor starts the program's distributed.nproc_per_node ranks "
+                  "itself with torchrun's variables (docs/program.md, \"Limits\")");
+  }
   // The signing key: the config's, or under `anchor reproduce` only the one the
   // command line names (a report's config must not pick a file to sign with).
   if (!opts.use_config_dirs)
@@ -444,7 +421,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // dist::rank_device, dist::choose_backend.
   p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
-  p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+  //    A program pilot does not plan yet (docs/program.md, "Limits").
+  if (p.cfg.program.command.empty()) p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
 
   // 2. The run directory and checkpoint.dir, locked for this pilot's life
   //    (another pilot on either is refused, exit 2), its event log and the
@@ -485,6 +463,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   }
   install_signal_handlers();
   ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
+  // The user's own program as the workers (program.command): its own driver.
+  if (!p.cfg.program.command.empty()) return run_program_pilot(p);
   // Several nodes: every node must see this run directory and the checkpoints.
   if (opts.nodes) {
     try {

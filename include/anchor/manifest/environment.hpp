@@ -20,6 +20,8 @@ struct LoadedLibrary {
 // sorted by path; the main executable is excluded (see docs/manifest.md).
 // Throws Error (kIo) when /proc/self/maps cannot be read.
 std::vector<LoadedLibrary> loaded_shared_libraries();
+// The same for another process (/proc/<pid>/maps; its executable excluded).
+std::vector<LoadedLibrary> loaded_shared_libraries(int pid);
 
 // gnu_get_libc_version(), e.g. "2.36".
 std::string glibc_version();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anchor/config/config.hpp"
+#include "anchor/manifest/environment.hpp"
 
 namespace anchor::manifest {
 
@@ -22,6 +23,11 @@ struct PinOptions {
   bool progress = true;    // progress line on a terminal when hashing takes > 1 s
   std::string cache_file;  // empty -> HashCache::default_file(); for tests and tools
   int world_size = 0;      // ranks whose dropout seeds are listed; 0 -> distributed.nproc_per_node
+  // Another process's libraries and executable instead of this one's: a
+  // program pilot pins what worker A had loaded (read at its kill window) and
+  // `pin --check` of its manifest re-hashes them. nullptr / "": this process's.
+  const std::vector<LoadedLibrary>* libraries = nullptr;
+  std::string executable;
 };
 
 // Pins `cfg`: expands data globs, hashes every data shard, the model file (if
@@ -35,6 +41,32 @@ struct PinOptions {
 //   kIo:     a missing or unreadable file, a directory, a symlink loop, a file
 //            that changed while it was hashed.
 nlohmann::json pin(const config::Config& cfg, const PinOptions& opts = {});
+
+// What a program pilot pins of the user's program (docs/program.md, "What is
+// pinned"), as its Python helper reported it in its program line.
+struct PythonDistribution {
+  std::string name, version, dist_info;  // dist_info: the .dist-info (or .egg-info) directory
+};
+struct ProgramPins {
+  std::vector<std::string> command;
+  std::string cwd, root;                 // root: the main script's directory
+  std::vector<std::string> sources;      // absolute: the modules imported from under root
+  std::string executable;                // the interpreter (sys.executable, resolved)
+  std::vector<std::string> sys_path;
+  std::vector<PythonDistribution> distributions;
+  std::string distributions_error;       // the helper could not list them
+  std::string python, anchor_pilot;      // versions
+};
+// The manifest's "program" section: every source file (path relative to root)
+// and the interpreter with size and SHA-256, every directory holding a source
+// (scanned for added .py files by --check), and every Python distribution with
+// its version and the SHA-256 of its RECORD (METADATA when it has none).
+// Throws Error (kIo) naming a file that cannot be read.
+nlohmann::json pin_program(const ProgramPins& pins, const PinOptions& opts = {});
+// The same section again from an existing one (anchor pin --check): the files
+// it names re-hashed, its source directories scanned for .py files it lacks,
+// the distributions listed again from its sys_path.
+nlohmann::json repin_program(const nlohmann::json& program, const PinOptions& opts = {});
 
 // Rebuilds the Config stored in a manifest (config.effective + its base_dir),
 // for `pin --check` and `reproduce`. Throws Error (kConfig) when `manifest` is

@@ -13,6 +13,8 @@ struct ProcMemory {
 };
 
 ProcMemory read_proc_memory();
+// Another process's (/proc/<pid>/status); zeros once it has ended.
+ProcMemory read_proc_memory(int pid);
 
 // The device's own report of memory use, for what the allocator does not see
 // (CUDA context, cuBLAS/cuDNN workspaces, other processes): the output of

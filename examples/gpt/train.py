@@ -1,0 +1,168 @@
+"""A plain PyTorch GPT-style training program, piloted by anchor (docs/program.md).
+
+    python train.py [--forget optimizer|scheduler|rng|data] [--steps N] [--n-embd E] [--n-layer L]
+                    [--seq-len T] [--batch B] [--no-pilot]
+
+Its own loop: a small causal transformer (token and position embeddings,
+pre-norm blocks with causal self-attention and an MLP, dropout), AdamW, a
+warm-up + cosine LambdaLR, and a DataLoader over a byte corpus made here from a
+fixed seed, sampled by a resumable shuffled sampler whose cursor (epoch,
+position) is the data state.
+
+Under anchor (ANCHOR_PILOT_SPEC set) the spec decides the steps, saves and
+restore. Standalone it saves at step 5 and stops at 10 under ./run.
+
+--forget COMPONENT restores everything but that component: the negative
+controls, which anchor must catch and name. --no-pilot runs the same loop
+without anchor_pilot (the overhead benchmark's peer).
+"""
+import argparse
+import math
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+p = argparse.ArgumentParser()
+p.add_argument("--forget", choices=["optimizer", "scheduler", "rng", "data"], action="append", default=[])
+p.add_argument("--steps", type=int, default=10, help="standalone / --no-pilot: steps to run")
+p.add_argument("--n-embd", type=int, default=64)
+p.add_argument("--n-layer", type=int, default=2)
+p.add_argument("--seq-len", type=int, default=32)
+p.add_argument("--batch", type=int, default=4)
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--no-pilot", action="store_true")
+args = p.parse_args()
+torch.set_num_threads(args.threads)
+
+if not args.no_pilot:
+    import anchor_pilot as ap
+
+    spec = ap.setup(seed=0, deterministic=True)  # first: seeds every RNG
+else:
+    torch.manual_seed(0)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.heads, self.drop = heads, nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        y = (self.drop(att.softmax(dim=-1)) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.drop(self.proj(y))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=256, d=64, layers=2, heads=4, block=64, dropout=0.1):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
+        self.ln, self.head, self.drop = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False), nn.Dropout(dropout)
+
+    def forward(self, idx, targets):
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class Windows(torch.utils.data.Dataset):
+    """Windows of seq_len + 1 bytes of a corpus made from a fixed seed."""
+
+    def __init__(self, seq_len, n_bytes=1 << 16):
+        g = torch.Generator().manual_seed(1234)
+        words = [bytes(torch.randint(97, 123, (int(n),), generator=g).tolist())
+                 for n in torch.randint(2, 9, (512,), generator=g)]
+        picks = torch.randint(0, len(words), (n_bytes // 4,), generator=g).tolist()
+        self.data = torch.tensor(list(b" ".join(words[i] for i in picks)[:n_bytes]), dtype=torch.long)
+        self.seq_len = seq_len
+
+    def __len__(self):
+        return (len(self.data) - 1) // self.seq_len
+
+    def __getitem__(self, i):
+        w = self.data[i * self.seq_len: (i + 1) * self.seq_len + 1]
+        return w[:-1], w[1:]
+
+
+class ResumableSampler(torch.utils.data.Sampler):
+    """Shuffled per epoch from its own seed, resumable from (epoch, pos)."""
+
+    def __init__(self, n, seed):
+        self.n, self.seed, self.epoch, self.pos = n, seed, 0, 0
+
+    def __iter__(self):
+        while True:
+            perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch))
+            while self.pos < self.n:
+                self.pos += 1
+                yield int(perm[self.pos - 1])
+            self.epoch, self.pos = self.epoch + 1, 0
+
+    def __len__(self):
+        return 1 << 30
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, s):
+        self.epoch, self.pos = s["epoch"], s["pos"]
+
+
+model = GPT(d=args.n_embd, layers=args.n_layer, heads=4, block=max(64, args.seq_len))
+opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4) * (0.5 + 0.5 * math.cos(s / 50)))
+sampler = ResumableSampler(len(Windows(args.seq_len)), seed=7)
+# num_workers=0: the sampler's position is exactly the batches consumed (docs/program.md, "Limits").
+loader = torch.utils.data.DataLoader(Windows(args.seq_len), batch_size=args.batch, sampler=sampler,
+                                     generator=torch.Generator().manual_seed(0))
+tokens = args.batch * args.seq_len
+
+
+def train_step(x, y):
+    loss = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss, grad_norm
+
+
+if args.no_pilot:
+    it = iter(loader)
+    t0 = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        x, y = next(it)
+        loss, grad_norm = train_step(x, y)
+        loss.item()
+    print("steps %d seconds %.6f" % (args.steps, time.perf_counter() - t0))
+    raise SystemExit(0)
+
+run = os.path.abspath("run")
+with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=sampler,
+                       checkpoint_dir=os.path.join(run, "checkpoints"), save_at=[args.steps // 2], stop_at=args.steps,
+                       events=os.path.join(run, "events.jsonl")) as pilot:
+    start = pilot.restore(skip=args.forget)  # 0, or the step of the newest checkpoint that verifies
+    it = iter(loader)  # after the restore: the sampler continues from its cursor
+    pilot.memory("start")
+    for step in range(start + 1, pilot.stop_at + 1):
+        x, y = next(it)
+        pilot.data_ready()
+        loss, grad_norm = train_step(x, y)
+        pilot.step(step, loss=loss.item(), grad_norm=grad_norm.item(), tokens=tokens)
+        pilot.maybe_save(step)
+    pilot.memory("end")

@@ -1,0 +1,486 @@
+// `anchor pilot` with program.command: the user's own training program as the
+// pilot's workers (docs/program.md). The same proof as the built-in trainer's
+// (supervisor.cpp): worker A trains K steps, saves, trains R more and is
+// SIGKILLed inside its second save; worker B, a fresh process per rank,
+// restores the newest checkpoint that verifies and trains the R steps again;
+// the two accounts are compared per rank, per component. The program speaks
+// the protocol of program_protocol.hpp through python/anchor_pilot.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "anchor/checkpoint/store.hpp"
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/dist/launch.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "anchor/manifest/environment.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "anchor/measure/proc.hpp"
+#include "program_protocol.hpp"
+#include "supervisor_internal.hpp"
+
+namespace anchor::pipeline {
+namespace {
+
+namespace pp = program;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// How the program is started: resolved once, the same for both workers.
+struct Launch {
+  std::vector<std::string> argv;  // argv[0] absolute
+  std::string cwd;                // absolute
+  std::map<std::string, std::string> env;
+  std::string dir;                // <run dir>/program: specs and events
+};
+
+// What one worker (all its ranks) did.
+struct Outcome {
+  int status = -1;          // the worker's status: rank 0's, or the first failing rank's
+  int failed_rank = 0;
+  bool killed_by_us = false;
+  std::string error;        // the program's own account, or how it ended
+  std::map<int, pp::WorkerLog> logs;  // per rank
+  std::vector<manifest::LoadedLibrary> libraries;  // rank 0's, read at its kill window
+  std::string executable;   // rank 0's /proc/<pid>/exe at its kill window
+  std::vector<std::uint64_t> peak_rss;  // per rank: VmHWM as last read while it ran
+  double seconds = 0;
+};
+
+std::string worker_name(pp::Role r) { return r == pp::Role::kReference ? "worker A" : "worker B"; }
+
+// The command, its directory and environment, checked before anything runs.
+// Throws Error (kConfig) saying which key is wrong.
+Launch resolve_launch(const Pilot& p) {
+  const auto& prog = p.cfg.program;
+  Launch l;
+  l.cwd = prog.cwd.empty() ? p.cfg.base_dir : config::resolve_path(p.cfg, prog.cwd);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(l.cwd, ec))
+    throw Error(ErrorKind::kConfig, "program.cwd " + printable(l.cwd) + " is not a directory",
+                "set program.cwd to the directory your program runs in (relative to the config file)");
+  l.cwd = std::filesystem::canonical(l.cwd).string();
+  l.argv = prog.command;
+  const std::string& exe = l.argv[0];
+  std::string found;
+  if (exe.find('/') != std::string::npos) {
+    found = exe[0] == '/' ? exe : l.cwd + "/" + exe;
+    if (::access(found.c_str(), X_OK) != 0) found.clear();
+  } else {
+    found = proc::find_on_path(exe);
+  }
+  if (found.empty())
+    throw Error(ErrorKind::kConfig,
+                "program.command[0] '" + printable(exe) + "' is not an executable " +
+                    (exe.find('/') != std::string::npos ? "file (relative to " + printable(l.cwd) + ")"
+                                                        : std::string("in PATH")),
+                "name the interpreter or script as you run it, e.g. [python3, train.py]; anchor starts it without a "
+                "shell, in program.cwd");
+  l.argv[0] = found;
+  for (const auto& e : prog.env) {
+    const auto eq = e.find('=');
+    l.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  l.dir = p.run_dir + "/program";
+  return l;
+}
+
+void kill_all(const std::vector<proc::Child>& ranks, const std::vector<std::optional<int>>& ended, int sig) {
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    if (!ended[r]) ::kill(-ranks[r].pid, sig);  // its process group: DataLoader workers too
+}
+
+// Starts the program once per rank with the spec, follows its events file,
+// SIGKILLs every rank at rank 0's kill window (reference), stops every rank
+// when one fails, the program runs past program.timeout_s, or the supervisor
+// is interrupted.
+Outcome run_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
+  const std::string name = pp::role_name(spec.role);
+  const std::string spec_path = l.dir + "/" + name + ".spec.json";
+  fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
+  std::error_code ec;
+  std::filesystem::remove(spec.events, ec);  // a reused run directory's
+  const int port = p.nproc > 1 ? dist::free_loopback_port() : 29500;
+  std::vector<proc::Child> ranks;
+  for (int r = 0; r < p.nproc; ++r) {
+    proc::SpawnOptions so;
+    so.env = l.env;
+    for (auto& [k, v] : dist::self_launch_env(r, p.nproc, port)) so.env[k] = v;
+    so.env["ANCHOR_PILOT_SPEC"] = spec_path;
+    so.cwd = l.cwd;
+    so.die_with_parent = true;
+    so.new_process_group = true;
+    ranks.push_back(proc::spawn(l.argv, so));
+  }
+  {
+    json pids = json::array();
+    for (const auto& c : ranks) pids.push_back(c.pid);
+    p.events->write({{"event", "worker_started"}, {"worker", name}, {"program", l.argv}, {"pids", pids}}, "supervisor");
+  }
+  Outcome w;
+  w.peak_rss.assign(ranks.size(), 0);
+  auto sample_rss = [&] {  // the peak RSS of every rank, read by the supervisor as it runs
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+      w.peak_rss[r] = std::max(w.peak_rss[r], measure::read_proc_memory(ranks[r].pid).hwm_bytes);
+  };
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s));
+  std::vector<std::optional<int>> ended(ranks.size());
+  pp::EventReader reader(spec.events);
+  std::optional<Clock::time_point> stop_others_at;  // a rank failed: the others get a grace, then SIGKILL
+  auto follow = [&] {
+    for (auto& e : reader.poll()) {
+      if (e.type != "program") p.events->write(e.raw, "program-" + name);
+      w.logs[e.rank].add(e);
+      if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w.error.empty())
+        w.error = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
+      const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
+      if (c && c->phase == "kill_window" && e.rank == 0 && spec.role == pp::Role::kReference && !w.killed_by_us) {
+        // What the program loaded, while it still runs; then the real thing, on every rank.
+        sample_rss();
+        try {
+          w.libraries = manifest::loaded_shared_libraries(ranks[0].pid);
+          w.executable = std::filesystem::read_symlink("/proc/" + std::to_string(ranks[0].pid) + "/exe").string();
+        } catch (const std::exception& ex) {
+          ANCHOR_LOG_WARN("pilot", "could not read the program's loaded libraries: {}", ex.what());
+        }
+        kill_all(ranks, ended, SIGKILL);
+        w.killed_by_us = true;
+        json pids = json::array();
+        for (const auto& ch : ranks) pids.push_back(ch.pid);
+        p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", c->point}}, "supervisor");
+      }
+    }
+  };
+  for (;;) {
+    follow();
+    if (!w.killed_by_us) sample_rss();
+    bool all = true;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      if (!ended[r]) ended[r] = proc::try_wait(ranks[r].pid);
+      if (!ended[r]) {
+        all = false;
+        continue;
+      }
+      if (*ended[r] != 0 && !w.killed_by_us && !stop_others_at) stop_others_at = Clock::now() + std::chrono::seconds(10);
+    }
+    if (all) break;
+    if (g_signal) {
+      kill_all(ranks, ended, SIGTERM);
+      for (std::size_t r = 0; r < ranks.size(); ++r)
+        if (!ended[r]) ended[r] = proc::wait_exit(ranks[r].pid);
+      break;
+    }
+    if (stop_others_at && Clock::now() > *stop_others_at) kill_all(ranks, ended, SIGKILL);
+    if (Clock::now() > deadline && !w.killed_by_us) {
+      kill_all(ranks, ended, SIGKILL);
+      if (w.error.empty())
+        w.error = worker_name(spec.role) + " ran past program.timeout_s (" + std::to_string(p.cfg.program.timeout_s) +
+                  " s) and was killed";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  follow();  // what it wrote last
+  w.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  w.status = *ended[0];
+  for (std::size_t r = 1; r < ranks.size(); ++r)
+    if (w.status == 0 && *ended[r] != 0) {
+      w.status = *ended[r];
+      w.failed_rank = static_cast<int>(r);
+    }
+  if (w.error.empty() && w.status != 0 && !w.killed_by_us)
+    w.error = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(w.failed_rank) : "") + " " +
+              proc::describe_exit(w.status) + " (its output is above; its events are in " + printable(spec.events) + ")";
+  return w;
+}
+
+// A worker's stage record from its own account (rank 0).
+json worker_stage(const std::string& stage, const Outcome& w, json figures) {
+  return {{"stage", stage}, {"status", "passed"}, {"seconds", w.seconds}, {"figures", std::move(figures)}};
+}
+
+json steps_json(const pp::WorkerLog& log) {
+  json out = json::array();
+  for (const auto& s : log.steps) {
+    json e = {{"step", s.step}, {"loss", s.loss.known ? json(s.loss.value) : json()}};
+    if (s.grad_norm.known) e["grad_norm"] = s.grad_norm.value;
+    if (s.lr.known) e["lr"] = s.lr.value;
+    if (s.tokens) e["tokens"] = *s.tokens;
+    if (s.data_wait_s) e["data_wait_s"] = *s.data_wait_s;
+    if (s.compute_s) e["compute_s"] = *s.compute_s;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// measurements: the step (median over the reference's steps after the first,
+// which warms up), memory per stage, the save and restore, from rank 0.
+json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step) {
+  const auto& ref = a.logs.at(0);
+  const auto& res = b.logs.at(0);
+  std::vector<double> secs, waits, computes, tokens;
+  for (std::size_t i = 1; i < ref.steps.size(); ++i) {
+    const auto& s = ref.steps[i];
+    if (!s.compute_s) continue;
+    waits.push_back(s.data_wait_s.value_or(0));
+    computes.push_back(*s.compute_s);
+    secs.push_back(*s.compute_s + s.data_wait_s.value_or(0));
+    if (s.tokens) tokens.push_back(static_cast<double>(*s.tokens));
+  }
+  json m;
+  const double step_s = median(secs), tok = median(tokens);
+  m["step"] = {{"source", "the program's step lines (median over the reference's steps after the first)"},
+               {"steps_measured", secs.size()},
+               {"seconds", step_s},
+               {"data_wait_s", median(waits)},
+               {"compute_s", median(computes)},
+               {"stall_percent", step_s > 0 ? 100.0 * median(waits) / step_s : 0.0},
+               {"tokens", tokens.empty() ? json() : json(tok)},
+               {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
+               {"world_size", p.nproc}};
+  if (ref.hello && ref.hello->parameters) m["model"] = {{"parameters", *ref.hello->parameters}};
+  json mem = json::array();
+  for (const auto* log : {&ref, &res})
+    for (const auto& l : log->memory) {
+      json e = {{"worker", log == &ref ? "reference" : "resume"}, {"stage", l.stage}, {"device", l.device}};
+      if (l.rss_bytes) e["rss_bytes"] = *l.rss_bytes;
+      if (l.allocated_bytes) e["allocated_bytes"] = *l.allocated_bytes;
+      if (l.reserved_bytes) e["reserved_bytes"] = *l.reserved_bytes;
+      if (l.max_allocated_bytes) e["max_allocated_bytes"] = *l.max_allocated_bytes;
+      if (l.total_bytes) e["device_total_bytes"] = *l.total_bytes;
+      mem.push_back(std::move(e));
+    }
+  json peaks = json::array();
+  for (const auto* w : {&a, &b})
+    for (std::size_t r = 0; r < w->peak_rss.size(); ++r)
+      peaks.push_back({{"worker", w == &a ? "reference" : "resume"}, {"rank", r}, {"peak_rss_bytes", w->peak_rss[r]}});
+  m["memory"] = {{"source", "peak RSS (VmHWM) of every rank, read by anchor while it ran; and the program's own "
+                            "memory lines (Pilot.memory(stage): device allocated/reserved/total on CUDA)"},
+                 {"peak_rss", peaks},
+                 {"stages", mem}};
+  if (const auto* s = ref.checkpoint("save", "end", save_step); s && s->bytes && s->seconds)
+    m["checkpoint_save"] = {{"step", save_step}, {"bytes", *s->bytes}, {"seconds", *s->seconds},
+                            {"gb_per_s", *s->seconds > 0 ? *s->bytes / *s->seconds / 1e9 : 0.0}};
+  if (const auto* r = res.checkpoint("restore", "end", save_step); r && r->bytes && r->seconds)
+    m["checkpoint_restore"] = {{"step", save_step}, {"bytes", *r->bytes}, {"seconds", *r->seconds},
+                               {"gb_per_s", *r->seconds > 0 ? *r->bytes / *r->seconds / 1e9 : 0.0},
+                               {"includes", "reading, verifying every SHA-256 and load_state_dict of every component"}};
+  return m;
+}
+
+// The report's program section: what ran, and what it said it runs on.
+json program_section(const Pilot& p, const Launch& l, const Outcome& a) {
+  json j = {{"command", l.argv}, {"cwd", printable(l.cwd)}, {"world_size", p.nproc}, {"protocol", pp::kProtocol}};
+  if (a.logs.count(0) && a.logs.at(0).hello) {
+    const auto& h = *a.logs.at(0).hello;
+    j["anchor_pilot"] = h.anchor_pilot;
+    j["versions"] = {{"torch", h.versions.torch}, {"cuda", h.versions.cuda}, {"cudnn", h.versions.cudnn},
+                     {"nccl", h.versions.nccl}, {"python", h.versions.python}};
+  }
+  return j;
+}
+
+json torn_temps(const std::string& ckpt_dir) {
+  json torn = json::array();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir, ec))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) torn.push_back(printable(e.path().filename().string()));
+  return torn;
+}
+
+}  // namespace
+
+int run_program_pilot(Pilot& p) {
+  const std::int64_t k = p.cfg.pilot.steps_before_save;
+  const std::int64_t last = k + p.cfg.pilot.steps_after_resume;
+  Launch l;
+  try {
+    l = resolve_launch(p);
+    std::filesystem::create_directories(l.dir);
+  } catch (const Error& e) {
+    return fail(p, "program", exit_code_for(e.kind()), std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+  }
+  if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
+  p.report.set_start({{"from", "init"}});
+
+  pp::Spec spec;
+  spec.run_dir = p.run_dir;
+  spec.checkpoint_dir = p.ckpt_dir;
+  spec.seed = p.cfg.run.seed;
+  spec.deterministic = p.cfg.run.deterministic;
+  spec.stop_at = last;
+
+  // Worker A: K steps, save, R steps, and the save of step K+R, killed inside.
+  spec.role = pp::Role::kReference;
+  spec.save_at = {k, last};
+  spec.kill_in_save = last;
+  spec.events = l.dir + "/reference.events.jsonl";
+  Outcome a;
+  try {
+    a = run_worker(p, l, spec);
+  } catch (const Error& e) {
+    return fail(p, "reference", exit_code_for(e.kind()), e.what());
+  }
+  if (g_signal) return interrupted_exit(p);
+  p.report.set_section("program", program_section(p, l, a));
+  if (!a.killed_by_us) {
+    const std::string why = !a.error.empty() ? a.error
+                            : worker_name(pp::Role::kReference) + " exited with status " + std::to_string(a.status) +
+                                  " before its kill window (the save of step " + std::to_string(last) +
+                                  "): does the loop call Pilot.maybe_save(step) every step, up to pilot.stop_at?";
+    return fail(p, "reference", 1, why);
+  }
+  if (a.status != 128 + SIGKILL)
+    return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
+  for (int r = 0; r < p.nproc; ++r)
+    if (!a.logs.count(r) || !a.logs[r].hello)
+      return fail(p, "reference", 1, "worker A rank " + std::to_string(r) + " never said hello (is it using anchor_pilot?)");
+  {
+    const auto& ref = a.logs[0];
+    json fig = {{"steps", ref.steps.size()}, {"ranks", p.nproc}};
+    if (!ref.steps.empty() && ref.steps.back().loss.known) fig["loss"] = ref.steps.back().loss.value;
+    p.report.add_stage(worker_stage("reference", a, fig));
+    if (const auto* s = ref.checkpoint("save", "end", k); s && s->bytes && s->seconds)
+      p.report.add_stage({{"stage", "checkpoint_save"}, {"status", "passed"}, {"seconds", *s->seconds},
+                          {"figures", {{"step", k}, {"bytes", *s->bytes}, {"seconds", *s->seconds}}}});
+  }
+
+  // The pins: data, the program's sources and Python, the libraries worker A had loaded.
+  try {
+    p.stage("pin", [&] {
+      manifest::PinOptions po;
+      po.use_cache = p.opts.use_hash_cache;
+      po.progress = false;
+      po.world_size = p.nproc;
+      po.libraries = &a.libraries;
+      po.executable = a.executable;
+      json m = manifest::pin(p.cfg, po);
+      const auto& h = *a.logs[0].hello;
+      auto& deps = m["dependencies"];
+      deps["libtorch"] = h.versions.torch;  // the torch the program ran, as it said
+      deps["cuda_runtime"] = h.versions.cuda.empty() ? "none" : h.versions.cuda;
+      deps["cudnn"] = h.versions.cudnn.empty() ? "none" : h.versions.cudnn;
+      deps["nccl"] = h.versions.nccl.empty() ? "none" : h.versions.nccl;
+      if (!a.logs[0].program)
+        throw Error(ErrorKind::kRuntime, "worker A sent no program line before its kill window",
+                    "use the anchor_pilot that ships with this anchor");
+      const auto& pl = *a.logs[0].program;
+      manifest::ProgramPins pins;
+      pins.command = l.argv;
+      pins.cwd = l.cwd;
+      pins.root = pl.root;
+      pins.sources = pl.sources;
+      pins.executable = pl.executable;
+      pins.sys_path = pl.sys_path;
+      for (const auto& d : pl.distributions) pins.distributions.push_back({d.name, d.version, d.dist_info});
+      pins.distributions_error = pl.distributions_error;
+      pins.python = h.versions.python;
+      pins.anchor_pilot = h.anchor_pilot;
+      m["program"] = manifest::pin_program(pins);
+      fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(m, 2));
+      p.report.set_manifest(m);
+      return json{{"sources", m["program"]["sources"].size()},
+                  {"distributions", m["program"]["python"]["distributions"].size()},
+                  {"shared_libraries", m["dependencies"]["shared_libraries"].size()}};
+    });
+  } catch (const Error& e) {
+    return fail(p, "pin", exit_code_for(e.kind()), std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+  }
+  p.stage("kill", [&] {
+    return json{{"signal", "SIGKILL"}, {"exit_status", a.status}, {"torn_checkpoints", torn_temps(p.ckpt_dir)}};
+  });
+
+  // Worker B: fresh processes restore the newest checkpoint that verifies and train to K+R.
+  spec.role = pp::Role::kResume;
+  spec.save_at = {last};
+  spec.kill_in_save.reset();
+  spec.events = l.dir + "/resume.events.jsonl";
+  Outcome b;
+  try {
+    b = run_worker(p, l, spec);
+  } catch (const Error& e) {
+    return fail(p, "resume", exit_code_for(e.kind()), e.what());
+  }
+  if (g_signal) return interrupted_exit(p);
+  if (b.status != 0) return fail(p, "resume", 1, b.error);
+  for (int r = 0; r < p.nproc; ++r)
+    if (!b.logs.count(r)) return fail(p, "resume", 1, "worker B rank " + std::to_string(r) + " reported nothing");
+  {
+    const auto& res = b.logs[0];
+    if (const auto* r = res.checkpoint("restore", "end", k); r && r->bytes && r->seconds)
+      p.report.add_stage({{"stage", "restore"}, {"status", "passed"}, {"seconds", *r->seconds},
+                          {"figures", {{"step", k}, {"bytes", *r->bytes}, {"seconds", *r->seconds}}}});
+    json fig = {{"steps", res.steps.size()}, {"ranks", p.nproc}};
+    if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
+    p.report.add_stage(worker_stage("resume", b, fig));
+  }
+
+  // Compare, per rank: bitwise on CPU, within pilot.tolerance elsewhere.
+  json verdict;
+  p.stage("compare", [&] {
+    const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
+    verdict = pp::compare(a.logs[0], b.logs[0], k, last, tol).to_json();
+    json per_rank = json::array({{{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}}});
+    for (int r = 1; r < p.nproc; ++r) {
+      json v = pp::compare(a.logs[r], b.logs[r], k, last, tol).to_json();
+      per_rank.push_back({{"rank", r}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
+      if (v["verdict"] != "match") {
+        verdict["verdict"] = "mismatch";
+        for (const auto& c : v["cause"]) verdict["cause"].push_back("rank " + std::to_string(r) + ": " + c.get<std::string>());
+        for (auto c : v["checks"])
+          if (!c["ok"].get<bool>()) {
+            c["name"] = "rank " + std::to_string(r) + ": " + c["name"].get<std::string>();
+            verdict["checks"].push_back(c);
+          }
+      }
+    }
+    verdict["per_rank"] = per_rank;
+    return json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]},
+                {"world_size", p.nproc}};
+  });
+  p.report.set_section("resume", verdict);
+  p.report.set_section("steps", {{"train", steps_json(a.logs[0])}, {"resumed", steps_json(b.logs[0])}});
+  p.report.set_section("measurements", measurements(p, a, b, k));
+  p.report.set_section("plan", {{"status", "not planned"},
+                                {"why", "the plan's memory model and FLOPs need the model's shape; a program pilot "
+                                        "measures one (micro-batch, sequence length) point (docs/program.md, \"Limits\")"}});
+  p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+
+  if (verdict["verdict"] != "match") {
+    std::string cause;
+    for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
+    p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
+    publish(p);
+    p.report.print_summary(summary_stream(p));
+    std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
+    for (const auto& c : verdict["checks"])
+      if (!c["ok"].get<bool>())
+        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
+    std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks); docs/program.md says what each "
+                         "component holds\n", p.run_dir.c_str());
+    return 3;
+  }
+  p.report.set_outcome("passed", 0, "the program's resume matches its uninterrupted run (" +
+                                        verdict["mode"].get<std::string>() + ", " + std::to_string(p.nproc) + " rank" +
+                                        (p.nproc > 1 ? "s" : "") + ")");
+  publish(p);
+  p.report.print_summary(summary_stream(p));
+  return 0;
+}
+
+}  // namespace anchor::pipeline

@@ -1,0 +1,87 @@
+#pragma once
+// What the supervisor's two drivers share: run_supervisor (the built-in
+// trainer's workers, supervisor.cpp) and run_program_pilot (the user's own
+// program as the worker, program_pilot.cpp). Internal to pipeline.
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/dir_lock.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/pipeline/pilot.hpp"
+#include "anchor/plan/catalog.hpp"
+#include "events.hpp"
+#include "report_writer.hpp"
+
+namespace anchor::pipeline {
+
+// SIGINT/SIGTERM received by the supervisor (0: none); its loops check it.
+extern volatile std::sig_atomic_t g_signal;
+
+// events.jsonl: one line per event, appended and flushed as it happens.
+class EventLog {
+ public:
+  explicit EventLog(const std::string& path) : out_(path, std::ios::app) {
+    if (!out_) throw io_error("open", path, errno);
+  }
+  void write(nlohmann::json e, const std::string& source) {
+    if (!e.contains("time")) e["time"] = utc_now();
+    e["source"] = source;
+    out_ << dump_json(e) << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+struct Pilot {
+  config::Config cfg;
+  PilotOptions opts;
+  std::string run_id, run_dir, ckpt_dir;
+  fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
+  std::unique_ptr<EventLog> events;
+  Report report;
+  std::string signing_key;  // resolved path; empty: the run is unsigned
+  plan::Catalog catalog;
+  int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
+  std::string worker_binary;  // anchor-torch (or this binary when it has LibTorch)
+
+  // Supervisor-side stage: timed, logged, recorded in the report.
+  template <typename F>
+  void stage(const std::string& name, F&& body) {
+    events->write({{"stage", name}, {"event", "start"}}, "supervisor");
+    auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json figures = body();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report.add_stage({{"stage", name}, {"status", "passed"}, {"seconds", s}, {"figures", figures}});
+    events->write({{"stage", name}, {"event", "end"}, {"status", "passed"}, {"seconds", s}}, "supervisor");
+  }
+};
+
+// The readable stage table: stdout, or stderr when --json reserves stdout for the report.
+std::ostream& summary_stream(const Pilot& p);
+// Writes every output of the run, whatever its outcome: report.json and
+// report.md (signed when a key is configured), the JUnit XML, --json.
+void publish(Pilot& p);
+// The pilot interrupted by SIGINT/SIGTERM: the report says so; returns 130/143.
+int interrupted_exit(Pilot& p);
+// A failed stage: recorded, the report published, the error printed; returns `code`.
+int fail(Pilot& p, const std::string& stage, int code, const std::string& why);
+
+// The start point against what checkpoint.dir holds: "" when fine, else why
+// not, with what to do (pilot.start_from init needs no step directory there).
+std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_dir);
+
+// The user's own program as the pilot's workers (docs/program.md), from the
+// point where the run directory is locked and config.json written.
+int run_program_pilot(Pilot& p);
+
+}  // namespace anchor::pipeline
