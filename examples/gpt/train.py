@@ -1,7 +1,8 @@
 """A plain PyTorch GPT-style training program, piloted by anchor (docs/program.md).
 
     python train.py [--forget optimizer|scheduler|rng|data] [--steps N] [--n-embd E] [--n-layer L]
-                    [--seq-len T] [--batch B] [--no-pilot]
+                    [--seq-len T] [--batch B] [--threads N]
+    python train.py --no-pilot [--steps N] [--save-at S --save-to FILE] [--load-from FILE] [sizes]
 
 Its own loop: a small causal transformer (token and position embeddings,
 pre-norm blocks with causal self-attention and an MLP, dropout), AdamW, a
@@ -14,7 +15,9 @@ restore. Standalone it saves at step 5 and stops at 10 under ./run.
 
 --forget COMPONENT restores everything but that component: the negative
 controls, which anchor must catch and name. --no-pilot runs the same loop
-without anchor_pilot (the overhead benchmark's peer).
+without anchor_pilot, saving model, optimizer and scheduler with torch.save
+after step S (--save-to) or starting from such a file (--load-from): the peer
+of bench/program_overhead.py. Both modes print the seconds of steps 2..N.
 """
 import argparse
 import math
@@ -34,6 +37,9 @@ p.add_argument("--seq-len", type=int, default=32)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--no-pilot", action="store_true")
+p.add_argument("--save-at", type=int, default=0)
+p.add_argument("--save-to")
+p.add_argument("--load-from")
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 
@@ -143,13 +149,24 @@ def train_step(x, y):
 
 
 if args.no_pilot:
+    if args.load_from:
+        state = torch.load(args.load_from)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
     it = iter(loader)
-    t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
         x, y = next(it)
         loss, grad_norm = train_step(x, y)
         loss.item()
-    print("steps %d seconds %.6f" % (args.steps, time.perf_counter() - t0))
+        if step == 1:
+            t1 = time.perf_counter()
+        if step == args.save_at and args.save_to:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict()}, args.save_to)
+            with open(args.save_to, "rb") as f:
+                os.fsync(f.fileno())
+    print("steps %d seconds %.6f" % (args.steps - 1, time.perf_counter() - t1))
     raise SystemExit(0)
 
 run = os.path.abspath("run")
@@ -165,4 +182,7 @@ with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=sampler
         loss, grad_norm = train_step(x, y)
         pilot.step(step, loss=loss.item(), grad_norm=grad_norm.item(), tokens=tokens)
         pilot.maybe_save(step)
+        if step == start + 1:
+            t1 = time.perf_counter()
     pilot.memory("end")
+    print("steps %d seconds %.6f" % (pilot.stop_at - start - 1, time.perf_counter() - t1))

@@ -234,10 +234,21 @@ class Loader {
 
   void check_required() {
     if (unreadable_) return;
+    // The built-in trainer's data is required; a program reads its own (data.train then only pins
+    // files): an empty data.train, refused as it was read, is fine after all.
+    const bool program = !c_.program.command.empty() && !bad_.count("program.command");
+    if (program && bad_.count("data.train")) {
+      problems_.erase(std::remove_if(problems_.begin(), problems_.end(),
+                                     [](const Problem& p) {
+                                       return p.key == "data.train" && p.message == "must list at least one entry";
+                                     }),
+                      problems_.end());
+      if (std::none_of(problems_.begin(), problems_.end(), [](const Problem& p) { return p.key == "data.train"; }))
+        bad_.erase("data.train");
+    }
     for (const auto& f : schema::fields()) {
       if (!f.required || where_.count(f.key)) continue;
-      // The built-in trainer's data is required; a program reads its own (data.train then only pins files).
-      if (f.key == "data.train" && !c_.program.command.empty()) continue;
+      if (f.key == "data.train" && program) continue;
       // Point at the enclosing section when it is there.
       Loc loc{file_, 0, 0};
       for (std::string s = parent_of(f.key); !s.empty(); s = parent_of(s)) {

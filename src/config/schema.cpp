@@ -96,7 +96,7 @@ std::vector<Field> make_fields() {
     // data -----------------------------------------------------------------
     Field(ANCHOR_KEY(data.format), "text: raw bytes, one token per byte (vocab 256); llmc: llm.c token shards (uint16 tokens).",
           "pilot (#3)").one_of({"text", "llmc"}),
-    Field(ANCHOR_KEY(data.train), "Training files or glob patterns. Not expanded by the loader: anchor pin expands them and fails on one that matches nothing.",
+    Field(ANCHOR_KEY(data.train), "Training files or glob patterns. Not expanded by the loader: anchor pin expands them and fails on one that matches nothing. Required unless program.command is set (a program reads its own data; files listed are pinned by digest).",
           "pin (#2), pilot (#3)").is_required().config_relative(),
     Field(ANCHOR_KEY(data.val), "Validation files or globs; empty: data.val_fraction of the training data is split off.",
           "pin (#2), pilot (#3)").config_relative(),

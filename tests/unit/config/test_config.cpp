@@ -468,9 +468,9 @@ TEST(ConfigSerialise, JsonIsNestedAndExcludesLocation) {
   EXPECT_FALSE(j.contains("source_path"));
   EXPECT_FALSE(j.contains("base_dir"));
   for (const char* s : {"run", "model", "data", "train", "pilot", "device", "distributed",
-                        "checkpoint", "report", "container", "budget"})
+                        "checkpoint", "report", "container", "budget", "program"})
     EXPECT_TRUE(j.contains(s)) << s;
-  EXPECT_EQ(j.size(), 11u);
+  EXPECT_EQ(j.size(), 12u);
 }
 
 TEST(ConfigSerialise, FromJsonValidates) {
@@ -758,3 +758,25 @@ TEST(ConfigLoad, NulBytesAreRefusedFromSetAndJson) {
 
 }  // namespace
 
+
+// program.command (issue 15): data.train is then optional (also as an empty
+// list, as to_json writes it), and program.env is NAME=VALUE without the
+// variables anchor sets itself.
+TEST(ConfigProgram, DataIsOptionalForAProgramAndEnvIsChecked) {
+  cfg::Config c = cfg::load_string("program:\n  command: [python3, train.py]\n", "p.yaml");
+  EXPECT_EQ(c.program.command.size(), 2u);
+  EXPECT_TRUE(c.data.train.empty());
+  EXPECT_NO_THROW(cfg::from_json(cfg::to_json(c)));  // data.train: [] read back (anchor pin --check)
+  // Negative control: without a program, data.train is required, empty or absent.
+  EXPECT_THROW(cfg::load_string("run:\n  name: x\n", "p.yaml"), cfg::ConfigError);
+  EXPECT_THROW(cfg::load_string("data:\n  train: []\n", "p.yaml"), cfg::ConfigError);
+  try {
+    cfg::load_string("program:\n  command: [python3]\n  env: [OK=1, 'BAD NAME=1', RANK=3, '=x']\n", "p.yaml");
+    FAIL() << "bad program.env entries must be refused";
+  } catch (const cfg::ConfigError& e) {
+    std::string all;
+    for (const auto& p : e.problems()) all += p.format() + "\n";
+    EXPECT_NE(all.find("'BAD NAME=1' is not NAME=VALUE"), std::string::npos) << all;
+    EXPECT_NE(all.find("sets RANK, which anchor sets"), std::string::npos) << all;
+  }
+}

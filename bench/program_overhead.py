@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The cost of piloting your own program (issue 15), side by side with its peer.
+
+    bench/program_overhead.py [--python PY] [--anchor BIN] [--reps N] [--steps N]
+                              [--n-embd 512 --n-layer 8 --seq-len 256 --batch 4] [--threads N]
+
+1. Per step: examples/gpt/train.py with anchor_pilot (under a spec that saves
+   nothing, as a worker between its saves) against the same script with
+   --no-pilot, steps 2..N of each, interleaved, medians. Goal: <= 1.02x at
+   25M parameters (the defaults: n_embd 512, 8 layers, seq 256, micro-batch 4).
+2. With --anchor: the whole `anchor pilot` of examples/gpt (K=R=2 at the same
+   size) against the script run by hand: K+R steps with one torch.save (+fsync)
+   after step K, then a fresh process that torch.loads it and runs R steps.
+Prints medians and ratios. Run by hand on a quiet machine; not in CTest.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TRAIN = os.path.join(REPO, "examples", "gpt", "train.py")
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("--python", default=sys.executable)
+ap.add_argument("--anchor")
+ap.add_argument("--reps", type=int, default=3)
+ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--n-embd", type=int, default=512)
+ap.add_argument("--n-layer", type=int, default=8)
+ap.add_argument("--seq-len", type=int, default=256)
+ap.add_argument("--batch", type=int, default=4)
+ap.add_argument("--threads", type=int, default=2)
+args = ap.parse_args()
+sizes = ["--n-embd", str(args.n_embd), "--n-layer", str(args.n_layer), "--seq-len", str(args.seq_len),
+         "--batch", str(args.batch), "--threads", str(args.threads)]
+work = tempfile.mkdtemp(prefix="anchor-program-bench-")
+env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), OMP_NUM_THREADS=str(args.threads))
+env.pop("ANCHOR_PILOT_SPEC", None)
+
+
+def loop_seconds(out):
+    m = re.search(r"steps (\d+) seconds ([0-9.]+)", out)
+    if not m:
+        raise SystemExit("no timing line in:\n" + out)
+    return float(m.group(2)) / int(m.group(1))
+
+
+def run(cmd, extra_env=None, cwd=None):
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=dict(env, **(extra_env or {})), cwd=cwd or work, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    if p.returncode != 0:
+        raise SystemExit("%s failed (%d):\n%s%s" % (" ".join(cmd), p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
+    return p.stdout, time.perf_counter() - t0
+
+
+def with_pilot(rep):
+    d = os.path.join(work, "pilot-%d" % rep)
+    os.makedirs(d)
+    spec = {"protocol": 1, "role": "reference", "run_dir": d, "checkpoint_dir": os.path.join(d, "c"), "save_at": [],
+            "stop_at": args.steps, "restore": None, "seed": 0, "deterministic": True,
+            "events": os.path.join(d, "events.jsonl")}
+    with open(os.path.join(d, "spec.json"), "w") as f:
+        json.dump(spec, f)
+    out, _ = run([args.python, TRAIN] + sizes, {"ANCHOR_PILOT_SPEC": os.path.join(d, "spec.json")})
+    return loop_seconds(out)
+
+
+def without(rep):
+    out, _ = run([args.python, TRAIN, "--no-pilot", "--steps", str(args.steps)] + sizes)
+    return loop_seconds(out)
+
+
+print("machine load at start: %s" % open("/proc/loadavg").read().split()[:3])
+print("per step: examples/gpt/train.py at n_embd %d, %d layers, seq %d, micro-batch %d, %d threads; %d reps of "
+      "steps 2..%d" % (args.n_embd, args.n_layer, args.seq_len, args.batch, args.threads, args.reps, args.steps))
+a, b = [], []
+for rep in range(args.reps):
+    b.append(without(rep))
+    a.append(with_pilot(rep))
+    print("  rep %d: with anchor_pilot %.4f s/step, without %.4f s/step" % (rep, a[-1], b[-1]))
+ma, mb = statistics.median(a), statistics.median(b)
+print("per step: with %.4f s, without %.4f s: %.3fx (goal <= 1.02x)" % (ma, mb, ma / mb))
+
+if args.anchor:
+    ex = os.path.join(work, "gpt")
+    shutil.copytree(os.path.join(REPO, "examples", "gpt"), ex)
+    bindir = os.path.join(work, "bin")
+    os.makedirs(bindir)
+    with open(os.path.join(bindir, "python3"), "w") as f:
+        f.write('#!/bin/sh\nexec "%s" "$@"\n' % args.python)
+    os.chmod(os.path.join(bindir, "python3"), 0o755)
+    k = r = 2
+    cmd_sets = ["program.command=[python3, train.py, %s]" % ", ".join(sizes), "pilot.steps_before_save=%d" % k,
+                "pilot.steps_after_resume=%d" % r]
+    pa, pb = [], []
+    for rep in range(args.reps):
+        f = os.path.join(work, "state-%d.pt" % rep)
+        _, t1 = run([args.python, TRAIN, "--no-pilot", "--steps", str(k + r), "--save-at", str(k), "--save-to", f] + sizes)
+        _, t2 = run([args.python, TRAIN, "--no-pilot", "--steps", str(r), "--load-from", f] + sizes)
+        pb.append(t1 + t2)
+        cmd = [args.anchor, "pilot", os.path.join(ex, "pilot.yaml"), "--run-dir", os.path.join(work, "run-%d" % rep)]
+        for s in cmd_sets:
+            cmd += ["--set", s]
+        _, t = run(cmd, {"PATH": bindir + os.pathsep + env.get("PATH", "")})
+        pa.append(t)
+        print("  rep %d: anchor pilot %.2f s, by hand %.2f s" % (rep, pa[-1], pb[-1]))
+    print("whole pilot (K=R=2): anchor %.2f s, by hand (K+R steps + torch.save, fresh torch.load + R steps) %.2f s: "
+          "%.2fx" % (statistics.median(pa), statistics.median(pb), statistics.median(pa) / statistics.median(pb)))
+print("machine load at end: %s" % open("/proc/loadavg").read().split()[:3])
+shutil.rmtree(work)

@@ -1,0 +1,163 @@
+"""anchor pilot with program.command: the examples of examples/ piloted end to end.
+
+`anchor pilot` (ANCHOR_BIN) starts each example's own train.py as worker A and
+worker B (once per rank), kills A inside its save, resumes in fresh processes
+and compares. Each example must match bitwise; each negative control (a
+variant that forgets to restore one component) must fail with exit 3 and the
+verdict must name that component. A program manifest is checked with
+`anchor pin --check`: unchanged, then a changed source, an added module and an
+added Python distribution are each drift (exit 3). Copies of the examples run
+in a temporary directory; `python3` in PATH is this test's interpreter.
+"""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import unittest
+
+from tests import support
+from tests.test_hf_example import HAVE_TRANSFORMERS, WHY_NOT
+
+BIN = os.environ.get("ANCHOR_BIN")
+EXAMPLES = os.path.join(support.REPO, "examples")
+
+
+@unittest.skipUnless(BIN, "ANCHOR_BIN (the anchor binary to test) is not set; ctest sets it")
+class ProgramPilot(support.TempDirTest):
+    def setUp(self):
+        super().setUp()
+        # `python3` as the examples' pilot.yaml names it: this interpreter (torch 1.13 or 2.x).
+        bindir = self.path("bin")
+        os.mkdir(bindir)
+        wrapper = os.path.join(bindir, "python3")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nexec "%s" "$@"\n' % support.sys.executable)
+        os.chmod(wrapper, stat.S_IRWXU)
+        self.env = support.env(PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+
+    def example(self, name):
+        dst = self.path(name)
+        shutil.copytree(os.path.join(EXAMPLES, name), dst)
+        return dst
+
+    def anchor(self, *args, timeout=300):
+        return subprocess.run([BIN] + list(args), env=self.env, cwd=self.tmp, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+
+    def pilot(self, name, *sets, run="run"):
+        d = self.example(name) if not os.path.isdir(self.path(name)) else self.path(name)
+        run_dir = self.path(run)
+        args = ["pilot", os.path.join(d, "pilot.yaml"), "--run-dir", run_dir]
+        for s in sets:
+            args += ["--set", s]
+        proc = self.anchor(*args)
+        report = None
+        if os.path.exists(os.path.join(run_dir, "report.json")):
+            with open(os.path.join(run_dir, "report.json")) as f:
+                report = json.load(f)
+        return proc, report, run_dir
+
+    def assertMatch(self, proc, report, ranks=1):
+        self.assertEqual(proc.returncode, 0, "pilot failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual(report["status"], "passed")
+        self.assertEqual(report["resume"]["verdict"], "match")
+        self.assertEqual(report["resume"]["mode"], "bitwise")
+        self.assertEqual(len(report["resume"]["per_rank"]), ranks)
+        kill = [s for s in report["stages"] if s["stage"] == "kill"][0]
+        self.assertEqual(kill["figures"]["signal"], "SIGKILL")
+        self.assertEqual(len(kill["figures"]["torn_checkpoints"]), 1)  # killed inside its save
+
+    def assertCaught(self, proc, report, component):
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["verdict"], "mismatch")
+        self.assertEqual(report["resume"]["cause"][0], component, report["resume"])
+        self.assertIn("component '%s' differs" % component, proc.stderr)
+
+    def test_gpt_matches_is_pinned_and_measured(self):
+        proc, report, run = self.pilot("gpt")
+        self.assertMatch(proc, report)
+        self.assertEqual([c["step"] for c in report["checkpoints"]], [4, 8])  # A's step 4, B's step 8
+        step = report["measurements"]["step"]
+        self.assertEqual(step["tokens"], 4 * 32)
+        self.assertGreater(step["tokens_per_s"], 0)
+        self.assertGreater(report["measurements"]["model"]["parameters"], 100000)
+        peaks = report["measurements"]["memory"]["peak_rss"]
+        self.assertTrue(all(p["peak_rss_bytes"] > 50 << 20 for p in peaks), peaks)
+        self.assertEqual(len(report["steps"]["resumed"]), 4)
+        with open(os.path.join(run, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual([s["path"] for s in m["program"]["sources"]], ["train.py"])
+        self.assertIn("torch", [d["name"] for d in m["program"]["python"]["distributions"]] +
+                      [d["name"].lower() for d in m["program"]["python"]["distributions"]])
+        self.assertTrue(any("libtorch" in l["path"] for l in m["dependencies"]["shared_libraries"]))
+        self.assertEqual(m["dependencies"]["libtorch"].split("+")[0], __import__("torch").__version__.split("+")[0])
+
+        # pin --check: unchanged, then each kind of drift.
+        check = self.anchor("pin", "--check", os.path.join(run, "manifest.json"))
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        self.assertIn("no drift", check.stdout)
+        with open(self.path("gpt", "train.py"), "a") as f:
+            f.write("# changed\n")
+        check = self.anchor("pin", "--check", os.path.join(run, "manifest.json"))
+        self.assertEqual(check.returncode, 3, check.stdout + check.stderr)
+        self.assertIn("program source train.py", check.stdout)
+        with open(self.path("gpt", "helpers.py"), "w") as f:
+            f.write("X = 1\n")
+        os.makedirs(self.path("gpt", "fake_pkg-1.0.dist-info"))
+        with open(self.path("gpt", "fake_pkg-1.0.dist-info", "METADATA"), "w") as f:
+            f.write("Name: fake_pkg\nVersion: 1.0\n")
+        check = self.anchor("pin", "--check", os.path.join(run, "manifest.json"))
+        self.assertEqual(check.returncode, 3)
+        self.assertRegex(check.stdout, r"program source helpers.py +\(added\)")
+        self.assertRegex(check.stdout, r"python package fake_pkg \(.*\) +\(added\)")
+
+    def test_gpt_negative_controls_are_named(self):
+        self.example("gpt")
+        for component in ("optimizer", "scheduler", "rng", "data"):
+            with self.subTest(component=component):
+                proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --forget, %s]" % component,
+                                             run="run-" + component)
+                self.assertCaught(proc, report, component)
+
+    def test_ddp_two_ranks_as_torchrun_starts_them(self):
+        proc, report, _ = self.pilot("ddp")
+        self.assertMatch(proc, report, ranks=2)
+        self.assertEqual(report["program"]["world_size"], 2)
+        proc, report, _ = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
+        self.assertCaught(proc, report, "data")
+        self.assertIn("rank 1: data", report["resume"]["cause"])  # every rank's own cursor
+
+    @unittest.skipUnless(HAVE_TRANSFORMERS, WHY_NOT)
+    def test_hf_gpt2(self):
+        proc, report, _ = self.pilot("hf-gpt2")
+        self.assertMatch(proc, report)
+        self.assertIn("transformers", [d["name"] for d in report["manifest"]["program"]["python"]["distributions"]])
+        proc, report, _ = self.pilot("hf-gpt2", "program.command=[python3, train.py, --forget, optimizer]", run="r2")
+        self.assertCaught(proc, report, "optimizer")
+
+    def test_minimal_example_signed_and_verified(self):
+        keys = self.path("keys")
+        self.assertEqual(self.anchor("keygen", "-o", keys).returncode, 0)
+        proc, report, run = self.pilot("minimal", "report.signing_key=" + os.path.join(keys, "anchor.key"))
+        self.assertMatch(proc, report)
+        self.assertTrue(report["signed"])
+        v = self.anchor("verify", run, "--key", os.path.join(keys, "anchor.pub"))
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+    def test_a_program_that_does_not_speak_the_protocol(self):
+        self.example("minimal")
+        proc, report, _ = self.pilot("minimal", "program.command=[no-such-interpreter-xyz, train.py]", run="r1")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("program.command[0] 'no-such-interpreter-xyz' is not an executable in PATH", proc.stderr)
+        proc, report, _ = self.pilot("minimal", "program.command=[python3, -c, 'print(1)']", run="r2")
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("before its kill window", proc.stderr)
+        self.assertEqual(report["status"], "failed")
+        proc, report, _ = self.pilot("minimal", "program.command=[python3, -c, 'import sys; sys.exit(5)']", run="r3")
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("worker A exited with status 5", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,178 @@
+// The program protocol's supervisor side (src/pipeline/program_protocol.hpp):
+// parsing what a program reports, reading a growing events file, and the
+// verdict, with a negative control per rule.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "anchor/error.hpp"
+#include "pipeline/program_protocol.hpp"
+
+namespace pp = anchor::pipeline::program;
+
+namespace {
+
+const std::string kA(64, 'a'), kB(64, 'b'), kC(64, 'c');
+
+std::string digests(const std::string& when, int step, const std::string& model, const std::string& opt) {
+  return R"({"type":"digests","rank":0,"time":1.5,"when":")" + when + R"(","step":)" + std::to_string(step) +
+         R"(,"components":{"model":")" + model + R"(","optimizer":")" + opt + R"(","rng":")" + kC + R"("}})";
+}
+std::string step(int s, const std::string& loss) {
+  return R"({"type":"step","rank":0,"time":2,"step":)" + std::to_string(s) + R"(,"loss":)" + loss +
+         R"(,"grad_norm":null,"lr":0.001,"tokens":16,"data_wait_s":0.001,"compute_s":0.01})";
+}
+std::string restore_end(int s) {
+  return R"({"type":"checkpoint","rank":0,"time":3,"op":"restore","phase":"end","step":)" + std::to_string(s) +
+         R"(,"dir":"/c/step-2","bytes":100,"seconds":0.5})";
+}
+
+pp::WorkerLog log_of(std::initializer_list<std::string> lines) {
+  pp::WorkerLog w;
+  for (const auto& l : lines) w.add(pp::parse_event(l));
+  return w;
+}
+
+// A reference that saved step 2 and was killed in its save of step 4, and a resume that matches it.
+pp::WorkerLog reference() {
+  return log_of({digests("save", 2, kA, kB), step(3, "1.25"), step(4, "1.125"), digests("save", 4, kB, kA)});
+}
+pp::WorkerLog resumed(const std::string& restored_opt = kB, const std::string& loss4 = "1.125") {
+  return log_of({restore_end(2), digests("restore", 2, kA, restored_opt), step(3, "1.25"), step(4, loss4),
+                 digests("save", 4, kB, kA)});
+}
+
+std::string error_of(const std::string& line) {
+  try {
+    pp::parse_event(line);
+  } catch (const anchor::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(ProgramProtocol, ParsesEveryLineTheHelperWrites) {
+  auto h = pp::parse_event(R"({"type":"hello","rank":1,"time":1.0,"protocol":1,"role":"reference","world_size":2,)"
+                           R"("versions":{"torch":"2.15.0","cuda":null,"cudnn":91002,"nccl":null,"python":"3.11.2"},)"
+                           R"("anchor_pilot":"0.1.0","parameters":321,"executable":"/usr/bin/python3","pid":42})");
+  ASSERT_EQ(h.type, "hello");
+  EXPECT_EQ(h.rank, 1);
+  const auto& hello = std::get<pp::Hello>(h.body);
+  EXPECT_EQ(hello.world_size, 2);
+  EXPECT_EQ(hello.versions.cudnn, "91002");
+  EXPECT_EQ(hello.versions.cuda, "");
+  EXPECT_EQ(*hello.parameters, 321);
+  auto s = std::get<pp::StepLine>(pp::parse_event(step(3, R"("inf")")).body);
+  EXPECT_TRUE(s.loss.known);
+  EXPECT_TRUE(std::isinf(s.loss.value));
+  EXPECT_FALSE(s.grad_norm.known);
+  EXPECT_EQ(*s.tokens, 16);
+  auto k = std::get<pp::CheckpointLine>(
+      pp::parse_event(R"({"type":"checkpoint","rank":0,"time":1,"op":"save","phase":"kill_window","step":4,)"
+                      R"("dir":"/c/step-4","point":"after_file:model.safetensors"})")
+          .body);
+  EXPECT_EQ(k.phase, "kill_window");
+  EXPECT_EQ(k.point, "after_file:model.safetensors");
+  auto pl = std::get<pp::ProgramLine>(
+      pp::parse_event(R"({"type":"program","rank":0,"time":1,"root":"/p","sources":["/p/train.py"],"executable":"/py",)"
+                      R"("sys_path":["/p"],"distributions":[{"name":"torch","version":"2.15.0","dist_info":"/s/t"}]})")
+          .body);
+  ASSERT_EQ(pl.distributions.size(), 1u);
+  EXPECT_EQ(pl.distributions[0].version, "2.15.0");
+  // Unknown fields are a newer helper's: accepted.
+  EXPECT_EQ(error_of(R"({"type":"eval","rank":0,"time":1,"step":2,"loss":0.5,"new_field":1})"), "");
+}
+
+TEST(ProgramProtocol, RefusesWhatTheHelperNeverWrites) {
+  EXPECT_NE(error_of("not json").find("not a JSON line"), std::string::npos);
+  EXPECT_NE(error_of("[1]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"gossip","rank":0,"time":1})").find("unknown event type \"gossip\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"loss":1})").find("has no \"step\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"step":"3"})").find("expected an integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":-1,"time":1,"step":3})").find("negative"), std::string::npos);
+  EXPECT_NE(error_of(digests("save", 2, "xyz", kB)).find("expected a SHA-256"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"hello","rank":0,"time":1,"protocol":2,"role":"reference","world_size":1,"versions":{}})")
+                .find("speaks protocol 2; this anchor speaks protocol 1"),
+            std::string::npos);
+  // Nesting deeper than anchor's limit is refused before nlohmann recurses into it.
+  EXPECT_NE(error_of(std::string(100000, '[') + std::string(100000, ']')).find("not a JSON line"), std::string::npos);
+}
+
+TEST(ProgramProtocol, ReaderFollowsAGrowingFileAndNamesTheBadLine) {
+  const std::string path = ::testing::TempDir() + "/events-" + std::to_string(::getpid()) + ".jsonl";
+  std::filesystem::remove(path);
+  pp::EventReader r(path);
+  EXPECT_TRUE(r.poll().empty());  // not written yet: nothing, no error
+  std::ofstream out(path);
+  const std::string line = step(1, "2.5");
+  out << line << "\n" << line.substr(0, 20) << std::flush;  // a line cut in the middle of its write
+  auto got = r.poll();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(r.poll().empty());
+  out << line.substr(20) << "\n\n" << "{oops\n" << std::flush;
+  try {
+    r.poll();
+    FAIL() << "a bad line must be an error";
+  } catch (const anchor::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":4: not a JSON line"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(ProgramProtocol, TheResumedRunMatches) {
+  auto v = pp::compare(reference(), resumed(), 2, 4, 0.0);
+  EXPECT_TRUE(v.match) << v.to_json().dump(2);
+  EXPECT_EQ(v.mode, "bitwise");
+  EXPECT_EQ(v.to_json()["verdict"], "match");
+}
+
+TEST(ProgramProtocol, AComponentNotRestoredIsNamed) {
+  auto v = pp::compare(reference(), resumed(kA), 2, 4, 0.0);  // the optimizer came back different
+  EXPECT_FALSE(v.match);
+  ASSERT_FALSE(v.cause.empty());
+  EXPECT_EQ(v.cause[0], "optimizer");
+  EXPECT_NE(v.to_json().dump().find("component 'optimizer' differs"), std::string::npos);
+}
+
+TEST(ProgramProtocol, LossesAreComparedBitwiseOrWithinTheTolerance) {
+  auto off = resumed(kB, "1.1250000000000002");  // one ulp
+  auto v = pp::compare(reference(), off, 2, 4, 0.0);
+  EXPECT_FALSE(v.match);
+  EXPECT_EQ(v.cause[0], "loss");
+  EXPECT_TRUE(pp::compare(reference(), off, 2, 4, 1e-9).match);
+  EXPECT_FALSE(pp::compare(reference(), resumed(kB, "1.2"), 2, 4, 1e-9).match);
+}
+
+TEST(ProgramProtocol, ARestoreOfAnotherStepOrMissingStepsFail) {
+  auto wrong = log_of({restore_end(4), digests("restore", 4, kB, kA)});
+  auto v = pp::compare(reference(), wrong, 2, 4, 0.0);
+  EXPECT_FALSE(v.match);
+  EXPECT_EQ(v.cause[0], "checkpoint");
+  auto short_run = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), digests("save", 4, kB, kA)});
+  v = pp::compare(reference(), short_run, 2, 4, 0.0);
+  EXPECT_FALSE(v.match);
+  EXPECT_NE(v.to_json().dump().find("reports 1 steps after step 2, expected 2"), std::string::npos);
+}
+
+TEST(ProgramProtocol, SpecSerialisesWhatTheHelperReads) {
+  pp::Spec s;
+  s.role = pp::Role::kResume;
+  s.run_dir = "/r";
+  s.checkpoint_dir = "/r/c";
+  s.events = "/r/e.jsonl";
+  s.save_at = {4};
+  s.stop_at = 4;
+  s.seed = 7;
+  auto j = pp::to_json(s);
+  EXPECT_EQ(j["protocol"], 1);
+  EXPECT_EQ(j["role"], "resume");
+  EXPECT_TRUE(j["restore"].is_null());
+  EXPECT_TRUE(j["kill_in_save"].is_null());
+  s.kill_in_save = 4;
+  EXPECT_EQ(pp::to_json(s)["kill_in_save"], 4);
+}
