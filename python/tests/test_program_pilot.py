@@ -157,6 +157,22 @@ class ProgramPilot(support.TempDirTest):
         proc, report, _ = self.pilot("minimal", "program.command=[python3, -c, 'import sys; sys.exit(5)']", run="r3")
         self.assertEqual(proc.returncode, 1)
         self.assertIn("worker A exited with status 5", proc.stderr)
+        # A line that is not the protocol ends the pilot at once, and no rank is left running.
+        with open(self.path("minimal", "garbage.py"), "w") as f:
+            f.write("import json, os, time\n"
+                    "spec = json.load(open(os.environ['ANCHOR_PILOT_SPEC']))\n"
+                    "open(spec['events'], 'w').write('{oops\\n')\n"
+                    "open('pid', 'w').write(str(os.getpid()))\n"
+                    "time.sleep(120)\n")
+        t0 = __import__("time").monotonic()
+        proc, report, _ = self.pilot("minimal", "program.command=[python3, garbage.py]", run="r4")
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("reference.events.jsonl:1: not a JSON line", proc.stderr)
+        self.assertLess(__import__("time").monotonic() - t0, 60)
+        with open(self.path("minimal", "pid")) as f:
+            pid = int(f.read())
+        self.assertFalse(os.path.exists("/proc/%d" % pid) and "zombie" not in open("/proc/%d/status" % pid).read(),
+                         "the program is still running")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "anchor/checkpoint/store.hpp"
@@ -103,7 +104,7 @@ void kill_all(const std::vector<proc::Child>& ranks, const std::vector<std::opti
 // SIGKILLs every rank at rank 0's kill window (reference), stops every rank
 // when one fails, the program runs past program.timeout_s, or the supervisor
 // is interrupted.
-Outcome run_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
+Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
   const std::string name = pp::role_name(spec.role);
   const std::string spec_path = l.dir + "/" + name + ".spec.json";
   fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
@@ -161,8 +162,19 @@ Outcome run_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
       }
     }
   };
+  // A line anchor cannot read (or a file it cannot open) ends the worker: no rank is left running.
+  auto guarded_follow = [&] {
+    try {
+      follow();
+    } catch (...) {
+      kill_all(ranks, ended, SIGKILL);
+      for (std::size_t r = 0; r < ranks.size(); ++r)
+        if (!ended[r]) ended[r] = proc::wait_exit(ranks[r].pid);
+      throw;
+    }
+  };
   for (;;) {
-    follow();
+    guarded_follow();
     if (!w.killed_by_us) sample_rss();
     bool all = true;
     for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -189,7 +201,7 @@ Outcome run_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  follow();  // what it wrote last
+  guarded_follow();  // what it wrote last
   w.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   w.status = *ended[0];
   for (std::size_t r = 1; r < ranks.size(); ++r)
@@ -303,95 +315,120 @@ json torn_temps(const std::string& ckpt_dir) {
   return torn;
 }
 
-}  // namespace
-
-int run_program_pilot(Pilot& p) {
-  const std::int64_t k = p.cfg.pilot.steps_before_save;
-  const std::int64_t last = k + p.cfg.pilot.steps_after_resume;
+// One program pilot as it goes: what each step leaves for the next.
+struct Run {
+  explicit Run(Pilot& pilot) : p(pilot) {}
+  Pilot& p;
+  std::int64_t k = 0, last = 0;  // K and K+R
   Launch l;
+  pp::Spec spec;
+  Outcome a, b;
+  json verdict;
+};
+
+std::string with_hint(const Error& e) {
+  return std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")");
+}
+
+// Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
+using Step = std::optional<int>;
+
+Step prepare(Run& r) {
+  Pilot& p = r.p;
   try {
-    l = resolve_launch(p);
-    std::filesystem::create_directories(l.dir);
+    r.l = resolve_launch(p);
+    std::filesystem::create_directories(r.l.dir);
   } catch (const Error& e) {
-    return fail(p, "program", exit_code_for(e.kind()), std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+    return fail(p, "program", exit_code_for(e.kind()), with_hint(e));
   }
   if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
   p.report.set_start({{"from", "init"}});
+  r.spec.run_dir = p.run_dir;
+  r.spec.checkpoint_dir = p.ckpt_dir;
+  r.spec.seed = p.cfg.run.seed;
+  r.spec.deterministic = p.cfg.run.deterministic;
+  r.spec.stop_at = r.last;
+  return std::nullopt;
+}
 
-  pp::Spec spec;
-  spec.run_dir = p.run_dir;
-  spec.checkpoint_dir = p.ckpt_dir;
-  spec.seed = p.cfg.run.seed;
-  spec.deterministic = p.cfg.run.deterministic;
-  spec.stop_at = last;
-
-  // Worker A: K steps, save, R steps, and the save of step K+R, killed inside.
-  spec.role = pp::Role::kReference;
-  spec.save_at = {k, last};
-  spec.kill_in_save = last;
-  spec.events = l.dir + "/reference.events.jsonl";
-  Outcome a;
+// Worker A: K steps, save, R steps, and the save of step K+R, killed inside.
+Step reference(Run& r) {
+  Pilot& p = r.p;
+  r.spec.role = pp::Role::kReference;
+  r.spec.save_at = {r.k, r.last};
+  r.spec.kill_in_save = r.last;
+  r.spec.events = r.l.dir + "/reference.events.jsonl";
   try {
-    a = run_worker(p, l, spec);
+    r.a = run_program_worker(p, r.l, r.spec);
   } catch (const Error& e) {
-    return fail(p, "reference", exit_code_for(e.kind()), e.what());
+    return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
   }
   if (g_signal) return interrupted_exit(p);
-  p.report.set_section("program", program_section(p, l, a));
+  const Outcome& a = r.a;
+  p.report.set_section("program", program_section(p, r.l, a));
   if (!a.killed_by_us) {
     const std::string why = !a.error.empty() ? a.error
                             : worker_name(pp::Role::kReference) + " exited with status " + std::to_string(a.status) +
-                                  " before its kill window (the save of step " + std::to_string(last) +
+                                  " before its kill window (the save of step " + std::to_string(r.last) +
                                   "): does the loop call Pilot.maybe_save(step) every step, up to pilot.stop_at?";
     return fail(p, "reference", 1, why);
   }
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
-  for (int r = 0; r < p.nproc; ++r)
-    if (!a.logs.count(r) || !a.logs[r].hello)
-      return fail(p, "reference", 1, "worker A rank " + std::to_string(r) + " never said hello (is it using anchor_pilot?)");
-  {
-    const auto& ref = a.logs[0];
-    json fig = {{"steps", ref.steps.size()}, {"ranks", p.nproc}};
-    if (!ref.steps.empty() && ref.steps.back().loss.known) fig["loss"] = ref.steps.back().loss.value;
-    p.report.add_stage(worker_stage("reference", a, fig));
-    if (const auto* s = ref.checkpoint("save", "end", k); s && s->bytes && s->seconds)
-      p.report.add_stage({{"stage", "checkpoint_save"}, {"status", "passed"}, {"seconds", *s->seconds},
-                          {"figures", {{"step", k}, {"bytes", *s->bytes}, {"seconds", *s->seconds}}}});
-  }
+  for (int rank = 0; rank < p.nproc; ++rank)
+    if (!a.logs.count(rank) || !a.logs.at(rank).hello)
+      return fail(p, "reference", 1, "worker A rank " + std::to_string(rank) + " never said hello (is it using anchor_pilot?)");
+  const auto& ref = a.logs.at(0);
+  json fig = {{"steps", ref.steps.size()}, {"ranks", p.nproc}};
+  if (!ref.steps.empty() && ref.steps.back().loss.known) fig["loss"] = ref.steps.back().loss.value;
+  p.report.add_stage(worker_stage("reference", a, fig));
+  if (const auto* s = ref.checkpoint("save", "end", r.k); s && s->bytes && s->seconds)
+    p.report.add_stage({{"stage", "checkpoint_save"}, {"status", "passed"}, {"seconds", *s->seconds},
+                        {"figures", {{"step", r.k}, {"bytes", *s->bytes}, {"seconds", *s->seconds}}}});
+  return std::nullopt;
+}
 
-  // The pins: data, the program's sources and Python, the libraries worker A had loaded.
+// manifest.json: data, the program's sources and Python, the libraries worker A had loaded.
+json pin_program_run(const Run& r) {
+  const Pilot& p = r.p;
+  const auto& log = r.a.logs.at(0);
+  manifest::PinOptions po;
+  po.use_cache = p.opts.use_hash_cache;
+  po.progress = false;
+  po.world_size = p.nproc;
+  po.libraries = &r.a.libraries;
+  po.executable = r.a.executable;
+  json m = manifest::pin(p.cfg, po);
+  const auto& h = *log.hello;
+  auto& deps = m["dependencies"];
+  deps["libtorch"] = h.versions.torch;  // the torch the program ran, as it said
+  deps["cuda_runtime"] = h.versions.cuda.empty() ? "none" : h.versions.cuda;
+  deps["cudnn"] = h.versions.cudnn.empty() ? "none" : h.versions.cudnn;
+  deps["nccl"] = h.versions.nccl.empty() ? "none" : h.versions.nccl;
+  if (!log.program)
+    throw Error(ErrorKind::kRuntime, "worker A sent no program line before its kill window",
+                "use the anchor_pilot that ships with this anchor");
+  const auto& pl = *log.program;
+  manifest::ProgramPins pins;
+  pins.command = r.l.argv;
+  pins.cwd = r.l.cwd;
+  pins.root = pl.root;
+  pins.sources = pl.sources;
+  pins.executable = pl.executable;
+  pins.sys_path = pl.sys_path;
+  for (const auto& d : pl.distributions) pins.distributions.push_back({d.name, d.version, d.dist_info});
+  pins.distributions_error = pl.distributions_error;
+  pins.python = h.versions.python;
+  pins.anchor_pilot = h.anchor_pilot;
+  m["program"] = manifest::pin_program(pins, po);
+  return m;
+}
+
+Step pin(Run& r) {
+  Pilot& p = r.p;
   try {
     p.stage("pin", [&] {
-      manifest::PinOptions po;
-      po.use_cache = p.opts.use_hash_cache;
-      po.progress = false;
-      po.world_size = p.nproc;
-      po.libraries = &a.libraries;
-      po.executable = a.executable;
-      json m = manifest::pin(p.cfg, po);
-      const auto& h = *a.logs[0].hello;
-      auto& deps = m["dependencies"];
-      deps["libtorch"] = h.versions.torch;  // the torch the program ran, as it said
-      deps["cuda_runtime"] = h.versions.cuda.empty() ? "none" : h.versions.cuda;
-      deps["cudnn"] = h.versions.cudnn.empty() ? "none" : h.versions.cudnn;
-      deps["nccl"] = h.versions.nccl.empty() ? "none" : h.versions.nccl;
-      if (!a.logs[0].program)
-        throw Error(ErrorKind::kRuntime, "worker A sent no program line before its kill window",
-                    "use the anchor_pilot that ships with this anchor");
-      const auto& pl = *a.logs[0].program;
-      manifest::ProgramPins pins;
-      pins.command = l.argv;
-      pins.cwd = l.cwd;
-      pins.root = pl.root;
-      pins.sources = pl.sources;
-      pins.executable = pl.executable;
-      pins.sys_path = pl.sys_path;
-      for (const auto& d : pl.distributions) pins.distributions.push_back({d.name, d.version, d.dist_info});
-      pins.distributions_error = pl.distributions_error;
-      pins.python = h.versions.python;
-      pins.anchor_pilot = h.anchor_pilot;
-      m["program"] = manifest::pin_program(pins);
+      json m = pin_program_run(r);
       fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(m, 2));
       p.report.set_manifest(m);
       return json{{"sources", m["program"]["sources"].size()},
@@ -399,84 +436,85 @@ int run_program_pilot(Pilot& p) {
                   {"shared_libraries", m["dependencies"]["shared_libraries"].size()}};
     });
   } catch (const Error& e) {
-    return fail(p, "pin", exit_code_for(e.kind()), std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+    return fail(p, "pin", exit_code_for(e.kind()), with_hint(e));
   }
   p.stage("kill", [&] {
-    return json{{"signal", "SIGKILL"}, {"exit_status", a.status}, {"torn_checkpoints", torn_temps(p.ckpt_dir)}};
+    return json{{"signal", "SIGKILL"}, {"exit_status", r.a.status}, {"torn_checkpoints", torn_temps(p.ckpt_dir)}};
   });
+  return std::nullopt;
+}
 
-  // Worker B: fresh processes restore the newest checkpoint that verifies and train to K+R.
-  spec.role = pp::Role::kResume;
-  spec.save_at = {last};
-  spec.kill_in_save.reset();
-  spec.events = l.dir + "/resume.events.jsonl";
-  Outcome b;
+// Worker B: fresh processes restore the newest checkpoint that verifies and train to K+R.
+Step resume(Run& r) {
+  Pilot& p = r.p;
+  r.spec.role = pp::Role::kResume;
+  r.spec.save_at = {r.last};
+  r.spec.kill_in_save.reset();
+  r.spec.events = r.l.dir + "/resume.events.jsonl";
   try {
-    b = run_worker(p, l, spec);
+    r.b = run_program_worker(p, r.l, r.spec);
   } catch (const Error& e) {
-    return fail(p, "resume", exit_code_for(e.kind()), e.what());
+    return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
   if (g_signal) return interrupted_exit(p);
-  if (b.status != 0) return fail(p, "resume", 1, b.error);
-  for (int r = 0; r < p.nproc; ++r)
-    if (!b.logs.count(r)) return fail(p, "resume", 1, "worker B rank " + std::to_string(r) + " reported nothing");
-  {
-    const auto& res = b.logs[0];
-    if (const auto* r = res.checkpoint("restore", "end", k); r && r->bytes && r->seconds)
-      p.report.add_stage({{"stage", "restore"}, {"status", "passed"}, {"seconds", *r->seconds},
-                          {"figures", {{"step", k}, {"bytes", *r->bytes}, {"seconds", *r->seconds}}}});
-    json fig = {{"steps", res.steps.size()}, {"ranks", p.nproc}};
-    if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
-    p.report.add_stage(worker_stage("resume", b, fig));
-  }
+  if (r.b.status != 0) return fail(p, "resume", 1, r.b.error);
+  for (int rank = 0; rank < p.nproc; ++rank)
+    if (!r.b.logs.count(rank)) return fail(p, "resume", 1, "worker B rank " + std::to_string(rank) + " reported nothing");
+  const auto& res = r.b.logs.at(0);
+  if (const auto* c = res.checkpoint("restore", "end", r.k); c && c->bytes && c->seconds)
+    p.report.add_stage({{"stage", "restore"}, {"status", "passed"}, {"seconds", *c->seconds},
+                        {"figures", {{"step", r.k}, {"bytes", *c->bytes}, {"seconds", *c->seconds}}}});
+  json fig = {{"steps", res.steps.size()}, {"ranks", p.nproc}};
+  if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
+  p.report.add_stage(worker_stage("resume", r.b, fig));
+  return std::nullopt;
+}
 
-  // Compare, per rank: bitwise on CPU, within pilot.tolerance elsewhere.
-  json verdict;
+// Per rank: bitwise on CPU, within pilot.tolerance elsewhere; rank 0's verdict with every other rank's failures.
+void compare(Run& r) {
+  Pilot& p = r.p;
   p.stage("compare", [&] {
     const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
-    verdict = pp::compare(a.logs[0], b.logs[0], k, last, tol).to_json();
-    json per_rank = json::array({{{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}}});
-    for (int r = 1; r < p.nproc; ++r) {
-      json v = pp::compare(a.logs[r], b.logs[r], k, last, tol).to_json();
-      per_rank.push_back({{"rank", r}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
-      if (v["verdict"] != "match") {
-        verdict["verdict"] = "mismatch";
-        for (const auto& c : v["cause"]) verdict["cause"].push_back("rank " + std::to_string(r) + ": " + c.get<std::string>());
-        for (auto c : v["checks"])
-          if (!c["ok"].get<bool>()) {
-            c["name"] = "rank " + std::to_string(r) + ": " + c["name"].get<std::string>();
-            verdict["checks"].push_back(c);
-          }
-      }
+    json& v = r.verdict;
+    v = pp::compare(r.a.logs.at(0), r.b.logs.at(0), r.k, r.last, tol).to_json();
+    json per_rank = json::array({{{"rank", 0}, {"verdict", v["verdict"]}, {"cause", v["cause"]}}});
+    for (int rank = 1; rank < p.nproc; ++rank) {
+      json o = pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol).to_json();
+      per_rank.push_back({{"rank", rank}, {"verdict", o["verdict"]}, {"cause", o["cause"]}});
+      if (o["verdict"] == "match") continue;
+      const std::string who = "rank " + std::to_string(rank) + ": ";
+      v["verdict"] = "mismatch";
+      for (const auto& c : o["cause"]) v["cause"].push_back(who + c.get<std::string>());
+      for (auto c : o["checks"])
+        if (!c["ok"].get<bool>()) {
+          c["name"] = who + c["name"].get<std::string>();
+          v["checks"].push_back(c);
+        }
     }
-    verdict["per_rank"] = per_rank;
-    return json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]},
-                {"world_size", p.nproc}};
+    v["per_rank"] = per_rank;
+    return json{{"verdict", v["verdict"]}, {"mode", v["mode"]}, {"cause", v["cause"]}, {"world_size", p.nproc}};
   });
-  p.report.set_section("resume", verdict);
-  p.report.set_section("steps", {{"train", steps_json(a.logs[0])}, {"resumed", steps_json(b.logs[0])}});
-  p.report.set_section("measurements", measurements(p, a, b, k));
+  p.report.set_section("resume", r.verdict);
+  p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
+  p.report.set_section("measurements", measurements(p, r.a, r.b, r.k));
   p.report.set_section("plan", {{"status", "not planned"},
                                 {"why", "the plan's memory model and FLOPs need the model's shape; a program pilot "
                                         "measures one (micro-batch, sequence length) point (docs/program.md, \"Limits\")"}});
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+}
 
-  if (verdict["verdict"] != "match") {
-    std::string cause;
-    for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
-    p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
-    publish(p);
-    p.report.print_summary(summary_stream(p));
-    std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
-    for (const auto& c : verdict["checks"])
-      if (!c["ok"].get<bool>())
-        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
-    std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks); docs/program.md says what each "
-                         "component holds\n", p.run_dir.c_str());
-    return 3;
-  }
+}  // namespace
+
+int run_program_pilot(Pilot& p) {
+  Run r(p);
+  r.k = p.cfg.pilot.steps_before_save;
+  r.last = r.k + p.cfg.pilot.steps_after_resume;
+  for (auto step : {prepare, reference, pin, resume})
+    if (Step end = step(r)) return *end;
+  compare(r);
+  if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, true);
   p.report.set_outcome("passed", 0, "the program's resume matches its uninterrupted run (" +
-                                        verdict["mode"].get<std::string>() + ", " + std::to_string(p.nproc) + " rank" +
+                                        r.verdict["mode"].get<std::string>() + ", " + std::to_string(p.nproc) + " rank" +
                                         (p.nproc > 1 ? "s" : "") + ")");
   publish(p);
   p.report.print_summary(summary_stream(p));

@@ -313,6 +313,21 @@ int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
   return code;
 }
 
+int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
+  std::string cause;
+  for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
+  p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
+  publish(p);
+  p.report.print_summary(summary_stream(p));
+  std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
+  if (list_checks)
+    for (const auto& c : verdict["checks"])
+      if (!c["ok"].get<bool>())
+        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
+  std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
+  return 3;
+}
+
 // The start point against what checkpoint.dir holds (step directories; the
 // stale temps are gone by now). "" when fine, else why not, with what to do.
 // init: the directory must hold no step directory at all: the pilot would save
@@ -624,16 +639,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   }
 
   // 11. Outcome, report, summary.
-  if (verdict["verdict"] != "match") {
-    std::string cause;
-    for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
-    p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
-    publish(p);
-    p.report.print_summary(summary_stream(p));
-    std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
-    std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
-    return 3;
-  }
+  if (verdict["verdict"] != "match") return resume_mismatch(p, verdict, false);
   p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + verdict["mode"].get<std::string>() + ")");
   publish(p);
   summary_stream(p) << plan::format_plan(p.report.json()["plan"]);

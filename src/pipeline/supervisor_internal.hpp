@@ -76,6 +76,10 @@ int interrupted_exit(Pilot& p);
 // A failed stage: recorded, the report published, the error printed; returns `code`.
 int fail(Pilot& p, const std::string& stage, int code, const std::string& why);
 
+// The resume does not match: the report says what diverged (verdict.cause),
+// the error names it, with each failed check when list_checks; returns 3.
+int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks);
+
 // The start point against what checkpoint.dir holds: "" when fine, else why
 // not, with what to do (pilot.start_from init needs no step directory there).
 std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_dir);
