@@ -144,6 +144,13 @@ class ProgramPilot(support.TempDirTest):
         self.assertTrue(report["signed"])
         v = self.anchor("verify", run, "--key", os.path.join(keys, "anchor.pub"))
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        # Reproducing a program pilot is refused before anything runs, saying what to do instead.
+        rep = self.anchor("reproduce", os.path.join(run, "report.intoto.json"), "--key", os.path.join(keys, "anchor.pub"),
+                          "--run-dir", self.path("rep"))
+        self.assertEqual(rep.returncode, 2, rep.stdout + rep.stderr)
+        self.assertIn("does not re-run a program yet", rep.stderr)
+        self.assertIn("anchor pin --check", rep.stderr)
+        self.assertFalse(os.path.exists(self.path("rep")))
 
     def test_a_program_that_does_not_speak_the_protocol(self):
         self.example("minimal")

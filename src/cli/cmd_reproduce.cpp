@@ -120,6 +120,11 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
       throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
     const auto& old_manifest = original["manifest"];
     config::Config cfg = manifest::config_from_manifest(old_manifest);
+    if (!cfg.program.command.empty())
+      throw Error(ErrorKind::kUsage,
+                  "the report is a program pilot's (program.command): `anchor reproduce` does not re-run a program yet",
+                  "check its inputs with `anchor pin --check <run dir>/manifest.json` and run `anchor pilot` on its "
+                  "config again (docs/program.md, \"Limits of the supervisor side\")");
     // A pilot that started from a checkpoint (pilot.start_from: latest) would
     // start again from whatever is newest in checkpoint.dir now: not the same
     // run. The report's `start` and its config are both asked: either may say so.
