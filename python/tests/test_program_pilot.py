@@ -152,6 +152,37 @@ class ProgramPilot(support.TempDirTest):
         self.assertIn("anchor pin --check", rep.stderr)
         self.assertFalse(os.path.exists(self.path("rep")))
 
+    def test_interrupted_and_timed_out(self):
+        """SIGINT to anchor: the program gets SIGTERM (SIGKILL 10 s later if it ignores it), exit 130,
+        the report says interrupted. A program past program.timeout_s is killed: exit 1."""
+        self.example("minimal")
+        with open(self.path("minimal", "stubborn.py"), "w") as f:
+            f.write("import os, signal, time\n"
+                    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                    "open('pid', 'w').write(str(os.getpid()))\n"
+                    "time.sleep(120)\n")
+        run = self.path("r-int")
+        p = subprocess.Popen([BIN, "pilot", self.path("minimal", "pilot.yaml"), "--run-dir", run, "--set",
+                              "program.command=[python3, stubborn.py]"], env=self.env, cwd=self.tmp,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        pid_file = self.path("minimal", "pid")
+        t0 = __import__("time").monotonic()
+        while not os.path.exists(pid_file) and __import__("time").monotonic() - t0 < 60:
+            __import__("time").sleep(0.05)
+        __import__("time").sleep(0.2)
+        p.send_signal(__import__("signal").SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        with open(os.path.join(run, "report.json")) as f:
+            self.assertEqual(json.load(f)["status"], "interrupted")
+        with open(pid_file) as f:
+            self.assertFalse(os.path.exists("/proc/%s" % f.read()), "the program outlived the pilot")
+        os.remove(pid_file)
+        proc, report, _ = self.pilot("minimal", "program.command=[python3, -c, 'import time; time.sleep(60)']",
+                                     "program.timeout_s=1", run="r-timeout")
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("ran past program.timeout_s (1.0 s) and was killed", proc.stderr)
+
     def test_a_program_that_does_not_speak_the_protocol(self):
         self.example("minimal")
         proc, report, _ = self.pilot("minimal", "program.command=[no-such-interpreter-xyz, train.py]", run="r1")

@@ -187,16 +187,23 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
     }
     if (all) break;
     if (g_signal) {
+      // SIGTERM, as torchrun forwards it; a rank still there 10 s later gets SIGKILL.
       kill_all(ranks, ended, SIGTERM);
-      for (std::size_t r = 0; r < ranks.size(); ++r)
-        if (!ended[r]) ended[r] = proc::wait_exit(ranks[r].pid);
+      const auto grace_end = Clock::now() + std::chrono::seconds(10);
+      for (bool left = true; left;) {
+        left = false;
+        for (std::size_t r = 0; r < ranks.size(); ++r)
+          if (!ended[r] && !(ended[r] = proc::try_wait(ranks[r].pid))) left = true;
+        if (left && Clock::now() > grace_end) kill_all(ranks, ended, SIGKILL);
+        if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
       break;
     }
     if (stop_others_at && Clock::now() > *stop_others_at) kill_all(ranks, ended, SIGKILL);
     if (Clock::now() > deadline && !w.killed_by_us) {
       kill_all(ranks, ended, SIGKILL);
       if (w.error.empty())
-        w.error = worker_name(spec.role) + " ran past program.timeout_s (" + std::to_string(p.cfg.program.timeout_s) +
+        w.error = worker_name(spec.role) + " ran past program.timeout_s (" + dump_json(p.cfg.program.timeout_s) +
                   " s) and was killed";
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
