@@ -75,6 +75,9 @@ class ProgramPilot(support.TempDirTest):
         self.assertIn("component '%s' differs" % component, proc.stderr)
 
     def test_gpt_matches_is_pinned_and_measured(self):
+        self.example("gpt")
+        with open(self.path("gpt", "unused.py"), "w") as f:  # beside train.py, never imported: pinned too
+            f.write("Y = 2\n")
         proc, report, run = self.pilot("gpt")
         self.assertMatch(proc, report)
         self.assertEqual([c["step"] for c in report["checkpoints"]], [4, 8])  # A's step 4, B's step 8
@@ -87,7 +90,7 @@ class ProgramPilot(support.TempDirTest):
         self.assertEqual(len(report["steps"]["resumed"]), 4)
         with open(os.path.join(run, "manifest.json")) as f:
             m = json.load(f)
-        self.assertEqual([s["path"] for s in m["program"]["sources"]], ["train.py"])
+        self.assertEqual([s["path"] for s in m["program"]["sources"]], ["train.py", "unused.py"])
         self.assertIn("torch", [d["name"] for d in m["program"]["python"]["distributions"]] +
                       [d["name"].lower() for d in m["program"]["python"]["distributions"]])
         self.assertTrue(any("libtorch" in l["path"] for l in m["dependencies"]["shared_libraries"]))

@@ -140,13 +140,27 @@ std::string string_of(const json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
+// Every .py file in the directories that hold a source: what --check scans
+// again, so a module that was there but not imported is not "added" later.
+std::vector<std::string> with_siblings(const std::vector<std::string>& sources) {
+  std::vector<std::string> out = sources;
+  std::set<std::string> dirs;
+  for (const auto& s : sources) dirs.insert(stdfs::path(s).parent_path().string());
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    for (const auto& e : stdfs::directory_iterator(d, ec))
+      if (e.path().extension() == ".py" && e.is_regular_file(ec)) out.push_back(e.path().string());
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json pin_program(const ProgramPins& p, const PinOptions& opts) {
   // The distributions are listed from sys.path here, as --check lists them
   // again (the same names and keys on both sides); the program's own listing
   // (importlib.metadata) is kept as a count to compare with.
-  json section = hash_section(p.command, p.cwd, p.root, p.sources, p.executable, p.sys_path,
+  json section = hash_section(p.command, p.cwd, p.root, with_siblings(p.sources), p.executable, p.sys_path,
                               scan_distributions(p.sys_path), p.distributions_error,
                               {{"python", p.python}, {"anchor_pilot", p.anchor_pilot}}, opts);
   section["python"]["distributions_reported_by_program"] = p.distributions.size();
