@@ -201,9 +201,9 @@ class ProgramPilot(support.TempDirTest):
         # A line that is not the protocol ends the pilot at once, and no rank is left running.
         with open(self.path("minimal", "garbage.py"), "w") as f:
             f.write("import json, os, time\n"
+                    "open('pid', 'w').write(str(os.getpid()))\n"
                     "spec = json.load(open(os.environ['ANCHOR_PILOT_SPEC']))\n"
                     "open(spec['events'], 'w').write('{oops\\n')\n"
-                    "open('pid', 'w').write(str(os.getpid()))\n"
                     "time.sleep(120)\n")
         t0 = __import__("time").monotonic()
         proc, report, _ = self.pilot("minimal", "program.command=[python3, garbage.py]", run="r4")

@@ -124,7 +124,8 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
                     "pass the manifest.json a program pilot wrote into its run directory");
       std::vector<manifest::LoadedLibrary> libs;
       for (const auto& l : listed)
-        if (l.is_object() && l.contains("path") && l["path"].is_string() && !l.value("deleted", false))
+        if (l.is_object() && l.contains("path") && l["path"].is_string() &&
+            !(l.contains("deleted") && l["deleted"].is_boolean() && l["deleted"].get<bool>()))
           libs.push_back({l["path"].get<std::string>(), false, false});
       popts.libraries = &libs;
       popts.executable = exe["path"].get<std::string>();

@@ -80,6 +80,9 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
     ::_exit(127);
   }
+  // The child's process group exists before spawn returns (its own setpgid may not have run yet),
+  // so a kill(-pid) right away reaches it; EACCES after its exec is harmless.
+  if (opts.new_process_group) ::setpgid(pid, pid);
   Child c;
   c.pid = pid;
   if (opts.capture_stdout) {

@@ -224,7 +224,7 @@ std::vector<Field> make_fields() {
     Field(ANCHOR_KEY(program.env), "NAME=VALUE entries added to the program's environment (recorded in the effective config, so keep secrets out).",
           "your own program (#15)"),
     Field(ANCHOR_KEY(program.timeout_s), "Seconds a worker of the program may run before anchor kills it and fails the pilot.",
-          "your own program (#15)").above(0),
+          "your own program (#15)").above(0).at_most(31536000).because("a year: longer is no timeout at all"),
   };
   // clang-format on
 }

@@ -110,7 +110,7 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
   fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
   std::error_code ec;
   std::filesystem::remove(spec.events, ec);  // a reused run directory's
-  const int port = p.nproc > 1 ? dist::free_loopback_port() : 29500;
+  const int port = dist::free_loopback_port();  // also for one rank: concurrent pilots must not collide
   std::vector<proc::Child> ranks;
   for (int r = 0; r < p.nproc; ++r) {
     proc::SpawnOptions so;
@@ -129,37 +129,64 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
   }
   Outcome w;
   w.peak_rss.assign(ranks.size(), 0);
-  auto sample_rss = [&] {  // the peak RSS of every rank, read by the supervisor as it runs
+  // The process that runs Python: the rank's own pid, or the interpreter a wrapper
+  // (`uv run`, a shell script) started in the rank's process group, as its hello says.
+  auto python_pid = [&](int r) {
+    const auto& log = w.logs[r];
+    if (log.hello && log.hello->pid && ::getpgid(static_cast<pid_t>(*log.hello->pid)) == ranks[r].pid)
+      return static_cast<pid_t>(*log.hello->pid);
+    return ranks[r].pid;
+  };
+  auto sample_rss = [&] {  // the peak RSS of every rank's Python, read by the supervisor as it runs
     for (std::size_t r = 0; r < ranks.size(); ++r)
-      w.peak_rss[r] = std::max(w.peak_rss[r], measure::read_proc_memory(ranks[r].pid).hwm_bytes);
+      w.peak_rss[r] = std::max(w.peak_rss[r], measure::read_proc_memory(python_pid(static_cast<int>(r))).hwm_bytes);
   };
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s));
   std::vector<std::optional<int>> ended(ranks.size());
   pp::EventReader reader(spec.events);
   std::optional<Clock::time_point> stop_others_at;  // a rank failed: the others get a grace, then SIGKILL
+  std::optional<Clock::time_point> kill_at;  // rank 0 is in its kill window: kill once every rank said its save digests
+  std::string kill_point;
+  auto kill_now = [&] {
+    // What the program loaded, while it still runs; then the real thing, on every rank.
+    sample_rss();
+    try {
+      const pid_t py = python_pid(0);
+      w.libraries = manifest::loaded_shared_libraries(py);
+      w.executable = std::filesystem::read_symlink("/proc/" + std::to_string(py) + "/exe").string();
+    } catch (const std::exception& ex) {
+      ANCHOR_LOG_WARN("pilot", "could not read the program's loaded libraries: {}", ex.what());
+    }
+    kill_all(ranks, ended, SIGKILL);
+    w.killed_by_us = true;
+    json pids = json::array();
+    for (const auto& ch : ranks) pids.push_back(ch.pid);
+    p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point}}, "supervisor");
+  };
   auto follow = [&] {
     for (auto& e : reader.poll()) {
+      if (e.rank >= p.nproc)
+        throw Error(ErrorKind::kRuntime, printable(spec.events) + ": a line of rank " + std::to_string(e.rank) +
+                                             " from a worker of " + std::to_string(p.nproc) + " rank(s)",
+                    "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
       if (e.type != "program") p.events->write(e.raw, "program-" + name);
       w.logs[e.rank].add(e);
       if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w.error.empty())
         w.error = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
       const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
-      if (c && c->phase == "kill_window" && e.rank == 0 && spec.role == pp::Role::kReference && !w.killed_by_us) {
-        // What the program loaded, while it still runs; then the real thing, on every rank.
-        sample_rss();
-        try {
-          w.libraries = manifest::loaded_shared_libraries(ranks[0].pid);
-          w.executable = std::filesystem::read_symlink("/proc/" + std::to_string(ranks[0].pid) + "/exe").string();
-        } catch (const std::exception& ex) {
-          ANCHOR_LOG_WARN("pilot", "could not read the program's loaded libraries: {}", ex.what());
-        }
-        kill_all(ranks, ended, SIGKILL);
-        w.killed_by_us = true;
-        json pids = json::array();
-        for (const auto& ch : ranks) pids.push_back(ch.pid);
-        p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", c->point}}, "supervisor");
+      if (c && c->phase == "kill_window" && e.rank == 0 && spec.role == pp::Role::kReference && !kill_at) {
+        kill_at = Clock::now() + std::chrono::seconds(10);
+        kill_point = c->point;
       }
+    }
+    // Every rank reports its save's digests before it writes a file; rank 0 may be in its
+    // kill window before another rank has said them (10 s at most, then the kill regardless).
+    if (kill_at && !w.killed_by_us) {
+      bool all_said = true;
+      for (int r = 0; r < p.nproc; ++r)
+        if (!w.logs[r].digests_at("save", spec.stop_at)) all_said = false;
+      if (all_said || Clock::now() > *kill_at) kill_now();
     }
   };
   // A line anchor cannot read (or a file it cannot open) ends the worker: no rank is left running.
@@ -481,7 +508,8 @@ Step resume(Run& r) {
 void compare(Run& r) {
   Pilot& p = r.p;
   p.stage("compare", [&] {
-    const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
+    // The program picks its device: bitwise unless pilot.tolerance says otherwise.
+    const double tol = p.cfg.pilot.tolerance;
     json& v = r.verdict;
     v = pp::compare(r.a.logs.at(0), r.b.logs.at(0), r.k, r.last, tol).to_json();
     json per_rank = json::array({{{"rank", 0}, {"verdict", v["verdict"]}, {"cause", v["cause"]}}});

@@ -94,7 +94,7 @@ TEST(ProgramProtocol, RefusesWhatTheHelperNeverWrites) {
   EXPECT_NE(error_of(R"({"type":"gossip","rank":0,"time":1})").find("unknown event type \"gossip\""), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"loss":1})").find("has no \"step\""), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"step":"3"})").find("expected an integer"), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"step","rank":-1,"time":1,"step":3})").find("negative"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":-1,"time":1,"step":3})").find("rank is -1, not a rank"), std::string::npos);
   EXPECT_NE(error_of(digests("save", 2, "xyz", kB)).find("expected a SHA-256"), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"hello","rank":0,"time":1,"protocol":2,"role":"reference","world_size":1,"versions":{}})")
                 .find("speaks protocol 2; this anchor speaks protocol 1"),
@@ -175,4 +175,28 @@ TEST(ProgramProtocol, SpecSerialisesWhatTheHelperReads) {
   EXPECT_TRUE(j["kill_in_save"].is_null());
   s.kill_in_save = 4;
   EXPECT_EQ(pp::to_json(s)["kill_in_save"], 4);
+}
+
+TEST(ProgramProtocol, AStepReportedTwiceIsNotASecondStep) {
+  auto twice = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(3, "1.25"),
+                       digests("save", 4, kB, kA)});
+  auto v = pp::compare(reference(), twice, 2, 4, 0.0);
+  EXPECT_FALSE(v.match);
+  EXPECT_NE(v.to_json().dump().find("reports step 3 twice"), std::string::npos);
+}
+
+TEST(ProgramProtocol, WithinATolerancetheLastStateIsReportedNotFailed) {
+  auto drifted = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(4, "1.125"),
+                         digests("save", 4, kC, kA)});
+  EXPECT_FALSE(pp::compare(reference(), drifted, 2, 4, 0.0).match);  // bitwise: the model differs
+  auto v = pp::compare(reference(), drifted, 2, 4, 1e-6);
+  EXPECT_TRUE(v.match) << v.to_json().dump(2);
+  EXPECT_NE(v.to_json().dump().find("tolerance mode"), std::string::npos);
+  // The restored state is compared exactly in either mode.
+  EXPECT_FALSE(pp::compare(reference(), resumed(kA), 2, 4, 1e-6).match);
+}
+
+TEST(ProgramProtocol, ARankThatIsNoRankIsRefused) {
+  EXPECT_NE(error_of(R"({"type":"eval","rank":4294967296,"time":1,"step":2,"loss":0.5})").find("not a rank"),
+            std::string::npos);
 }
