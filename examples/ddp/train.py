@@ -51,6 +51,8 @@ class Shard:
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 rank = dist.get_rank()
 spec = ap.setup(seed=0, deterministic=True)
+# The plan: 16 rows per step, no sequence; probe=False (its shapes are fixed): one measured point.
+ap.shape(micro_batch=16, seq_len=1, probe=False)
 model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(64, 1))
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 torch.manual_seed((spec.seed if spec else 0) * 100 + rank)  # after DDP's broadcast: dropout differs per rank

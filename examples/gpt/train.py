@@ -1,6 +1,6 @@
 """A plain PyTorch GPT-style training program, piloted by anchor (docs/program.md).
 
-    python train.py [--forget optimizer|scheduler|rng|data] [--steps N] [--n-embd E] [--n-layer L]
+    python train.py [--forget optimizer|scheduler|rng|data] [--ignore-shape] [--steps N] [--n-embd E] [--n-layer L]
                     [--seq-len T] [--batch B] [--threads N]
     python train.py --no-pilot [--deterministic] [--steps N] [--save-at S --save-to FILE] [--load-from FILE] [sizes]
 
@@ -14,7 +14,8 @@ Under anchor (ANCHOR_PILOT_SPEC set) the spec decides the steps, saves and
 restore. Standalone it saves at step 5 and stops at 10 under ./run.
 
 --forget COMPONENT restores everything but that component: the negative
-controls, which anchor must catch and name. --no-pilot runs the same loop
+controls, which anchor must catch and name. --ignore-shape runs at its own
+shape under anchor's memory probe, which anchor must refuse. --no-pilot runs the same loop
 without anchor_pilot, saving model, optimizer and scheduler with torch.save
 after step S (--save-to) or starting from such a file (--load-from): the peer
 of bench/program_overhead.py. Both modes print the seconds of steps 2..N.
@@ -36,6 +37,8 @@ p.add_argument("--n-layer", type=int, default=2)
 p.add_argument("--seq-len", type=int, default=32)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--threads", type=int, default=1)
+p.add_argument("--ignore-shape", action="store_true",
+               help="negative control: declare the shape (probe=True) but run at --batch/--seq-len regardless")
 p.add_argument("--no-pilot", action="store_true")
 p.add_argument("--deterministic", action="store_true", help="--no-pilot: the deterministic mode anchor_pilot.setup sets")
 p.add_argument("--save-at", type=int, default=0)
@@ -48,10 +51,15 @@ if not args.no_pilot:
     import anchor_pilot as ap
 
     spec = ap.setup(seed=0, deterministic=True)  # first: seeds every RNG
+    # The step's shape, for anchor's plan; under anchor's memory probe it returns the probe's.
+    batch, seq_len = ap.shape(micro_batch=args.batch, seq_len=args.seq_len, n_layer=args.n_layer, n_embd=args.n_embd)
+    if args.ignore_shape:
+        batch, seq_len = args.batch, args.seq_len
 else:
     torch.manual_seed(0)
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
+    batch, seq_len = args.batch, args.seq_len
 
 
 class Block(nn.Module):
@@ -134,11 +142,11 @@ class ResumableSampler(torch.utils.data.Sampler):
 model = GPT(d=args.n_embd, layers=args.n_layer, heads=4, block=max(64, args.seq_len))
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4) * (0.5 + 0.5 * math.cos(s / 50)))
-sampler = ResumableSampler(len(Windows(args.seq_len)), seed=7)
+sampler = ResumableSampler(len(Windows(seq_len)), seed=7)
 # num_workers=0: the sampler's position is exactly the batches consumed (docs/program.md, "Limits").
-loader = torch.utils.data.DataLoader(Windows(args.seq_len), batch_size=args.batch, sampler=sampler,
+loader = torch.utils.data.DataLoader(Windows(seq_len), batch_size=batch, sampler=sampler,
                                      generator=torch.Generator().manual_seed(0))
-tokens = args.batch * args.seq_len
+tokens = batch * seq_len
 
 
 def train_step(x, y):

@@ -45,6 +45,9 @@ args = parser.parse_args()
 events = args.events or os.path.join(args.run_dir, "events.jsonl")
 
 spec = ap.setup(seed=0, deterministic=True)  # first: seeds every RNG, deterministic mode
+# The step's shape, for anchor's plan. probe=False: BATCH and BLOCK are fixed here, so the
+# plan rests on the one measured point (docs/program.md, "The plan").
+ap.shape(micro_batch=BATCH, seq_len=BLOCK, n_layer=2, n_embd=64, probe=False)
 stop_at = spec.stop_at if spec is not None else STOP_AT
 
 

@@ -7,13 +7,14 @@ import torch on first use.
 """
 from .errors import CheckpointError, PilotError, RestoreError, SpecError
 from .spec import PROTOCOL, Spec
+from .declare import shape
 from .compare import Mismatch, compare_events, read_events
 from .store import inspect as verify_step, remove_stale_temps
 
 __version__ = "0.1.0"
 _TORCH = ("Pilot", "setup", "seed_all", "set_deterministic", "rank_and_world", "COMPONENTS")
 
-__all__ = ["Pilot", "Spec", "setup", "seed_all", "set_deterministic", "rank_and_world", "compare_events",
+__all__ = ["Pilot", "Spec", "shape", "setup", "seed_all", "set_deterministic", "rank_and_world", "compare_events",
            "read_events", "Mismatch", "verify_step", "remove_stale_temps", "PilotError", "SpecError",
            "CheckpointError", "RestoreError", "PROTOCOL", "COMPONENTS", "__version__"]
 

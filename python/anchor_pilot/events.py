@@ -80,6 +80,53 @@ def memory():
     return {"device": "cpu", "rss_bytes": rss}
 
 
+def _cuda_in_use():
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _vm_hwm():
+    """Peak resident set size (VmHWM) of this process in bytes, or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def held_bytes():
+    """What the step's memory is counted in, now: CUDA allocated on the
+    current device, else the RSS. (device, bytes)."""
+    m = memory()
+    if m["device"] == "cpu":
+        return "cpu", m["rss_bytes"]
+    return m["device"], m["allocated_bytes"]
+
+
+def reset_peak():
+    """Starts a new peak window: CUDA's peak allocated, else the process's
+    VmHWM (writing 5 to /proc/self/clear_refs). True when it was reset."""
+    if _cuda_in_use():
+        torch.cuda.reset_peak_memory_stats(torch.cuda.current_device())
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak():
+    """(device, peak bytes since the last reset_peak(), what it is)."""
+    if _cuda_in_use():
+        dev = torch.cuda.current_device()
+        return "cuda:%d" % dev, torch.cuda.max_memory_allocated(dev), "torch.cuda.max_memory_allocated"
+    return "cpu", _vm_hwm(), "VmHWM (peak RSS of the process: interpreter, libraries and data included)"
+
+
 def _program_dir():
     main = sys.modules.get("__main__")
     f = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] else None)

@@ -14,6 +14,7 @@ from . import tensors as tt
 from . import state as stt
 from . import store
 from .errors import CheckpointError, PilotError, RestoreError
+from .declare import declared as _declared_shape
 from .spec import Spec
 
 from . import __version__
@@ -152,8 +153,18 @@ class Pilot:
         self.kill_in_save = spec.kill_in_save if spec is not None else None
         self._program_said = False
         params = sum(p.numel() for p in _unwrap(model).parameters())
+        shape = _declared_shape()
+        if role == "probe" and shape is None:
+            raise PilotError("run anchor's memory probe", "the program did not call anchor_pilot.shape()",
+                             "anchor probes only programs that declare their shape; this is a bug in anchor")
+        # The step's memory: what is held before the first step (parameters
+        # included), and the peak of the second step (full optimizer state).
+        self._baseline = ev.held_bytes()[1]
+        self._steps_seen = 0
+        self._peak_reset = False
         self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
-                         anchor_pilot=__version__, parameters=params, executable=sys.executable, pid=os.getpid())
+                         anchor_pilot=__version__, parameters=params, executable=sys.executable, pid=os.getpid(),
+                         shape=shape)
 
     @classmethod
     def from_env(cls, *, model, optimizer=None, scheduler=None, scaler=None, data=None, **standalone):
@@ -251,8 +262,35 @@ class Pilot:
             grad_norm = grad_norm.item()
         self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
                          data_wait_s=data_wait_s, compute_s=compute_s)
+        self._steps_seen += 1
+        if self._steps_seen == 1:
+            self._peak_reset = ev.reset_peak()
+        elif self._steps_seen == 2:
+            self._step_memory(step)
         if self.digests_every and step % self.digests_every == 0:
             self.digests(step)
+
+    def _state_bytes(self):
+        model = _unwrap(self.model)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        opt = 0
+        if self.optimizer is not None:
+            for st_ in self.optimizer.state.values():
+                for v in st_.values():
+                    if isinstance(v, torch.Tensor):
+                        opt += v.numel() * v.element_size()
+        return {"parameters": params, "gradients": grads, "optimizer": opt}
+
+    def _step_memory(self, step):
+        """The "step_memory" line: the peak of this process's second step
+        (after the first, the optimizer state exists), the state's bytes and
+        what was held before the first step."""
+        device, peak_bytes, source = ev.peak()
+        if not self._peak_reset:
+            source += "; could not be reset after the first step: the peak of the whole process so far"
+        self.events.emit("step_memory", step=step, device=device, peak_bytes=peak_bytes, peak_source=source,
+                         baseline_bytes=self._baseline, state=self._state_bytes())
 
     def eval(self, step, loss):
         self.events.emit("eval", step=step, loss=float(loss))
@@ -310,6 +348,8 @@ class Pilot:
             final, nbytes = self._save_distributed(step, own, blobs, state)
         self.events.emit("checkpoint", op="save", phase="end", step=step, dir=final, bytes=nbytes,
                          seconds=time.monotonic() - t0)
+        if self._steps_seen == 1:  # a save inside the measured step's window is not the step's peak
+            self._peak_reset = ev.reset_peak()
         return final
 
     def _save_distributed(self, step, own, blobs, state):
@@ -391,7 +431,7 @@ class Pilot:
         ``self.skipped`` and as "checkpoint" lines with phase "skip"). A
         reference run never restores. ``skip`` names components deliberately
         left as they are (experiments only: the resume then is not exact)."""
-        if self.role == "reference":
+        if self.role in ("reference", "probe"):
             return 0
         for name in skip:
             if name not in COMPONENTS:

@@ -1,12 +1,14 @@
 """The spec anchor hands a worker: ANCHOR_PILOT_SPEC names a JSON file.
 
-    {"protocol": 1, "role": "reference" | "resume", "run_dir": str,
+    {"protocol": 1, "role": "reference" | "resume" | "probe", "run_dir": str,
      "checkpoint_dir": str, "save_at": [int], "stop_at": int,
      "restore": str | null, "seed": int, "deterministic": bool,
      "events": str, "digests_every": int (optional, default 0),
      "kill_in_save": int | null (optional: at the save of that step, rank 0
      stops after its first file is durable, says so with a "kill_window"
-     line and waits to be SIGKILLed by anchor)}
+     line and waits to be SIGKILLed by anchor),
+     "probe": {"micro_batch": int, "seq_len": int} (role "probe" only: the
+     shape anchor_pilot.shape() returns, for anchor's memory probe)}
 
 Relative paths are taken relative to the spec file's directory. Every
 problem (unknown or missing keys, wrong types) is reported at once.
@@ -18,10 +20,10 @@ from .errors import SpecError
 
 PROTOCOL = 1
 ENV = "ANCHOR_PILOT_SPEC"
-ROLES = ("reference", "resume")
+ROLES = ("reference", "resume", "probe")
 _REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_at", "restore", "seed",
              "deterministic", "events")
-_OPTIONAL = ("digests_every", "kill_in_save")
+_OPTIONAL = ("digests_every", "kill_in_save", "probe")
 
 
 def _is_int(v):
@@ -32,12 +34,13 @@ class Spec:
     """A validated spec (attributes named as the keys)."""
 
     def __init__(self, role, run_dir, checkpoint_dir, save_at, stop_at, restore, seed, deterministic, events,
-                 digests_every=0, kill_in_save=None, path=None):
+                 digests_every=0, kill_in_save=None, path=None, probe=None):
         self.protocol = PROTOCOL
         self.role, self.run_dir, self.checkpoint_dir = role, run_dir, checkpoint_dir
         self.save_at, self.stop_at, self.restore = sorted(set(save_at)), stop_at, restore
         self.seed, self.deterministic, self.events = seed, deterministic, events
         self.digests_every, self.kill_in_save, self.path = digests_every, kill_in_save, path
+        self.probe = probe
 
     @classmethod
     def from_file(cls, path):
@@ -87,9 +90,15 @@ class Spec:
         if not problems and d.get("kill_in_save") is not None and d["kill_in_save"] not in d["save_at"]:
             problems.append("'kill_in_save' is %d but save_at %s does not hold it" % (d["kill_in_save"],
                                                                                   json.dumps(d["save_at"])))
-        if not problems and d["role"] == "reference" and d["restore"] is not None:
-            problems.append("'restore' is %s but role is \"reference\" (a reference run starts from step 0)"
-                            % json.dumps(d["restore"]))
+        check("probe", lambda v: isinstance(v, dict) and sorted(v) == ["micro_batch", "seq_len"] and
+              all(_is_int(x) and x >= 1 for x in v.values()),
+              'an object {"micro_batch": int >= 1, "seq_len": int >= 1}')
+        if not problems and (d["role"] == "probe") != (d.get("probe") is not None):
+            problems.append("'probe' is given exactly when role is \"probe\" (role %s, probe %s)"
+                            % (json.dumps(d["role"]), json.dumps(d.get("probe"))))
+        if not problems and d["role"] != "resume" and d["restore"] is not None:
+            problems.append("'restore' is %s but role is %s (only a resume restores)"
+                            % (json.dumps(d["restore"]), json.dumps(d["role"])))
         if problems:
             raise SpecError(what, "%d problem%s: %s" % (len(problems), "s" if len(problems) > 1 else "",
                                                         "; ".join(problems)),
@@ -102,7 +111,8 @@ class Spec:
         return cls(role=d["role"], run_dir=rel(d["run_dir"]), checkpoint_dir=rel(d["checkpoint_dir"]),
                    save_at=d["save_at"], stop_at=d["stop_at"], restore=rel(d["restore"]), seed=d["seed"],
                    deterministic=d["deterministic"], events=rel(d["events"]),
-                   digests_every=d.get("digests_every", 0), kill_in_save=d.get("kill_in_save"), path=path)
+                   digests_every=d.get("digests_every", 0), kill_in_save=d.get("kill_in_save"), path=path,
+                   probe=d.get("probe"))
 
     @classmethod
     def from_env(cls, environ=None):

@@ -183,7 +183,7 @@ class Spec(support.TempDirTest):
             ap.Spec.from_file(path)
         msg = str(cm.exception)
         self.assertIn(": 6 problems: unknown key 'seeds'; missing key 'events'; 'role' is \"resumed\", expected "
-                      "\"reference\" or \"resume\"; 'save_at' is [1, \"2\"], expected a list of integers >= 1; "
+                      "\"reference\" or \"resume\" or \"probe\"; 'save_at' is [1, \"2\"], expected a list of integers >= 1; "
                       "'stop_at' is 0, expected an integer >= 1; 'deterministic' is \"yes\", expected true or false",
                       msg)
 
@@ -198,6 +198,46 @@ class Spec(support.TempDirTest):
         with self.assertRaises(ap.SpecError) as cm:
             ap.Spec.from_file(self.spec(restore="ck/step-00000001"))
         self.assertIn("'restore' is \"ck/step-00000001\" but role is \"reference\"", str(cm.exception))
+
+    def test_probe_needs_its_shape_and_only_a_probe_has_one(self):
+        with self.assertRaises(ap.SpecError) as cm:
+            ap.Spec.from_file(self.spec(role="probe"))
+        self.assertIn("'probe' is given exactly when role is \"probe\" (role \"probe\", probe null)", str(cm.exception))
+        with self.assertRaises(ap.SpecError) as cm:
+            ap.Spec.from_file(self.spec(probe={"micro_batch": 2, "seq_len": 8}))
+        self.assertIn("(role \"reference\", probe {", str(cm.exception))
+        with self.assertRaises(ap.SpecError) as cm:
+            ap.Spec.from_file(self.spec(role="probe", probe={"micro_batch": 0, "seq_len": 8}))
+        self.assertIn("'probe' is {\"micro_batch\": 0, \"seq_len\": 8}, expected an object", str(cm.exception))
+        s = ap.Spec.from_file(self.spec(role="probe", probe={"micro_batch": 2, "seq_len": 8}))
+        self.assertEqual((s.role, s.probe), ("probe", {"micro_batch": 2, "seq_len": 8}))
+
+    def test_shape_returns_the_probe_shape_under_a_probe_and_checks_its_arguments(self):
+        from anchor_pilot import declare as sh
+        sh._declared, sh._pilot_made = None, False
+        self.assertEqual(ap.shape(4, 64, n_layer=2, n_embd=32), (4, 64))  # standalone: the given shape
+        self.assertEqual(sh._declared["probe"], True)
+        os.environ["ANCHOR_PILOT_SPEC"] = self.spec(role="probe", probe={"micro_batch": 2, "seq_len": 16})
+        try:
+            self.assertEqual(ap.shape(4, 64), (2, 16))
+            with self.assertRaises(ap.PilotError) as cm:
+                ap.shape(4, 64, probe=False)
+            self.assertIn("the program declared probe=False", str(cm.exception))
+        finally:
+            del os.environ["ANCHOR_PILOT_SPEC"]
+        for bad, what in (({"micro_batch": 0}, "micro_batch is 0"), ({"seq_len": True}, "seq_len is True"),
+                          ({"precision": "fp8"}, "precision is 'fp8'"),
+                          ({"flops_per_token": -1}, "flops_per_token is -1")):
+            args = dict({"micro_batch": 4, "seq_len": 64}, **bad)
+            with self.assertRaises(ap.PilotError) as cm:
+                ap.shape(**args)
+            self.assertIn(what, str(cm.exception))
+        m, opt = parts()
+        ap.Pilot(self.path("ck"), model=m, optimizer=opt).close()
+        with self.assertRaises(ap.PilotError) as cm:
+            ap.shape(4, 64)
+        self.assertIn("called after the Pilot was made", str(cm.exception))
+        sh._declared, sh._pilot_made = None, False
 
     def test_from_env_uses_the_spec_over_the_standalone_arguments(self):
         path = self.spec(save_at=[3], stop_at=5)

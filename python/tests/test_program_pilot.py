@@ -88,6 +88,27 @@ class ProgramPilot(support.TempDirTest):
         peaks = report["measurements"]["memory"]["peak_rss"]
         self.assertTrue(all(p["peak_rss_bytes"] > 50 << 20 for p in peaks), peaks)
         self.assertEqual(len(report["steps"]["resumed"]), 4)
+        # The plan, from the program's measurements: its declared shape, the reference's step and two
+        # memory probes (fresh processes at micro-batch 2 and seq_len 16) fitted like the built-in model's.
+        model = report["measurements"]["model"]
+        self.assertEqual((model["micro_batch"], model["seq_len"], model["n_layer"], model["n_embd"]), (4, 32, 2, 64))
+        self.assertEqual(model["flops_per_token"], 6 * model["parameters"] + 12 * 2 * 64 * 32)
+        points = report["measurements"]["memory"]["points"]
+        self.assertEqual([(p["micro_batch"], p["seq_len"], p["from"]) for p in points],
+                         [(4, 32, "reference"), (2, 32, "probe-1"), (4, 16, "probe-2")])
+        self.assertTrue(all(0 < p["peak_allocated_bytes"] < p["raw_peak_bytes"] for p in points), points)
+        state = report["measurements"]["memory"]["state_bytes"]
+        self.assertEqual(state["parameters"], 4 * model["parameters"])
+        self.assertEqual(state["optimizer"] // 4 // model["parameters"], 2)  # AdamW: exp_avg, exp_avg_sq (+ steps)
+        plan = report["plan"]
+        self.assertEqual(plan["memory_model"]["points_measured"], 3)
+        self.assertTrue(plan["memory_model"]["quadratic"])
+        self.assertEqual((plan["target"]["micro_batch"], plan["target"]["seq_len"]), (4, 32))
+        self.assertIsNotNone(plan["recommendation"]["device"])
+        self.assertIn("memory_probe", [s["stage"] for s in report["stages"]])
+        replan = self.anchor("plan", run)  # `anchor plan` re-plans a program's report too
+        self.assertEqual(replan.returncode, 0, replan.stderr)
+        self.assertIn("H100", replan.stdout)
         with open(os.path.join(run, "manifest.json")) as f:
             m = json.load(f)
         self.assertEqual([s["path"] for s in m["program"]["sources"]], ["train.py", "unused.py"])
@@ -123,10 +144,23 @@ class ProgramPilot(support.TempDirTest):
                                              run="run-" + component)
                 self.assertCaught(proc, report, component)
 
+    def test_gpt_memory_probe_refuses_a_program_that_ignores_its_shape(self):
+        proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --ignore-shape]")
+        self.assertEqual(proc.returncode, 1, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["verdict"], "match")  # the resume is proven; the probe is what failed
+        self.assertIn("the memory probe at (micro_batch 2, seq_len 32) reported 128 tokens at step 1, not 64",
+                      proc.stderr)
+        self.assertIn("or pass probe=False", proc.stderr)
+
     def test_ddp_two_ranks_as_torchrun_starts_them(self):
         proc, report, _ = self.pilot("ddp")
         self.assertMatch(proc, report, ranks=2)
         self.assertEqual(report["program"]["world_size"], 2)
+        # probe=False: the plan rests on the one measured point and says so.
+        mm = report["plan"]["memory_model"]
+        self.assertEqual(mm["points_measured"], 1)
+        self.assertIn("one measured point (micro_batch 16, seq_len 1)", mm["note"])
+        self.assertNotIn("memory_probe", [s["stage"] for s in report["stages"]])
         proc, report, _ = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
         self.assertCaught(proc, report, "data")
         self.assertIn("rank 1: data", report["resume"]["cause"])  # every rank's own cursor
@@ -145,6 +179,9 @@ class ProgramPilot(support.TempDirTest):
         proc, report, run = self.pilot("minimal", "report.signing_key=" + os.path.join(keys, "anchor.key"))
         self.assertMatch(proc, report)
         self.assertTrue(report["signed"])
+        # It does not declare its shape: the report says why there is no plan.
+        self.assertEqual(report["plan"]["status"], "not planned")
+        self.assertIn("call anchor_pilot.shape(", report["plan"]["why"])
         v = self.anchor("verify", run, "--key", os.path.join(keys, "anchor.pub"))
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
         # Reproducing a program pilot is refused before anything runs, saying what to do instead.

@@ -127,7 +127,12 @@ class Schema(support.TempDirTest):
             seen.add((line["type"], line.get("phase")))
         self.assertEqual(seen, {("hello", None), ("step", None), ("eval", None), ("digests", None),
                                 ("checkpoint", "begin"), ("checkpoint", "end"), ("checkpoint", "skip"),
-                                ("memory", None), ("error", None), ("program", None)})
+                                ("memory", None), ("step_memory", None), ("error", None), ("program", None)})
+        sm = [l for l in lines if l["type"] == "step_memory"]
+        self.assertEqual(len(sm), 1)  # once per process, at its second step
+        self.assertEqual((sm[0]["step"], sm[0]["device"]), (2, "cpu"))
+        self.assertEqual(sm[0]["state"], {"parameters": 8 * 4, "gradients": 8 * 4, "optimizer": 0})
+        self.assertGreater(sm[0]["peak_bytes"], 0)
         step1 = [l for l in lines if l["type"] == "step"][0]
         self.assertEqual((step1["loss"], step1["grad_norm"], step1["lr"], step1["tokens"]), (0.5, "inf", 0.1, 3))
         self.assertIsNone([l for l in lines if l["type"] == "step"][1]["loss"])  # NaN: null, the line stays JSON

@@ -26,6 +26,7 @@
 #include "anchor/manifest/environment.hpp"
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/measure/proc.hpp"
+#include "anchor/plan/plan.hpp"
 #include "program_protocol.hpp"
 #include "supervisor_internal.hpp"
 
@@ -57,7 +58,9 @@ struct Outcome {
   double seconds = 0;
 };
 
-std::string worker_name(pp::Role r) { return r == pp::Role::kReference ? "worker A" : "worker B"; }
+std::string worker_name(pp::Role r) {
+  return r == pp::Role::kReference ? "worker A" : r == pp::Role::kResume ? "worker B" : "the memory probe";
+}
 
 // The command, its directory and environment, checked before anything runs.
 // Throws Error (kConfig) saying which key is wrong.
@@ -104,8 +107,9 @@ void kill_all(const std::vector<proc::Child>& ranks, const std::vector<std::opti
 // SIGKILLs every rank at rank 0's kill window (reference), stops every rank
 // when one fails, the program runs past program.timeout_s, or the supervisor
 // is interrupted.
-Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec) {
-  const std::string name = pp::role_name(spec.role);
+// `tag` names its spec file and its events in events.jsonl (the role by default).
+Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std::string tag = "") {
+  const std::string name = tag.empty() ? pp::role_name(spec.role) : tag;
   const std::string spec_path = l.dir + "/" + name + ".spec.json";
   fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
   std::error_code ec;
@@ -274,9 +278,58 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+// measurements.model: the parameters, and the shape the program declared
+// (anchor_pilot.shape) with its training FLOPs per token.
+json model_json(const pp::Hello& h) {
+  json m;
+  if (h.parameters) m["parameters"] = *h.parameters;
+  if (!h.shape) return m;
+  const auto& s = *h.shape;
+  m["micro_batch"] = s.micro_batch;
+  m["seq_len"] = s.seq_len;
+  m["grad_accum"] = s.grad_accum;
+  m["precision"] = s.precision;
+  m["n_layer"] = s.n_layer ? json(*s.n_layer) : json();
+  m["n_embd"] = s.n_embd ? json(*s.n_embd) : json();
+  const double n = static_cast<double>(h.parameters.value_or(0));
+  if (s.flops_per_token) {
+    m["flops_per_token"] = *s.flops_per_token;
+    m["flops_source"] = "the program's own figure (anchor_pilot.shape(flops_per_token=...))";
+  } else if (s.n_layer && s.n_embd) {
+    m["flops_per_token"] = 6.0 * n + 12.0 * static_cast<double>(*s.n_layer) * static_cast<double>(*s.n_embd) *
+                                         static_cast<double>(s.seq_len);
+    m["flops_source"] = "6 x parameters + 12 x n_layer x n_embd x seq_len (PaLM appendix B; the program's n_layer "
+                        "and n_embd)";
+  } else {
+    m["flops_per_token"] = 6.0 * n;
+    m["flops_source"] = "6 x parameters; the attention term is left out (pass n_layer and n_embd to "
+                        "anchor_pilot.shape)";
+  }
+  return m;
+}
+
+// On CPU the peak is the process's VmHWM: the interpreter, its libraries and
+// the data it loaded count in it, and would not be on a GPU. What the process
+// held before its first step beyond its parameters is taken out of every
+// point (the same in each process of one program). 0 on a GPU.
+std::int64_t held_outside_the_step(const pp::StepMemoryLine& sm) {
+  if (sm.device != "cpu" || !sm.baseline_bytes) return 0;
+  return std::max<std::int64_t>(0, *sm.baseline_bytes - sm.parameters_bytes);
+}
+
+// One memory point of the plan's model: a step_memory line at its shape.
+json memory_point(const pp::StepMemoryLine& sm, std::int64_t micro_batch, std::int64_t seq_len, const std::string& from) {
+  json peak;
+  if (sm.peak_bytes) peak = std::max<std::int64_t>(0, *sm.peak_bytes - held_outside_the_step(sm));
+  return {{"micro_batch", micro_batch}, {"seq_len", seq_len}, {"peak_allocated_bytes", peak},
+          {"raw_peak_bytes", sm.peak_bytes ? json(*sm.peak_bytes) : json()},
+          {"excluded_bytes", held_outside_the_step(sm)}, {"device", sm.device}, {"from", from}};
+}
+
 // measurements: the step (median over the reference's steps after the first,
-// which warms up), memory per stage, the save and restore, from rank 0.
-json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step) {
+// which warms up), memory per stage and the plan's points, the save and
+// restore, from rank 0.
+json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step, const json& probe_points) {
   const auto& ref = a.logs.at(0);
   const auto& res = b.logs.at(0);
   std::vector<double> secs, waits, computes, tokens;
@@ -299,7 +352,7 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
                {"tokens", tokens.empty() ? json() : json(tok)},
                {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
                {"world_size", p.nproc}};
-  if (ref.hello && ref.hello->parameters) m["model"] = {{"parameters", *ref.hello->parameters}};
+  if (ref.hello) m["model"] = model_json(*ref.hello);
   json mem = json::array();
   for (const auto* log : {&ref, &res})
     for (const auto& l : log->memory) {
@@ -319,6 +372,25 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
                             "memory lines (Pilot.memory(stage): device allocated/reserved/total on CUDA)"},
                  {"peak_rss", peaks},
                  {"stages", mem}};
+  // The plan's memory model: the reference's second step at the declared shape, and the probe's points.
+  const auto* shape = ref.hello && ref.hello->shape ? &*ref.hello->shape : nullptr;
+  if (shape && ref.step_memory) {
+    const auto& sm = *ref.step_memory;
+    json points = json::array({memory_point(sm, shape->micro_batch, shape->seq_len, "reference")});
+    for (const auto& pt : probe_points) points.push_back(pt);
+    const std::int64_t excluded = held_outside_the_step(sm);
+    m["memory"]["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
+                            (excluded ? ", less what each process held before its first step beyond its parameters "
+                                        "(excluded_bytes: interpreter, libraries, data)"
+                                      : "");
+    m["memory"]["precision"] = shape->precision;
+    m["memory"]["points"] = points;
+    m["memory"]["state_bytes"] = {{"parameters", sm.parameters_bytes}, {"gradients", sm.gradients_bytes},
+                                  {"optimizer", sm.optimizer_bytes}};
+    m["memory"]["baseline_bytes"] = sm.baseline_bytes ? json(*sm.baseline_bytes - excluded) : json();
+    m["memory"]["stage_sources"] = "peak RSS (VmHWM) of every rank read by anchor while it ran; the program's "
+                                   "memory lines (Pilot.memory(stage))";
+  }
   if (const auto* s = ref.checkpoint("save", "end", save_step); s && s->bytes && s->seconds)
     m["checkpoint_save"] = {{"step", save_step}, {"bytes", *s->bytes}, {"seconds", *s->seconds},
                             {"gb_per_s", *s->seconds > 0 ? *s->bytes / *s->seconds / 1e9 : 0.0}};
@@ -358,6 +430,7 @@ struct Run {
   pp::Spec spec;
   Outcome a, b;
   json verdict;
+  json probe_points = json::array();  // the memory probe's, for the plan
 };
 
 std::string with_hint(const Error& e) {
@@ -531,11 +604,106 @@ void compare(Run& r) {
   });
   p.report.set_section("resume", r.verdict);
   p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
-  p.report.set_section("measurements", measurements(p, r.a, r.b, r.k));
-  p.report.set_section("plan", {{"status", "not planned"},
-                                {"why", "the plan's memory model and FLOPs need the model's shape; a program pilot "
-                                        "measures one (micro-batch, sequence length) point (docs/program.md, \"Limits\")"}});
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+}
+
+// The memory probe: when the program said it runs at the shape
+// anchor_pilot.shape() returns, fresh processes run two steps each at a
+// smaller micro-batch and a shorter sequence (as the built-in probe does),
+// saving nothing; each reports its second step's peak. Otherwise the plan
+// rests on the reference's one point.
+Step memory_probe(Run& r) {
+  Pilot& p = r.p;
+  const auto& h = *r.a.logs.at(0).hello;
+  if (!h.shape || !h.shape->probe || !r.a.logs.at(0).step_memory) return std::nullopt;
+  const std::int64_t mb = h.shape->micro_batch, T = h.shape->seq_len;
+  const std::int64_t small_mb =
+      p.cfg.pilot.memory_probe_micro_batch > 0 ? p.cfg.pilot.memory_probe_micro_batch : std::max<std::int64_t>(1, mb / 2);
+  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
+  if (small_mb != mb) shapes.push_back({small_mb, T});
+  if (T / 2 >= 8) shapes.push_back({mb, T / 2});
+  const auto t0 = Clock::now();
+  json figures = json::array();
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto [pmb, pT] = shapes[i];
+    const std::string tag = "probe-" + std::to_string(i + 1);
+    pp::Spec spec = r.spec;
+    spec.role = pp::Role::kProbe;
+    spec.probe = shapes[i];
+    spec.save_at.clear();
+    spec.kill_in_save.reset();
+    spec.restore.reset();
+    spec.stop_at = 2;
+    spec.checkpoint_dir = r.l.dir + "/" + tag + ".checkpoints";  // never written: a probe saves nothing
+    spec.events = r.l.dir + "/" + tag + ".events.jsonl";
+    Outcome o;
+    try {
+      o = run_program_worker(p, r.l, spec, tag);
+    } catch (const Error& e) {
+      return fail(p, "memory_probe", exit_code_for(e.kind()), with_hint(e));
+    }
+    if (g_signal) return interrupted_exit(p);
+    const std::string at = "(micro_batch " + std::to_string(pmb) + ", seq_len " + std::to_string(pT) + ")";
+    const std::string hint = "; the program declared probe=True in anchor_pilot.shape(): it must build its model "
+                             "and data with the shape it returns, or pass probe=False";
+    if (o.status != 0) return fail(p, "memory_probe", 1, "the memory probe at " + at + ": " + o.error + hint);
+    const auto& log = o.logs[0];
+    if (!log.step_memory || !log.step_memory->peak_bytes)
+      return fail(p, "memory_probe", 1, "the memory probe at " + at + " reported no step_memory line with a peak (it "
+                                        "must run 2 steps, calling Pilot.step each)" + hint);
+    for (const auto& st : log.steps)
+      if (st.tokens && *st.tokens != pmb * pT * h.shape->grad_accum)
+        return fail(p, "memory_probe", 1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) +
+                                          " tokens at step " + std::to_string(st.step) + ", not " +
+                                          std::to_string(pmb * pT * h.shape->grad_accum) + hint);
+    r.probe_points.push_back(memory_point(*log.step_memory, pmb, pT, tag));
+    figures.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_bytes", *log.step_memory->peak_bytes},
+                       {"seconds", o.seconds}});
+  }
+  p.report.add_stage({{"stage", "memory_probe"}, {"status", "passed"},
+                      {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
+                      {"figures", {{"points", figures}}}});
+  return std::nullopt;
+}
+
+// The plan, from the program's measurements as from the built-in's. A program
+// that did not declare its shape, or measurements the plan cannot use, leave
+// the report saying why it is not planned; the pilot's verdict stands.
+Step make_plan(Run& r) {
+  Pilot& p = r.p;
+  p.report.set_section("measurements", measurements(p, r.a, r.b, r.k, r.probe_points));
+  const auto& h = *r.a.logs.at(0).hello;
+  std::string why;
+  std::optional<plan::Measured> m;
+  if (!h.shape) {
+    why = "the program did not declare its step's shape: call anchor_pilot.shape(micro_batch=..., seq_len=...) "
+          "before building its model (docs/program.md, \"The plan\")";
+  } else if (!r.a.logs.at(0).step_memory) {
+    why = "worker A sent no step_memory line (it reports the peak of the second step: does the program call "
+          "Pilot.step every step?)";
+  } else {
+    try {
+      m = plan::measured_from_report(p.report.json());
+    } catch (const Error& e) {
+      why = with_hint(e);
+    }
+  }
+  if (!m) {
+    p.report.set_section("plan", {{"status", "not planned"}, {"why", why}});
+    ANCHOR_LOG_WARN("plan", "not planned: {}", why);
+    return std::nullopt;
+  }
+  try {
+    p.stage("plan", [&] {
+      auto plan = plan::make_plan(*m, p.catalog, p.cfg);
+      p.report.set_plan(plan);
+      return json{{"recommendation", plan.value("recommendation", json())},
+                  {"memory_points", m->memory_points.size()}};
+    });
+  } catch (const Error& e) {
+    return fail(p, "plan", exit_code_for(e.kind()), with_hint(e));
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -547,7 +715,12 @@ int run_program_pilot(Pilot& p) {
   for (auto step : {prepare, reference, pin, resume})
     if (Step end = step(r)) return *end;
   compare(r);
-  if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, true);
+  if (r.verdict["verdict"] != "match") {
+    p.report.set_section("measurements", measurements(p, r.a, r.b, r.k, r.probe_points));
+    return resume_mismatch(p, r.verdict, true);
+  }
+  for (auto step : {memory_probe, make_plan})
+    if (Step end = step(r)) return *end;
   p.report.set_outcome("passed", 0, "the program's resume matches its uninterrupted run (" +
                                         r.verdict["mode"].get<std::string>() + ", " + std::to_string(p.nproc) + " rank" +
                                         (p.nproc > 1 ? "s" : "") + ")");

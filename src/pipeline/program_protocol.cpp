@@ -116,6 +116,27 @@ Body parse_body(const std::string& type, const json& j) {
     h.parameters = opt_int(j, "parameters", type);
     h.executable = opt_str(j, "executable", type);
     h.pid = opt_int(j, "pid", type);
+    if (auto it = j.find("shape"); it != j.end() && !it->is_null()) {
+      const std::string w = "hello.shape";
+      if (!it->is_object()) throw bad("\"hello\".shape is " + dump_json(*it) + ", expected an object or null");
+      Shape sh;
+      sh.micro_batch = int_field(*it, "micro_batch", w);
+      sh.seq_len = int_field(*it, "seq_len", w);
+      sh.grad_accum = opt_int(*it, "grad_accum", w).value_or(1);
+      sh.precision = str(*it, "precision", w);
+      sh.n_layer = opt_int(*it, "n_layer", w);
+      sh.n_embd = opt_int(*it, "n_embd", w);
+      sh.flops_per_token = opt_double(*it, "flops_per_token", w);
+      const json& probe = need(*it, "probe", w);
+      if (!probe.is_boolean()) throw bad("\"hello\".shape.probe is " + dump_json(probe) + ", expected true or false");
+      sh.probe = probe.get<bool>();
+      if (sh.micro_batch < 1 || sh.seq_len < 1 || sh.grad_accum < 1 || sh.n_layer.value_or(1) < 1 ||
+          sh.n_embd.value_or(1) < 1 || !(sh.flops_per_token.value_or(1) > 0))
+        throw bad("\"hello\".shape " + dump_json(*it) + " has a size below 1 or FLOPs not above 0");
+      if (sh.precision != "fp32" && sh.precision != "bf16" && sh.precision != "fp16")
+        throw bad("\"hello\".shape.precision is \"" + printable(sh.precision) + "\", expected fp32, bf16 or fp16");
+      h.shape = sh;
+    }
     return h;
   }
   if (type == "step") {
@@ -168,6 +189,20 @@ Body parse_body(const std::string& type, const json& j) {
     m.rss_bytes = opt_int(j, "rss_bytes", type);
     return m;
   }
+  if (type == "step_memory") {
+    StepMemoryLine m;
+    m.step = int_field(j, "step", type);
+    m.device = str(j, "device", type);
+    m.peak_source = str(j, "peak_source", type);
+    m.peak_bytes = opt_int(j, "peak_bytes", type);
+    m.baseline_bytes = opt_int(j, "baseline_bytes", type);
+    const json& st = need(j, "state", type);
+    if (!st.is_object()) throw bad("\"step_memory\".state is not an object");
+    m.parameters_bytes = int_field(st, "parameters", "step_memory.state");
+    m.gradients_bytes = int_field(st, "gradients", "step_memory.state");
+    m.optimizer_bytes = int_field(st, "optimizer", "step_memory.state");
+    return m;
+  }
   if (type == "error") return ErrorLine{str(j, "message", type)};
   if (type == "program") {
     ProgramLine p;
@@ -194,7 +229,13 @@ Body parse_body(const std::string& type, const json& j) {
 
 }  // namespace
 
-const char* role_name(Role r) { return r == Role::kReference ? "reference" : "resume"; }
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::kReference: return "reference";
+    case Role::kResume: return "resume";
+    default: return "probe";
+  }
+}
 
 nlohmann::json to_json(const Spec& s) {
   json j = {{"protocol", kProtocol},
@@ -212,6 +253,7 @@ nlohmann::json to_json(const Spec& s) {
   j["events"] = printable(s.events);
   if (s.restore) j["restore"] = printable(*s.restore);
   if (s.kill_in_save) j["kill_in_save"] = *s.kill_in_save;
+  if (s.probe) j["probe"] = {{"micro_batch", s.probe->first}, {"seq_len", s.probe->second}};
   return j;
 }
 
@@ -307,6 +349,7 @@ void WorkerLog::add(const Event& e) {
         else if constexpr (std::is_same_v<T, DigestsLine>) digests.push_back(b);
         else if constexpr (std::is_same_v<T, CheckpointLine>) checkpoints.push_back(b);
         else if constexpr (std::is_same_v<T, MemoryLine>) memory.push_back(b);
+        else if constexpr (std::is_same_v<T, StepMemoryLine>) step_memory = b;
         else if constexpr (std::is_same_v<T, ErrorLine>) errors.push_back(b);
         else if constexpr (std::is_same_v<T, ProgramLine>) program = b;
       },

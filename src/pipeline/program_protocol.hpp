@@ -25,7 +25,7 @@ inline constexpr int kProtocol = 1;
 // The components in the order a verdict names the first that differs.
 inline constexpr const char* kComponentOrder[] = {"model", "optimizer", "scheduler", "scaler", "rng", "data"};
 
-enum class Role { kReference, kResume };
+enum class Role { kReference, kResume, kProbe };
 const char* role_name(Role r);
 
 // What a worker is told, as the JSON file ANCHOR_PILOT_SPEC names.
@@ -39,6 +39,7 @@ struct Spec {
   bool deterministic = true;
   std::int64_t digests_every = 0;
   std::optional<std::int64_t> kill_in_save;     // the save anchor kills (rank 0 waits in it after its first file)
+  std::optional<std::pair<std::int64_t, std::int64_t>> probe;  // role probe: (micro_batch, seq_len) to run at
 };
 nlohmann::json to_json(const Spec& s);
 
@@ -53,6 +54,14 @@ struct Number {
 struct Versions {
   std::string torch, cuda, cudnn, nccl, python;  // "" when the worker says null
 };
+// What the program told anchor_pilot.shape(): its step's shape, for the plan.
+struct Shape {
+  std::int64_t micro_batch = 0, seq_len = 0, grad_accum = 1;
+  std::string precision = "fp32";
+  std::optional<std::int64_t> n_layer, n_embd;
+  std::optional<double> flops_per_token;
+  bool probe = false;  // it runs at the shape shape() returns: anchor may probe others
+};
 struct Hello {
   std::string role;
   int world_size = 1;
@@ -61,6 +70,7 @@ struct Hello {
   std::optional<std::int64_t> parameters;
   std::string executable;
   std::optional<std::int64_t> pid;
+  std::optional<Shape> shape;
 };
 struct StepLine {
   std::int64_t step = 0;
@@ -92,6 +102,14 @@ struct MemoryLine {
   std::string stage, device;
   std::optional<std::int64_t> allocated_bytes, reserved_bytes, max_allocated_bytes, total_bytes, rss_bytes;
 };
+// The peak of a process's second step (the first reset it), the state's bytes
+// and what the process held before its first step.
+struct StepMemoryLine {
+  std::int64_t step = 0;
+  std::string device, peak_source;
+  std::optional<std::int64_t> peak_bytes, baseline_bytes;
+  std::int64_t parameters_bytes = 0, gradients_bytes = 0, optimizer_bytes = 0;
+};
 struct ErrorLine {
   std::string message;
 };
@@ -105,7 +123,8 @@ struct ProgramLine {
   std::string distributions_error;  // the helper could not list them
 };
 
-using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, ErrorLine, ProgramLine>;
+using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, StepMemoryLine,
+                          ErrorLine, ProgramLine>;
 struct Event {
   std::string type;
   int rank = 0;
@@ -143,6 +162,7 @@ struct WorkerLog {
   std::vector<DigestsLine> digests;
   std::vector<CheckpointLine> checkpoints;
   std::vector<MemoryLine> memory;
+  std::optional<StepMemoryLine> step_memory;
   std::vector<ErrorLine> errors;
   std::optional<ProgramLine> program;
   void add(const Event& e);

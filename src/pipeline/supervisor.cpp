@@ -436,8 +436,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // dist::rank_device, dist::choose_backend.
   p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
-  //    A program pilot does not plan yet (docs/program.md, "Limits").
-  if (p.cfg.program.command.empty()) p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+  p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
 
   // 2. The run directory and checkpoint.dir, locked for this pilot's life
   //    (another pilot on either is refused, exit 2), its event log and the

@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
 
 namespace anchor::plan {
 namespace {
@@ -223,6 +224,11 @@ std::string find_catalog(const config::Config& cfg, const std::string& explicit_
   std::vector<std::string> tried;
   if (!cfg.budget.catalog.empty()) tried.push_back(config::resolve_path(cfg, cfg.budget.catalog));
   tried.push_back("configs/catalog.yaml");
+  // Beside the binary: <prefix>/bin/anchor finds <prefix>/share/anchor/catalog.yaml
+  // (the build tree has the same layout: src/CMakeLists.txt copies it there).
+  const std::string exe = proc::self_exe();
+  if (const auto slash = exe.rfind('/'); slash != std::string::npos)
+    tried.push_back(exe.substr(0, slash) + "/../share/anchor/catalog.yaml");
   for (const auto& t : tried) {
     std::error_code ec;
     if (std::filesystem::is_regular_file(t, ec)) return t;

@@ -159,6 +159,28 @@ MemoryFit fit_memory(const std::vector<MemoryPoint>& points) {
   return fit;
 }
 
+MemoryFit fit_memory_one_point(const MemoryPoint& p, double fixed_bytes) {
+  if (p.micro_batch < 1 || p.seq_len < 1 || !(p.peak_bytes >= 0) || !std::isfinite(p.peak_bytes) ||
+      !std::isfinite(fixed_bytes))
+    throw Error(ErrorKind::kUsage,
+                "memory model: point " + point_text(p) + " has peak " + std::to_string(p.peak_bytes) +
+                    "; micro_batch and seq_len must be >= 1 and the peak a finite byte count >= 0");
+  MemoryFit fit;
+  fit.quadratic = false;
+  const double tokens = static_cast<double>(p.micro_batch) * static_cast<double>(p.seq_len);
+  fit.fixed = std::min(fixed_bytes, p.peak_bytes);
+  fit.per_token = (p.peak_bytes - fit.fixed) / tokens;
+  fit.note = "one measured point (micro_batch " + std::to_string(p.micro_batch) + ", seq_len " +
+             std::to_string(p.seq_len) +
+             "): fixed = the state + what was held before the first step, the rest of the peak taken as "
+             "activations linear in mb*T; exact at that point, elsewhere it scales workspaces with the "
+             "batch and misses the seq_len^2 attention term (the built-in model's 3-point fit is within "
+             "10% on held-out shapes; this one is not checked)";
+  fit.predicted.push_back(fit.predict(p.micro_batch, p.seq_len));
+  fit.residual.push_back(fit.predicted.back() - p.peak_bytes);
+  return fit;
+}
+
 MemoryModel::MemoryModel(MemoryFit fit, StateBytes state, Precision measured, int n_layer)
     : fit_(std::move(fit)), state_(state), measured_(measured), n_layer_(std::max(1, n_layer)) {}
 

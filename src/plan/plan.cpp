@@ -44,52 +44,6 @@ double positive(const json& j, const std::string& pointer) {
   return v;
 }
 
-// Everything the plan takes from the report, in one place.
-struct Measured {
-  std::string device;
-  double parameters = 0;
-  int n_layer = 1;
-  double n_embd = 0;
-  double seq_len = 0;
-  double flops_per_token = 0;
-  double step_seconds = 0;
-  double step_tokens = 0;
-  double tokens_per_s = 0;
-  double data_wait_s = 0;
-  double compute_s = 0;
-  double stall_percent = 0;
-  double save_bytes = 0;
-  double save_seconds = 0;
-  std::string memory_source;
-  std::string libtorch;
-  json stages_passed = json::array();
-};
-
-Measured read_measured(const json& r) {
-  Measured m;
-  m.device = r.value("device", "unknown");
-  m.parameters = positive(r, "/measurements/model/parameters");
-  m.n_layer = static_cast<int>(positive(r, "/measurements/model/n_layer"));
-  m.n_embd = positive(r, "/measurements/model/n_embd");
-  m.seq_len = positive(r, "/measurements/model/seq_len");
-  m.flops_per_token = positive(r, "/measurements/model/flops_per_token");
-  m.step_seconds = positive(r, "/measurements/step/seconds");
-  m.step_tokens = positive(r, "/measurements/step/tokens");
-  m.tokens_per_s = positive(r, "/measurements/step/tokens_per_s");
-  m.data_wait_s = num(r, "/measurements/step/data_wait_s");
-  m.compute_s = num(r, "/measurements/step/compute_s");
-  m.stall_percent = num(r, "/measurements/step/stall_percent");
-  m.save_bytes = positive(r, "/measurements/checkpoint_save/bytes");
-  m.save_seconds = positive(r, "/measurements/checkpoint_save/seconds");
-  m.memory_source = at(r, "/measurements/memory/source").get<std::string>();
-  const json::json_pointer lt("/manifest/dependencies/libtorch");
-  if (r.contains(lt) && r.at(lt).is_string()) m.libtorch = r.at(lt).get<std::string>();
-  if (r.contains("stages") && r["stages"].is_array())
-    for (const auto& s : r["stages"])
-      if (s.value("status", "") == "passed") m.stages_passed.push_back(s.value("stage", ""));
-  return m;
-}
-
 // Training FLOPs per token at another sequence length: the attention term
 // 12 * n_layer * n_embd * T (PaLM appendix B; 6N is the rest) moves with T.
 double flops_per_token_at(const Measured& m, double seq_len) {
@@ -252,24 +206,93 @@ nlohmann::json make_budget(const BudgetInput& in) {
 // ---------------------------------------------------------------------------
 // From the report.
 
-MemoryModel memory_model_from_report(const json& r) {
+namespace {
+
+double optional_num(const json& r, const std::string& pointer, double otherwise) {
+  const json::json_pointer p(pointer);
+  return r.contains(p) && !r.at(p).is_null() ? num(r, pointer) : otherwise;
+}
+
+void read_memory(const json& r, Measured& m) {
+  m.memory_source = at(r, "/measurements/memory/source").get<std::string>();
+  m.precision = parse_precision(at(r, "/measurements/memory/precision").get<std::string>());
   const json& pts = at(r, "/measurements/memory/points");
   if (!pts.is_array())
     throw Error(ErrorKind::kUsage, "report: measurements.memory.points is not a list", kReportHint);
-  std::vector<MemoryPoint> points;
   for (std::size_t i = 0; i < pts.size(); ++i) {
     const std::string p = "/measurements/memory/points/" + std::to_string(i);
-    points.push_back({static_cast<std::int64_t>(num(r, p + "/micro_batch")),
-                      static_cast<std::int64_t>(num(r, p + "/seq_len")),
-                      num(r, p + "/peak_allocated_bytes")});
+    m.memory_points.push_back({static_cast<std::int64_t>(num(r, p + "/micro_batch")),
+                               static_cast<std::int64_t>(num(r, p + "/seq_len")),
+                               num(r, p + "/peak_allocated_bytes")});
   }
-  StateBytes s;
-  s.parameters = num(r, "/measurements/memory/state_bytes/parameters");
-  s.gradients = num(r, "/measurements/memory/state_bytes/gradients");
-  s.optimizer = num(r, "/measurements/memory/state_bytes/optimizer");
-  const Precision prec = parse_precision(at(r, "/measurements/memory/precision").get<std::string>());
-  const int n_layer = static_cast<int>(num(r, "/measurements/model/n_layer"));
-  return MemoryModel(fit_memory(points), s, prec, n_layer);
+  m.state.parameters = num(r, "/measurements/memory/state_bytes/parameters");
+  m.state.gradients = num(r, "/measurements/memory/state_bytes/gradients");
+  m.state.optimizer = num(r, "/measurements/memory/state_bytes/optimizer");
+  const json::json_pointer base("/measurements/memory/baseline_bytes");
+  if (r.contains(base) && !r.at(base).is_null()) m.baseline_bytes = num(r, base.to_string());
+}
+
+// A program reports its parameters and shape; its FLOPs per token are 6N plus
+// the attention term when it said n_layer and n_embd, or what it said.
+void read_program_model(const json& r, Measured& m) {
+  m.program = true;
+  m.micro_batch = static_cast<std::int64_t>(positive(r, "/measurements/model/micro_batch"));
+  m.seq_len = static_cast<std::int64_t>(positive(r, "/measurements/model/seq_len"));
+  m.grad_accum = static_cast<int>(optional_num(r, "/measurements/model/grad_accum", 1));
+  m.n_layer = static_cast<int>(optional_num(r, "/measurements/model/n_layer", 0));
+  m.n_embd = optional_num(r, "/measurements/model/n_embd", 0);
+  m.flops_per_token = positive(r, "/measurements/model/flops_per_token");
+  m.flops_source = at(r, "/measurements/model/flops_source").get<std::string>();
+  if (m.grad_accum < 1)
+    throw Error(ErrorKind::kUsage, "report: measurements.model.grad_accum is below 1", kReportHint);
+}
+
+}  // namespace
+
+Measured measured_from_report(const json& r) {
+  Measured m;
+  m.device = r.value("device", "unknown");
+  m.parameters = positive(r, "/measurements/model/parameters");
+  if (r.contains("program")) {
+    read_program_model(r, m);
+  } else {
+    m.n_layer = static_cast<int>(positive(r, "/measurements/model/n_layer"));
+    m.n_embd = positive(r, "/measurements/model/n_embd");
+    m.seq_len = static_cast<std::int64_t>(positive(r, "/measurements/model/seq_len"));
+    m.flops_per_token = positive(r, "/measurements/model/flops_per_token");
+    m.flops_source = "the built-in model's 6N + 12 x n_layer x n_embd x seq_len";
+    const json& mm = r.at(json::json_pointer("/measurements/model"));
+    if (mm.contains("n_head") && mm["n_head"].is_number_integer()) m.n_head = mm["n_head"].get<int>();
+    if (mm.contains("vocab_size") && mm["vocab_size"].is_number_integer()) m.vocab_size = mm["vocab_size"].get<int>();
+  }
+  m.step_seconds = positive(r, "/measurements/step/seconds");
+  m.step_tokens = positive(r, "/measurements/step/tokens");
+  m.tokens_per_s = positive(r, "/measurements/step/tokens_per_s");
+  m.data_wait_s = num(r, "/measurements/step/data_wait_s");
+  m.compute_s = num(r, "/measurements/step/compute_s");
+  m.stall_percent = num(r, "/measurements/step/stall_percent");
+  m.save_bytes = positive(r, "/measurements/checkpoint_save/bytes");
+  m.save_seconds = positive(r, "/measurements/checkpoint_save/seconds");
+  read_memory(r, m);
+  for (const char* ptr : {"/manifest/dependencies/libtorch", "/program/versions/torch"}) {
+    const json::json_pointer lt(ptr);
+    if (m.libtorch.empty() && r.contains(lt) && r.at(lt).is_string()) m.libtorch = r.at(lt).get<std::string>();
+  }
+  if (r.contains("stages") && r["stages"].is_array())
+    for (const auto& s : r["stages"])
+      if (s.value("status", "") == "passed") m.stages_passed.push_back(s.value("stage", ""));
+  return m;
+}
+
+MemoryModel memory_model(const Measured& m) {
+  if (m.memory_points.size() == 1) {
+    // Before the first step a program holds its parameters and whatever else
+    // it built (interpreter, libraries, data): that part is fixed too.
+    const double before = m.baseline_bytes ? std::max(0.0, *m.baseline_bytes - m.state.parameters) : 0.0;
+    return MemoryModel(fit_memory_one_point(m.memory_points[0], m.state.total() + before), m.state,
+                       m.precision, m.n_layer);
+  }
+  return MemoryModel(fit_memory(m.memory_points), m.state, m.precision, m.n_layer);
 }
 
 namespace {
@@ -285,7 +308,10 @@ json rocm_checklist(const config::Config& cfg, const Measured& m) {
   json c;
   json ops = json::array();
   std::string ops_note;
-  if (cfg.model.source == "torchscript") {
+  if (m.program) {
+    ops_note = "the program's own code (program.command): any custom op, extension or kernel it or its "
+               "packages call needs a ROCm build; anchor does not inspect it: list them before renting";
+  } else if (cfg.model.source == "torchscript") {
     ops_note = "model.source is torchscript (" + cfg.model.torchscript +
                "): any custom op or kernel the module calls needs a ROCm build; anchor does not "
                "inspect the module: list them before renting";
@@ -295,17 +321,25 @@ json rocm_checklist(const config::Config& cfg, const Measured& m) {
   }
   c["custom_ops"] = ops;
   c["custom_ops_note"] = ops_note;
+  const std::string ran = m.libtorch.empty() ? std::string("unknown") : m.libtorch;
   c["packages"] = json::array(
-      {"LibTorch 2.x built for ROCm (HIP), matching the node's ROCm release (the pilot ran "
-       "LibTorch " + (m.libtorch.empty() ? std::string("unknown") : m.libtorch) + ")",
+      {m.program ? "PyTorch 2.x built for ROCm (HIP), matching the node's ROCm release (the pilot ran torch " + ran + ")"
+                 : "LibTorch 2.x built for ROCm (HIP), matching the node's ROCm release (the pilot ran LibTorch " +
+                       ran + ")",
        "RCCL (ships with ROCm; ProcessGroupNCCL uses it under HIP) for multi-GPU",
        "amdgpu kernel driver and rocm-smi (device memory and health reports)",
-       "anchor built against that LibTorch (ROCm exposes the GPU as device 'cuda' in LibTorch)"});
-  c["exercised_by_pilot"] = json::array(
-      {"model forward and backward: embedding, layer norm, linear/matmul, causal softmax "
-       "attention, GELU, dropout, cross-entropy",
-       "AdamW step with global grad-norm clipping",
-       "eval (forward only)", "checkpoint save and restore (safetensors) with bitwise resume"});
+       m.program ? "the program's Python packages built for ROCm where they ship native code"
+                 : "anchor built against that LibTorch (ROCm exposes the GPU as device 'cuda' in LibTorch)"});
+  if (m.program)
+    c["exercised_by_pilot"] = json::array(
+        {"the program's forward, backward and optimizer step", "checkpoint save and restore through anchor_pilot "
+                                                                "(safetensors) with bitwise resume"});
+  else
+    c["exercised_by_pilot"] = json::array(
+        {"model forward and backward: embedding, layer norm, linear/matmul, causal softmax "
+         "attention, GELU, dropout, cross-entropy",
+         "AdamW step with global grad-norm clipping",
+         "eval (forward only)", "checkpoint save and restore (safetensors) with bitwise resume"});
   c["pilot_stages_passed"] = m.stages_passed;
   c["pilot_device"] = m.device;
   c["qualified"] = m.device == "rocm";
@@ -317,361 +351,407 @@ json rocm_checklist(const config::Config& cfg, const Measured& m) {
   return c;
 }
 
-}  // namespace
-
-nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog,
-                         const config::Config& cfg) {
-  const Measured m = read_measured(report);
-  const MemoryModel mm = memory_model_from_report(report);
-  const MemoryFit& fit = mm.fit();
-  const Precision measured_prec =
-      parse_precision(report.at(json::json_pointer("/measurements/memory/precision")).get<std::string>());
-
-  json assumptions = json::array();
-  json warnings = json::array();
-
-  // Devices to plan for.
+// The devices to plan for: budget.devices, or all of the catalog.
+std::vector<const Device*> devices_to_plan(const Catalog& catalog, const config::Config& cfg) {
   std::vector<const Device*> devices;
   if (cfg.budget.devices.empty()) {
     for (const auto& d : catalog.devices) devices.push_back(&d);
-  } else {
-    for (const auto& n : cfg.budget.devices) {
-      const Device* d = catalog.find(n);
-      if (!d) {
-        std::string names;
-        for (const auto& c : catalog.devices) names += (names.empty() ? "" : ", ") + c.name;
-        throw Error(ErrorKind::kUsage,
-                    "budget.devices names '" + n + "', which is not in catalog " + catalog.path,
-                    "the catalog has: " + names);
-      }
-      devices.push_back(d);
-    }
+    return devices;
   }
+  for (const auto& n : cfg.budget.devices) {
+    const Device* d = catalog.find(n);
+    if (!d) {
+      std::string names;
+      for (const auto& c : catalog.devices) names += (names.empty() ? "" : ", ") + c.name;
+      throw Error(ErrorKind::kUsage,
+                  "budget.devices names '" + n + "', which is not in catalog " + catalog.path,
+                  "the catalog has: " + names);
+    }
+    devices.push_back(d);
+  }
+  return devices;
+}
 
-  // The target: the config (with overrides), the long run's size from budget.*.
-  const std::int64_t mb = cfg.train.micro_batch;
-  const std::int64_t seq = cfg.data.seq_len;
-  const int ga = cfg.train.grad_accum;
-  const Precision prec = parse_precision(cfg.train.precision);
-  const int nodes = cfg.budget.nodes;
-  const int world = cfg.budget.nodes * cfg.budget.gpus_per_node;
-  const double headroom = cfg.budget.headroom;
-  const double tokens_per_gpu_step = static_cast<double>(mb) * seq * ga;
-  const double fpt = flops_per_token_at(m, static_cast<double>(seq));
-  const double cfg_global_seqs = cfg.train.global_batch > 0
-                                     ? static_cast<double>(cfg.train.global_batch)
-                                     : static_cast<double>(mb) * ga * cfg.distributed.nproc_per_node;
-  double run_tokens = 0;
+// What the plan is for: the shape of one GPU's step and the long run's size.
+struct Target {
+  std::int64_t mb = 1, seq = 1;
+  int ga = 1;
+  Precision prec = Precision::kFp32;
+  int nodes = 1, world = 1;
+  double headroom = 0;
+  double tokens_per_gpu_step = 0, fpt = 0;
+  double run_tokens = 0, long_steps = 0, evals = 0;
   std::string run_length;
+};
+
+Target target_of(const Measured& m, const config::Config& cfg, json& warnings) {
+  Target t;
+  // A program's shape is its own (anchor's train.* and data.* do not reach it).
+  t.mb = m.program ? m.micro_batch : cfg.train.micro_batch;
+  t.seq = m.program ? m.seq_len : cfg.data.seq_len;
+  t.ga = m.program ? m.grad_accum : cfg.train.grad_accum;
+  t.prec = m.program ? m.precision : parse_precision(cfg.train.precision);
+  t.nodes = cfg.budget.nodes;
+  t.world = cfg.budget.nodes * cfg.budget.gpus_per_node;
+  t.headroom = cfg.budget.headroom;
+  t.tokens_per_gpu_step = static_cast<double>(t.mb) * t.seq * t.ga;
+  t.fpt = m.n_layer > 0 && m.n_embd > 0 ? flops_per_token_at(m, static_cast<double>(t.seq)) : m.flops_per_token;
+  const double global_seqs = cfg.train.global_batch > 0 && !m.program
+                                 ? static_cast<double>(cfg.train.global_batch)
+                                 : static_cast<double>(t.mb) * t.ga * cfg.distributed.nproc_per_node;
   if (cfg.train.total_tokens > 0) {
-    run_tokens = static_cast<double>(cfg.train.total_tokens);
-    run_length = "train.total_tokens " + std::to_string(cfg.train.total_tokens);
+    t.run_tokens = static_cast<double>(cfg.train.total_tokens);
+    t.run_length = "train.total_tokens " + std::to_string(cfg.train.total_tokens);
   } else if (cfg.train.total_steps > 0) {
-    run_tokens = static_cast<double>(cfg.train.total_steps) * cfg_global_seqs * seq;
-    run_length = "train.total_steps " + std::to_string(cfg.train.total_steps) + " x global batch " +
-                 fixed(cfg_global_seqs, 0) + " x seq_len " + std::to_string(seq) + " tokens";
+    t.run_tokens = static_cast<double>(cfg.train.total_steps) * global_seqs * t.seq;
+    t.run_length = "train.total_steps " + std::to_string(cfg.train.total_steps) + " x global batch " +
+                   fixed(global_seqs, 0) + " x seq_len " + std::to_string(t.seq) + " tokens";
   } else {
     warnings.push_back(
         "train.total_steps and train.total_tokens are both 0: the training time of the long run "
         "is not planned (set one of them, e.g. --set train.total_tokens=...)");
   }
-  const double long_steps = run_tokens > 0 ? std::ceil(run_tokens / (world * tokens_per_gpu_step)) : 0;
-  const double config_steps = run_tokens > 0 ? run_tokens / (cfg_global_seqs * seq) : 0;
-  const double evals =
-      cfg.budget.eval_every_steps > 0 ? std::floor(config_steps / cfg.budget.eval_every_steps) : 0;
+  t.long_steps = t.run_tokens > 0 ? std::ceil(t.run_tokens / (t.world * t.tokens_per_gpu_step)) : 0;
+  const double config_steps = t.run_tokens > 0 ? t.run_tokens / (global_seqs * t.seq) : 0;
+  t.evals = cfg.budget.eval_every_steps > 0 ? std::floor(config_steps / cfg.budget.eval_every_steps) : 0;
+  return t;
+}
+
+json target_json(const Target& t, const config::Config& cfg) {
+  return {{"micro_batch", t.mb},
+          {"seq_len", t.seq},
+          {"grad_accum", t.ga},
+          {"precision", precision_name(t.prec)},
+          {"nodes", t.nodes},
+          {"gpus_per_node", cfg.budget.gpus_per_node},
+          {"world_size", t.world},
+          {"headroom", t.headroom},
+          {"configured_strategy", cfg.distributed.strategy},
+          {"run_tokens", t.run_tokens},
+          {"run_length", t.run_length},
+          {"long_run_steps", t.long_steps},
+          {"tokens_per_gpu_step", t.tokens_per_gpu_step},
+          {"flops_per_token", t.fpt}};
+}
+
+json measured_json(const Measured& m) {
+  return {{"device", m.device},
+          {"memory_source", m.memory_source},
+          {"step_seconds", m.step_seconds},
+          {"step_tokens", m.step_tokens},
+          {"tokens_per_s", m.tokens_per_s},
+          {"data_wait_s", m.data_wait_s},
+          {"stall_percent", m.stall_percent},
+          {"flops_per_token", m.flops_per_token},
+          {"flops_source", m.flops_source},
+          {"achieved_tflops", m.flops_per_token * m.tokens_per_s / 1e12},
+          {"checkpoint_save_bytes", m.save_bytes},
+          {"checkpoint_save_seconds", m.save_seconds},
+          {"note", "measured by the pilot on " + m.device + "; every other figure in this plan is an "
+                   "estimate derived from these and the catalog"}};
+}
+
+json memory_model_json(const Measured& m, const MemoryModel& mm, json& warnings) {
+  const MemoryFit& fit = mm.fit();
+  json points = json::array();
+  for (std::size_t i = 0; i < m.memory_points.size(); ++i)
+    points.push_back({{"micro_batch", m.memory_points[i].micro_batch},
+                      {"seq_len", m.memory_points[i].seq_len},
+                      {"measured_bytes", m.memory_points[i].peak_bytes},
+                      {"fitted_bytes", fit.predicted[i]},
+                      {"residual_bytes", fit.residual[i]}});
+  if (!fit.note.empty()) warnings.push_back("memory model: " + fit.note);
+  if (fit.per_token < 0 || fit.per_token_seq < 0)
+    warnings.push_back("memory model: a fitted activation coefficient is negative (noisy points?); "
+                       "predictions far from the measured points are unreliable");
+  return {{"formula", fit.quadratic ? "peak = fixed + a*(mb*T) + b*(mb*T*T)"
+                                    : "peak = fixed + a*(mb*T)  (linear model)"},
+          {"quadratic", fit.quadratic},
+          {"note", fit.note},
+          {"points_measured", m.memory_points.size()},
+          {"fixed_bytes", fit.fixed},
+          {"a_bytes_per_token", fit.per_token},
+          {"b_bytes_per_token_per_seq", fit.per_token_seq},
+          {"measured_precision", precision_name(m.precision)},
+          {"state_bytes",
+           {{"parameters", mm.state().parameters},
+            {"gradients", mm.state().gradients},
+            {"optimizer", mm.state().optimizer},
+            {"total", mm.state().total()}}},
+          {"other_fixed_bytes", mm.other_fixed()},
+          {"points", points},
+          {"max_relative_residual", fit.max_relative_residual}};
+}
+
+// The first stage and degree that fits (replicated first), or the most sharded tried.
+struct Sharding {
+  Choice chosen, shown;
+  json considered = json::array();
+};
+
+Sharding choose_sharding(const MemoryModel& mm, const Target& t, double capacity) {
+  Sharding s;
+  auto try_option = [&](int stage, int degree) {
+    Choice c;
+    c.stage = stage;
+    c.degree = degree;
+    c.peak = mm.predict({t.mb, t.seq, t.prec, stage, degree});
+    c.fits = c.peak.total <= capacity;
+    s.considered.push_back({{"strategy", strategy_name(stage, t.world)},
+                            {"sharding_degree", degree},
+                            {"predicted_peak_bytes", c.peak.total},
+                            {"fits", c.fits}});
+    return c;
+  };
+  s.chosen = try_option(0, 1);
+  Choice last = s.chosen;
+  if (!s.chosen.fits && t.world > 1) {
+    for (int stage = 1; stage <= 3 && !s.chosen.fits; ++stage)
+      for (int deg : divisors_from_2(t.world)) {
+        last = try_option(stage, deg);
+        if (last.fits) {
+          s.chosen = last;
+          break;
+        }
+      }
+  }
+  s.shown = s.chosen.fits ? s.chosen : last;
+  return s;
+}
+
+std::string decision_text(const Sharding& s, const Device& d, const Target& t, double capacity) {
+  const Choice& c = s.chosen;
+  if (c.fits && c.stage == 0)
+    return "replicated state + activations " + fixed(gib(c.peak.total), 2) + " GiB <= " +
+           fixed(gib(capacity), 2) + " GiB usable (" + fixed(100 * (1 - t.headroom), 0) + "% of " +
+           fixed(d.memory_gb, 0) + " GB)";
+  if (c.fits)
+    return "replicated (DDP) needs " + fixed(gib(s.considered[0]["predicted_peak_bytes"].get<double>()), 2) +
+           " GiB > " + fixed(gib(capacity), 2) + " GiB usable; " + strategy_name(c.stage, t.world) + " over " +
+           std::to_string(c.degree) + " ranks needs " + fixed(gib(c.peak.total), 2) +
+           " GiB, the first stage and degree that fits";
+  return "does not fit: even " + std::string(strategy_name(s.shown.stage, t.world)) + " over " +
+         std::to_string(s.shown.degree) + " ranks needs " + fixed(gib(s.shown.peak.total), 2) + " GiB > " +
+         fixed(gib(capacity), 2) + " GiB usable; lower the micro-batch, use activation checkpointing, or add GPUs";
+}
+
+// One device: fit and sharding, the projected step (an estimate), and the
+// budget of the whole run on it (returned in `budget`).
+json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, const Target& t,
+                     const config::Config& cfg, json& budget) {
+  const double capacity = d.memory_bytes() * (1.0 - t.headroom);
+  const Sharding s = choose_sharding(mm, t, capacity);
+  const bool fits = s.chosen.fits;
+  json dj;
+  dj["name"] = d.name;
+  dj["platform"] = d.platform;
+  dj["memory_bytes"] = d.memory_bytes();
+  dj["usable_bytes"] = capacity;
+  dj["fits"] = fits;
+  dj["strategy"] = fits ? strategy_name(s.chosen.stage, t.world) : "none";
+  dj["zero_stage"] = s.shown.stage;
+  dj["sharding_degree"] = s.shown.degree;
+  dj["predicted_peak_bytes"] = s.shown.peak.total;
+  dj["predicted_peak"] = breakdown_json(s.shown.peak);
+  dj["considered"] = s.considered;
+  const auto maxmb = mm.max_micro_batch({t.mb, t.seq, t.prec, s.shown.stage, s.shown.degree}, capacity);
+  dj["max_micro_batch"] = maxmb ? json(*maxmb) : json(nullptr);
+  dj["decision"] = decision_text(s, d, t, capacity);
+
+  // Step time (estimate).
+  const double peak_flops = d.bf16_tflops * 1e12 * (t.prec == Precision::kFp32 ? 0.5 : 1.0);
+  const double compute_s = t.tokens_per_gpu_step * t.fpt / (peak_flops * kAssumedMfu);
+  const double comm_bytes =
+      t.world > 1 ? comm_bytes_per_step(s.shown.stage, t.world, s.shown.degree, mm.state().gradients, t.ga) : 0.0;
+  const double comm_s = comm_bytes / (d.interconnect_gbps * 1e9);
+  const double data_s = m.data_wait_s * t.tokens_per_gpu_step / m.step_tokens;
+  const double step_s = compute_s + comm_s + data_s;
+  dj["comm_bytes_per_step"] = comm_bytes;
+  dj["comm_seconds_per_step"] = comm_s;
+  dj["compute_seconds_per_step"] = compute_s;
+  dj["data_wait_seconds_per_step"] = data_s;
+  dj["projected_step_seconds"] = step_s;
+  dj["projected_tokens_per_s"] = t.world * t.tokens_per_gpu_step / step_s;
+  dj["step_time_is"] = "ESTIMATE: FLOPs / (peak x MFU " + fixed(kAssumedMfu, 2) +
+                       ") + communication at the interconnect's rate + measured data wait";
+
+  // Budget for the whole run on this device.
+  BudgetInput bi;
+  bi.world = t.world;
+  bi.nodes = t.nodes;
+  bi.steps = t.long_steps;
+  bi.compute_s_per_step = compute_s + comm_s;
+  bi.data_wait_s_per_step = data_s;
+  bi.evals = t.evals;
+  const double eval_tokens = static_cast<double>(cfg.pilot.eval_batches) * t.mb * t.seq;
+  bi.eval_s = eval_tokens * t.fpt / 3.0 / (t.world * peak_flops * kAssumedMfu);
+  bi.save_s = m.save_seconds;
+  bi.checkpoint_bytes = m.save_bytes;
+  bi.failures_per_day = cfg.budget.failures_per_day;
+  bi.restart_minutes = cfg.budget.restart_minutes;
+  bi.download_gb = cfg.budget.download_gb;
+  bi.ingress_gbps = cfg.budget.ingress_gbps;
+  bi.preprocess_hours = cfg.budget.preprocess_hours;
+  bi.export_gb = cfg.budget.export_gb;
+  bi.egress_gbps = cfg.budget.egress_gbps;
+  bi.margin = cfg.budget.margin;
+  bi.price_7_day = d.price_7_day;
+  bi.price_30_day = d.price_30_day;
+  budget = make_budget(bi);
+  budget["device"] = d.name;
+  budget["currency"] = d.currency;
+  budget["prices_are"] = "EXAMPLES from the catalog unless you edited them";
+  dj["days"] = budget["days"];
+  dj["term"] = budget["term"];
+  dj["cost_7_day"] = budget["cost_7_day"];
+  dj["cost_30_day"] = budget["cost_30_day"];
+  dj["price_per_gpu_hour"] = {{"term_7_day", d.price_7_day}, {"term_30_day", d.price_30_day}};
+  if (d.platform == "rocm") dj["rocm_qualification"] = rocm_checklist(cfg, m);
+  return dj;
+}
+
+// The fitting device with the lowest cost for the whole run; ties go to the
+// lower cost per token. Sets out["recommendation"] and out["budget"].
+void recommend(const std::vector<const Device*>& devices, const json& devs, const std::vector<json>& budgets,
+               const Target& t, json& out) {
+  bool have_best = false;
+  std::size_t best = 0;
+  double best_cost = std::numeric_limits<double>::infinity();
+  double best_per_token = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < devs.size(); ++i) {
+    if (!devs[i]["fits"].get<bool>()) continue;
+    const double cost = std::min(budgets[i]["cost_7_day"].get<double>(), budgets[i]["cost_30_day"].get<double>());
+    const double per_token = devices[i]->price_30_day * t.world / devs[i]["projected_tokens_per_s"].get<double>();
+    if (cost < best_cost || (cost == best_cost && per_token < best_per_token)) {
+      best_cost = cost;
+      best_per_token = per_token;
+      best = i;
+      have_best = true;
+    }
+  }
+  if (!have_best) {
+    out["recommendation"] = {
+        {"device", nullptr},
+        {"why", "no catalog device fits the target even fully sharded (ZeRO-3 over all " +
+                    std::to_string(t.world) + " GPUs); lower the micro-batch or the sequence length, "
+                    "use activation checkpointing, or plan more GPUs (budget.nodes)"}};
+    out["budget"] = nullptr;
+    return;
+  }
+  const json& bd = devs[best];
+  const json& b = budgets[best];
+  out["recommendation"] = {
+      {"device", bd["name"]},
+      {"strategy", bd["strategy"]},
+      {"sharding_degree", bd["sharding_degree"]},
+      {"gpus", t.world},
+      {"micro_batch", t.mb},
+      {"max_micro_batch", bd["max_micro_batch"]},
+      {"projected_step_seconds", bd["projected_step_seconds"]},
+      {"days", b["days"]},
+      {"term", b["term"]},
+      {"cost", best_cost},
+      {"cheaper_term", b["cheaper_term"]},
+      {"why", "the fitting device with the lowest cost for the whole run (" +
+                  b["cheaper_term"].get<std::string>() + " terms, example prices); ties go to "
+                  "the lower cost per token"}};
+  out["budget"] = b;
+}
+
+// Assumptions, stated with the numbers they use.
+json assumptions_of(const Measured& m, const Target& t) {
+  json a = json::array();
+  a.push_back("MEASURED: step time, tokens/s, data wait, peak memory points, state bytes "
+              "and checkpoint save time come from the pilot on " + m.device +
+              " (memory source: " + m.memory_source + ")");
+  if (m.program)
+    a.push_back("the program's shape: micro_batch " + std::to_string(t.mb) + ", seq_len " + std::to_string(t.seq) +
+                ", grad_accum " + std::to_string(t.ga) + ", precision " + precision_name(t.prec) +
+                " as it reported them (anchor_pilot.shape); FLOPs per token: " + m.flops_source);
+  a.push_back("ESTIMATE: projected step time = tokens per GPU step x FLOPs per token / "
+              "(catalog peak x assumed MFU " + fixed(kAssumedMfu, 2) +
+              "); the pilot's own step time is not scaled (its device is not in the "
+              "catalog); the measured device reached " +
+              fixed(m.flops_per_token * m.tokens_per_s / 1e12, 4) + " TFLOP/s");
+  if (m.n_layer > 0 && m.n_embd > 0)
+    a.push_back("FLOPs per token at seq_len T = measured flops_per_token + 12 x n_layer x "
+                "n_embd x (T - measured T) (the attention term)");
+  if (t.prec == Precision::kFp32)
+    a.push_back("precision fp32: peak taken as half the catalog's dense bf16 figure "
+                "(TF32 tensor-core rate on A100/H100/H200/MI300X)");
+  if (t.prec != m.precision)
+    a.push_back(std::string("precision ") + precision_name(t.prec) + " vs measured " + precision_name(m.precision) +
+                ": activations scale by " +
+                fixed(activation_element_bytes(t.prec) / activation_element_bytes(m.precision), 2) +
+                " (element size); fp32 master weights, fp32 gradients and the optimizer state are unchanged");
+  if (t.prec != Precision::kFp32)
+    a.push_back("autocast " + std::string(precision_name(t.prec)) +
+                " keeps a 2-byte copy of every fp32 weight during the step: + parameters/2 bytes (cast_weights)");
+  a.push_back("sharding: ZeRO-1 divides optimizer state by the degree, ZeRO-2 also "
+              "gradients, ZeRO-3/FSDP also parameters (+ one layer's gathered "
+              "parameters, parameters / n_layer); the other fixed part is not sharded");
+  a.push_back("device memory: catalog memory_gb x 10^9 bytes, of which budget.headroom " + fixed(t.headroom, 2) +
+              " is kept free (CUDA/HIP context, fragmentation)");
+  a.push_back("communication: ring collectives at the catalog's per-GPU interconnect "
+              "bandwidth, bandwidth term only, not overlapped with compute (an upper "
+              "bound on its cost in the step, a lower bound on its own duration)");
+  if (t.nodes > 1)
+    a.push_back("nodes > 1: the catalog has no inter-node network figure; communication "
+                "uses the intra-node interconnect and is OPTIMISTIC");
+  a.push_back("data-parallel scaling: the long run processes " +
+              (t.run_length.empty() ? std::string("0 tokens") : t.run_length) + " over " + std::to_string(t.world) +
+              " GPUs (budget.nodes x budget.gpus_per_node), each at the configured micro_batch x grad_accum; "
+              "ideal scaling apart from the communication above");
+  a.push_back("data wait per step = measured data wait per token x tokens per GPU step "
+              "(the target node's loader assumed as fast as the pilot's)");
+  a.push_back("checkpoints: measured save time of the full state (" + fixed(m.save_bytes / 1e6, 3) + " MB in " +
+              fixed(m.save_seconds, 3) +
+              " s) on the target's storage; interval sqrt(2 x save_s x MTBF), MTBF = "
+              "1 day / (budget.failures_per_day x budget.nodes); each restart costs "
+              "budget.restart_minutes + half an interval of lost work");
+  a.push_back("eval: pilot.eval_batches x micro_batch x seq_len tokens forward-only "
+              "(1/3 of training FLOPs) every budget.eval_every_steps configured steps");
+  a.push_back("prices: the catalog's EXAMPLE per-GPU-hour prices; a term is paid in "
+              "full (7 x 24 or 30 x 24 hours per GPU per term)");
+  return a;
+}
+
+}  // namespace
+
+nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog, const config::Config& cfg) {
+  return make_plan(measured_from_report(report), catalog, cfg);
+}
+
+nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config::Config& cfg) {
+  const MemoryModel mm = memory_model(m);
+  const std::vector<const Device*> devices = devices_to_plan(catalog, cfg);
+  json warnings = json::array();
+  const Target t = target_of(m, cfg, warnings);
 
   // The model the figures were measured on must be the one planned for.
-  const json::json_pointer mm_ptr("/measurements/model");
-  const json& mmodel = report.at(mm_ptr);
-  if (mmodel.value("n_layer", 0) != cfg.model.n_layer ||
-      mmodel.value("n_embd", 0) != cfg.model.n_embd ||
-      mmodel.value("n_head", cfg.model.n_head) != cfg.model.n_head ||
-      mmodel.value("vocab_size", cfg.model.vocab_size) != cfg.model.vocab_size)
+  if (!m.program && (m.n_layer != cfg.model.n_layer || m.n_embd != cfg.model.n_embd ||
+                     m.n_head.value_or(cfg.model.n_head) != cfg.model.n_head ||
+                     m.vocab_size.value_or(cfg.model.vocab_size) != cfg.model.vocab_size))
     warnings.push_back(
         "model.* differs from the measured model (measurements.model): the memory model and "
         "FLOPs are those of the MEASURED model; pilot the new model to plan it");
 
   json out;
   out["format"] = "anchor.plan/v1";
-
-  out["measured"] = {
-      {"device", m.device},
-      {"memory_source", m.memory_source},
-      {"step_seconds", m.step_seconds},
-      {"step_tokens", m.step_tokens},
-      {"tokens_per_s", m.tokens_per_s},
-      {"data_wait_s", m.data_wait_s},
-      {"stall_percent", m.stall_percent},
-      {"flops_per_token", m.flops_per_token},
-      {"achieved_tflops", m.flops_per_token * m.tokens_per_s / 1e12},
-      {"checkpoint_save_bytes", m.save_bytes},
-      {"checkpoint_save_seconds", m.save_seconds},
-      {"note", "measured by the pilot on " + m.device + "; every other figure in this plan is an "
-               "estimate derived from these and the catalog"}};
-
-  json mem_points = json::array();
-  {
-    const json& pts = report.at(json::json_pointer("/measurements/memory/points"));
-    for (std::size_t i = 0; i < pts.size(); ++i)
-      mem_points.push_back({{"micro_batch", pts[i]["micro_batch"]},
-                            {"seq_len", pts[i]["seq_len"]},
-                            {"measured_bytes", pts[i]["peak_allocated_bytes"]},
-                            {"fitted_bytes", fit.predicted[i]},
-                            {"residual_bytes", fit.residual[i]}});
-  }
-  out["memory_model"] = {
-      {"formula", fit.quadratic ? "peak = fixed + a*(mb*T) + b*(mb*T*T)"
-                                : "peak = fixed + a*(mb*T)  (linear model)"},
-      {"quadratic", fit.quadratic},
-      {"note", fit.note},
-      {"fixed_bytes", fit.fixed},
-      {"a_bytes_per_token", fit.per_token},
-      {"b_bytes_per_token_per_seq", fit.per_token_seq},
-      {"measured_precision", precision_name(measured_prec)},
-      {"state_bytes",
-       {{"parameters", mm.state().parameters},
-        {"gradients", mm.state().gradients},
-        {"optimizer", mm.state().optimizer},
-        {"total", mm.state().total()}}},
-      {"other_fixed_bytes", mm.other_fixed()},
-      {"points", mem_points},
-      {"max_relative_residual", fit.max_relative_residual}};
-  if (!fit.note.empty()) warnings.push_back("memory model: " + fit.note);
-  if (fit.per_token < 0 || fit.per_token_seq < 0)
-    warnings.push_back("memory model: a fitted activation coefficient is negative (noisy points?); "
-                       "predictions far from the measured points are unreliable");
-
-  out["target"] = {{"micro_batch", mb},
-                   {"seq_len", seq},
-                   {"grad_accum", ga},
-                   {"precision", precision_name(prec)},
-                   {"nodes", nodes},
-                   {"gpus_per_node", cfg.budget.gpus_per_node},
-                   {"world_size", world},
-                   {"headroom", headroom},
-                   {"configured_strategy", cfg.distributed.strategy},
-                   {"run_tokens", run_tokens},
-                   {"run_length", run_length},
-                   {"long_run_steps", long_steps},
-                   {"tokens_per_gpu_step", tokens_per_gpu_step},
-                   {"flops_per_token", fpt}};
+  out["measured"] = measured_json(m);
+  out["memory_model"] = memory_model_json(m, mm, warnings);
+  out["target"] = target_json(t, cfg);
 
   json devs = json::array();
-  bool have_best = false;
-  std::size_t best_index = 0;
-  double best_cost = std::numeric_limits<double>::infinity();
-  double best_cost_per_token = std::numeric_limits<double>::infinity();
   std::vector<json> budgets;
-
   for (const Device* d : devices) {
-    const double capacity = d->memory_bytes() * (1.0 - headroom);
-    json considered = json::array();
-    auto try_option = [&](int stage, int degree) {
-      Choice c;
-      c.stage = stage;
-      c.degree = degree;
-      c.peak = mm.predict({mb, seq, prec, stage, degree});
-      c.fits = c.peak.total <= capacity;
-      considered.push_back({{"strategy", strategy_name(stage, world)},
-                            {"sharding_degree", degree},
-                            {"predicted_peak_bytes", c.peak.total},
-                            {"fits", c.fits}});
-      return c;
-    };
-    Choice chosen = try_option(0, 1);
-    Choice last = chosen;
-    if (!chosen.fits && world > 1) {
-      for (int stage = 1; stage <= 3 && !chosen.fits; ++stage)
-        for (int deg : divisors_from_2(world)) {
-          last = try_option(stage, deg);
-          if (last.fits) {
-            chosen = last;
-            break;
-          }
-        }
-    }
-    const bool fits = chosen.fits;
-    const Choice& shown = fits ? chosen : last;  // not fitting: the most sharded option tried
-
-    json dj;
-    dj["name"] = d->name;
-    dj["platform"] = d->platform;
-    dj["memory_bytes"] = d->memory_bytes();
-    dj["usable_bytes"] = capacity;
-    dj["fits"] = fits;
-    dj["strategy"] = fits ? strategy_name(chosen.stage, world) : "none";
-    dj["zero_stage"] = shown.stage;
-    dj["sharding_degree"] = shown.degree;
-    dj["predicted_peak_bytes"] = shown.peak.total;
-    dj["predicted_peak"] = breakdown_json(shown.peak);
-    dj["considered"] = considered;
-    const auto maxmb = mm.max_micro_batch({mb, seq, prec, shown.stage, shown.degree}, capacity);
-    dj["max_micro_batch"] = maxmb ? json(*maxmb) : json(nullptr);
-
-    std::string why;
-    if (fits && chosen.stage == 0)
-      why = "replicated state + activations " + fixed(gib(chosen.peak.total), 2) + " GiB <= " +
-            fixed(gib(capacity), 2) + " GiB usable (" + fixed(100 * (1 - headroom), 0) + "% of " +
-            fixed(d->memory_gb, 0) + " GB)";
-    else if (fits)
-      why = "replicated (DDP) needs " + fixed(gib(considered[0]["predicted_peak_bytes"].get<double>()), 2) +
-            " GiB > " + fixed(gib(capacity), 2) + " GiB usable; " +
-            strategy_name(chosen.stage, world) + " over " + std::to_string(chosen.degree) +
-            " ranks needs " + fixed(gib(chosen.peak.total), 2) +
-            " GiB, the first stage and degree that fits";
-    else
-      why = "does not fit: even " + std::string(strategy_name(shown.stage, world)) + " over " +
-            std::to_string(shown.degree) + " ranks needs " + fixed(gib(shown.peak.total), 2) +
-            " GiB > " + fixed(gib(capacity), 2) +
-            " GiB usable; lower train.micro_batch, use activation checkpointing, or add GPUs";
-    dj["decision"] = why;
-
-    // Step time (estimate).
-    const double peak_flops = d->bf16_tflops * 1e12 * (prec == Precision::kFp32 ? 0.5 : 1.0);
-    const double compute_s = tokens_per_gpu_step * fpt / (peak_flops * kAssumedMfu);
-    const double grad_bytes = mm.state().gradients;
-    const double comm_bytes =
-        world > 1 ? comm_bytes_per_step(shown.stage, world, shown.degree, grad_bytes, ga) : 0.0;
-    const double comm_s = comm_bytes / (d->interconnect_gbps * 1e9);
-    const double data_s = m.data_wait_s * tokens_per_gpu_step / m.step_tokens;
-    const double step_s = compute_s + comm_s + data_s;
-    dj["comm_bytes_per_step"] = comm_bytes;
-    dj["comm_seconds_per_step"] = comm_s;
-    dj["compute_seconds_per_step"] = compute_s;
-    dj["data_wait_seconds_per_step"] = data_s;
-    dj["projected_step_seconds"] = step_s;
-    dj["projected_tokens_per_s"] = world * tokens_per_gpu_step / step_s;
-    dj["step_time_is"] = "ESTIMATE: FLOPs / (peak x MFU " + fixed(kAssumedMfu, 2) +
-                         ") + communication at the interconnect's rate + measured data wait";
-
-    // Budget for the whole run on this device.
-    BudgetInput bi;
-    bi.world = world;
-    bi.nodes = nodes;
-    bi.steps = long_steps;
-    bi.compute_s_per_step = compute_s + comm_s;
-    bi.data_wait_s_per_step = data_s;
-    bi.evals = evals;
-    const double eval_tokens = static_cast<double>(cfg.pilot.eval_batches) * mb * seq;
-    bi.eval_s = eval_tokens * fpt / 3.0 / (world * peak_flops * kAssumedMfu);
-    bi.save_s = m.save_seconds;
-    bi.checkpoint_bytes = m.save_bytes;
-    bi.failures_per_day = cfg.budget.failures_per_day;
-    bi.restart_minutes = cfg.budget.restart_minutes;
-    bi.download_gb = cfg.budget.download_gb;
-    bi.ingress_gbps = cfg.budget.ingress_gbps;
-    bi.preprocess_hours = cfg.budget.preprocess_hours;
-    bi.export_gb = cfg.budget.export_gb;
-    bi.egress_gbps = cfg.budget.egress_gbps;
-    bi.margin = cfg.budget.margin;
-    bi.price_7_day = d->price_7_day;
-    bi.price_30_day = d->price_30_day;
-    json b = make_budget(bi);
-    b["device"] = d->name;
-    b["currency"] = d->currency;
-    b["prices_are"] = "EXAMPLES from the catalog unless you edited them";
-    dj["days"] = b["days"];
-    dj["term"] = b["term"];
-    dj["cost_7_day"] = b["cost_7_day"];
-    dj["cost_30_day"] = b["cost_30_day"];
-    dj["price_per_gpu_hour"] = {{"term_7_day", d->price_7_day}, {"term_30_day", d->price_30_day}};
-    if (d->platform == "rocm") dj["rocm_qualification"] = rocm_checklist(cfg, m);
-    devs.push_back(dj);
-    budgets.push_back(b);
-
-    if (fits) {
-      const double cost = std::min(b["cost_7_day"].get<double>(), b["cost_30_day"].get<double>());
-      const double per_token = d->price_30_day * world / dj["projected_tokens_per_s"].get<double>();
-      if (cost < best_cost || (cost == best_cost && per_token < best_cost_per_token)) {
-        best_cost = cost;
-        best_cost_per_token = per_token;
-        best_index = devs.size() - 1;
-        have_best = true;
-      }
-    }
+    json budget;
+    devs.push_back(evaluate_device(*d, m, mm, t, cfg, budget));
+    budgets.push_back(std::move(budget));
   }
   out["devices"] = devs;
-
-  if (have_best) {
-    const json& bd = devs[best_index];
-    const json& b = budgets[best_index];
-    out["recommendation"] = {
-        {"device", bd["name"]},
-        {"strategy", bd["strategy"]},
-        {"sharding_degree", bd["sharding_degree"]},
-        {"gpus", world},
-        {"micro_batch", mb},
-        {"max_micro_batch", bd["max_micro_batch"]},
-        {"projected_step_seconds", bd["projected_step_seconds"]},
-        {"days", b["days"]},
-        {"term", b["term"]},
-        {"cost", best_cost},
-        {"cheaper_term", b["cheaper_term"]},
-        {"why", "the fitting device with the lowest cost for the whole run (" +
-                    b["cheaper_term"].get<std::string>() + " terms, example prices); ties go to "
-                    "the lower cost per token"}};
-    out["budget"] = b;
-  } else {
-    out["recommendation"] = {
-        {"device", nullptr},
-        {"why", "no catalog device fits the target even fully sharded (ZeRO-3 over all " +
-                    std::to_string(world) + " GPUs); lower train.micro_batch or data.seq_len, "
-                    "use activation checkpointing, or plan more GPUs (budget.nodes)"}};
-    out["budget"] = nullptr;
-  }
-
-  // Assumptions, stated with the numbers they use.
-  assumptions.push_back("MEASURED: step time, tokens/s, data wait, peak memory points, state bytes "
-                        "and checkpoint save time come from the pilot on " + m.device +
-                        " (memory source: " + m.memory_source + ")");
-  assumptions.push_back("ESTIMATE: projected step time = tokens per GPU step x FLOPs per token / "
-                        "(catalog peak x assumed MFU " + fixed(kAssumedMfu, 2) +
-                        "); the pilot's own step time is not scaled (its device is not in the "
-                        "catalog); the measured device reached " +
-                        fixed(m.flops_per_token * m.tokens_per_s / 1e12, 4) + " TFLOP/s");
-  assumptions.push_back("FLOPs per token at seq_len T = measured flops_per_token + 12 x n_layer x "
-                        "n_embd x (T - measured T) (the attention term)");
-  if (prec == Precision::kFp32)
-    assumptions.push_back("precision fp32: peak taken as half the catalog's dense bf16 figure "
-                          "(TF32 tensor-core rate on A100/H100/H200/MI300X)");
-  if (prec != measured_prec)
-    assumptions.push_back(std::string("precision ") + precision_name(prec) + " vs measured " +
-                          precision_name(measured_prec) + ": activations scale by " +
-                          fixed(activation_element_bytes(prec) / activation_element_bytes(measured_prec), 2) +
-                          " (element size); fp32 master weights, fp32 gradients and the "
-                          "optimizer state are unchanged");
-  if (prec != Precision::kFp32)
-    assumptions.push_back("autocast " + std::string(precision_name(prec)) +
-                          " keeps a 2-byte copy of every fp32 weight during the step: + "
-                          "parameters/2 bytes (cast_weights)");
-  assumptions.push_back("sharding: ZeRO-1 divides optimizer state by the degree, ZeRO-2 also "
-                        "gradients, ZeRO-3/FSDP also parameters (+ one layer's gathered "
-                        "parameters, parameters / n_layer); the other fixed part is not sharded");
-  assumptions.push_back("device memory: catalog memory_gb x 10^9 bytes, of which budget.headroom " +
-                        fixed(headroom, 2) + " is kept free (CUDA/HIP context, fragmentation)");
-  assumptions.push_back("communication: ring collectives at the catalog's per-GPU interconnect "
-                        "bandwidth, bandwidth term only, not overlapped with compute (an upper "
-                        "bound on its cost in the step, a lower bound on its own duration)");
-  if (nodes > 1)
-    assumptions.push_back("nodes > 1: the catalog has no inter-node network figure; communication "
-                          "uses the intra-node interconnect and is OPTIMISTIC");
-  assumptions.push_back("data-parallel scaling: the long run processes " +
-                        (run_length.empty() ? std::string("0 tokens") : run_length) + " over " +
-                        std::to_string(world) + " GPUs (budget.nodes x budget.gpus_per_node), "
-                        "each at the configured micro_batch x grad_accum; ideal scaling apart "
-                        "from the communication above");
-  assumptions.push_back("data wait per step = measured data wait per token x tokens per GPU step "
-                        "(the target node's loader assumed as fast as the pilot's)");
-  assumptions.push_back("checkpoints: measured save time of the full state (" +
-                        fixed(m.save_bytes / 1e6, 3) + " MB in " + fixed(m.save_seconds, 3) +
-                        " s) on the target's storage; interval sqrt(2 x save_s x MTBF), MTBF = "
-                        "1 day / (budget.failures_per_day x budget.nodes); each restart costs "
-                        "budget.restart_minutes + half an interval of lost work");
-  assumptions.push_back("eval: pilot.eval_batches x micro_batch x seq_len tokens forward-only "
-                        "(1/3 of training FLOPs) every budget.eval_every_steps configured steps");
-  assumptions.push_back("prices: the catalog's EXAMPLE per-GPU-hour prices; a term is paid in "
-                        "full (7 x 24 or 30 x 24 hours per GPU per term)");
-  out["assumptions"] = assumptions;
+  recommend(devices, devs, budgets, t, out);
+  out["assumptions"] = assumptions_of(m, t);
   out["warnings"] = warnings;
   return out;
 }

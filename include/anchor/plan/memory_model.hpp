@@ -60,6 +60,15 @@ struct MemoryFit {
 // points that do not determine even the linear model (one distinct mb*T).
 MemoryFit fit_memory(const std::vector<MemoryPoint>& points);
 
+// One measured point (a program that cannot be probed at other shapes): fixed
+// is `fixed_bytes` (what the caller knows does not grow with the batch: the
+// state and what was held before the first step), everything above it is
+// activations linear in mb*T (no seq_len^2 term), and `note` says so. Exact at
+// the measured point; elsewhere it errs by whatever part of the peak neither
+// is (workspaces, allocator slack), which it scales with the batch. Throws
+// Error (kUsage) on a point fit_memory would refuse.
+MemoryFit fit_memory_one_point(const MemoryPoint& point, double fixed_bytes);
+
 // What a target configuration is predicted to hold at peak, by part.
 struct MemoryBreakdown {
   double parameters = 0;

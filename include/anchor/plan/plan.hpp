@@ -7,7 +7,9 @@
 // catalog's spec-sheet figures; nothing is run. The output says which figures
 // are measured and which are estimates.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -73,15 +75,60 @@ nlohmann::json make_budget(const BudgetInput& in);
 // "7-day" when days <= 7, "30-day" when <= 30, else "longer than 30 days".
 std::string term_for_days(double days);
 
-// Reads the measured memory points, state bytes and precision from
-// report["measurements"]["memory"] and fits the model. Throws Error (kUsage)
-// naming the missing or mistyped field.
-MemoryModel memory_model_from_report(const nlohmann::json& report);
+// Everything the plan takes from a pilot, typed: the built-in worker's
+// measurements or the user's program's (docs/program.md, "The plan").
+struct Measured {
+  std::string device = "unknown";  // where the pilot ran: cpu, cuda, rocm
+  std::string libtorch;            // the LibTorch (built-in) or torch (program) it ran; "" unknown
+  std::vector<std::string> stages_passed;
+  bool program = false;            // the user's own program: the planned shape is the program's
 
-// The plan for `cfg` (the report's config with any overrides applied) from the
-// report's measurements. Devices: cfg.budget.devices, or all of the catalog.
-// Throws Error (kUsage) when a measurement the plan needs is missing or a
-// device named in budget.devices is not in the catalog.
+  // The model.
+  double parameters = 0;
+  int n_layer = 0;                 // 0: not known (a program that did not say)
+  double n_embd = 0;               // 0: not known
+  std::optional<int> n_head, vocab_size;  // the built-in model's, checked against the planned config
+  double flops_per_token = 0;      // training FLOPs per token at seq_len
+  std::string flops_source;        // how flops_per_token was obtained
+
+  // The measured step's shape. The built-in's micro-batch is its config's (0 here).
+  std::int64_t micro_batch = 0, seq_len = 0;
+  int grad_accum = 1;
+
+  // The step, one rank.
+  double step_seconds = 0, step_tokens = 0, tokens_per_s = 0;
+  double data_wait_s = 0, compute_s = 0, stall_percent = 0;
+
+  // One checkpoint save of the full state.
+  double save_bytes = 0, save_seconds = 0;
+
+  // Memory: the step's peak at one or more (micro_batch, seq_len) points, the
+  // state it holds, and (a program's) the bytes held before the first step.
+  std::string memory_source;
+  Precision precision = Precision::kFp32;
+  std::vector<MemoryPoint> memory_points;
+  StateBytes state;
+  std::optional<double> baseline_bytes;
+};
+
+// Reads a report.json's measurements (either kind of pilot). Throws Error
+// (kUsage) naming the missing or mistyped field.
+Measured measured_from_report(const nlohmann::json& report);
+
+// The memory model of the measured points: the fitted model with two or more
+// points; with one (a program that cannot be probed), fixed = the state plus
+// what was held before the first step, and everything above it activations
+// linear in micro_batch x seq_len (fit().note says what that costs).
+MemoryModel memory_model(const Measured& m);
+
+// The plan for `cfg` (the report's config with any overrides applied) from
+// the measurements. Devices: cfg.budget.devices, or all of the catalog. The
+// target shape is cfg's (train.micro_batch, data.seq_len, train.grad_accum,
+// train.precision), or for a program the shape it measured. Throws Error
+// (kUsage) when a measurement is unusable or a device named in budget.devices
+// is not in the catalog.
+nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config::Config& cfg);
+// make_plan(measured_from_report(report), catalog, cfg).
 nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog,
                          const config::Config& cfg);
 
