@@ -175,6 +175,46 @@ TEST(ProgramProtocol, SpecSerialisesWhatTheHelperReads) {
   EXPECT_TRUE(j["kill_in_save"].is_null());
   s.kill_in_save = 4;
   EXPECT_EQ(pp::to_json(s)["kill_in_save"], 4);
+  EXPECT_FALSE(pp::to_json(s).contains("probe"));
+  s.role = pp::Role::kProbe;
+  s.probe = {{2, 16}};
+  j = pp::to_json(s);
+  EXPECT_EQ(j["role"], "probe");
+  EXPECT_EQ(j["probe"], (nlohmann::json{{"micro_batch", 2}, {"seq_len", 16}}));
+}
+
+TEST(ProgramProtocol, HelloShapeAndStepMemory) {
+  const std::string hello =
+      R"({"type":"hello","rank":0,"time":1,"protocol":1,"role":"reference","world_size":1,"anchor_pilot":"0.1.0",)"
+      R"("versions":{"torch":"2.5.0","cuda":null,"cudnn":null,"nccl":null,"python":"3.11"},"parameters":10,)"
+      R"("shape":{"micro_batch":4,"seq_len":32,"grad_accum":1,"precision":"bf16","n_layer":2,"n_embd":null,)"
+      R"("flops_per_token":null,"probe":true}})";
+  auto w = log_of({hello, R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":1000,)"
+                          R"("peak_source":"VmHWM","baseline_bytes":400,"state":{"parameters":40,"gradients":40,"optimizer":80}})"});
+  ASSERT_TRUE(w.hello && w.hello->shape);
+  EXPECT_EQ(w.hello->shape->micro_batch, 4);
+  EXPECT_EQ(w.hello->shape->precision, "bf16");
+  EXPECT_EQ(w.hello->shape->n_layer, 2);
+  EXPECT_FALSE(w.hello->shape->n_embd);
+  EXPECT_TRUE(w.hello->shape->probe);
+  ASSERT_TRUE(w.step_memory);
+  EXPECT_EQ(w.step_memory->peak_bytes, 1000);
+  EXPECT_EQ(w.step_memory->optimizer_bytes, 80);
+  // A hello without a shape (the program did not call anchor_pilot.shape) is fine.
+  auto bare = hello.substr(0, hello.find(R"(,"shape")")) + "}";
+  EXPECT_FALSE(pp::parse_event(bare).raw.contains("shape"));
+  // Negative controls: a shape that cannot be planned is a malformed line.
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string h = hello;
+    h.replace(h.find(from), from.size(), to);
+    return h;
+  };
+  EXPECT_THROW(pp::parse_event(with(R"("micro_batch":4)", R"("micro_batch":0)")), anchor::Error);
+  EXPECT_THROW(pp::parse_event(with(R"("precision":"bf16")", R"("precision":"fp8")")), anchor::Error);
+  EXPECT_THROW(pp::parse_event(with(R"("probe":true)", R"("probe":1)")), anchor::Error);
+  EXPECT_THROW(pp::parse_event(R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":1,)"
+                               R"("peak_source":"x","baseline_bytes":null,"state":{"parameters":1}})"),
+               anchor::Error);
 }
 
 TEST(ProgramProtocol, AStepReportedTwiceIsNotASecondStep) {

@@ -29,6 +29,24 @@ TEST(MemoryFit, RecoversKnownCoefficientsExactlyFromThreePoints) {
   EXPECT_LT(f.max_relative_residual, 1e-12);
 }
 
+TEST(MemoryFit, OnePointIsExactThereAndScalesTheRestAsActivations) {
+  // A program that cannot be probed: fixed is what the caller knows (state + held before the step).
+  const MemoryPoint p{4, 64, truth(4, 64)};
+  MemoryFit f = fit_memory_one_point(p, 1e6);
+  EXPECT_FALSE(f.quadratic);
+  EXPECT_NE(f.note.find("one measured point (micro_batch 4, seq_len 64)"), std::string::npos) << f.note;
+  EXPECT_DOUBLE_EQ(f.fixed, 1e6);
+  // a = (peak - fixed) / (mb*T) = 1000 + 2*64: the seq^2 term folded in at T = 64.
+  EXPECT_NEAR(f.per_token, 1128.0, 1e-9);
+  EXPECT_NEAR(f.predict(4, 64), truth(4, 64), 1e-6);
+  EXPECT_NEAR(f.predict(8, 64), truth(8, 64), 1e-6);  // same T: exact
+  // Negative control: at another T it misses the seq^2 term, as the note says.
+  EXPECT_GT(std::fabs(f.predict(4, 128) - truth(4, 128)), 1e4);
+  // A fixed part larger than the peak is capped: activations never negative.
+  EXPECT_GE(fit_memory_one_point(p, 1e12).per_token, 0.0);
+  EXPECT_THROW(fit_memory_one_point({0, 64, 1e6}, 0), anchor::Error);
+}
+
 TEST(MemoryFit, PredictsAHeldOutPoint) {
   MemoryFit f = fit_memory(three_points());
   // Hand-worked: 1e6 + 1000*8*128 + 2*8*128*128 = 1e6 + 1024000 + 262144.

@@ -182,6 +182,53 @@ const json& device(const json& plan, const std::string& name) {
   return none;
 }
 
+// A program's report: its declared shape (micro-batch 2, seq 100) is the target,
+// whatever train.* and data.* say; one memory point; FLOPs it gave.
+json program_report() {
+  json r = synthetic::synthetic_report();
+  r["program"] = {{"command", {"python3", "train.py"}}, {"versions", {{"torch", "2.5.0"}}}};
+  r["manifest"].erase("dependencies");
+  auto& m = r["measurements"];
+  m["model"] = {{"parameters", 1000000000}, {"micro_batch", 2}, {"seq_len", 100}, {"grad_accum", 1},
+                {"n_layer", nullptr}, {"n_embd", nullptr}, {"flops_per_token", 6e9},
+                {"flops_source", "6 x parameters"}};
+  m["memory"]["points"] = json::array({{{"micro_batch", 2}, {"seq_len", 100}, {"peak_allocated_bytes", 17.2e9}}});
+  m["memory"]["baseline_bytes"] = 4.1e9;  // the parameters + 0.1e9 held before the first step
+  return r;
+}
+
+TEST(MakePlan, FromAProgramsMeasurements) {
+  const Measured m = measured_from_report(program_report());
+  EXPECT_TRUE(m.program);
+  EXPECT_EQ(m.libtorch, "2.5.0");
+  EXPECT_EQ(m.memory_points.size(), 1u);
+  const json p = make_plan(m, synthetic_catalog(), synthetic::synthetic_config());
+  EXPECT_EQ(p["target"]["micro_batch"], 2);
+  EXPECT_EQ(p["target"]["seq_len"], 100);
+  EXPECT_EQ(p["memory_model"]["points_measured"], 1);
+  // fixed = state 16e9 + (baseline 4.1e9 - parameters 4e9); activations 1.1e9 / 200 tokens.
+  EXPECT_NEAR(p["memory_model"]["fixed_bytes"].get<double>(), 16.1e9, 1e3);
+  EXPECT_NEAR(p["memory_model"]["a_bytes_per_token"].get<double>(), 1.1e9 / 200, 1e-3);
+  EXPECT_NEAR(device(p, "ddp-just-fits")["predicted_peak_bytes"].get<double>(), 17.2e9, 1e3);
+  bool said = false;
+  for (const auto& w : p["warnings"]) said = said || w.get<std::string>().find("one measured point") != std::string::npos;
+  EXPECT_TRUE(said) << p["warnings"].dump();
+  // No model.* mismatch warning: a program's model is not anchor's config.
+  for (const auto& w : p["warnings"]) EXPECT_EQ(w.get<std::string>().find("model.* differs"), std::string::npos);
+  // The same report through the JSON overload.
+  EXPECT_EQ(make_plan(program_report(), synthetic_catalog(), synthetic::synthetic_config())["memory_model"],
+            p["memory_model"]);
+  // Negative control: without its shape a program's report is refused, naming the field.
+  json bad = program_report();
+  bad["measurements"]["model"].erase("seq_len");
+  try {
+    measured_from_report(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const anchor::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("measurements/model/seq_len"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MakePlan, DecisionsAtTheBoundaries) {
   const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
                            synthetic::synthetic_config());
