@@ -13,6 +13,10 @@
 2. With --anchor: the whole `anchor pilot` of examples/gpt (K=R=2 at the same
    size) against the script run by hand: K+R steps with one torch.save (+fsync)
    after step K, then a fresh process that torch.loads it and runs R steps.
+   The pilot also runs the memory probe (two more processes, which the peer
+   does not): its share is printed, and the ratio without it. And what a
+   one-point memory model (a program that cannot be probed) would have
+   predicted at the probe's two points, against their measured peaks.
 Prints medians and ratios. Run by hand on a quiet machine; not in CTest.
 """
 import argparse
@@ -115,7 +119,7 @@ if args.anchor:
     k = r = 2
     cmd_sets = ["program.command=[python3, train.py, %s]" % ", ".join(sizes), "pilot.steps_before_save=%d" % k,
                 "pilot.steps_after_resume=%d" % r]
-    pa, pb = [], []
+    pa, pb, probe_s, one_point = [], [], [], []
     for rep in range(args.reps):
         f = os.path.join(work, "state-%d.pt" % rep)
         _, t1 = run([args.python, TRAIN, "--no-pilot", "--steps", str(k + r), "--save-at", str(k), "--save-to", f] + sizes)
@@ -126,8 +130,29 @@ if args.anchor:
             cmd += ["--set", s]
         _, t = run(cmd, {"PATH": bindir + os.pathsep + env.get("PATH", "")})
         pa.append(t)
-        print("  rep %d: anchor pilot %.2f s, by hand %.2f s" % (rep, pa[-1], pb[-1]))
+        with open(os.path.join(work, "run-%d" % rep, "report.json")) as f:
+            report = json.load(f)
+        probe_s.append(sum(st["seconds"] for st in report["stages"] if st["stage"] == "memory_probe"))
+        # The one-point model (docs/plan.md): fixed = the state + what was held before the step, the rest
+        # activations linear in mb*T; its prediction at the probe points against what they measured.
+        mem = report["measurements"]["memory"]
+        ref_pt, probes = mem["points"][0], mem["points"][1:]
+        fixed = sum(mem["state_bytes"].values()) + max(0, mem["baseline_bytes"] - mem["state_bytes"]["parameters"])
+        fixed = min(fixed, ref_pt["peak_allocated_bytes"])
+        a = (ref_pt["peak_allocated_bytes"] - fixed) / (ref_pt["micro_batch"] * ref_pt["seq_len"])
+        for pt in probes:
+            pred = fixed + a * pt["micro_batch"] * pt["seq_len"]
+            one_point.append(((pt["micro_batch"], pt["seq_len"]), (pred - pt["peak_allocated_bytes"]) /
+                              pt["peak_allocated_bytes"]))
+        print("  rep %d: anchor pilot %.2f s (memory probe %.2f s), by hand %.2f s" % (rep, pa[-1], probe_s[-1], pb[-1]))
+    ma, mp, mb = statistics.median(pa), statistics.median(probe_s), statistics.median(pb)
     print("whole pilot (K=R=2): anchor %.2f s, by hand (K+R steps + torch.save, fresh torch.load + R steps) %.2f s: "
-          "%.2fx" % (statistics.median(pa), statistics.median(pb), statistics.median(pa) / statistics.median(pb)))
+          "%.2fx" % (ma, mb, ma / mb))
+    print("  of which the memory probe (2 fresh processes x 2 steps): %.2f s = %.0f%% of the pilot; without it "
+          "%.2fx" % (mp, 100 * mp / ma, (ma - mp) / mb))
+    for shape in sorted(set(s for s, _ in one_point)):
+        errs = [e for s, e in one_point if s == shape]
+        print("  one-point memory model at (micro_batch %d, seq_len %d): %+.1f%% of the measured peak (median of %d)"
+              % (shape[0], shape[1], 100 * statistics.median(errs), len(errs)))
 print("machine load at end: %s" % open("/proc/loadavg").read().split()[:3])
 shutil.rmtree(work)

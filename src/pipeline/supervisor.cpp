@@ -400,19 +400,28 @@ void lock_directories(Pilot& p) {
   }
 }
 
-}  // namespace
+// One built-in pilot as it goes: what each step leaves for the next.
+struct BuiltinRun {
+  BuiltinRun(Pilot& pilot, const PilotOptions& o) : p(pilot), opts(o) {}
+  Pilot& p;
+  const PilotOptions& opts;
+  WorkerOutcome a, b;
+  nlohmann::json ref, res, verdict;  // work/reference.json, work/resume.json, the comparison
+};
 
-int run_supervisor(const PilotOptions& opts, int launched_world) {
-  Pilot p;
-  p.opts = opts;
-  p.worker_binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
-  if (::access(p.worker_binary.c_str(), X_OK) != 0)
-    throw Error(ErrorKind::kRuntime, "the pilot's worker binary " + p.worker_binary + " is missing or not executable",
-                "anchor-torch is built and installed next to anchor; rebuild with `make build`");
-  // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
+// Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
+using Step = std::optional<int>;
+
+std::string with_hint(const Error& e) {
+  return std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")");
+}
+
+// 1. Config: defaults < file < --set; every problem reported at once (exit 2).
+//    What a program pilot does not do, the signing key, the ranks and the
+//    catalog are all checked here, before anything is written.
+void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
   if (!p.cfg.program.command.empty()) {
-    // What a program pilot does not do (yet): said before anything is written.
     const char* what = opts.baseline ? "`anchor reproduce` of a program pilot"
                        : opts.nodes || launched_world > 0 ? "a program pilot under torchrun/srun or on several nodes"
                        : p.cfg.pilot.start_from == "latest" ? "pilot.start_from latest with program.command"
@@ -437,13 +446,15 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+}
 
-  // 2. The run directory and checkpoint.dir, locked for this pilot's life
-  //    (another pilot on either is refused, exit 2), its event log and the
-  //    effective config the workers read.
+// 2. The run directory and checkpoint.dir, locked for this pilot's life
+//    (another pilot on either is refused, exit 2), its event log and the
+//    report begun.
+void open_run(Pilot& p, const PilotOptions& opts) {
   p.run_id = make_run_id(p.cfg.run.name);
-  //    Under `anchor reproduce` (use_config_dirs false) the config's directories
-  //    are a report's say-so: only the command line places the run.
+  // Under `anchor reproduce` (use_config_dirs false) the config's directories
+  // are a report's say-so: only the command line places the run.
   const std::string output_dir = opts.use_config_dirs ? p.cfg.run.output_dir : config::Config{}.run.output_dir;
   p.run_dir = opts.run_dir.empty() ? output_dir + "/" + p.run_id : opts.run_dir;
   lock_directories(p);
@@ -455,8 +466,11 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     set_path_field(reproduces, "checkpoint_dir", p.ckpt_dir);
     p.report.set_reproduces(reproduces);
   }
-  // From here on a failure is a failed stage with a report (where the run
-  // directory takes one), never a bare exception.
+}
+
+// From here on a failure is a failed stage with a report (where the run
+// directory takes one), never a bare exception.
+Step write_effective_config(Pilot& p) {
   try {
     // Leftovers of an earlier, killed run in a shared checkpoint.dir: never loaded, removed now.
     if (std::filesystem::exists(p.ckpt_dir))
@@ -472,36 +486,52 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     set_path_field(cj, "checkpoint_dir", p.ckpt_dir);
     fs::atomic_write_file(p.run_dir + "/config.json", dump_json(cj, 2));
   } catch (const Error& e) {
-    return fail(p, "prepare", exit_code_for(e.kind()),
-                std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+    return fail(p, "prepare", exit_code_for(e.kind()), with_hint(e));
   }
-  install_signal_handlers();
-  ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
-  // The user's own program as the workers (program.command): its own driver.
-  if (!p.cfg.program.command.empty()) return run_program_pilot(p);
-  // Several nodes: every node must see this run directory and the checkpoints.
-  if (opts.nodes) {
+  return std::nullopt;
+}
+
+// Several nodes: every node must see this run directory and the checkpoints.
+// Then where worker A may start (docs/pilot.md, "Starting from a checkpoint"):
+// the directory names alone, before any worker; worker A verifies and checks the fit.
+Step before_workers(BuiltinRun& r) {
+  Pilot& p = r.p;
+  if (r.opts.nodes) {
     try {
-      opts.nodes->share_run_dir(p.run_dir, p.ckpt_dir);
+      r.opts.nodes->share_run_dir(p.run_dir, p.ckpt_dir);
     } catch (const Error& e) {
-      return fail(p, "nodes", exit_code_for(e.kind()), std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+      return fail(p, "nodes", exit_code_for(e.kind()), with_hint(e));
     }
   }
-
   // 3. Pinning happens in worker A, before it trains: the manifest's libraries
   //    and runtime versions are those of the process that trains, and this
   //    supervisor never loads LibTorch. `anchor reproduce` pinned already.
-  if (opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*opts.pinned_manifest, 2));
+  if (r.opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*r.opts.pinned_manifest, 2));
   if (g_signal) return interrupted_exit(p);
-  // Where worker A may start (docs/pilot.md, "Starting from a checkpoint"): the
-  // directory names alone, before any worker; worker A verifies and checks the fit.
   p.report.set_start({{"from", p.cfg.pilot.start_from}});
   if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
+  return std::nullopt;
+}
 
-  // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
+// Why worker A ended before its kill window, with the precision stage's
+// non-finite tensors when that is where it stopped.
+std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
+  std::string why = with_remote(
+      a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window" : a.error, a);
+  if (a.error.empty() && a.open_stage == "precision" && p.report.json().contains("precision"))
+    for (const auto& n : p.report.json()["precision"].value("non_finite", nlohmann::json::array()))
+      why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.value("what", "") + " " +
+             n.value("tensor", "");
+  return why;
+}
+
+// 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
+Step reference_worker(BuiltinRun& r) {
+  Pilot& p = r.p;
   const std::string start_json = p.run_dir + "/work/start.json";  // worker A writes it when it starts from a checkpoint
   std::filesystem::remove(start_json);                             // not a reused run directory's
-  auto a = run_worker_process(p, WorkerRole::kReference);
+  r.a = run_worker_process(p, WorkerRole::kReference);
+  const WorkerOutcome& a = r.a;
   p.report.set_start(std::filesystem::exists(start_json) ? read_json(start_json)
                                                          : nlohmann::json{{"from", p.cfg.pilot.start_from}});
   if (std::filesystem::exists(p.run_dir + "/manifest.json")) p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
@@ -509,30 +539,21 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // The numerical validation of train.precision, passed or not (docs/precision.md).
   if (std::filesystem::exists(p.run_dir + "/work/precision.json"))
     p.report.set_precision(read_json(p.run_dir + "/work/precision.json"));
-  if (!a.killed_by_us) {
-    std::string why = with_remote(
-        a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window" : a.error,
-        a);
-    if (a.error.empty() && a.open_stage == "precision" && p.report.json().contains("precision"))
-      for (const auto& n : p.report.json()["precision"].value("non_finite", nlohmann::json::array()))
-        why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.value("what", "") + " " +
-               n.value("tensor", "");
-    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status), why);
-  }
+  if (!a.killed_by_us)
+    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status), reference_failure(p, a));
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
-  auto ref = read_json(p.run_dir + "/work/reference.json");
-  for (const auto& s : ref["stages"]) p.report.add_stage(s);
-  if (p.nproc > 1 && ref.value("start", nlohmann::json::object()).value("from", "") == "latest") {
+  r.ref = read_json(p.run_dir + "/work/reference.json");
+  for (const auto& s : r.ref["stages"]) p.report.add_stage(s);
+  if (p.nproc > 1 && r.ref.value("start", nlohmann::json::object()).value("from", "") == "latest") {
     // Every rank's RNG at the start: after a world-size change some are re-derived (docs/checkpoints.md).
-    auto start = ref["start"];
+    auto start = r.ref["start"];
     start["rng_restore_per_rank"] = nlohmann::json::array({start["rng_restore"]});
-    for (int r = 1; r < p.nproc; ++r)
+    for (int rank = 1; rank < p.nproc; ++rank)
       start["rng_restore_per_rank"].push_back(
-          read_json(p.run_dir + "/work/reference-rank" + std::to_string(r) + ".json")["start"]["rng_restore"]);
+          read_json(p.run_dir + "/work/reference-rank" + std::to_string(rank) + ".json")["start"]["rng_restore"]);
     p.report.set_start(start);
   }
-
   // 5. The kill left a torn save on disk: the evidence that restore must skip it.
   p.stage("kill", [&] {
     nlohmann::json torn = nlohmann::json::array();
@@ -540,34 +561,43 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
       if (e.path().filename().string().find(".tmp-") != std::string::npos) torn.push_back(e.path().filename().string());
     return nlohmann::json{{"signal", "SIGKILL"}, {"exit_status", a.status}, {"torn_checkpoints", torn}};
   });
+  return std::nullopt;
+}
 
-  // 6. Worker B, a fresh process: restore the newest committed checkpoint, eval, resume R steps.
-  auto b = run_worker_process(p, WorkerRole::kResume);
+// 6. Worker B, a fresh process: restore the newest committed checkpoint, eval, resume R steps.
+Step resume_worker(BuiltinRun& r) {
+  Pilot& p = r.p;
+  r.b = run_worker_process(p, WorkerRole::kResume);
+  const WorkerOutcome& b = r.b;
   if (g_signal) return interrupted_exit(p);
   if (b.status != 0) {
     const std::string who = "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string());
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
                 with_remote(b.error.empty() ? who + " exited with status " + std::to_string(b.status) : b.error, b));
   }
-  auto res = read_json(p.run_dir + "/work/resume.json");
-  for (const auto& s : res["stages"]) p.report.add_stage(s);
+  r.res = read_json(p.run_dir + "/work/resume.json");
+  for (const auto& s : r.res["stages"]) p.report.add_stage(s);
+  return std::nullopt;
+}
 
-  // 7. Compare B with A: bitwise on CPU.
-  nlohmann::json verdict;
+// 7. Compare B with A: bitwise on CPU; with several ranks every rank's resume
+//    against its own reference (its batches, its RNG).
+Step compare_workers(BuiltinRun& r) {
+  Pilot& p = r.p;
+  nlohmann::json& verdict = r.verdict;
   p.stage("compare", [&] {
     const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
-    verdict = compare_resume(ref, res, tol);
+    verdict = compare_resume(r.ref, r.res, tol);
     if (p.nproc > 1) {
-      // Every rank's resume against its own reference: its batches, its RNG.
       nlohmann::json per_rank = nlohmann::json::array();
       per_rank.push_back({{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}});
-      for (int r = 1; r < p.nproc; ++r) {
-        const std::string sfx = "-rank" + std::to_string(r) + ".json";
+      for (int rank = 1; rank < p.nproc; ++rank) {
+        const std::string sfx = "-rank" + std::to_string(rank) + ".json";
         auto v = compare_resume(read_json(p.run_dir + "/work/reference" + sfx), read_json(p.run_dir + "/work/resume" + sfx), tol);
-        per_rank.push_back({{"rank", r}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
+        per_rank.push_back({{"rank", rank}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
         if (v["verdict"] != "match") {
           verdict["verdict"] = v["verdict"];
-          for (const auto& c : v["cause"]) verdict["cause"].push_back("rank " + std::to_string(r) + ": " + c.get<std::string>());
+          for (const auto& c : v["cause"]) verdict["cause"].push_back("rank " + std::to_string(rank) + ": " + c.get<std::string>());
         }
       }
       verdict["per_rank"] = per_rank;
@@ -575,36 +605,44 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
     return nlohmann::json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]},
                           {"world_size", p.nproc}, {"per_rank", verdict.value("per_rank", nlohmann::json::array())}};
   });
-  p.report.set_resume(ref, res, verdict);
+  p.report.set_resume(r.ref, r.res, verdict);
+  return std::nullopt;
+}
+
+// Per rank: its share of the state next to DDP's, and the measured step's comm time (docs/report.md).
+Step distributed_section(BuiltinRun& r) {
+  Pilot& p = r.p;
   if (p.nproc > 1) {
-    // Per rank: its share of the state next to DDP's, and the measured step's comm time (docs/report.md).
     nlohmann::json ranks = nlohmann::json::array();
-    for (int r = 0; r < p.nproc; ++r) {
-      auto rj = r == 0 ? ref : read_json(p.run_dir + "/work/reference-rank" + std::to_string(r) + ".json");
+    for (int rank = 0; rank < p.nproc; ++rank) {
+      auto rj = rank == 0 ? r.ref : read_json(p.run_dir + "/work/reference-rank" + std::to_string(rank) + ".json");
       auto row = rj.value("sharding", nlohmann::json::object());
-      row["rank"] = r;
+      row["rank"] = rank;
       if (p.opts.nodes) {
-        row["node"] = r / p.opts.nodes->local_world_size();
-        row["host"] = p.opts.nodes->host(r / p.opts.nodes->local_world_size());
+        row["node"] = rank / p.opts.nodes->local_world_size();
+        row["host"] = p.opts.nodes->host(rank / p.opts.nodes->local_world_size());
       }
       row["comm_s"] = rj["train_steps"].empty() ? 0.0 : rj["train_steps"].back().value("comm_s", 0.0);
       ranks.push_back(row);
     }
     p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc},
-                              {"backend", ref.value("backend", "")},
+                              {"backend", r.ref.value("backend", "")},
                               {"nodes", p.opts.nodes ? p.opts.nodes->count() : 1}, {"per_rank", ranks},
-                              {"rng_restore", res.value("rng_restore", nlohmann::json::object())}});
+                              {"rng_restore", r.res.value("rng_restore", nlohmann::json::object())}});
   }
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+  return std::nullopt;
+}
 
-  // 8. The memory probe (run by worker B after its results): the step's peak
-  //    at other micro-batches and sequence lengths, for the plan's memory model.
+// 8. The memory probe (run by worker B after its results): the step's peak at
+//    other micro-batches and sequence lengths, for the plan's memory model.
+// 9. The plan for the long run, from what was measured (docs/plan.md).
+Step probe_and_plan(BuiltinRun& r) {
+  Pilot& p = r.p;
   auto probe = read_json(p.run_dir + "/work/probe.json");
   for (const auto& s : probe["stages"]) p.report.add_stage(s);
   p.report.set_memory_points(probe["memory_points"]);
   if (probe.contains("activation_checkpointing")) p.report.set_activation_checkpointing(probe["activation_checkpointing"]);
-
-  // 9. The plan for the long run, from what was measured (docs/plan.md).
   try {
     p.stage("plan", [&] {
       auto plan = plan::make_plan(p.report.json(), p.catalog, p.cfg);
@@ -614,32 +652,57 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   } catch (const Error& e) {
     return fail(p, "plan", exit_code_for(e.kind()), e.what());
   }
+  return std::nullopt;
+}
 
-  // 10. `anchor reproduce`: the re-run against the report it reproduces.
-  if (opts.baseline) {
-    nlohmann::json repro;
-    p.stage("reproduce_compare", [&] {
-      repro = compare_reports(*opts.baseline, p.report.json(), opts.reproduce_bitwise, p.cfg.pilot.tolerance);
-      return nlohmann::json{{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
-    });
-    const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
-    p.report.set_reproduction(reproduces, repro);
-    if (repro["verdict"] != "reproduced") {
-      p.report.set_outcome("failed", 3, "the re-run differs from the report it reproduces (" +
-                                            std::to_string(repro["differences"].get<int>()) + " differences, " +
-                                            repro["mode"].get<std::string>() + ")");
-      publish(p);
-      p.report.print_summary(summary_stream(p));
-      for (const auto& c : repro["checks"])
-        if (!c["ok"].get<bool>())
-          std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
-      return 3;
-    }
-  }
+// 10. `anchor reproduce`: the re-run against the report it reproduces.
+Step reproduce_compare(BuiltinRun& r) {
+  Pilot& p = r.p;
+  if (!r.opts.baseline) return std::nullopt;
+  nlohmann::json repro;
+  p.stage("reproduce_compare", [&] {
+    repro = compare_reports(*r.opts.baseline, p.report.json(), r.opts.reproduce_bitwise, p.cfg.pilot.tolerance);
+    return nlohmann::json{{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
+  });
+  const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
+  p.report.set_reproduction(reproduces, repro);
+  if (repro["verdict"] == "reproduced") return std::nullopt;
+  p.report.set_outcome("failed", 3, "the re-run differs from the report it reproduces (" +
+                                        std::to_string(repro["differences"].get<int>()) + " differences, " +
+                                        repro["mode"].get<std::string>() + ")");
+  publish(p);
+  p.report.print_summary(summary_stream(p));
+  for (const auto& c : repro["checks"])
+    if (!c["ok"].get<bool>())
+      std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
+  return 3;
+}
+
+}  // namespace
+
+int run_supervisor(const PilotOptions& opts, int launched_world) {
+  Pilot p;
+  p.opts = opts;
+  p.worker_binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
+  if (::access(p.worker_binary.c_str(), X_OK) != 0)
+    throw Error(ErrorKind::kRuntime, "the pilot's worker binary " + p.worker_binary + " is missing or not executable",
+                "anchor-torch is built and installed next to anchor; rebuild with `make build`");
+  configure(p, opts, launched_world);
+  open_run(p, opts);
+  if (Step end = write_effective_config(p)) return *end;
+  install_signal_handlers();
+  ANCHOR_LOG_INFO("pilot", "run {} in {}", p.run_id, p.run_dir);
+  // The user's own program as the workers (program.command): its own driver.
+  if (!p.cfg.program.command.empty()) return run_program_pilot(p);
+
+  BuiltinRun r(p, opts);
+  for (auto step : {before_workers, reference_worker, resume_worker, compare_workers, distributed_section,
+                    probe_and_plan, reproduce_compare})
+    if (Step end = step(r)) return *end;
 
   // 11. Outcome, report, summary.
-  if (verdict["verdict"] != "match") return resume_mismatch(p, verdict, false);
-  p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + verdict["mode"].get<std::string>() + ")");
+  if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, false);
+  p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
   publish(p);
   summary_stream(p) << plan::format_plan(p.report.json()["plan"]);
   p.report.print_summary(summary_stream(p));

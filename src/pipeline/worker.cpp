@@ -336,17 +336,16 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   return start;
 }
 
-int run_reference(WorkerContext& ctx, bool use_hash_cache) {
-  const auto& p = ctx.cfg.pilot;
-  auto& stages = ctx.out["stages"];
-  if (ctx.env.rank == 0) pin_stage(ctx, use_hash_cache);
+// Worker A's steps (run_reference), each appending its stage record to ctx.out["stages"].
 
+// Pin (rank 0), build the trainer, and place the start: initialisation or the
+// newest committed checkpoint (restored).
+std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cache) {
+  if (ctx.env.rank == 0) pin_stage(ctx, use_hash_cache);
   StageTimer load("load");
   StageMemory load_mem("cpu");
   auto tp = make_trainer(ctx);
   auto& t = *tp;
-  const std::string dev = t.device();
-  // Where the run starts: initialisation, or the newest committed checkpoint (restored).
   const nlohmann::json start = ctx.cfg.pilot.start_from == "latest" ? restore_start(ctx, t)
                                                                     : nlohmann::json{{"from", "init"}};
   ctx.out["start"] = start;
@@ -356,48 +355,55 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
                       {"flops_per_token", t.flops_per_token()}, {"source", ctx.cfg.model.source},
                       {"flops_per_token_note", t.model().flops_note()},
                       {"attention", t.model().attention()}};
-  stages.push_back(load.end({{"parameters", t.num_parameters()},
-                             {"attention", t.model().attention()},
-                             {"device", dev},
-                             {"train_windows", t.dataset().train().size()},
-                             {"val_windows", t.dataset().val().size()},
-                             {"threads", ctx.cfg.run.threads},
-                             {"start_from", start["from"]},
-                             {"start_step", t.step()},
-                             {"memory", load_mem.read()}}));
+  ctx.out["stages"].push_back(load.end({{"parameters", t.num_parameters()},
+                                        {"attention", t.model().attention()},
+                                        {"device", t.device()},
+                                        {"train_windows", t.dataset().train().size()},
+                                        {"val_windows", t.dataset().val().size()},
+                                        {"threads", ctx.cfg.run.threads},
+                                        {"start_from", start["from"]},
+                                        {"start_step", t.step()},
+                                        {"memory", load_mem.read()}}));
   ctx.out["loss_scaler_enabled"] = t.loss_scaler().enabled();
+  return tp;
+}
 
-  // Numerical validation of train.precision (docs/precision.md): step 0 in
-  // fp32 and in the chosen precision from the same state; the training
-  // trajectory is left as it was.
-  if (t.precision() != train::Precision::kFp32) {
-    StageTimer prec("precision");
-    auto v = t.validate_precision(p.precision_tolerance);
-    ctx.out["precision"] = v;
-    if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/precision.json", v.dump(2));
-    const std::string verdict = v["verdict"].get<std::string>();
-    if (verdict == "non_finite") {
-      std::string names;
-      for (const auto& n : v["non_finite"])
-        names += (names.empty() ? "" : ", ") + n["what"].get<std::string>() + " " + n["tensor"].get<std::string>();
-      throw Error(ErrorKind::kVerification, "precision: non-finite values: " + names,
-                  "see report.json precision.non_finite; lower the learning rate, check the data, or use fp32");
-    }
-    if (verdict == "flagged")
-      ANCHOR_LOG_WARN("precision", "{} differs from fp32 beyond pilot.precision_tolerance {} (report.json precision)",
-                      ctx.cfg.train.precision, p.precision_tolerance);
-    stages.push_back(prec.end({{"precision", ctx.cfg.train.precision},
-                               {"verdict", verdict},
-                               {"loss_rel_diff", v["loss"]["rel_diff"]},
-                               {"grad_norm_rel_diff", v["grad_norm"]["rel_diff"]},
-                               {"max_param_rel_diff", v["parameters"]["max_rel_diff"]},
-                               {"flagged", v["parameters"]["flagged"].size()},
-                               {"tolerance", p.precision_tolerance}}));
+// Numerical validation of train.precision (docs/precision.md): step 0 in
+// fp32 and in the chosen precision from the same state; the training
+// trajectory is left as it was.
+void precision_stage(WorkerContext& ctx, train::Trainer& t) {
+  if (t.precision() == train::Precision::kFp32) return;
+  const auto& p = ctx.cfg.pilot;
+  StageTimer prec("precision");
+  auto v = t.validate_precision(p.precision_tolerance);
+  ctx.out["precision"] = v;
+  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/precision.json", v.dump(2));
+  const std::string verdict = v["verdict"].get<std::string>();
+  if (verdict == "non_finite") {
+    std::string names;
+    for (const auto& n : v["non_finite"])
+      names += (names.empty() ? "" : ", ") + n["what"].get<std::string>() + " " + n["tensor"].get<std::string>();
+    throw Error(ErrorKind::kVerification, "precision: non-finite values: " + names,
+                "see report.json precision.non_finite; lower the learning rate, check the data, or use fp32");
   }
+  if (verdict == "flagged")
+    ANCHOR_LOG_WARN("precision", "{} differs from fp32 beyond pilot.precision_tolerance {} (report.json precision)",
+                    ctx.cfg.train.precision, p.precision_tolerance);
+  ctx.out["stages"].push_back(prec.end({{"precision", ctx.cfg.train.precision},
+                                        {"verdict", verdict},
+                                        {"loss_rel_diff", v["loss"]["rel_diff"]},
+                                        {"grad_norm_rel_diff", v["grad_norm"]["rel_diff"]},
+                                        {"max_param_rel_diff", v["parameters"]["max_rel_diff"]},
+                                        {"flagged", v["parameters"]["flagged"].size()},
+                                        {"tolerance", p.precision_tolerance}}));
+}
 
-  // K steps; the last one is the measured step: full optimizer state exists
-  // (K >= 2), the peak is reset right before it (zero_grad, forward, backward,
-  // clip, optimizer step; item() synchronises).
+// K steps; the last one is the measured step: full optimizer state exists
+// (K >= 2), the peak is reset right before it (zero_grad, forward, backward,
+// clip, optimizer step; item() synchronises).
+void train_stage(WorkerContext& ctx, train::Trainer& t) {
+  const auto& p = ctx.cfg.pilot;
+  const std::string dev = t.device();
   StageTimer train("train");
   ctx.out["train_steps"] = run_steps(t, p.steps_before_save - 1);
   StageMemory step_mem(dev);
@@ -410,47 +416,50 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   const auto& last = measured[0];
   const double step_s = last["compute_s"].get<double>() + last["data_wait_s"].get<double>();
   ctx.out["matmul_flops"] = measure::measured_matmul_flops(dev);
-  stages.push_back(train.end({{"steps", p.steps_before_save},
-                              {"first_step", ctx.out["train_steps"].empty() ? last["step"] : ctx.out["train_steps"][0]["step"]},
-                              {"measured_step", last["step"]},
-                              {"step_seconds", step_s},
-                              {"tokens_per_s", step_s > 0 ? last["tokens"].get<double>() / step_s : 0.0},
-                              {"world_size", ctx.env.world_size},
-                              {"comm_s", last.value("comm_s", 0.0)},
-                              {"memory", ctx.out["step_memory"]}}));
+  ctx.out["stages"].push_back(
+      train.end({{"steps", p.steps_before_save},
+                 {"first_step", ctx.out["train_steps"].empty() ? last["step"] : ctx.out["train_steps"][0]["step"]},
+                 {"measured_step", last["step"]},
+                 {"step_seconds", step_s},
+                 {"tokens_per_s", step_s > 0 ? last["tokens"].get<double>() / step_s : 0.0},
+                 {"world_size", ctx.env.world_size},
+                 {"comm_s", last.value("comm_s", 0.0)},
+                 {"memory", ctx.out["step_memory"]}}));
+}
 
+double eval_stage(WorkerContext& ctx, train::Trainer& t) {
+  const auto& p = ctx.cfg.pilot;
   StageTimer eval("eval");
-  StageMemory eval_mem(dev);
+  StageMemory eval_mem(t.device());
   const double eval_loss = t.evaluate(p.eval_batches);
   ctx.out["eval_loss"] = eval_loss;
-  stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}, {"batches", p.eval_batches},
-                             {"memory", eval_mem.read()}}));
+  ctx.out["stages"].push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)},
+                                        {"batches", p.eval_batches}, {"memory", eval_mem.read()}}));
+  return eval_loss;
+}
 
+// The save of step K, committed; retention as the long run applies it.
+void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store, double eval_loss) {
   StageTimer save("checkpoint_save");
-  StageMemory save_mem(dev);
-  checkpoint::Store store(ctx.ckpt_dir);
+  StageMemory save_mem(t.device());
   ctx.out["saved_state"] = t.state_digest();
   // The run and its config travel in state.json: a later pilot starting from
   // this checkpoint names the run and compares the configs.
   auto saved = save_checkpoint(ctx, t, store,
                                {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}});
   ctx.out["saved_step"] = t.step();
-  // Retention as the long run applies it: only after a newer commit, never the newest valid one.
+  // Only after a newer commit, never the newest valid one.
   if (saved)
     for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
       ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
   save_fig["memory"] = save_mem.read();
-  stages.push_back(save.end(save_fig));
+  ctx.out["stages"].push_back(save.end(save_fig));
+}
 
-  StageTimer ref("reference");
-  ctx.out["reference_steps"] = run_steps(t, p.steps_after_resume);
-  ctx.out["final_state"] = t.state_digest();
-  stages.push_back(ref.end({{"steps", p.steps_after_resume}}));
-  write_result(ctx, "reference");
-
-  // The second save: the supervisor SIGKILLs us once the first file is on disk,
-  // leaving a torn checkpoint that the resume worker must skip.
+// The second save: the supervisor SIGKILLs us once the first file is on disk,
+// leaving a torn checkpoint that the resume worker must skip.
+[[noreturn]] void killed_save(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store) {
   emit_event({{"stage", "kill"}, {"event", "start"}, {"time", utc_now()}});
   auto hook = [](std::string_view point) {
     if (point.rfind("after_file:", 0) == 0) {
@@ -460,6 +469,25 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   };
   save_checkpoint(ctx, t, store, {}, hook);
   throw Error(ErrorKind::kRuntime, "the second save finished although the supervisor should have killed it");
+}
+
+// Worker A: load, K steps, eval, the save of K, R reference steps, then the
+// save of K+R that the supervisor kills.
+int run_reference(WorkerContext& ctx, bool use_hash_cache) {
+  auto tp = load_stage(ctx, use_hash_cache);
+  auto& t = *tp;
+  precision_stage(ctx, t);
+  train_stage(ctx, t);
+  const double eval_loss = eval_stage(ctx, t);
+  checkpoint::Store store(ctx.ckpt_dir);
+  save_stage(ctx, t, store, eval_loss);
+
+  StageTimer ref("reference");
+  ctx.out["reference_steps"] = run_steps(t, ctx.cfg.pilot.steps_after_resume);
+  ctx.out["final_state"] = t.state_digest();
+  ctx.out["stages"].push_back(ref.end({{"steps", ctx.cfg.pilot.steps_after_resume}}));
+  write_result(ctx, "reference");
+  killed_save(ctx, t, store);
 }
 
 int run_probe(WorkerContext& ctx);
