@@ -159,7 +159,7 @@ class Pilot:
                              "anchor probes only programs that declare their shape; this is a bug in anchor")
         # The step's memory: what is held before the first step (parameters
         # included), and the peak of the second step (full optimizer state).
-        self._baseline = ev.held_bytes()[1]
+        self._baseline_device, self._baseline = ev.held_bytes()
         self._steps_seen = 0
         self._peak_reset = False
         self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
@@ -289,8 +289,10 @@ class Pilot:
         device, peak_bytes, source = ev.peak()
         if not self._peak_reset:
             source += "; could not be reset after the first step: the peak of the whole process so far"
+        # Held before the first step, where the peak is counted (none when the model moved to CUDA after the Pilot).
+        baseline = self._baseline if self._baseline_device == device else None
         self.events.emit("step_memory", step=step, device=device, peak_bytes=peak_bytes, peak_source=source,
-                         baseline_bytes=self._baseline, state=self._state_bytes())
+                         baseline_bytes=baseline, state=self._state_bytes())
 
     def eval(self, step, loss):
         self.events.emit("eval", step=step, loss=float(loss))
@@ -523,6 +525,11 @@ class Pilot:
                                    % name) from e
             expected[name] = v.digests[fname]
         digests = self.digests(v.step, emit=False)
+        # What was loaded and what it hashes to, before the check below: when it fails, anchor's
+        # verdict names the component from these (exit 3), and the error follows.
+        self.events.emit("checkpoint", op="restore", phase="end", step=v.step, dir=where, bytes=nbytes,
+                         seconds=time.monotonic() - t0)
+        self.events.emit("digests", step=v.step, when="restore", components=digests)
         if self.check_restore:
             bad = [n for n in expected if digests[n] != expected[n]]
             if bad:
@@ -532,9 +539,6 @@ class Pilot:
                                                                         for n in bad)),
                                    "its load_state_dict does not restore what its state_dict returned; "
                                    "make them inverse (or pass check_restore=False to accept it)")
-        self.events.emit("checkpoint", op="restore", phase="end", step=v.step, dir=where, bytes=nbytes,
-                         seconds=time.monotonic() - t0)
-        self.events.emit("digests", step=v.step, when="restore", components=digests)
         self.restored_from = v
         self._last = time.monotonic()
         return v.step

@@ -192,6 +192,21 @@ class ProgramPilot(support.TempDirTest):
         self.assertIn("anchor pin --check", rep.stderr)
         self.assertFalse(os.path.exists(self.path("rep")))
 
+    def test_a_component_the_helper_finds_not_restored_is_named(self):
+        """A load_state_dict that restores nothing: the helper raises after loading (check_restore), having
+        reported what it restored; the verdict names the component (exit 3), not a runtime failure."""
+        d = self.example("minimal")
+        with open(os.path.join(d, "train.py")) as f:
+            src = f.read()
+        self.assertIn('self.pos = state["pos"]', src)
+        with open(os.path.join(d, "train.py"), "w") as f:
+            f.write(src.replace('self.pos = state["pos"]', "pass  # forgets the cursor"))
+        proc, report, _ = self.pilot("minimal")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["cause"][0], "data", report["resume"])
+        self.assertIn("after loading, the state of data differs from the checkpoint", proc.stderr)
+        self.assertEqual([s["status"] for s in report["stages"] if s["stage"] == "resume"], ["failed"])
+
     def test_interrupted_and_timed_out(self):
         """SIGINT to anchor: the program gets SIGTERM (SIGKILL 10 s later if it ignores it), exit 130,
         the report says interrupted. A program past program.timeout_s is killed: exit 1."""

@@ -65,7 +65,7 @@ std::vector<Field> make_fields() {
           "pin (#2), pilot (#3)"),
     Field(ANCHOR_KEY(run.deterministic), "Use deterministic algorithms; needed for bitwise resume.",
           "pilot (#3), multi-process (#7)"),
-    Field(ANCHOR_KEY(run.threads), "Intra-op CPU threads. Recorded in the manifest: results can depend on it.",
+    Field(ANCHOR_KEY(run.threads), "Threads of every pool a built-in worker runs: LibTorch's intra-op and inter-op pools and the BLAS library's own (OpenBLAS with pthreads). Recorded in the manifest (threads): results can depend on it.",
           "pilot (#3), measure (#6)").at_least(1).at_most(1024),
 
     // model ----------------------------------------------------------------
@@ -217,7 +217,7 @@ std::vector<Field> make_fields() {
     Field(ANCHOR_KEY(budget.margin), "Schedule margin added to the estimate, as a fraction.", "plan (#6)").at_least(0),
 
     // program --------------------------------------------------------------
-    Field(ANCHOR_KEY(program.command), "Your training program as a command line (argv, no shell), started once per rank as worker A and worker B with the contract's variables (docs/program.md); the first entry is looked up in PATH. Empty: the built-in trainer.",
+    Field(ANCHOR_KEY(program.command), "Your training program as a command line (argv, no shell), started once per rank as worker A and worker B with the contract's variables (docs/program.md); the first entry is looked up in PATH (program.env's PATH when it sets one), or relative to program.cwd when it has a /. Empty: the built-in trainer.",
           "your own program (#15)"),
     Field(ANCHOR_KEY(program.cwd), "The program's working directory; empty: the config file's directory.",
           "your own program (#15)").config_relative(),

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "anchor/checkpoint/store.hpp"
@@ -74,11 +75,20 @@ Launch resolve_launch(const Pilot& p) {
                 "set program.cwd to the directory your program runs in (relative to the config file)");
   l.cwd = std::filesystem::canonical(l.cwd).string();
   l.argv = prog.command;
+  for (const auto& e : prog.env) {
+    const auto eq = e.find('=');
+    l.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
   const std::string& exe = l.argv[0];
   std::string found;
+  const auto own_path = l.env.find("PATH");  // the PATH the program runs with, when program.env sets one
   if (exe.find('/') != std::string::npos) {
     found = exe[0] == '/' ? exe : l.cwd + "/" + exe;
     if (::access(found.c_str(), X_OK) != 0) found.clear();
+  } else if (own_path != l.env.end()) {
+    std::stringstream dirs(own_path->second);
+    for (std::string dir; found.empty() && std::getline(dirs, dir, ':');)
+      if (!dir.empty() && ::access((dir + "/" + exe).c_str(), X_OK) == 0) found = dir + "/" + exe;
   } else {
     found = proc::find_on_path(exe);
   }
@@ -86,14 +96,11 @@ Launch resolve_launch(const Pilot& p) {
     throw Error(ErrorKind::kConfig,
                 "program.command[0] '" + printable(exe) + "' is not an executable " +
                     (exe.find('/') != std::string::npos ? "file (relative to " + printable(l.cwd) + ")"
+                     : own_path != l.env.end()          ? std::string("in program.env's PATH")
                                                         : std::string("in PATH")),
                 "name the interpreter or script as you run it, e.g. [python3, train.py]; anchor starts it without a "
                 "shell, in program.cwd");
   l.argv[0] = found;
-  for (const auto& e : prog.env) {
-    const auto eq = e.find('=');
-    l.env[e.substr(0, eq)] = e.substr(eq + 1);
-  }
   l.dir = p.run_dir + "/program";
   return l;
 }
@@ -551,6 +558,19 @@ Step pin(Run& r) {
   return std::nullopt;
 }
 
+// Whether any rank of worker B reported restored digests that differ from the reference's save of K.
+bool restored_state_differs(const Run& r) {
+  for (const auto& [rank, res] : r.b.logs) {
+    const auto* got = res.digests_at("restore", r.k);
+    const auto ref = r.a.logs.find(rank);
+    const auto* want = ref == r.a.logs.end() ? nullptr : ref->second.digests_at("save", r.k);
+    if (!got || !want) continue;
+    for (const auto& [name, digest] : want->components)
+      if (const auto* g = got->find(name); g && *g != digest) return true;
+  }
+  return false;
+}
+
 // Worker B: fresh processes restore the newest checkpoint that verifies and train to K+R.
 Step resume(Run& r) {
   Pilot& p = r.p;
@@ -564,7 +584,9 @@ Step resume(Run& r) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
   if (g_signal) return interrupted_exit(p);
-  if (r.b.status != 0) return fail(p, "resume", 1, r.b.error);
+  // The helper raises when a component's state after load_state_dict differs from its file (check_restore),
+  // having reported what it restored: that is the verdict's to name (exit 3), not a runtime failure.
+  if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", 1, r.b.error);
   for (int rank = 0; rank < p.nproc; ++rank)
     if (!r.b.logs.count(rank)) return fail(p, "resume", 1, "worker B rank " + std::to_string(rank) + " reported nothing");
   const auto& res = r.b.logs.at(0);
@@ -573,7 +595,9 @@ Step resume(Run& r) {
                         {"figures", {{"step", r.k}, {"bytes", *c->bytes}, {"seconds", *c->seconds}}}});
   json fig = {{"steps", res.steps.size()}, {"ranks", p.nproc}};
   if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
-  p.report.add_stage(worker_stage("resume", r.b, fig));
+  json stage = worker_stage("resume", r.b, fig);
+  if (r.b.status != 0) stage.update({{"status", "failed"}, {"error", r.b.error}});
+  p.report.add_stage(stage);
   return std::nullopt;
 }
 

@@ -26,6 +26,7 @@
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
@@ -148,6 +149,28 @@ void write_result(const WorkerContext& ctx, const std::string& role) {
   fs::atomic_write_file(ctx.run_dir + "/work/" + name + ".json", dump_json(out, 2));
 }
 
+// run.threads governs every pool the worker runs (docs/config.md): LibTorch's
+// intra-op and inter-op pools and the BLAS library's own (OpenBLAS with
+// pthreads keeps one that at::set_num_threads does not reach). Called first,
+// before any parallel work: the inter-op pool can be sized only then.
+void bind_threads(int n) {
+  at::set_num_threads(n);
+  try {
+    at::set_num_interop_threads(n);
+  } catch (const std::exception& e) {
+    ANCHOR_LOG_WARN("worker", "could not size LibTorch's inter-op pool to {}: {}", n, compat::message_of(e));
+  }
+  threads::bind_blas(n);
+}
+
+// What is in effect, for the manifest.
+nlohmann::json threads_json(int configured) {
+  const auto blas = threads::blas();
+  return {{"run_threads", configured}, {"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
+          {"blas", {{"library", blas.library.empty() ? nlohmann::json() : nlohmann::json(blas.library)},
+                    {"threads", blas.threads >= 0 ? nlohmann::json(blas.threads) : nlohmann::json()}}}};
+}
+
 // Pins the run before anything trains, in the process that trains: the
 // manifest's shared libraries and runtime versions are this process's
 // (docs/manifest.md). `anchor reproduce` has pinned already: its manifest stands.
@@ -164,6 +187,7 @@ void pin_stage(WorkerContext& ctx, bool use_cache) {
     po.progress = false;  // stdout carries events; a progress line would interleave with the supervisor's
     po.world_size = ctx.env.world_size;
     m = manifest::pin(ctx.cfg, po);
+    m["threads"] = threads_json(ctx.cfg.run.threads);
     fs::atomic_write_file(path, m.dump(2));
   }
   ctx.out["stages"].push_back(pin.end({{"manifest", "manifest.json"},
@@ -595,6 +619,7 @@ int run_worker(const WorkerOptions& opts) {
   // Before any tensor exists, so every allocation of the run is counted.
   measure::install_counting_allocator();
   WorkerContext ctx = load_context(opts);
+  bind_threads(ctx.cfg.run.threads);
   std::filesystem::create_directories(opts.run_dir + "/work");
   // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...
   // (docs/distributed.md).

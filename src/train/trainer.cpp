@@ -18,6 +18,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
@@ -171,6 +172,7 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size, const std:
       precision_(parse_precision(cfg.train.precision)),
       scaler_(cfg.train.loss_scale, loss_scaling_enabled(cfg.train)) {
   at::set_num_threads(cfg.run.threads);
+  threads::bind_blas(cfg.run.threads);  // OpenBLAS's own pool, which at::set_num_threads does not reach
   compat::set_deterministic(cfg.run.deterministic);
   device_ = compat::resolve_device(device.empty() ? cfg.device : device);
   // The rank's GPU becomes the current one, so NCCL and CUDA calls without an

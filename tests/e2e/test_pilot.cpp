@@ -98,13 +98,27 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
 
 TEST(Pilot, ResumeIsBitwiseForSeveralSeedsAndSeedsMatter) {
   std::vector<double> first_losses;
-  for (const char* seed : {"1", "99"}) {
+  // The second run also has run.threads 1: every pool of the worker follows it (this machine's
+  // OpenBLAS would otherwise run one thread per core), as its manifest records.
+  for (const auto& [seed, threads] : {std::pair<const char*, int>{"1", 2}, {"99", 1}}) {
     TempDir t("seed");
-    auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", std::string("run.seed=") + seed});
+    auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", std::string("run.seed=") + seed, "--set",
+                         "run.threads=" + std::to_string(threads)});
     ASSERT_EQ(r.status, 0) << r.output;
     auto report = read_json(t.str("run/report.json"));
     EXPECT_EQ(report["resume"]["verdict"], "match");
     first_losses.push_back(report["steps"]["train"][0]["loss"].get<double>());
+    const json m = read_json(t.str("run/manifest.json"));
+    EXPECT_EQ(m["threads"]["run_threads"], threads);
+    EXPECT_EQ(m["threads"]["intra_op"], threads);
+    EXPECT_EQ(m["threads"]["inter_op"], threads);
+    bool openblas = false;
+    for (const auto& l : m["dependencies"]["shared_libraries"])
+      openblas |= l["path"].get<std::string>().find("libopenblas") != std::string::npos;
+    if (openblas) {
+      EXPECT_EQ(m["threads"]["blas"]["library"], "openblas");
+      EXPECT_EQ(m["threads"]["blas"]["threads"], threads);
+    }
   }
   EXPECT_NE(first_losses[0], first_losses[1]) << "different seeds must give different runs";
 }
