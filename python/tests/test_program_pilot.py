@@ -243,6 +243,10 @@ class ProgramPilot(support.TempDirTest):
         proc, report, _ = self.pilot("minimal", "program.command=[no-such-interpreter-xyz, train.py]", run="r1")
         self.assertEqual(proc.returncode, 2)
         self.assertIn("program.command[0] 'no-such-interpreter-xyz' is not an executable in PATH", proc.stderr)
+        # With program.env's PATH, that PATH is where the program's interpreter is looked up.
+        proc, report, _ = self.pilot("minimal", "program.env=[PATH=%s]" % self.path("nowhere"), run="r1b")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("program.command[0] 'python3' is not an executable in program.env's PATH", proc.stderr)
         proc, report, _ = self.pilot("minimal", "program.command=[python3, -c, 'print(1)']", run="r2")
         self.assertEqual(proc.returncode, 1)
         self.assertIn("before its kill window", proc.stderr)
