@@ -39,6 +39,7 @@
 #include "events.hpp"
 #include "report_writer.hpp"
 #include "supervisor_internal.hpp"
+#include "work_files.hpp"
 
 namespace anchor::pipeline {
 
@@ -528,7 +529,7 @@ std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
 // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
 Step reference_worker(BuiltinRun& r) {
   Pilot& p = r.p;
-  const std::string start_json = p.run_dir + "/work/start.json";  // worker A writes it when it starts from a checkpoint
+  const std::string start_json = work::start(p.run_dir);  // worker A writes it when it starts from a checkpoint
   std::filesystem::remove(start_json);                             // not a reused run directory's
   r.a = run_worker_process(p, WorkerRole::kReference);
   const WorkerOutcome& a = r.a;
@@ -537,13 +538,12 @@ Step reference_worker(BuiltinRun& r) {
   if (std::filesystem::exists(p.run_dir + "/manifest.json")) p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
   if (g_signal) return interrupted_exit(p);
   // The numerical validation of train.precision, passed or not (docs/precision.md).
-  if (std::filesystem::exists(p.run_dir + "/work/precision.json"))
-    p.report.set_precision(read_json(p.run_dir + "/work/precision.json"));
+  if (std::filesystem::exists(work::precision(p.run_dir))) p.report.set_precision(read_json(work::precision(p.run_dir)));
   if (!a.killed_by_us)
     return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status), reference_failure(p, a));
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
-  r.ref = read_json(p.run_dir + "/work/reference.json");
+  r.ref = read_json(work::result(p.run_dir, "reference"));
   for (const auto& s : r.ref["stages"]) p.report.add_stage(s);
   if (p.nproc > 1 && r.ref.value("start", nlohmann::json::object()).value("from", "") == "latest") {
     // Every rank's RNG at the start: after a world-size change some are re-derived (docs/checkpoints.md).
@@ -551,7 +551,7 @@ Step reference_worker(BuiltinRun& r) {
     start["rng_restore_per_rank"] = nlohmann::json::array({start["rng_restore"]});
     for (int rank = 1; rank < p.nproc; ++rank)
       start["rng_restore_per_rank"].push_back(
-          read_json(p.run_dir + "/work/reference-rank" + std::to_string(rank) + ".json")["start"]["rng_restore"]);
+          read_json(work::result(p.run_dir, "reference", rank))["start"]["rng_restore"]);
     p.report.set_start(start);
   }
   // 5. The kill left a torn save on disk: the evidence that restore must skip it.
@@ -575,7 +575,7 @@ Step resume_worker(BuiltinRun& r) {
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
                 with_remote(b.error.empty() ? who + " exited with status " + std::to_string(b.status) : b.error, b));
   }
-  r.res = read_json(p.run_dir + "/work/resume.json");
+  r.res = read_json(work::result(p.run_dir, "resume"));
   for (const auto& s : r.res["stages"]) p.report.add_stage(s);
   return std::nullopt;
 }
@@ -592,8 +592,8 @@ Step compare_workers(BuiltinRun& r) {
       nlohmann::json per_rank = nlohmann::json::array();
       per_rank.push_back({{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}});
       for (int rank = 1; rank < p.nproc; ++rank) {
-        const std::string sfx = "-rank" + std::to_string(rank) + ".json";
-        auto v = compare_resume(read_json(p.run_dir + "/work/reference" + sfx), read_json(p.run_dir + "/work/resume" + sfx), tol);
+        auto v = compare_resume(read_json(work::result(p.run_dir, "reference", rank)),
+                                read_json(work::result(p.run_dir, "resume", rank)), tol);
         per_rank.push_back({{"rank", rank}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
         if (v["verdict"] != "match") {
           verdict["verdict"] = v["verdict"];
@@ -615,7 +615,7 @@ Step distributed_section(BuiltinRun& r) {
   if (p.nproc > 1) {
     nlohmann::json ranks = nlohmann::json::array();
     for (int rank = 0; rank < p.nproc; ++rank) {
-      auto rj = rank == 0 ? r.ref : read_json(p.run_dir + "/work/reference-rank" + std::to_string(rank) + ".json");
+      auto rj = rank == 0 ? r.ref : read_json(work::result(p.run_dir, "reference", rank));
       auto row = rj.value("sharding", nlohmann::json::object());
       row["rank"] = rank;
       if (p.opts.nodes) {
@@ -639,7 +639,7 @@ Step distributed_section(BuiltinRun& r) {
 // 9. The plan for the long run, from what was measured (docs/plan.md).
 Step probe_and_plan(BuiltinRun& r) {
   Pilot& p = r.p;
-  auto probe = read_json(p.run_dir + "/work/probe.json");
+  auto probe = read_json(work::result(p.run_dir, "probe"));
   for (const auto& s : probe["stages"]) p.report.add_stage(s);
   p.report.set_memory_points(probe["memory_points"]);
   if (probe.contains("activation_checkpointing")) p.report.set_activation_checkpointing(probe["activation_checkpointing"]);

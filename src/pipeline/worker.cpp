@@ -40,6 +40,7 @@
 #include "activation_probe.hpp"
 #include "compat/torch_compat.hpp"
 #include "events.hpp"
+#include "work_files.hpp"
 
 namespace anchor::pipeline {
 namespace {
@@ -145,8 +146,7 @@ void write_result(const WorkerContext& ctx, const std::string& role) {
     out["world_size"] = ctx.env.world_size;
     out["backend"] = ctx.pg->backend();
   }
-  const std::string name = ctx.env.rank == 0 ? role : role + "-rank" + std::to_string(ctx.env.rank);
-  fs::atomic_write_file(ctx.run_dir + "/work/" + name + ".json", dump_json(out, 2));
+  fs::atomic_write_file(work::result(ctx.run_dir, role, ctx.env.rank), dump_json(out, 2));
 }
 
 // run.threads governs every pool the worker runs (docs/config.md): LibTorch's
@@ -314,7 +314,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   const auto diffs = st.config.is_object() ? config_differences(st.config, config::to_json(ctx.cfg))
                                            : nlohmann::json::array();
   start["config_differences"] = diffs;
-  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", dump_json(start, 2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(work::start(ctx.run_dir), dump_json(start, 2));
 
   const std::string name = std::filesystem::path(loaded->dir).filename().string();
   // Every reason it is another run's checkpoint, at once: its tensors, then its config.
@@ -356,7 +356,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   start["rng_restore"] = t.rng_restore();
   ANCHOR_LOG_INFO("pilot", "worker A starts from {} (step {}, saved by {} rank(s))", loaded->dir, loaded->step,
                   start["world_size"].get<int>());
-  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/start.json", dump_json(start, 2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(work::start(ctx.run_dir), dump_json(start, 2));
   return start;
 }
 
@@ -401,7 +401,7 @@ void precision_stage(WorkerContext& ctx, train::Trainer& t) {
   StageTimer prec("precision");
   auto v = t.validate_precision(p.precision_tolerance);
   ctx.out["precision"] = v;
-  if (ctx.env.rank == 0) fs::atomic_write_file(ctx.run_dir + "/work/precision.json", v.dump(2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(work::precision(ctx.run_dir), v.dump(2));
   const std::string verdict = v["verdict"].get<std::string>();
   if (verdict == "non_finite") {
     std::string names;
@@ -620,7 +620,7 @@ int run_worker(const WorkerOptions& opts) {
   measure::install_counting_allocator();
   WorkerContext ctx = load_context(opts);
   bind_threads(ctx.cfg.run.threads);
-  std::filesystem::create_directories(opts.run_dir + "/work");
+  std::filesystem::create_directories(work::dir(opts.run_dir));
   // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...
   // (docs/distributed.md).
   ctx.env = dist::detect_launch();

@@ -1,0 +1,21 @@
+#pragma once
+// The files a built-in worker (worker.cpp) leaves in <run dir>/work for the
+// supervisor (supervisor.cpp) to read: each name made in one place, for both.
+#include <string>
+
+namespace anchor::pipeline::work {
+
+inline std::string dir(const std::string& run_dir) { return run_dir + "/work"; }
+
+// A worker's results: <role>.json from rank 0, <role>-rank<r>.json from the
+// others; role is reference, resume or probe.
+inline std::string result(const std::string& run_dir, const std::string& role, int rank = 0) {
+  return dir(run_dir) + "/" + role + (rank == 0 ? "" : "-rank" + std::to_string(rank)) + ".json";
+}
+
+// Where worker A starts (written by rank 0 as soon as it has chosen), and the
+// precision stage's account (passed or not): both read even when worker A fails.
+inline std::string start(const std::string& run_dir) { return dir(run_dir) + "/start.json"; }
+inline std::string precision(const std::string& run_dir) { return dir(run_dir) + "/precision.json"; }
+
+}  // namespace anchor::pipeline::work
