@@ -159,7 +159,9 @@ void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, co
     if (n == "checkpoint_save")
       m["checkpoint_save"] = {{"bytes", f["bytes"]}, {"seconds", f["seconds"]}, {"gb_per_s", f["gb_per_s"]}};
     if (n == "restore")
-      m["restore"] = {{"bytes", f.value("bytes", 0)}, {"seconds", f.value("seconds", 0.0)}, {"gb_per_s", f.value("gb_per_s", 0.0)}};
+      m["restore"] = {{"bytes", f.value("bytes", 0)}, {"seconds", f.value("seconds", 0.0)}, {"gb_per_s", f.value("gb_per_s", 0.0)},
+                      {"model_build_s", f.value("model_build_s", 0.0)}, {"load_state_s", f.value("load_state_s", 0.0)},
+                      {"state_digest_s", f.value("state_digest_s", 0.0)}};
   }
   const auto& step_mem = ref.value("step_memory", nlohmann::json::object());
   m["memory"] = {{"source", step_mem.value("source", "")},

@@ -535,17 +535,23 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out["stages"];
 
+  // The stage's parts, timed apart: building the model (not restore work), reading and
+  // verifying every file (SHA-256 against the manifest: the read path), loading the tensors
+  // into the trainer, and the state digest the verdict compares.
   StageTimer restore("restore");
   auto tp = make_trainer(ctx);
   auto& t = *tp;
+  const double build_s = restore.elapsed();
   StageMemory restore_mem(t.device());
   checkpoint::Store store(ctx.ckpt_dir);
   auto loaded = store.restore_newest();
   if (!loaded)
     throw Error(ErrorKind::kVerification, "no committed checkpoint that verifies in " + ctx.ckpt_dir);
+  const double read_s = restore.elapsed() - build_s;
   const auto faults = train::RestoreFaults::from_env();
   if (faults.any()) ANCHOR_LOG_WARN("restore", "fault injection active (ANCHOR_PILOT_FAULT): this run must fail");
   t.restore(*loaded, faults);
+  const double load_s = restore.elapsed() - build_s - read_s;
   nlohmann::json skipped = nlohmann::json::array();
   for (const auto& s : loaded->skipped) skipped.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
   ctx.out["restored_step"] = loaded->step;
@@ -553,12 +559,13 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   ctx.out["skipped"] = skipped;
   ctx.out["restored_state"] = t.state_digest();
   ctx.out["rng_restore"] = t.rng_restore();
+  const double digest_s = restore.elapsed() - build_s - read_s - load_s;
   std::uint64_t restored_bytes = 0;
   for (const auto& f : loaded->manifest.value("files", nlohmann::json::array())) restored_bytes += f.value("size", 0ull);
-  const double restore_s = restore.elapsed();
   stages.push_back(restore.end({{"step", loaded->step}, {"dir", printable(loaded->dir)}, {"skipped", skipped},
-                                {"bytes", restored_bytes}, {"seconds", restore_s},
-                                {"gb_per_s", restore_s > 0 ? static_cast<double>(restored_bytes) / restore_s / 1e9 : 0.0},
+                                {"bytes", restored_bytes}, {"seconds", read_s},
+                                {"gb_per_s", read_s > 0 ? static_cast<double>(restored_bytes) / read_s / 1e9 : 0.0},
+                                {"model_build_s", build_s}, {"load_state_s", load_s}, {"state_digest_s", digest_s},
                                 {"memory", restore_mem.read()}}));
 
   StageTimer eval("eval_after_restore");
