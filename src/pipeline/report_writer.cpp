@@ -142,10 +142,11 @@ void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, co
                  {"compute_s", s["compute_s"]},
                  {"stall_percent", wall > 0 ? 100.0 * s["data_wait_s"].get<double>() / wall : 0.0},
                  {"tokens", s["tokens"]},
-                 {"tokens_per_s", tps},
+                 {"tokens_per_s", tps},  // one rank's: the plan scales per GPU
+                 {"tokens_per_s_all_ranks", tps * ref.value("world_size", 1)},
                  {"micro_batch", cfg["train"]["micro_batch"]},
                  {"grad_accum", cfg["train"]["grad_accum"]},
-                 {"world_size", 1},
+                 {"world_size", ref.value("world_size", 1)},
                  {"achieved_flops", achieved},
                  {"reference_matmul_flops", peak},
                  // An estimate: against a measured 512x512 matmul on this device, not a datasheet peak.

@@ -51,6 +51,10 @@ TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
       EXPECT_GT(s["figures"]["comm_s"].get<double>(), 0.0);
     }
   EXPECT_TRUE(train_seen);
+  // The measured step says how many ranks ran it; tokens/s is one rank's (the plan's per-GPU figure).
+  const auto& step = report["measurements"]["step"];
+  EXPECT_EQ(step["world_size"], 2);
+  EXPECT_DOUBLE_EQ(step["tokens_per_s_all_ranks"].get<double>(), 2 * step["tokens_per_s"].get<double>());
   // No GPU here: distributed.backend auto chose Gloo, and the report says so.
   EXPECT_EQ(report["distributed"]["backend"], "gloo") << report["distributed"].dump(2);
 
