@@ -17,11 +17,14 @@ _declared = None
 _pilot_made = False
 
 
+_MAX = 1 << 31  # sizes anchor plans with; larger ones are not a training step's
+
+
 def _int(name, v, allow_none=False):
     if v is None and allow_none:
         return None
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise PilotError("declare the shape", "%s is %r, expected an integer >= 1" % (name, v),
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v < _MAX:
+        raise PilotError("declare the shape", "%s is %r, expected an integer >= 1 and < 2**31" % (name, v),
                          "pass the values the training step runs with")
     return v
 
@@ -42,8 +45,9 @@ def shape(micro_batch, seq_len, *, grad_accum=1, precision="fp32", n_layer=None,
                          "use one of " + ", ".join(PRECISIONS) + " (the dtype autocast runs the step in)")
     d["precision"] = precision
     if flops_per_token is not None and (isinstance(flops_per_token, bool) or
-                                        not isinstance(flops_per_token, (int, float)) or not flops_per_token > 0):
-        raise PilotError("declare the shape", "flops_per_token is %r, expected a number > 0" % (flops_per_token,),
+                                        not isinstance(flops_per_token, (int, float)) or
+                                        not 0 < flops_per_token < 1e30):
+        raise PilotError("declare the shape", "flops_per_token is %r, expected a finite number > 0" % (flops_per_token,),
                          "training FLOPs per token (forward + backward), or leave it out")
     d["flops_per_token"] = flops_per_token
     spec = Spec.from_env()

@@ -80,10 +80,6 @@ def memory():
     return {"device": "cpu", "rss_bytes": rss}
 
 
-def _cuda_in_use():
-    return torch.cuda.is_available() and torch.cuda.is_initialized()
-
-
 def _vm_hwm():
     """Peak resident set size (VmHWM) of this process in bytes, or None."""
     try:
@@ -96,20 +92,34 @@ def _vm_hwm():
     return None
 
 
-def held_bytes():
-    """What the step's memory is counted in, now: CUDA allocated on the
-    current device, else the RSS. (device, bytes)."""
-    m = memory()
-    if m["device"] == "cpu":
-        return "cpu", m["rss_bytes"]
-    return m["device"], m["allocated_bytes"]
+def _rss():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def reset_peak():
-    """Starts a new peak window: CUDA's peak allocated, else the process's
-    VmHWM (writing 5 to /proc/self/clear_refs). True when it was reset."""
-    if _cuda_in_use():
-        torch.cuda.reset_peak_memory_stats(torch.cuda.current_device())
+def model_device(model):
+    """The torch.device the model's parameters are on (the first one's), CPU when it has none."""
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def held_bytes(device):
+    """What the step's memory is counted in, now, on `device` (a torch.device):
+    CUDA allocated there, else the process's RSS. (name, bytes)."""
+    if device.type == "cuda":
+        return "cuda:%d" % device.index, torch.cuda.memory_allocated(device)
+    return "cpu", _rss()
+
+
+def reset_peak(device):
+    """Starts a new peak window: CUDA's peak allocated on `device`, else the
+    process's VmHWM (writing 5 to /proc/self/clear_refs). True when it was reset."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
         return True
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -119,11 +129,10 @@ def reset_peak():
         return False
 
 
-def peak():
-    """(device, peak bytes since the last reset_peak(), what it is)."""
-    if _cuda_in_use():
-        dev = torch.cuda.current_device()
-        return "cuda:%d" % dev, torch.cuda.max_memory_allocated(dev), "torch.cuda.max_memory_allocated"
+def peak(device):
+    """(name, peak bytes since the last reset_peak(device), what it is)."""
+    if device.type == "cuda":
+        return "cuda:%d" % device.index, torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
     return "cpu", _vm_hwm(), "VmHWM (peak RSS of the process: interpreter, libraries and data included)"
 
 

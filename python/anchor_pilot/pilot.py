@@ -159,7 +159,8 @@ class Pilot:
                              "anchor probes only programs that declare their shape; this is a bug in anchor")
         # The step's memory: what is held before the first step (parameters
         # included), and the peak of the second step (full optimizer state).
-        self._baseline_device, self._baseline = ev.held_bytes()
+        self._device = ev.model_device(_unwrap(model))  # where the step's memory is counted
+        self._baseline_device, self._baseline = ev.held_bytes(self._device)
         self._steps_seen = 0
         self._peak_reset = False
         self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
@@ -262,13 +263,14 @@ class Pilot:
             grad_norm = grad_norm.item()
         self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
                          data_wait_s=data_wait_s, compute_s=compute_s)
-        self._steps_seen += 1
-        if self._steps_seen == 1:
-            self._peak_reset = ev.reset_peak()
-        elif self._steps_seen == 2:
-            self._step_memory(step)
         if self.digests_every and step % self.digests_every == 0:
             self.digests(step)
+        # The second step's peak: reset after the first (and after anything of the helper's in it).
+        self._steps_seen += 1
+        if self._steps_seen == 1:
+            self._peak_reset = ev.reset_peak(self._device)
+        elif self._steps_seen == 2:
+            self._step_memory(step)
 
     def _state_bytes(self):
         model = _unwrap(self.model)
@@ -286,7 +288,7 @@ class Pilot:
         """The "step_memory" line: the peak of this process's second step
         (after the first, the optimizer state exists), the state's bytes and
         what was held before the first step."""
-        device, peak_bytes, source = ev.peak()
+        device, peak_bytes, source = ev.peak(self._device)
         if not self._peak_reset:
             source += "; could not be reset after the first step: the peak of the whole process so far"
         # Held before the first step, where the peak is counted (none when the model moved to CUDA after the Pilot).
@@ -351,7 +353,7 @@ class Pilot:
         self.events.emit("checkpoint", op="save", phase="end", step=step, dir=final, bytes=nbytes,
                          seconds=time.monotonic() - t0)
         if self._steps_seen == 1:  # a save inside the measured step's window is not the step's peak
-            self._peak_reset = ev.reset_peak()
+            self._peak_reset = ev.reset_peak(self._device)
         return final
 
     def _save_distributed(self, step, own, blobs, state):
@@ -576,8 +578,10 @@ class Pilot:
                                "build the same model and optimizer as the run that saved it")
 
     # ----- end ----------------------------------------------------------------------------------------------
-    def error(self, message):
-        self.events.emit("error", message=str(message))
+    def error(self, message, kind=None):
+        """An "error" line; `kind` names the exception (RestoreError: anchor's verdict then names the
+        component the restore left different, from the digests it reported)."""
+        self.events.emit("error", message=str(message), kind=kind)
 
     def close(self):
         if not self._closed:
@@ -616,7 +620,7 @@ class Pilot:
     def __exit__(self, exc_type, exc, tb):
         if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self._say_program()
-            self.error("%s: %s" % (type(exc).__name__, exc))
+            self.error("%s: %s" % (type(exc).__name__, exc), kind=type(exc).__name__)
         self.close()
         return False
 

@@ -215,6 +215,8 @@ class Spec(support.TempDirTest):
     def test_shape_returns_the_probe_shape_under_a_probe_and_checks_its_arguments(self):
         from anchor_pilot import declare as sh
         sh._declared, sh._pilot_made = None, False
+        self.addCleanup(setattr, sh, "_pilot_made", False)
+        self.addCleanup(setattr, sh, "_declared", None)
         self.assertEqual(ap.shape(4, 64, n_layer=2, n_embd=32), (4, 64))  # standalone: the given shape
         self.assertEqual(sh._declared["probe"], True)
         os.environ["ANCHOR_PILOT_SPEC"] = self.spec(role="probe", probe={"micro_batch": 2, "seq_len": 16})
@@ -227,7 +229,9 @@ class Spec(support.TempDirTest):
             del os.environ["ANCHOR_PILOT_SPEC"]
         for bad, what in (({"micro_batch": 0}, "micro_batch is 0"), ({"seq_len": True}, "seq_len is True"),
                           ({"precision": "fp8"}, "precision is 'fp8'"),
-                          ({"flops_per_token": -1}, "flops_per_token is -1")):
+                          ({"flops_per_token": -1}, "flops_per_token is -1"),
+                          ({"flops_per_token": float("inf")}, "flops_per_token is inf"),
+                          ({"seq_len": 1 << 40}, "seq_len is 1099511627776")):
             args = dict({"micro_batch": 4, "seq_len": 64}, **bad)
             with self.assertRaises(ap.PilotError) as cm:
                 ap.shape(**args)
@@ -237,7 +241,6 @@ class Spec(support.TempDirTest):
         with self.assertRaises(ap.PilotError) as cm:
             ap.shape(4, 64)
         self.assertIn("called after the Pilot was made", str(cm.exception))
-        sh._declared, sh._pilot_made = None, False
 
     def test_from_env_uses_the_spec_over_the_standalone_arguments(self):
         path = self.spec(save_at=[3], stop_at=5)

@@ -143,6 +143,8 @@ class ProgramPilot(support.TempDirTest):
                 proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --forget, %s]" % component,
                                              run="run-" + component)
                 self.assertCaught(proc, report, component)
+                self.assertEqual(report["plan"]["status"], "not planned")  # a run that does not resume
+                self.assertIn("step", report["measurements"])
 
     def test_gpt_memory_probe_refuses_a_program_that_ignores_its_shape(self):
         proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --ignore-shape]")
@@ -151,6 +153,10 @@ class ProgramPilot(support.TempDirTest):
         self.assertIn("the memory probe at (micro_batch 2, seq_len 32) reported 128 tokens at step 1, not 64",
                       proc.stderr)
         self.assertIn("or pass probe=False", proc.stderr)
+        # The report keeps what was measured, and says why there is no plan.
+        self.assertEqual(report["measurements"]["model"]["micro_batch"], 4)
+        self.assertEqual(report["plan"]["status"], "not planned")
+        self.assertIn("the memory probe failed", report["plan"]["why"])
 
     def test_ddp_two_ranks_as_torchrun_starts_them(self):
         proc, report, _ = self.pilot("ddp")

@@ -87,8 +87,11 @@ Launch resolve_launch(const Pilot& p) {
     if (::access(found.c_str(), X_OK) != 0) found.clear();
   } else if (own_path != l.env.end()) {
     std::stringstream dirs(own_path->second);
-    for (std::string dir; found.empty() && std::getline(dirs, dir, ':');)
-      if (!dir.empty() && ::access((dir + "/" + exe).c_str(), X_OK) == 0) found = dir + "/" + exe;
+    for (std::string dir; found.empty() && std::getline(dirs, dir, ':');) {
+      if (dir.empty()) continue;
+      if (dir[0] != '/') dir = l.cwd + "/" + dir;  // the program runs in program.cwd
+      if (::access((dir + "/" + exe).c_str(), X_OK) == 0) found = dir + "/" + exe;
+    }
   } else {
     found = proc::find_on_path(exe);
   }
@@ -315,6 +318,12 @@ json model_json(const pp::Hello& h) {
   return m;
 }
 
+std::string fmt_count(long double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0Lf", v);
+  return buf;
+}
+
 // On CPU the peak is the process's VmHWM: the interpreter, its libraries and
 // the data it loaded count in it, and would not be on a GPU. What the process
 // held before its first step beyond its parameters is taken out of every
@@ -357,9 +366,12 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
                {"compute_s", median(computes)},
                {"stall_percent", step_s > 0 ? 100.0 * median(waits) / step_s : 0.0},
                {"tokens", tokens.empty() ? json() : json(tok)},
-               {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
+               {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s)},  // one rank's
+               {"tokens_per_s_all_ranks", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
                {"world_size", p.nproc}};
   if (ref.hello) m["model"] = model_json(*ref.hello);
+  // Where the program ran its step, as its step_memory line says (anchor's `device` key does not reach it).
+  if (ref.step_memory) m["model"]["device"] = ref.step_memory->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
   json mem = json::array();
   for (const auto* log : {&ref, &res})
     for (const auto& l : log->memory) {
@@ -558,8 +570,13 @@ Step pin(Run& r) {
   return std::nullopt;
 }
 
-// Whether any rank of worker B reported restored digests that differ from the reference's save of K.
+// Whether worker B ended on the helper's RestoreError (a state that differs after loading) and
+// reported restored digests that differ from the reference's save of K.
 bool restored_state_differs(const Run& r) {
+  bool restore_error = false;
+  for (const auto& [rank, res] : r.b.logs)
+    for (const auto& e : res.errors) restore_error = restore_error || e.kind == "RestoreError";
+  if (!restore_error) return false;
   for (const auto& [rank, res] : r.b.logs) {
     const auto* got = res.digests_at("restore", r.k);
     const auto ref = r.a.logs.find(rank);
@@ -631,6 +648,13 @@ void compare(Run& r) {
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
 }
 
+// The report's measurements as far as the pilot got, and a plan section that
+// says why there is no plan.
+void not_planned(Run& r, const std::string& why) {
+  r.p.report.set_section("measurements", measurements(r.p, r.a, r.b, r.k, r.probe_points));
+  r.p.report.set_section("plan", {{"status", "not planned"}, {"why", why}});
+}
+
 // The memory probe: when the program said it runs at the shape
 // anchor_pilot.shape() returns, fresh processes run two steps each at a
 // smaller micro-batch and a shorter sequence (as the built-in probe does),
@@ -641,11 +665,13 @@ Step memory_probe(Run& r) {
   const auto& h = *r.a.logs.at(0).hello;
   if (!h.shape || !h.shape->probe || !r.a.logs.at(0).step_memory) return std::nullopt;
   const std::int64_t mb = h.shape->micro_batch, T = h.shape->seq_len;
-  const std::int64_t small_mb =
-      p.cfg.pilot.memory_probe_micro_batch > 0 ? p.cfg.pilot.memory_probe_micro_batch : std::max<std::int64_t>(1, mb / 2);
+  // pilot.memory_probe_micro_batch when it is below the program's micro-batch, else half of it.
+  const std::int64_t configured = p.cfg.pilot.memory_probe_micro_batch;
+  const std::int64_t small_mb = configured > 0 && configured < mb ? configured : std::max<std::int64_t>(1, mb / 2);
   std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
   if (small_mb != mb) shapes.push_back({small_mb, T});
   if (T / 2 >= 8) shapes.push_back({mb, T / 2});
+  if (shapes.empty()) return std::nullopt;  // micro-batch 1 and a short sequence: the one point stands
   const auto t0 = Clock::now();
   json figures = json::array();
   for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -661,25 +687,33 @@ Step memory_probe(Run& r) {
     spec.checkpoint_dir = r.l.dir + "/" + tag + ".checkpoints";  // never written: a probe saves nothing
     spec.events = r.l.dir + "/" + tag + ".events.jsonl";
     Outcome o;
+    auto failed = [&](int code, const std::string& why) {
+      not_planned(r, "the memory probe failed: " + why);
+      return fail(p, "memory_probe", code, why);
+    };
     try {
       o = run_program_worker(p, r.l, spec, tag);
     } catch (const Error& e) {
-      return fail(p, "memory_probe", exit_code_for(e.kind()), with_hint(e));
+      return failed(exit_code_for(e.kind()), with_hint(e));
     }
-    if (g_signal) return interrupted_exit(p);
+    if (g_signal) {
+      not_planned(r, "interrupted in the memory probe");
+      return interrupted_exit(p);
+    }
     const std::string at = "(micro_batch " + std::to_string(pmb) + ", seq_len " + std::to_string(pT) + ")";
     const std::string hint = "; the program declared probe=True in anchor_pilot.shape(): it must build its model "
                              "and data with the shape it returns, or pass probe=False";
-    if (o.status != 0) return fail(p, "memory_probe", 1, "the memory probe at " + at + ": " + o.error + hint);
+    if (o.status != 0) return failed(1, "the memory probe at " + at + ": " + o.error + hint);
     const auto& log = o.logs[0];
     if (!log.step_memory || !log.step_memory->peak_bytes)
-      return fail(p, "memory_probe", 1, "the memory probe at " + at + " reported no step_memory line with a peak (it "
-                                        "must run 2 steps, calling Pilot.step each)" + hint);
+      return failed(1, "the memory probe at " + at + " reported no step_memory line with a peak (it must run 2 "
+                       "steps, calling Pilot.step each)" + hint);
+    // Sizes are below 2^31 each (the hello's check): their product is exact in a long double.
+    const long double expected = static_cast<long double>(pmb) * pT * h.shape->grad_accum;
     for (const auto& st : log.steps)
-      if (st.tokens && *st.tokens != pmb * pT * h.shape->grad_accum)
-        return fail(p, "memory_probe", 1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) +
-                                          " tokens at step " + std::to_string(st.step) + ", not " +
-                                          std::to_string(pmb * pT * h.shape->grad_accum) + hint);
+      if (st.tokens && static_cast<long double>(*st.tokens) != expected)
+        return failed(1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) + " tokens at step " +
+                             std::to_string(st.step) + ", not " + fmt_count(expected) + hint);
     r.probe_points.push_back(memory_point(*log.step_memory, pmb, pT, tag));
     figures.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_bytes", *log.step_memory->peak_bytes},
                        {"seconds", o.seconds}});
@@ -702,6 +736,8 @@ Step make_plan(Run& r) {
   if (!h.shape) {
     why = "the program did not declare its step's shape: call anchor_pilot.shape(micro_batch=..., seq_len=...) "
           "before building its model (docs/program.md, \"The plan\")";
+  } else if (!p.catalog_problem.empty()) {
+    why = "the device catalog: " + p.catalog_problem;
   } else if (!r.a.logs.at(0).step_memory) {
     why = "worker A sent no step_memory line (it reports the peak of the second step: does the program call "
           "Pilot.step every step?)";
@@ -713,7 +749,7 @@ Step make_plan(Run& r) {
     }
   }
   if (!m) {
-    p.report.set_section("plan", {{"status", "not planned"}, {"why", why}});
+    not_planned(r, why);
     ANCHOR_LOG_WARN("plan", "not planned: {}", why);
     return std::nullopt;
   }
@@ -740,7 +776,7 @@ int run_program_pilot(Pilot& p) {
     if (Step end = step(r)) return *end;
   compare(r);
   if (r.verdict["verdict"] != "match") {
-    p.report.set_section("measurements", measurements(p, r.a, r.b, r.k, r.probe_points));
+    not_planned(r, "the resume does not match its uninterrupted run: a run that does not resume is not planned");
     return resume_mismatch(p, r.verdict, true);
   }
   for (auto step : {memory_probe, make_plan})

@@ -130,9 +130,10 @@ Body parse_body(const std::string& type, const json& j) {
       const json& probe = need(*it, "probe", w);
       if (!probe.is_boolean()) throw bad("\"hello\".shape.probe is " + dump_json(probe) + ", expected true or false");
       sh.probe = probe.get<bool>();
-      if (sh.micro_batch < 1 || sh.seq_len < 1 || sh.grad_accum < 1 || sh.n_layer.value_or(1) < 1 ||
-          sh.n_embd.value_or(1) < 1 || !(sh.flops_per_token.value_or(1) > 0))
-        throw bad("\"hello\".shape " + dump_json(*it) + " has a size below 1 or FLOPs not above 0");
+      auto size_ok = [](std::int64_t v) { return v >= 1 && v < (std::int64_t{1} << 31); };
+      if (!size_ok(sh.micro_batch) || !size_ok(sh.seq_len) || !size_ok(sh.grad_accum) || !size_ok(sh.n_layer.value_or(1)) ||
+          !size_ok(sh.n_embd.value_or(1)) || !(sh.flops_per_token.value_or(1) > 0 && sh.flops_per_token.value_or(1) < 1e30))
+        throw bad("\"hello\".shape " + dump_json(*it) + " has a size outside 1 .. 2^31-1 or FLOPs not in (0, 1e30)");
       if (sh.precision != "fp32" && sh.precision != "bf16" && sh.precision != "fp16")
         throw bad("\"hello\".shape.precision is \"" + printable(sh.precision) + "\", expected fp32, bf16 or fp16");
       h.shape = sh;
@@ -201,9 +202,12 @@ Body parse_body(const std::string& type, const json& j) {
     m.parameters_bytes = int_field(st, "parameters", "step_memory.state");
     m.gradients_bytes = int_field(st, "gradients", "step_memory.state");
     m.optimizer_bytes = int_field(st, "optimizer", "step_memory.state");
+    for (auto v : {m.peak_bytes.value_or(0), m.baseline_bytes.value_or(0), m.parameters_bytes, m.gradients_bytes,
+                   m.optimizer_bytes})
+      if (v < 0) throw bad("\"step_memory\" has a negative byte count");
     return m;
   }
-  if (type == "error") return ErrorLine{str(j, "message", type)};
+  if (type == "error") return ErrorLine{str(j, "message", type), opt_str(j, "kind", type)};
   if (type == "program") {
     ProgramLine p;
     p.root = str(j, "root", type);

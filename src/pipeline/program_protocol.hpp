@@ -112,6 +112,7 @@ struct StepMemoryLine {
 };
 struct ErrorLine {
   std::string message;
+  std::string kind;  // the exception's class name ("RestoreError"), "" when not given
 };
 struct Distribution {
   std::string name, version, dist_info;

@@ -446,7 +446,17 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   // dist::rank_device, dist::choose_backend.
   p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
-  p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+  // A program pilot plans only when the program declares its shape: a catalog
+  // problem then leaves it unplanned (saying why) rather than refusing the pilot.
+  if (p.cfg.program.command.empty()) {
+    p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+  } else {
+    try {
+      p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+    } catch (const Error& e) {
+      p.catalog_problem = with_hint(e);
+    }
+  }
 }
 
 // 2. The run directory and checkpoint.dir, locked for this pilot's life

@@ -51,6 +51,7 @@ struct Pilot {
   Report report;
   std::string signing_key;  // resolved path; empty: the run is unsigned
   plan::Catalog catalog;
+  std::string catalog_problem;  // a program pilot's catalog that did not load: its plan says so
   int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
   std::string worker_binary;  // anchor-torch (or this binary when it has LibTorch)
 

@@ -236,13 +236,19 @@ void read_memory(const json& r, Measured& m) {
 // the attention term when it said n_layer and n_embd, or what it said.
 void read_program_model(const json& r, Measured& m) {
   m.program = true;
-  m.micro_batch = static_cast<std::int64_t>(positive(r, "/measurements/model/micro_batch"));
+  m.micro_batch = static_cast<std::int64_t>(positive(r, "/measurements/model/micro_batch"));  // bounded below
   m.seq_len = static_cast<std::int64_t>(positive(r, "/measurements/model/seq_len"));
   m.grad_accum = static_cast<int>(optional_num(r, "/measurements/model/grad_accum", 1));
   m.n_layer = static_cast<int>(optional_num(r, "/measurements/model/n_layer", 0));
   m.n_embd = optional_num(r, "/measurements/model/n_embd", 0);
   m.flops_per_token = positive(r, "/measurements/model/flops_per_token");
   m.flops_source = at(r, "/measurements/model/flops_source").get<std::string>();
+  const json::json_pointer dev("/measurements/model/device");  // where the program ran its step
+  if (r.contains(dev) && r.at(dev).is_string()) m.device = r.at(dev).get<std::string>();
+  constexpr double kMaxSize = 2147483647.0;
+  for (const char* k : {"micro_batch", "seq_len", "grad_accum", "n_layer", "n_embd"})
+    if (optional_num(r, std::string("/measurements/model/") + k, 1) > kMaxSize)
+      throw Error(ErrorKind::kUsage, std::string("report: measurements.model.") + k + " is above 2^31", kReportHint);
   if (m.grad_accum < 1)
     throw Error(ErrorKind::kUsage, "report: measurements.model.grad_accum is below 1", kReportHint);
 }
@@ -285,7 +291,7 @@ Measured measured_from_report(const json& r) {
 }
 
 MemoryModel memory_model(const Measured& m) {
-  if (m.memory_points.size() == 1) {
+  if (m.program && m.memory_points.size() == 1) {
     // Before the first step a program holds its parameters and whatever else
     // it built (interpreter, libraries, data): that part is fixed too.
     const double before = m.baseline_bytes ? std::max(0.0, *m.baseline_bytes - m.state.parameters) : 0.0;
@@ -690,6 +696,9 @@ json assumptions_of(const Measured& m, const Target& t) {
   a.push_back("sharding: ZeRO-1 divides optimizer state by the degree, ZeRO-2 also "
               "gradients, ZeRO-3/FSDP also parameters (+ one layer's gathered "
               "parameters, parameters / n_layer); the other fixed part is not sharded");
+  if (m.n_layer < 1)
+    a.push_back("n_layer unknown (the program did not give it to anchor_pilot.shape): the ZeRO-3 gather buffer is "
+                "taken as all the parameters, a pessimistic bound");
   a.push_back("device memory: catalog memory_gb x 10^9 bytes, of which budget.headroom " + fixed(t.headroom, 2) +
               " is kept free (CUDA/HIP context, fragmentation)");
   a.push_back("communication: ring collectives at the catalog's per-GPU interconnect "

@@ -210,6 +210,14 @@ TEST(ProgramProtocol, HelloShapeAndStepMemory) {
     return h;
   };
   EXPECT_THROW(pp::parse_event(with(R"("micro_batch":4)", R"("micro_batch":0)")), anchor::Error);
+  EXPECT_THROW(pp::parse_event(with(R"("seq_len":32)", R"("seq_len":2147483648)")), anchor::Error);
+  // The error line's kind, and a negative byte count refused.
+  auto err = log_of({R"({"type":"error","rank":0,"time":3,"message":"RestoreError: x","kind":"RestoreError"})"});
+  ASSERT_EQ(err.errors.size(), 1u);
+  EXPECT_EQ(err.errors[0].kind, "RestoreError");
+  EXPECT_THROW(pp::parse_event(R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":-1,)"
+                               R"("peak_source":"x","baseline_bytes":null,"state":{"parameters":1,"gradients":1,"optimizer":0}})"),
+               anchor::Error);
   EXPECT_THROW(pp::parse_event(with(R"("precision":"bf16")", R"("precision":"fp8")")), anchor::Error);
   EXPECT_THROW(pp::parse_event(with(R"("probe":true)", R"("probe":1)")), anchor::Error);
   EXPECT_THROW(pp::parse_event(R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":1,)"

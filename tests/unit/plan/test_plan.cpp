@@ -218,6 +218,10 @@ TEST(MakePlan, FromAProgramsMeasurements) {
   // The same report through the JSON overload.
   EXPECT_EQ(make_plan(program_report(), synthetic_catalog(), synthetic::synthetic_config())["memory_model"],
             p["memory_model"]);
+  // A built-in report with one point is still refused: the one-point model is a program's.
+  json builtin = synthetic::synthetic_report();
+  builtin["measurements"]["memory"]["points"] = json::array({builtin["measurements"]["memory"]["points"][0]});
+  EXPECT_THROW(make_plan(builtin, synthetic_catalog(), synthetic::synthetic_config()), anchor::Error);
   // Negative control: without its shape a program's report is refused, naming the field.
   json bad = program_report();
   bad["measurements"]["model"].erase("seq_len");
