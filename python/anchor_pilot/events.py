@@ -71,13 +71,7 @@ def memory():
                 "reserved_bytes": torch.cuda.memory_reserved(dev),
                 "max_allocated_bytes": torch.cuda.max_memory_allocated(dev),
                 "total_bytes": torch.cuda.get_device_properties(dev).total_memory}
-    rss = None
-    try:
-        with open("/proc/self/statm") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        rss = None
-    return {"device": "cpu", "rss_bytes": rss}
+    return {"device": "cpu", "rss_bytes": _rss()}
 
 
 def _vm_hwm():

@@ -166,14 +166,20 @@ RunResult run_capture(const std::vector<std::string>& argv, const SpawnOptions& 
   return r;
 }
 
-std::string find_on_path(const std::string& tool, const std::string& more_dirs) {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(std::string(path ? path : "") + ":" + more_dirs);
+std::string find_in_dirs(const std::string& tool, const std::string& dirs, const std::string& base) {
+  std::stringstream ss(dirs);
   for (std::string dir; std::getline(ss, dir, ':');) {
+    if (dir.empty()) continue;
+    if (dir[0] != '/' && !base.empty()) dir = base + "/" + dir;
     const std::string candidate = dir + "/" + tool;
-    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
+}
+
+std::string find_on_path(const std::string& tool, const std::string& more_dirs) {
+  const char* path = std::getenv("PATH");
+  return find_in_dirs(tool, std::string(path ? path : "") + ":" + more_dirs);
 }
 
 }  // namespace anchor::proc

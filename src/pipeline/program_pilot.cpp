@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "anchor/checkpoint/store.hpp"
@@ -86,12 +85,7 @@ Launch resolve_launch(const Pilot& p) {
     found = exe[0] == '/' ? exe : l.cwd + "/" + exe;
     if (::access(found.c_str(), X_OK) != 0) found.clear();
   } else if (own_path != l.env.end()) {
-    std::stringstream dirs(own_path->second);
-    for (std::string dir; found.empty() && std::getline(dirs, dir, ':');) {
-      if (dir.empty()) continue;
-      if (dir[0] != '/') dir = l.cwd + "/" + dir;  // the program runs in program.cwd
-      if (::access((dir + "/" + exe).c_str(), X_OK) == 0) found = dir + "/" + exe;
-    }
+    found = proc::find_in_dirs(exe, own_path->second, l.cwd);  // the program runs in program.cwd
   } else {
     found = proc::find_on_path(exe);
   }

@@ -19,6 +19,10 @@ std::string host_name();
 // `more_dirs` (colon-separated, e.g. "/usr/sbin:/sbin"); "" when none has it.
 std::string find_on_path(const std::string& tool, const std::string& more_dirs = "");
 
+// The same search in `dirs` (colon-separated, as a PATH value); relative
+// entries are taken relative to `base` when it is given.
+std::string find_in_dirs(const std::string& tool, const std::string& dirs, const std::string& base = "");
+
 struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or overriding) the inherited environment
   bool capture_stdout = false;             // pipe the child's stdout to Child::stdout_fd
