@@ -1,10 +1,13 @@
 """docs/program-protocol.schema.json describes the spec and the lines the helper
-really writes. A small validator for the keywords the schema uses (no
+really writes, and docs/worker-result.schema.json the results a built-in worker
+really writes (work/*.json of a real pilot, ANCHOR_BIN). A small validator for the keywords the schema uses (no
 jsonschema package here); a keyword it does not know fails the test, so the
 schema cannot silently rely on one it ignores."""
 import json
 import os
 import re
+import subprocess
+import unittest
 
 import torch
 
@@ -30,7 +33,7 @@ def validate(v, s, root, path="$"):
     for k in s:
         if k not in ANNOTATIONS and k not in ("$ref", "type", "const", "enum", "properties", "required",
                                               "additionalProperties", "items", "minimum", "minItems",
-                                              "minLength", "pattern", "oneOf"):
+                                              "minLength", "pattern", "oneOf", "allOf"):
             raise AssertionError("schema keyword %r at %s is not supported by this validator" % (k, path))
     if "$ref" in s:
         node = root
@@ -68,6 +71,8 @@ def validate(v, s, root, path="$"):
                 errs += validate(x, props[k], root, "%s.%s" % (path, k))
             elif s.get("additionalProperties") is False:
                 errs.append("%s: unexpected key %r" % (path, k))
+    for sub in s.get("allOf", []):
+        errs += validate(v, sub, root, path)
     if "oneOf" in s:
         matches = [o for o in s["oneOf"] if not validate(v, o, root, path)]
         if len(matches) != 1:
@@ -140,3 +145,54 @@ class Schema(support.TempDirTest):
         self.assertNotEqual(self.check({k: v for k, v in step1.items() if k != "loss"}, "event"), [])
         self.assertNotEqual(self.check(dict(step1, type="stepp"), "event"), [])
         self.assertNotEqual(self.check(dict(lines[0], protocol=2), "event"), [])
+
+
+WORKER_SCHEMA = os.path.join(support.REPO, "docs", "worker-result.schema.json")
+BIN = os.environ.get("ANCHOR_BIN")
+
+
+@unittest.skipUnless(BIN, "ANCHOR_BIN is unset: set it to the anchor binary (ctest sets $<TARGET_FILE:anchor>)")
+class WorkerResultSchema(support.TempDirTest):
+    """The built-in pilot's work/*.json, one rank and two, against the schema."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(WORKER_SCHEMA) as f:
+            cls.schema = json.load(f)
+
+    def check(self, value):
+        return validate(value, self.schema, self.schema)
+
+    def pilot(self, run, *extra):
+        p = subprocess.run([BIN, "pilot", os.path.join(support.REPO, "configs", "pilot.yaml"), "--run-dir",
+                            self.path(run)] + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=300, env=support.env())
+        self.assertOk(p, "anchor pilot")
+        out = {}
+        for name in sorted(os.listdir(self.path(run, "work"))):
+            if name.endswith(".json") and name not in ("start.json", "precision.json"):
+                with open(self.path(run, "work", name)) as f:
+                    out[name] = json.load(f)
+        return out
+
+    def test_one_rank(self):
+        results = self.pilot("run")
+        self.assertEqual(sorted(results), ["probe.json", "reference.json", "resume.json"])
+        for name, r in results.items():
+            self.assertEqual(self.check(r), [], name)
+        ref, res = results["reference.json"], results["resume.json"]
+        # Negative controls: the schema rejects what the supervisor's reader refuses.
+        self.assertNotEqual(self.check(dict(ref, format="anchor.worker-result/v2")), [])
+        self.assertNotEqual(self.check({k: v for k, v in ref.items() if k != "saved_state"}), [])
+        self.assertNotEqual(self.check(dict(ref, role="resume")), [])
+        bad_step = dict(res["resume_steps"][0], loss="5.5")
+        self.assertNotEqual(self.check(dict(res, resume_steps=[bad_step])), [])
+        self.assertNotEqual(self.check(dict(res, restored_state=dict(res["restored_state"], model="x"))), [])
+
+    def test_two_ranks(self):
+        results = self.pilot("run2", "--nproc-per-node", "2")
+        self.assertIn("reference-rank1.json", results)
+        self.assertIn("resume-rank1.json", results)
+        for name, r in results.items():
+            self.assertEqual(self.check(r), [], name)
+        self.assertEqual((results["reference-rank1.json"]["rank"], results["reference-rank1.json"]["world_size"]), (1, 2))

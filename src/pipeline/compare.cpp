@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
+#include <tuple>
+
+#include "anchor/error.hpp"
 
 namespace anchor::pipeline {
 namespace {
@@ -36,19 +40,18 @@ struct Checker {
   }
 
   // Differing tensors between two state digests, at most 5 named.
-  static std::string differing_tensors(const nlohmann::json& a, const nlohmann::json& b, const std::string& group) {
+  static std::string differing_tensors(const train::StateDigest& a, const train::StateDigest& b, const std::string& group) {
     std::vector<std::string> names;
-    const auto& ta = a.value("tensors", nlohmann::json::object());
-    const auto& tb = b.value("tensors", nlohmann::json::object());
     const std::string prefix = group + "/";
     std::set<std::string> keys;
-    for (auto it = ta.begin(); it != ta.end(); ++it) keys.insert(it.key());
-    for (auto it = tb.begin(); it != tb.end(); ++it) keys.insert(it.key());
+    for (const auto& [k, d] : a.tensors) keys.insert(k);
+    for (const auto& [k, d] : b.tensors) keys.insert(k);
     for (const auto& k : keys) {
       if (k.rfind(prefix, 0) != 0) continue;
-      if (!ta.contains(k)) names.push_back(k.substr(prefix.size()) + " (missing in reference)");
-      else if (!tb.contains(k)) names.push_back(k.substr(prefix.size()) + " (missing after restore)");
-      else if (ta[k] != tb[k]) names.push_back(k.substr(prefix.size()));
+      const auto ia = a.tensors.find(k), ib = b.tensors.find(k);
+      if (ia == a.tensors.end()) names.push_back(k.substr(prefix.size()) + " (missing in reference)");
+      else if (ib == b.tensors.end()) names.push_back(k.substr(prefix.size()) + " (missing after restore)");
+      else if (ia->second != ib->second) names.push_back(k.substr(prefix.size()));
     }
     std::string out;
     for (size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
@@ -56,31 +59,39 @@ struct Checker {
     return out;
   }
 
-  void states(const std::string& what, const nlohmann::json& a, const nlohmann::json& b) {
-    for (const char* g : {"model", "optimizer", "rng", "scaler"}) {
-      if (std::string(g) == "scaler" && !a.contains(g) && !b.contains(g)) continue;  // digests from before the scaler
-      if (!a.contains(g) || !b.contains(g)) {
+  // A group's digest; none when the digest predates the group (the scaler).
+  static std::optional<std::string> group_digest(const train::StateDigest& d, const std::string& g) {
+    if (g == "model") return d.model;
+    if (g == "optimizer") return d.optimizer;
+    if (g == "rng") return d.rng;
+    return d.scaler;
+  }
+
+  void states(const std::string& what, const train::StateDigest& a, const train::StateDigest& b) {
+    for (const std::string g : {"model", "optimizer", "rng", "scaler"}) {
+      const auto da = group_digest(a, g), db = group_digest(b, g);
+      if (g == "scaler" && !da && !db) continue;  // digests from before the scaler
+      if (!da || !db) {
         add(what + ": " + group_label(g), false, std::string("present on one side only"), g);
         continue;
       }
-      const bool ok = a.at(g) == b.at(g);
-      std::string detail = ok ? "digest " + a.at(g).get<std::string>().substr(0, 16) + " equal"
-                              : "differs in: " + differing_tensors(a, b, g);
-      if (!ok && tol > 0 && std::string(g) != "rng" && std::string(g) != "scaler") {
+      const bool ok = *da == *db;
+      std::string detail = ok ? "digest " + da->substr(0, 16) + " equal" : "differs in: " + differing_tensors(a, b, g);
+      if (!ok && tol > 0 && g != "rng" && g != "scaler") {
         // Under a tolerance, parameters may legitimately differ in the last bits.
         add(what + ": " + group_label(g), true, "digest differs (allowed under tolerance): " + detail, g);
         continue;
       }
       add(what + ": " + group_label(g), ok, detail, g);
     }
-    const bool ok = a.at("step") == b.at("step");
+    const bool ok = a.step == b.step;
     add(what + ": step counter", ok,
-        ok ? "step " + a.at("step").dump()
-           : "reference at step " + a.at("step").dump() + ", resumed at step " + b.at("step").dump(),
+        ok ? "step " + std::to_string(a.step)
+           : "reference at step " + std::to_string(a.step) + ", resumed at step " + std::to_string(b.step),
         "step");
   }
 
-  void steps(const nlohmann::json& ra, const nlohmann::json& rb) {
+  void steps(const std::vector<train::StepRecord>& ra, const std::vector<train::StepRecord>& rb) {
     if (ra.size() != rb.size()) {
       add("resumed steps", false,
           "reference ran " + std::to_string(ra.size()) + " steps, resume ran " + std::to_string(rb.size()), "step");
@@ -89,51 +100,53 @@ struct Checker {
     for (size_t i = 0; i < ra.size(); ++i) {
       const auto& a = ra[i];
       const auto& b = rb[i];
-      const std::string at = "step " + a.at("step").dump();
-      if (a.at("step") != b.at("step"))
-        add(at + ": step number", false, "resume ran step " + b.at("step").dump(), "step");
-      if (a.at("lr").get<double>() != b.at("lr").get<double>())
-        add(at + ": learning rate", false, "reference " + a.at("lr").dump() + ", resumed " + b.at("lr").dump(),
-            "lr_schedule");
-      if (a.at("batch_digest") != b.at("batch_digest"))
+      const std::string at = "step " + std::to_string(a.step);
+      if (a.step != b.step) add(at + ": step number", false, "resume ran step " + std::to_string(b.step), "step");
+      if (a.lr != b.lr)
+        add(at + ": learning rate", false, "reference " + num(a.lr) + ", resumed " + num(b.lr), "lr_schedule");
+      if (a.batch_digest != b.batch_digest)
         add(at + ": batch (data cursor)", false, "the resumed run saw different input tokens", "data_cursor");
       // The loss scaler (docs/precision.md): the scale used and whether the step was skipped.
-      if (a.value("loss_scale", 1.0) != b.value("loss_scale", 1.0) || a.value("skipped", false) != b.value("skipped", false))
+      if (a.loss_scale != b.loss_scale || a.skipped != b.skipped)
         add(at + ": loss scale", false,
-            "reference scale " + a.value("loss_scale", nlohmann::json(1.0)).dump() + (a.value("skipped", false) ? " (skipped)" : "") +
-                ", resumed " + b.value("loss_scale", nlohmann::json(1.0)).dump() + (b.value("skipped", false) ? " (skipped)" : ""),
+            "reference scale " + num(a.loss_scale) + (a.skipped ? " (skipped)" : "") + ", resumed " +
+                num(b.loss_scale) + (b.skipped ? " (skipped)" : ""),
             "scaler");
-      for (const char* f : {"loss", "grad_norm"}) {
-        const double x = a.at(f).get<double>(), y = b.at(f).get<double>();
+      for (const auto& [f, x, y] : {std::tuple<const char*, double, double>{"loss", a.loss, b.loss},
+                                    {"grad_norm", a.grad_norm, b.grad_norm}}) {
         const bool ok = close(x, y);
-        add(at + ": " + f, ok, ok ? "equal (" + a.at(f).dump() + ")"
-                                  : "reference " + a.at(f).dump() + ", resumed " + b.at(f).dump(),
+        add(at + ": " + f, ok, ok ? "equal (" + num(x) + ")" : "reference " + num(x) + ", resumed " + num(y),
             f == std::string("loss") ? "loss" : "gradients");
       }
     }
   }
+
+  // A figure as JSON writes it (shortest round-trip form): the report's details read as before.
+  static std::string num(double v) { return nlohmann::json(v).dump(); }
 };
 
 }  // namespace
 
-nlohmann::json compare_resume(const nlohmann::json& ref, const nlohmann::json& res, double tolerance) {
+nlohmann::json compare_resume(const WorkerResult& ref, const WorkerResult& res, double tolerance) {
+  if (!ref.saved_state || !ref.final_state || !ref.eval_loss || !res.restored_state || !res.final_state || !res.eval_loss)
+    throw Error(ErrorKind::kRuntime, "compare_resume: a worker result without its state digests or eval loss",
+                "read worker results with read_worker_result, which checks them");
   Checker c{tolerance};
   // 1. What was restored equals what was saved.
-  c.states("restored vs saved", ref.at("saved_state"), res.at("restored_state"));
+  c.states("restored vs saved", *ref.saved_state, *res.restored_state);
   const std::vector<std::string> restore_diverged = c.order;
   // 2. Eval after restore equals eval before save.
   {
-    const double a = ref.at("eval_loss").get<double>(), b = res.at("eval_loss").get<double>();
+    const double a = *ref.eval_loss, b = *res.eval_loss;
     const bool ok = c.close(a, b);
     c.add("eval after restore", ok,
-          ok ? "equal (" + ref.at("eval_loss").dump() + ")"
-             : "before save " + ref.at("eval_loss").dump() + ", after restore " + res.at("eval_loss").dump(),
+          ok ? "equal (" + Checker::num(a) + ")" : "before save " + Checker::num(a) + ", after restore " + Checker::num(b),
           "eval");
   }
   // 3. The resumed steps follow the reference step by step.
-  c.steps(ref.at("reference_steps"), res.at("resume_steps"));
+  c.steps(ref.reference_steps, res.resume_steps);
   // 4. The final state after R steps.
-  c.states("final", ref.at("final_state"), res.at("final_state"));
+  c.states("final", *ref.final_state, *res.final_state);
 
   nlohmann::json diverged = nlohmann::json::array();
   // Root causes first (state that was restored wrongly), then their consequences.

@@ -86,72 +86,78 @@ void Report::set_manifest(const nlohmann::json& m) {
 
 void Report::add_stage(const nlohmann::json& s) { j_["stages"].push_back(s); }
 
-void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, const nlohmann::json& verdict) {
-  j_["steps"] = {{"train", ref.value("train_steps", nlohmann::json::array())},
-                 {"reference", ref.value("reference_steps", nlohmann::json::array())},
-                 {"resume", res.value("resume_steps", nlohmann::json::array())}};
-  j_["eval"] = {{"before_save", ref["eval_loss"]}, {"after_restore", res["eval_loss"]},
-                {"perplexity", std::exp(ref["eval_loss"].get<double>())}};
+namespace {
+
+nlohmann::json steps_json(const std::vector<train::StepRecord>& steps) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& s : steps) a.push_back(s.to_json());
+  return a;
+}
+
+// The loss scaler: every skipped step, and the scale saved vs restored.
+nlohmann::json loss_scaler_section(const WorkerResult& ref, const WorkerResult& res) {
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const auto& [part, steps] : {std::pair<const char*, const std::vector<train::StepRecord>*>{"train", &ref.train_steps},
+                                    {"reference", &ref.reference_steps},
+                                    {"resume", &res.resume_steps}})
+    for (const auto& st : *steps)
+      if (st.skipped)
+        skipped.push_back({{"part", part}, {"step", st.step}, {"loss_scale", st.loss_scale}, {"nonfinite_grad", st.nonfinite_grad}});
+  return {{"enabled", ref.loss_scaler_enabled},
+          {"skipped_steps", skipped},
+          {"saved_scale", ref.saved_state->loss_scale},
+          {"restored_scale", res.restored_state->loss_scale},
+          {"final_scale", res.final_state->loss_scale}};
+}
+
+// measurements.step: the measured step is the last of the K training steps,
+// the first with full optimizer state.
+nlohmann::json step_section(const WorkerResult& ref, const nlohmann::json& cfg, const nlohmann::json& model) {
+  const auto& s = ref.train_steps.back();
+  const double wall = s.compute_s + s.data_wait_s;
+  const double tps = wall > 0 ? static_cast<double>(s.tokens) / wall : 0.0;
+  const double achieved = model.value("flops_per_token", 0.0) * tps;
+  const double peak = ref.matmul_flops;
+  return {{"step", s.step},
+          {"seconds", wall},
+          {"data_wait_s", s.data_wait_s},
+          {"compute_s", s.compute_s},
+          {"stall_percent", wall > 0 ? 100.0 * s.data_wait_s / wall : 0.0},
+          {"tokens", s.tokens},
+          {"tokens_per_s", tps},  // one rank's: the plan scales per GPU
+          {"tokens_per_s_all_ranks", tps * ref.world_size},
+          {"micro_batch", cfg["train"]["micro_batch"]},
+          {"grad_accum", cfg["train"]["grad_accum"]},
+          {"world_size", ref.world_size},
+          {"achieved_flops", achieved},
+          {"reference_matmul_flops", peak},
+          // An estimate: against a measured 512x512 matmul on this device, not a datasheet peak.
+          {"mfu_estimate", peak > 0 ? achieved / peak : 0.0}};
+}
+
+}  // namespace
+
+void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const nlohmann::json& verdict) {
+  j_["steps"] = {{"train", steps_json(ref.train_steps)},
+                 {"reference", steps_json(ref.reference_steps)},
+                 {"resume", steps_json(res.resume_steps)}};
+  j_["eval"] = {{"before_save", *ref.eval_loss}, {"after_restore", *res.eval_loss},
+                {"perplexity", std::exp(*ref.eval_loss)}};
   j_["resume"] = verdict;
-  j_["resume"]["saved_step"] = ref["saved_step"];
-  j_["resume"]["restored_step"] = res["restored_step"];
-  j_["resume"]["skipped"] = res["skipped"];
-  auto groups = [](const nlohmann::json& d) {
-    nlohmann::json g{{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
-    if (d.contains("scaler")) {
-      g["scaler"] = d["scaler"];
-      g["loss_scale"] = d.value("loss_scale", 1.0);
-    }
-    return g;
-  };
-  j_["resume"]["state_digests"] = {{"saved", groups(ref["saved_state"])},
-                                   {"restored", groups(res["restored_state"])},
-                                   {"final_reference", groups(ref["final_state"])},
-                                   {"final_resume", groups(res["final_state"])}};
+  j_["resume"]["saved_step"] = *ref.saved_step;
+  j_["resume"]["restored_step"] = *res.restored_step;
+  j_["resume"]["skipped"] = res.skipped;
+  j_["resume"]["state_digests"] = {{"saved", ref.saved_state->groups_json()},
+                                   {"restored", res.restored_state->groups_json()},
+                                   {"final_reference", ref.final_state->groups_json()},
+                                   {"final_resume", res.final_state->groups_json()}};
+  j_["loss_scaler"] = loss_scaler_section(ref, res);
 
-  // The loss scaler: every skipped step, and the scale saved vs restored.
-  {
-    nlohmann::json skipped = nlohmann::json::array();
-    for (const char* part : {"train", "reference", "resume"})
-      for (const auto& st : j_["steps"][part])
-        if (st.value("skipped", false))
-          skipped.push_back({{"part", part}, {"step", st["step"]}, {"loss_scale", st.value("loss_scale", 1.0)},
-                             {"nonfinite_grad", st.value("nonfinite_grad", "")}});
-    j_["loss_scaler"] = {{"enabled", ref.value("loss_scaler_enabled", false)},
-                         {"skipped_steps", skipped},
-                         {"saved_scale", ref["saved_state"].value("loss_scale", 1.0)},
-                         {"restored_scale", res["restored_state"].value("loss_scale", 1.0)},
-                         {"final_scale", res["final_state"].value("loss_scale", 1.0)}};
-  }
-
-  // Measurements (docs/report.md): the measured step is the last of the K
-  // training steps, the first with full optimizer state.
+  // Measurements (docs/report.md).
   const auto& cfg = j_["config"];
-  const auto& train = ref["train_steps"];
   nlohmann::json m = nlohmann::json::object();
-  m["model"] = ref.value("model", nlohmann::json::object());
-  if (!train.empty()) {
-    const auto& s = train.back();
-    const double wall = s["compute_s"].get<double>() + s["data_wait_s"].get<double>();
-    const double tps = wall > 0 ? s["tokens"].get<double>() / wall : 0.0;
-    const double achieved = m["model"].value("flops_per_token", 0.0) * tps;
-    const double peak = ref.value("matmul_flops", 0.0);
-    m["step"] = {{"step", s["step"]},
-                 {"seconds", wall},
-                 {"data_wait_s", s["data_wait_s"]},
-                 {"compute_s", s["compute_s"]},
-                 {"stall_percent", wall > 0 ? 100.0 * s["data_wait_s"].get<double>() / wall : 0.0},
-                 {"tokens", s["tokens"]},
-                 {"tokens_per_s", tps},  // one rank's: the plan scales per GPU
-                 {"tokens_per_s_all_ranks", tps * ref.value("world_size", 1)},
-                 {"micro_batch", cfg["train"]["micro_batch"]},
-                 {"grad_accum", cfg["train"]["grad_accum"]},
-                 {"world_size", ref.value("world_size", 1)},
-                 {"achieved_flops", achieved},
-                 {"reference_matmul_flops", peak},
-                 // An estimate: against a measured 512x512 matmul on this device, not a datasheet peak.
-                 {"mfu_estimate", peak > 0 ? achieved / peak : 0.0}};
-  }
+  m["model"] = ref.model;
+  m["step"] = step_section(ref, cfg, ref.model);
   nlohmann::json stages = nlohmann::json::object();
   for (const auto& st : j_["stages"]) {
     const std::string n = st.value("stage", "");
@@ -164,16 +170,16 @@ void Report::set_resume(const nlohmann::json& ref, const nlohmann::json& res, co
                       {"model_build_s", f.value("model_build_s", 0.0)}, {"load_state_s", f.value("load_state_s", 0.0)},
                       {"state_digest_s", f.value("state_digest_s", 0.0)}};
   }
-  const auto& step_mem = ref.value("step_memory", nlohmann::json::object());
+  const auto& step_mem = ref.step_memory;
   m["memory"] = {{"source", step_mem.value("source", "")},
                  {"precision", cfg["train"]["precision"]},
                  {"step", step_mem},
-                 {"state_bytes", ref.value("state_bytes", nlohmann::json::object())},
+                 {"state_bytes", ref.state_bytes.to_json()},
                  {"stages", stages},
                  {"points", nlohmann::json::array()},
                  {"device_total_bytes", step_mem.contains("device_total_bytes") ? step_mem["device_total_bytes"] : nlohmann::json()},
-                 {"workers", {{"reference", ref.value("memory", nlohmann::json::object())},
-                              {"resume", res.value("memory", nlohmann::json::object())}}}};
+                 {"workers", {{"reference", {{"rss_bytes", ref.rss_bytes}, {"peak_rss_bytes", ref.peak_rss_bytes}}},
+                              {"resume", {{"rss_bytes", res.rss_bytes}, {"peak_rss_bytes", res.peak_rss_bytes}}}}}};
   j_["measurements"] = m;
 }
 

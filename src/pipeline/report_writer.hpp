@@ -6,6 +6,7 @@
 #include <string>
 
 #include "anchor/config/config.hpp"
+#include "anchor/pipeline/worker_result.hpp"
 
 namespace anchor::pipeline {
 
@@ -14,7 +15,9 @@ class Report {
   void begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path);
   void set_manifest(const nlohmann::json& manifest);
   void add_stage(const nlohmann::json& stage);
-  void set_resume(const nlohmann::json& reference, const nlohmann::json& resume, const nlohmann::json& verdict);
+  // steps, eval, resume (the verdict and the state digests), loss_scaler and
+  // measurements, from worker A's and worker B's results.
+  void set_resume(const WorkerResult& reference, const WorkerResult& resume, const nlohmann::json& verdict);
   void set_memory_points(const nlohmann::json& points);
   // measurements.activation_checkpointing: both sides of the trade (activation_probe.hpp).
   void set_activation_checkpointing(const nlohmann::json& figures);

@@ -407,7 +407,8 @@ struct BuiltinRun {
   Pilot& p;
   const PilotOptions& opts;
   WorkerOutcome a, b;
-  nlohmann::json ref, res, verdict;  // work/reference.json, work/resume.json, the comparison
+  WorkerResult ref, res;   // work/reference.json, work/resume.json (rank 0)
+  nlohmann::json verdict;  // the comparison
 };
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
@@ -553,15 +554,20 @@ Step reference_worker(BuiltinRun& r) {
     return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status), reference_failure(p, a));
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
-  r.ref = read_json(work::result(p.run_dir, "reference"));
-  for (const auto& s : r.ref["stages"]) p.report.add_stage(s);
-  if (p.nproc > 1 && r.ref.value("start", nlohmann::json::object()).value("from", "") == "latest") {
-    // Every rank's RNG at the start: after a world-size change some are re-derived (docs/checkpoints.md).
-    auto start = r.ref["start"];
-    start["rng_restore_per_rank"] = nlohmann::json::array({start["rng_restore"]});
+  std::vector<WorkerResult> others;  // ranks 1..n-1
+  try {
+    r.ref = read_worker_result(work::result(p.run_dir, "reference"), "reference");
     for (int rank = 1; rank < p.nproc; ++rank)
-      start["rng_restore_per_rank"].push_back(
-          read_json(work::result(p.run_dir, "reference", rank))["start"]["rng_restore"]);
+      others.push_back(read_worker_result(work::result(p.run_dir, "reference", rank), "reference"));
+  } catch (const Error& e) {
+    return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
+  }
+  for (const auto& s : r.ref.stages) p.report.add_stage(s);
+  if (p.nproc > 1 && r.ref.start.value("from", "") == "latest") {
+    // Every rank's RNG at the start: after a world-size change some are re-derived (docs/checkpoints.md).
+    auto start = r.ref.start;
+    start["rng_restore_per_rank"] = nlohmann::json::array({start.value("rng_restore", nlohmann::json())});
+    for (const auto& o : others) start["rng_restore_per_rank"].push_back(o.start.value("rng_restore", nlohmann::json()));
     p.report.set_start(start);
   }
   // 5. The kill left a torn save on disk: the evidence that restore must skip it.
@@ -585,14 +591,17 @@ Step resume_worker(BuiltinRun& r) {
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
                 with_remote(b.error.empty() ? who + " exited with status " + std::to_string(b.status) : b.error, b));
   }
-  r.res = read_json(work::result(p.run_dir, "resume"));
-  for (const auto& s : r.res["stages"]) p.report.add_stage(s);
+  try {
+    r.res = read_worker_result(work::result(p.run_dir, "resume"), "resume");
+  } catch (const Error& e) {
+    return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
+  }
+  for (const auto& s : r.res.stages) p.report.add_stage(s);
   return std::nullopt;
 }
 
-// 7. Compare B with A: bitwise on CPU; with several ranks every rank's resume
-//    against its own reference (its batches, its RNG).
-Step compare_workers(BuiltinRun& r) {
+// The verdict: rank 0's, and with several ranks every rank's against its own reference.
+void compare_ranks(BuiltinRun& r) {
   Pilot& p = r.p;
   nlohmann::json& verdict = r.verdict;
   p.stage("compare", [&] {
@@ -602,8 +611,8 @@ Step compare_workers(BuiltinRun& r) {
       nlohmann::json per_rank = nlohmann::json::array();
       per_rank.push_back({{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}});
       for (int rank = 1; rank < p.nproc; ++rank) {
-        auto v = compare_resume(read_json(work::result(p.run_dir, "reference", rank)),
-                                read_json(work::result(p.run_dir, "resume", rank)), tol);
+        auto v = compare_resume(read_worker_result(work::result(p.run_dir, "reference", rank), "reference"),
+                                read_worker_result(work::result(p.run_dir, "resume", rank), "resume"), tol);
         per_rank.push_back({{"rank", rank}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
         if (v["verdict"] != "match") {
           verdict["verdict"] = v["verdict"];
@@ -615,7 +624,18 @@ Step compare_workers(BuiltinRun& r) {
     return nlohmann::json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]},
                           {"world_size", p.nproc}, {"per_rank", verdict.value("per_rank", nlohmann::json::array())}};
   });
-  p.report.set_resume(r.ref, r.res, verdict);
+}
+
+// 7. Compare B with A: bitwise on CPU; with several ranks every rank's resume
+//    against its own reference (its batches, its RNG).
+Step compare_workers(BuiltinRun& r) {
+  Pilot& p = r.p;
+  try {
+    compare_ranks(r);
+  } catch (const Error& e) {  // another rank's results that do not read
+    return fail(p, "compare", exit_code_for(e.kind()), with_hint(e));
+  }
+  p.report.set_resume(r.ref, r.res, r.verdict);
   return std::nullopt;
 }
 
@@ -625,20 +645,20 @@ Step distributed_section(BuiltinRun& r) {
   if (p.nproc > 1) {
     nlohmann::json ranks = nlohmann::json::array();
     for (int rank = 0; rank < p.nproc; ++rank) {
-      auto rj = rank == 0 ? r.ref : read_json(work::result(p.run_dir, "reference", rank));
-      auto row = rj.value("sharding", nlohmann::json::object());
+      const auto rj = rank == 0 ? r.ref : read_worker_result(work::result(p.run_dir, "reference", rank), "reference");
+      auto row = rj.sharding.is_object() ? rj.sharding : nlohmann::json::object();
       row["rank"] = rank;
       if (p.opts.nodes) {
         row["node"] = rank / p.opts.nodes->local_world_size();
         row["host"] = p.opts.nodes->host(rank / p.opts.nodes->local_world_size());
       }
-      row["comm_s"] = rj["train_steps"].empty() ? 0.0 : rj["train_steps"].back().value("comm_s", 0.0);
+      row["comm_s"] = rj.train_steps.back().comm_s;  // the measured step
       ranks.push_back(row);
     }
     p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc},
-                              {"backend", r.ref.value("backend", "")},
+                              {"backend", r.ref.backend},
                               {"nodes", p.opts.nodes ? p.opts.nodes->count() : 1}, {"per_rank", ranks},
-                              {"rng_restore", r.res.value("rng_restore", nlohmann::json::object())}});
+                              {"rng_restore", r.res.rng_restore}});
   }
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
   return std::nullopt;
@@ -649,10 +669,25 @@ Step distributed_section(BuiltinRun& r) {
 // 9. The plan for the long run, from what was measured (docs/plan.md).
 Step probe_and_plan(BuiltinRun& r) {
   Pilot& p = r.p;
-  auto probe = read_json(work::result(p.run_dir, "probe"));
-  for (const auto& s : probe["stages"]) p.report.add_stage(s);
-  p.report.set_memory_points(probe["memory_points"]);
-  if (probe.contains("activation_checkpointing")) p.report.set_activation_checkpointing(probe["activation_checkpointing"]);
+  WorkerResult probe;
+  try {
+    probe = read_worker_result(work::result(p.run_dir, "probe"), "probe");
+  } catch (const Error& e) {
+    return fail(p, "memory_probe", exit_code_for(e.kind()), with_hint(e));
+  }
+  for (const auto& s : probe.stages) p.report.add_stage(s);
+  // One rank: the configured shape's point is worker A's measured step (the probe measures only the others).
+  nlohmann::json points = nlohmann::json::array();
+  if (p.nproc == 1) {
+    const auto& sm = r.ref.step_memory;
+    points.push_back({{"micro_batch", p.cfg.train.micro_batch}, {"seq_len", p.cfg.data.seq_len},
+                      {"peak_allocated_bytes", sm.value("peak_allocated_bytes", nlohmann::json())},
+                      {"peak_reserved_bytes", sm.value("peak_reserved_bytes", nlohmann::json(-1))},
+                      {"state_bytes", r.ref.state_bytes.to_json()}, {"from", "reference"}});
+  }
+  for (const auto& pt : probe.memory_points) points.push_back(pt);
+  p.report.set_memory_points(points);
+  if (!probe.activation_checkpointing.is_null()) p.report.set_activation_checkpointing(probe.activation_checkpointing);
   try {
     p.stage("plan", [&] {
       auto plan = plan::make_plan(p.report.json(), p.catalog, p.cfg);

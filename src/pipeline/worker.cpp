@@ -33,6 +33,7 @@
 #include "anchor/measure/memory.hpp"
 #include "anchor/measure/proc.hpp"
 #include "anchor/pipeline/pilot.hpp"
+#include "anchor/pipeline/worker_result.hpp"
 #include "anchor/train/saved_state.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
@@ -53,7 +54,7 @@ struct WorkerContext {
   dist::LaunchEnv env;                   // rank and world (one rank: the defaults)
   std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
   std::string device;                      // this rank's device (dist::rank_device); empty: cfg.device
-  nlohmann::json out = nlohmann::json::object();  // becomes work/<role>.json
+  WorkerResult out;                        // becomes work/<role>.json
 };
 
 WorkerContext load_context(const WorkerOptions& opts) {
@@ -71,7 +72,6 @@ WorkerContext load_context(const WorkerOptions& opts) {
   else
     ctx.ckpt_dir = ctx.cfg.checkpoint.dir.empty() ? opts.run_dir + "/checkpoints"
                                                   : config::resolve_path(ctx.cfg, ctx.cfg.checkpoint.dir);
-  ctx.out["stages"] = nlohmann::json::array();
   return ctx;
 }
 
@@ -85,13 +85,8 @@ class StageMemory {
   std::string device_;
 };
 
-nlohmann::json state_bytes_json(const train::Trainer& t) {
-  const auto b = t.state_bytes();
-  return {{"parameters", b.parameters}, {"gradients", b.gradients}, {"optimizer", b.optimizer}};
-}
-
-nlohmann::json run_steps(train::Trainer& t, int n) {
-  nlohmann::json steps = nlohmann::json::array();
+std::vector<train::StepRecord> run_steps(train::Trainer& t, int n) {
+  std::vector<train::StepRecord> steps;
   for (int i = 0; i < n; ++i) {
     auto r = t.train_step();
     ANCHOR_LOG_INFO("train_step", "step={} loss={:.4f} grad_norm={:.4f} lr={:.3e} ({:.3f}s)", r.step, r.loss,
@@ -105,7 +100,7 @@ nlohmann::json run_steps(train::Trainer& t, int n) {
                       (r.nonfinite_grad.empty() ? std::string() : " (gradient of " + r.nonfinite_grad + ")"),
                   "with train.precision bf16/fp16 turn on train.loss_scale.enabled to skip such steps; else "
                   "lower train.optimizer.lr or check the data (docs/precision.md)");
-    steps.push_back(r.to_json());
+    steps.push_back(r);
   }
   return steps;
 }
@@ -135,18 +130,19 @@ nlohmann::json save_figures(const checkpoint::SaveResult& s) {
           {"gb_per_s", s.seconds > 0 ? static_cast<double>(s.bytes) / s.seconds / 1e9 : 0.0}};
 }
 
-void write_result(const WorkerContext& ctx, const std::string& role) {
+void write_result(WorkerContext& ctx, const std::string& role) {
   auto mem = measure::read_proc_memory();
-  nlohmann::json out = ctx.out;
-  out["role"] = role;
-  out["pid"] = ::getpid();
-  out["memory"] = {{"rss_bytes", mem.rss_bytes}, {"peak_rss_bytes", mem.hwm_bytes}};
+  WorkerResult& out = ctx.out;
+  out.role = role;
+  out.pid = ::getpid();
+  out.rss_bytes = static_cast<std::int64_t>(mem.rss_bytes);
+  out.peak_rss_bytes = static_cast<std::int64_t>(mem.hwm_bytes);
   if (ctx.env.distributed()) {
-    out["rank"] = ctx.env.rank;
-    out["world_size"] = ctx.env.world_size;
-    out["backend"] = ctx.pg->backend();
+    out.rank = ctx.env.rank;
+    out.world_size = ctx.env.world_size;
+    out.backend = ctx.pg->backend();
   }
-  fs::atomic_write_file(work::result(ctx.run_dir, role, ctx.env.rank), dump_json(out, 2));
+  fs::atomic_write_file(work::result(ctx.run_dir, role, ctx.env.rank), dump_json(out.to_json(), 2));
 }
 
 // run.threads governs every pool the worker runs (docs/config.md): LibTorch's
@@ -190,7 +186,7 @@ void pin_stage(WorkerContext& ctx, bool use_cache) {
     m["threads"] = threads_json(ctx.cfg.run.threads);
     fs::atomic_write_file(path, m.dump(2));
   }
-  ctx.out["stages"].push_back(pin.end({{"manifest", "manifest.json"},
+  ctx.out.stages.push_back(pin.end({{"manifest", "manifest.json"},
                                        {"manifest_sha256", sha256_hex(m.dump(2))},
                                        {"reused", reused},
                                        {"shared_libraries", m["dependencies"]["shared_libraries"].size()},
@@ -360,7 +356,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   return start;
 }
 
-// Worker A's steps (run_reference), each appending its stage record to ctx.out["stages"].
+// Worker A's steps (run_reference), each appending its stage record to ctx.out.stages.
 
 // Pin (rank 0), build the trainer, and place the start: initialisation or the
 // newest committed checkpoint (restored).
@@ -372,14 +368,14 @@ std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cac
   auto& t = *tp;
   const nlohmann::json start = ctx.cfg.pilot.start_from == "latest" ? restore_start(ctx, t)
                                                                     : nlohmann::json{{"from", "init"}};
-  ctx.out["start"] = start;
-  ctx.out["model"] = {{"parameters", t.num_parameters()}, {"n_layer", ctx.cfg.model.n_layer},
+  ctx.out.start = start;
+  ctx.out.model = {{"parameters", t.num_parameters()}, {"n_layer", ctx.cfg.model.n_layer},
                       {"n_head", ctx.cfg.model.n_head}, {"n_embd", ctx.cfg.model.n_embd},
                       {"vocab_size", ctx.cfg.model.vocab_size}, {"seq_len", ctx.cfg.data.seq_len},
                       {"flops_per_token", t.flops_per_token()}, {"source", ctx.cfg.model.source},
                       {"flops_per_token_note", t.model().flops_note()},
                       {"attention", t.model().attention()}};
-  ctx.out["stages"].push_back(load.end({{"parameters", t.num_parameters()},
+  ctx.out.stages.push_back(load.end({{"parameters", t.num_parameters()},
                                         {"attention", t.model().attention()},
                                         {"device", t.device()},
                                         {"train_windows", t.dataset().train().size()},
@@ -388,7 +384,7 @@ std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cac
                                         {"start_from", start["from"]},
                                         {"start_step", t.step()},
                                         {"memory", load_mem.read()}}));
-  ctx.out["loss_scaler_enabled"] = t.loss_scaler().enabled();
+  ctx.out.loss_scaler_enabled = t.loss_scaler().enabled();
   return tp;
 }
 
@@ -400,7 +396,7 @@ void precision_stage(WorkerContext& ctx, train::Trainer& t) {
   const auto& p = ctx.cfg.pilot;
   StageTimer prec("precision");
   auto v = t.validate_precision(p.precision_tolerance);
-  ctx.out["precision"] = v;
+  ctx.out.precision = v;
   if (ctx.env.rank == 0) fs::atomic_write_file(work::precision(ctx.run_dir), v.dump(2));
   const std::string verdict = v["verdict"].get<std::string>();
   if (verdict == "non_finite") {
@@ -413,7 +409,7 @@ void precision_stage(WorkerContext& ctx, train::Trainer& t) {
   if (verdict == "flagged")
     ANCHOR_LOG_WARN("precision", "{} differs from fp32 beyond pilot.precision_tolerance {} (report.json precision)",
                     ctx.cfg.train.precision, p.precision_tolerance);
-  ctx.out["stages"].push_back(prec.end({{"precision", ctx.cfg.train.precision},
+  ctx.out.stages.push_back(prec.end({{"precision", ctx.cfg.train.precision},
                                         {"verdict", verdict},
                                         {"loss_rel_diff", v["loss"]["rel_diff"]},
                                         {"grad_norm_rel_diff", v["grad_norm"]["rel_diff"]},
@@ -429,26 +425,26 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
   const auto& p = ctx.cfg.pilot;
   const std::string dev = t.device();
   StageTimer train("train");
-  ctx.out["train_steps"] = run_steps(t, p.steps_before_save - 1);
+  auto& steps = ctx.out.train_steps;
+  steps = run_steps(t, p.steps_before_save - 1);
   StageMemory step_mem(dev);
-  auto measured = run_steps(t, 1);
-  ctx.out["step_memory"] = step_mem.read();
-  if (auto smi = measure::device_smi_report(dev); !smi.empty()) ctx.out["step_memory"]["device_report"] = smi;
-  ctx.out["state_bytes"] = state_bytes_json(t);
-  if (ctx.pg) ctx.out["sharding"] = t.sharding();  // this rank's state vs DDP's, after the measured step
-  ctx.out["train_steps"].push_back(measured[0]);
-  const auto& last = measured[0];
-  const double step_s = last["compute_s"].get<double>() + last["data_wait_s"].get<double>();
-  ctx.out["matmul_flops"] = measure::measured_matmul_flops(dev);
-  ctx.out["stages"].push_back(
+  const train::StepRecord last = run_steps(t, 1).at(0);
+  ctx.out.step_memory = step_mem.read();
+  if (auto smi = measure::device_smi_report(dev); !smi.empty()) ctx.out.step_memory["device_report"] = smi;
+  ctx.out.state_bytes = t.state_bytes();
+  if (ctx.pg) ctx.out.sharding = t.sharding();  // this rank's state vs DDP's, after the measured step
+  steps.push_back(last);
+  const double step_s = last.compute_s + last.data_wait_s;
+  ctx.out.matmul_flops = measure::measured_matmul_flops(dev);
+  ctx.out.stages.push_back(
       train.end({{"steps", p.steps_before_save},
-                 {"first_step", ctx.out["train_steps"].empty() ? last["step"] : ctx.out["train_steps"][0]["step"]},
-                 {"measured_step", last["step"]},
+                 {"first_step", steps.front().step},
+                 {"measured_step", last.step},
                  {"step_seconds", step_s},
-                 {"tokens_per_s", step_s > 0 ? last["tokens"].get<double>() / step_s : 0.0},
+                 {"tokens_per_s", step_s > 0 ? static_cast<double>(last.tokens) / step_s : 0.0},
                  {"world_size", ctx.env.world_size},
-                 {"comm_s", last.value("comm_s", 0.0)},
-                 {"memory", ctx.out["step_memory"]}}));
+                 {"comm_s", last.comm_s},
+                 {"memory", ctx.out.step_memory}}));
 }
 
 double eval_stage(WorkerContext& ctx, train::Trainer& t) {
@@ -456,8 +452,8 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   StageTimer eval("eval");
   StageMemory eval_mem(t.device());
   const double eval_loss = t.evaluate(p.eval_batches);
-  ctx.out["eval_loss"] = eval_loss;
-  ctx.out["stages"].push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)},
+  ctx.out.eval_loss = eval_loss;
+  ctx.out.stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)},
                                         {"batches", p.eval_batches}, {"memory", eval_mem.read()}}));
   return eval_loss;
 }
@@ -466,19 +462,19 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
 void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store, double eval_loss) {
   StageTimer save("checkpoint_save");
   StageMemory save_mem(t.device());
-  ctx.out["saved_state"] = t.state_digest();
+  ctx.out.saved_state = t.digest();
   // The run and its config travel in state.json: a later pilot starting from
   // this checkpoint names the run and compares the configs.
   auto saved = save_checkpoint(ctx, t, store,
                                {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}});
-  ctx.out["saved_step"] = t.step();
+  ctx.out.saved_step = t.step();
   // Only after a newer commit, never the newest valid one.
   if (saved)
     for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
       ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
   save_fig["memory"] = save_mem.read();
-  ctx.out["stages"].push_back(save.end(save_fig));
+  ctx.out.stages.push_back(save.end(save_fig));
 }
 
 // The second save: the supervisor SIGKILLs us once the first file is on disk,
@@ -507,9 +503,9 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   save_stage(ctx, t, store, eval_loss);
 
   StageTimer ref("reference");
-  ctx.out["reference_steps"] = run_steps(t, ctx.cfg.pilot.steps_after_resume);
-  ctx.out["final_state"] = t.state_digest();
-  ctx.out["stages"].push_back(ref.end({{"steps", ctx.cfg.pilot.steps_after_resume}}));
+  ctx.out.reference_steps = run_steps(t, ctx.cfg.pilot.steps_after_resume);
+  ctx.out.final_state = t.digest();
+  ctx.out.stages.push_back(ref.end({{"steps", ctx.cfg.pilot.steps_after_resume}}));
   write_result(ctx, "reference");
   killed_save(ctx, t, store);
 }
@@ -527,13 +523,13 @@ int run_resume(WorkerContext& ctx) {
   // The resumed run's trainer is gone: the probe (rank 0 only, one process,
   // no collectives) measures from an empty allocator, and saves the start-up
   // of a process of its own.
-  ctx.out = {{"stages", nlohmann::json::array()}};
+  ctx.out = WorkerResult{};
   return run_probe(ctx);
 }
 
 void resume_from_checkpoint(WorkerContext& ctx) {
   const auto& p = ctx.cfg.pilot;
-  auto& stages = ctx.out["stages"];
+  auto& stages = ctx.out.stages;
 
   // The stage's parts, timed apart: building the model (not restore work), reading and
   // verifying every file (SHA-256 against the manifest: the read path), loading the tensors
@@ -554,11 +550,11 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   const double load_s = restore.elapsed() - build_s - read_s;
   nlohmann::json skipped = nlohmann::json::array();
   for (const auto& s : loaded->skipped) skipped.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
-  ctx.out["restored_step"] = loaded->step;
-  ctx.out["restored_dir"] = printable(loaded->dir);
-  ctx.out["skipped"] = skipped;
-  ctx.out["restored_state"] = t.state_digest();
-  ctx.out["rng_restore"] = t.rng_restore();
+  ctx.out.restored_step = loaded->step;
+  ctx.out.restored_dir = printable(loaded->dir);
+  ctx.out.skipped = skipped;
+  ctx.out.restored_state = t.digest();
+  ctx.out.rng_restore = t.rng_restore();
   const double digest_s = restore.elapsed() - build_s - read_s - load_s;
   std::uint64_t restored_bytes = 0;
   for (const auto& f : loaded->manifest.value("files", nlohmann::json::array())) restored_bytes += f.value("size", 0ull);
@@ -570,27 +566,32 @@ void resume_from_checkpoint(WorkerContext& ctx) {
 
   StageTimer eval("eval_after_restore");
   const double eval_loss = t.evaluate(p.eval_batches);
-  ctx.out["eval_loss"] = eval_loss;
+  ctx.out.eval_loss = eval_loss;
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
 
   StageTimer resume("resume");
-  ctx.out["resume_steps"] = run_steps(t, p.steps_after_resume);
-  ctx.out["final_state"] = t.state_digest();
+  ctx.out.resume_steps = run_steps(t, p.steps_after_resume);
+  ctx.out.final_state = t.digest();
   stages.push_back(resume.end({{"steps", p.steps_after_resume}}));
   write_result(ctx, "resume");
 }
 
-// The memory probe: the step's peak at the configured micro-batch and at a
-// smaller micro-batch and a shorter sequence, each a fresh trainer's second
-// step (full optimizer state), with the configured gradient accumulation.
-// These points let the plan separate the fixed state from per-token
-// activations. Runs in the resume worker after its results are written and its
-// trainer destroyed, so it never touches the reference or the resumed run.
+// The memory probe: the step's peak at a smaller micro-batch and a shorter
+// sequence, each a fresh trainer's second step (full optimizer state), with
+// the configured gradient accumulation. With worker A's measured step (the
+// configured shape, measured the same way: a step with full optimizer state,
+// the peak reset right before it) these points let the plan separate the fixed
+// state from per-token activations; the supervisor puts that step first.
+// Several ranks: worker A's step also held DDP's buffers, so the probe
+// measures the configured shape in a process of its own too. Runs in the
+// resume worker after its results are written and its trainer destroyed, so
+// it never touches the reference or the resumed run.
 int run_probe(WorkerContext& ctx) {
   const int mb = ctx.cfg.train.micro_batch, T = ctx.cfg.data.seq_len;
   const int small_mb = ctx.cfg.pilot.memory_probe_micro_batch > 0 ? ctx.cfg.pilot.memory_probe_micro_batch
                                                                    : std::max(1, mb / 2);
-  std::vector<std::pair<int, int>> points = {{mb, T}};
+  std::vector<std::pair<int, int>> points;
+  if (ctx.env.world_size > 1) points.push_back({mb, T});
   if (small_mb != mb) points.push_back({small_mb, T});
   if (T / 2 >= 8) points.push_back({mb, T / 2});
   StageTimer probe("memory_probe");
@@ -607,14 +608,15 @@ int run_probe(WorkerContext& ctx) {
     t.train_step();
     auto mem = m.read();
     out.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
-                   {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)}, {"state_bytes", state_bytes_json(t)}});
+                   {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)}, {"state_bytes", t.state_bytes().to_json()},
+                   {"from", "probe"}});
   }
-  ctx.out["memory_points"] = out;
-  ctx.out["stages"].push_back(probe.end({{"points", out.size()}}));
+  ctx.out.memory_points = out;
+  ctx.out.stages.push_back(probe.end({{"points", out.size()}}));
   if (ctx.cfg.train.activation_checkpointing > 0) {
     StageTimer ac("activation_ckpt");
-    ctx.out["activation_checkpointing"] = measure_activation_checkpointing(ctx.cfg);
-    ctx.out["stages"].push_back(ac.end(ctx.out["activation_checkpointing"]));
+    ctx.out.activation_checkpointing = measure_activation_checkpointing(ctx.cfg);
+    ctx.out.stages.push_back(ac.end(ctx.out.activation_checkpointing));
   }
   write_result(ctx, "probe");
   return 0;

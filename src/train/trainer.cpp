@@ -111,15 +111,6 @@ const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, c
 
 }  // namespace
 
-nlohmann::json StepRecord::to_json() const {
-  nlohmann::json j = {{"step", step},         {"loss", loss},           {"grad_norm", grad_norm},
-          {"lr", lr},             {"batch_digest", batch_digest}, {"data_wait_s", data_wait_s},
-          {"compute_s", compute_s}, {"comm_s", comm_s}, {"replica_check_s", replica_check_s},
-          {"tokens", tokens}, {"loss_scale", loss_scale}, {"skipped", skipped}};
-  if (!nonfinite_grad.empty()) j["nonfinite_grad"] = nonfinite_grad;
-  return j;
-}
-
 RestoreFaults RestoreFaults::from_env() {
   RestoreFaults f;
   const char* v = std::getenv("ANCHOR_PILOT_FAULT");
@@ -632,7 +623,7 @@ nlohmann::json Trainer::sharding() const {
           {"gradient_bytes_ddp", grad_ddp}};
 }
 
-Trainer::StateBytes Trainer::state_bytes() const {
+StateBytes Trainer::state_bytes() const {
   StateBytes b;
   for (const auto& p : model_->parameters()) {
     b.parameters += static_cast<std::int64_t>(p.nbytes());
@@ -643,8 +634,9 @@ Trainer::StateBytes Trainer::state_bytes() const {
   return b;
 }
 
-nlohmann::json Trainer::state_digest() const {
-  nlohmann::json tensors = nlohmann::json::object();
+StateDigest Trainer::digest() const {
+  StateDigest out;
+  auto& tensors = out.tensors;
   Sha256 model_h, opt_h, rng_h;
   for (const auto& p : model_->named_parameters()) {
     auto d = tensor_digest(p.value());
@@ -686,8 +678,13 @@ nlohmann::json Trainer::state_digest() const {
     rng_h.update("cuda_generator:" + cd + "\n");
   }
 #endif
-  return {{"model", model_h.hex()}, {"optimizer", opt_h.hex()}, {"rng", rng_h.hex()},
-          {"scaler", scaler_h.hex()}, {"loss_scale", ss.scale},   {"step", step_}, {"tensors", tensors}};
+  out.model = model_h.hex();
+  out.optimizer = opt_h.hex();
+  out.rng = rng_h.hex();
+  out.scaler = scaler_h.hex();
+  out.loss_scale = ss.scale;
+  out.step = step_;
+  return out;
 }
 
 }  // namespace anchor::train

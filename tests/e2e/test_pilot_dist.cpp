@@ -51,6 +51,11 @@ TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
       EXPECT_GT(s["figures"]["comm_s"].get<double>(), 0.0);
     }
   EXPECT_TRUE(train_seen);
+  // Two ranks: worker A's step held DDP's buffers, so the probe measured the configured shape too.
+  const auto& pts = report["measurements"]["memory"]["points"];
+  ASSERT_EQ(pts.size(), 3u) << pts.dump(2);
+  for (const auto& pt : pts) EXPECT_EQ(pt["from"], "probe");
+  EXPECT_EQ(std::make_pair(pts[0]["micro_batch"], pts[0]["seq_len"]), std::make_pair(json(4), json(64)));
   // The measured step says how many ranks ran it; tokens/s is one rank's (the plan's per-GPU figure).
   const auto& step = report["measurements"]["step"];
   EXPECT_EQ(step["world_size"], 2);

@@ -4,8 +4,10 @@
 // group: model, optimizer, RNG, step), the eval before save and after restore,
 // and then step by step the learning rate (schedule), the batch digest (data
 // cursor), loss and gradient norm, and the final state. Names every state that
-// diverged. Pure JSON in, JSON out: no torch.
+// diverged. Typed worker results in (worker_result.hpp), JSON out: no torch.
 #include <nlohmann/json.hpp>
+
+#include "anchor/pipeline/worker_result.hpp"
 
 namespace anchor::pipeline {
 
@@ -14,7 +16,6 @@ namespace anchor::pipeline {
 // reported but not required to match (GPU kernels without determinism).
 // Returns {"verdict": "match"|"mismatch", "cause": [state names], "mode": "bitwise"|"tolerance",
 //          "tolerance": x, "diverged": [state names], "checks": [{name, ok, detail}]}.
-nlohmann::json compare_resume(const nlohmann::json& reference, const nlohmann::json& resume,
-                              double tolerance);
+nlohmann::json compare_resume(const WorkerResult& reference, const WorkerResult& resume, double tolerance);
 
 }  // namespace anchor::pipeline

@@ -17,6 +17,7 @@
 #include "anchor/train/adamw.hpp"
 #include "anchor/train/loss_scaler.hpp"
 #include "anchor/train/precision.hpp"
+#include "anchor/train/records.hpp"
 #include "anchor/train/zero.hpp"
 
 namespace anchor::dist {
@@ -24,23 +25,6 @@ class ProcessGroup;
 }
 
 namespace anchor::train {
-
-struct StepRecord {
-  std::int64_t step = 0;        // the optimizer step this record is for (0-based)
-  double loss = 0;              // mean over micro-steps
-  double grad_norm = 0;         // before clipping
-  double lr = 0;
-  std::string batch_digest;     // SHA-256 of the step's input tokens (the data cursor, checked)
-  double data_wait_s = 0;       // assembling batches
-  double compute_s = 0;         // forward, backward, optimizer
-  double comm_s = 0;            // DDP: gradient + loss all-reduce (0 on one rank)
-  double replica_check_s = 0;   // DDP: the parameter digest exchange after the step
-  std::int64_t tokens = 0;
-  double loss_scale = 1;        // the loss scale this step's backward used (1: no scaling)
-  bool skipped = false;         // the loss scaler skipped the optimizer step (inf/NaN gradient)
-  std::string nonfinite_grad;   // the first parameter whose gradient was inf/NaN (skipped, or applied without a scaler)
-  nlohmann::json to_json() const;
-};
 
 // Which parts of a checkpoint a restore deliberately leaves out: the pilot's
 // negative controls (ANCHOR_PILOT_FAULT) prove the comparison catches each.
@@ -96,9 +80,6 @@ class Trainer {
   // "cpu" or "cuda:N": where the model and batches live.
   std::string device() const { return device_.str(); }
   // Bytes of parameters, gradients (as they stand now) and optimizer state.
-  struct StateBytes {
-    std::int64_t parameters = 0, gradients = 0, optimizer = 0;
-  };
   StateBytes state_bytes() const;
   // This rank's share of the state under the strategy, next to what DDP (every
   // rank holding everything) would hold: {"strategy", "rank", "world_size",
@@ -130,10 +111,11 @@ class Trainer {
   // Error (kVerification) naming any tensor missing or of the wrong shape/dtype.
   void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
 
-  // SHA-256 digests of the whole training state, per group and per tensor:
-  // {"model": hex, "optimizer": hex, "rng": hex, "scaler": hex, "step": n, "tensors": {name: hex}};
-  // "model" covers the parameters, then the buffers, by name.
-  nlohmann::json state_digest() const;
+  // SHA-256 digests of the whole training state, per group and per tensor
+  // (train/records.hpp); "model" covers the parameters, then the buffers, by name.
+  StateDigest digest() const;
+  // digest() as JSON: {"model", "optimizer", "rng", "scaler", "loss_scale", "step", "tensors": {name: hex}}.
+  nlohmann::json state_digest() const { return digest().to_json(); }
   // How the last restore set the RNG: {"saved_world_size", "world_size",
   // "carried": [ranks], "rederived": [{"rank", "seed", "from"}], "dropped": [ranks]}.
   const nlohmann::json& rng_restore() const { return rng_restore_; }
