@@ -196,3 +196,15 @@ class WorkerResultSchema(support.TempDirTest):
         for name, r in results.items():
             self.assertEqual(self.check(r), [], name)
         self.assertEqual((results["reference-rank1.json"]["rank"], results["reference-rank1.json"]["world_size"]), (1, 2))
+        # One rank takes worker A's measured step as the configured shape's memory point; two ranks
+        # measure it in the probe (worker A's step held DDP's buffers). The same bytes: the same measurement.
+        self.pilot("run1")
+        points = {}
+        for run in ("run1", "run2"):
+            with open(self.path(run, "report.json")) as f:
+                points[run] = json.load(f)["measurements"]["memory"]["points"]
+        self.assertEqual([p["from"] for p in points["run1"]], ["reference", "probe", "probe"])
+        self.assertEqual([p["from"] for p in points["run2"]], ["probe", "probe", "probe"])
+        for a, b in zip(points["run1"], points["run2"]):
+            self.assertEqual((a["micro_batch"], a["seq_len"], a["peak_allocated_bytes"]),
+                             (b["micro_batch"], b["seq_len"], b["peak_allocated_bytes"]))

@@ -112,6 +112,7 @@ class CudaStatsSource final : public DeviceStatsSource {
     return out;
   }
   void reset_peak(int index) override { c10::cuda::CUDACachingAllocator::resetPeakStats(index); }
+  void release_cached() override { c10::cuda::CUDACachingAllocator::emptyCache(); }
 };
 
 DeviceStatsSource* build_source() {
@@ -176,6 +177,10 @@ void reset_peak(const std::string& device) {
     return;
   }
   if (g_counting) g_counting->reset_peak();
+}
+
+void release_cached(const std::string& device) {
+  if (is_cuda(device) && g_source) g_source->release_cached();
 }
 
 double measured_matmul_flops(const std::string& device) {

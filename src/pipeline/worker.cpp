@@ -577,8 +577,8 @@ void resume_from_checkpoint(WorkerContext& ctx) {
 }
 
 // The memory probe: the step's peak at a smaller micro-batch and a shorter
-// sequence, each a fresh trainer's second step (full optimizer state), with
-// the configured gradient accumulation. With worker A's measured step (the
+// sequence, each a step with full optimizer state (one trainer, warmed up by
+// a step at the smallest shape), with the configured gradient accumulation. With worker A's measured step (the
 // configured shape, measured the same way: a step with full optimizer state,
 // the peak reset right before it) these points let the plan separate the fixed
 // state from per-token activations; the supervisor puts that step first.
@@ -596,20 +596,27 @@ int run_probe(WorkerContext& ctx) {
   if (T / 2 >= 8) points.push_back({mb, T / 2});
   StageTimer probe("memory_probe");
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& [pmb, pT] : points) {
-    config::Config c = ctx.cfg;
-    c.train.micro_batch = pmb;
-    // grad_accum as configured: from the second micro-step on, accumulated
-    // gradients are alive next to the activations and count in the peak.
-    c.data.seq_len = pT;
-    train::Trainer t(c);
+  if (!points.empty()) {
+    // One trainer for every point. A first step at the smallest shape creates
+    // the optimizer state and the gradients; after it every measured step is
+    // what a fresh trainer's second step is (full optimizer state, gradients
+    // allocated, the previous step's activations freed), whatever shape the
+    // step before it had. grad_accum as configured: from the second
+    // micro-step on, accumulated gradients are alive next to the activations
+    // and count in the peak.
+    train::Trainer t(ctx.cfg);
+    t.set_step_shape(1, std::min(T, 8));
     t.train_step();
-    StageMemory m(t.device());
-    t.train_step();
-    auto mem = m.read();
-    out.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
-                   {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)}, {"state_bytes", t.state_bytes().to_json()},
-                   {"from", "probe"}});
+    for (const auto& [pmb, pT] : points) {
+      t.set_step_shape(pmb, pT);
+      measure::release_cached(t.device());  // a GPU: the reserved peak is this step's pool, not the last one's
+      StageMemory m(t.device());
+      t.train_step();
+      auto mem = m.read();
+      out.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
+                     {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)},
+                     {"state_bytes", t.state_bytes().to_json()}, {"from", "probe"}});
+    }
   }
   ctx.out.memory_points = out;
   ctx.out.stages.push_back(probe.end({{"points", out.size()}}));

@@ -212,6 +212,15 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size, const std:
 
 double Trainer::flops_per_token() const { return model_->flops_per_token(cfg_.data.seq_len); }
 
+void Trainer::set_step_shape(int micro_batch, int seq_len) {
+  if (micro_batch < 1 || seq_len < 1 || static_cast<std::size_t>(seq_len) + 1 > window_buf_.size())
+    throw Error(ErrorKind::kConfig,
+                "a step shape of micro-batch " + std::to_string(micro_batch) + " x seq_len " + std::to_string(seq_len) +
+                    " is not one this trainer can take (seq_len 1.." + std::to_string(window_buf_.size() - 1) + ")");
+  cfg_.train.micro_batch = micro_batch;
+  cfg_.data.seq_len = seq_len;
+}
+
 void Trainer::make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::Tensor& y, Sha256& digest) {
   const int mb = cfg_.train.micro_batch, T = cfg_.data.seq_len;
   auto buf = torch::empty({mb, T + 1}, torch::kInt64);
@@ -219,7 +228,7 @@ void Trainer::make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::
   for (int b = 0; b < mb; ++b) {
     auto g = data::global_sample_index(step, micro, rank_, b, mb, cfg_.train.grad_accum, world_);
     data_->train().copy_window(data_->sampler().window(g), window_buf_.data());
-    digest.update(window_buf_.data(), window_buf_.size() * sizeof(std::uint16_t));
+    digest.update(window_buf_.data(), static_cast<std::size_t>(T + 1) * sizeof(std::uint16_t));
     for (int t = 0; t <= T; ++t) out[b * (T + 1) + t] = window_buf_[static_cast<std::size_t>(t)];
   }
   buf = buf.to(device_);

@@ -40,6 +40,10 @@ bool counting_allocator_installed();
 TensorMemory tensor_memory(const std::string& device);
 // Peak := current (as torch.cuda.reset_peak_memory_stats).
 void reset_peak(const std::string& device);
+// A GPU: hands the caching allocator's unused blocks back to the driver (as
+// torch.cuda.empty_cache), so the next reserved peak is not the pool an
+// earlier step grew. The CPU: nothing to do.
+void release_cached(const std::string& device);
 
 // What a GPU's caching allocator and driver report for one device.
 struct DeviceAllocatorStats {
@@ -58,6 +62,7 @@ class DeviceStatsSource {
   virtual ~DeviceStatsSource() = default;
   virtual DeviceAllocatorStats read(int device_index) = 0;
   virtual void reset_peak(int device_index) = 0;
+  virtual void release_cached() {}
 };
 // The source in use (nullptr in a CPU build unless a test set one).
 DeviceStatsSource* device_stats_source();

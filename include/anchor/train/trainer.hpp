@@ -55,6 +55,11 @@ class Trainer {
 
   // One optimizer step (grad_accum micro-steps) at the current step; advances it.
   StepRecord train_step();
+  // The memory probe's steps at other shapes (pipeline/worker.cpp): from now
+  // on a step takes micro_batch windows of seq_len tokens, seq_len at most the
+  // configured one (each window's first seq_len + 1 tokens). Not for a run
+  // whose steps are compared: the batches are no longer the configured ones.
+  void set_step_shape(int micro_batch, int seq_len);
   // SHA-256 over every parameter (names, dtypes, shapes, bytes): the replica check.
   std::string parameter_digest() const;
   // Mean validation loss over `batches` fixed batches (dropout off, RNG untouched),

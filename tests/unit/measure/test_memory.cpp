@@ -15,6 +15,7 @@
 #include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
 #include "anchor/measure/memory.hpp"
 #include "anchor/plan/memory_model.hpp"
 #include "anchor/train/trainer.hpp"
@@ -74,9 +75,8 @@ class MemoryPrediction : public CountingAllocator, public ::testing::WithParamIn
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // As the pilot's probe: a fresh trainer's second step (full optimizer state), peak reset before it.
-  double measure_peak(int micro_batch, int seq_len) {
-    auto c = config::load_string("run: {threads: 1}\n"
+  config::Config tiny(int micro_batch, int seq_len) {
+    return config::load_string("run: {threads: 1}\n"
                                  "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 128, attention: " +
                                      GetParam() + "}\n"
                                  "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: " +
@@ -84,11 +84,33 @@ class MemoryPrediction : public CountingAllocator, public ::testing::WithParamIn
                                  "train: {micro_batch: " + std::to_string(micro_batch) +
                                      ", grad_accum: 2, total_steps: 100}\n",
                                  "mem.yaml");
-    train::Trainer t(c);
+  }
+  // A fresh trainer's second step (full optimizer state), peak reset before it:
+  // how worker A measures its step at the configured shape.
+  double measure_peak(int micro_batch, int seq_len) {
+    train::Trainer t(tiny(micro_batch, seq_len));
     t.train_step();
     measure::reset_peak("cpu");
     t.train_step();
     return static_cast<double>(measure::tensor_memory("cpu").peak_allocated_bytes);
+  }
+  // As the pilot's memory probe (pipeline/worker.cpp, run_probe): one trainer
+  // at the configured shape (4, 64), a first step at (1, 8), then each point's
+  // step; `warm_up` false is the negative control.
+  std::vector<double> probe_peaks(const std::vector<std::pair<int, int>>& points, bool warm_up = true) {
+    train::Trainer t(tiny(4, 64));
+    if (warm_up) {
+      t.set_step_shape(1, 8);
+      t.train_step();
+    }
+    std::vector<double> out;
+    for (auto [mb, T] : points) {
+      t.set_step_shape(mb, T);
+      measure::reset_peak("cpu");
+      t.train_step();
+      out.push_back(static_cast<double>(measure::tensor_memory("cpu").peak_allocated_bytes));
+    }
+    return out;
   }
   std::filesystem::path dir_;
 };
@@ -112,6 +134,21 @@ TEST_P(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {
   // Negative control: a weights-only estimate (what many estimators do) is far off.
   const double weights_only = fit_points[0].peak_bytes - fit.per_token * 4 * 64 - fit.per_token_seq * 4 * 64 * 64;
   EXPECT_GT(std::abs(weights_only - measure_peak(8, 64)) / measure_peak(8, 64), 0.10);
+}
+
+// The probe's steps on one trainer measure what fresh trainers' second steps
+// measure, byte for byte; without its first step the optimizer state and the
+// gradients are missing from the first point (negative control).
+TEST_P(MemoryPrediction, TheProbesStepsOnOneTrainerEqualFreshTrainersSecondSteps) {
+  const std::vector<std::pair<int, int>> points{{2, 64}, {4, 32}, {3, 48}};
+  const auto probed = probe_peaks(points);
+  for (std::size_t i = 0; i < points.size(); ++i)
+    EXPECT_EQ(probed[i], measure_peak(points[i].first, points[i].second))
+        << "micro_batch " << points[i].first << ", seq_len " << points[i].second;
+  EXPECT_LT(probe_peaks({points[0]}, false)[0], probed[0]);
+  train::Trainer t(tiny(4, 64));
+  EXPECT_THROW(t.set_step_shape(4, 65), Error) << "longer than the configured windows";
+  EXPECT_THROW(t.set_step_shape(0, 8), Error);
 }
 
 // Every attention this build's LibTorch has: the written-out one everywhere,
