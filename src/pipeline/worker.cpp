@@ -108,8 +108,32 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n) {
 // The trainer of this rank; with several ranks DDP over the worker's group.
 std::unique_ptr<train::Trainer> make_trainer(WorkerContext& ctx) {
   auto t = std::make_unique<train::Trainer>(ctx.cfg, ctx.env.rank, ctx.env.world_size, ctx.device);
-  if (ctx.pg) t->attach(ctx.pg.get(), static_cast<std::int64_t>(ctx.cfg.distributed.bucket_mb * 1024.0 * 1024.0));
+  // The replicas are compared where it matters, before each save and at the
+  // end (check_replicas below), not after every step: each check hashes every parameter.
+  if (ctx.pg)
+    t->attach(ctx.pg.get(), static_cast<std::int64_t>(ctx.cfg.distributed.bucket_mb * 1024.0 * 1024.0),
+              /*check_replicas=*/false);
   return t;
+}
+
+// Several ranks: every rank holds the same parameters (DDP, and ZeRO after its
+// broadcast), or the check fails naming the ranks that differ (exit 3).
+// Returns its seconds (0 on one rank).
+double check_replicas(WorkerContext& ctx, const train::Trainer& t) {
+  if (!ctx.pg) return 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  dist::check_replicated(*ctx.pg, t.parameter_digest(), t.step());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ANCHOR_PILOT_FAULT=diverge_replica: rank 1 of worker A nudges its first
+// parameter, the negative control of the check before the save.
+void diverge_replica_fault(WorkerContext& ctx, train::Trainer& t) {
+  if (ctx.env.rank != 1 || !train::RestoreFaults::from_env().diverge_replica) return;
+  ANCHOR_LOG_WARN("train", "fault injection active (ANCHOR_PILOT_FAULT=diverge_replica): rank 1's parameters diverge");
+  torch::NoGradGuard no_grad;
+  auto params = t.model().named_parameters();
+  params[0].value().add_(1e-3);
 }
 
 // The checkpoint of step t.step(). One rank: a plain save. Several: every rank
@@ -119,7 +143,10 @@ std::unique_ptr<train::Trainer> make_trainer(WorkerContext& ctx) {
 // keeps every rank here until the commit is done (a rank killed in between
 // leaves no COMMITTED: train/sharded_checkpoint.hpp).
 std::optional<checkpoint::SaveResult> save_checkpoint(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
-                                                      const nlohmann::json& extra, const checkpoint::Hook& hook = {}) {
+                                                      const nlohmann::json& extra, const checkpoint::Hook& hook = {},
+                                                      double* replica_check_s = nullptr) {
+  const double check_s = check_replicas(ctx, t);  // never a checkpoint of replicas that disagree
+  if (replica_check_s) *replica_check_s = check_s;
   std::vector<torch::Tensor> keep;
   if (!ctx.pg) return store.save(t.save_request(keep, extra), hook);
   return train::save_distributed(*ctx.pg, store, t.save_request(keep, extra), hook);
@@ -427,6 +454,7 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
   StageTimer train("train");
   auto& steps = ctx.out.train_steps;
   steps = run_steps(t, p.steps_before_save - 1);
+  diverge_replica_fault(ctx, t);
   StageMemory step_mem(dev);
   const train::StepRecord last = run_steps(t, 1).at(0);
   ctx.out.step_memory = step_mem.read();
@@ -465,8 +493,10 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
   ctx.out.saved_state = t.digest();
   // The run and its config travel in state.json: a later pilot starting from
   // this checkpoint names the run and compares the configs.
+  double replica_check_s = 0;
   auto saved = save_checkpoint(ctx, t, store,
-                               {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}});
+                               {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}},
+                               {}, &replica_check_s);
   ctx.out.saved_step = t.step();
   // Only after a newer commit, never the newest valid one.
   if (saved)
@@ -474,6 +504,7 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
       ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
   save_fig["memory"] = save_mem.read();
+  if (ctx.pg) save_fig["replica_check_s"] = replica_check_s;
   ctx.out.stages.push_back(save.end(save_fig));
 }
 
@@ -571,8 +602,11 @@ void resume_from_checkpoint(WorkerContext& ctx) {
 
   StageTimer resume("resume");
   ctx.out.resume_steps = run_steps(t, p.steps_after_resume);
+  const double replica_check_s = check_replicas(ctx, t);  // the resumed replicas, at the end
   ctx.out.final_state = t.digest();
-  stages.push_back(resume.end({{"steps", p.steps_after_resume}}));
+  nlohmann::json resume_fig = {{"steps", p.steps_after_resume}};
+  if (ctx.pg) resume_fig["replica_check_s"] = replica_check_s;
+  stages.push_back(resume.end(resume_fig));
   write_result(ctx, "resume");
 }
 

@@ -122,9 +122,10 @@ RestoreFaults RestoreFaults::from_env() {
     else if (item == "drop_optimizer") f.drop_optimizer = true;
     else if (item == "wrong_step") f.wrong_step = true;
     else if (item == "drop_scaler") f.drop_scaler = true;
+    else if (item == "diverge_replica") f.diverge_replica = true;
     else if (!item.empty())
       throw Error(ErrorKind::kUsage, "unknown ANCHOR_PILOT_FAULT '" + item + "'",
-                  "use drop_rng, drop_optimizer, wrong_step or drop_scaler");
+                  "use drop_rng, drop_optimizer, wrong_step, drop_scaler or diverge_replica");
   }
   return f;
 }

@@ -104,6 +104,35 @@ TEST(PilotDist, ABrokenRestoreOnRankOneIsCaughtAndNamed) {
   EXPECT_TRUE(named) << report["resume"]["cause"].dump();
 }
 
+// The replicas are compared before each save and at the end, not after every
+// step: the check before the first save still catches rank 1's parameters
+// nudged after its first step (ANCHOR_PILOT_FAULT=diverge_replica), fails
+// with exit 3 naming rank 1, and no checkpoint of those replicas is written.
+// The passing pilot's steps carry no per-step check; its save and resume do.
+TEST(PilotDist, ReplicasAreComparedBeforeTheSaveAndADivergedRankIsNamed) {
+  TempDir t("pilot2rep");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"},
+                      {{"ANCHOR_PILOT_FAULT", "diverge_replica"}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("the parameters of rank(s) 1 differ from rank 0's"), std::string::npos) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "failed");
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/COMMITTED")));
+
+  auto ok = run_anchor({"pilot", kPilot, "--run-dir", t.str("ok"), "--nproc-per-node", "2"});
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  const auto ref0 = read_json(t.str("ok/work/reference.json"));
+  for (const auto& st : ref0["train_steps"]) EXPECT_EQ(st["replica_check_s"], 0.0) << "checked every step";
+  const auto good = read_json(t.str("ok/report.json"));
+  int checked = 0;
+  for (const auto& s : good["stages"])
+    if (s["stage"] == "checkpoint_save" || s["stage"] == "resume") {
+      EXPECT_GT(s["figures"]["replica_check_s"].get<double>(), 0.0) << s.dump();
+      ++checked;
+    }
+  EXPECT_EQ(checked, 2);
+}
+
 // torchrun (the torch of this build: python3-torch 1.13, or torch2's 2.x) launching the binary: 2 processes; rank 0
 // supervises the pilot with 2 ranks, rank 1 waits for its verdict and exits
 // with it. `static`: --master_port, the agent hosts the store

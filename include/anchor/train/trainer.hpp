@@ -33,7 +33,10 @@ struct RestoreFaults {
   bool drop_optimizer = false;
   bool wrong_step = false;
   bool drop_scaler = false;  // the loss scaler restarts at its initial state
-  static RestoreFaults from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step|drop_scaler[,...]
+  // Not a restore fault: with several ranks, rank 1 of worker A nudges one
+  // parameter after its first step, so the replica check before the save fails.
+  bool diverge_replica = false;
+  static RestoreFaults from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step|drop_scaler|diverge_replica[,...]
   bool any() const { return drop_rng || drop_optimizer || wrong_step || drop_scaler; }
 };
 
