@@ -88,12 +88,6 @@ void Report::add_stage(const nlohmann::json& s) { j_["stages"].push_back(s); }
 
 namespace {
 
-nlohmann::json steps_json(const std::vector<train::StepRecord>& steps) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& s : steps) a.push_back(s.to_json());
-  return a;
-}
-
 // The loss scaler: every skipped step, and the scale saved vs restored.
 nlohmann::json loss_scaler_section(const WorkerResult& ref, const WorkerResult& res) {
   nlohmann::json skipped = nlohmann::json::array();
@@ -138,9 +132,9 @@ nlohmann::json step_section(const WorkerResult& ref, const nlohmann::json& cfg, 
 }  // namespace
 
 void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const nlohmann::json& verdict) {
-  j_["steps"] = {{"train", steps_json(ref.train_steps)},
-                 {"reference", steps_json(ref.reference_steps)},
-                 {"resume", steps_json(res.resume_steps)}};
+  j_["steps"] = {{"train", train::steps_json(ref.train_steps)},
+                 {"reference", train::steps_json(ref.reference_steps)},
+                 {"resume", train::steps_json(res.resume_steps)}};
   j_["eval"] = {{"before_save", *ref.eval_loss}, {"after_restore", *res.eval_loss},
                 {"perplexity", std::exp(*ref.eval_loss)}};
   j_["resume"] = verdict;

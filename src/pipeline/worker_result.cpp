@@ -12,12 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-json steps_json(const std::vector<train::StepRecord>& steps) {
-  json a = json::array();
-  for (const auto& s : steps) a.push_back(s.to_json());
-  return a;
-}
-
 std::vector<train::StepRecord> steps_of(const JsonFields& f, const char* key) {
   std::vector<train::StepRecord> out;
   const auto& a = f.array(key);
@@ -78,8 +72,8 @@ json WorkerResult::to_json() const {
     j["model"] = model;
     j["loss_scaler_enabled"] = loss_scaler_enabled;
     if (!precision.is_null()) j["precision"] = precision;
-    j["train_steps"] = steps_json(train_steps);
-    j["reference_steps"] = steps_json(reference_steps);
+    j["train_steps"] = train::steps_json(train_steps);
+    j["reference_steps"] = train::steps_json(reference_steps);
     j["step_memory"] = step_memory;
     j["state_bytes"] = state_bytes.to_json();
     if (!sharding.is_null()) j["sharding"] = sharding;
@@ -92,7 +86,7 @@ json WorkerResult::to_json() const {
     j["skipped"] = skipped;
     if (restored_state) j["restored_state"] = restored_state->to_json();
     j["rng_restore"] = rng_restore;
-    j["resume_steps"] = steps_json(resume_steps);
+    j["resume_steps"] = train::steps_json(resume_steps);
   } else if (role == "probe") {
     j["memory_points"] = memory_points;
     if (!activation_checkpointing.is_null()) j["activation_checkpointing"] = activation_checkpointing;

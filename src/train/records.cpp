@@ -36,6 +36,12 @@ StepRecord StepRecord::from_json(const nlohmann::json& j, const std::string& whe
   return r;
 }
 
+nlohmann::json steps_json(const std::vector<StepRecord>& steps) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& s : steps) a.push_back(s.to_json());
+  return a;
+}
+
 nlohmann::json StateDigest::groups_json() const {
   nlohmann::json g{{"model", model}, {"optimizer", optimizer}, {"rng", rng}, {"step", step}};
   if (scaler) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,9 @@ struct StepRecord {
   // its path starting at `where` (e.g. "train_steps[2]").
   static StepRecord from_json(const nlohmann::json& j, const std::string& where);
 };
+
+// Steps as a JSON array of StepRecord::to_json.
+nlohmann::json steps_json(const std::vector<StepRecord>& steps);
 
 // SHA-256 digests of the whole training state (Trainer::digest): one per group
 // over its tensors' digests by name, and one per tensor ("model/<name>",
