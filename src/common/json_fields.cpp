@@ -33,7 +33,8 @@ bool JsonFields::has(const char* key) const {
 
 const nlohmann::json& JsonFields::need(const char* key) const {
   auto it = j_.find(key);
-  if (it == j_.end() || it->is_null()) throw std::invalid_argument(path(key) + " is missing");
+  if (it == j_.end()) throw std::invalid_argument(path(key) + " is missing");
+  if (it->is_null()) throw std::invalid_argument(path(key) + " is null (JSON writes a NaN or an infinity so)");
   return *it;
 }
 

@@ -128,7 +128,8 @@ struct Checker {
 }  // namespace
 
 nlohmann::json compare_resume(const WorkerResult& ref, const WorkerResult& res, double tolerance) {
-  if (!ref.saved_state || !ref.final_state || !ref.eval_loss || !res.restored_state || !res.final_state || !res.eval_loss)
+  if (!ref.saved_state || !ref.final_state || !ref.eval_loss || !ref.saved_step || !res.restored_state ||
+      !res.final_state || !res.eval_loss || !res.restored_step)
     throw Error(ErrorKind::kRuntime, "compare_resume: a worker result without its state digests or eval loss",
                 "read worker results with read_worker_result, which checks them");
   Checker c{tolerance};

@@ -99,9 +99,9 @@ nlohmann::json loss_scaler_section(const WorkerResult& ref, const WorkerResult& 
         skipped.push_back({{"part", part}, {"step", st.step}, {"loss_scale", st.loss_scale}, {"nonfinite_grad", st.nonfinite_grad}});
   return {{"enabled", ref.loss_scaler_enabled},
           {"skipped_steps", skipped},
-          {"saved_scale", ref.saved_state->loss_scale},
-          {"restored_scale", res.restored_state->loss_scale},
-          {"final_scale", res.final_state->loss_scale}};
+          {"saved_scale", ref.saved_state.value().loss_scale},
+          {"restored_scale", res.restored_state.value().loss_scale},
+          {"final_scale", res.final_state.value().loss_scale}};
 }
 
 // measurements.step: the measured step is the last of the K training steps,
@@ -135,16 +135,16 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
   j_["steps"] = {{"train", train::steps_json(ref.train_steps)},
                  {"reference", train::steps_json(ref.reference_steps)},
                  {"resume", train::steps_json(res.resume_steps)}};
-  j_["eval"] = {{"before_save", *ref.eval_loss}, {"after_restore", *res.eval_loss},
-                {"perplexity", std::exp(*ref.eval_loss)}};
+  j_["eval"] = {{"before_save", ref.eval_loss.value()}, {"after_restore", res.eval_loss.value()},
+                {"perplexity", std::exp(ref.eval_loss.value())}};
   j_["resume"] = verdict;
-  j_["resume"]["saved_step"] = *ref.saved_step;
-  j_["resume"]["restored_step"] = *res.restored_step;
+  j_["resume"]["saved_step"] = ref.saved_step.value();
+  j_["resume"]["restored_step"] = res.restored_step.value();
   j_["resume"]["skipped"] = res.skipped;
-  j_["resume"]["state_digests"] = {{"saved", ref.saved_state->groups_json()},
-                                   {"restored", res.restored_state->groups_json()},
-                                   {"final_reference", ref.final_state->groups_json()},
-                                   {"final_resume", res.final_state->groups_json()}};
+  j_["resume"]["state_digests"] = {{"saved", ref.saved_state.value().groups_json()},
+                                   {"restored", res.restored_state.value().groups_json()},
+                                   {"final_reference", ref.final_state.value().groups_json()},
+                                   {"final_resume", res.final_state.value().groups_json()}};
   j_["loss_scaler"] = loss_scaler_section(ref, res);
 
   // Measurements (docs/report.md).

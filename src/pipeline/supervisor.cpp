@@ -408,6 +408,7 @@ struct BuiltinRun {
   const PilotOptions& opts;
   WorkerOutcome a, b;
   WorkerResult ref, res;   // work/reference.json, work/resume.json (rank 0)
+  std::vector<WorkerResult> ref_ranks, res_ranks;  // ranks 1..n-1, read and checked once
   nlohmann::json verdict;  // the comparison
 };
 
@@ -554,11 +555,10 @@ Step reference_worker(BuiltinRun& r) {
     return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status), reference_failure(p, a));
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
-  std::vector<WorkerResult> others;  // ranks 1..n-1
   try {
     r.ref = read_worker_result(work::result(p.run_dir, "reference"), "reference");
     for (int rank = 1; rank < p.nproc; ++rank)
-      others.push_back(read_worker_result(work::result(p.run_dir, "reference", rank), "reference"));
+      r.ref_ranks.push_back(read_worker_result(work::result(p.run_dir, "reference", rank), "reference"));
   } catch (const Error& e) {
     return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
   }
@@ -567,7 +567,7 @@ Step reference_worker(BuiltinRun& r) {
     // Every rank's RNG at the start: after a world-size change some are re-derived (docs/checkpoints.md).
     auto start = r.ref.start;
     start["rng_restore_per_rank"] = nlohmann::json::array({start.value("rng_restore", nlohmann::json())});
-    for (const auto& o : others) start["rng_restore_per_rank"].push_back(o.start.value("rng_restore", nlohmann::json()));
+    for (const auto& o : r.ref_ranks) start["rng_restore_per_rank"].push_back(o.start.value("rng_restore", nlohmann::json()));
     p.report.set_start(start);
   }
   // 5. The kill left a torn save on disk: the evidence that restore must skip it.
@@ -593,6 +593,8 @@ Step resume_worker(BuiltinRun& r) {
   }
   try {
     r.res = read_worker_result(work::result(p.run_dir, "resume"), "resume");
+    for (int rank = 1; rank < p.nproc; ++rank)
+      r.res_ranks.push_back(read_worker_result(work::result(p.run_dir, "resume", rank), "resume"));
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
@@ -611,8 +613,7 @@ void compare_ranks(BuiltinRun& r) {
       nlohmann::json per_rank = nlohmann::json::array();
       per_rank.push_back({{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}});
       for (int rank = 1; rank < p.nproc; ++rank) {
-        auto v = compare_resume(read_worker_result(work::result(p.run_dir, "reference", rank), "reference"),
-                                read_worker_result(work::result(p.run_dir, "resume", rank), "resume"), tol);
+        auto v = compare_resume(r.ref_ranks.at(rank - 1), r.res_ranks.at(rank - 1), tol);
         per_rank.push_back({{"rank", rank}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
         if (v["verdict"] != "match") {
           verdict["verdict"] = v["verdict"];
@@ -632,7 +633,7 @@ Step compare_workers(BuiltinRun& r) {
   Pilot& p = r.p;
   try {
     compare_ranks(r);
-  } catch (const Error& e) {  // another rank's results that do not read
+  } catch (const Error& e) {  // results without what the comparison needs (read_worker_result checks them)
     return fail(p, "compare", exit_code_for(e.kind()), with_hint(e));
   }
   p.report.set_resume(r.ref, r.res, r.verdict);
@@ -645,7 +646,7 @@ Step distributed_section(BuiltinRun& r) {
   if (p.nproc > 1) {
     nlohmann::json ranks = nlohmann::json::array();
     for (int rank = 0; rank < p.nproc; ++rank) {
-      const auto rj = rank == 0 ? r.ref : read_worker_result(work::result(p.run_dir, "reference", rank), "reference");
+      const WorkerResult& rj = rank == 0 ? r.ref : r.ref_ranks.at(rank - 1);
       auto row = rj.sharding.is_object() ? rj.sharding : nlohmann::json::object();
       row["rank"] = rank;
       if (p.opts.nodes) {

@@ -54,6 +54,7 @@ struct WorkerContext {
   dist::LaunchEnv env;                   // rank and world (one rank: the defaults)
   std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
   std::string device;                      // this rank's device (dist::rank_device); empty: cfg.device
+  train::RestoreFaults faults;             // ANCHOR_PILOT_FAULT, read once on every rank (a typo fails every rank)
   WorkerResult out;                        // becomes work/<role>.json
 };
 
@@ -65,6 +66,7 @@ WorkerContext load_context(const WorkerOptions& opts) {
   ctx.cfg.base_dir = path_field(doc, "base_dir");
   ctx.cfg.source_path = path_field(doc, "source_path");
   ctx.run_id = doc.value("run_id", "");
+  ctx.faults = train::RestoreFaults::from_env();
   // The supervisor's choice (it may differ from the config's checkpoint.dir:
   // `anchor reproduce` keeps a reproduction's checkpoints in its own run directory).
   if (doc.contains("checkpoint_dir") || doc.contains("checkpoint_dir_hex"))
@@ -105,6 +107,16 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n) {
   return steps;
 }
 
+// An eval loss that is inf/NaN fails the worker here, naming it (JSON would
+// carry it as null, and every later comparison with it is meaningless).
+double finite_eval_loss(double loss, const std::string& which) {
+  if (!std::isfinite(loss))
+    throw Error(ErrorKind::kVerification, which + ": non-finite validation loss (" + std::to_string(loss) + ")",
+                "with train.precision bf16/fp16 check the precision stage's figures (docs/precision.md); else lower "
+                "train.optimizer.lr or check the data");
+  return loss;
+}
+
 // The trainer of this rank; with several ranks DDP over the worker's group.
 std::unique_ptr<train::Trainer> make_trainer(WorkerContext& ctx) {
   auto t = std::make_unique<train::Trainer>(ctx.cfg, ctx.env.rank, ctx.env.world_size, ctx.device);
@@ -127,9 +139,11 @@ double check_replicas(WorkerContext& ctx, const train::Trainer& t) {
 }
 
 // ANCHOR_PILOT_FAULT=diverge_replica: rank 1 of worker A nudges its first
-// parameter, the negative control of the check before the save.
+// parameter after its K steps and eval, right before the save: the negative
+// control of the check there (ZeRO's broadcast at the end of a step would
+// undo a nudge made before a step).
 void diverge_replica_fault(WorkerContext& ctx, train::Trainer& t) {
-  if (ctx.env.rank != 1 || !train::RestoreFaults::from_env().diverge_replica) return;
+  if (ctx.env.rank != 1 || !ctx.faults.diverge_replica) return;
   ANCHOR_LOG_WARN("train", "fault injection active (ANCHOR_PILOT_FAULT=diverge_replica): rank 1's parameters diverge");
   torch::NoGradGuard no_grad;
   auto params = t.model().named_parameters();
@@ -454,7 +468,6 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
   StageTimer train("train");
   auto& steps = ctx.out.train_steps;
   steps = run_steps(t, p.steps_before_save - 1);
-  diverge_replica_fault(ctx, t);
   StageMemory step_mem(dev);
   const train::StepRecord last = run_steps(t, 1).at(0);
   ctx.out.step_memory = step_mem.read();
@@ -479,7 +492,7 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   const auto& p = ctx.cfg.pilot;
   StageTimer eval("eval");
   StageMemory eval_mem(t.device());
-  const double eval_loss = t.evaluate(p.eval_batches);
+  const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval");
   ctx.out.eval_loss = eval_loss;
   ctx.out.stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)},
                                         {"batches", p.eval_batches}, {"memory", eval_mem.read()}}));
@@ -531,6 +544,7 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   train_stage(ctx, t);
   const double eval_loss = eval_stage(ctx, t);
   checkpoint::Store store(ctx.ckpt_dir);
+  diverge_replica_fault(ctx, t);
   save_stage(ctx, t, store, eval_loss);
 
   StageTimer ref("reference");
@@ -575,7 +589,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   if (!loaded)
     throw Error(ErrorKind::kVerification, "no committed checkpoint that verifies in " + ctx.ckpt_dir);
   const double read_s = restore.elapsed() - build_s;
-  const auto faults = train::RestoreFaults::from_env();
+  const auto& faults = ctx.faults;
   if (faults.any()) ANCHOR_LOG_WARN("restore", "fault injection active (ANCHOR_PILOT_FAULT): this run must fail");
   t.restore(*loaded, faults);
   const double load_s = restore.elapsed() - build_s - read_s;
@@ -596,7 +610,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
                                 {"memory", restore_mem.read()}}));
 
   StageTimer eval("eval_after_restore");
-  const double eval_loss = t.evaluate(p.eval_batches);
+  const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval after the restore");
   ctx.out.eval_loss = eval_loss;
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
 
@@ -640,7 +654,13 @@ int run_probe(WorkerContext& ctx) {
     // and count in the peak.
     train::Trainer t(ctx.cfg);
     t.set_step_shape(1, std::min(T, 8));
-    t.train_step();
+    // The loss scaler may skip the first steps (fp16: inf gradients at the
+    // initial scale), and AdamW makes its state at its first applied step.
+    for (int i = 0; i < 64 && (i == 0 || t.state_bytes().optimizer == 0); ++i) t.train_step();
+    if (t.state_bytes().optimizer == 0)
+      throw Error(ErrorKind::kVerification,
+                  "memory probe: 64 warm-up steps were all skipped by the loss scaler; no optimizer state to measure with",
+                  "check train.loss_scale (docs/precision.md): every step overflowing is a failing run");
     for (const auto& [pmb, pT] : points) {
       t.set_step_shape(pmb, pT);
       measure::release_cached(t.device());  // a GPU: the reserved peak is this step's pool, not the last one's

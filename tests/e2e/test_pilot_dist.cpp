@@ -106,7 +106,7 @@ TEST(PilotDist, ABrokenRestoreOnRankOneIsCaughtAndNamed) {
 
 // The replicas are compared before each save and at the end, not after every
 // step: the check before the first save still catches rank 1's parameters
-// nudged after its first step (ANCHOR_PILOT_FAULT=diverge_replica), fails
+// nudged right before that save (ANCHOR_PILOT_FAULT=diverge_replica), fails
 // with exit 3 naming rank 1, and no checkpoint of those replicas is written.
 // The passing pilot's steps carry no per-step check; its save and resume do.
 TEST(PilotDist, ReplicasAreComparedBeforeTheSaveAndADivergedRankIsNamed) {
@@ -118,6 +118,12 @@ TEST(PilotDist, ReplicasAreComparedBeforeTheSaveAndADivergedRankIsNamed) {
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["status"], "failed");
   EXPECT_FALSE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/COMMITTED")));
+  // ZeRO too: its broadcast at the end of a step does not hide a divergence made after it.
+  auto z = run_anchor({"pilot", kPilot, "--run-dir", t.str("zero1"), "--nproc-per-node", "2", "--set",
+                       "distributed.strategy=zero1"},
+                      {{"ANCHOR_PILOT_FAULT", "diverge_replica"}});
+  ASSERT_EQ(z.status, 3) << z.output;
+  EXPECT_NE(z.output.find("the parameters of rank(s) 1 differ from rank 0's"), std::string::npos) << z.output;
 
   auto ok = run_anchor({"pilot", kPilot, "--run-dir", t.str("ok"), "--nproc-per-node", "2"});
   ASSERT_EQ(ok.status, 0) << ok.output;

@@ -2,8 +2,8 @@
 // Typed reads of one JSON object's fields, for the files anchor writes and
 // reads back (a worker's results): a missing or mistyped field throws
 // std::invalid_argument naming where it is ("saved_state.model is missing",
-// "train_steps[2].loss is \"x\", expected a number"); the caller turns that
-// into its own Error with what to do.
+// "train_steps[2].loss is \"x\", expected a number", "eval_loss is null");
+// the caller turns that into its own Error with what to do.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -21,7 +21,7 @@ struct StepRecord {
   double data_wait_s = 0;       // assembling batches
   double compute_s = 0;         // forward, backward, optimizer
   double comm_s = 0;            // DDP: gradient + loss all-reduce (0 on one rank)
-  double replica_check_s = 0;   // DDP: the parameter digest exchange after the step
+  double replica_check_s = 0;   // DDP: the parameter digest exchange after the step (0 in the pilot: it checks at saves)
   std::int64_t tokens = 0;
   double loss_scale = 1;        // the loss scale this step's backward used (1: no scaling)
   bool skipped = false;         // the loss scaler skipped the optimizer step (inf/NaN gradient)

@@ -34,7 +34,7 @@ struct RestoreFaults {
   bool wrong_step = false;
   bool drop_scaler = false;  // the loss scaler restarts at its initial state
   // Not a restore fault: with several ranks, rank 1 of worker A nudges one
-  // parameter after its first step, so the replica check before the save fails.
+  // parameter right before its first save, so the replica check there fails.
   bool diverge_replica = false;
   static RestoreFaults from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step|drop_scaler|diverge_replica[,...]
   bool any() const { return drop_rng || drop_optimizer || wrong_step || drop_scaler; }

@@ -142,6 +142,9 @@ TEST(WorkerResult, ARefusedFileNamesTheField) {
   EXPECT_NE(refusal(v).find("final_state.step is 18446744073709551615, expected an integer below 2^63"), std::string::npos)
       << refusal(v);
   v = good;
+  v["eval_loss"] = nullptr;  // how JSON carries a NaN
+  EXPECT_NE(refusal(v).find("eval_loss is null"), std::string::npos) << refusal(v);
+  v = good;
   v["train_steps"] = json::array();
   EXPECT_NE(refusal(v).find("train_steps is empty"), std::string::npos);
   v = good;
