@@ -10,6 +10,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
 #include "anchor/manifest/manifest.hpp"
+#include "anchor/manifest/process_facts.hpp"
 #include "bridge.hpp"
 #include "commands.hpp"
 
@@ -45,7 +46,31 @@ void print_summary(const nlohmann::json& m, const std::string& verb) {
                h["seconds"].get<double>());
 }
 
+// The manifest pins the libraries and devices of a process that trains
+// (docs/manifest.md, "Which process is pinned"). In anchor-torch that is this
+// process (nullptr: pin reads them itself); the front end asks anchor-torch,
+// or reuses its last answer while nothing it rests on changed.
+std::unique_ptr<manifest::ProcessFacts> training_process(const config::Config& c, const manifest::PinOptions& popts) {
+  if (torch_in_process()) return nullptr;
+  return std::make_unique<manifest::ProcessFacts>(
+      manifest::training_process_facts(torch_binary(), c.device, popts.use_cache));
+}
+
 }  // namespace
+
+// anchor-torch __process-facts --device D: what pin needs of a process that
+// trains, as JSON on stdout (manifest::to_json(ProcessFacts)).
+Runner setup_process_facts(CLI::App& sub, const GlobalOptions&) {
+  sub.group("");  // internal: started by `anchor pin`, not by people
+  auto device = std::make_shared<std::string>("cpu");
+  sub.add_option("--device", *device, "the configured device (config `device`)");
+  return [device]() {
+    if (!torch_in_process()) hand_over_to_torch("the facts are those of a process with LibTorch loaded");
+    const auto facts = manifest::this_process_facts(*device);
+    std::cout << dump_json(manifest::to_json(facts)) << "\n" << std::flush;
+    return 0;
+  };
+}
 
 Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<PinCliOptions>();
@@ -93,8 +118,8 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
                         "libraries are known only once it runs",
                     "`anchor pilot " + o->config_file + "` pins them into <run dir>/manifest.json; check that one "
                         "later with `anchor pin --check <run dir>/manifest.json`");
-      // The manifest pins the shared libraries of a process that trains.
-      if (!torch_in_process()) hand_over_to_torch("pin records the libraries LibTorch loads");
+      const auto facts = training_process(c, popts);
+      popts.process = facts.get();
       nlohmann::json m = manifest::pin(c, popts);
       fs::atomic_write_file(o->output, m.dump(2) + "\n");
       print_summary(m, "pinned");
@@ -122,20 +147,23 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
         throw Error(ErrorKind::kConfig, o->check_manifest + ": dependencies.executable.path or "
                                         "dependencies.shared_libraries is missing or mistyped",
                     "pass the manifest.json a program pilot wrote into its run directory");
-      std::vector<manifest::LoadedLibrary> libs;
+      manifest::ProcessFacts facts;
+      facts.runtime = manifest::runtime_versions();
+      facts.device = manifest::device_info(c.device);
       for (const auto& l : listed)
         if (l.is_object() && l.contains("path") && l["path"].is_string() &&
             !(l.contains("deleted") && l["deleted"].is_boolean() && l["deleted"].get<bool>()))
-          libs.push_back({l["path"].get<std::string>(), false, false});
-      popts.libraries = &libs;
-      popts.executable = exe["path"].get<std::string>();
+          facts.libraries.push_back({l["path"].get<std::string>(), false, false});
+      facts.executable = exe["path"].get<std::string>();
+      facts.source = "program";
+      popts.process = &facts;
       new_m = manifest::pin(c, popts);
       for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
         if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
       new_m["program"] = manifest::repin_program(old_m["program"], popts);
     } else {
-      // The manifest pins the shared libraries of a process that trains.
-      if (!torch_in_process()) hand_over_to_torch("pin records the libraries LibTorch loads");
+      const auto facts = training_process(c, popts);
+      popts.process = facts.get();
       new_m = manifest::pin(c, popts);
     }
     if (out->count() > 0) fs::atomic_write_file(o->output, new_m.dump(2) + "\n");

@@ -14,6 +14,7 @@ const std::vector<Command>& commands() {
       {"plan", "Plan hardware, parallelism and budget from a report's measurements", setup_plan},
       {"keygen", "Create an ECDSA P-256 signing key pair for reports", setup_keygen},
       {"__worker", "internal: a pilot worker process", setup_worker},
+      {"__process-facts", "internal: what pin needs of a process that trains (anchor-torch)", setup_process_facts},
   };
   return kCommands;
 }

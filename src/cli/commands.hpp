@@ -28,6 +28,7 @@ const std::vector<Command>& commands();
 // Declared by each cmd_<name>.cpp.
 Runner setup_config(CLI::App& sub, const GlobalOptions& global);
 Runner setup_pin(CLI::App& sub, const GlobalOptions& global);
+Runner setup_process_facts(CLI::App& sub, const GlobalOptions& global);
 Runner setup_pilot(CLI::App& sub, const GlobalOptions& global);
 Runner setup_worker(CLI::App& sub, const GlobalOptions& global);
 Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global);

@@ -16,6 +16,7 @@
 #include "anchor/manifest/environment.hpp"
 #include "anchor/manifest/hasher.hpp"
 #include "anchor/manifest/manifest.hpp"
+#include "anchor/manifest/process_facts.hpp"
 
 namespace anchor::manifest {
 namespace {
@@ -119,15 +120,13 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
   add_model_file("weights", "model.weights", cfg.model.weights);
   add_model_file("torchscript", "model.torchscript", cfg.model.torchscript);
 
-  // The probes first: asking cuDNN its version loads its sub-libraries
-  // (libcudnn_graph, libz), and the device probe opens the CUDA driver. Listed
-  // after them, the loaded libraries are the same however often this process
-  // pins (a second pin in one process would otherwise see more), and they are
-  // what a GPU run has loaded anyway.
-  nlohmann::json runtime = runtime_versions();
-  nlohmann::json device = device_info(cfg.device);
-  std::vector<LoadedLibrary> libs = opts.libraries ? *opts.libraries : loaded_shared_libraries();
-  const std::string exe = opts.executable.empty() ? proc::self_exe() : opts.executable;
+  // What only the training process can tell: given (the front end asked
+  // anchor-torch; a program pilot read its worker), else this process's.
+  ProcessFacts facts = opts.process ? *opts.process : this_process_facts(cfg.device);
+  nlohmann::json runtime = std::move(facts.runtime);
+  nlohmann::json device = std::move(facts.device);
+  const std::vector<LoadedLibrary>& libs = facts.libraries;
+  const std::string& exe = facts.executable;
 
   // One parallel pass over everything.
   std::vector<HashInput> inputs;
@@ -141,7 +140,7 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
     inputs.push_back({libs[i].path, "shared library"});
   }
   std::size_t exe_index = inputs.size();
-  inputs.push_back({exe, opts.executable.empty() ? "the anchor executable" : "the program's executable"});
+  inputs.push_back({exe, facts.source == "program" ? "the program's executable" : "the anchor executable"});
 
   std::optional<HashCache> cache;
   if (opts.use_cache) {
@@ -263,7 +262,8 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
                   {"files_cached", stats.files_cached},
                   {"bytes_hashed", stats.bytes_hashed},
                   {"bytes_cached", stats.bytes_cached},
-                  {"seconds", stats.seconds}};
+                  {"seconds", stats.seconds},
+                  {"training_process", {{"source", facts.source}, {"seconds", facts.seconds}}}};
   // Paths (inputs, libraries, the working directory) may hold any byte; the
   // manifest is JSON, written, hashed and signed as text: valid UTF-8 only.
   return printable_json(m);

@@ -516,8 +516,14 @@ json pin_program_run(const Run& r) {
   po.use_cache = p.opts.use_hash_cache;
   po.progress = false;
   po.world_size = p.nproc;
-  po.libraries = &r.a.libraries;
-  po.executable = r.a.executable;
+  // The versions below come from the program's hello; the devices from here.
+  manifest::ProcessFacts facts;
+  facts.runtime = manifest::runtime_versions();
+  facts.device = manifest::device_info(p.cfg.device);
+  facts.libraries = r.a.libraries;
+  facts.executable = r.a.executable.empty() ? proc::self_exe() : r.a.executable;
+  facts.source = "program";
+  po.process = &facts;
   json m = manifest::pin(p.cfg, po);
   const auto& h = *log.hello;
   auto& deps = m["dependencies"];

@@ -2,10 +2,12 @@
 // LibTorch; anchor-torch trains and pins. These tests read the binaries'
 // dynamic sections and drive the real commands.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +30,14 @@ std::string needed(const std::string& elf) {
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);)
     if (line.find("(NEEDED)") != std::string::npos) out += line + "\n";
+  return out;
+}
+
+// The pinned libraries as "path sha256" lines (the `cached` flags aside).
+std::vector<std::string> pinned_libraries(const nlohmann::json& manifest) {
+  std::vector<std::string> out;
+  for (const auto& l : manifest["dependencies"]["shared_libraries"])
+    out.push_back(l["path"].get<std::string>() + " " + l["sha256"].dump());
   return out;
 }
 
@@ -114,13 +124,81 @@ TEST(FrontEnd, PilotManifestPinsTheProcessThatTrains) {
   EXPECT_EQ(report["stages"][0]["figures"]["reused"], false);
 }
 
-TEST(FrontEnd, PinIsHandedToTheTorchBinary) {
+// `anchor pin` runs in the front end and pins anchor-torch's process: it asks
+// anchor-torch once (source "probed") and reuses the answer (source "cached")
+// until the binary, the loader's environment or configuration, or a library
+// changes. The answer is the one anchor-torch gives when it pins itself.
+TEST(FrontEnd, PinAsksTheTorchBinaryOnceAndReusesTheAnswerUntilSomethingChanges) {
   TempDir t("frontend-pin");
-  const std::string out = t.str("manifest.json");
-  auto r = run_anchor({"pin", kPilot, "-o", out});
-  ASSERT_EQ(r.status, 0) << r.output;
-  auto m = nlohmann::json::parse(anchor::fs::read_file(out));
-  EXPECT_TRUE(pins_library(m, "libtorch_cpu")) << "pin ran where LibTorch is loaded";
+  // A copy of both binaries: touching it must not disturb the build tree.
+  std::filesystem::create_directories(t.str("bin"));
+  const std::string front = t.str("bin/anchor"), torch = t.str("bin/anchor-torch");
+  std::filesystem::copy_file(ANCHOR_BINARY, front);
+  std::filesystem::copy_file(ANCHOR_TORCH_BINARY, torch);
+  const std::map<std::string, std::string> env = {{"ANCHOR_CACHE_DIR", t.str("cache")}};
+  int n = 0;
+  auto pin = [&](std::map<std::string, std::string> extra = {}, std::vector<std::string> more = {}) {
+    const std::string out = t.str("m" + std::to_string(++n) + ".json");
+    anchor::proc::SpawnOptions o;
+    o.env = env;
+    for (auto& [k, v] : extra) o.env[k] = v;
+    o.merge_stderr = true;
+    std::vector<std::string> argv = {front, "pin", kPilot, "-o", out};
+    argv.insert(argv.end(), more.begin(), more.end());
+    const auto r = anchor::proc::run_capture(argv, o);
+    EXPECT_EQ(r.status, 0) << r.out;
+    return std::make_pair(nlohmann::json::parse(anchor::fs::read_file(out)), r.out);
+  };
+  auto source = [](const nlohmann::json& m) { return m["hashing"]["training_process"]["source"].get<std::string>(); };
+
+  const auto [first, first_out] = pin();
+  EXPECT_EQ(source(first), "probed") << first_out;
+  EXPECT_TRUE(pins_library(first, "libtorch_cpu")) << "the libraries of the process that trains";
+  EXPECT_EQ(first["dependencies"]["executable"]["path"], torch);
+  const auto [second, second_out] = pin();
+  EXPECT_EQ(source(second), "cached") << second_out;
+  EXPECT_EQ(pinned_libraries(second), pinned_libraries(first));
+  for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
+    EXPECT_EQ(second["dependencies"][k], first["dependencies"][k]) << k;
+  EXPECT_EQ(second["device"], first["device"]);
+
+  // anchor-torch pinning itself lists the same libraries (its own path aside).
+  {
+    anchor::proc::SpawnOptions o;
+    o.env = env;
+    o.merge_stderr = true;
+    const auto r = anchor::proc::run_capture({torch, "pin", kPilot, "-o", t.str("self.json")}, o);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto self = nlohmann::json::parse(anchor::fs::read_file(t.str("self.json")));
+    EXPECT_EQ(source(self), "this process");
+    EXPECT_EQ(pinned_libraries(self), pinned_libraries(first));
+    EXPECT_EQ(self["device"], first["device"]);
+  }
+
+  // Each change asks again; the answer after it is cached in turn.
+  EXPECT_EQ(source(pin({{"LD_LIBRARY_PATH", t.str("nowhere")}}).first), "probed") << "the loader's environment";
+  EXPECT_EQ(source(pin({{"LD_LIBRARY_PATH", t.str("nowhere")}}).first), "cached");
+  EXPECT_EQ(source(pin().first), "probed") << "one answer per binary and device: the latest";
+  EXPECT_EQ(source(pin().first), "cached");
+  const timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, torch.c_str(), later, 0), 0);
+  EXPECT_EQ(source(pin().first), "probed") << "anchor-torch changed";
+  EXPECT_EQ(source(pin({}, {"--no-cache"}).first), "probed") << "--no-cache never reads the cache";
+
+  // A cache that is not one, or whose answer is nonsense: a warning, asked again, rewritten.
+  const std::string cache = t.str("cache/process-facts.json");
+  anchor::fs::atomic_write_file(cache, "{not json");
+  const auto [garbled, garbled_out] = pin();
+  EXPECT_EQ(source(garbled), "probed");
+  EXPECT_NE(garbled_out.find("cannot be read"), std::string::npos) << garbled_out;
+  EXPECT_EQ(source(pin().first), "cached") << "rewritten by the probe";
+  auto poisoned = nlohmann::json::parse(anchor::fs::read_file(cache));
+  for (auto& [name, entry] : poisoned["entries"].items()) entry["facts"]["libraries"][0]["path"] = "relative.so";
+  anchor::fs::atomic_write_file(cache, poisoned.dump());
+  const auto [refused, refused_out] = pin();
+  EXPECT_EQ(source(refused), "probed");
+  EXPECT_NE(refused_out.find("libraries[0].path is not an absolute path"), std::string::npos) << refused_out;
+  EXPECT_EQ(pinned_libraries(refused), pinned_libraries(first));
 }
 
 TEST(FrontEnd, MissingTorchBinaryIsAClearErrorThatWritesNothing) {

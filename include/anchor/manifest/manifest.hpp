@@ -12,6 +12,7 @@
 
 #include "anchor/config/config.hpp"
 #include "anchor/manifest/environment.hpp"
+#include "anchor/manifest/process_facts.hpp"
 
 namespace anchor::manifest {
 
@@ -23,11 +24,12 @@ struct PinOptions {
   bool progress = true;    // progress line on a terminal when hashing takes > 1 s
   std::string cache_file;  // empty -> HashCache::default_file(); for tests and tools
   int world_size = 0;      // ranks whose dropout seeds are listed; 0 -> distributed.nproc_per_node
-  // Another process's libraries and executable instead of this one's: a
-  // program pilot pins what worker A had loaded (read at its kill window) and
-  // `pin --check` of its manifest re-hashes them. nullptr / "": this process's.
-  const std::vector<LoadedLibrary>* libraries = nullptr;
-  std::string executable;
+  // Another process's runtime versions, devices, libraries and executable
+  // instead of this one's (process_facts.hpp): the front end pins
+  // anchor-torch's; a program pilot pins what worker A had loaded (read at its
+  // kill window, source "program") and `pin --check` of its manifest re-hashes
+  // them. nullptr: this process's.
+  const ProcessFacts* process = nullptr;
 };
 
 // Pins `cfg`: expands data globs, hashes every data shard, the model file (if
