@@ -4,9 +4,10 @@
 //                 and plans reports, checks configs and checkpoints, makes keys.
 //   anchor-torch  the same commands with LibTorch linked. The pilot's workers run
 //                 it, and so do the commands that need LibTorch in their own
-//                 process: `pin` and `reproduce` (the manifest pins the libraries
-//                 of a process that trains) and `pilot` under torchrun or srun
-//                 (c10d's store).
+//                 process: `reproduce` (it pins and trains) and `pilot` under
+//                 torchrun or srun (c10d's store). `pin` stays in anchor: it asks
+//                 anchor-torch (`__process-facts`) what a process that trains
+//                 has loaded, and caches the answer (manifest/process_facts.hpp).
 // `anchor` hands those commands to anchor-torch by exec, with the same
 // arguments, so either binary accepts every command. Loading LibTorch costs a
 // process ~0.4 s of CPU and ~165 MB before it does anything; the supervisor,
