@@ -46,14 +46,15 @@ void print_summary(const nlohmann::json& m, const std::string& verb) {
                h["seconds"].get<double>());
 }
 
-// The manifest pins the libraries and devices of a process that trains
-// (docs/manifest.md, "Which process is pinned"). In anchor-torch that is this
-// process (nullptr: pin reads them itself); the front end asks anchor-torch,
-// or reuses its last answer while nothing it rests on changed.
-std::unique_ptr<manifest::ProcessFacts> training_process(const config::Config& c, const manifest::PinOptions& popts) {
-  if (torch_in_process()) return nullptr;
-  return std::make_unique<manifest::ProcessFacts>(
-      manifest::training_process_facts(torch_binary(), c.device, popts.use_cache));
+// The manifest pins the libraries of a process that trains (docs/manifest.md,
+// "Which process is pinned"). In anchor-torch that is this process (empty: pin
+// reads them itself); the front end asks anchor-torch, or reuses its last
+// answer while nothing it rests on changed.
+void set_training_process(manifest::PinOptions& popts, const config::Config& c) {
+  if (torch_in_process()) return;
+  const bool use_cache = popts.use_cache;
+  const std::string device = c.device;
+  popts.process = [use_cache, device] { return manifest::training_process_facts(torch_binary(), device, use_cache); };
 }
 
 }  // namespace
@@ -67,7 +68,7 @@ Runner setup_process_facts(CLI::App& sub, const GlobalOptions&) {
   return [device]() {
     if (!torch_in_process()) hand_over_to_torch("the facts are those of a process with LibTorch loaded");
     const auto facts = manifest::this_process_facts(*device);
-    std::cout << dump_json(manifest::to_json(facts)) << "\n" << std::flush;
+    std::cout << manifest::kProcessFactsLine << dump_json(manifest::to_json(facts)) << "\n" << std::flush;
     return 0;
   };
 }
@@ -90,8 +91,9 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
                              "only when given")
                   ->capture_default_str();
   sub.add_flag("--no-cache", o->no_cache,
-               "hash every file; neither read nor write the hash cache "
-               "($ANCHOR_CACHE_DIR, else $XDG_CACHE_HOME/anchor, else ~/.cache/anchor)");
+               "hash every file and ask anchor-torch what it loads; neither read nor write the caches "
+               "(hash-cache.json, process-facts.json in $ANCHOR_CACHE_DIR, else $XDG_CACHE_HOME/anchor, "
+               "else ~/.cache/anchor)");
   with_env(sub.add_option("--threads", o->threads,
                           "hashing threads; 0 = one per CPU (default 0)")
                ->check(CLI::NonNegativeNumber),
@@ -118,8 +120,7 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
                         "libraries are known only once it runs",
                     "`anchor pilot " + o->config_file + "` pins them into <run dir>/manifest.json; check that one "
                         "later with `anchor pin --check <run dir>/manifest.json`");
-      const auto facts = training_process(c, popts);
-      popts.process = facts.get();
+      set_training_process(popts, c);
       nlohmann::json m = manifest::pin(c, popts);
       fs::atomic_write_file(o->output, m.dump(2) + "\n");
       print_summary(m, "pinned");
@@ -156,14 +157,13 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
           facts.libraries.push_back({l["path"].get<std::string>(), false, false});
       facts.executable = exe["path"].get<std::string>();
       facts.source = "program";
-      popts.process = &facts;
+      popts.process = [&] { return facts; };
       new_m = manifest::pin(c, popts);
       for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
         if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
       new_m["program"] = manifest::repin_program(old_m["program"], popts);
     } else {
-      const auto facts = training_process(c, popts);
-      popts.process = facts.get();
+      set_training_process(popts, c);
       new_m = manifest::pin(c, popts);
     }
     if (out->count() > 0) fs::atomic_write_file(o->output, new_m.dump(2) + "\n");

@@ -1,6 +1,7 @@
 #include "anchor/manifest/environment.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <gnu/libc-version.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <torch/version.h>  // macros only: TORCH_VERSION
 
 #include <cctype>
+#include <cstddef>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -101,6 +103,44 @@ std::vector<LoadedLibrary> loaded_shared_libraries(int pid) {
     out.push_back(lib);
   }
   return out;
+}
+
+namespace {
+
+// The search path dlinfo reports for one handle, added to `out`.
+void add_search_dirs(void* handle, std::set<std::string>& out) {
+  Dl_serinfo size {};
+  if (::dlinfo(handle, RTLD_DI_SERINFOSIZE, &size) != 0 || size.dls_size < sizeof(Dl_serinfo)) return;
+  std::vector<std::max_align_t> buf(size.dls_size / sizeof(std::max_align_t) + 1);
+  auto* info = reinterpret_cast<Dl_serinfo*>(buf.data());
+  *info = size;  // dls_size and dls_cnt from the first call, as dlinfo(3) asks
+  if (::dlinfo(handle, RTLD_DI_SERINFO, info) != 0) return;
+  for (unsigned i = 0; i < info->dls_cnt; ++i)
+    if (info->dls_serpath[i].dls_name) out.insert(info->dls_serpath[i].dls_name);
+}
+
+int collect_object(struct dl_phdr_info* info, std::size_t, void* data) {
+  auto* names = static_cast<std::vector<std::string>*>(data);
+  if (info->dlpi_name && info->dlpi_name[0]) names->push_back(info->dlpi_name);
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> loader_search_dirs() {
+  std::set<std::string> dirs;
+  if (void* self = ::dlopen(nullptr, RTLD_LAZY)) {
+    add_search_dirs(self, dirs);
+    ::dlclose(self);
+  }
+  std::vector<std::string> objects;
+  ::dl_iterate_phdr(collect_object, &objects);
+  for (const auto& name : objects)
+    if (void* h = ::dlopen(name.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {  // already loaded: no new mapping
+      add_search_dirs(h, dirs);
+      ::dlclose(h);
+    }
+  return {dirs.begin(), dirs.end()};
 }
 
 std::string glibc_version() { return gnu_get_libc_version(); }

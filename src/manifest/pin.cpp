@@ -122,7 +122,7 @@ nlohmann::json pin(const config::Config& cfg, const PinOptions& opts) {
 
   // What only the training process can tell: given (the front end asked
   // anchor-torch; a program pilot read its worker), else this process's.
-  ProcessFacts facts = opts.process ? *opts.process : this_process_facts(cfg.device);
+  ProcessFacts facts = opts.process ? opts.process() : this_process_facts(cfg.device);
   nlohmann::json runtime = std::move(facts.runtime);
   nlohmann::json device = std::move(facts.device);
   const std::vector<LoadedLibrary>& libs = facts.libraries;

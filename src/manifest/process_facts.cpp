@@ -1,12 +1,19 @@
 #include "anchor/manifest/process_facts.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <stdexcept>
 
+#include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/json_fields.hpp"
 #include "anchor/common/process.hpp"
@@ -22,20 +29,22 @@ constexpr const char* kFactsFormat = "anchor.process-facts/v1";
 constexpr const char* kCacheFormat = "anchor.process-facts-cache/v1";
 // One entry per (binary, configured device); a machine has a few builds at most.
 constexpr std::size_t kMaxCacheEntries = 16;
+// Far more than 16 entries of a few hundred libraries each: anything larger is not ours.
+constexpr std::uintmax_t kMaxCacheBytes = 16u << 20;
 
-// What the loader and the device probes read besides the binary and the
-// libraries themselves: a change to any of them may change the answer.
-constexpr const char* kKeyEnv[] = {"LD_LIBRARY_PATH", "LD_PRELOAD", "LD_BIND_NOW", "CUDA_VISIBLE_DEVICES",
-                                   "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"};
-constexpr const char* kKeyFiles[] = {"/etc/ld.so.cache", "/etc/ld.so.preload", "/proc/driver/nvidia/version",
-                                     "/dev/kfd"};
+// Files the loader reads besides the binary, the libraries and the searched
+// directories: their identity (or absence) is part of the key.
+constexpr const char* kLoaderFiles[] = {"/etc/ld.so.cache", "/etc/ld.so.preload", "/dev/kfd"};
+// Read for their content: procfs times say nothing about a driver update.
+constexpr const char* kContentFiles[] = {"/proc/driver/nvidia/version"};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A file's identity as the hash cache keys it, plus ctime (a rewrite that
-// restores the mtime still moves the ctime). null when it does not exist.
+// A file's or directory's identity as the hash cache keys it, plus ctime (a
+// rewrite that restores the mtime still moves the ctime; a directory's moves
+// when an entry is added, removed or renamed). null when it does not exist.
 nlohmann::json identity(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return nullptr;
@@ -45,64 +54,130 @@ nlohmann::json identity(const std::string& path) {
           static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
 }
 
-// The GPUs the NVIDIA driver lists (their PCI addresses): a card swapped
-// without a driver change changes the device facts.
-nlohmann::json nvidia_gpus() {
-  nlohmann::json out = nlohmann::json::array();
+// Up to 4 KiB of a small file's content; null when it cannot be read.
+nlohmann::json content(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return nullptr;
+  std::string text(4096, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return printable(text);
+}
+
+// The environment of the loader and of the runtimes it loads: every LD_*
+// variable but the debug output ones, glibc's tunables, and which devices the
+// GPU runtimes may see (they decide what the runtime probes answer).
+nlohmann::json loader_env() {
+  nlohmann::json env = nlohmann::json::object();
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = kv.substr(0, eq);
+    const bool ld = name.rfind("LD_", 0) == 0 && name.rfind("LD_DEBUG", 0) != 0;
+    if (ld || name == "GLIBC_TUNABLES" || name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER" ||
+        name == "HIP_VISIBLE_DEVICES" || name == "ROCR_VISIBLE_DEVICES")
+      env[printable(name)] = printable(kv.substr(eq + 1));
+  }
+  return env;
+}
+
+// The working directory, when a loader path list holds an empty or relative
+// element (the loader resolves those against it); null otherwise.
+nlohmann::json cwd_if_relative() {
+  for (const char* v : {"LD_LIBRARY_PATH", "LD_PRELOAD"}) {
+    const char* s = std::getenv(v);
+    if (!s) continue;
+    std::string list = s;
+    std::size_t at = 0;
+    for (;;) {
+      const std::size_t end = list.find_first_of(std::string(v) == "LD_PRELOAD" ? ": " : ":;", at);
+      const std::string item = list.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      if (item.empty() || item[0] != '/') {
+        std::error_code ec;
+        const std::string cwd = std::filesystem::current_path(ec).string();
+        return {printable(cwd), identity(cwd)};
+      }
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return nullptr;
+}
+
+// A searched directory and, when it has them, its glibc-hwcaps subdirectories
+// (glibc 2.33 on searches those first).
+void add_dir(nlohmann::json& out, const std::string& dir) {
+  out.push_back({printable(dir), identity(dir)});
+  const std::string hw = dir + "/glibc-hwcaps";
+  if (identity(hw).is_null()) return;
+  out.push_back({printable(hw), identity(hw)});
   std::error_code ec;
-  std::vector<std::string> names;
-  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end; !ec && it != end; it.increment(ec))
-    names.push_back(printable(it->path().filename().string()));
-  std::sort(names.begin(), names.end());
-  for (auto& n : names) out.push_back(std::move(n));
-  return out;
+  std::vector<std::string> subs;
+  for (std::filesystem::directory_iterator it(hw, ec), end; !ec && it != end; it.increment(ec))
+    subs.push_back(it->path().string());
+  std::sort(subs.begin(), subs.end());
+  for (const auto& d : subs) out.push_back({printable(d), identity(d)});
 }
 
 // Everything the answer rests on, as it is now. Paths go through printable():
 // the key is compared, never used to open anything.
 nlohmann::json cache_key(const std::string& binary, const std::string& device, const ProcessFacts& facts) {
-  nlohmann::json env = nlohmann::json::object();
-  for (const char* v : kKeyEnv) {
-    const char* s = std::getenv(v);
-    env[v] = s ? nlohmann::json(printable(s)) : nlohmann::json(nullptr);
-  }
   nlohmann::json files = nlohmann::json::object();
-  for (const char* f : kKeyFiles) files[f] = identity(f);
+  for (const char* f : kLoaderFiles) files[f] = identity(f);
+  for (const char* f : kContentFiles) files[f] = content(f);
   nlohmann::json libs = nlohmann::json::array();
   for (const auto& l : facts.libraries) libs.push_back({printable(l.path), identity(l.path)});
+  nlohmann::json dirs = nlohmann::json::array();
+  for (const auto& d : facts.search_dirs) add_dir(dirs, d);
   return {{"binary", printable(binary)}, {"binary_identity", identity(binary)}, {"device", printable(device)},
-          {"env", env}, {"loader_files", files}, {"nvidia_gpus", nvidia_gpus()}, {"libraries", libs}};
+          {"env", loader_env()}, {"cwd", cwd_if_relative()}, {"loader_files", files}, {"libraries", libs},
+          {"search_dirs", dirs}};
 }
 
 std::string entry_name(const std::string& binary, const std::string& device) {
   return printable(binary) + "\n" + printable(device);
 }
 
-// The cache's entries; an empty object when there is none or it is unusable
-// (said once, at warn level: it is rewritten by the next probe).
+bool usable_entry(const nlohmann::json& e) {
+  return e.is_object() && e.contains("key") && e.contains("facts") && e.contains("written_ns") &&
+         e["written_ns"].is_number_integer();
+}
+
+// The cache's entries, each an object with a key, facts and an integer
+// written_ns (others are dropped); an empty object when there is no cache or
+// it is unusable (a warning: it is rewritten by the next probe).
 nlohmann::json read_cache(const std::string& file) {
   struct stat st {};
   if (::lstat(file.c_str(), &st) != 0) return nlohmann::json::object();
   try {
+    if (S_ISREG(st.st_mode) && static_cast<std::uintmax_t>(st.st_size) > kMaxCacheBytes)
+      throw std::runtime_error(std::to_string(st.st_size) + " bytes, more than a process-facts cache holds");
     const nlohmann::json j = parse_json(fs::read_file(file));
-    if (j.is_object() && j.value("format", "") == kCacheFormat && j.contains("entries") && j["entries"].is_object())
-      return j["entries"];
-    ANCHOR_LOG_WARN("pin", "{} is not an anchor process-facts cache; ignoring it (it is rewritten)", printable(file));
+    if (!j.is_object() || j.value("format", "") != kCacheFormat || !j.contains("entries") || !j["entries"].is_object())
+      throw std::runtime_error("not an anchor process-facts cache");
+    nlohmann::json entries = nlohmann::json::object();
+    for (const auto& [name, e] : j["entries"].items())
+      if (usable_entry(e)) entries[name] = e;
+    return entries;
   } catch (const std::exception& e) {
-    ANCHOR_LOG_WARN("pin", "process-facts cache {} cannot be read ({}); ignoring it (it is rewritten)", printable(file),
-                    e.what());
+    ANCHOR_LOG_WARN("pin", "process-facts cache {} cannot be read ({}); ignoring it (it is rewritten)",
+                    printable(file), e.what());
   }
   return nlohmann::json::object();
 }
 
-void write_cache(const std::string& file, nlohmann::json entries, const std::string& name, nlohmann::json entry) {
+// Stores `entry` under `name`, merged into the file as it is now (another pin
+// may have written since we read it), keeping the newest kMaxCacheEntries.
+void write_cache(const std::string& file, const std::string& name, nlohmann::json entry) {
   entry["written_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
+  nlohmann::json entries = read_cache(file);
   entries[name] = std::move(entry);
   while (entries.size() > kMaxCacheEntries) {  // drop the oldest
     auto oldest = entries.begin();
     for (auto it = entries.begin(); it != entries.end(); ++it)
-      if (it->value("written_ns", std::int64_t{0}) < oldest->value("written_ns", std::int64_t{0})) oldest = it;
+      if ((*it)["written_ns"].get<std::int64_t>() < (*oldest)["written_ns"].get<std::int64_t>()) oldest = it;
     entries.erase(oldest);
   }
   try {
@@ -113,14 +188,34 @@ void write_cache(const std::string& file, nlohmann::json entries, const std::str
   }
 }
 
+nlohmann::json this_build() {
+  return {{"version", build::kVersion}, {"git_commit", build::kGitCommit}, {"git_dirty", build::kGitDirty},
+          {"build_type", build::kBuildType}};
+}
+
+// anchor-torch must be the build this binary came with: the manifest's
+// dependencies.anchor is this binary's, its libraries are anchor-torch's.
+void check_same_build(const ProcessFacts& f, const std::string& binary) {
+  if (f.build == this_build()) return;
+  throw Error(ErrorKind::kRuntime,
+              "pin: " + printable(binary) + " is another build (" + dump_json(f.build) + ") than this anchor (" +
+                  dump_json(this_build()) + ")",
+              "install anchor and anchor-torch from one build (`make build` puts both in build/release/bin)");
+}
+
 ProcessFacts probe(const std::string& binary, const std::string& device) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (::access(binary.c_str(), X_OK) != 0) {
+    const int e = errno;
+    throw Error(ErrorKind::kRuntime, "pin: cannot start " + printable(binary) + " to read the libraries a process "
+                                     "that trains loads: " + std::strerror(e),
+                "anchor-torch is built and installed next to anchor; rebuild with `make build`");
+  }
   proc::RunResult r;
   try {
     r = proc::run_capture({binary, "__process-facts", "--device", device});
   } catch (const Error& e) {
-    throw Error(ErrorKind::kRuntime, "pin: cannot start " + printable(binary) + " to read the training process's "
-                                     "libraries: " + e.what(),
+    throw Error(ErrorKind::kRuntime, "pin: cannot start " + printable(binary) + ": " + e.what(),
                 "anchor-torch is built and installed next to anchor; rebuild with `make build`");
   }
   const std::string what = printable(binary) + " __process-facts";
@@ -128,14 +223,29 @@ ProcessFacts probe(const std::string& binary, const std::string& device) {
     throw Error(ErrorKind::kRuntime, what + " " + proc::describe_exit(r.status),
                 "run `" + what + " --device " + printable(device) + "` to see its error; anchor and anchor-torch "
                 "must come from one build");
+  // The last line with the prefix: a library may print lines of its own.
+  std::string answer;
+  std::size_t at = 0;
+  while (at < r.out.size()) {
+    std::size_t end = r.out.find('\n', at);
+    if (end == std::string::npos) end = r.out.size();
+    if (r.out.compare(at, std::strlen(kProcessFactsLine), kProcessFactsLine) == 0)
+      answer = r.out.substr(at + std::strlen(kProcessFactsLine), end - at - std::strlen(kProcessFactsLine));
+    at = end + 1;
+  }
+  if (answer.empty())
+    throw Error(ErrorKind::kRuntime, what + " printed no answer (no line starting with \"" +
+                                         std::string(kProcessFactsLine) + "\")",
+                "anchor and anchor-torch must come from one build");
   nlohmann::json j;
   try {
-    j = parse_json(r.out);
+    j = parse_json(answer);
   } catch (const std::exception& e) {
-    throw Error(ErrorKind::kRuntime, what + " printed something that is not JSON: " + e.what(),
+    throw Error(ErrorKind::kRuntime, what + " answered something that is not JSON: " + e.what(),
                 "anchor and anchor-torch must come from one build");
   }
   ProcessFacts f = process_facts_from_json(j, what);
+  check_same_build(f, binary);
   f.source = "probed";
   f.seconds = seconds_since(t0);
   return f;
@@ -150,6 +260,8 @@ ProcessFacts this_process_facts(const std::string& configured_device) {
   f.device = device_info(configured_device);
   f.libraries = loaded_shared_libraries();
   f.executable = proc::self_exe();
+  f.search_dirs = loader_search_dirs();
+  f.build = this_build();
   f.seconds = seconds_since(t0);
   return f;
 }
@@ -163,8 +275,15 @@ nlohmann::json to_json(const ProcessFacts& f) {
     if (l.replaced_since_load) e["replaced_since_load"] = true;
     libs.push_back(std::move(e));
   }
+  nlohmann::json dirs = nlohmann::json::array();
+  for (const auto& d : f.search_dirs) {
+    nlohmann::json e = nlohmann::json::object();
+    set_path_field(e, "path", d);
+    dirs.push_back(std::move(e));
+  }
   nlohmann::json j = {{"format", kFactsFormat}, {"runtime", printable_json(f.runtime)},
-                      {"device", printable_json(f.device)}, {"libraries", libs}};
+                      {"device", printable_json(f.device)}, {"libraries", libs}, {"search_dirs", dirs},
+                      {"build", printable_json(f.build)}};
   set_path_field(j, "executable", f.executable);
   return j;
 }
@@ -179,22 +298,34 @@ ProcessFacts process_facts_from_json(const nlohmann::json& j, const std::string&
     f.device = top.object("device");
     for (const auto& [k, v] : f.runtime.items())
       if (!v.is_string()) throw std::invalid_argument("runtime." + k + " is " + dump_json(v) + ", expected a string");
+    f.build = top.object("build");
+    JsonFields b(f.build, "build");
+    b.str("version");
+    b.str("git_commit");
+    b.boolean("git_dirty");
+    b.str("build_type");
     top.str("executable");
     f.executable = path_field(j, "executable");
+    if (f.executable.empty() || f.executable[0] != '/')
+      throw std::invalid_argument("executable is not an absolute path");
     const auto& libs = top.array("libraries");
     for (std::size_t i = 0; i < libs.size(); ++i) {
-      JsonFields l(libs[i], JsonFields::item("libraries", i));
+      const std::string at = JsonFields::item("libraries", i);
+      JsonFields l(libs[i], at);
       l.str("path");
       LoadedLibrary lib;
       lib.path = path_field(libs[i], "path");
       lib.deleted = l.boolean_or("deleted", false);
       lib.replaced_since_load = l.boolean_or("replaced_since_load", false);
-      if (lib.path.empty() || lib.path[0] != '/')
-        throw std::invalid_argument(JsonFields::item("libraries", i) + ".path is not an absolute path");
+      if (lib.path.empty() || lib.path[0] != '/') throw std::invalid_argument(at + ".path is not an absolute path");
       f.libraries.push_back(std::move(lib));
     }
-    if (f.executable.empty() || f.executable[0] != '/')
-      throw std::invalid_argument("executable is not an absolute path");
+    const auto& dirs = top.array("search_dirs");
+    for (std::size_t i = 0; i < dirs.size(); ++i) {
+      JsonFields d(dirs[i], JsonFields::item("search_dirs", i));
+      d.str("path");
+      f.search_dirs.push_back(path_field(dirs[i], "path"));
+    }
     return f;
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::kRuntime, what + ": " + e.what(), "anchor and anchor-torch must come from one build");
@@ -209,42 +340,57 @@ std::string default_process_facts_cache() {
 
 ProcessFacts training_process_facts(const std::string& binary, const std::string& device, bool use_cache,
                                     const std::string& cache_file) {
-  if (!use_cache) return probe(binary, device);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::string file = cache_file;
-  if (file.empty()) {
-    try {
-      file = default_process_facts_cache();
-    } catch (const Error& e) {
-      ANCHOR_LOG_WARN("pin", "process-facts cache disabled: {}", e.what());
-      return probe(binary, device);
-    }
-  }
-  nlohmann::json entries = read_cache(file);
-  const std::string name = entry_name(binary, device);
-  if (auto it = entries.find(name); it != entries.end() && it->is_object() && it->contains("facts") &&
-                                    it->contains("key")) {
-    try {
-      ProcessFacts cached = process_facts_from_json((*it)["facts"], "process-facts cache " + printable(file));
-      if (cache_key(binary, device, cached) == (*it)["key"]) {
-        cached.source = "cached";
-        cached.seconds = seconds_since(t0);
-        return cached;
+  ProcessFacts f = [&] {
+    if (!use_cache) return probe(binary, device);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string file = cache_file;
+    if (file.empty()) {
+      try {
+        file = default_process_facts_cache();
+      } catch (const Error& e) {
+        ANCHOR_LOG_WARN("pin", "process-facts cache disabled: {}", e.what());
+        return probe(binary, device);
       }
-      ANCHOR_LOG_DEBUG("pin", "process-facts cache: {} or what it loads changed; asking it again", printable(binary));
-    } catch (const Error& e) {
-      ANCHOR_LOG_WARN("pin", "{}; asking anchor-torch again", e.what());
     }
-  }
-  const nlohmann::json before = cache_key(binary, device, ProcessFacts{});
-  ProcessFacts f = probe(binary, device);
-  nlohmann::json key = cache_key(binary, device, f);
-  nlohmann::json rest = key;
-  rest["libraries"] = nlohmann::json::array();
-  bool stable = rest == before;  // nothing moved while anchor-torch ran
-  for (const auto& l : f.libraries) stable = stable && !l.deleted && !l.replaced_since_load;
-  if (stable) write_cache(file, std::move(entries), name, {{"key", std::move(key)}, {"facts", to_json(f)}});
-  else ANCHOR_LOG_DEBUG("pin", "process facts not cached: a library or the loader changed while they were read");
+    const std::string name = entry_name(binary, device);
+    const nlohmann::json entries = read_cache(file);
+    std::optional<ProcessFacts> hit;
+    if (auto it = entries.find(name); it != entries.end()) {
+      try {
+        ProcessFacts cached = process_facts_from_json((*it)["facts"], "process-facts cache " + printable(file));
+        if (cache_key(binary, device, cached) == (*it)["key"])
+          hit = std::move(cached);
+        else
+          ANCHOR_LOG_DEBUG("pin", "process-facts cache: {} or what it loads changed; asking it again", printable(binary));
+      } catch (const Error& e) {
+        ANCHOR_LOG_WARN("pin", "{}; asking anchor-torch again", e.what());
+      }
+    }
+    if (hit) {
+      check_same_build(*hit, binary);
+      hit->source = "cached";
+      hit->seconds = seconds_since(t0);
+      return *hit;
+    }
+    // Cached only when nothing it rests on moved while anchor-torch ran and
+    // every library it lists is the file it mapped.
+    const nlohmann::json rest_before = cache_key(binary, device, ProcessFacts{});
+    ProcessFacts probed = probe(binary, device);
+    nlohmann::json key = cache_key(binary, device, probed);
+    nlohmann::json rest_after = key;
+    rest_after["libraries"] = nlohmann::json::array();
+    rest_after["search_dirs"] = nlohmann::json::array();
+    bool stable = rest_after == rest_before;
+    for (const auto& l : probed.libraries) stable = stable && !l.deleted && !l.replaced_since_load;
+    if (stable)
+      write_cache(file, name, {{"key", std::move(key)}, {"facts", to_json(probed)}});
+    else
+      ANCHOR_LOG_DEBUG("pin", "process facts not cached: a library or the loader changed while they were read");
+    return probed;
+  }();
+  // The devices as they are now: the driver API needs no LibTorch, and a
+  // device reconfigured (MIG, cgroups, a card swapped) changes nothing above.
+  f.device = device_info(device);
   return f;
 }
 

@@ -523,7 +523,7 @@ json pin_program_run(const Run& r) {
   facts.libraries = r.a.libraries;
   facts.executable = r.a.executable.empty() ? proc::self_exe() : r.a.executable;
   facts.source = "program";
-  po.process = &facts;
+  po.process = [&] { return facts; };
   json m = manifest::pin(p.cfg, po);
   const auto& h = *log.hello;
   auto& deps = m["dependencies"];

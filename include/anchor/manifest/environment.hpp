@@ -23,6 +23,13 @@ std::vector<LoadedLibrary> loaded_shared_libraries();
 // The same for another process (/proc/<pid>/maps; its executable excluded).
 std::vector<LoadedLibrary> loaded_shared_libraries(int pid);
 
+// The directories the dynamic loader searches for this process's objects
+// (dlinfo RTLD_DI_SERINFO of the program and of every loaded object:
+// LD_LIBRARY_PATH, RPATH/RUNPATH with $ORIGIN expanded, the system
+// directories), deduplicated, in no particular order. A new library in one of
+// them can change what a fresh process loads.
+std::vector<std::string> loader_search_dirs();
+
 // gnu_get_libc_version(), e.g. "2.36".
 std::string glibc_version();
 

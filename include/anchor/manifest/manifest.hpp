@@ -5,6 +5,7 @@
 //   nlohmann::json m = manifest::pin(cfg);            // hashes data, model, libraries
 //   auto drift = manifest::compare(old_m, m);          // what changed since
 //   std::cerr << manifest::format_drift_table(drift);
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,11 +26,11 @@ struct PinOptions {
   std::string cache_file;  // empty -> HashCache::default_file(); for tests and tools
   int world_size = 0;      // ranks whose dropout seeds are listed; 0 -> distributed.nproc_per_node
   // Another process's runtime versions, devices, libraries and executable
-  // instead of this one's (process_facts.hpp): the front end pins
-  // anchor-torch's; a program pilot pins what worker A had loaded (read at its
-  // kill window, source "program") and `pin --check` of its manifest re-hashes
-  // them. nullptr: this process's.
-  const ProcessFacts* process = nullptr;
+  // instead of this one's (process_facts.hpp), asked for after the config's
+  // cheap checks: the front end pins anchor-torch's; a program pilot pins what
+  // worker A had loaded (read at its kill window, source "program") and `pin
+  // --check` of its manifest re-hashes them. Empty: this process's.
+  std::function<ProcessFacts()> process;
 };
 
 // Pins `cfg`: expands data globs, hashes every data shard, the model file (if

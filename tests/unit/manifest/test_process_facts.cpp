@@ -1,10 +1,20 @@
 // What a process that trains tells the manifest (process_facts.hpp): the JSON
 // that anchor-torch __process-facts prints and the front end reads back (and
 // caches), and what that reader refuses.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/build_info.hpp"
+#include "anchor/common/fs.hpp"
 #include "anchor/error.hpp"
 #include "anchor/manifest/process_facts.hpp"
 
@@ -37,6 +47,7 @@ TEST(ProcessFacts, PathsThatAreNotUtf8KeepTheirBytes) {
   f.device = {{"configured", "cpu"}};
   f.executable = "/opt/\xff/anchor-torch";
   f.libraries.push_back({"/lib/\xfe\x80/libx.so", false, true});
+  f.build = {{"version", "0.1.0"}, {"git_commit", "abc"}, {"git_dirty", false}, {"build_type", "Release"}};
   const nlohmann::json j = to_json(f);
   EXPECT_NO_THROW((void)j.dump()) << "the JSON is valid UTF-8";
   const ProcessFacts g = process_facts_from_json(nlohmann::json::parse(j.dump()), "test");
@@ -53,6 +64,8 @@ TEST(ProcessFacts, ReaderRefusesWhatToJsonDoesNotWrite) {
   f.device = {{"configured", "cpu"}};
   f.executable = "/usr/bin/anchor-torch";
   f.libraries.push_back({"/lib/libc.so.6", false, false});
+  f.search_dirs = {"/lib"};
+  f.build = {{"version", "0.1.0"}, {"git_commit", "abc"}, {"git_dirty", false}, {"build_type", "Release"}};
   const nlohmann::json good = to_json(f);
   EXPECT_NO_THROW(process_facts_from_json(good, "answer"));
 
@@ -77,6 +90,9 @@ TEST(ProcessFacts, ReaderRefusesWhatToJsonDoesNotWrite) {
       {"a version that is not a string", with("/runtime/libtorch", 1.13), "runtime.libtorch is 1.13"},
       {"a device that is a string", with("/device", "cpu"), "device is \"cpu\""},
       {"a hex path that is not hex", with("/executable_hex", "zz"), "executable_hex"},
+      {"no build", [&] { auto d = good; d.erase("build"); return d; }(), "build is missing"},
+      {"a dirty flag that is a string", with("/build/git_dirty", "no"), "build.git_dirty is \"no\""},
+      {"a search dir that is a number", with("/search_dirs", nlohmann::json::array({1})), "search_dirs[0] is 1"},
       {"not an object", nlohmann::json::array(), "the document is []"},
   };
   for (const auto& c : cases) {
@@ -88,6 +104,172 @@ TEST(ProcessFacts, ReaderRefusesWhatToJsonDoesNotWrite) {
       EXPECT_NE(std::string(e.what()).find("answer: "), std::string::npos) << c.what << ": " << e.what();
       EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << c.what << ": " << e.what();
     }
+  }
+}
+
+}  // namespace
+
+// training_process_facts against a stand-in for anchor-torch: a shell script
+// that counts its runs and prints a prepared answer for a library and two
+// search directories of its own. The counter, not the reported source, says
+// whether the binary ran.
+namespace {
+
+using anchor::manifest::training_process_facts;
+
+class FactsCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("anchor-facts-" + std::to_string(::getpid()) + "-" +
+                                                     anchor::fs::random_suffix());
+    std::filesystem::create_directories(dir_ / "lib");
+    std::filesystem::create_directories(dir_ / "lib2");
+    anchor::fs::atomic_write_file(str("lib/libfake.so.1"), "not really a library");
+    ProcessFacts f;
+    f.runtime = {{"libtorch", "1.13"}};
+    f.device = {{"configured", "cpu"}};
+    f.executable = str("anchor-torch");
+    f.libraries.push_back({str("lib/libfake.so.1"), false, false});
+    f.search_dirs = {str("lib"), str("lib2")};
+    f.build = {{"version", anchor::build::kVersion}, {"git_commit", anchor::build::kGitCommit},
+               {"git_dirty", anchor::build::kGitDirty}, {"build_type", anchor::build::kBuildType}};
+    answer(to_json(f));
+    anchor::fs::atomic_write_file(str("anchor-torch"),
+                                  "#!/bin/sh\necho run >> '" + str("runs") + "'\necho 'a library says hello'\ncat '" +
+                                      str("answer") + "'\n",
+                                  anchor::fs::real_fs(), 0755);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string str(const std::string& child) const { return (dir_ / child).string(); }
+  void answer(const nlohmann::json& facts) {
+    anchor::fs::atomic_write_file(str("answer"), std::string(anchor::manifest::kProcessFactsLine) + facts.dump() + "\n");
+  }
+  int runs() const {
+    std::error_code ec;
+    if (!std::filesystem::exists(str("runs"), ec)) return 0;
+    const std::string s = anchor::fs::read_file(str("runs"));
+    return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+  }
+  ProcessFacts facts(const std::string& device = "cpu", bool use_cache = true) {
+    return training_process_facts(str("anchor-torch"), device, use_cache, str("cache/process-facts.json"));
+  }
+  static void touch(const std::string& path) {
+    const timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), later, 0), 0) << path;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(FactsCache, AskedOnceThenReusedWithoutRunningTheBinary) {
+  const ProcessFacts first = facts();
+  EXPECT_EQ(first.source, "probed");
+  EXPECT_EQ(runs(), 1);
+  ASSERT_EQ(first.libraries.size(), 1u);
+  EXPECT_EQ(first.libraries[0].path, str("lib/libfake.so.1")) << "the answer line, past the library's own line";
+  const ProcessFacts second = facts();
+  EXPECT_EQ(second.source, "cached");
+  EXPECT_EQ(runs(), 1) << "a hit does not start anchor-torch";
+  EXPECT_EQ(second.libraries[0].path, first.libraries[0].path);
+  EXPECT_EQ(second.device["configured"], "cpu") << "the devices are read here, at every pin";
+}
+
+// Each thing the answer rests on, changed: the binary runs again, then its new answer is reused.
+TEST_F(FactsCache, EachChangeAsksAgain) {
+  facts();
+  int expected = 1;
+  auto asks_again = [&](const std::string& what) {
+    EXPECT_EQ(facts().source, "probed") << what;
+    EXPECT_EQ(runs(), ++expected) << what;
+    EXPECT_EQ(facts().source, "cached") << what << ", then reused";
+    EXPECT_EQ(runs(), expected) << what;
+  };
+  touch(str("lib/libfake.so.1"));
+  asks_again("a listed library changed");
+  anchor::fs::atomic_write_file(str("lib2/libfake.so.1"), "a library that would shadow it");
+  asks_again("a new file in a searched directory");
+  touch(str("anchor-torch"));
+  asks_again("anchor-torch changed");
+  ASSERT_EQ(::setenv("LD_AUDIT", "/nowhere/audit.so", 1), 0);
+  asks_again("an LD_ variable set");
+  ASSERT_EQ(::unsetenv("LD_AUDIT"), 0);
+  asks_again("an LD_ variable unset");
+  ASSERT_EQ(::setenv("LD_LIBRARY_PATH", "relative", 1), 0);
+  asks_again("a relative LD_LIBRARY_PATH");
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_);
+  EXPECT_EQ(facts().source, "probed") << "the same relative LD_LIBRARY_PATH from another directory";
+  ++expected;
+  std::filesystem::current_path(cwd);
+  ASSERT_EQ(::unsetenv("LD_LIBRARY_PATH"), 0);
+  EXPECT_EQ(facts("cpu").source, "probed") << "LD_LIBRARY_PATH unset again";
+  // Another device is another entry: both stay.
+  EXPECT_EQ(facts("cuda").source, "probed");
+  EXPECT_EQ(facts("cpu").source, "cached");
+  EXPECT_EQ(facts("cuda").source, "cached");
+}
+
+TEST_F(FactsCache, NoCacheAlwaysAsksAndWritesNothing) {
+  EXPECT_EQ(facts("cpu", false).source, "probed");
+  EXPECT_EQ(facts("cpu", false).source, "probed");
+  EXPECT_EQ(runs(), 2);
+  EXPECT_FALSE(std::filesystem::exists(str("cache/process-facts.json")));
+}
+
+// A cache that is not one, holds odd entries, is huge, or answers nonsense:
+// never fatal, asked again, and the file is rewritten usable.
+TEST_F(FactsCache, AHostileCacheIsIgnoredAndRewritten) {
+  facts();
+  const std::string cache = str("cache/process-facts.json");
+  nlohmann::json good = nlohmann::json::parse(anchor::fs::read_file(cache));
+  int expected = 1;
+  auto survives = [&](const std::string& what, const std::string& text) {
+    anchor::fs::atomic_write_file(cache, text);
+    EXPECT_EQ(facts().source, "probed") << what;
+    EXPECT_EQ(runs(), ++expected) << what;
+    EXPECT_EQ(facts().source, "cached") << what << ": rewritten";
+  };
+  survives("not JSON", "{not json");
+  survives("nested deep", std::string(10000, '[') + std::string(10000, ']'));
+  survives("another format", R"({"format": "anchor.process-facts-cache/v9", "entries": {}})");
+  nlohmann::json odd = {{"format", "anchor.process-facts-cache/v1"}, {"entries", nlohmann::json::object()}};
+  for (int i = 0; i < 20; ++i) odd["entries"]["e" + std::to_string(i)] = i % 2 ? nlohmann::json(i) : nlohmann::json{{"written_ns", "soon"}};
+  survives("20 odd entries (more than it keeps)", odd.dump());
+  survives("larger than 16 MiB", std::string(17u << 20, ' '));
+  nlohmann::json poisoned = good;
+  for (auto& [name, e] : poisoned["entries"].items()) e["facts"]["libraries"][0]["path"] = "relative.so";
+  survives("a relative library in the answer", poisoned.dump());
+}
+
+TEST_F(FactsCache, AnotherBuildOrNoAnswerIsRefusedNamingIt) {
+  ProcessFacts f = process_facts_from_json(
+      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(std::strlen(anchor::manifest::kProcessFactsLine))),
+      "test");
+  f.build["git_commit"] = "0000000000000000000000000000000000000000";
+  answer(to_json(f));
+  try {
+    facts();
+    ADD_FAILURE() << "another build was accepted";
+  } catch (const anchor::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is another build"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("0000000000"), std::string::npos) << e.what();
+  }
+  anchor::fs::atomic_write_file(str("answer"), "no answer line\n");
+  try {
+    facts();
+    ADD_FAILURE() << "no answer was accepted";
+  } catch (const anchor::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("printed no answer"), std::string::npos) << e.what();
+  }
+  try {
+    training_process_facts(str("missing/anchor-torch"), "cpu", true, str("cache/process-facts.json"));
+    ADD_FAILURE() << "a missing binary was accepted";
+  } catch (const anchor::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot start"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
   }
 }
 
