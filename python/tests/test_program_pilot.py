@@ -276,6 +276,21 @@ class ProgramPilot(support.TempDirTest):
             pid = int(f.read())
         self.assertFalse(os.path.exists("/proc/%d" % pid) and "zombie" not in open("/proc/%d/status" % pid).read(),
                          "the program is still running")
+        # A program that runs past stop_at, or floods the events file, is stopped naming why.
+        step = '{"type": "step", "rank": 0, "time": 0, "step": %d, "loss": 1.0, "grad_norm": 1.0, "lr": 0.1}\n'
+        for name, lines, says in (("past.py", "[S % (spec['stop_at'] + 1)]", "reported step 21, past step 20"),
+                                  ("flood.py", "[S % 1] * 100001", "wrote more than 100000 lines")):
+            with open(self.path("minimal", name), "w") as f:
+                f.write("import json, os, time\n"
+                        "S = %r\n"
+                        "spec = json.load(open(os.environ['ANCHOR_PILOT_SPEC']))\n"
+                        "open(spec['events'], 'w').write(''.join(%s))\n"
+                        "time.sleep(120)\n" % (step, lines))
+            t0 = __import__("time").monotonic()
+            proc, report, _ = self.pilot("minimal", "program.command=[python3, %s]" % name, run="r-" + name)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertIn(says, proc.stderr)
+            self.assertLess(__import__("time").monotonic() - t0, 60)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,11 @@ struct Outcome {
   double seconds = 0;
 };
 
+// A rank's account is a few lines per step (docs/program.md, "The contract"):
+// far more is a program writing in a loop, refused before the supervisor
+// holds it all in memory.
+constexpr std::size_t kMaxLinesPerRank = 100000;
+
 std::string worker_name(pp::Role r) {
   return r == pp::Role::kReference ? "worker A" : r == pp::Role::kResume ? "worker B" : "the memory probe";
 }
@@ -172,12 +177,26 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
     for (const auto& ch : ranks) pids.push_back(ch.pid);
     p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point}}, "supervisor");
   };
+  std::map<int, std::size_t> lines;  // per rank
   auto follow = [&] {
     for (auto& e : reader.poll()) {
       if (e.rank >= p.nproc)
         throw Error(ErrorKind::kRuntime, printable(spec.events) + ": a line of rank " + std::to_string(e.rank) +
                                              " from a worker of " + std::to_string(p.nproc) + " rank(s)",
                     "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
+      const std::string who = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "");
+      if (++lines[e.rank] > kMaxLinesPerRank)
+        throw Error(ErrorKind::kRuntime,
+                    printable(spec.events) + ": " + who + " wrote more than " + std::to_string(kMaxLinesPerRank) +
+                        " lines for a pilot of " + std::to_string(spec.stop_at) + " steps",
+                    "anchor_pilot writes a few lines per step; does the program call it in an inner loop, or write "
+                    "to the events file itself? (docs/program.md, \"The contract\")");
+      if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && s->step > spec.stop_at)
+        throw Error(ErrorKind::kRuntime,
+                    who + " reported step " + std::to_string(s->step) + ", past step " + std::to_string(spec.stop_at) +
+                        " where anchor asked it to stop",
+                    "end the training loop at pilot.stop_at: for step in range(start + 1, pilot.stop_at + 1) "
+                    "(docs/program.md, \"The Python helper\")");
       if (e.type != "program") p.events->write(e.raw, "program-" + name);
       w.logs[e.rank].add(e);
       if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w.error.empty())

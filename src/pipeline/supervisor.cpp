@@ -538,6 +538,13 @@ std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
   return why;
 }
 
+// The results of ranks 1.. of a worker (rank 0's is read apart: it carries the stages).
+std::vector<WorkerResult> read_other_ranks(const Pilot& p, const char* role) {
+  std::vector<WorkerResult> out;
+  for (int rank = 1; rank < p.nproc; ++rank) out.push_back(read_worker_result(work::result(p.run_dir, role, rank), role));
+  return out;
+}
+
 // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
 Step reference_worker(BuiltinRun& r) {
   Pilot& p = r.p;
@@ -557,8 +564,7 @@ Step reference_worker(BuiltinRun& r) {
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   try {
     r.ref = read_worker_result(work::result(p.run_dir, "reference"), "reference");
-    for (int rank = 1; rank < p.nproc; ++rank)
-      r.ref_ranks.push_back(read_worker_result(work::result(p.run_dir, "reference", rank), "reference"));
+    r.ref_ranks = read_other_ranks(p, "reference");
   } catch (const Error& e) {
     return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
   }
@@ -593,8 +599,7 @@ Step resume_worker(BuiltinRun& r) {
   }
   try {
     r.res = read_worker_result(work::result(p.run_dir, "resume"), "resume");
-    for (int rank = 1; rank < p.nproc; ++rank)
-      r.res_ranks.push_back(read_worker_result(work::result(p.run_dir, "resume", rank), "resume"));
+    r.res_ranks = read_other_ranks(p, "resume");
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }

@@ -656,10 +656,13 @@ int run_probe(WorkerContext& ctx) {
     t.set_step_shape(1, std::min(T, 8));
     // The loss scaler may skip the first steps (fp16: inf gradients at the
     // initial scale), and AdamW makes its state at its first applied step.
-    for (int i = 0; i < 64 && (i == 0 || t.state_bytes().optimizer == 0); ++i) t.train_step();
+    // Bounded: a scaler that skips this many steps in a row is a failing run.
+    constexpr int kMaxWarmupSteps = 64;
+    for (int i = 0; i < kMaxWarmupSteps && (i == 0 || t.state_bytes().optimizer == 0); ++i) t.train_step();
     if (t.state_bytes().optimizer == 0)
       throw Error(ErrorKind::kVerification,
-                  "memory probe: 64 warm-up steps were all skipped by the loss scaler; no optimizer state to measure with",
+                  "memory probe: " + std::to_string(kMaxWarmupSteps) +
+                      " warm-up steps were all skipped by the loss scaler; no optimizer state to measure with",
                   "check train.loss_scale (docs/precision.md): every step overflowing is a failing run");
     for (const auto& [pmb, pT] : points) {
       t.set_step_shape(pmb, pT);
