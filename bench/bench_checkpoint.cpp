@@ -1,4 +1,4 @@
-// bench_checkpoint [--dir D] [--mib M] [--reps R]
+// bench_checkpoint [--dir D] [--mib M] [--reps R] [--files N]
 // Checkpoint save and restore throughput for a state of M MiB (default 256),
 // side by side in one run with the disk's own sequential write with fsync
 // (dd conv=fsync) and read, and with torch.save/torch.load in /usr/bin/python3
@@ -60,11 +60,14 @@ int main(int argc, char** argv) {
   std::string dir = (std::filesystem::temp_directory_path() / ("anchor-bench-ckpt-" + anchor::fs::random_suffix())).string();
   double mib = 256;
   int reps = 3;
+  int files = 1;  // the 16 tensors spread over this many files (restore verifies files in parallel)
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
     else if (!std::strcmp(argv[i], "--mib")) mib = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--files")) files = std::atoi(argv[i + 1]);
   }
+  files = std::max(1, std::min(files, 16));
   anchor::log::init(anchor::log::Level::kWarn);
   std::filesystem::create_directories(dir);
   try {
@@ -76,11 +79,11 @@ int main(int argc, char** argv) {
     for (auto& b : bufs)
       for (auto& x : b) x = static_cast<float>(rng()) * 1e-9f;
     ck::SaveRequest req;
-    ck::FileContent model{"model.safetensors", {}, {}};
+    for (int f = 0; f < files; ++f)
+      req.files.push_back({files == 1 ? "model.safetensors" : "part" + std::to_string(f) + ".safetensors", {}, {}});
     for (int i = 0; i < kTensors; ++i)
-      model.tensors.push_back({"t" + std::to_string(i), ck::DType::F32, {static_cast<std::int64_t>(per)},
-                               bufs[i].data(), per * 4});
-    req.files.push_back(std::move(model));
+      req.files[static_cast<std::size_t>(i % files)].tensors.push_back(
+          {"t" + std::to_string(i), ck::DType::F32, {static_cast<std::int64_t>(per)}, bufs[i].data(), per * 4});
     const std::uint64_t bytes = static_cast<std::uint64_t>(kTensors) * per * 4;
 
     ck::Store store(dir + "/ckpt");
@@ -142,8 +145,8 @@ int main(int argc, char** argv) {
     }
 
     const double S = median(save_rates), R = median(restore_rates), W = median(ddw), D = median(ddr);
-    std::printf("state: %.0f MiB in %d F32 tensors, %d repetitions (median), dir %s\n", bytes / 1048576.0,
-                kTensors, reps, dir.c_str());
+    std::printf("state: %.0f MiB in %d F32 tensors over %d file(s), %d repetitions (median), dir %s\n",
+                bytes / 1048576.0, kTensors, files, reps, dir.c_str());
     std::printf("%-44s %10s\n", "", "MB/s");
     std::printf("%-44s %10.0f\n", "anchor save (hash + fsync + commit)", S);
     std::printf("%-44s %10.0f\n", "dd conv=fsync write (from page cache)", W);

@@ -12,7 +12,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/utf8.hpp"
@@ -332,13 +338,133 @@ struct Store::Inspection {
   std::map<std::string, SafetensorsFile> files;
 };
 
+namespace {
+
+// One file of a checkpoint's manifest: what the manifest says of it, and what
+// reading it found.
+struct FileCheck {
+  std::string name, path, sha256;
+  std::uint64_t size = 0;
+  bool is_safetensors = false, is_state = false;
+  bool read = false;                      // the entry is well-formed and the file there: read and hash it
+  std::vector<std::string> problems;      // in the order found
+  std::optional<json> state;              // state.json, parsed, when it checks out so far
+  std::optional<SafetensorsFile> file;    // kept when asked to
+};
+
+// Reads, hashes and parses one file (FileBytes::read overlaps the hashing with
+// the read), recording what is wrong with it.
+void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
+  FileDigest d;
+  std::optional<FileBytes> bytes;
+  try {
+    bytes = c.is_safetensors ? FileBytes::read(c.path, &d) : FileBytes(read_file_hashed(c.path, &d));
+  } catch (const Error& e) {
+    c.problems.push_back(c.name + ": cannot be read: " + e.what());
+    return;
+  } catch (const std::bad_alloc&) {
+    c.problems.push_back(c.name + ": cannot be read: too large for memory");
+    return;
+  }
+  if (d.size != c.size)
+    c.problems.push_back(c.name + ": size is " + std::to_string(d.size) + " bytes, manifest.json says " +
+                         std::to_string(c.size));
+  else if (d.sha256 != c.sha256)
+    c.problems.push_back(c.name + ": SHA-256 is " + d.sha256 + ", manifest.json says " + c.sha256);
+  if (c.is_state) {
+    try {
+      json s = parse_json(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+      if (!s.is_object())
+        c.problems.push_back("state.json is not a JSON object");
+      else if (!s.contains("step") || !s["step"].is_number_integer())
+        c.problems.push_back("state.json has no integer step");
+      else if (dir_step >= 0 && s["step"].get<std::int64_t>() != dir_step)
+        c.problems.push_back("state.json step is " + s["step"].dump() + " but the directory is step " +
+                             std::to_string(dir_step));
+      else
+        c.state = std::move(s);
+    } catch (const json::exception& e) {
+      c.problems.push_back(std::string("state.json is not valid JSON: ") + e.what());
+    }
+  } else if (c.is_safetensors) {
+    try {
+      SafetensorsFile sf = SafetensorsFile::parse(std::move(*bytes), c.path);
+      if (keep) c.file = std::move(sf);
+    } catch (const Error& e) {
+      c.problems.push_back(e.what());
+    }
+  }
+}
+
+// check_file for every entry to read: largest first, across up to one thread
+// per CPU (at most 8), since SHA-256 runs at one core's speed per file. A file
+// is held in memory while it is checked: when the files are not kept (verify
+// only), the files being read at once hold at most kVerifyBytesInFlight
+// between them (a larger file is read alone), so verifying costs the memory of
+// a few files, not of the checkpoint. A failure other than a file's own (a
+// thread that cannot start) is rethrown.
+constexpr std::uint64_t kVerifyBytesInFlight = 2ull << 30;
+
+void check_files(std::vector<FileCheck>& checks, bool keep, std::int64_t dir_step) {
+  std::vector<FileCheck*> todo;
+  for (auto& c : checks)
+    if (c.read) todo.push_back(&c);
+  std::stable_sort(todo.begin(), todo.end(), [](const FileCheck* a, const FileCheck* b) { return a->size > b->size; });
+  const std::size_t workers =
+      std::min<std::size_t>({todo.size(), std::max(1u, std::thread::hardware_concurrency()), 8});
+  if (workers <= 1) {
+    for (auto* c : todo) check_file(*c, keep, dir_step);
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;
+  std::condition_variable freed;
+  std::uint64_t in_flight = 0;
+  std::exception_ptr failed;
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < todo.size();) {
+      const std::uint64_t bytes = keep ? 0 : todo[i]->size;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        freed.wait(lk, [&] { return in_flight == 0 || in_flight + bytes <= kVerifyBytesInFlight; });
+        in_flight += bytes;
+      }
+      try {
+        check_file(*todo[i], keep, dir_step);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!failed) failed = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        in_flight -= bytes;
+      }
+      freed.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  try {
+    for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(work);
+  } catch (...) {  // fewer threads: the ones started and this one finish the work
+  }
+  work();
+  for (auto& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
+}
+
+}  // namespace
+
 Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const {
   Inspection in;
   Verification& v = in.v;
   v.dir = dir;
   // A problem may quote a path or a file's bytes (a JSON parse error shows the
   // token it stopped at): keep every one valid UTF-8, for --json and reports.
-  auto problem = [&](const std::string& p) { v.problems.push_back(printable(p)); };
+  // The files of the manifest are read and hashed in parallel, each with a
+  // list of its own: `sink` is where problem() writes, so that every problem
+  // still comes out in manifest order.
+  std::vector<std::string>* sink = &v.problems;
+  auto problem = [&](const std::string& p) { sink->push_back(printable(p)); };
   const std::string base = stdfs::path(dir).filename().string();
   DirName dn = parse_dir_name(base);
   v.step = dn.step;
@@ -466,7 +592,11 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
         problem("manifest.json has no files list");
       } else {
         have_list = true;
+        std::vector<FileCheck> checks;  // one per entry, in manifest order
+        checks.reserve(m["files"].size());
         for (const json& f : m["files"]) {
+          checks.emplace_back();
+          sink = &checks.back().problems;
           if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
               !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
               !is_sha256_hex(f["sha256"].get<std::string>())) {
@@ -497,46 +627,21 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
                     std::to_string(size));
             continue;
           }
-          FileDigest d;
-          const bool is_st = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
-          std::optional<FileBytes> bytes;
-          try {
-            bytes = is_st ? FileBytes::read(join(dir, name), &d) : FileBytes(read_file_hashed(join(dir, name), &d));
-          } catch (const Error& e) {
-            problem(name + ": cannot be read: " + e.what());
-            continue;
-          } catch (const std::bad_alloc&) {
-            problem(name + ": cannot be read: too large for memory");
-            continue;
-          }
-          if (d.size != size)
-            problem(name + ": size is " + std::to_string(d.size) + " bytes, manifest.json says " +
-                    std::to_string(size));
-          else if (d.sha256 != sha)
-            problem(name + ": SHA-256 is " + d.sha256 + ", manifest.json says " + sha);
-          if (name == kState) {
-            try {
-              json s = parse_json(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
-              if (!s.is_object())
-                problem("state.json is not a JSON object");
-              else if (!s.contains("step") || !s["step"].is_number_integer())
-                problem("state.json has no integer step");
-              else if (dn.step >= 0 && s["step"].get<std::int64_t>() != dn.step)
-                problem("state.json step is " + s["step"].dump() + " but the directory is step " +
-                        std::to_string(dn.step));
-              else
-                in.state = std::move(s);
-            } catch (const json::exception& e) {
-              problem(std::string("state.json is not valid JSON: ") + e.what());
-            }
-          } else if (is_st) {
-            try {
-              SafetensorsFile sf = SafetensorsFile::parse(std::move(*bytes), join(dir, name));
-              if (keep_files) in.files.emplace(name, std::move(sf));
-            } catch (const Error& e) {
-              problem(e.what());
-            }
-          }
+          FileCheck& c = checks.back();
+          c.name = name;
+          c.path = join(dir, name);
+          c.size = size;
+          c.sha256 = sha;
+          c.is_safetensors = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+          c.is_state = name == kState;
+          c.read = true;
+        }
+        sink = &v.problems;
+        check_files(checks, keep_files, dn.step);
+        for (auto& c : checks) {
+          for (auto& p : c.problems) v.problems.push_back(printable(p));
+          if (c.state) in.state = std::move(*c.state);
+          if (c.file) in.files.emplace(c.name, std::move(*c.file));
         }
         if (!listed.count(kState)) problem("manifest.json does not list state.json");
         in.manifest = std::move(m);

@@ -190,6 +190,55 @@ TEST_F(StoreTest, VerifyExplainsEveryProblem) {
   EXPECT_TRUE(contains(all, "extra.bin is not listed in manifest.json")) << all;
 }
 
+// The files of a checkpoint are read and hashed in parallel (check_files in
+// store.cpp): what restores is every file's bytes, and the problems of several
+// damaged files come out in manifest order on every run.
+TEST_F(StoreTest, ManyFilesAreCheckedInParallelAndTheirProblemsComeInManifestOrder) {
+  using ck::DType;
+  ck::SaveRequest r;
+  r.step = 4;
+  // Large files (> 2 MiB: the read that hashes on a second thread) and small ones, interleaved.
+  const std::int64_t sizes[] = {1 << 20, 1000, 700000, 3, 1 << 19, 50};
+  for (int f = 0; f < 6; ++f) {
+    const auto& buf = anchor::test::tensor_buffer(4, sizes[f], 10 + f);
+    r.files.push_back({"part" + std::to_string(f) + ".safetensors",
+                       {{"t", DType::F32, {sizes[f]}, buf.data(), buf.size() * 4}}, {}});
+  }
+  r.state = {{"lr", 0.5}};
+  ck::Store store(root());
+  const auto d = std::filesystem::path(store.save(r).dir);
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded);
+  for (int f = 0; f < 6; ++f) {
+    const auto& file = loaded->files.at("part" + std::to_string(f) + ".safetensors");
+    const auto* e = file.find("t");
+    ASSERT_NE(e, nullptr);
+    const auto& want = anchor::test::tensor_buffer(4, sizes[f], 10 + f);
+    EXPECT_EQ(std::memcmp(file.data(*e), want.data(), want.size() * 4), 0) << "part" << f;
+  }
+
+  // Damage three files, in an order unlike the manifest's and unlike their sizes.
+  std::string bytes = slurp(d / "part4.safetensors");
+  bytes[bytes.size() / 2] ^= 1;
+  spit(d / "part4.safetensors", bytes);
+  std::filesystem::remove(d / "part1.safetensors");
+  bytes = slurp(d / "part0.safetensors");
+  spit(d / "part0.safetensors", bytes.substr(0, bytes.size() - 8));
+  std::vector<std::string> first;
+  for (int run = 0; run < 10; ++run) {
+    const auto v = store.verify(d.string());
+    ASSERT_FALSE(v.ok);
+    ASSERT_EQ(v.problems.size(), 4u) << joined(v.problems);
+    EXPECT_TRUE(contains(v.problems[0], "part0.safetensors: size is")) << joined(v.problems);
+    EXPECT_TRUE(contains(v.problems[1], "part0.safetensors: file length mismatch")) << joined(v.problems);
+    EXPECT_TRUE(contains(v.problems[2], "part1.safetensors is missing")) << joined(v.problems);
+    EXPECT_TRUE(contains(v.problems[3], "part4.safetensors: SHA-256 is")) << joined(v.problems);
+    if (run == 0) first = v.problems;
+    EXPECT_EQ(v.problems, first) << "run " << run;
+  }
+  EXPECT_FALSE(store.restore_newest()) << "the only checkpoint is damaged";
+}
+
 TEST_F(StoreTest, CommittedMustMatchManifest) {
   ck::Store store(root());
   auto d = std::filesystem::path(store.save(make_request(2, 10)).dir);
