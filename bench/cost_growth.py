@@ -57,7 +57,7 @@ def run_one(anchor, config, layers, width, run_dir):
     for s in rep["stages"]:
         stages[s["stage"]] = stages.get(s["stage"], 0.0) + float(s.get("seconds") or 0.0)
     steps = rep["steps"]
-    compute = sum(float(s["compute_s"]) + float(s.get("data_wait_s") or 0.0)
+    compute = sum(float(s.get("compute_s") or 0.0) + float(s.get("data_wait_s") or 0.0)
                   for part in ("train", "reference") for s in steps.get(part, []))
     return {"parameters": rep["measurements"]["model"]["parameters"], "wall": wall, "compute": compute,
             "stages": stages}

@@ -279,7 +279,7 @@ class ProgramPilot(support.TempDirTest):
         # A program that runs past stop_at, or floods the events file, is stopped naming why.
         step = '{"type": "step", "rank": 0, "time": 0, "step": %d, "loss": 1.0, "grad_norm": 1.0, "lr": 0.1}\n'
         for name, lines, says in (("past.py", "[S % (spec['stop_at'] + 1)]", "reported step 21, past step 20"),
-                                  ("flood.py", "[S % 1] * 100001", "wrote more than 100000 lines")):
+                                  ("flood.py", "[S % 1] * 100001", "more than 100000 lines")):
             with open(self.path("minimal", name), "w") as f:
                 f.write("import json, os, time\n"
                         "S = %r\n"

@@ -1,6 +1,7 @@
 #include "anchor/checkpoint/store.hpp"
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -404,14 +405,19 @@ void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
 // a few files, not of the checkpoint. A failure other than a file's own (a
 // thread that cannot start) is rethrown.
 constexpr std::uint64_t kVerifyBytesInFlight = 2ull << 30;
+// anchor writes a few files per rank; a manifest listing more is not one of its saves.
+constexpr std::size_t kMaxFiles = 100000;
 
 void check_files(std::vector<FileCheck>& checks, bool keep, std::int64_t dir_step) {
   std::vector<FileCheck*> todo;
   for (auto& c : checks)
     if (c.read) todo.push_back(&c);
   std::stable_sort(todo.begin(), todo.end(), [](const FileCheck* a, const FileCheck* b) { return a->size > b->size; });
-  const std::size_t workers =
-      std::min<std::size_t>({todo.size(), std::max(1u, std::thread::hardware_concurrency()), 8});
+  // The CPUs this process may run on (a container's or a job's share), not the machine's.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int usable = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const std::size_t workers = std::min<std::size_t>({todo.size(), static_cast<std::size_t>(std::max(1, usable)), 8});
   if (workers <= 1) {
     for (auto* c : todo) check_file(*c, keep, dir_step);
     return;
@@ -426,7 +432,9 @@ void check_files(std::vector<FileCheck>& checks, bool keep, std::int64_t dir_ste
       const std::uint64_t bytes = keep ? 0 : todo[i]->size;
       {
         std::unique_lock<std::mutex> lk(mu);
-        freed.wait(lk, [&] { return in_flight == 0 || in_flight + bytes <= kVerifyBytesInFlight; });
+        freed.wait(lk, [&] {
+          return in_flight == 0 || (in_flight < kVerifyBytesInFlight && bytes <= kVerifyBytesInFlight - in_flight);
+        });
         in_flight += bytes;
       }
       try {
@@ -592,6 +600,11 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
         problem("manifest.json has no files list");
       } else {
         have_list = true;
+        if (m["files"].size() > kMaxFiles) {
+          problem("manifest.json lists " + std::to_string(m["files"].size()) + " files, more than the " +
+                  std::to_string(kMaxFiles) + " a checkpoint holds");
+          m["files"] = json::array();
+        }
         std::vector<FileCheck> checks;  // one per entry, in manifest order
         checks.reserve(m["files"].size());
         for (const json& f : m["files"]) {

@@ -68,7 +68,8 @@ Runner setup_process_facts(CLI::App& sub, const GlobalOptions&) {
   return [device]() {
     if (!torch_in_process()) hand_over_to_torch("the facts are those of a process with LibTorch loaded");
     const auto facts = manifest::this_process_facts(*device);
-    std::cout << manifest::kProcessFactsLine << dump_json(manifest::to_json(facts)) << "\n" << std::flush;
+    // On a line of its own, whatever a library printed before it without a newline.
+    std::cout << "\n" << manifest::kProcessFactsLine << dump_json(manifest::to_json(facts)) << "\n" << std::flush;
     return 0;
   };
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 
@@ -52,6 +53,27 @@ nlohmann::json identity(const std::string& path) {
           static_cast<std::uint64_t>(st.st_size),
           static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
           static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
+}
+
+// The latest mtime or ctime among the identities in a key (identity() arrays:
+// [dev, ino, size, mtime, ctime]).
+std::int64_t newest_change_ns(const nlohmann::json& j) {
+  std::int64_t newest = 0;
+  if (j.is_array() && j.size() == 5 && j[3].is_number_integer() && j[4].is_number_integer())
+    return std::max(j[3].get<std::int64_t>(), j[4].get<std::int64_t>());
+  if (j.is_array() || j.is_object())
+    for (const auto& v : j) newest = std::max(newest, newest_change_ns(v));
+  return newest;
+}
+
+// A key whose files changed this recently is not cached: a second change in
+// the same coarse clock tick would leave every identity as it is (the hash
+// cache's "racy clean" rule, docs/manifest.md, "The hash cache").
+constexpr std::int64_t kRacyWindowNs = 100'000'000;
+bool settled(const nlohmann::json& key) {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+  return newest_change_ns(key) < now - kRacyWindowNs;
 }
 
 // Up to 4 KiB of a small file's content; null when it cannot be read.
@@ -151,7 +173,8 @@ nlohmann::json read_cache(const std::string& file) {
   struct stat st {};
   if (::lstat(file.c_str(), &st) != 0) return nlohmann::json::object();
   try {
-    if (S_ISREG(st.st_mode) && static_cast<std::uintmax_t>(st.st_size) > kMaxCacheBytes)
+    // The file a symlink there names counts: stat, not lstat (fs::read_file refuses what is not a regular file).
+    if (::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uintmax_t>(st.st_size) > kMaxCacheBytes)
       throw std::runtime_error(std::to_string(st.st_size) + " bytes, more than a process-facts cache holds");
     const nlohmann::json j = parse_json(fs::read_file(file));
     if (!j.is_object() || j.value("format", "") != kCacheFormat || !j.contains("entries") || !j["entries"].is_object())
@@ -174,11 +197,14 @@ void write_cache(const std::string& file, const std::string& name, nlohmann::jso
                             std::chrono::system_clock::now().time_since_epoch()).count();
   nlohmann::json entries = read_cache(file);
   entries[name] = std::move(entry);
-  while (entries.size() > kMaxCacheEntries) {  // drop the oldest
-    auto oldest = entries.begin();
+  if (entries.size() > kMaxCacheEntries) {  // keep the newest
+    std::vector<std::pair<std::int64_t, std::string>> by_age;
     for (auto it = entries.begin(); it != entries.end(); ++it)
-      if ((*it)["written_ns"].get<std::int64_t>() < (*oldest)["written_ns"].get<std::int64_t>()) oldest = it;
-    entries.erase(oldest);
+      by_age.emplace_back((*it)["written_ns"].get<std::int64_t>(), it.key());
+    std::sort(by_age.begin(), by_age.end(), std::greater<>());
+    nlohmann::json kept = nlohmann::json::object();
+    for (std::size_t i = 0; i < kMaxCacheEntries; ++i) kept[by_age[i].second] = std::move(entries[by_age[i].second]);
+    entries = std::move(kept);
   }
   try {
     std::filesystem::create_directories(std::filesystem::path(file).parent_path());
@@ -380,12 +406,13 @@ ProcessFacts training_process_facts(const std::string& binary, const std::string
     nlohmann::json rest_after = key;
     rest_after["libraries"] = nlohmann::json::array();
     rest_after["search_dirs"] = nlohmann::json::array();
-    bool stable = rest_after == rest_before;
+    bool stable = rest_after == rest_before && settled(key);
     for (const auto& l : probed.libraries) stable = stable && !l.deleted && !l.replaced_since_load;
     if (stable)
       write_cache(file, name, {{"key", std::move(key)}, {"facts", to_json(probed)}});
     else
-      ANCHOR_LOG_DEBUG("pin", "process facts not cached: a library or the loader changed while they were read");
+      ANCHOR_LOG_DEBUG("pin", "process facts not cached: a library or the loader changed while they were read, or "
+                              "less than 100 ms ago");
     return probed;
   }();
   // The devices as they are now: the driver API needs no LibTorch, and a

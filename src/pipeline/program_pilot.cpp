@@ -59,9 +59,11 @@ struct Outcome {
 };
 
 // A rank's account is a few lines per step (docs/program.md, "The contract"):
-// far more is a program writing in a loop, refused before the supervisor
-// holds it all in memory.
-constexpr std::size_t kMaxLinesPerRank = 100000;
+// far more is a program writing in a loop, refused as the lines are read,
+// before the supervisor parses and holds them.
+std::uint64_t max_lines_per_rank(std::int64_t stop_at) {
+  return std::max<std::uint64_t>(100000, 8 * static_cast<std::uint64_t>(std::max<std::int64_t>(stop_at, 0)) + 1000);
+}
 
 std::string worker_name(pp::Role r) {
   return r == pp::Role::kReference ? "worker A" : r == pp::Role::kResume ? "worker B" : "the memory probe";
@@ -157,7 +159,7 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s));
   std::vector<std::optional<int>> ended(ranks.size());
-  pp::EventReader reader(spec.events);
+  pp::EventReader reader(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(p.nproc));
   std::optional<Clock::time_point> stop_others_at;  // a rank failed: the others get a grace, then SIGKILL
   std::optional<Clock::time_point> kill_at;  // rank 0 is in its kill window: kill once every rank said its save digests
   std::string kill_point;
@@ -177,7 +179,7 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
     for (const auto& ch : ranks) pids.push_back(ch.pid);
     p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point}}, "supervisor");
   };
-  std::map<int, std::size_t> lines;  // per rank
+  std::map<int, std::uint64_t> lines;  // per rank
   auto follow = [&] {
     for (auto& e : reader.poll()) {
       if (e.rank >= p.nproc)
@@ -185,10 +187,11 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
                                              " from a worker of " + std::to_string(p.nproc) + " rank(s)",
                     "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
       const std::string who = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "");
-      if (++lines[e.rank] > kMaxLinesPerRank)
+      if (++lines[e.rank] > max_lines_per_rank(spec.stop_at))
         throw Error(ErrorKind::kRuntime,
-                    printable(spec.events) + ": " + who + " wrote more than " + std::to_string(kMaxLinesPerRank) +
-                        " lines for a pilot of " + std::to_string(spec.stop_at) + " steps",
+                    printable(spec.events) + ": " + who + " wrote more than " +
+                        std::to_string(max_lines_per_rank(spec.stop_at)) + " lines for a pilot of " +
+                        std::to_string(spec.stop_at) + " steps",
                     "anchor_pilot writes a few lines per step; does the program call it in an inner loop, or write "
                     "to the events file itself? (docs/program.md, \"The contract\")");
       if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && s->step > spec.stop_at)

@@ -325,7 +325,10 @@ std::vector<Event> EventReader::poll() {
     partial_.append(buf, static_cast<std::size_t>(n));
     std::size_t start = 0, nl;
     while ((nl = partial_.find('\n', start)) != std::string::npos) {
-      ++line_no_;
+      if (++line_no_ > max_lines_)
+        throw bad(path_ + ": more than " + std::to_string(max_lines_) +
+                  " lines; anchor_pilot writes a few per step: does the program call it in an inner loop, or write "
+                  "to the file itself?");
       const std::string line = partial_.substr(start, nl - start);
       start = nl + 1;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

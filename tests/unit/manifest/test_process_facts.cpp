@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -135,17 +137,25 @@ class FactsCache : public ::testing::Test {
                {"git_dirty", anchor::build::kGitDirty}, {"build_type", anchor::build::kBuildType}};
     answer(to_json(f));
     anchor::fs::atomic_write_file(str("anchor-torch"),
-                                  "#!/bin/sh\necho run >> '" + str("runs") + "'\necho 'a library says hello'\ncat '" +
+                                  "#!/bin/sh\necho run >> '" + str("runs") + "'\nprintf 'a library says hello'\ncat '" +
                                       str("answer") + "'\n",
                                   anchor::fs::real_fs(), 0755);
+    settle();
   }
   void TearDown() override {
+    ::unsetenv("LD_AUDIT");
+    ::unsetenv("LD_LIBRARY_PATH");
     std::error_code ec;
+    std::filesystem::current_path(cwd_, ec);
     std::filesystem::remove_all(dir_, ec);
   }
+  // An answer is cached only once what it rests on is 100 ms old (the racy-clean rule).
+  static void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(150)); }
   std::string str(const std::string& child) const { return (dir_ / child).string(); }
   void answer(const nlohmann::json& facts) {
-    anchor::fs::atomic_write_file(str("answer"), std::string(anchor::manifest::kProcessFactsLine) + facts.dump() + "\n");
+    // As anchor-torch prints it: on a line of its own, after whatever a library left unterminated.
+    anchor::fs::atomic_write_file(str("answer"),
+                                  "\n" + std::string(anchor::manifest::kProcessFactsLine) + facts.dump() + "\n");
   }
   int runs() const {
     std::error_code ec;
@@ -157,11 +167,12 @@ class FactsCache : public ::testing::Test {
     return training_process_facts(str("anchor-torch"), device, use_cache, str("cache/process-facts.json"));
   }
   static void touch(const std::string& path) {
-    const timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+    const timespec later[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), later, 0), 0) << path;
   }
 
   std::filesystem::path dir_;
+  std::filesystem::path cwd_ = std::filesystem::current_path();
 };
 
 TEST_F(FactsCache, AskedOnceThenReusedWithoutRunningTheBinary) {
@@ -182,6 +193,7 @@ TEST_F(FactsCache, EachChangeAsksAgain) {
   facts();
   int expected = 1;
   auto asks_again = [&](const std::string& what) {
+    settle();
     EXPECT_EQ(facts().source, "probed") << what;
     EXPECT_EQ(runs(), ++expected) << what;
     EXPECT_EQ(facts().source, "cached") << what << ", then reused";
@@ -212,6 +224,29 @@ TEST_F(FactsCache, EachChangeAsksAgain) {
   EXPECT_EQ(facts("cuda").source, "cached");
 }
 
+// A change within the racy window: asked again, not cached until it has settled.
+TEST_F(FactsCache, AnAnswerWhoseFilesJustChangedIsNotCached) {
+  facts();
+  touch(str("lib/libfake.so.1"));  // its ctime is now
+  EXPECT_EQ(facts().source, "probed");
+  EXPECT_EQ(facts().source, "probed") << "not cached: a second change in this tick would go unseen";
+  settle();
+  EXPECT_EQ(facts().source, "probed");
+  EXPECT_EQ(facts().source, "cached");
+  EXPECT_EQ(runs(), 4);
+}
+
+// More than 16 entries: the newest 16 stay, and a hit on one of them runs nothing.
+TEST_F(FactsCache, TheNewestSixteenEntriesAreKept) {
+  for (int i = 0; i < 20; ++i) facts("dev" + std::to_string(i));
+  EXPECT_EQ(runs(), 20);
+  const auto cache = nlohmann::json::parse(anchor::fs::read_file(str("cache/process-facts.json")));
+  EXPECT_EQ(cache["entries"].size(), 16u);
+  EXPECT_EQ(facts("dev19").source, "cached");
+  EXPECT_EQ(facts("dev4").source, "cached");
+  EXPECT_EQ(facts("dev3").source, "probed") << "among the four oldest, dropped";
+}
+
 TEST_F(FactsCache, NoCacheAlwaysAsksAndWritesNothing) {
   EXPECT_EQ(facts("cpu", false).source, "probed");
   EXPECT_EQ(facts("cpu", false).source, "probed");
@@ -239,6 +274,10 @@ TEST_F(FactsCache, AHostileCacheIsIgnoredAndRewritten) {
   for (int i = 0; i < 20; ++i) odd["entries"]["e" + std::to_string(i)] = i % 2 ? nlohmann::json(i) : nlohmann::json{{"written_ns", "soon"}};
   survives("20 odd entries (more than it keeps)", odd.dump());
   survives("larger than 16 MiB", std::string(17u << 20, ' '));
+  nlohmann::json many = {{"format", "anchor.process-facts-cache/v1"}, {"entries", nlohmann::json::object()}};
+  for (int i = 0; i < 200000; ++i)
+    many["entries"]["x" + std::to_string(i)] = {{"key", 0}, {"facts", 0}, {"written_ns", i}};
+  survives("200,000 entries that parse but are not answers", many.dump());
   nlohmann::json poisoned = good;
   for (auto& [name, e] : poisoned["entries"].items()) e["facts"]["libraries"][0]["path"] = "relative.so";
   survives("a relative library in the answer", poisoned.dump());
@@ -246,7 +285,7 @@ TEST_F(FactsCache, AHostileCacheIsIgnoredAndRewritten) {
 
 TEST_F(FactsCache, AnotherBuildOrNoAnswerIsRefusedNamingIt) {
   ProcessFacts f = process_facts_from_json(
-      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(std::strlen(anchor::manifest::kProcessFactsLine))),
+      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
       "test");
   f.build["git_commit"] = "0000000000000000000000000000000000000000";
   answer(to_json(f));
@@ -257,6 +296,26 @@ TEST_F(FactsCache, AnotherBuildOrNoAnswerIsRefusedNamingIt) {
     EXPECT_NE(std::string(e.what()).find("is another build"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("0000000000"), std::string::npos) << e.what();
   }
+  // A cached answer from another build (anchor-torch rebuilt, the cache not): refused too.
+  answer(to_json(process_facts_from_json(
+      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
+      "test")));
+  {
+    ProcessFacts good = f;
+    good.build["git_commit"] = anchor::build::kGitCommit;
+    answer(to_json(good));
+  }
+  ASSERT_EQ(facts().source, "probed");
+  auto cache = nlohmann::json::parse(anchor::fs::read_file(str("cache/process-facts.json")));
+  for (auto& [name, e] : cache["entries"].items()) e["facts"]["build"]["git_commit"] = "1111111111";
+  anchor::fs::atomic_write_file(str("cache/process-facts.json"), cache.dump());
+  try {
+    facts();
+    ADD_FAILURE() << "a cached answer of another build was accepted";
+  } catch (const anchor::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1111111111"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(str("cache/process-facts.json"));
   anchor::fs::atomic_write_file(str("answer"), "no answer line\n");
   try {
     facts();
