@@ -529,8 +529,8 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
   // COMMITTED, or a model file far larger than its manifest says, is a
   // problem, not an allocation that fails (or the OOM killer).
   auto regular_size = [&](const std::string& name) -> std::optional<std::uint64_t> {
-    struct stat st {};
-    if (::lstat(join(dir, name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    struct stat st {};  // stat: a symlink there is checked by the size of what it names, which is what is read
+    if (::stat(join(dir, name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
     return static_cast<std::uint64_t>(st.st_size);
   };
   // The small files (COMMITTED, manifest.json) are read whole; at most this

@@ -239,6 +239,22 @@ TEST_F(StoreTest, ManyFilesAreCheckedInParallelAndTheirProblemsComeInManifestOrd
   EXPECT_FALSE(store.restore_newest()) << "the only checkpoint is damaged";
 }
 
+// A file replaced by a symlink to something larger than the manifest says is
+// refused by its size before it is read (the verify-only memory bound rests on it).
+TEST_F(StoreTest, ASymlinkToALargerFileIsRefusedBeforeItIsRead) {
+  ck::Store store(root());
+  const auto d = std::filesystem::path(store.save(make_request(2, 100)).dir);
+  const auto big = dir_ / "big.bin";
+  spit(big, std::string(1 << 20, 'x'));
+  std::filesystem::remove(d / "optimizer.safetensors");
+  std::filesystem::create_symlink(big, d / "optimizer.safetensors");
+  const auto v = store.verify(d.string());
+  ASSERT_FALSE(v.ok);
+  EXPECT_TRUE(contains(joined(v.problems), "optimizer.safetensors: size is 1048576 bytes, manifest.json says"))
+      << joined(v.problems);
+  EXPECT_FALSE(contains(joined(v.problems), "SHA-256 is")) << "refused before it was read: " << joined(v.problems);
+}
+
 TEST_F(StoreTest, CommittedMustMatchManifest) {
   ck::Store store(root());
   auto d = std::filesystem::path(store.save(make_request(2, 10)).dir);
