@@ -127,9 +127,31 @@ nlohmann::json cwd_if_relative() {
   return nullptr;
 }
 
+// The shared objects in a directory, by name, with their identities.
+nlohmann::json shared_objects_in(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.find(".so") != std::string::npos) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& n : names) out.push_back({printable(n), identity(dir + "/" + n)});
+  return out;
+}
+
 // A searched directory and, when it has them, its glibc-hwcaps subdirectories
-// (glibc 2.33 on searches those first).
+// (glibc 2.33 on searches those first). A relative one (a RUNPATH of ".")
+// is the working directory: keyed by where it is and the shared objects in
+// it, not by its own mtime, which every manifest written there moves.
 void add_dir(nlohmann::json& out, const std::string& dir) {
+  if (dir.empty() || dir[0] != '/') {
+    std::error_code ec;
+    const std::string abs = std::filesystem::absolute(dir, ec).lexically_normal().string();
+    out.push_back({printable(dir), printable(abs), shared_objects_in(abs)});
+    return;
+  }
   out.push_back({printable(dir), identity(dir)});
   const std::string hw = dir + "/glibc-hwcaps";
   if (identity(hw).is_null()) return;

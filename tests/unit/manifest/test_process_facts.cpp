@@ -224,6 +224,28 @@ TEST_F(FactsCache, EachChangeAsksAgain) {
   EXPECT_EQ(facts("cuda").source, "cached");
 }
 
+// A relative search directory (a RUNPATH of "."; PyTorch's wheel has one) is
+// the working directory: a manifest written there keeps the answer, a shared
+// object put there does not.
+TEST_F(FactsCache, TheWorkingDirectoryCountsByItsSharedObjects) {
+  ProcessFacts f = process_facts_from_json(
+      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
+      "test");
+  f.search_dirs.push_back(".");
+  answer(to_json(f));
+  std::filesystem::create_directories(dir_ / "work");
+  std::filesystem::current_path(dir_ / "work");
+  settle();
+  EXPECT_EQ(facts().source, "probed");
+  anchor::fs::atomic_write_file(str("work/manifest.json"), "{}");
+  settle();
+  EXPECT_EQ(facts().source, "cached") << "a file that is not a library, written where anchor pins";
+  anchor::fs::atomic_write_file(str("work/libfake.so.1"), "a library that would shadow it");
+  settle();
+  EXPECT_EQ(facts().source, "probed") << "a library put where the loader looks";
+  EXPECT_EQ(runs(), 2);
+}
+
 // A change within the racy window: asked again, not cached until it has settled.
 TEST_F(FactsCache, AnAnswerWhoseFilesJustChangedIsNotCached) {
   facts();
