@@ -32,6 +32,58 @@ def _dist():
     return d if d.is_available() and d.is_initialized() else None
 
 
+class _Exchange:
+    """The helper's own messages between ranks (a save's temporary directory, each
+    rank's file digests, the step to restore), as JSON through the process
+    group's store: a set or get runs in the calling thread and holds nothing
+    afterwards.
+
+    Not broadcast_object_list/gather_object: those queue work that holds
+    Python-owned tensors on Gloo's worker threads; when the last such work was
+    a save's just before the program ended, a worker could still be releasing
+    it while the interpreter finalized, take the GIL, and abort the process
+    ("terminate called without an active exception", torch 2.x). Every rank
+    makes the same exchanges in the same order, as with collectives; keys are
+    numbered per process, and rank 0 deletes those every rank has read."""
+
+    _seq = 0  # per process: every rank counts the same exchanges
+    _read_by_all = []  # rank 0's broadcast keys, read by all once a later gather completes
+
+    def __init__(self, d, rank, world):
+        self.store = d.distributed_c10d._get_default_store()
+        self.rank, self.world = rank, world
+
+    def _key(self, what):
+        _Exchange._seq += 1
+        return "anchor_pilot/%d/%s" % (_Exchange._seq, what)
+
+    def broadcast(self, obj):
+        """Rank 0's obj on every rank."""
+        key = self._key("from0")
+        if self.rank == 0:
+            self.store.set(key, json.dumps(obj))
+            _Exchange._read_by_all.append(key)
+            return obj
+        return json.loads(self.store.get(key).decode("utf-8"))
+
+    def gather(self, obj):
+        """Every rank's obj, in rank order, on rank 0 (None elsewhere). Each rank
+        sends only after it read every earlier broadcast, so rank 0 then deletes them."""
+        key = self._key("to0")
+        if self.rank != 0:
+            self.store.set("%s/%d" % (key, self.rank), json.dumps(obj))
+            return None
+        out = [obj]
+        for r in range(1, self.world):
+            k = "%s/%d" % (key, r)
+            out.append(json.loads(self.store.get(k).decode("utf-8")))
+            self.store.delete_key(k)
+        for k in _Exchange._read_by_all:
+            self.store.delete_key(k)
+        _Exchange._read_by_all = []
+        return out
+
+
 def rank_and_world():
     d = _dist()
     if d is not None:
@@ -362,19 +414,20 @@ class Pilot:
             raise CheckpointError("save checkpoint step %d" % step,
                                   "WORLD_SIZE is %d but torch.distributed is not initialized" % self.world_size,
                                   "call torch.distributed.init_process_group() before creating the Pilot")
+        x = _Exchange(d, self.rank, self.world_size)
         sv = None
-        box = [None]
+        box = None
         if self.rank == 0:
             sv = store.Save(self.checkpoint_dir, step, remote=True)
             sv.window = self._kill_window(step)
             try:
                 sv.begin([f for _, f in own])
-                box[0] = {"tmp": sv.tmp}
+                box = {"tmp": sv.tmp}
             except (PilotError, OSError) as e:
-                box[0] = {"error": "rank 0: %s" % e}
-        d.broadcast_object_list(box, src=0)
-        if "error" in box[0]:
-            raise CheckpointError("save checkpoint step %d" % step, box[0]["error"])
+                box = {"error": "rank 0: %s" % e}
+        box = x.broadcast(box)
+        if "error" in box:
+            raise CheckpointError("save checkpoint step %d" % step, box["error"])
         report = {"files": []}
         try:
             for _, f in own:
@@ -382,27 +435,26 @@ class Pilot:
                 if self.rank == 0:
                     sv.write(f, [prefix] + chunks)
                 else:
-                    report["files"].append(store.write_into(box[0]["tmp"], f, [prefix] + chunks))
+                    report["files"].append(store.write_into(box["tmp"], f, [prefix] + chunks))
         except (PilotError, OSError) as e:
             report = {"error": "rank %d: %s" % (self.rank, e)}
-        reports = [None] * self.world_size if self.rank == 0 else None
-        d.gather_object(report, reports, dst=0)
-        outcome = [None]
+        reports = x.gather(report)
+        outcome = None
         if self.rank == 0:
             errors = [r["error"] for r in reports if "error" in r]
             try:
                 if errors:
                     raise CheckpointError("save checkpoint step %d" % step, "; ".join(errors))
                 sv.add_remote([tuple(f) for r in reports[1:] for f in r["files"]])
-                outcome[0] = {"dir": sv.commit(state), "bytes": sv.bytes}
+                outcome = {"dir": sv.commit(state), "bytes": sv.bytes}
             except (PilotError, OSError) as e:
                 sv.abort()
-                outcome[0] = {"error": str(e)}
-        d.broadcast_object_list(outcome, src=0)
-        if "error" in outcome[0]:
-            raise CheckpointError("save checkpoint step %d in %s" % (step, self.checkpoint_dir), outcome[0]["error"],
+                outcome = {"error": str(e)}
+        outcome = x.broadcast(outcome)
+        if "error" in outcome:
+            raise CheckpointError("save checkpoint step %d in %s" % (step, self.checkpoint_dir), outcome["error"],
                                   "the save left no committed step; earlier checkpoints are untouched")
-        return outcome[0]["dir"], outcome[0]["bytes"]
+        return outcome["dir"], outcome["bytes"]
 
     # ----- restore ------------------------------------------------------------------------------------------
     def _choose(self):
@@ -443,21 +495,21 @@ class Pilot:
         t0 = time.monotonic()
         d = _dist() if self.world_size > 1 else None
         if d is not None:
-            box = [None]
+            box = None
             if self.rank == 0:
                 try:
                     v = self._choose()
-                    box[0] = {"dir": v.path if v else None}
+                    box = {"dir": v.path if v else None}
                 except PilotError as e:
-                    box[0] = {"error": str(e)}
-            d.broadcast_object_list(box, src=0)
-            if "error" in box[0]:
-                raise CheckpointError("restore", box[0]["error"])
-            if box[0]["dir"] is None:
+                    box = {"error": str(e)}
+            box = _Exchange(d, self.rank, self.world_size).broadcast(box)
+            if "error" in box:
+                raise CheckpointError("restore", box["error"])
+            if box["dir"] is None:
                 return 0
-            v, problems = store.inspect(box[0]["dir"])
+            v, problems = store.inspect(box["dir"])
             if v is None:
-                raise CheckpointError("restore %s on rank %d" % (box[0]["dir"], self.rank),
+                raise CheckpointError("restore %s on rank %d" % (box["dir"], self.rank),
                                       "it does not verify here: " + "; ".join(problems))
         else:
             v = self._choose()

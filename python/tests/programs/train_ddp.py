@@ -11,6 +11,15 @@ import anchor_pilot as ap
 torch.set_num_threads(1)
 
 
+def _refused(*args, **kwargs):
+    raise AssertionError("anchor_pilot used an object collective: its Gloo work can abort the process at exit")
+
+
+# The helper exchanges its own messages through the store, never through these (see pilot._Exchange):
+# a rank whose last collective was one of them could abort at exit under torch 2.x.
+dist.broadcast_object_list = dist.gather_object = _refused
+
+
 class Cursor:
     def __init__(self, rank):
         self.rank, self.i = rank, 0
