@@ -8,12 +8,31 @@ import time
 
 import torch
 
+from .errors import PilotError
+
+
+def printable(s):
+    """s as UTF-8 text: a byte that is not UTF-8 (a surrogate-escaped path
+    byte) becomes the four characters \\xNN, as anchor prints them. JSON
+    holds no lone surrogate, so a raw one would make anchor refuse the line."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        pass
+    try:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no path decoding made
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 def _clean(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, str):
+        return printable(v)
     if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
+        return {printable(k) if isinstance(k, str) else k: _clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_clean(x) for x in v]
     return v
@@ -134,6 +153,17 @@ def _program_dir():
     main = sys.modules.get("__main__")
     f = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] else None)
     return os.path.dirname(os.path.realpath(f)) if f else os.path.realpath(os.getcwd())
+
+
+def check_program_dir():
+    """Under anchor: the program's directory must be UTF-8, since its source
+    paths reach anchor as JSON text (anchor refuses such a run or checkpoint
+    directory itself, before the program starts)."""
+    root = _program_dir()
+    if printable(root) != root:
+        raise PilotError("start the pilot", "the program's directory %s is not UTF-8: anchor pins the program's "
+                         "sources by their paths, which reach it as JSON text (UTF-8 only)" % printable(root),
+                         "move the program to a directory whose path is UTF-8")
 
 
 def program_info():

@@ -159,6 +159,7 @@ class Pilot:
                  save_at=(), stop_at=None, seed=None, deterministic=False, events=None, digests_every=0,
                  restore=None, role="standalone", spec=None, check_restore=True):
         if spec is not None:
+            ev.check_program_dir()
             checkpoint_dir, save_at, stop_at, seed = spec.checkpoint_dir, spec.save_at, spec.stop_at, spec.seed
             deterministic, events, digests_every = spec.deterministic, spec.events, spec.digests_every
             restore, role = spec.restore, spec.role

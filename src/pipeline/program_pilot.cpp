@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
@@ -80,6 +81,18 @@ Launch resolve_launch(const Pilot& p) {
     throw Error(ErrorKind::kConfig, "program.cwd " + printable(l.cwd) + " is not a directory",
                 "set program.cwd to the directory your program runs in (relative to the config file)");
   l.cwd = std::filesystem::canonical(l.cwd).string();
+  // The worker protocol carries paths as JSON text (docs/program.md): a path the
+  // program is told or reports must be UTF-8, or it would reach the other side changed.
+  for (const auto& [what, path, how] :
+       {std::tuple<const char*, std::string, const char*>{"program.cwd", l.cwd, "run the program from a directory"},
+        {"the run directory", p.run_dir, "pass --run-dir"},
+        {"the checkpoint directory", p.ckpt_dir, "set checkpoint.dir to a directory"}})
+    if (!is_valid_utf8(path))
+      throw Error(ErrorKind::kConfig,
+                  std::string(what) + " " + printable(path) +
+                      " is not UTF-8: a program pilot tells the program its paths, and the program reports its "
+                      "own, as JSON text, which holds UTF-8 only",
+                  std::string(how) + " whose path is UTF-8 (anchor's built-in pilot takes any path)");
   l.argv = prog.command;
   for (const auto& e : prog.env) {
     const auto eq = e.find('=');
