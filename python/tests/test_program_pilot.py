@@ -161,7 +161,7 @@ class ProgramPilot(support.TempDirTest):
         self.assertIn("the memory probe failed", report["plan"]["why"])
 
     def test_ddp_two_ranks_as_torchrun_starts_them(self):
-        proc, report, _ = self.pilot("ddp")
+        proc, report, run = self.pilot("ddp")
         self.assertMatch(proc, report, ranks=2)
         self.assertEqual(report["program"]["world_size"], 2)
         # probe=False: the plan rests on the one measured point and says so.
@@ -169,6 +169,14 @@ class ProgramPilot(support.TempDirTest):
         self.assertEqual(mm["points_measured"], 1)
         self.assertIn("one measured point (micro_batch 16, seq_len 1)", mm["note"])
         self.assertNotIn("memory_probe", [s["stage"] for s in report["stages"]])
+        # The point is the rank whose step peaked highest (less what each held outside its step), not rank 0's.
+        with open(os.path.join(run, "program", "reference.events.jsonl")) as f:
+            sm = {e["rank"]: e for e in map(json.loads, f) if e["type"] == "step_memory"}
+        self.assertEqual(sorted(sm), [0, 1])
+        step_peak = {r: e["peak_bytes"] - max(0, e["baseline_bytes"] - e["state"]["parameters"]) for r, e in sm.items()}
+        top = max(sorted(step_peak), key=lambda r: step_peak[r])
+        point = report["measurements"]["memory"]["points"][0]
+        self.assertEqual((point["rank"], point["raw_peak_bytes"]), (top, sm[top]["peak_bytes"]))
         proc, report, _ = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
         self.assertCaught(proc, report, "data")
         self.assertIn("rank 1: data", report["resume"]["cause"])  # every rank's own cursor

@@ -362,18 +362,36 @@ std::int64_t held_outside_the_step(const pp::StepMemoryLine& sm) {
   return std::max<std::int64_t>(0, *sm.baseline_bytes - sm.parameters_bytes);
 }
 
-// One memory point of the plan's model: a step_memory line at its shape.
-json memory_point(const pp::StepMemoryLine& sm, std::int64_t micro_batch, std::int64_t seq_len, const std::string& from) {
+// One memory point of the plan's model: rank `rank`'s step_memory line at its shape.
+json memory_point(const pp::StepMemoryLine& sm, int rank, std::int64_t micro_batch, std::int64_t seq_len,
+                  const std::string& from) {
   json peak;
   if (sm.peak_bytes) peak = std::max<std::int64_t>(0, *sm.peak_bytes - held_outside_the_step(sm));
   return {{"micro_batch", micro_batch}, {"seq_len", seq_len}, {"peak_allocated_bytes", peak},
           {"raw_peak_bytes", sm.peak_bytes ? json(*sm.peak_bytes) : json()},
-          {"excluded_bytes", held_outside_the_step(sm)}, {"device", sm.device}, {"from", from}};
+          {"excluded_bytes", held_outside_the_step(sm)}, {"device", sm.device}, {"rank", rank}, {"from", from}};
+}
+
+// The step_memory line of the rank whose step peaked highest, and that rank (the
+// lowest on a tie): the plan must fit the rank that holds most, which under DDP is
+// often rank 0 but need not be. {-1, null} when no rank reported a peak.
+std::pair<int, const pp::StepMemoryLine*> highest_step_memory(const Outcome& o) {
+  std::pair<int, const pp::StepMemoryLine*> best{-1, nullptr};
+  std::int64_t best_peak = 0;
+  for (const auto& [rank, log] : o.logs) {
+    if (!log.step_memory || !log.step_memory->peak_bytes) continue;
+    const std::int64_t peak = *log.step_memory->peak_bytes - held_outside_the_step(*log.step_memory);
+    if (!best.second || peak > best_peak) {
+      best_peak = peak;
+      best = {rank, &*log.step_memory};
+    }
+  }
+  return best;
 }
 
 // measurements: the step (median over the reference's steps after the first,
-// which warms up), memory per stage and the plan's points, the save and
-// restore, from rank 0.
+// which warms up), memory per stage, the save and restore, from rank 0; the
+// plan's memory points from the rank whose step peaked highest.
 json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step, const json& probe_points) {
   const auto& ref = a.logs.at(0);
   const auto& res = b.logs.at(0);
@@ -399,8 +417,10 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
                {"tokens_per_s_all_ranks", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
                {"world_size", p.nproc}};
   if (ref.hello) m["model"] = model_json(*ref.hello);
+  auto [mem_rank, highest] = highest_step_memory(a);
+  if (!highest && ref.step_memory) mem_rank = 0, highest = &*ref.step_memory;
   // Where the program ran its step, as its step_memory line says (anchor's `device` key does not reach it).
-  if (ref.step_memory) m["model"]["device"] = ref.step_memory->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  if (highest) m["model"]["device"] = highest->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
   json mem = json::array();
   for (const auto* log : {&ref, &res})
     for (const auto& l : log->memory) {
@@ -422,12 +442,13 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
                  {"stages", mem}};
   // The plan's memory model: the reference's second step at the declared shape, and the probe's points.
   const auto* shape = ref.hello && ref.hello->shape ? &*ref.hello->shape : nullptr;
-  if (shape && ref.step_memory) {
-    const auto& sm = *ref.step_memory;
-    json points = json::array({memory_point(sm, shape->micro_batch, shape->seq_len, "reference")});
+  if (shape && highest) {
+    const auto& sm = *highest;
+    json points = json::array({memory_point(sm, mem_rank, shape->micro_batch, shape->seq_len, "reference")});
     for (const auto& pt : probe_points) points.push_back(pt);
     const std::int64_t excluded = held_outside_the_step(sm);
-    m["memory"]["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
+    m["memory"]["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step (of the rank " +
+                            "whose peak was highest" + (p.nproc > 1 ? ": rank " + std::to_string(mem_rank) : "") + ")" +
                             (excluded ? ", less what each process held before its first step beyond its parameters "
                                         "(excluded_bytes: interpreter, libraries, data)"
                                       : "");
@@ -739,18 +760,20 @@ Step memory_probe(Run& r) {
     const std::string hint = "; the program declared probe=True in anchor_pilot.shape(): it must build its model "
                              "and data with the shape it returns, or pass probe=False";
     if (o.status != 0) return failed(1, "the memory probe at " + at + ": " + o.error + hint);
-    const auto& log = o.logs[0];
-    if (!log.step_memory || !log.step_memory->peak_bytes)
+    const auto [rank, sm] = highest_step_memory(o);
+    if (!sm)
       return failed(1, "the memory probe at " + at + " reported no step_memory line with a peak (it must run 2 "
                        "steps, calling Pilot.step each)" + hint);
     // Sizes are below 2^31 each (the hello's check): their product is exact in a long double.
     const long double expected = static_cast<long double>(pmb) * pT * h.shape->grad_accum;
-    for (const auto& st : log.steps)
-      if (st.tokens && static_cast<long double>(*st.tokens) != expected)
-        return failed(1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) + " tokens at step " +
-                             std::to_string(st.step) + ", not " + fmt_count(expected) + hint);
-    r.probe_points.push_back(memory_point(*log.step_memory, pmb, pT, tag));
-    figures.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_bytes", *log.step_memory->peak_bytes},
+    for (const auto& [k, log] : o.logs)
+      for (const auto& st : log.steps)
+        if (st.tokens && static_cast<long double>(*st.tokens) != expected)
+          return failed(1, "the memory probe at " + at + ": rank " + std::to_string(k) + " reported " +
+                               std::to_string(*st.tokens) + " tokens at step " + std::to_string(st.step) + ", not " +
+                               fmt_count(expected) + hint);
+    r.probe_points.push_back(memory_point(*sm, rank, pmb, pT, tag));
+    figures.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_bytes", *sm->peak_bytes}, {"rank", rank},
                        {"seconds", o.seconds}});
   }
   p.report.add_stage({{"stage", "memory_probe"}, {"status", "passed"},
