@@ -155,15 +155,18 @@ def _program_dir():
     return os.path.dirname(os.path.realpath(f)) if f else os.path.realpath(os.getcwd())
 
 
-def check_program_dir():
-    """Under anchor: the program's directory must be UTF-8, since its source
-    paths reach anchor as JSON text (anchor refuses such a run or checkpoint
-    directory itself, before the program starts)."""
-    root = _program_dir()
-    if printable(root) != root:
-        raise PilotError("start the pilot", "the program's directory %s is not UTF-8: anchor pins the program's "
-                         "sources by their paths, which reach it as JSON text (UTF-8 only)" % printable(root),
-                         "move the program to a directory whose path is UTF-8")
+def check_program_paths():
+    """Under anchor: the program's directory, its interpreter and every sys.path
+    entry must be UTF-8, since they reach anchor as JSON text (UTF-8 only) and
+    anchor pins what they name (it refuses a run, checkpoint or working
+    directory that is not, before the program starts)."""
+    named = [("the program's directory", _program_dir()), ("its interpreter", os.path.realpath(sys.executable))]
+    named += [("sys.path entry", os.path.realpath(p) if p else os.path.realpath(os.getcwd())) for p in sys.path]
+    for what, path in named:
+        if printable(path) != path:
+            raise PilotError("start the pilot", "%s %s is not UTF-8: anchor pins the program by the paths it reports, "
+                             "which reach anchor as JSON text (UTF-8 only)" % (what, printable(path)),
+                             "move it to (or run from) a path that is UTF-8")
 
 
 def program_info():
@@ -183,6 +186,10 @@ def program_info():
         if "site-packages" in parts or "dist-packages" in parts:
             continue
         if f.startswith(root + os.sep) and os.path.isfile(f):
+            if printable(f) != f:
+                raise PilotError("list the program's sources", "%s is not UTF-8: anchor pins sources by the paths the "
+                                 "helper reports, as JSON text (UTF-8 only)" % printable(f),
+                                 "rename it (or the directory that holds it) to a UTF-8 name")
             sources.add(f)
     dists = []
     try:

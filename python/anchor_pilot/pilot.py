@@ -43,44 +43,56 @@ class _Exchange:
     a save's just before the program ended, a worker could still be releasing
     it while the interpreter finalized, take the GIL, and abort the process
     ("terminate called without an active exception", torch 2.x). Every rank
-    makes the same exchanges in the same order, as with collectives; keys are
-    numbered per process, and rank 0 deletes those every rank has read."""
+    makes the same exchanges in the same order, as with collectives (rank 0
+    sends an error message rather than nothing when it fails); keys are
+    numbered per process and deleted once read."""
 
     _seq = 0  # per process: every rank counts the same exchanges
-    _read_by_all = []  # rank 0's broadcast keys, read by all once a later gather completes
 
     def __init__(self, d, rank, world):
         self.store = d.distributed_c10d._get_default_store()
+        if self.store is None:
+            raise PilotError("exchange checkpoint messages between ranks",
+                             "the default process group (backend %s) has no store" % d.get_backend(),
+                             "initialize the process group with the gloo or nccl backend")
         self.rank, self.world = rank, world
 
     def _key(self, what):
         _Exchange._seq += 1
         return "anchor_pilot/%d/%s" % (_Exchange._seq, what)
 
+    @staticmethod
+    def _dumps(obj):
+        return json.dumps(obj, default=os.fspath)  # a pathlib.Path as its string
+
     def broadcast(self, obj):
-        """Rank 0's obj on every rank."""
+        """Rank 0's obj on every rank. Rank 0 returns once every rank has read it
+        (it may host the store: had it gone on and exited, a rank still reading
+        would have lost the store), and then deletes the keys."""
         key = self._key("from0")
         if self.rank == 0:
-            self.store.set(key, json.dumps(obj))
-            _Exchange._read_by_all.append(key)
+            self.store.set(key, self._dumps(obj))
+            if self.world > 1:
+                self.store.wait([key + "/read"])
+            for k in (key, key + "/count", key + "/read"):
+                self.store.delete_key(k)
             return obj
-        return json.loads(self.store.get(key).decode("utf-8"))
+        value = json.loads(self.store.get(key).decode("utf-8"))
+        if self.store.add(key + "/count", 1) == self.world - 1:
+            self.store.set(key + "/read", "1")
+        return value
 
     def gather(self, obj):
-        """Every rank's obj, in rank order, on rank 0 (None elsewhere). Each rank
-        sends only after it read every earlier broadcast, so rank 0 then deletes them."""
+        """Every rank's obj, in rank order, on rank 0 (None elsewhere)."""
         key = self._key("to0")
         if self.rank != 0:
-            self.store.set("%s/%d" % (key, self.rank), json.dumps(obj))
+            self.store.set("%s/%d" % (key, self.rank), self._dumps(obj))
             return None
         out = [obj]
         for r in range(1, self.world):
             k = "%s/%d" % (key, r)
             out.append(json.loads(self.store.get(k).decode("utf-8")))
             self.store.delete_key(k)
-        for k in _Exchange._read_by_all:
-            self.store.delete_key(k)
-        _Exchange._read_by_all = []
         return out
 
 
@@ -159,7 +171,7 @@ class Pilot:
                  save_at=(), stop_at=None, seed=None, deterministic=False, events=None, digests_every=0,
                  restore=None, role="standalone", spec=None, check_restore=True):
         if spec is not None:
-            ev.check_program_dir()
+            ev.check_program_paths()
             checkpoint_dir, save_at, stop_at, seed = spec.checkpoint_dir, spec.save_at, spec.stop_at, spec.seed
             deterministic, events, digests_every = spec.deterministic, spec.events, spec.digests_every
             restore, role = spec.restore, spec.role
@@ -418,15 +430,18 @@ class Pilot:
         x = _Exchange(d, self.rank, self.world_size)
         sv = None
         box = None
+        failure = None  # rank 0's exception: said to every rank first, so none waits for a message that never comes
         if self.rank == 0:
-            sv = store.Save(self.checkpoint_dir, step, remote=True)
-            sv.window = self._kill_window(step)
             try:
+                sv = store.Save(self.checkpoint_dir, step, remote=True)
+                sv.window = self._kill_window(step)
                 sv.begin([f for _, f in own])
                 box = {"tmp": sv.tmp}
-            except (PilotError, OSError) as e:
-                box = {"error": "rank 0: %s" % e}
+            except Exception as e:  # noqa: BLE001 - re-raised below once the other ranks know
+                box, failure = {"error": "rank 0: %s" % e}, e
         box = x.broadcast(box)
+        if failure is not None and not isinstance(failure, (PilotError, OSError)):
+            raise failure
         if "error" in box:
             raise CheckpointError("save checkpoint step %d" % step, box["error"])
         report = {"files": []}
@@ -437,8 +452,10 @@ class Pilot:
                     sv.write(f, [prefix] + chunks)
                 else:
                     report["files"].append(store.write_into(box["tmp"], f, [prefix] + chunks))
-        except (PilotError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - re-raised below once rank 0 has said the save failed
             report = {"error": "rank %d: %s" % (self.rank, e)}
+            if not isinstance(e, (PilotError, OSError)):
+                failure = e
         reports = x.gather(report)
         outcome = None
         if self.rank == 0:
@@ -448,10 +465,14 @@ class Pilot:
                     raise CheckpointError("save checkpoint step %d" % step, "; ".join(errors))
                 sv.add_remote([tuple(f) for r in reports[1:] for f in r["files"]])
                 outcome = {"dir": sv.commit(state), "bytes": sv.bytes}
-            except (PilotError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - re-raised below once the other ranks know
                 sv.abort()
                 outcome = {"error": str(e)}
+                if failure is None and not isinstance(e, (PilotError, OSError)):
+                    failure = e
         outcome = x.broadcast(outcome)
+        if failure is not None:
+            raise failure
         if "error" in outcome:
             raise CheckpointError("save checkpoint step %d in %s" % (step, self.checkpoint_dir), outcome["error"],
                                   "the save left no committed step; earlier checkpoints are untouched")
@@ -497,13 +518,18 @@ class Pilot:
         d = _dist() if self.world_size > 1 else None
         if d is not None:
             box = None
+            failure = None
             if self.rank == 0:
                 try:
                     v = self._choose()
                     box = {"dir": v.path if v else None}
-                except PilotError as e:
+                except Exception as e:  # noqa: BLE001 - re-raised below once the other ranks know
                     box = {"error": str(e)}
+                    if not isinstance(e, PilotError):
+                        failure = e
             box = _Exchange(d, self.rank, self.world_size).broadcast(box)
+            if failure is not None:
+                raise failure
             if "error" in box:
                 raise CheckpointError("restore", box["error"])
             if box["dir"] is None:

@@ -6,12 +6,14 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 from tests import support
 
 import anchor_pilot as ap
 
 DDP = os.path.join(support.HERE, "programs", "train_ddp.py")
+EXCHANGE = os.path.join(support.HERE, "programs", "exchange.py")
 WORLD = 2
 
 
@@ -22,14 +24,15 @@ def free_port():
 
 
 class TwoRanks(support.TempDirTest):
-    def launch(self, spec):
+    def run_ranks(self, program, **env):
+        """[(returncode, stdout, stderr)] of every rank of program."""
         port = str(free_port())
         procs = []
         for r in range(WORLD):
             procs.append(subprocess.Popen(
-                [sys.executable, DDP],
-                env=support.env(ANCHOR_PILOT_SPEC=spec, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(WORLD),
-                                MASTER_ADDR="127.0.0.1", MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo"),
+                [sys.executable, program],
+                env=support.env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
+                                MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo", **env),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
         outs = []
         for r, p in enumerate(procs):
@@ -39,9 +42,32 @@ class TwoRanks(support.TempDirTest):
                 for q in procs:
                     q.kill()
                 raise
-            outs.append((p.returncode, err))
-        for r, (rc, err) in enumerate(outs):
+            outs.append((p.returncode, out, err))
+        return outs
+
+    def launch(self, spec):
+        for r, (rc, _, err) in enumerate(self.run_ranks(DDP, ANCHOR_PILOT_SPEC=spec)):
             self.assertEqual(rc, 0, "rank %d failed:\n%s" % (r, err[-3000:]))
+
+    def test_the_store_outlives_every_read_of_a_message(self):
+        """Rank 0 hosts the store (anchor starts ranks so); after its last message (a save's outcome) it may
+        exit at once. It returns only once every rank has read it: a slow rank 1 still gets the message."""
+        (rc0, _, err0), (rc1, out1, err1) = self.run_ranks(EXCHANGE, EXCHANGE_CASE="exit")
+        self.assertEqual(rc0, 0, err0[-2000:])
+        self.assertEqual(rc1, 0, err1[-2000:])
+        self.assertIn("got /x", out1)
+
+    def test_a_save_rank_0_cannot_begin_fails_on_every_rank(self):
+        """Rank 0's failure is sent as a message, so rank 1 raises too instead of waiting for the store's timeout."""
+        ckpt = self.path("not-a-dir")
+        with open(ckpt, "w") as f:
+            f.write("x")
+        t0 = time.monotonic()
+        outs = self.run_ranks(EXCHANGE, EXCHANGE_CASE="save_fails", EXCHANGE_CKPT=ckpt)
+        self.assertLess(time.monotonic() - t0, 50)  # the store's timeout is 60 s
+        for r, (rc, out, err) in enumerate(outs):
+            self.assertEqual(rc, 3, "rank %d:\n%s" % (r, err[-2000:]))
+            self.assertIn("rank 0:", out)
 
     def test_save_and_resume_two_ranks(self):
         ck = self.path("ck")

@@ -254,3 +254,19 @@ class Spec(support.TempDirTest):
         self.assertEqual((hello["type"], hello["protocol"], hello["rank"], hello["role"]), ("hello", 1, 0, "reference"))
         self.assertEqual(sorted(hello["versions"]), ["cuda", "cudnn", "nccl", "python", "torch"])
         self.assertEqual(hello["versions"]["torch"], torch.__version__)
+
+
+class Lines(support.TempDirTest):
+    def test_a_line_is_utf8_whatever_bytes_a_string_holds(self):
+        """A message naming a file whose name is not UTF-8 (a surrogate-escaped str) is written with the byte
+        as \\xNN: JSON holds no lone surrogate, and anchor would refuse the whole line."""
+        from anchor_pilot import events
+        log = events.EventLog(self.path("e.jsonl"), 0)
+        log.emit("error", message=os.fsdecode(b"cannot open /x/caf\xe9"), kind="OSError", **{os.fsdecode(b"k\xff"): 1})
+        log.close()
+        with open(self.path("e.jsonl"), "rb") as f:
+            line = f.read().decode("utf-8")  # strict: raises on a byte that is not UTF-8
+        self.assertNotIn("\\ud", line)
+        e = json.loads(line)
+        self.assertEqual(e["message"], "cannot open /x/caf\\xe9")
+        self.assertEqual(e["k\\xff"], 1)

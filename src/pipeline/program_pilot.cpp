@@ -84,7 +84,9 @@ Launch resolve_launch(const Pilot& p) {
   // The worker protocol carries paths as JSON text (docs/program.md): a path the
   // program is told or reports must be UTF-8, or it would reach the other side changed.
   for (const auto& [what, path, how] :
-       {std::tuple<const char*, std::string, const char*>{"program.cwd", l.cwd, "run the program from a directory"},
+       {std::tuple<const char*, std::string, const char*>{
+            prog.cwd.empty() ? "the config file's directory (program.cwd's default)" : "program.cwd", l.cwd,
+            "set program.cwd to a directory"},
         {"the run directory", p.run_dir, "pass --run-dir"},
         {"the checkpoint directory", p.ckpt_dir, "set checkpoint.dir to a directory"}})
     if (!is_valid_utf8(path))
@@ -769,9 +771,9 @@ Step memory_probe(Run& r) {
     for (const auto& [k, log] : o.logs)
       for (const auto& st : log.steps)
         if (st.tokens && static_cast<long double>(*st.tokens) != expected)
-          return failed(1, "the memory probe at " + at + ": rank " + std::to_string(k) + " reported " +
-                               std::to_string(*st.tokens) + " tokens at step " + std::to_string(st.step) + ", not " +
-                               fmt_count(expected) + hint);
+          return failed(1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) + " tokens at step " +
+                               std::to_string(st.step) + (o.logs.size() > 1 ? " on rank " + std::to_string(k) : "") +
+                               ", not " + fmt_count(expected) + hint);
     r.probe_points.push_back(memory_point(*sm, rank, pmb, pT, tag));
     figures.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_bytes", *sm->peak_bytes}, {"rank", rank},
                        {"seconds", o.seconds}});
