@@ -1,5 +1,7 @@
 #include "anchor/log.hpp"
 
+#include <cstdlib>
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -25,7 +27,10 @@ spdlog::level::level_enum to_spdlog(Level level) {
 void init(Level level) {
   auto logger = spdlog::get("anchor");
   if (!logger) {
-    logger = spdlog::stderr_color_mt("anchor");
+    // NO_COLOR (no-color.org): set and not empty, no colour even on a terminal.
+    const char* no_color = std::getenv("NO_COLOR");
+    logger = spdlog::stderr_color_mt("anchor", no_color && *no_color ? spdlog::color_mode::never
+                                                                      : spdlog::color_mode::automatic);
     logger->set_pattern("%^%L%$ %H:%M:%S.%e %v");
     spdlog::set_default_logger(logger);
   }

@@ -3,7 +3,13 @@
 // dynamic sections and drive the real commands.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <pty.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -231,3 +237,59 @@ TEST(FrontEnd, MissingTorchBinaryIsAClearErrorThatWritesNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+// Runs `anchor args...` with stderr and stdout on a pseudo-terminal and returns what it wrote there.
+// The environment is this process's with `set` applied and `unset` removed (TERM is a colour terminal).
+std::string run_on_a_terminal(const std::vector<std::string>& args, const std::map<std::string, std::string>& set,
+                              const std::vector<std::string>& unset) {
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) ADD_FAILURE() << "forkpty: " << std::strerror(errno);
+  if (pid == 0) {
+    for (const auto& [k, v] : set) ::setenv(k.c_str(), v.c_str(), 1);
+    for (const auto& k : unset) ::unsetenv(k.c_str());
+    std::vector<char*> argv{const_cast<char*>(ANCHOR_BINARY)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(ANCHOR_BINARY, argv.data());
+    ::_exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+    else if (n < 0 && errno == EINTR) continue;
+    else break;  // EIO: the child closed the terminal
+  }
+  ::close(master);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  return out;
+}
+
+}  // namespace
+
+// NO_COLOR (no-color.org): set and not empty, anchor's log lines carry no colour even on a
+// terminal. The negative control: without it the same warning is coloured there.
+TEST(FrontEnd, NoColorTurnsColourOffOnATerminal) {
+  TempDir t("no-color");
+  const std::string cache = (t.path() / "cache").string();
+  std::filesystem::create_directories(cache);
+  auto warned = [&](const std::map<std::string, std::string>& set, const std::vector<std::string>& unset) {
+    // A garbled process-facts cache: anchor warns and rewrites it, so write it again each time.
+    std::ofstream(cache + "/process-facts.json") << "garbage";
+    const std::string out = run_on_a_terminal({"pin", kPilot, "-o", (t.path() / "m.json").string()}, set, unset);
+    EXPECT_NE(out.find("process-facts cache"), std::string::npos) << out;
+    return out;
+  };
+  std::map<std::string, std::string> env = {{"ANCHOR_CACHE_DIR", cache}, {"TERM", "xterm-256color"}};
+  EXPECT_NE(warned(env, {"NO_COLOR"}).find("\x1b["), std::string::npos) << "no colour on a terminal without NO_COLOR";
+  env["NO_COLOR"] = "1";
+  EXPECT_EQ(warned(env, {}).find("\x1b["), std::string::npos);
+  env["NO_COLOR"] = "";  // empty: as unset
+  EXPECT_NE(warned(env, {}).find("\x1b["), std::string::npos);
+}
