@@ -190,8 +190,8 @@ bool usable_entry(const nlohmann::json& e) {
 
 // The cache's entries, each an object with a key, facts and an integer
 // written_ns (others are dropped); an empty object when there is no cache or
-// it is unusable (a warning: it is rewritten by the next probe).
-nlohmann::json read_cache(const std::string& file) {
+// it is unusable (a warning when `warn`: it is rewritten by the next probe).
+nlohmann::json read_cache(const std::string& file, bool warn = true) {
   struct stat st {};
   if (::lstat(file.c_str(), &st) != 0) return nlohmann::json::object();
   try {
@@ -206,8 +206,9 @@ nlohmann::json read_cache(const std::string& file) {
       if (usable_entry(e)) entries[name] = e;
     return entries;
   } catch (const std::exception& e) {
-    ANCHOR_LOG_WARN("pin", "process-facts cache {} cannot be read ({}); ignoring it (it is rewritten)",
-                    printable(file), e.what());
+    if (warn)
+      ANCHOR_LOG_WARN("pin", "process-facts cache {} cannot be read ({}); ignoring it (it is rewritten)",
+                      printable(file), e.what());
   }
   return nlohmann::json::object();
 }
@@ -217,7 +218,7 @@ nlohmann::json read_cache(const std::string& file) {
 void write_cache(const std::string& file, const std::string& name, nlohmann::json entry) {
   entry["written_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
-  nlohmann::json entries = read_cache(file);
+  nlohmann::json entries = read_cache(file, /*warn=*/false);  // the lookup said so already
   entries[name] = std::move(entry);
   if (entries.size() > kMaxCacheEntries) {  // keep the newest
     std::vector<std::pair<std::int64_t, std::string>> by_age;

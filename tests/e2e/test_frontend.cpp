@@ -283,7 +283,9 @@ TEST(FrontEnd, NoColorTurnsColourOffOnATerminal) {
     // A garbled process-facts cache: anchor warns and rewrites it, so write it again each time.
     std::ofstream(cache + "/process-facts.json") << "garbage";
     const std::string out = run_on_a_terminal({"pin", kPilot, "-o", (t.path() / "m.json").string()}, set, unset);
-    EXPECT_NE(out.find("process-facts cache"), std::string::npos) << out;
+    const auto first = out.find("process-facts cache");
+    EXPECT_NE(first, std::string::npos) << out;
+    EXPECT_EQ(out.find("process-facts cache", first + 1), std::string::npos) << "warned twice:\n" << out;
     return out;
   };
   std::map<std::string, std::string> env = {{"ANCHOR_CACHE_DIR", cache}, {"TERM", "xterm-256color"}};
