@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", global.log_level, "debug, info, warn, error, off")
       ->envname("ANCHOR_LOG_LEVEL")
       ->capture_default_str();
+  bool quiet = false, verbose = false;
+  auto* quiet_flag = app.add_flag("-q,--quiet", quiet, "warnings and errors only on stderr (--log-level warn)");
+  app.add_flag("-v,--verbose", verbose, "debug lines too (--log-level debug)")->excludes(quiet_flag);
 
   std::vector<std::pair<CLI::App*, cli::Runner>> runners;
   for (const auto& cmd : cli::commands()) {
@@ -70,6 +73,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
   }
 
+  if (quiet) global.log_level = "warn";  // over --log-level and ANCHOR_LOG_LEVEL: the flag is the nearer word
+  if (verbose) global.log_level = "debug";
   try {
     log::init(log::parse_level(global.log_level));
     for (auto& [sub, run] : runners)

@@ -295,3 +295,35 @@ TEST(FrontEnd, NoColorTurnsColourOffOnATerminal) {
   env["NO_COLOR"] = "";  // empty: as unset
   EXPECT_NE(warned(env, {}).find("\x1b["), std::string::npos);
 }
+
+// -q/--quiet is --log-level warn and -v/--verbose --log-level debug, over ANCHOR_LOG_LEVEL;
+// the two together are a usage error. A pilot that fails at its start shows the difference at once.
+TEST(FrontEnd, QuietKeepsWarningsAndErrorsOnly) {
+  TempDir t("quiet");
+  auto pilot = [&](std::vector<std::string> flags, const std::map<std::string, std::string>& env = {}) {
+    std::error_code ec;
+    std::filesystem::remove_all(t.path() / "run", ec);
+    for (const std::string a : {"pilot", kPilot.c_str(), "--run-dir", (t.path() / "run").c_str(), "--set",
+                                "pilot.start_from=latest"})
+      flags.push_back(a);
+    return run_anchor(flags, env);
+  };
+  const std::string run_line = "[pilot] run ", failed = "pilot failed in stage start", unsigned_ = "UNSIGNED";
+  auto plain = pilot({});
+  EXPECT_EQ(plain.status, 2) << plain.output;
+  EXPECT_NE(plain.output.find(run_line), std::string::npos) << plain.output;  // the negative control
+  for (const auto& [flags, env] : std::vector<std::pair<std::vector<std::string>, std::map<std::string, std::string>>>{
+           {{"-q"}, {}}, {{"--quiet"}, {{"ANCHOR_LOG_LEVEL", "debug"}}}}) {
+    auto q = pilot(flags, env);
+    EXPECT_EQ(q.status, 2) << q.output;
+    EXPECT_EQ(q.output.find(run_line), std::string::npos) << q.output;
+    EXPECT_NE(q.output.find(unsigned_), std::string::npos) << q.output;
+    EXPECT_NE(q.output.find(failed), std::string::npos) << q.output;
+  }
+  auto v = pilot({"--verbose"}, {{"ANCHOR_LOG_LEVEL", "error"}});
+  EXPECT_EQ(v.status, 2) << v.output;
+  EXPECT_NE(v.output.find(run_line), std::string::npos) << v.output;
+  auto both = pilot({"-q", "-v"});
+  EXPECT_EQ(both.status, 2);
+  EXPECT_NE(both.output.find("--quiet excludes --verbose"), std::string::npos) << both.output;
+}
