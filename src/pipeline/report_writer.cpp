@@ -10,6 +10,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/plan/plan.hpp"
 #include "anchor/common/utf8.hpp"
 #include "events.hpp"
 
@@ -328,6 +329,13 @@ void Report::write(const std::string& run_dir) const {
   if (j_.contains("measurements") && j_["measurements"].contains("activation_checkpointing"))
     md << "\n## Activation checkpointing\n\n" << j_["measurements"]["activation_checkpointing"].value("trade", "")
        << "\n";
+  if (j_.contains("plan") && j_["plan"].is_object()) {
+    const auto& plan = j_["plan"];
+    if (plan.contains("recommendation"))  // the whole plan, as `anchor plan` prints it
+      md << "\n## Plan\n\n```text\n" << plan::format_plan(plan) << "```\n";
+    else if (plan.contains("why"))
+      md << "\n## Plan\n\nNot planned: " << plan.value("why", std::string()) << "\n";
+  }
   md << "\nSigned: "
      << (j_.value("signed", false) ? "yes, key " + j_.value("signer_key_id", std::string()) + " (report.intoto.json)"
                                    : "NO: " + j_.value("unsigned_reason", std::string("no report.signing_key configured")))

@@ -138,4 +138,29 @@ std::string format_plan(const nlohmann::json& p) {
   return o.str();
 }
 
+std::string format_plan_summary(const nlohmann::json& p, const std::string& run_dir) {
+  std::ostringstream o;
+  const json& r = p["recommendation"];
+  o << "Plan: ";
+  if (r["device"].is_null()) {
+    o << "no device fits. " << s(r, "why") << "\n";
+  } else {
+    const json* dev = nullptr;
+    for (const auto& dv : p["devices"])
+      if (dv.value("name", "") == r["device"]) dev = &dv;
+    o << s(r, "gpus") << " x " << s(r, "device") << ", " << s(r, "strategy") << " (degree " << s(r, "sharding_degree")
+      << "), " << f(d(r, "days"), 2) << " days, " << s(r, "term") << " term, cost " << f(d(r, "cost"), 0);
+    if (p["budget"].is_object()) o << " (prices " << s(p["budget"], "prices_are") << ")";
+    o << "\n";
+    if (dev) {
+      o << "  fits: " << s(*dev, "decision") << "\n";
+      if (dev->contains("step_time_is")) o << "  step time: " << s(*dev, "step_time_is") << "\n";
+    }
+  }
+  for (const auto& w : p["warnings"]) o << "  warning: " << w.get<std::string>() << "\n";
+  o << "  the whole plan (every device, the memory model, the budget, " << p["assumptions"].size()
+    << " assumptions): " << run_dir << "/report.md, or `anchor plan " << run_dir << "`\n";
+  return o.str();
+}
+
 }  // namespace anchor::plan

@@ -99,6 +99,17 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   for (const char* stage : {"eval", "checkpoint_save", "restore"})
     EXPECT_TRUE(m["memory"]["stages"].contains(stage)) << stage;
   EXPECT_FALSE(report["plan"]["devices"].empty());
+  // The console has the plan's summary; the whole plan (every device, the budget, the assumptions) is in
+  // report.md, as `anchor plan` prints it.
+  const auto& rec = report["plan"]["recommendation"];
+  const std::string recommended = std::to_string(rec["gpus"].get<int>()) + " x " + rec["device"].get<std::string>();
+  EXPECT_NE(r.output.find("Plan: " + recommended + ", "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the whole plan (every device"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Assumptions:"), std::string::npos) << r.output;
+  const std::string md = anchor::fs::read_file(t.str("run/report.md"));
+  EXPECT_NE(md.find("## Plan\n\n```text\nanchor plan (anchor.plan/v1)"), std::string::npos) << md;
+  EXPECT_NE(md.find("Assumptions:"), std::string::npos) << md;
+  EXPECT_NE(md.find("Recommendation: " + recommended + ", "), std::string::npos) << md;
 
   const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
   EXPECT_NE(junit.find("name=\"checkpoint_save\""), std::string::npos);

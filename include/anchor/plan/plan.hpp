@@ -134,5 +134,9 @@ nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog,
 
 // A readable rendering of make_plan's output (tables, then assumptions).
 std::string format_plan(const nlohmann::json& plan);
+// The plan in a few lines for the pilot's console: the recommendation, why it
+// fits, days and cost, the step time's basis, the warnings, and where the
+// whole plan is (report.md in `run_dir`, `anchor plan run_dir`).
+std::string format_plan_summary(const nlohmann::json& plan, const std::string& run_dir);
 
 }  // namespace anchor::plan
