@@ -303,9 +303,9 @@ TEST(FrontEnd, QuietKeepsWarningsAndErrorsOnly) {
   auto pilot = [&](std::vector<std::string> flags, const std::map<std::string, std::string>& env = {}) {
     std::error_code ec;
     std::filesystem::remove_all(t.path() / "run", ec);
-    for (const std::string a : {"pilot", kPilot.c_str(), "--run-dir", (t.path() / "run").c_str(), "--set",
-                                "pilot.start_from=latest"})
-      flags.push_back(a);
+    const std::vector<std::string> args = {"pilot", kPilot, "--run-dir", (t.path() / "run").string(), "--set",
+                                           "pilot.start_from=latest"};
+    flags.insert(flags.end(), args.begin(), args.end());
     return run_anchor(flags, env);
   };
   const std::string run_line = "[pilot] run ", failed = "pilot failed in stage start", unsigned_ = "UNSIGNED";
