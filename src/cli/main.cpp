@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       ->envname("ANCHOR_LOG_LEVEL")
       ->capture_default_str();
   bool quiet = false, verbose = false;
-  auto* quiet_flag = app.add_flag("-q,--quiet", quiet, "warnings and errors only on stderr (--log-level warn)");
+  auto* quiet_flag = app.add_flag("-q,--quiet", quiet, "warnings and errors only on stderr (--log-level warn unless it is error or off)");
   app.add_flag("-v,--verbose", verbose, "debug lines too (--log-level debug)")->excludes(quiet_flag);
 
   std::vector<std::pair<CLI::App*, cli::Runner>> runners;
@@ -73,7 +73,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
   }
 
-  if (quiet) global.log_level = "warn";  // over --log-level and ANCHOR_LOG_LEVEL: the flag is the nearer word
+  // -q lowers --log-level/ANCHOR_LOG_LEVEL to warn, never raises it (error and off stay);
+  // -v is debug whatever they say: the flag is the nearer word.
+  if (quiet && (global.log_level == "debug" || global.log_level == "info")) global.log_level = "warn";
   if (verbose) global.log_level = "debug";
   try {
     log::init(log::parse_level(global.log_level));

@@ -420,6 +420,7 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
                {"world_size", p.nproc}};
   if (ref.hello) m["model"] = model_json(*ref.hello);
   auto [mem_rank, highest] = highest_step_memory(a);
+  const bool from_highest = highest != nullptr;
   if (!highest && ref.step_memory) mem_rank = 0, highest = &*ref.step_memory;
   // Where the program ran its step, as its step_memory line says (anchor's `device` key does not reach it).
   if (highest) m["model"]["device"] = highest->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
@@ -449,8 +450,10 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
     json points = json::array({memory_point(sm, mem_rank, shape->micro_batch, shape->seq_len, "reference")});
     for (const auto& pt : probe_points) points.push_back(pt);
     const std::int64_t excluded = held_outside_the_step(sm);
-    m["memory"]["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step (of the rank " +
-                            "whose peak was highest" + (p.nproc > 1 ? ": rank " + std::to_string(mem_rank) : "") + ")" +
+    m["memory"]["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
+                            (p.nproc <= 1    ? std::string()
+                             : from_highest ? " (of the rank whose peak was highest: rank " + std::to_string(mem_rank) + ")"
+                                            : std::string(" (rank 0's: no rank reported a peak)")) +
                             (excluded ? ", less what each process held before its first step beyond its parameters "
                                         "(excluded_bytes: interpreter, libraries, data)"
                                       : "");
@@ -845,6 +848,8 @@ int run_program_pilot(Pilot& p) {
                                         r.verdict["mode"].get<std::string>() + ", " + std::to_string(p.nproc) + " rank" +
                                         (p.nproc > 1 ? "s" : "") + ")");
   publish(p);
+  if (const auto& rj = p.report.json(); rj.contains("plan"))
+    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
   p.report.print_summary(summary_stream(p));
   return 0;
 }

@@ -755,7 +755,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, false);
   p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
   publish(p);
-  summary_stream(p) << plan::format_plan_summary(p.report.json()["plan"], printable(p.run_dir)) << "\n";
+  if (const auto& rj = p.report.json(); rj.contains("plan"))
+    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
   p.report.print_summary(summary_stream(p));
   return 0;
 }

@@ -140,26 +140,35 @@ std::string format_plan(const nlohmann::json& p) {
 
 std::string format_plan_summary(const nlohmann::json& p, const std::string& run_dir) {
   std::ostringstream o;
+  if (!p.is_object() || !p.contains("recommendation") || !p["recommendation"].is_object()) {
+    o << "Plan: not planned" << (p.is_object() && p.contains("why") ? ": " + s(p, "why") : std::string()) << "\n";
+    return o.str();
+  }
   const json& r = p["recommendation"];
+  const json none = json::array();
+  const json& devices = p.contains("devices") ? p["devices"] : none;
   o << "Plan: ";
-  if (r["device"].is_null()) {
+  if (!r.contains("device") || r["device"].is_null()) {
     o << "no device fits. " << s(r, "why") << "\n";
   } else {
     const json* dev = nullptr;
-    for (const auto& dv : p["devices"])
-      if (dv.value("name", "") == r["device"]) dev = &dv;
+    for (const auto& dv : devices)
+      if (dv.is_object() && dv.value("name", "") == r["device"]) dev = &dv;
     o << s(r, "gpus") << " x " << s(r, "device") << ", " << s(r, "strategy") << " (degree " << s(r, "sharding_degree")
       << "), " << f(d(r, "days"), 2) << " days, " << s(r, "term") << " term, cost " << f(d(r, "cost"), 0);
-    if (p["budget"].is_object()) o << " (prices " << s(p["budget"], "prices_are") << ")";
+    if (p.contains("budget") && p["budget"].is_object()) o << " (prices " << s(p["budget"], "prices_are") << ")";
     o << "\n";
     if (dev) {
       o << "  fits: " << s(*dev, "decision") << "\n";
       if (dev->contains("step_time_is")) o << "  step time: " << s(*dev, "step_time_is") << "\n";
     }
   }
-  for (const auto& w : p["warnings"]) o << "  warning: " << w.get<std::string>() << "\n";
-  o << "  the whole plan (every device, the memory model, the budget, " << p["assumptions"].size()
-    << " assumptions): " << run_dir << "/report.md, or `anchor plan " << run_dir << "`\n";
+  if (p.contains("warnings"))
+    for (const auto& w : p["warnings"])
+      if (w.is_string()) o << "  warning: " << w.get<std::string>() << "\n";
+  o << "  the whole plan (every device, the memory model, the budget, "
+    << (p.contains("assumptions") ? p["assumptions"].size() : 0) << " assumptions): " << run_dir
+    << "/report.md; `anchor plan " << run_dir << "` plans it again from the measurements\n";
   return o.str();
 }
 

@@ -3,7 +3,9 @@
 // dynamic sections and drive the real commands.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pty.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -241,24 +244,45 @@ TEST(FrontEnd, MissingTorchBinaryIsAClearErrorThatWritesNothing) {
 namespace {
 
 // Runs `anchor args...` with stderr and stdout on a pseudo-terminal and returns what it wrote there.
-// The environment is this process's with `set` applied and `unset` removed (TERM is a colour terminal).
+// The environment is this process's with `set` applied and `unset` removed, built before the fork
+// (nothing but execve runs in the child). It is killed and the test fails after 120 s.
 std::string run_on_a_terminal(const std::vector<std::string>& args, const std::map<std::string, std::string>& set,
                               const std::vector<std::string>& unset) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e, key = kv.substr(0, kv.find('='));
+    if (!set.count(key) && std::find(unset.begin(), unset.end(), key) == unset.end()) env.push_back(kv);
+  }
+  for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  std::vector<char*> envp, argv{const_cast<char*>(ANCHOR_BINARY)};
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args_copy = args;
+  for (auto& a : args_copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
   int master = -1;
   const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
-  if (pid < 0) ADD_FAILURE() << "forkpty: " << std::strerror(errno);
+  if (pid < 0) {
+    ADD_FAILURE() << "forkpty: " << std::strerror(errno);
+    return {};
+  }
   if (pid == 0) {
-    for (const auto& [k, v] : set) ::setenv(k.c_str(), v.c_str(), 1);
-    for (const auto& k : unset) ::unsetenv(k.c_str());
-    std::vector<char*> argv{const_cast<char*>(ANCHOR_BINARY)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(ANCHOR_BINARY, argv.data());
+    ::execve(ANCHOR_BINARY, argv.data(), envp.data());
     ::_exit(127);
   }
   std::string out;
   char buf[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd pfd{master, POLLIN, 0};
+    const int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      ADD_FAILURE() << "anchor wrote nothing more for 120 s; killed. So far:\n" << out;
+      ::kill(pid, SIGKILL);
+      break;
+    }
     const ssize_t n = ::read(master, buf, sizeof buf);
     if (n > 0) out.append(buf, static_cast<std::size_t>(n));
     else if (n < 0 && errno == EINTR) continue;
@@ -289,11 +313,12 @@ TEST(FrontEnd, NoColorTurnsColourOffOnATerminal) {
     return out;
   };
   std::map<std::string, std::string> env = {{"ANCHOR_CACHE_DIR", cache}, {"TERM", "xterm-256color"}};
-  EXPECT_NE(warned(env, {"NO_COLOR"}).find("\x1b["), std::string::npos) << "no colour on a terminal without NO_COLOR";
+  EXPECT_NE(warned(env, {"NO_COLOR", "ANCHOR_LOG_LEVEL"}).find("\x1b["), std::string::npos)
+      << "no colour on a terminal without NO_COLOR";
   env["NO_COLOR"] = "1";
-  EXPECT_EQ(warned(env, {}).find("\x1b["), std::string::npos);
+  EXPECT_EQ(warned(env, {"ANCHOR_LOG_LEVEL"}).find("\x1b["), std::string::npos);
   env["NO_COLOR"] = "";  // empty: as unset
-  EXPECT_NE(warned(env, {}).find("\x1b["), std::string::npos);
+  EXPECT_NE(warned(env, {"ANCHOR_LOG_LEVEL"}).find("\x1b["), std::string::npos);
 }
 
 // -q/--quiet is --log-level warn and -v/--verbose --log-level debug, over ANCHOR_LOG_LEVEL;
@@ -309,11 +334,11 @@ TEST(FrontEnd, QuietKeepsWarningsAndErrorsOnly) {
     return run_anchor(flags, env);
   };
   const std::string run_line = "[pilot] run ", failed = "pilot failed in stage start", unsigned_ = "UNSIGNED";
-  auto plain = pilot({});
+  auto plain = pilot({}, {{"ANCHOR_LOG_LEVEL", "info"}});
   EXPECT_EQ(plain.status, 2) << plain.output;
   EXPECT_NE(plain.output.find(run_line), std::string::npos) << plain.output;  // the negative control
   for (const auto& [flags, env] : std::vector<std::pair<std::vector<std::string>, std::map<std::string, std::string>>>{
-           {{"-q"}, {}}, {{"--quiet"}, {{"ANCHOR_LOG_LEVEL", "debug"}}}}) {
+           {{"-q"}, {{"ANCHOR_LOG_LEVEL", "info"}}}, {{"--quiet"}, {{"ANCHOR_LOG_LEVEL", "debug"}}}}) {
     auto q = pilot(flags, env);
     EXPECT_EQ(q.status, 2) << q.output;
     EXPECT_EQ(q.output.find(run_line), std::string::npos) << q.output;
@@ -323,6 +348,11 @@ TEST(FrontEnd, QuietKeepsWarningsAndErrorsOnly) {
   auto v = pilot({"--verbose"}, {{"ANCHOR_LOG_LEVEL", "error"}});
   EXPECT_EQ(v.status, 2) << v.output;
   EXPECT_NE(v.output.find(run_line), std::string::npos) << v.output;
+  // -q never raises the level: with error or off it stays there.
+  auto q_off = pilot({"-q", "--log-level", "off"});
+  EXPECT_EQ(q_off.status, 2) << q_off.output;
+  EXPECT_EQ(q_off.output.find(unsigned_), std::string::npos) << q_off.output;
+  EXPECT_NE(q_off.output.find(failed), std::string::npos) << q_off.output;  // the error is not a log line
   auto both = pilot({"-q", "-v"});
   EXPECT_EQ(both.status, 2);
   EXPECT_NE(both.output.find("--quiet excludes --verbose"), std::string::npos) << both.output;

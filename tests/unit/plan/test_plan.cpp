@@ -1,5 +1,6 @@
 // Plan arithmetic on hand-worked examples: communication volume, Young/Daly,
 // the budget and its term, and make_plan's decisions on a synthetic report.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -357,6 +358,24 @@ TEST(MakePlan, FormatsATable) {
   EXPECT_NE(t.find("ddp-just-misses"), std::string::npos);
   EXPECT_NE(t.find("Assumptions"), std::string::npos);
   EXPECT_NE(t.find("Recommendation"), std::string::npos);
+}
+
+// The console's summary: the recommendation and where the rest is; a plan that is not there (a
+// program that declared no shape) or is partial is said, never read past its keys.
+TEST(MakePlan, SummarisesInAFewLinesAndSurvivesAPartialPlan) {
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
+  const std::string t = format_plan_summary(p, "/runs/r1");
+  const auto& r = p["recommendation"];
+  EXPECT_EQ(t.rfind("Plan: " + r["gpus"].dump() + " x " + r["device"].get<std::string>() + ", ", 0), 0u) << t;
+  EXPECT_NE(t.find("  fits: "), std::string::npos) << t;
+  EXPECT_NE(t.find("/runs/r1/report.md"), std::string::npos) << t;
+  EXPECT_EQ(t.find("Assumptions"), std::string::npos) << t;
+  EXPECT_LE(std::count(t.begin(), t.end(), '\n'), 5 + static_cast<long>(p["warnings"].size())) << t;
+  EXPECT_EQ(format_plan_summary({{"status", "not planned"}, {"why", "no shape"}}, "/r"), "Plan: not planned: no shape\n");
+  EXPECT_EQ(format_plan_summary(json::object(), "/r"), "Plan: not planned\n");
+  const std::string partial = format_plan_summary({{"recommendation", {{"device", "X"}}}}, "/r");
+  EXPECT_NE(partial.find("Plan: - x X"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("0 assumptions"), std::string::npos) << partial;
 }
 
 }  // namespace
