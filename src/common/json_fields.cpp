@@ -81,4 +81,25 @@ std::int64_t JsonFields::integer_or(const char* key, std::int64_t dflt) const { 
 double JsonFields::number_or(const char* key, double dflt) const { return has(key) ? number(key) : dflt; }
 bool JsonFields::boolean_or(const char* key, bool dflt) const { return has(key) ? boolean(key) : dflt; }
 
+std::optional<std::int64_t> JsonFields::optional_integer(const char* key) const {
+  if (!has(key)) return std::nullopt;
+  return integer(key);
+}
+
+std::optional<double> JsonFields::optional_number(const char* key) const {
+  if (!has(key)) return std::nullopt;
+  return number(key);
+}
+
+std::vector<std::string> JsonFields::strings(const char* key) const {
+  const auto& v = array(key);
+  std::vector<std::string> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) mistyped(item(path(key), i), v[i], "a string");
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace anchor

@@ -12,7 +12,9 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
+#include "anchor/common/json_fields.hpp"
 #include "anchor/common/unique_fd.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
@@ -32,202 +34,167 @@ Error bad(const std::string& why) {
                "this anchor and do not write to the file otherwise");
 }
 
-// Field readers: `what` names the event type for messages.
-const json& need(const json& j, const char* key, const std::string& what) {
-  auto it = j.find(key);
-  if (it == j.end()) throw bad("a \"" + what + "\" line has no \"" + key + "\"");
-  return *it;
+// Field reads go through JsonFields, whose messages name the field as
+// `"<event>".key`; these two read what only this protocol writes.
+
+// A library version: a string, or a number (cuDNN's is an integer), or absent.
+std::string version(const JsonFields& f, const char* key) {
+  if (!f.has(key)) return "";
+  const json& v = f.need(key);
+  if (v.is_number()) return v.dump();
+  return f.str(key);
 }
-std::string str(const json& j, const char* key, const std::string& what) {
-  const json& v = need(j, key, what);
-  if (!v.is_string()) throw bad("\"" + what + "\"." + key + " is " + dump_json(v) + ", expected a string");
-  return v.get<std::string>();
-}
-std::string opt_str(const json& j, const char* key, const std::string& what) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_number()) return it->dump();  // cudnn: an integer version
-  throw bad("\"" + what + "\"." + key + " is " + dump_json(*it) + ", expected a string or null");
-}
-std::int64_t integer(const json& v, const std::string& where) {
-  if (!v.is_number_integer()) throw bad(where + " is " + dump_json(v) + ", expected an integer");
-  return v.get<std::int64_t>();
-}
-std::int64_t int_field(const json& j, const char* key, const std::string& what) {
-  return integer(need(j, key, what), "\"" + what + "\"." + key);
-}
-std::optional<std::int64_t> opt_int(const json& j, const char* key, const std::string& what) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  return integer(*it, "\"" + what + "\"." + key);
-}
-std::optional<double> opt_double(const json& j, const char* key, const std::string& what) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw bad("\"" + what + "\"." + key + " is " + dump_json(*it) + ", expected a number");
-  return it->get<double>();
-}
-Number number(const json& j, const char* key, const std::string& what) {
-  auto it = j.find(key);
+
+// A figure that may be infinite (Python's json writes no infinity; the helper sends "inf").
+Number number(const JsonFields& f, const char* key) {
   Number n;
-  if (it == j.end() || it->is_null()) return n;
+  if (!f.has(key)) return n;
   n.known = true;
-  if (it->is_number()) {
-    n.value = it->get<double>();
-  } else if (it->is_string() && (*it == "inf" || *it == "-inf")) {
-    n.value = *it == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  const json& v = f.need(key);
+  if (v.is_string() && (v == "inf" || v == "-inf")) {
+    n.value = v == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  } else if (v.is_number()) {
+    n.value = v.get<double>();
   } else {
-    throw bad("\"" + what + "\"." + key + " is " + dump_json(*it) + ", expected a number, \"inf\", \"-inf\" or null");
+    throw bad(f.path(key) + " is " + dump_json(v) + ", expected a number, \"inf\", \"-inf\" or null");
   }
   return n;
-}
-std::vector<std::string> strings(const json& j, const char* key, const std::string& what) {
-  const json& v = need(j, key, what);
-  if (!v.is_array()) throw bad("\"" + what + "\"." + key + " is not a list");
-  std::vector<std::string> out;
-  for (const auto& s : v) {
-    if (!s.is_string()) throw bad("\"" + what + "\"." + key + " holds " + dump_json(s) + ", expected strings");
-    out.push_back(s.get<std::string>());
-  }
-  return out;
 }
 
 bool is_sha256(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
-Body parse_body(const std::string& type, const json& j) {
-  if (type == "hello") {
-    Hello h;
-    if (int_field(j, "protocol", type) != kProtocol)
-      throw Error(ErrorKind::kRuntime,
-                  "the program speaks protocol " + dump_json(j["protocol"]) + "; this anchor speaks protocol " +
-                      std::to_string(kProtocol),
-                  "install the anchor_pilot that ships with this anchor: pip install <anchor>/python");
-    h.role = str(j, "role", type);
-    h.world_size = static_cast<int>(int_field(j, "world_size", type));
-    const json& v = need(j, "versions", type);
-    if (!v.is_object()) throw bad("\"hello\".versions is not an object");
-    h.versions = {opt_str(v, "torch", "hello.versions"), opt_str(v, "cuda", "hello.versions"),
-                  opt_str(v, "cudnn", "hello.versions"), opt_str(v, "nccl", "hello.versions"),
-                  opt_str(v, "python", "hello.versions")};
-    h.anchor_pilot = opt_str(j, "anchor_pilot", type);
-    h.parameters = opt_int(j, "parameters", type);
-    h.executable = opt_str(j, "executable", type);
-    h.pid = opt_int(j, "pid", type);
-    if (auto it = j.find("shape"); it != j.end() && !it->is_null()) {
-      const std::string w = "hello.shape";
-      if (!it->is_object()) throw bad("\"hello\".shape is " + dump_json(*it) + ", expected an object or null");
-      Shape sh;
-      sh.micro_batch = int_field(*it, "micro_batch", w);
-      sh.seq_len = int_field(*it, "seq_len", w);
-      sh.grad_accum = opt_int(*it, "grad_accum", w).value_or(1);
-      sh.precision = str(*it, "precision", w);
-      sh.n_layer = opt_int(*it, "n_layer", w);
-      sh.n_embd = opt_int(*it, "n_embd", w);
-      sh.flops_per_token = opt_double(*it, "flops_per_token", w);
-      const json& probe = need(*it, "probe", w);
-      if (!probe.is_boolean()) throw bad("\"hello\".shape.probe is " + dump_json(probe) + ", expected true or false");
-      sh.probe = probe.get<bool>();
-      auto size_ok = [](std::int64_t v) { return v >= 1 && v < (std::int64_t{1} << 31); };
-      if (!size_ok(sh.micro_batch) || !size_ok(sh.seq_len) || !size_ok(sh.grad_accum) || !size_ok(sh.n_layer.value_or(1)) ||
-          !size_ok(sh.n_embd.value_or(1)) || !(sh.flops_per_token.value_or(1) > 0 && sh.flops_per_token.value_or(1) < 1e30))
-        throw bad("\"hello\".shape " + dump_json(*it) + " has a size outside 1 .. 2^31-1 or FLOPs not in (0, 1e30)");
-      if (sh.precision != "fp32" && sh.precision != "bf16" && sh.precision != "fp16")
-        throw bad("\"hello\".shape.precision is \"" + printable(sh.precision) + "\", expected fp32, bf16 or fp16");
-      h.shape = sh;
-    }
-    return h;
+Hello parse_hello(const JsonFields& f) {
+  Hello h;
+  if (f.integer("protocol") != kProtocol)
+    throw Error(ErrorKind::kRuntime,
+                "the program speaks protocol " + dump_json(f.need("protocol")) + "; this anchor speaks protocol " +
+                    std::to_string(kProtocol),
+                "install the anchor_pilot that ships with this anchor: pip install <anchor>/python");
+  h.role = f.str("role");
+  h.world_size = static_cast<int>(f.integer("world_size"));
+  const JsonFields v(f.object("versions"), f.path("versions"));
+  h.versions = {version(v, "torch"), version(v, "cuda"), version(v, "cudnn"), version(v, "nccl"), version(v, "python")};
+  h.anchor_pilot = f.str_or("anchor_pilot", "");
+  h.parameters = f.optional_integer("parameters");
+  h.executable = f.str_or("executable", "");
+  h.pid = f.optional_integer("pid");
+  if (f.has("shape")) {
+    const JsonFields s(f.object("shape"), f.path("shape"));
+    Shape sh;
+    sh.micro_batch = s.integer("micro_batch");
+    sh.seq_len = s.integer("seq_len");
+    sh.grad_accum = s.integer_or("grad_accum", 1);
+    sh.precision = s.str("precision");
+    sh.n_layer = s.optional_integer("n_layer");
+    sh.n_embd = s.optional_integer("n_embd");
+    sh.flops_per_token = s.optional_number("flops_per_token");
+    sh.probe = s.boolean("probe");
+    auto size_ok = [](std::int64_t n) { return n >= 1 && n < (std::int64_t{1} << 31); };
+    if (!size_ok(sh.micro_batch) || !size_ok(sh.seq_len) || !size_ok(sh.grad_accum) || !size_ok(sh.n_layer.value_or(1)) ||
+        !size_ok(sh.n_embd.value_or(1)) || !(sh.flops_per_token.value_or(1) > 0 && sh.flops_per_token.value_or(1) < 1e30))
+      throw bad("\"hello\".shape " + dump_json(f.need("shape")) +
+                " has a size outside 1 .. 2^31-1 or FLOPs not in (0, 1e30)");
+    if (sh.precision != "fp32" && sh.precision != "bf16" && sh.precision != "fp16")
+      throw bad("\"hello\".shape.precision is \"" + printable(sh.precision) + "\", expected fp32, bf16 or fp16");
+    h.shape = sh;
   }
+  return h;
+}
+
+DigestsLine parse_digests(const JsonFields& f) {
+  DigestsLine d;
+  d.step = f.optional_integer("step");
+  d.when = f.str("when");
+  if (d.when != "step" && d.when != "save" && d.when != "restore" && d.when != "final")
+    throw bad("\"digests\".when is \"" + printable(d.when) + "\", expected step, save, restore or final");
+  for (const auto& [name, v] : f.object("components").items()) {
+    if (!v.is_string() || !is_sha256(v.get<std::string>()))
+      throw bad("\"digests\".components." + printable(name) + " is " + dump_json(v) + ", expected a SHA-256 (64 hex)");
+    d.components.emplace_back(name, v.get<std::string>());
+  }
+  return d;
+}
+
+StepMemoryLine parse_step_memory(const JsonFields& f) {
+  StepMemoryLine m;
+  m.step = f.integer("step");
+  m.device = f.str("device");
+  m.peak_source = f.str("peak_source");
+  m.peak_bytes = f.optional_integer("peak_bytes");
+  m.baseline_bytes = f.optional_integer("baseline_bytes");
+  const JsonFields st(f.object("state"), f.path("state"));
+  m.parameters_bytes = st.integer("parameters");
+  m.gradients_bytes = st.integer("gradients");
+  m.optimizer_bytes = st.integer("optimizer");
+  for (auto v : {m.peak_bytes.value_or(0), m.baseline_bytes.value_or(0), m.parameters_bytes, m.gradients_bytes,
+                 m.optimizer_bytes})
+    if (v < 0) throw bad("\"step_memory\" has a negative byte count");
+  return m;
+}
+
+ProgramLine parse_program(const JsonFields& f) {
+  ProgramLine p;
+  p.root = f.str("root");
+  p.executable = f.str("executable");
+  p.sources = f.strings("sources");
+  p.sys_path = f.strings("sys_path");
+  const json& d = f.need("distributions");
+  if (d.is_object()) {
+    p.distributions_error = JsonFields(d, f.path("distributions")).str_or("error", "");
+  } else if (d.is_array()) {
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      const JsonFields e(d[i], JsonFields::item(f.path("distributions"), i));
+      p.distributions.push_back({e.str("name"), e.str("version"), e.str("dist_info")});
+    }
+  } else {
+    throw bad("\"program\".distributions is neither a list nor an error");
+  }
+  return p;
+}
+
+Body parse_body(const std::string& type, const JsonFields& f) {
+  if (type == "hello") return parse_hello(f);
   if (type == "step") {
     StepLine s;
-    s.step = int_field(j, "step", type);
-    s.loss = number(j, "loss", type);
-    s.grad_norm = number(j, "grad_norm", type);
-    s.lr = number(j, "lr", type);
-    s.tokens = opt_int(j, "tokens", type);
-    s.data_wait_s = opt_double(j, "data_wait_s", type);
-    s.compute_s = opt_double(j, "compute_s", type);
+    s.step = f.integer("step");
+    s.loss = number(f, "loss");
+    s.grad_norm = number(f, "grad_norm");
+    s.lr = number(f, "lr");
+    s.tokens = f.optional_integer("tokens");
+    s.data_wait_s = f.optional_number("data_wait_s");
+    s.compute_s = f.optional_number("compute_s");
     return s;
   }
-  if (type == "eval") return EvalLine{int_field(j, "step", type), number(j, "loss", type)};
-  if (type == "digests") {
-    DigestsLine d;
-    d.step = opt_int(j, "step", type);
-    d.when = str(j, "when", type);
-    if (d.when != "step" && d.when != "save" && d.when != "restore" && d.when != "final")
-      throw bad("\"digests\".when is \"" + printable(d.when) + "\", expected step, save, restore or final");
-    const json& c = need(j, "components", type);
-    if (!c.is_object()) throw bad("\"digests\".components is not an object");
-    for (const auto& [name, v] : c.items()) {
-      if (!v.is_string() || !is_sha256(v.get<std::string>()))
-        throw bad("\"digests\".components." + printable(name) + " is " + dump_json(v) + ", expected a SHA-256 (64 hex)");
-      d.components.emplace_back(name, v.get<std::string>());
-    }
-    return d;
-  }
+  if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
+  if (type == "digests") return parse_digests(f);
   if (type == "checkpoint") {
     CheckpointLine c;
-    c.op = str(j, "op", type);
-    c.phase = str(j, "phase", type);
-    c.step = opt_int(j, "step", type);
-    c.dir = opt_str(j, "dir", type);
-    c.bytes = opt_int(j, "bytes", type);
-    c.seconds = opt_double(j, "seconds", type);
-    if (j.contains("problems")) c.problems = strings(j, "problems", type);
-    c.point = opt_str(j, "point", type);
+    c.op = f.str("op");
+    c.phase = f.str("phase");
+    c.step = f.optional_integer("step");
+    c.dir = f.str_or("dir", "");
+    c.bytes = f.optional_integer("bytes");
+    c.seconds = f.optional_number("seconds");
+    if (f.has("problems")) c.problems = f.strings("problems");
+    c.point = f.str_or("point", "");
     return c;
   }
   if (type == "memory") {
     MemoryLine m;
-    m.stage = str(j, "stage", type);
-    m.device = opt_str(j, "device", type);
-    m.allocated_bytes = opt_int(j, "allocated_bytes", type);
-    m.reserved_bytes = opt_int(j, "reserved_bytes", type);
-    m.max_allocated_bytes = opt_int(j, "max_allocated_bytes", type);
-    m.total_bytes = opt_int(j, "total_bytes", type);
-    m.rss_bytes = opt_int(j, "rss_bytes", type);
+    m.stage = f.str("stage");
+    m.device = f.str_or("device", "");
+    m.allocated_bytes = f.optional_integer("allocated_bytes");
+    m.reserved_bytes = f.optional_integer("reserved_bytes");
+    m.max_allocated_bytes = f.optional_integer("max_allocated_bytes");
+    m.total_bytes = f.optional_integer("total_bytes");
+    m.rss_bytes = f.optional_integer("rss_bytes");
     return m;
   }
-  if (type == "step_memory") {
-    StepMemoryLine m;
-    m.step = int_field(j, "step", type);
-    m.device = str(j, "device", type);
-    m.peak_source = str(j, "peak_source", type);
-    m.peak_bytes = opt_int(j, "peak_bytes", type);
-    m.baseline_bytes = opt_int(j, "baseline_bytes", type);
-    const json& st = need(j, "state", type);
-    if (!st.is_object()) throw bad("\"step_memory\".state is not an object");
-    m.parameters_bytes = int_field(st, "parameters", "step_memory.state");
-    m.gradients_bytes = int_field(st, "gradients", "step_memory.state");
-    m.optimizer_bytes = int_field(st, "optimizer", "step_memory.state");
-    for (auto v : {m.peak_bytes.value_or(0), m.baseline_bytes.value_or(0), m.parameters_bytes, m.gradients_bytes,
-                   m.optimizer_bytes})
-      if (v < 0) throw bad("\"step_memory\" has a negative byte count");
-    return m;
-  }
-  if (type == "error") return ErrorLine{str(j, "message", type), opt_str(j, "kind", type)};
-  if (type == "program") {
-    ProgramLine p;
-    p.root = str(j, "root", type);
-    p.executable = str(j, "executable", type);
-    p.sources = strings(j, "sources", type);
-    p.sys_path = strings(j, "sys_path", type);
-    const json& d = need(j, "distributions", type);
-    if (d.is_object()) {
-      p.distributions_error = opt_str(d, "error", "program.distributions");
-    } else if (d.is_array()) {
-      for (const auto& e : d) {
-        if (!e.is_object()) throw bad("\"program\".distributions holds " + dump_json(e) + ", expected objects");
-        p.distributions.push_back({str(e, "name", "program.distributions"), str(e, "version", "program.distributions"),
-                                   str(e, "dist_info", "program.distributions")});
-      }
-    } else {
-      throw bad("\"program\".distributions is neither a list nor an error");
-    }
-    return p;
-  }
+  if (type == "step_memory") return parse_step_memory(f);
+  if (type == "error") return ErrorLine{f.str("message"), f.str_or("kind", "")};
+  if (type == "program") return parse_program(f);
   throw bad("unknown event type \"" + printable(type) + "\"");
 }
 
@@ -290,14 +257,17 @@ Event parse_event(const std::string& line) {
   }
   if (!j.is_object()) throw bad("a line is " + std::string(j.type_name()) + ", not a JSON object");
   Event e;
-  e.type = str(j, "type", "event");
-  const std::int64_t rank = int_field(j, "rank", e.type);
-  if (rank < 0 || rank > 1'000'000) throw bad("\"" + e.type + "\".rank is " + std::to_string(rank) + ", not a rank");
-  e.rank = static_cast<int>(rank);
-  auto t = opt_double(j, "time", e.type);
-  if (!t) throw bad("a \"" + e.type + "\" line has no \"time\"");
-  e.time = *t;
-  e.body = parse_body(e.type, j);
+  try {
+    e.type = JsonFields(j, "").str("type");
+    const JsonFields f(j, "\"" + printable(e.type) + "\"");
+    const std::int64_t rank = f.integer("rank");
+    if (rank < 0 || rank > 1'000'000) throw bad("\"" + printable(e.type) + "\".rank is " + std::to_string(rank) + ", not a rank");
+    e.rank = static_cast<int>(rank);
+    e.time = f.number("time");
+    e.body = parse_body(e.type, f);
+  } catch (const std::invalid_argument& x) {
+    throw bad(x.what());
+  }
   e.raw = std::move(j);
   return e;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,12 @@ class JsonFields {
   std::int64_t integer_or(const char* key, std::int64_t dflt) const;
   double number_or(const char* key, double dflt) const;
   bool boolean_or(const char* key, bool dflt) const;
+
+  // Absent or null: none; present: as integer() and number() read it.
+  std::optional<std::int64_t> optional_integer(const char* key) const;
+  std::optional<double> optional_number(const char* key) const;
+  // A list of strings.
+  std::vector<std::string> strings(const char* key) const;
 
   // The path of a field, and of an array element, for nested readers and messages.
   std::string path(const char* key) const;

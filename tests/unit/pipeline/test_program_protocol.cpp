@@ -92,7 +92,7 @@ TEST(ProgramProtocol, RefusesWhatTheHelperNeverWrites) {
   EXPECT_NE(error_of("not json").find("not a JSON line"), std::string::npos);
   EXPECT_NE(error_of("[1]").find("not a JSON object"), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"gossip","rank":0,"time":1})").find("unknown event type \"gossip\""), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"loss":1})").find("has no \"step\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"loss":1})").find("\"step\".step is missing"), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"step":"3"})").find("expected an integer"), std::string::npos);
   EXPECT_NE(error_of(R"({"type":"step","rank":-1,"time":1,"step":3})").find("rank is -1, not a rank"), std::string::npos);
   EXPECT_NE(error_of(digests("save", 2, "xyz", kB)).find("expected a SHA-256"), std::string::npos);
