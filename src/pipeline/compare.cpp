@@ -23,21 +23,15 @@ const char* group_label(const std::string& g) {
 }
 
 struct Checker {
-  explicit Checker(double tolerance) : tol(tolerance) {}
+  explicit Checker(double tolerance) : tol(tolerance), v(tolerance) {}
   double tol;
-  nlohmann::json checks = nlohmann::json::array();
-  std::set<std::string> diverged;
-  std::vector<std::string> order;
+  Verdict v;
 
   void add(const std::string& name, bool ok, const std::string& detail, const std::string& state) {
-    checks.push_back({{"name", name}, {"ok", ok}, {"detail", detail}, {"state", state}});
-    if (!ok && diverged.insert(state).second) order.push_back(state);
+    v.add({name, ok, detail, state});
   }
 
-  bool close(double a, double b) const {
-    if (tol <= 0) return a == b;
-    return std::fabs(a - b) <= tol * std::max({std::fabs(a), std::fabs(b), 1e-12});
-  }
+  bool close(double a, double b) const { return within_tolerance(a, b, tol); }
 
   // Differing tensors between two state digests, at most 5 named.
   static std::string differing_tensors(const train::StateDigest& a, const train::StateDigest& b, const std::string& group) {
@@ -125,17 +119,51 @@ struct Checker {
   static std::string num(double v) { return nlohmann::json(v).dump(); }
 };
 
+nlohmann::json check_json(const Check& c, const std::string& who = "") {
+  nlohmann::json e = {{"name", who + c.name}, {"ok", c.ok}, {"detail", c.detail}};
+  if (!c.component.empty()) e["component"] = c.component;
+  return e;
+}
+
 }  // namespace
 
-nlohmann::json compare_resume(const WorkerResult& ref, const WorkerResult& res, double tolerance) {
+void Verdict::add(Check c) {
+  if (!c.ok && !c.component.empty() && std::find(diverged.begin(), diverged.end(), c.component) == diverged.end())
+    diverged.push_back(c.component);
+  checks.push_back(std::move(c));
+}
+
+nlohmann::json Verdict::to_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& c : checks) list.push_back(check_json(c));
+  return {{"verdict", match() ? "match" : "mismatch"},
+          {"mode", mode},
+          {"tolerance", tolerance},
+          {"cause", cause},
+          {"diverged", diverged},
+          {"checks", std::move(list)},
+          {"saved_step", saved_step},
+          {"restored_step", restored_step},
+          {"last_step", last_step}};
+}
+
+bool within_tolerance(double a, double b, double tolerance) {
+  if (tolerance <= 0 || !std::isfinite(a) || !std::isfinite(b)) return a == b;
+  return std::fabs(a - b) <= tolerance * std::max({std::fabs(a), std::fabs(b), 1e-12});
+}
+
+Verdict compare_resume(const WorkerResult& ref, const WorkerResult& res, double tolerance) {
   if (!ref.saved_state || !ref.final_state || !ref.eval_loss || !ref.saved_step || !res.restored_state ||
       !res.final_state || !res.eval_loss || !res.restored_step)
     throw Error(ErrorKind::kRuntime, "compare_resume: a worker result without its state digests or eval loss",
                 "read worker results with read_worker_result, which checks them");
   Checker c{tolerance};
+  c.v.saved_step = *ref.saved_step;
+  c.v.restored_step = *res.restored_step;
+  c.v.last_step = ref.final_state->step;
   // 1. What was restored equals what was saved.
   c.states("restored vs saved", *ref.saved_state, *res.restored_state);
-  const std::vector<std::string> restore_diverged = c.order;
+  const std::vector<std::string> restore_diverged = c.v.diverged;
   // 2. Eval after restore equals eval before save.
   {
     const double a = *ref.eval_loss, b = *res.eval_loss;
@@ -149,22 +177,36 @@ nlohmann::json compare_resume(const WorkerResult& ref, const WorkerResult& res, 
   // 4. The final state after R steps.
   c.states("final", *ref.final_state, *res.final_state);
 
-  nlohmann::json diverged = nlohmann::json::array();
+  Verdict v = std::move(c.v);
   // Root causes first (state that was restored wrongly), then their consequences.
   static const std::vector<std::string> kOrder = {"step", "rng", "optimizer", "scaler", "model", "lr_schedule",
                                                   "data_cursor", "eval", "loss",      "gradients"};
+  std::vector<std::string> diverged;
   for (const auto& s : kOrder)
-    if (c.diverged.count(s)) diverged.push_back(s);
+    if (std::find(v.diverged.begin(), v.diverged.end(), s) != v.diverged.end()) diverged.push_back(s);
   // The cause: state restored wrongly, else the first figure that diverged.
-  nlohmann::json cause = nlohmann::json::array();
-  for (const auto& s : restore_diverged) cause.push_back(s);
-  if (cause.empty() && !c.order.empty()) cause.push_back(c.order.front());
-  return {{"verdict", c.diverged.empty() ? "match" : "mismatch"},
-          {"cause", cause},
-          {"mode", tolerance > 0 ? "tolerance" : "bitwise"},
-          {"tolerance", tolerance},
-          {"diverged", diverged},
-          {"checks", c.checks}};
+  v.cause = restore_diverged;
+  if (v.cause.empty() && !v.diverged.empty()) v.cause.push_back(v.diverged.front());
+  v.diverged = std::move(diverged);
+  return v;
+}
+
+nlohmann::json verdict_over_ranks(const std::vector<Verdict>& ranks) {
+  if (ranks.empty()) throw Error(ErrorKind::kRuntime, "verdict_over_ranks: no rank's verdict", "");
+  nlohmann::json out = ranks.front().to_json();
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
+    const Verdict& v = ranks[rank];
+    per_rank.push_back({{"rank", rank}, {"verdict", v.match() ? "match" : "mismatch"}, {"cause", v.cause}});
+    if (rank == 0 || v.match()) continue;
+    const std::string who = "rank " + std::to_string(rank) + ": ";
+    out["verdict"] = "mismatch";
+    for (const auto& c : v.cause) out["cause"].push_back(who + c);
+    for (const auto& c : v.checks)
+      if (!c.ok) out["checks"].push_back(check_json(c, who));
+  }
+  out["per_rank"] = std::move(per_rank);
+  return out;
 }
 
 }  // namespace anchor::pipeline

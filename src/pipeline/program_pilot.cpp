@@ -685,23 +685,11 @@ void compare(Run& r) {
   p.stage("compare", [&] {
     // The program picks its device: bitwise unless pilot.tolerance says otherwise.
     const double tol = p.cfg.pilot.tolerance;
+    std::vector<Verdict> ranks;
+    for (int rank = 0; rank < p.nproc; ++rank)
+      ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol));
     json& v = r.verdict;
-    v = pp::compare(r.a.logs.at(0), r.b.logs.at(0), r.k, r.last, tol).to_json();
-    json per_rank = json::array({{{"rank", 0}, {"verdict", v["verdict"]}, {"cause", v["cause"]}}});
-    for (int rank = 1; rank < p.nproc; ++rank) {
-      json o = pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol).to_json();
-      per_rank.push_back({{"rank", rank}, {"verdict", o["verdict"]}, {"cause", o["cause"]}});
-      if (o["verdict"] == "match") continue;
-      const std::string who = "rank " + std::to_string(rank) + ": ";
-      v["verdict"] = "mismatch";
-      for (const auto& c : o["cause"]) v["cause"].push_back(who + c.get<std::string>());
-      for (auto c : o["checks"])
-        if (!c["ok"].get<bool>()) {
-          c["name"] = who + c["name"].get<std::string>();
-          v["checks"].push_back(c);
-        }
-    }
-    v["per_rank"] = per_rank;
+    v = verdict_over_ranks(ranks);
     return json{{"verdict", v["verdict"]}, {"mode", v["mode"]}, {"cause", v["cause"]}, {"world_size", p.nproc}};
   });
   p.report.set_section("resume", r.verdict);

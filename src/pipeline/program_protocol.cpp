@@ -383,17 +383,17 @@ Check compare_state(const std::string& name, const DigestsLine* ref, const Diges
   return c;
 }
 
+// Numbers as the helper reports them: unknown (null) equals only unknown.
 bool close_enough(const Number& a, const Number& b, double tol) {
-  if (tol == 0 || !a.known || !b.known || std::isinf(a.value) || std::isinf(b.value)) return a == b;
-  return std::fabs(a.value - b.value) <= tol * std::max(std::fabs(a.value), std::fabs(b.value));
+  if (!a.known || !b.known) return a == b;
+  return within_tolerance(a.value, b.value, tol);
 }
 
 }  // namespace
 
 Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step,
                 double tolerance) {
-  Verdict v;
-  v.mode = tolerance == 0 ? "bitwise" : "tolerance";
+  Verdict v(tolerance);
   v.saved_step = save_step;
   v.last_step = last_step;
   // 1. The state right after the restore.
@@ -402,53 +402,49 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
     if (c.op == "restore" && c.phase == "end") restored = &c;
   v.restored_step = restored && restored->step ? *restored->step : -1;
   if (v.restored_step != save_step) {
-    v.checks.push_back({"restored step", false,
-                        restored ? "the resumed run restored step " + std::to_string(v.restored_step) + ", not step " +
-                                       std::to_string(save_step) + " (the one the reference saved before its kill)"
-                                 : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
-                        "checkpoint"});
+    v.add({"restored step", false,
+           restored ? "the resumed run restored step " + std::to_string(v.restored_step) + ", not step " +
+                          std::to_string(save_step) + " (the one the reference saved before its kill)"
+                    : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
+           "checkpoint"});
     v.cause.push_back("checkpoint");
     return v;
   }
-  v.checks.push_back({"restored step", true, "step " + std::to_string(save_step), ""});
+  v.add({"restored step", true, "step " + std::to_string(save_step), ""});
   Check st = compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
                            "at its save of step " + std::to_string(save_step), "after its restore");
-  v.checks.push_back(st);
   if (!st.ok) v.cause.push_back(st.component.empty() ? "state" : st.component);
+  v.add(st);
   // 2. Every resumed step's loss.
   std::map<std::int64_t, const StepLine*> ref_steps;
   for (const auto& s : ref.steps) ref_steps[s.step] = &s;
-  bool loss_ok = true;
   std::int64_t seen = 0;
   std::set<std::int64_t> resumed_steps;
   for (const auto& s : res.steps) {
     if (s.step <= save_step) continue;
     ++seen;
+    const std::string name = "loss at step " + std::to_string(s.step);
     if (!resumed_steps.insert(s.step).second) {
-      v.checks.push_back({"loss at step " + std::to_string(s.step), false, "the resumed run reports step " +
-                          std::to_string(s.step) + " twice", ""});
+      v.add({name, false, "the resumed run reports step " + std::to_string(s.step) + " twice", "steps"});
       if (v.cause.empty()) v.cause.push_back("steps");
       continue;
     }
     auto it = ref_steps.find(s.step);
-    Check c{"loss at step " + std::to_string(s.step), false, "", ""};
+    Check c{name, false, "", "loss"};
     if (it == ref_steps.end()) {
       c.detail = "the reference reports no step " + std::to_string(s.step);
     } else {
       c.ok = close_enough(it->second->loss, s.loss, tolerance);
       c.detail = "reference " + it->second->loss.text() + ", resumed " + s.loss.text();
     }
-    if (!c.ok && loss_ok) {
-      loss_ok = false;
-      if (v.cause.empty()) v.cause.push_back("loss");
-    }
-    v.checks.push_back(c);
+    if (!c.ok && v.cause.empty()) v.cause.push_back("loss");
+    v.add(c);
   }
   if (seen != last_step - save_step) {
-    v.checks.push_back({"resumed steps", false,
-                        "the resumed run reports " + std::to_string(seen) + " steps after step " + std::to_string(save_step) +
-                            ", expected " + std::to_string(last_step - save_step),
-                        ""});
+    v.add({"resumed steps", false,
+           "the resumed run reports " + std::to_string(seen) + " steps after step " + std::to_string(save_step) +
+               ", expected " + std::to_string(last_step - save_step),
+           "steps"});
     if (v.cause.empty()) v.cause.push_back("steps");
   }
   // 3. The state at the last step.
@@ -460,23 +456,10 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
     last.ok = true;
     last.detail += " (tolerance mode: the losses decide)";
   }
-  v.checks.push_back(last);
-  if (!last.ok && std::find(v.cause.begin(), v.cause.end(), last.component) == v.cause.end())
-    v.cause.push_back(last.component.empty() ? "state" : last.component);
-  v.match = v.cause.empty();
+  const std::string last_cause = last.component.empty() ? "state" : last.component;
+  if (!last.ok && std::find(v.cause.begin(), v.cause.end(), last_cause) == v.cause.end()) v.cause.push_back(last_cause);
+  v.add(last);
   return v;
-}
-
-nlohmann::json Verdict::to_json() const {
-  json checks = json::array();
-  for (const auto& c : this->checks) {
-    json e = {{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}};
-    if (!c.component.empty()) e["component"] = c.component;
-    checks.push_back(std::move(e));
-  }
-  return {{"verdict", match ? "match" : "mismatch"}, {"mode", mode},        {"cause", cause},
-          {"checks", checks},                        {"saved_step", saved_step}, {"restored_step", restored_step},
-          {"last_step", last_step}};
 }
 
 }  // namespace anchor::pipeline::program

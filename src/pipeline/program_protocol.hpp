@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/pipeline/compare.hpp"
+
 namespace anchor::pipeline::program {
 
 inline constexpr int kProtocol = 1;
@@ -176,28 +178,16 @@ struct WorkerLog {
   const CheckpointLine* checkpoint(const std::string& op, const std::string& phase, std::int64_t step) const;
 };
 
-// The resume verdict for one rank: the resumed run against the reference.
+// The resume verdict for one rank: the resumed run against the reference
+// (the verdict type and the tolerance rule: anchor/pipeline/compare.hpp).
 // 1. the digests after the restore against the reference's at the saved step,
 // 2. the loss of every resumed step against the reference's at that step,
 // 3. the digests of the resumed run's save at the last step against the
 //    reference's (the save the supervisor killed reports them first).
 // Digests are compared exactly (a SHA-256); losses bitwise when tolerance is
-// 0, else within |a-b| <= tolerance * max(|a|, |b|), and then a differing
-// state at the last step is reported in its check but does not fail.
-struct Check {
-  std::string name;   // "restored state", "loss at step 5", "state at step 6"
-  bool ok = false;
-  std::string detail;
-  std::string component;  // the first component that differs, for state checks
-};
-struct Verdict {
-  bool match = false;
-  std::string mode;                // bitwise | tolerance
-  std::vector<std::string> cause;  // components (or "loss") that diverged, first first
-  std::vector<Check> checks;
-  std::int64_t saved_step = 0, restored_step = 0, last_step = 0;
-  nlohmann::json to_json() const;
-};
+// 0, else within_tolerance, and then a differing state at the last step is
+// reported in its check but does not fail. Causes: the first component that
+// differs, "checkpoint" (the wrong step restored), "loss" or "steps".
 Verdict compare(const WorkerLog& reference, const WorkerLog& resumed, std::int64_t save_step, std::int64_t last_step,
                 double tolerance);
 

@@ -613,22 +613,12 @@ void compare_ranks(BuiltinRun& r) {
   nlohmann::json& verdict = r.verdict;
   p.stage("compare", [&] {
     const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
-    verdict = compare_resume(r.ref, r.res, tol);
-    if (p.nproc > 1) {
-      nlohmann::json per_rank = nlohmann::json::array();
-      per_rank.push_back({{"rank", 0}, {"verdict", verdict["verdict"]}, {"cause", verdict["cause"]}});
-      for (int rank = 1; rank < p.nproc; ++rank) {
-        auto v = compare_resume(r.ref_ranks.at(rank - 1), r.res_ranks.at(rank - 1), tol);
-        per_rank.push_back({{"rank", rank}, {"verdict", v["verdict"]}, {"cause", v["cause"]}});
-        if (v["verdict"] != "match") {
-          verdict["verdict"] = v["verdict"];
-          for (const auto& c : v["cause"]) verdict["cause"].push_back("rank " + std::to_string(rank) + ": " + c.get<std::string>());
-        }
-      }
-      verdict["per_rank"] = per_rank;
-    }
+    std::vector<Verdict> ranks{compare_resume(r.ref, r.res, tol)};
+    for (int rank = 1; rank < p.nproc; ++rank)
+      ranks.push_back(compare_resume(r.ref_ranks.at(rank - 1), r.res_ranks.at(rank - 1), tol));
+    verdict = verdict_over_ranks(ranks);
     return nlohmann::json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]},
-                          {"world_size", p.nproc}, {"per_rank", verdict.value("per_rank", nlohmann::json::array())}};
+                          {"world_size", p.nproc}, {"per_rank", verdict["per_rank"]}};
   });
 }
 

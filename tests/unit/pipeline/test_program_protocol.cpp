@@ -126,14 +126,14 @@ TEST(ProgramProtocol, ReaderFollowsAGrowingFileAndNamesTheBadLine) {
 
 TEST(ProgramProtocol, TheResumedRunMatches) {
   auto v = pp::compare(reference(), resumed(), 2, 4, 0.0);
-  EXPECT_TRUE(v.match) << v.to_json().dump(2);
+  EXPECT_TRUE(v.match()) << v.to_json().dump(2);
   EXPECT_EQ(v.mode, "bitwise");
   EXPECT_EQ(v.to_json()["verdict"], "match");
 }
 
 TEST(ProgramProtocol, AComponentNotRestoredIsNamed) {
   auto v = pp::compare(reference(), resumed(kA), 2, 4, 0.0);  // the optimizer came back different
-  EXPECT_FALSE(v.match);
+  EXPECT_FALSE(v.match());
   ASSERT_FALSE(v.cause.empty());
   EXPECT_EQ(v.cause[0], "optimizer");
   EXPECT_NE(v.to_json().dump().find("component 'optimizer' differs"), std::string::npos);
@@ -142,20 +142,20 @@ TEST(ProgramProtocol, AComponentNotRestoredIsNamed) {
 TEST(ProgramProtocol, LossesAreComparedBitwiseOrWithinTheTolerance) {
   auto off = resumed(kB, "1.1250000000000002");  // one ulp
   auto v = pp::compare(reference(), off, 2, 4, 0.0);
-  EXPECT_FALSE(v.match);
+  EXPECT_FALSE(v.match());
   EXPECT_EQ(v.cause[0], "loss");
-  EXPECT_TRUE(pp::compare(reference(), off, 2, 4, 1e-9).match);
-  EXPECT_FALSE(pp::compare(reference(), resumed(kB, "1.2"), 2, 4, 1e-9).match);
+  EXPECT_TRUE(pp::compare(reference(), off, 2, 4, 1e-9).match());
+  EXPECT_FALSE(pp::compare(reference(), resumed(kB, "1.2"), 2, 4, 1e-9).match());
 }
 
 TEST(ProgramProtocol, ARestoreOfAnotherStepOrMissingStepsFail) {
   auto wrong = log_of({restore_end(4), digests("restore", 4, kB, kA)});
   auto v = pp::compare(reference(), wrong, 2, 4, 0.0);
-  EXPECT_FALSE(v.match);
+  EXPECT_FALSE(v.match());
   EXPECT_EQ(v.cause[0], "checkpoint");
   auto short_run = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), digests("save", 4, kB, kA)});
   v = pp::compare(reference(), short_run, 2, 4, 0.0);
-  EXPECT_FALSE(v.match);
+  EXPECT_FALSE(v.match());
   EXPECT_NE(v.to_json().dump().find("reports 1 steps after step 2, expected 2"), std::string::npos);
 }
 
@@ -229,19 +229,19 @@ TEST(ProgramProtocol, AStepReportedTwiceIsNotASecondStep) {
   auto twice = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(3, "1.25"),
                        digests("save", 4, kB, kA)});
   auto v = pp::compare(reference(), twice, 2, 4, 0.0);
-  EXPECT_FALSE(v.match);
+  EXPECT_FALSE(v.match());
   EXPECT_NE(v.to_json().dump().find("reports step 3 twice"), std::string::npos);
 }
 
 TEST(ProgramProtocol, WithinATolerancetheLastStateIsReportedNotFailed) {
   auto drifted = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(4, "1.125"),
                          digests("save", 4, kC, kA)});
-  EXPECT_FALSE(pp::compare(reference(), drifted, 2, 4, 0.0).match);  // bitwise: the model differs
+  EXPECT_FALSE(pp::compare(reference(), drifted, 2, 4, 0.0).match());  // bitwise: the model differs
   auto v = pp::compare(reference(), drifted, 2, 4, 1e-6);
-  EXPECT_TRUE(v.match) << v.to_json().dump(2);
+  EXPECT_TRUE(v.match()) << v.to_json().dump(2);
   EXPECT_NE(v.to_json().dump().find("tolerance mode"), std::string::npos);
   // The restored state is compared exactly in either mode.
-  EXPECT_FALSE(pp::compare(reference(), resumed(kA), 2, 4, 1e-6).match);
+  EXPECT_FALSE(pp::compare(reference(), resumed(kA), 2, 4, 1e-6).match());
 }
 
 TEST(ProgramProtocol, ARankThatIsNoRankIsRefused) {

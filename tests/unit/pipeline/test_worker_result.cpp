@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "anchor/error.hpp"
@@ -168,24 +169,69 @@ TEST(WorkerResult, ARefusedFileNamesTheField) {
 }
 
 TEST(WorkerResult, TheComparisonMatchesAndNamesWhatDiverged) {
-  const auto v = anchor::pipeline::compare_resume(reference(), resume(), 0.0);
+  const auto v = anchor::pipeline::compare_resume(reference(), resume(), 0.0).to_json();
   EXPECT_EQ(v["verdict"], "match") << v.dump(2);
 
   // Negative controls: the optimizer restored wrongly, the data cursor, the loss.
   WorkerResult bad = resume();
   bad.restored_state = digest(2, kC);
-  auto m = anchor::pipeline::compare_resume(reference(), bad, 0.0);
+  auto m = anchor::pipeline::compare_resume(reference(), bad, 0.0).to_json();
   EXPECT_EQ(m["verdict"], "mismatch");
   EXPECT_EQ(m["cause"], json::array({"optimizer"}));
   EXPECT_NE(m.dump().find("differs in: wte.weight.exp_avg"), std::string::npos) << m.dump(2);
 
   bad = resume();
   bad.resume_steps[1].batch_digest = kB;
-  m = anchor::pipeline::compare_resume(reference(), bad, 0.0);
+  m = anchor::pipeline::compare_resume(reference(), bad, 0.0).to_json();
   EXPECT_EQ(m["cause"], json::array({"data_cursor"}));
 
   bad = resume();
   bad.resume_steps[0].loss = 4.8000001;
-  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 0.0)["cause"], json::array({"loss"}));
-  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 1e-6)["verdict"], "match") << "within the tolerance";
+  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 0.0).to_json()["cause"], json::array({"loss"}));
+  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 1e-6).to_json()["verdict"], "match") << "within the tolerance";
+}
+
+// One tolerance rule for both kinds of worker (compare.hpp).
+TEST(Verdict, OneToleranceRule) {
+  using anchor::pipeline::within_tolerance;
+  EXPECT_TRUE(within_tolerance(1.5, 1.5, 0));
+  EXPECT_FALSE(within_tolerance(1.5, 1.5000001, 0)) << "bitwise";
+  EXPECT_TRUE(within_tolerance(0.0, -0.0, 0));
+  EXPECT_TRUE(within_tolerance(1.5, 1.5000001, 1e-6));
+  EXPECT_FALSE(within_tolerance(1.5, 1.6, 1e-6));
+  EXPECT_TRUE(within_tolerance(0.0, 1e-20, 1e-6)) << "the floor keeps a zero from asking for bitwise equality";
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(within_tolerance(inf, inf, 1e-6));
+  EXPECT_FALSE(within_tolerance(inf, 1e300, 1e-6)) << "an infinity is close to nothing finite";
+  EXPECT_FALSE(within_tolerance(inf, -inf, 1e-6));
+}
+
+// Several ranks: rank 0's verdict, with every other rank's failures in it, named.
+TEST(Verdict, OverRanksNamesTheRankThatDiverged) {
+  using anchor::pipeline::compare_resume;
+  const auto good = compare_resume(reference(), resume(), 0.0);
+  WorkerResult bad = resume();
+  bad.restored_state = digest(2, kC);
+  const auto wrong = compare_resume(reference(), bad, 0.0);
+
+  const json all_good = anchor::pipeline::verdict_over_ranks({good, good});
+  EXPECT_EQ(all_good["verdict"], "match") << all_good.dump(2);
+  ASSERT_EQ(all_good["per_rank"].size(), 2u);
+  EXPECT_EQ(all_good["per_rank"][1]["rank"], 1);
+  EXPECT_EQ(all_good["checks"].size(), good.checks.size()) << "rank 0's checks only, when the others match";
+
+  const json one_bad = anchor::pipeline::verdict_over_ranks({good, wrong});
+  EXPECT_EQ(one_bad["verdict"], "mismatch");
+  EXPECT_EQ(one_bad["cause"], json::array({"rank 1: optimizer"}));
+  EXPECT_EQ(one_bad["per_rank"][0]["verdict"], "match");
+  EXPECT_EQ(one_bad["per_rank"][1]["cause"], json::array({"optimizer"}));
+  bool named = false;
+  for (const auto& c : one_bad["checks"])
+    if (c["name"] == "rank 1: restored vs saved: optimizer state" && c["ok"] == false && c["component"] == "optimizer")
+      named = true;
+  EXPECT_TRUE(named) << one_bad["checks"].dump(2);
+
+  const json rank0_bad = anchor::pipeline::verdict_over_ranks({wrong});
+  EXPECT_EQ(rank0_bad["cause"], json::array({"optimizer"}));
+  EXPECT_EQ(rank0_bad["saved_step"], 2);
 }
