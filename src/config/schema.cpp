@@ -197,7 +197,7 @@ std::vector<Field> make_fields() {
           "pin (#2)"),
 
     // budget ---------------------------------------------------------------
-    Field(ANCHOR_KEY(budget.catalog), "Device catalog (memory, throughput, prices); empty: `configs/catalog.yaml` shipped with anchor.",
+    Field(ANCHOR_KEY(budget.catalog), "Device catalog (memory, throughput, prices); empty: `./configs/catalog.yaml`, else `share/anchor/catalog.yaml` of the installed anchor (beside its `bin/`).",
           "plan (#6)").config_relative(),
     Field(ANCHOR_KEY(budget.devices), "Catalog device names to plan for; empty: all.", "plan (#6)"),
     Field(ANCHOR_KEY(budget.headroom), "Fraction of device memory kept free when deciding what fits.",

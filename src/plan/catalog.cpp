@@ -234,8 +234,10 @@ std::string find_catalog(const config::Config& cfg, const std::string& explicit_
     if (std::filesystem::is_regular_file(t, ec)) return t;
   }
   throw Error(ErrorKind::kUsage, "no device catalog found (tried " + join(tried) + ")",
-              "set budget.catalog, or pass --catalog FILE (configs/catalog.yaml in the anchor "
-              "source tree is the shipped one; docs/plan.md)");
+              "set budget.catalog in the config (relative to its directory; `anchor plan` also takes "
+              "--catalog FILE), or install anchor (cmake --install: the catalog lands in "
+              "<prefix>/share/anchor/, beside bin/); configs/catalog.yaml in the source tree is the "
+              "shipped one (docs/plan.md)");
 }
 
 Catalog load_catalog(const std::string& path) {

@@ -1,0 +1,149 @@
+// cmake --install (docs/development.md, "Install"): the installed binaries run
+// outside the source tree, find their catalog and their libraries, and carry
+// the embedded default and the Python helper. Installs this build into a fresh
+// prefix once for the suite.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+namespace stdfs = std::filesystem;
+using anchor::testing::read_json;
+using anchor::testing::TempDir;
+
+class Installed : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    prefix_ = std::make_unique<TempDir>("install");
+    auto r = anchor::proc::run_capture({ANCHOR_CMAKE, "--install", ANCHOR_BUILD_DIR, "--prefix", prefix_->str()},
+                                       merged());
+    install_status_ = r.status;
+    install_output_ = r.out;
+  }
+  static void TearDownTestSuite() { prefix_.reset(); }
+  void SetUp() override { ASSERT_EQ(install_status_, 0) << "cmake --install failed:\n" << install_output_; }
+
+  static anchor::proc::SpawnOptions merged(const std::string& cwd = "") {
+    anchor::proc::SpawnOptions o;
+    o.merge_stderr = true;
+    o.cwd = cwd;
+    return o;
+  }
+  static std::string at(const std::string& rel) { return prefix_->str(rel); }
+  // `<prefix>/bin/anchor args...` started in `cwd`, a directory outside the source tree.
+  static anchor::proc::RunResult anchor_in(const std::string& cwd, std::vector<std::string> args) {
+    args.insert(args.begin(), at("bin/anchor"));
+    return anchor::proc::run_capture(args, merged(cwd));
+  }
+  // The report of the one run under cwd/runs/.
+  static nlohmann::json only_report(const std::string& cwd) {
+    std::vector<stdfs::path> runs;
+    for (const auto& e : stdfs::directory_iterator(cwd + "/runs")) runs.push_back(e.path());
+    EXPECT_EQ(runs.size(), 1u);
+    return runs.empty() ? nlohmann::json() : read_json(runs.front() / "report.json");
+  }
+  // The RUNPATH entries of an ELF file, empty ones aside (CMake pads a build
+  // RUNPATH with ':' to leave room for the install one).
+  static std::set<std::string> runpath(const std::string& elf) {
+    auto r = anchor::proc::run_capture({"/usr/bin/readelf", "-d", elf});
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::set<std::string> dirs;
+    const auto at = r.out.find("(RUNPATH)");
+    if (at == std::string::npos) return dirs;
+    const auto open = r.out.find('[', at), close = r.out.find(']', at);
+    std::stringstream list(r.out.substr(open + 1, close - open - 1));
+    for (std::string d; std::getline(list, d, ':');)
+      if (!d.empty()) dirs.insert(d);
+    return dirs;
+  }
+
+  static std::unique_ptr<TempDir> prefix_;
+  static int install_status_;
+  static std::string install_output_;
+};
+std::unique_ptr<TempDir> Installed::prefix_;
+int Installed::install_status_ = -1;
+std::string Installed::install_output_;
+
+TEST_F(Installed, TheEmbeddedDefaultPilotRunsOutsideTheSourceTree) {
+  TempDir cwd("installed-default");
+  auto r = anchor_in(cwd.str(), {"pilot", at("share/anchor/configs/pilot.yaml")});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("passed: resume matches the uninterrupted run (bitwise)"), std::string::npos) << r.out;
+  const auto report = only_report(cwd.str());
+  EXPECT_EQ(report["status"], "passed");
+  // Its data and config came from the prefix, nothing from the source tree.
+  const std::string manifest = anchor::fs::read_file(
+      (stdfs::path(cwd.str()) / "runs" / report["run_id"].get<std::string>() / "manifest.json").string());
+  EXPECT_EQ(manifest.find(std::string(ANCHOR_SOURCE_DIR) + "/"), std::string::npos);
+  EXPECT_NE(manifest.find(at("share/anchor/data/tiny/train.txt")), std::string::npos);
+}
+
+// The smallest config names no catalog: the installed one beside bin/ is used,
+// and without it the refusal says where it looked and what to do.
+TEST_F(Installed, FindsTheCatalogBesideItsBinary) {
+  TempDir cwd("installed-minimal");
+  stdfs::create_directories(cwd.path() / "data");
+  stdfs::copy_file(anchor::testing::source_path("data/tiny/train.txt"), cwd.path() / "data/train.txt");
+  anchor::fs::atomic_write_file(cwd.str("min.yaml"), "data:\n  train: [data/train.txt]\n");
+  auto r = anchor_in(cwd.str(), {"pilot", "min.yaml"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto report = only_report(cwd.str());
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_TRUE(report["plan"].contains("recommendation")) << report["plan"].dump(2).substr(0, 2000);
+
+  // Negative control: the same run without the installed catalog is refused before it trains.
+  const std::string catalog = at("share/anchor/catalog.yaml"), aside = catalog + ".aside";
+  stdfs::rename(catalog, aside);
+  stdfs::remove_all(cwd.path() / "runs");
+  r = anchor_in(cwd.str(), {"pilot", "min.yaml"});
+  stdfs::rename(aside, catalog);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("no device catalog found"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bin/../share/anchor/catalog.yaml"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cmake --install"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("pass --catalog"), std::string::npos) << "pilot has no --catalog: " << r.out;
+}
+
+// Each installed binary keeps the RUNPATH it was built with (the LibTorch it
+// was linked against: PyTorch's wheel on the torch2 line) and the loader finds
+// every library it needs.
+TEST_F(Installed, BinariesFindTheirLibraries) {
+  for (const std::string name : {"anchor", "anchor-torch"}) {
+    const std::string built = std::string(ANCHOR_BUILD_DIR) + "/bin/" + name, installed = at("bin/" + name);
+    const auto want = runpath(built), got = runpath(installed);
+    EXPECT_EQ(got, want) << name << ": installed RUNPATH " << ::testing::PrintToString(got) << ", built "
+                         << ::testing::PrintToString(want);
+    auto r = anchor::proc::run_capture({"/usr/bin/ldd", installed}, merged());
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out.find("not found"), std::string::npos) << name << ":\n" << r.out;
+  }
+  auto v = anchor::proc::run_capture({at("bin/anchor"), "--version"}, merged());
+  EXPECT_EQ(v.status, 0) << v.out;
+}
+
+// The helper ships with it: importable from <prefix>/share/anchor/python, the
+// directory `pip install` takes.
+TEST_F(Installed, ShipsThePythonHelper) {
+  EXPECT_TRUE(stdfs::is_regular_file(at("share/anchor/python/pyproject.toml")));
+  auto r = anchor::proc::run_capture(
+      {ANCHOR_TEST_PYTHON, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import anchor_pilot; print(anchor_pilot.__file__)",
+       at("share/anchor/python")},
+      merged());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(at("share/anchor/python/anchor_pilot/__init__.py")), std::string::npos) << r.out;
+  EXPECT_TRUE(stdfs::is_regular_file(at("share/doc/anchor/docs/program.md")));
+}
+
+}  // namespace
