@@ -74,6 +74,9 @@ class ProgramPilot(support.TempDirTest):
         self.assertEqual(report["resume"]["verdict"], "mismatch")
         self.assertEqual(report["resume"]["cause"][0], component, report["resume"])
         self.assertIn("component '%s' differs" % component, proc.stderr)
+        compare = [s for s in report["stages"] if s["stage"] == "compare"][0]  # it ran, and its answer is no
+        self.assertEqual(compare["status"], "failed", compare)
+        self.assertIn(component, compare["error"])
 
     def test_gpt_matches_is_pinned_and_measured(self):
         self.example("gpt")

@@ -690,7 +690,7 @@ void compare(Run& r) {
       ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol));
     json& v = r.verdict;
     v = verdict_over_ranks(ranks);
-    return json{{"verdict", v["verdict"]}, {"mode", v["mode"]}, {"cause", v["cause"]}, {"world_size", p.nproc}};
+    return compare_stage_figures(v, p.nproc);
   });
   p.report.set_section("resume", r.verdict);
   p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});

@@ -314,9 +314,24 @@ int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
   return code;
 }
 
+namespace {
+// "optimizer, rank 1: rng": what diverged, as the report and stderr say it.
+std::string causes(const nlohmann::json& verdict) {
+  std::string out;
+  for (const auto& c : verdict["cause"]) out += (out.empty() ? "" : ", ") + c.get<std::string>();
+  return out;
+}
+}  // namespace
+
+nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc) {
+  nlohmann::json f = {{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]},     {"cause", verdict["cause"]},
+                      {"world_size", nproc},           {"per_rank", verdict["per_rank"]}};
+  if (verdict["verdict"] != "match") f["failed"] = "resume does not match the uninterrupted run: " + causes(verdict) + " diverged";
+  return f;
+}
+
 int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
-  std::string cause;
-  for (const auto& c : verdict["cause"]) cause += (cause.empty() ? "" : ", ") + c.get<std::string>();
+  const std::string cause = causes(verdict);
   p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
   publish(p);
   p.report.print_summary(summary_stream(p));
@@ -617,8 +632,7 @@ void compare_ranks(BuiltinRun& r) {
     for (int rank = 1; rank < p.nproc; ++rank)
       ranks.push_back(compare_resume(r.ref_ranks.at(rank - 1), r.res_ranks.at(rank - 1), tol));
     verdict = verdict_over_ranks(ranks);
-    return nlohmann::json{{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]}, {"cause", verdict["cause"]},
-                          {"world_size", p.nproc}, {"per_rank", verdict["per_rank"]}};
+    return compare_stage_figures(verdict, p.nproc);
   });
 }
 

@@ -55,15 +55,25 @@ struct Pilot {
   int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
   std::string worker_binary;  // anchor-torch (or this binary when it has LibTorch)
 
-  // Supervisor-side stage: timed, logged, recorded in the report.
+  // Supervisor-side stage: timed, logged, recorded in the report. The body
+  // returns the stage's figures; figures holding "failed" (why, a string)
+  // record the stage as failed with that error: it ran, and its answer is no
+  // (compare on a resume mismatch).
   template <typename F>
   void stage(const std::string& name, F&& body) {
     events->write({{"stage", name}, {"event", "start"}}, "supervisor");
     auto t0 = std::chrono::steady_clock::now();
     nlohmann::json figures = body();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    report.add_stage({{"stage", name}, {"status", "passed"}, {"seconds", s}, {"figures", figures}});
-    events->write({{"stage", name}, {"event", "end"}, {"status", "passed"}, {"seconds", s}}, "supervisor");
+    nlohmann::json record = {{"stage", name}, {"status", "passed"}, {"seconds", s}};
+    if (figures.is_object() && figures.contains("failed")) {
+      record["status"] = "failed";
+      record["error"] = figures["failed"];
+      figures.erase("failed");
+    }
+    record["figures"] = std::move(figures);
+    report.add_stage(record);
+    events->write({{"stage", name}, {"event", "end"}, {"status", record["status"]}, {"seconds", s}}, "supervisor");
   }
 };
 
@@ -76,6 +86,10 @@ void publish(Pilot& p);
 int interrupted_exit(Pilot& p);
 // A failed stage: recorded, the report published, the error printed; returns `code`.
 int fail(Pilot& p, const std::string& stage, int code, const std::string& why);
+
+// The compare stage's figures from a verdict (verdict_over_ranks): verdict,
+// mode, cause, world_size, per_rank; "failed" (what diverged) on a mismatch.
+nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc);
 
 // The resume does not match: the report says what diverged (verdict.cause),
 // the error names it, with each failed check when list_checks; returns 3.

@@ -183,7 +183,8 @@ class PilotNegativeControl : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(PilotNegativeControl, ABrokenRestoreIsCaughtAndNamed) {
   TempDir t("neg");
-  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"ANCHOR_PILOT_FAULT", GetParam().fault}});
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--junit", t.str("junit.xml")},
+                      {{"ANCHOR_PILOT_FAULT", GetParam().fault}});
   ASSERT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("resume mismatch"), std::string::npos) << r.output;
   auto report = read_json(t.str("run/report.json"));
@@ -191,6 +192,19 @@ TEST_P(PilotNegativeControl, ABrokenRestoreIsCaughtAndNamed) {
   EXPECT_EQ(report["resume"]["verdict"], "mismatch");
   ASSERT_FALSE(report["resume"]["cause"].empty());
   EXPECT_EQ(report["resume"]["cause"][0], GetParam().cause) << report["resume"].dump(2);
+  // The compare stage ran and said no: failed in the report, the stage table, report.md and JUnit.
+  nlohmann::json compare;
+  for (const auto& s : report["stages"])
+    if (s["stage"] == "compare") compare = s;
+  EXPECT_EQ(compare.value("status", ""), "failed") << compare.dump(2);
+  EXPECT_NE(compare.value("error", "").find(std::string(GetParam().cause)), std::string::npos) << compare.dump(2);
+  EXPECT_NE(r.output.find("compare             failed"), std::string::npos) << r.output;
+  EXPECT_NE(anchor::fs::read_file(t.str("run/report.md")).find("| compare | failed |"), std::string::npos);
+  const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
+  const auto at = junit.find("name=\"compare\"");
+  ASSERT_NE(at, std::string::npos) << junit;
+  const std::string compare_case = junit.substr(at, junit.find("</testcase>", at) - at);
+  EXPECT_NE(compare_case.find("<failure"), std::string::npos) << compare_case;
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, PilotNegativeControl,
