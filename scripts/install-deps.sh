@@ -25,6 +25,7 @@ packages=(
 if [[ "${1:-}" == --test ]]; then
   packages+=(
     slurmctld slurmd slurm-client munge   # `srun anchor pilot` on a private Slurm cluster (tests/support/slurm_cluster.hpp)
+    libxml2-utils                         # xmllint: the JUnit files against Jenkins' xunit schema (tests/support/junit-10.xsd)
   )
 fi
 

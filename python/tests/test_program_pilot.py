@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import unittest
+from xml.etree import ElementTree
 
 from tests import support
 
@@ -49,7 +50,7 @@ class ProgramPilot(support.TempDirTest):
     def pilot(self, name, *sets, run="run"):
         d = self.example(name) if not os.path.isdir(self.path(name)) else self.path(name)
         run_dir = self.path(run)
-        args = ["pilot", os.path.join(d, "pilot.yaml"), "--run-dir", run_dir]
+        args = ["pilot", os.path.join(d, "pilot.yaml"), "--run-dir", run_dir, "--junit", run_dir + ".junit.xml"]
         for s in sets:
             args += ["--set", s]
         proc = self.anchor(*args)
@@ -69,7 +70,7 @@ class ProgramPilot(support.TempDirTest):
         self.assertEqual(kill["figures"]["signal"], "SIGKILL")
         self.assertEqual(len(kill["figures"]["torn_checkpoints"]), 1)  # killed inside its save
 
-    def assertCaught(self, proc, report, component):
+    def assertCaught(self, proc, report, component, run_dir):
         self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
         self.assertEqual(report["resume"]["verdict"], "mismatch")
         self.assertEqual(report["resume"]["cause"][0], component, report["resume"])
@@ -77,6 +78,13 @@ class ProgramPilot(support.TempDirTest):
         compare = [s for s in report["stages"] if s["stage"] == "compare"][0]  # it ran, and its answer is no
         self.assertEqual(compare["status"], "failed", compare)
         self.assertIn(component, compare["error"])
+        # JUnit: compare failed, and the probe and the plan, which a mismatch stops before, skipped.
+        junit = ElementTree.parse(run_dir + ".junit.xml").getroot()
+        cases = {c.get("name"): c for c in junit.iter("testcase") if c.get("classname") == "anchor.pilot.stage"}
+        self.assertEqual(cases["compare"].find("failure").get("type"), "stage")
+        for stage in ("memory_probe", "plan"):
+            self.assertEqual(cases[stage].find("skipped").get("message"),
+                             "not run: the pilot stopped in stage compare")
 
     def test_gpt_matches_is_pinned_and_measured(self):
         self.example("gpt")
@@ -144,9 +152,9 @@ class ProgramPilot(support.TempDirTest):
         self.example("gpt")
         for component in ("optimizer", "scheduler", "rng", "data"):
             with self.subTest(component=component):
-                proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --forget, %s]" % component,
-                                             run="run-" + component)
-                self.assertCaught(proc, report, component)
+                proc, report, run = self.pilot("gpt", "program.command=[python3, train.py, --forget, %s]" % component,
+                                               run="run-" + component)
+                self.assertCaught(proc, report, component, run)
                 self.assertEqual(report["plan"]["status"], "not planned")  # a run that does not resume
                 self.assertIn("step", report["measurements"])
 
@@ -179,8 +187,8 @@ class ProgramPilot(support.TempDirTest):
         top = max(sorted(step_peak), key=lambda r: step_peak[r])
         point = report["measurements"]["memory"]["points"][0]
         self.assertEqual((point["rank"], point["raw_peak_bytes"]), (top, sm[top]["peak_bytes"]))
-        proc, report, _ = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
-        self.assertCaught(proc, report, "data")
+        proc, report, run = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
+        self.assertCaught(proc, report, "data", run)
         self.assertIn("rank 1: data", report["resume"]["cause"])  # every rank's own cursor
 
     @unittest.skipUnless(HAVE_TRANSFORMERS, WHY_NOT)
@@ -188,8 +196,8 @@ class ProgramPilot(support.TempDirTest):
         proc, report, _ = self.pilot("hf-gpt2")
         self.assertMatch(proc, report)
         self.assertIn("transformers", [d["name"] for d in report["manifest"]["program"]["python"]["distributions"]])
-        proc, report, _ = self.pilot("hf-gpt2", "program.command=[python3, train.py, --forget, optimizer]", run="r2")
-        self.assertCaught(proc, report, "optimizer")
+        proc, report, run = self.pilot("hf-gpt2", "program.command=[python3, train.py, --forget, optimizer]", run="r2")
+        self.assertCaught(proc, report, "optimizer", run)
 
     def test_minimal_example_signed_and_verified(self):
         keys = self.path("keys")

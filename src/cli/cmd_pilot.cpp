@@ -1,9 +1,26 @@
 // anchor pilot CONFIG  and the hidden  anchor-torch __worker  it starts.
+#include "anchor/common/fs.hpp"
+#include "anchor/log.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "bridge.hpp"
 #include "commands.hpp"
 
 namespace anchor::cli {
+
+int writing_junit_on_refusal(const std::string& junit_path, const Runner& run) {
+  try {
+    return run();
+  } catch (const Error& e) {
+    if (!junit_path.empty()) {
+      try {
+        fs::atomic_write_file(junit_path, pipeline::refusal_junit_xml(e));
+      } catch (const Error& w) {
+        ANCHOR_LOG_WARN("pilot", "the JUnit file {} could not be written either: {}", junit_path, w.what());
+      }
+    }
+    throw;
+  }
+}
 
 Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
   auto o = std::make_shared<pipeline::PilotOptions>();
@@ -27,7 +44,7 @@ Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
     if (!start_from->empty()) o->overrides.push_back("pilot.start_from=" + *start_from);
     o->log_level = global.log_level;
     o->worker_binary = torch_binary();
-    return cli::run_pilot(*o);
+    return writing_junit_on_refusal(o->junit_path, [&] { return cli::run_pilot(*o); });
   };
 }
 

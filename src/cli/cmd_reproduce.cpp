@@ -111,7 +111,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
   sub.add_flag("!--no-cache", o->use_cache, "hash every input again instead of trusting the pin cache");
   sub.add_flag("--json", o->json, "print the new report.json on stdout");
   sub.add_option("--junit", o->junit, "also write a JUnit XML file for the re-run");
-  return [o, &global]() {
+  Runner body = [o, &global]() {
     // The fresh pin must see the libraries of a process that trains.
     if (!torch_in_process()) hand_over_to_torch("reproduce pins the libraries LibTorch loads");
     Trust trust;
@@ -206,6 +206,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     po2.worker_binary = torch_binary();
     return cli::run_pilot(po2);
   };
+  return [o, body]() { return writing_junit_on_refusal(o->junit, body); };
 }
 
 }  // namespace anchor::cli

@@ -37,6 +37,11 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
 Runner setup_checkpoint(CLI::App& sub, const GlobalOptions& global);
 Runner setup_plan(CLI::App& sub, const GlobalOptions& global);
 
+// Runs a pilot (`pilot`, `reproduce`); when it throws, it was refused before
+// it wrote a report: the JUnit file (when asked for) then says why
+// (pipeline::refusal_junit_xml), and the error goes on to main.
+int writing_junit_on_refusal(const std::string& junit_path, const Runner& run);
+
 // Binds an option to an ANCHOR_* environment variable too, and says so in --help.
 inline CLI::Option* with_env(CLI::Option* opt, const char* var) {
   return opt->envname(var);

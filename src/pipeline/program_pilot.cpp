@@ -821,6 +821,7 @@ Step make_plan(Run& r) {
 
 int run_program_pilot(Pilot& p) {
   Run r(p);
+  p.planned_stages = {"reference", "checkpoint_save", "pin", "kill", "restore", "resume", "compare", "memory_probe", "plan"};
   r.k = p.cfg.pilot.steps_before_save;
   r.last = r.k + p.cfg.pilot.steps_after_resume;
   for (auto step : {prepare, reference, pin, resume})
@@ -835,11 +836,7 @@ int run_program_pilot(Pilot& p) {
   p.report.set_outcome("passed", 0, "the program's resume matches its uninterrupted run (" +
                                         r.verdict["mode"].get<std::string>() + ", " + std::to_string(p.nproc) + " rank" +
                                         (p.nproc > 1 ? "s" : "") + ")");
-  publish(p);
-  if (const auto& rj = p.report.json(); rj.contains("plan"))
-    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
-  p.report.print_summary(summary_stream(p));
-  return 0;
+  return passed(p);
 }
 
 }  // namespace anchor::pipeline

@@ -9,6 +9,7 @@
 #include "anchor/build_info.hpp"
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/plan/plan.hpp"
 #include "anchor/common/utf8.hpp"
@@ -17,18 +18,62 @@
 namespace anchor::pipeline {
 namespace {
 
-std::string xml_escape(const std::string& s) {
+// Text for XML 1.0, for an attribute value or element content: valid UTF-8
+// (printable: other bytes as \xNN), the control characters XML 1.0 forbids
+// (below 0x20 but tab, newline and CR) shown as \xNN, markup escaped, and in
+// an attribute tab, newline and CR as references (attribute normalisation
+// would turn them into spaces).
+std::string xml_escape(const std::string& raw) {
   std::string out;
-  for (char c : s) {
+  for (char c : printable(raw)) {
+    const auto u = static_cast<unsigned char>(c);
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      default: out += c;
+      case '\t': out += "&#9;"; break;
+      case '\n': out += "&#10;"; break;
+      case '\r': out += "&#13;"; break;
+      default:
+        if (u < 0x20) {
+          static const char* hex = "0123456789abcdef";
+          out += std::string("\\x") + hex[u >> 4] + hex[u & 15];
+        } else {
+          out += c;
+        }
     }
   }
   return out;
+}
+
+// Seconds as JUnit readers parse them: a plain decimal, never 1e-05.
+std::string junit_seconds(double s) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3) << (std::isfinite(s) && s > 0 ? s : 0.0);
+  return os.str();
+}
+
+// The first line of a message, at most 200 characters: the failure's message
+// attribute (the whole text is the element's body).
+std::string headline(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  if (line.size() > 200) line = line.substr(0, 197) + "...";
+  return line;
+}
+
+// One <testcase>, with a <failure> (type and headline; the whole message in
+// its body) when `failure` is set, or <skipped/> with why when `skipped` is.
+void testcase(std::ostream& os, const std::string& classname, const std::string& name, const std::string& seconds,
+              const std::string* failure, const std::string& type, const std::string* skipped = nullptr) {
+  os << "    <testcase classname=\"" << classname << "\" name=\"" << xml_escape(name) << "\"";
+  if (!seconds.empty()) os << " time=\"" << seconds << "\"";
+  os << ">";
+  if (failure)
+    os << "<failure type=\"" << type << "\" message=\"" << xml_escape(headline(*failure)) << "\">" << xml_escape(*failure)
+       << "</failure>";
+  if (skipped) os << "<skipped message=\"" << xml_escape(*skipped) << "\"/>";
+  os << "</testcase>\n";
 }
 
 std::string fmt_seconds(double s) {
@@ -352,32 +397,64 @@ void Report::print_summary(std::ostream& os) const {
   os << "\n  " << j_.value("status", "") << ": " << j_.value("message", "") << "\n\n";
 }
 
-std::string junit_xml(const nlohmann::json& r) {
-  std::ostringstream x;
-  int tests = 0, failures = 0;
+std::string junit_xml(const nlohmann::json& r, const std::vector<std::string>& planned) {
+  int tests = 0, failures = 0, skipped = 0;
+  double total = 0;
   std::ostringstream cases;
+  std::string stopped_in;  // the stage the pilot stopped in, for the skipped ones' message
+  std::vector<std::string> ran;
   for (const auto& s : r["stages"]) {
     ++tests;
-    cases << "    <testcase classname=\"anchor.pilot.stage\" name=\"" << xml_escape(s.value("stage", "")) << "\" time=\""
-          << s.value("seconds", 0.0) << "\">";
-    if (s.value("status", "") != "passed") {
+    const std::string name = s.value("stage", ""), status = s.value("status", "");
+    const double seconds = s.contains("seconds") && s["seconds"].is_number() ? s["seconds"].get<double>() : 0.0;
+    total += seconds;
+    ran.push_back(name);
+    std::string why;
+    if (status != "passed") {
       ++failures;
-      cases << "<failure message=\"" << xml_escape(s.value("error", "failed")) << "\"/>";
+      why = s.value("error", status.empty() ? std::string("failed") : status);
+      if (stopped_in.empty()) stopped_in = name;
     }
-    cases << "</testcase>\n";
+    testcase(cases, "anchor.pilot.stage", name, junit_seconds(seconds), status != "passed" ? &why : nullptr, "stage");
   }
-  if (r.contains("resume"))
+  for (const auto& name : planned) {
+    if (std::find(ran.begin(), ran.end(), name) != ran.end()) continue;
+    ++tests;
+    ++skipped;
+    const std::string why = stopped_in.empty() ? std::string("not run by this pilot")
+                                               : "not run: the pilot stopped in stage " + stopped_in;
+    testcase(cases, "anchor.pilot.stage", name, "", nullptr, "", &why);
+  }
+  if (r.contains("resume") && r["resume"].contains("checks"))
     for (const auto& c : r["resume"]["checks"]) {
       ++tests;
-      cases << "    <testcase classname=\"anchor.pilot.resume\" name=\"" << xml_escape(c.value("name", "")) << "\">";
-      if (!c.value("ok", false)) {
-        ++failures;
-        cases << "<failure message=\"" << xml_escape(c.value("detail", "")) << "\"/>";
-      }
-      cases << "</testcase>\n";
+      const bool ok = c.value("ok", false);
+      const std::string detail = c.value("detail", "");
+      if (!ok) ++failures;
+      testcase(cases, "anchor.pilot.resume", c.value("name", ""), "", ok ? nullptr : &detail, "resume");
     }
-  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"anchor pilot "
-    << xml_escape(r.value("run_id", "")) << "\" tests=\"" << tests << "\" failures=\"" << failures << "\">\n"
+  const std::string created = r.value("created_at", "");
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"anchor pilot\" tests=\"" << tests
+    << "\" failures=\"" << failures << "\" errors=\"0\" time=\"" << junit_seconds(total) << "\">\n"
+    << "  <testsuite name=\"anchor pilot " << xml_escape(r.value("run_id", "")) << "\" tests=\"" << tests
+    << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"" << junit_seconds(total)
+    << "\" timestamp=\"" << xml_escape(created.substr(0, 19)) << "\" hostname=\"" << xml_escape(proc::host_name())
+    << "\">\n"
+    << cases.str() << "  </testsuite>\n</testsuites>\n";
+  return x.str();
+}
+
+std::string junit_error_xml(const std::string& name, const std::string& type, const std::string& message,
+                            const std::string& timestamp) {
+  std::ostringstream cases;
+  testcase(cases, "anchor.pilot.stage", name, "0.000", &message, type);
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"anchor pilot\" tests=\"1\" failures=\"1\" "
+       "errors=\"0\" time=\"0.000\">\n"
+    << "  <testsuite name=\"anchor pilot\" tests=\"1\" failures=\"1\" errors=\"0\" skipped=\"0\" time=\"0.000\" "
+       "timestamp=\""
+    << xml_escape(timestamp) << "\" hostname=\"" << xml_escape(proc::host_name()) << "\">\n"
     << cases.str() << "  </testsuite>\n</testsuites>\n";
   return x.str();
 }

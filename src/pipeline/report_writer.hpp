@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "anchor/config/config.hpp"
 #include "anchor/pipeline/worker_result.hpp"
@@ -54,7 +55,14 @@ class Report {
   nlohmann::json j_ = nlohmann::json::object();
 };
 
-// JUnit XML: one test case per stage and per resume check.
-std::string junit_xml(const nlohmann::json& report);
+// JUnit XML (docs/report.md, "JUnit"), valid against Jenkins' xunit schema
+// (junit-10.xsd): one test case per stage and per resume check; a stage in
+// `planned` that the report does not hold is <skipped/>, saying where the
+// pilot stopped.
+std::string junit_xml(const nlohmann::json& report, const std::vector<std::string>& planned = {});
+// The JUnit XML of a pilot refused before it had a report: one failed test
+// case `name` whose failure has `type` and the message.
+std::string junit_error_xml(const std::string& name, const std::string& type, const std::string& message,
+                            const std::string& timestamp);
 
 }  // namespace anchor::pipeline

@@ -284,8 +284,17 @@ void publish(Pilot& p) {
       throw;
     }
   }
-  if (!p.opts.junit_path.empty()) fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json()));
+  if (!p.opts.junit_path.empty())
+    fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json(), p.planned_stages));
   if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
+}
+
+int passed(Pilot& p) {
+  publish(p);
+  if (const auto& rj = p.report.json(); rj.contains("plan"))
+    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
+  p.report.print_summary(summary_stream(p));
+  return 0;
 }
 
 int interrupted_exit(Pilot& p) {
@@ -735,6 +744,20 @@ Step reproduce_compare(BuiltinRun& r) {
 
 }  // namespace
 
+std::string refusal_junit_xml(const Error& e) {
+  const bool config = e.kind() == ErrorKind::kUsage || e.kind() == ErrorKind::kConfig;
+  const char* type = e.kind() == ErrorKind::kUsage          ? "usage"
+                     : e.kind() == ErrorKind::kConfig       ? "config"
+                     : e.kind() == ErrorKind::kVerification ? "verification"
+                     : e.kind() == ErrorKind::kIo           ? "io"
+                                                            : "runtime";
+  std::string message = e.what();
+  if (const auto* c = dynamic_cast<const config::ConfigError*>(&e))  // its problems, as main prints them
+    for (const auto& problem : c->problems()) message += "\n  " + problem.format();
+  if (!e.hint().empty()) message += "\nhint: " + e.hint();
+  return junit_error_xml(config ? "config" : "start", type, message, utc_now().substr(0, 19));
+}
+
 int run_supervisor(const PilotOptions& opts, int launched_world) {
   Pilot p;
   p.opts = opts;
@@ -751,6 +774,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (!p.cfg.program.command.empty()) return run_program_pilot(p);
 
   BuiltinRun r(p, opts);
+  p.planned_stages = {"pin",     "load",    "train",   "eval",         "checkpoint_save", "reference", "kill",
+                      "restore", "eval_after_restore", "resume", "compare", "memory_probe",   "plan"};
   for (auto step : {before_workers, reference_worker, resume_worker, compare_workers, distributed_section,
                     probe_and_plan, reproduce_compare})
     if (Step end = step(r)) return *end;
@@ -758,11 +783,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   // 11. Outcome, report, summary.
   if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, false);
   p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
-  publish(p);
-  if (const auto& rj = p.report.json(); rj.contains("plan"))
-    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
-  p.report.print_summary(summary_stream(p));
-  return 0;
+  return passed(p);
 }
 
 }  // namespace anchor::pipeline

@@ -8,6 +8,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,8 @@ struct Pilot {
   std::string catalog_problem;  // a program pilot's catalog that did not load: its plan says so
   int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
   std::string worker_binary;  // anchor-torch (or this binary when it has LibTorch)
+  // The stages this pilot runs, in order: the JUnit file lists those it did not reach as skipped.
+  std::vector<std::string> planned_stages;
 
   // Supervisor-side stage: timed, logged, recorded in the report. The body
   // returns the stage's figures; figures holding "failed" (why, a string)
@@ -82,6 +85,9 @@ std::ostream& summary_stream(const Pilot& p);
 // Writes every output of the run, whatever its outcome: report.json and
 // report.md (signed when a key is configured), the JUnit XML, --json.
 void publish(Pilot& p);
+// The pilot passed (its outcome set): the report published, the plan's
+// summary and the stage table printed; returns 0.
+int passed(Pilot& p);
 // The pilot interrupted by SIGINT/SIGTERM: the report says so; returns 130/143.
 int interrupted_exit(Pilot& p);
 // A failed stage: recorded, the report published, the error printed; returns `code`.

@@ -22,6 +22,17 @@ using nlohmann::json;
 
 const std::string kPilot = source_path("configs/pilot.yaml");
 
+// xmllint's verdict on a JUnit file against Jenkins' xunit schema: "" when it validates.
+std::string junit_schema_problems(const std::string& path) {
+  auto r = anchor::proc::run_capture({"/usr/bin/xmllint", "--noout", "--schema", source_path("tests/support/junit-10.xsd"), path},
+                                     [] {
+                                       anchor::proc::SpawnOptions o;
+                                       o.merge_stderr = true;
+                                       return o;
+                                     }());
+  return r.status == 0 ? "" : "xmllint exit " + std::to_string(r.status) + ":\n" + r.out;
+}
+
 using anchor::testing::read_json;
 
 std::vector<json> read_events(const std::string& path) {
@@ -114,6 +125,44 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
   EXPECT_NE(junit.find("name=\"checkpoint_save\""), std::string::npos);
   EXPECT_NE(junit.find("failures=\"0\""), std::string::npos) << junit;
+  EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
+  EXPECT_NE(junit.find("skipped=\"0\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("hostname=\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("timestamp=\"" + report["created_at"].get<std::string>().substr(0, 19) + "\""), std::string::npos)
+      << junit;
+  EXPECT_EQ(junit.find("e-0"), std::string::npos) << "times are plain decimals: " << junit;
+  // Negative control: the schema check sees a missing attribute the schema requires.
+  std::string broken = junit;
+  broken.replace(broken.find(" errors=\"0\" skipped="), std::string(" errors=\"0\"").size(), "");
+  anchor::fs::atomic_write_file(t.str("broken.xml"), broken);
+  EXPECT_NE(junit_schema_problems(t.str("broken.xml")), "");
+}
+
+// A pilot refused before it has a report (exit 2) still leaves a JUnit file
+// that says why: CI's test report shows the refusal, not a missing file. The
+// config's path holds a control character and a byte that is not UTF-8, which
+// XML 1.0 cannot carry raw: the file still validates.
+TEST(Pilot, ARefusedPilotStillWritesAValidJUnitFile) {
+  TempDir t("junit-refused");
+  const std::string config = t.str("bad\x01name\xff.yaml");
+  anchor::fs::atomic_write_file(config, "data:\n  train: [x.txt]\ntrain:\n  micro_bach: 4\n");
+  auto r = run_anchor({"pilot", config, "--junit", t.str("junit.xml")});
+  ASSERT_EQ(r.status, 2) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(t.str("junit.xml"))) << r.output;
+  const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
+  EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
+  EXPECT_NE(junit.find("name=\"config\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("<failure type=\"config\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("bad\\x01name\\xff.yaml"), std::string::npos) << junit;
+  EXPECT_NE(junit.find("micro_bach"), std::string::npos) << junit;
+  EXPECT_NE(junit.find("failures=\"1\""), std::string::npos) << junit;
+
+  // And a usage error found when the pilot runs: --run-dir on a file.
+  anchor::fs::atomic_write_file(t.str("a-file"), "x");
+  r = run_anchor({"pilot", kPilot, "--run-dir", t.str("a-file"), "--junit", t.str("junit2.xml")});
+  ASSERT_NE(r.status, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(t.str("junit2.xml"))) << r.output;
+  EXPECT_EQ(junit_schema_problems(t.str("junit2.xml")), "") << anchor::fs::read_file(t.str("junit2.xml"));
 }
 
 TEST(Pilot, ResumeIsBitwiseForSeveralSeedsAndSeedsMatter) {
@@ -204,7 +253,9 @@ TEST_P(PilotNegativeControl, ABrokenRestoreIsCaughtAndNamed) {
   const auto at = junit.find("name=\"compare\"");
   ASSERT_NE(at, std::string::npos) << junit;
   const std::string compare_case = junit.substr(at, junit.find("</testcase>", at) - at);
-  EXPECT_NE(compare_case.find("<failure"), std::string::npos) << compare_case;
+  EXPECT_NE(compare_case.find("<failure type=\"stage\""), std::string::npos) << compare_case;
+  EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
+  EXPECT_NE(junit.find("skipped=\"0\""), std::string::npos) << "the built-in pilot runs every stage, then judges: " << junit;
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, PilotNegativeControl,
@@ -306,10 +357,17 @@ TEST(Pilot, MalformedShardIsAClearErrorNamingTheFile) {
   std::ofstream(t.str("bad.bin")) << std::string(2048, 'x');
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "data.format=llmc", "--set",
                        "model.vocab_size=50257", "--set", "data.train=[" + t.str("bad.bin") + "]", "--set",
-                       "data.val=[" + t.str("bad.bin") + "]"});
+                       "data.val=[" + t.str("bad.bin") + "]", "--junit", t.str("junit.xml")});
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find(t.str("bad.bin")), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("bad magic"), std::string::npos) << r.output;
+  // The JUnit file: the stage that failed, and the ones it never reached as skipped.
+  const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
+  EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
+  EXPECT_NE(junit.find("bad magic"), std::string::npos) << junit;
+  EXPECT_NE(junit.find("name=\"plan\"><skipped message=\"not run: the pilot stopped in stage "), std::string::npos)
+      << junit;
+  EXPECT_EQ(junit.find("skipped=\"0\""), std::string::npos) << junit;
 }
 
 }  // namespace

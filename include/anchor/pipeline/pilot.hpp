@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
 
 namespace anchor::pipeline {
 
@@ -90,6 +91,12 @@ struct PilotOptions {
 // launched_world > 0: under an external launcher on one node, the number of
 // ranks it started (the workers get as many).
 int run_supervisor(const PilotOptions& opts, int launched_world = 0);
+// The JUnit XML of a pilot refused before it had a report (what run_pilot or
+// the command around it throws: a config or usage error exits 2): one failed
+// test case, "config" for a config or usage error and "start" otherwise,
+// saying what, why and what to do. `anchor pilot --junit` and `anchor
+// reproduce --junit` write it, so CI finds a JUnit file whatever happened.
+std::string refusal_junit_xml(const Error& e);
 // run_supervisor, or under torchrun/srun the launched processes' protocol
 // around it (docs/distributed.md). Needs LibTorch (c10d's store).
 int run_pilot(const PilotOptions& opts);
