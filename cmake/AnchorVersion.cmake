@@ -1,18 +1,14 @@
 # anchor's own version and git commit go into every manifest.
-execute_process(COMMAND git rev-parse HEAD
-  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-  OUTPUT_VARIABLE ANCHOR_GIT_COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-execute_process(COMMAND git status --porcelain --untracked-files=no
-  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-  OUTPUT_VARIABLE _anchor_dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT ANCHOR_GIT_COMMIT)
-  set(ANCHOR_GIT_COMMIT "unknown")
-endif()
-if(_anchor_dirty)
-  set(ANCHOR_GIT_DIRTY "true")
-else()
-  set(ANCHOR_GIT_DIRTY "false")
-endif()
+# The git commit and whether the tree is dirty are read at every build, not
+# here at configure time: an incremental build after a commit must not record
+# the commit it was configured at (cmake/AnchorGitCommit.cmake; anchor_common
+# compiles the file it writes).
+set(ANCHOR_GIT_COMMIT_SOURCE ${PROJECT_BINARY_DIR}/generated/git_commit.cpp)
+add_custom_target(anchor_git_commit
+  COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DOUT=${ANCHOR_GIT_COMMIT_SOURCE}
+          -P ${PROJECT_SOURCE_DIR}/cmake/AnchorGitCommit.cmake
+  BYPRODUCTS ${ANCHOR_GIT_COMMIT_SOURCE}
+  VERBATIM)
 if(Torch_VERSION VERSION_GREATER_EQUAL 2.0)
   set(ANCHOR_TORCH_HAS_SDPA "true")
 else()
@@ -20,8 +16,15 @@ else()
 endif()
 if(ANCHOR_WITH_CUDA)
   set(ANCHOR_WITH_CUDA_BOOL "true")
+  set(ANCHOR_BUILT_CUDA_VERSION "${CUDA_VERSION}")  # TorchConfig's: the CUDA its LibTorch was built with
 else()
   set(ANCHOR_WITH_CUDA_BOOL "false")
+  set(ANCHOR_BUILT_CUDA_VERSION "")
+endif()
+if(ANCHOR_WITH_NCCL)
+  set(ANCHOR_WITH_NCCL_BOOL "true")
+else()
+  set(ANCHOR_WITH_NCCL_BOOL "false")
 endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/build_info.hpp.in
   ${PROJECT_BINARY_DIR}/generated/anchor/build_info.hpp @ONLY)

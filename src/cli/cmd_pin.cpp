@@ -97,7 +97,7 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
                "else ~/.cache/anchor)");
   with_env(sub.add_option("--threads", o->threads,
                           "hashing threads; 0 = one per CPU (default 0)")
-               ->check(CLI::NonNegativeNumber),
+               ->check(whole_number_at_least(0)),
            "ANCHOR_HASH_THREADS");
   sub.add_flag("--no-progress", o->no_progress,
                "never show the progress line (shown only on a terminal after 1 s)");

@@ -108,7 +108,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                  "report's report.signing_key is not used)");
   sub.add_flag("--allow-drift", o->allow_drift, "re-run even when pins drifted (the new report says so)");
   sub.add_flag("--allow-unsigned", o->allow_unsigned, "accept an unsigned report.json (loudly unverified)");
-  sub.add_flag("!--no-cache", o->use_cache, "hash every input again instead of trusting the pin cache");
+  sub.add_flag_callback("--no-cache", [o] { o->use_cache = false; },
+                        "hash every input again instead of trusting the pin cache");
   sub.add_flag("--json", o->json, "print the new report.json on stdout");
   sub.add_option("--junit", o->junit, "also write a JUnit XML file for the re-run");
   Runner body = [o, &global]() {

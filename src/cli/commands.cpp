@@ -20,3 +20,24 @@ const std::vector<Command>& commands() {
 }
 
 }  // namespace anchor::cli
+
+namespace anchor::cli {
+
+CLI::Validator whole_number_at_least(long long least) {
+  const std::string what = "a whole number of at least " + std::to_string(least);
+  return CLI::Validator(
+      [least, what](std::string& value) -> std::string {
+        std::size_t used = 0;
+        long long n = 0;
+        try {
+          n = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != value.size() || n < least) return "must be " + what + ", got '" + value + "'";
+        return "";
+      },
+      "INT >= " + std::to_string(least));
+}
+
+}  // namespace anchor::cli

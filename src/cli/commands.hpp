@@ -42,6 +42,15 @@ Runner setup_plan(CLI::App& sub, const GlobalOptions& global);
 // (pipeline::refusal_junit_xml), and the error goes on to main.
 int writing_junit_on_refusal(const std::string& junit_path, const Runner& run);
 
+// `anchor --version`: anchor's version and commit, what it was built against
+// (LibTorch, CUDA, the NCCL backend) and the build type.
+std::string version_text();
+
+// A whole number of at least `least`, refused in words ("--nproc-per-node:
+// must be a whole number of at least 1, got '0'"), not as CLI11's range to
+// the largest double.
+CLI::Validator whole_number_at_least(long long least);
+
 // Binds an option to an ANCHOR_* environment variable too, and says so in --help.
 inline CLI::Option* with_env(CLI::Option* opt, const char* var) {
   return opt->envname(var);

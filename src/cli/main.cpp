@@ -8,7 +8,9 @@
 #include <iostream>
 
 #include "anchor/build_info.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
+#include "config/schema.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "bridge.hpp"
@@ -32,6 +34,60 @@ int finish(int rc) {
 #endif
 }
 
+}  // namespace
+
+namespace anchor::cli {
+
+std::string version_text() {
+  using namespace anchor::build;
+  std::string cuda = kLibTorchHasCuda ? std::string(", CUDA ") + (*kLibTorchCudaVersion ? kLibTorchCudaVersion : "(version unknown)")
+                                      : std::string(", CPU only");
+  return std::string("anchor ") + kVersion + " (" + kGitCommit + (kGitDirty ? ", with uncommitted changes" : "") +
+         ")\nbuilt against LibTorch " + kLibTorchVersion + cuda + (kWithNccl ? ", NCCL backend" : ", no NCCL backend") +
+         "\nbuild " + kBuildType + ", " + kCompiler +
+         "\n(what a run loads is pinned by `anchor pin` and in every report: versions, libraries, driver)";
+}
+
+}  // namespace anchor::cli
+
+namespace {
+
+// The word where a command was expected, when it names no command (a typo:
+// `anchor pilto`), else "". Global options come first; --log-level takes a value.
+std::string unknown_command(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (a.empty() || a[0] == '-') continue;
+    for (const auto& c : anchor::cli::commands())
+      if (a == c.name) return "";
+    return a;
+  }
+  return "";
+}
+
+// "unknown command 'pilto' (did you mean 'pilot'?)", and the commands there are.
+int refuse_unknown_command(const std::string& word) {
+  std::string nearest, names;
+  std::size_t best = std::max<std::size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : anchor::cli::commands()) {
+    if (c.name[0] == '_') continue;  // internal
+    names += (names.empty() ? "" : ", ") + std::string(c.name);
+    const std::size_t d = anchor::config::schema::edit_distance(word, c.name);
+    if (d < best) {
+      best = d;
+      nearest = c.name;
+    }
+  }
+  std::fprintf(stderr, "anchor: error: unknown command '%s'%s\n", anchor::printable(word).c_str(),
+               nearest.empty() ? "" : (" (did you mean '" + nearest + "'?)").c_str());
+  std::fprintf(stderr, "hint: the commands are %s; `anchor --help` says what each does\n", names.c_str());
+  return static_cast<int>(anchor::ExitCode::kUsage);
+}
+
 int report_error(const anchor::Error& e) {
   std::fprintf(stderr, "anchor: error: %s\n", e.what());
   if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
@@ -45,8 +101,7 @@ int main(int argc, char** argv) {
   cli::remember_argv(argc, argv);
   CLI::App app{"anchor: prove a training run on one node before the long run, "
                "and leave a signed record of it"};
-  app.set_version_flag("--version", std::string("anchor ") + build::kVersion + " (" +
-                                        build::kGitCommit + ")");
+  app.set_version_flag("--version", cli::version_text());
   app.require_subcommand(1);
   app.fallthrough();
   cli::GlobalOptions global;
@@ -69,6 +124,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const std::string word = unknown_command(argc, argv); !word.empty()) return refuse_unknown_command(word);
     int rc = app.exit(e);
     return rc == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
   }

@@ -357,3 +357,65 @@ TEST(FrontEnd, QuietKeepsWarningsAndErrorsOnly) {
   EXPECT_EQ(both.status, 2);
   EXPECT_NE(both.output.find("--quiet excludes --verbose"), std::string::npos) << both.output;
 }
+
+namespace {
+
+// Command-line conventions: a mistyped command is named with the nearest one,
+// a number outside its range is refused in words, help has no CLI11 noise,
+// and --version says what the binary was built against and from which commit.
+TEST(FrontEnd, CommandLineConventions) {
+  auto typo = run_anchor({"pilto", kPilot});
+  EXPECT_EQ(typo.status, 2) << typo.output;
+  EXPECT_NE(typo.output.find("unknown command 'pilto' (did you mean 'pilot'?)"), std::string::npos) << typo.output;
+  EXPECT_NE(typo.output.find("the commands are pilot, reproduce,"), std::string::npos) << typo.output;
+  EXPECT_EQ(typo.output.find("__worker"), std::string::npos) << "internal commands are not offered: " << typo.output;
+  auto far = run_anchor({"--log-level", "warn", "frobnicate"});
+  EXPECT_EQ(far.status, 2) << far.output;
+  EXPECT_NE(far.output.find("unknown command 'frobnicate'\n"), std::string::npos) << "nothing is near it: " << far.output;
+
+  auto zero = run_anchor({"pilot", kPilot, "--nproc-per-node", "0"});
+  EXPECT_EQ(zero.status, 2) << zero.output;
+  EXPECT_NE(zero.output.find("--nproc-per-node: must be a whole number of at least 1, got '0'"), std::string::npos)
+      << zero.output;
+  EXPECT_EQ(zero.output.find("179769"), std::string::npos) << zero.output;
+  auto words = run_anchor({"pin", kPilot, "--threads", "two"});
+  EXPECT_EQ(words.status, 2) << words.output;
+  EXPECT_NE(words.output.find("--threads: must be a whole number of at least 0, got 'two'"), std::string::npos)
+      << words.output;
+
+  for (const char* cmd : {"pilot", "reproduce", "pin"}) {
+    auto help = run_anchor({cmd, "--help"});
+    EXPECT_EQ(help.status, 0) << help.output;
+    EXPECT_EQ(help.output.find("{false}"), std::string::npos) << cmd << ":\n" << help.output;
+    EXPECT_NE(help.output.find("--"), std::string::npos) << cmd << ":\n" << help.output;
+  }
+
+  auto version = run_anchor({"--version"});
+  EXPECT_EQ(version.status, 0) << version.output;
+  EXPECT_NE(version.output.find(std::string("built against LibTorch ") + anchor::build::kLibTorchVersion),
+            std::string::npos)
+      << version.output;
+  EXPECT_NE(version.output.find(anchor::build::kLibTorchHasCuda ? ", CUDA " : ", CPU only"), std::string::npos)
+      << version.output;
+  EXPECT_NE(version.output.find(std::string("build ") + anchor::build::kBuildType), std::string::npos) << version.output;
+  // The commit is read when the binary is built, not when the build was configured.
+  auto head = anchor::proc::run_capture({"/usr/bin/git", "-C", ANCHOR_SOURCE_DIR, "rev-parse", "HEAD"});
+  const std::string commit = head.status == 0 ? head.out.substr(0, head.out.find('\n')) : "unknown";
+  EXPECT_NE(version.output.find("anchor " + std::string(anchor::build::kVersion) + " (" + commit), std::string::npos)
+      << version.output << "(HEAD is " << commit << "; rebuild after a commit)";
+}
+
+// -v shows debug lines, which the default level does not: the front end's
+// hand-over to anchor-torch is one.
+TEST(FrontEnd, VerboseShowsDebugLines) {
+  TempDir t("verbose");
+  const std::string line = "[cli] handing over to ", refused = "anchor: error: open " + t.str("none.json");
+  auto plain = run_anchor({"reproduce", t.str("none.json")}, {{"ANCHOR_LOG_LEVEL", "info"}});
+  EXPECT_NE(plain.output.find(refused), std::string::npos) << plain.output;
+  EXPECT_EQ(plain.output.find(line), std::string::npos) << plain.output;
+  auto verbose = run_anchor({"-v", "reproduce", t.str("none.json")}, {{"ANCHOR_LOG_LEVEL", "info"}});
+  EXPECT_NE(verbose.output.find(refused), std::string::npos) << verbose.output;
+  EXPECT_NE(verbose.output.find(line), std::string::npos) << verbose.output;
+}
+
+}  // namespace

@@ -1,0 +1,33 @@
+# Run at every build (cmake -P, from the anchor_git_commit target in
+# cmake/AnchorVersion.cmake): writes OUT, the git commit the sources are at and
+# whether tracked files differ from it, only when that changed, so an
+# incremental build after a commit reports that commit and an unchanged one
+# relinks nothing. Reads SOURCE_DIR and OUT.
+execute_process(COMMAND git rev-parse HEAD
+  WORKING_DIRECTORY ${SOURCE_DIR}
+  OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+execute_process(COMMAND git status --porcelain --untracked-files=no
+  WORKING_DIRECTORY ${SOURCE_DIR}
+  OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT commit)
+  set(commit "unknown")
+endif()
+if(dirty)
+  set(dirty "true")
+else()
+  set(dirty "false")
+endif()
+set(content "// Generated at build time by cmake/AnchorGitCommit.cmake.
+#include \"anchor/build_info.hpp\"
+namespace anchor::build {
+const char* const kGitCommit = \"${commit}\";
+const bool kGitDirty = ${dirty};
+}  // namespace anchor::build
+")
+set(old "")
+if(EXISTS "${OUT}")
+  file(READ "${OUT}" old)
+endif()
+if(NOT old STREQUAL content)
+  file(WRITE "${OUT}" "${content}")
+endif()
