@@ -11,6 +11,9 @@
 
 #include <openssl/crypto.h>
 
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/report/keys.hpp"
 #include "commands.hpp"
@@ -24,6 +27,7 @@ struct KeygenCliOptions {
   std::string public_path;
   std::string passphrase_file;
   bool force = false;
+  bool json = false;
 };
 
 // "x/signing.key" -> "x/signing.pub"; "x/key.pem" -> "x/key.pem.pub".
@@ -51,6 +55,8 @@ Runner setup_keygen(CLI::App& sub, const GlobalOptions&) {
                  "default: $ANCHOR_KEY_PASSPHRASE if set, else unencrypted")
       ->check(CLI::ExistingFile);
   sub.add_flag("--force", o->force, "replace existing key files (default: refuse)");
+  sub.add_flag("--json", o->json,
+               "print {key_id, private_key, public_key, encrypted} as JSON on stdout instead of the key id");
   sub.footer("Prints the key id (hex SHA-256 of the DER SubjectPublicKeyInfo) on stdout.");
 
   return [o]() {
@@ -76,6 +82,14 @@ Runner setup_keygen(CLI::App& sub, const GlobalOptions&) {
     std::cerr << "anchor: wrote private key " << k.private_path << " (mode 0600, "
               << (r.encrypted ? "encrypted with AES-256-CBC" : "not encrypted") << ")\n"
               << "anchor: wrote public key  " << k.public_path << " (mode 0644)\n";
+    if (o->json) {
+      const nlohmann::json out = {{"key_id", r.key_id},
+                                  {"private_key", printable(std::filesystem::absolute(k.private_path).string())},
+                                  {"public_key", printable(std::filesystem::absolute(k.public_path).string())},
+                                  {"encrypted", r.encrypted}};
+      std::cout << dump_json(out, 2) << std::endl;
+      return 0;
+    }
     std::cout << r.key_id << "\n";
     return 0;
   };

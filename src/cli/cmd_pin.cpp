@@ -9,6 +9,7 @@
 #include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
+#include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/manifest/process_facts.hpp"
 #include "bridge.hpp"
@@ -24,6 +25,7 @@ struct PinCliOptions {
   std::string output = "manifest.json";
   bool no_cache = false;
   bool no_progress = false;
+  bool json = false;
   int threads = 0;
 };
 
@@ -99,6 +101,10 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
                           "hashing threads; 0 = one per CPU (default 0)")
                ->check(whole_number_at_least(0)),
            "ANCHOR_HASH_THREADS");
+  auto* as_json = sub.add_flag("--json", o->json,
+                               "with --check: print {manifest, drifted, drift: [{what, old, new}]} as JSON on stdout "
+                               "instead of the drift table");
+  as_json->needs(check);
   sub.add_flag("--no-progress", o->no_progress,
                "never show the progress line (shown only on a terminal after 1 s)");
   cfg->excludes(check);
@@ -108,7 +114,7 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
     manifest::PinOptions popts;
     popts.use_cache = !o->no_cache;
     popts.threads = o->threads;
-    popts.progress = !o->no_progress;
+    popts.progress = !o->no_progress && log::enabled(log::Level::kInfo);  // -q: no progress line either
 
     if (check->count() == 0) {
       if (cfg->count() == 0)
@@ -169,7 +175,14 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
     }
     if (out->count() > 0) fs::atomic_write_file(o->output, new_m.dump(2) + "\n");
     auto drift = manifest::compare(old_m, new_m);
-    std::cout << manifest::format_drift_table(drift) << std::flush;
+    if (o->json) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& d : drift) rows.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});
+      const nlohmann::json doc = {{"manifest", printable(o->check_manifest)}, {"drifted", drift.size()}, {"drift", rows}};
+      std::cout << dump_json(doc, 2) << std::endl;
+    } else {
+      std::cout << manifest::format_drift_table(drift) << std::flush;
+    }
     print_summary(new_m, "re-pinned");
     if (drift.empty()) {
       std::fprintf(stderr, "anchor pin: %s: no drift\n", o->check_manifest.c_str());

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
@@ -19,6 +20,16 @@
 
 namespace anchor::cli {
 namespace {
+
+// Where an informational line goes ("reproduce: no drift ..."): stderr at the
+// default level, nowhere under -q (--log-level warn and above). Warnings, the
+// drift that refuses a re-run and errors are written whatever the level.
+std::ostream& note() {
+  static std::ostringstream discarded;
+  if (log::enabled(log::Level::kInfo)) return std::cerr;
+  discarded.str("");
+  return discarded;
+}
 
 struct ReproduceOptions {
   std::string report;
@@ -71,7 +82,7 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
     trust.key = {{"path", std::filesystem::absolute(v.public_key_path).lexically_normal().string()},
                  {"key_id", v.key_id},
                  {"source", o.key.empty() ? kKeyBesideReport : "--key"}};
-    std::cerr << "reproduce: the report verifies with key " << v.key_id << " ("
+    note() << "reproduce: the report verifies with key " << v.key_id << " ("
               << trust.key["source"].get<std::string>() << ": " << trust.key["path"].get<std::string>() << ")\n";
     // The payload of the bytes verify read and checked, not of another read.
     trust.sha256 = sha256_hex(v.envelope_text);
@@ -145,7 +156,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     const nlohmann::json new_manifest = manifest::pin(cfg, po);
     const auto drift = manifest::compare(old_manifest, new_manifest);
     if (drift.empty())
-      std::cerr << "reproduce: no drift: every pin matches the original run\n";
+      note() << "reproduce: no drift: every pin matches the original run\n";
     else
       std::cerr << "reproduce: " << drift.size() << " pins drifted since the original run:\n"
                 << manifest::format_drift_table(drift);
@@ -169,11 +180,11 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     po2.run_dir = o->run_dir;                // empty: runs/<run-id>
     po2.checkpoint_dir = o->checkpoint_dir;  // empty: <run dir>/checkpoints
     if (!cfg.checkpoint.dir.empty())
-      std::cerr << "reproduce: the report's checkpoint.dir " << printable(cfg.checkpoint.dir) << " is not used; checkpoints go to "
+      note() << "reproduce: the report's checkpoint.dir " << printable(cfg.checkpoint.dir) << " is not used; checkpoints go to "
                 << (o->checkpoint_dir.empty() ? "<run dir>/checkpoints (--checkpoint-dir to choose)" : o->checkpoint_dir)
                 << "\n";
     if (o->run_dir.empty() && cfg.run.output_dir != config::Config{}.run.output_dir)
-      std::cerr << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir) << " is not used; the run goes under "
+      note() << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir) << " is not used; the run goes under "
                 << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
     // The report's signing key is a path a report chose: never read. Only the
     // command line's key signs the re-run.
@@ -199,7 +210,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                       {"key", trust.key},
                       {"allow_drift", o->allow_drift},
                       {"drift", drift_json}};
-    std::cerr << "reproduce: comparing "
+    note() << "reproduce: comparing "
               << (po2.reproduce_bitwise ? std::string("bitwise (no drift, CPU)")
                                         : "within the recorded tolerance " + std::to_string(cfg.pilot.tolerance) +
                                               (drift.empty() ? " (GPU)" : " (pins drifted)"))

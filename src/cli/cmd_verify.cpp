@@ -1,10 +1,14 @@
 // anchor verify REPORT [--key PUB] [--envelope-only]
 //
 // Exit 0 when every check holds, 3 with each failure named, 2 on usage.
-// Results go to stdout: one line per check that held, one per failure.
+// Results go to stdout: one line per check that held, one per failure; or
+// with --json one object (docs/report.md, "Verifying").
 #include <iostream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/report/statement.hpp"
 #include "commands.hpp"
@@ -16,6 +20,7 @@ struct VerifyCliOptions {
   std::string report;
   std::string key;
   bool envelope_only = false;
+  bool json = false;
 };
 
 }  // namespace
@@ -32,6 +37,9 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
   sub.add_flag("--envelope-only", o->envelope_only,
                "check signature and statement only, not the files of the run directory "
                "(for an envelope copied away from its run; default: check them)");
+  sub.add_flag("--json", o->json,
+               "print the result as one JSON object on stdout: report, verified, key_id, checks, warnings, "
+               "failures");
   sub.footer("Exit codes: 0 every check holds, 3 verification failed (each failure named), "
              "2 usage. Checks: docs/report.md.");
 
@@ -40,6 +48,13 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
     opts.public_key_path = o->key;
     opts.check_files = !o->envelope_only;
     report::VerifyResult r = report::verify_envelope(o->report, opts);
+    if (o->json) {
+      const nlohmann::json out = {{"report", printable(o->report)}, {"verified", r.ok},
+                                  {"key_id", r.key_id},            {"checks", r.checks},
+                                  {"warnings", r.warnings},        {"failures", r.failures}};
+      std::cout << dump_json(out, 2) << std::endl;
+      return static_cast<int>(r.ok ? ExitCode::kOk : ExitCode::kVerification);
+    }
     for (const auto& c : r.checks) std::cout << "ok    " << c << "\n";
     for (const auto& w : r.warnings) std::cout << "warn  " << w << "\n";
     for (const auto& f : r.failures) std::cout << "FAIL  " << f << "\n";

@@ -294,6 +294,9 @@ int passed(Pilot& p) {
   if (const auto& rj = p.report.json(); rj.contains("plan"))
     summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
   p.report.print_summary(summary_stream(p));
+  if (const auto& rj = p.report.json(); rj.contains("reproduction"))  // `anchor reproduce`: its verdict, last
+    summary_stream(p) << "  reproduced: the re-run matches " << printable(rj["reproduces"].value("report", std::string()))
+                      << " (" << rj["reproduction"].value("mode", std::string()) << ")\n";
   return 0;
 }
 
@@ -724,21 +727,28 @@ Step reproduce_compare(BuiltinRun& r) {
   Pilot& p = r.p;
   if (!r.opts.baseline) return std::nullopt;
   nlohmann::json repro;
+  std::string differing;  // the names of the figures that differ, for the stage and the last line
   p.stage("reproduce_compare", [&] {
     repro = compare_reports(*r.opts.baseline, p.report.json(), r.opts.reproduce_bitwise, p.cfg.pilot.tolerance);
-    return nlohmann::json{{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
+    for (const auto& c : repro["checks"])
+      if (!c["ok"].get<bool>()) differing += (differing.empty() ? "" : ", ") + c["name"].get<std::string>();
+    nlohmann::json f = {{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
+    if (repro["verdict"] != "reproduced") f["failed"] = "the re-run differs from the report it reproduces: " + differing;
+    return f;
   });
   const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
   p.report.set_reproduction(reproduces, repro);
   if (repro["verdict"] == "reproduced") return std::nullopt;
-  p.report.set_outcome("failed", 3, "the re-run differs from the report it reproduces (" +
+  p.report.set_outcome("failed", 3, "not reproduced: the re-run differs from the report it reproduces (" +
                                         std::to_string(repro["differences"].get<int>()) + " differences, " +
                                         repro["mode"].get<std::string>() + ")");
   publish(p);
-  p.report.print_summary(summary_stream(p));
   for (const auto& c : repro["checks"])
     if (!c["ok"].get<bool>())
       std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
+  p.report.print_summary(summary_stream(p));  // its last line: not reproduced, and how many differ
+  summary_stream(p) << "  not reproduced: " << differing << (repro["differences"].get<int>() == 1 ? " differs" : " differ")
+                    << "\n";
   return 3;
 }
 

@@ -89,6 +89,21 @@ TEST_F(PinCli, ChangedDataFileIsDriftExit3AndNamed) {
   EXPECT_NE(r.out.find("drifted"), std::string::npos) << r.out;
   // Control: the other shards are not named.
   EXPECT_EQ(r.out.find("train-0.bin"), std::string::npos) << r.out;
+
+  // --json: the same drift as one object on stdout (the summary stays on stderr), same exit code.
+  anchor::proc::SpawnOptions o;
+  o.cwd = dir.string();
+  o.env["ANCHOR_CACHE_DIR"] = (dir / "cache").string();
+  o.env["ANCHOR_CONTAINER_DIGEST"] = "";
+  auto j = anchor::proc::run_capture({ANCHOR_BINARY, "pin", "--check", "manifest.json", "--json"}, o);
+  EXPECT_EQ(j.status, 3) << j.out;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["manifest"], "manifest.json");
+  ASSERT_EQ(doc["drifted"], 1) << doc.dump(2);
+  EXPECT_NE(doc["drift"][0]["what"].get<std::string>().find("data/train-1.bin"), std::string::npos) << doc.dump(2);
+  EXPECT_NE(doc["drift"][0]["old"], doc["drift"][0]["new"]);
+  // Without --check there is no drift to print: a usage error.
+  EXPECT_EQ(anchor("pin pilot.yaml --json").status, 2);
 }
 
 TEST_F(PinCli, OverridesAreRecordedAndChecked) {

@@ -55,6 +55,14 @@ TEST_F(ReportCliTest, ValidReportVerifies) {
   auto d = sh(anchor_cmd("verify " + sh_quote(run_)));
   EXPECT_EQ(d.status, 0) << d.out;
   EXPECT_NE(d.out.find("warn  no --key given"), std::string::npos) << d.out;
+  // --json: one object on stdout, the same verdict and exit code.
+  auto j = proc::run_capture({ANCHOR_BINARY, "verify", envelope(), "--key", pub_, "--json"});
+  EXPECT_EQ(j.status, 0) << j.out;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_TRUE(doc["verified"].get<bool>());
+  EXPECT_EQ(doc["key_id"], key_id_);
+  EXPECT_FALSE(doc["checks"].empty());
+  EXPECT_TRUE(doc["failures"].empty());
 }
 
 TEST_F(ReportCliTest, BadSignatureExits3) {
@@ -80,6 +88,12 @@ TEST_F(ReportCliTest, TamperedPayloadExits3) {
   env["payload"] = base64_encode(st.dump());
   write_envelope(env);
   expect_fails_with("payload-tampered", "/losses/0");
+  auto j = proc::run_capture({ANCHOR_BINARY, "verify", envelope(), "--key", pub_, "--json"});
+  EXPECT_EQ(j.status, 3) << j.out;
+  const auto doc = json::parse(j.out);
+  EXPECT_FALSE(doc["verified"].get<bool>());
+  ASSERT_FALSE(doc["failures"].empty());
+  EXPECT_NE(doc["failures"].dump().find("payload-tampered"), std::string::npos) << doc.dump(2);
 }
 
 TEST_F(ReportCliTest, SwappedPayloadTypeExits3) {
@@ -140,6 +154,14 @@ TEST_F(ReportCliTest, KeygenPrintsTheKeyIdAndRefusesToOverwrite) {
   auto forced = proc::run_capture({ANCHOR_BINARY, "keygen", "-o", dir, "--force"});
   EXPECT_EQ(forced.status, 0);
   EXPECT_NE(forced.out.substr(0, 64), id);
+  // --json: the key id and where the keys are, as one object.
+  auto j = proc::run_capture({ANCHOR_BINARY, "keygen", "-o", dir, "--force", "--json"});
+  ASSERT_EQ(j.status, 0) << j.out;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_TRUE(is_sha256_hex(doc["key_id"].get<std::string>())) << j.out;
+  EXPECT_EQ(doc["private_key"], std::filesystem::absolute(dir + "/anchor.key").string());
+  EXPECT_EQ(doc["public_key"], std::filesystem::absolute(dir + "/anchor.pub").string());
+  EXPECT_FALSE(doc["encrypted"].get<bool>());
 }
 
 TEST_F(ReportCliTest, KeygenWithPassphraseFileEncryptsAndSignsAfterwards) {

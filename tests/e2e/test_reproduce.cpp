@@ -41,6 +41,9 @@ TEST_F(Reproduce, ReproducesBitwiseAndLinksTheOriginal) {
                        t_.str("again"), "--signing-key", t_.str("keys/anchor.key")});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("no drift"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  reproduced: the re-run matches " + t_.str("orig/report.intoto.json") + " (bitwise)\n"),
+            std::string::npos)
+      << r.output;
   auto rep = read_json(t_.str("again/report.json"));
   EXPECT_EQ(rep["reproduction"]["verdict"], "reproduced");
   EXPECT_EQ(rep["reproduction"]["mode"], "bitwise");
@@ -50,6 +53,14 @@ TEST_F(Reproduce, ReproducesBitwiseAndLinksTheOriginal) {
   EXPECT_TRUE(rep["reproduces"]["drift"].empty());
   // The re-run is signed with the key the command line named and verifies on its own.
   EXPECT_EQ(run_anchor({"verify", t_.str("again/report.intoto.json"), "--key", t_.str("keys/anchor.pub")}).status, 0);
+  // -q: the notes go, the verdict stays.
+  auto q = run_anchor({"-q", "reproduce", t_.str("orig/report.intoto.json"), "--key", t_.str("keys/anchor.pub"),
+                       "--run-dir", t_.str("again-quiet")});
+  ASSERT_EQ(q.status, 0) << q.output;
+  EXPECT_EQ(q.output.find("reproduce: no drift"), std::string::npos) << q.output;
+  EXPECT_EQ(q.output.find("reproduce: comparing"), std::string::npos) << q.output;
+  EXPECT_NE(q.output.find("reproduce: the re-run is unsigned"), std::string::npos) << "a warning stays: " << q.output;
+  EXPECT_NE(q.output.find("  reproduced: the re-run matches "), std::string::npos) << q.output;
 }
 
 TEST_F(Reproduce, AChangedDataShardIsNamedAndRefusedWithoutAllowDrift) {
@@ -73,6 +84,16 @@ TEST_F(Reproduce, AChangedDataShardIsNamedAndRefusedWithoutAllowDrift) {
   // Changed data means other batches: the re-run differs, and says so (exit 3).
   EXPECT_EQ(d.status, 3) << d.output;
   EXPECT_EQ(rep["reproduction"]["verdict"], "differs");
+  // One voice: the stage that compared is failed, and the last line says not reproduced and what differs.
+  nlohmann::json stage;
+  for (const auto& s : rep["stages"])
+    if (s["stage"] == "reproduce_compare") stage = s;
+  EXPECT_EQ(stage.value("status", ""), "failed") << stage.dump(2);
+  std::string last = d.output.substr(0, d.output.find_last_not_of('\n') + 1);
+  last = last.substr(last.rfind('\n') + 1);
+  EXPECT_EQ(last.rfind("  not reproduced: ", 0), 0u) << d.output;
+  EXPECT_NE(last.find(" differ"), std::string::npos) << last;
+  EXPECT_EQ(d.output.find("  reproduced: "), std::string::npos) << d.output;
 }
 
 TEST_F(Reproduce, AnUnsignedReportIsRefusedUnlessAllowed) {
