@@ -3,16 +3,18 @@
 # whether tracked files differ from it, only when that changed, so an
 # incremental build after a commit reports that commit and an unchanged one
 # relinks nothing. Reads SOURCE_DIR and OUT.
-execute_process(COMMAND git rev-parse HEAD
-  WORKING_DIRECTORY ${SOURCE_DIR}
-  OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-execute_process(COMMAND git status --porcelain --untracked-files=no
-  WORKING_DIRECTORY ${SOURCE_DIR}
-  OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT commit)
-  set(commit "unknown")
-endif()
-if(dirty)
+# --no-optional-locks: a build running beside `git commit` must not take the
+# index lock. A status that fails says nothing about the tree: dirty then.
+execute_process(COMMAND git --no-optional-locks rev-parse HEAD
+  WORKING_DIRECTORY "${SOURCE_DIR}"
+  RESULT_VARIABLE commit_rc OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+execute_process(COMMAND git --no-optional-locks status --porcelain --untracked-files=no
+  WORKING_DIRECTORY "${SOURCE_DIR}"
+  RESULT_VARIABLE status_rc OUTPUT_VARIABLE status OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT commit_rc EQUAL 0 OR NOT commit)
+  set(commit "unknown")  # not a git checkout (a source tarball), or no git
+  set(dirty "false")
+elseif(NOT status_rc EQUAL 0 OR status)
   set(dirty "true")
 else()
   set(dirty "false")

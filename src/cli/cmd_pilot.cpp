@@ -1,5 +1,6 @@
 // anchor pilot CONFIG  and the hidden  anchor-torch __worker  it starts.
 #include "anchor/common/fs.hpp"
+#include "anchor/dist/launch.hpp"
 #include "anchor/log.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "bridge.hpp"
@@ -7,17 +8,36 @@
 
 namespace anchor::cli {
 
+namespace {
+
+// The refusal JUnit file is this process's to write: no pilot of it wrote
+// the file already, and under a launcher (torchrun, srun) it is the rank that
+// runs the supervisor; other ranks refuse with the same --junit path.
+void write_refusal_junit(const std::string& junit_path, const Error& e) {
+  if (junit_path.empty() || pipeline::junit_published()) return;
+  try {
+    const auto launch = dist::detect_launch();
+    if (launch.launcher != dist::Launcher::kNone && launch.rank != 0) return;
+  } catch (const Error&) {
+    // A launch environment that does not parse: this process is the one refused.
+  }
+  try {
+    fs::atomic_write_file(junit_path, pipeline::refusal_junit_xml(e));
+  } catch (const Error& w) {
+    ANCHOR_LOG_WARN("pilot", "the JUnit file {} could not be written either: {}", junit_path, w.what());
+  }
+}
+
+}  // namespace
+
 int writing_junit_on_refusal(const std::string& junit_path, const Runner& run) {
   try {
     return run();
   } catch (const Error& e) {
-    if (!junit_path.empty()) {
-      try {
-        fs::atomic_write_file(junit_path, pipeline::refusal_junit_xml(e));
-      } catch (const Error& w) {
-        ANCHOR_LOG_WARN("pilot", "the JUnit file {} could not be written either: {}", junit_path, w.what());
-      }
-    }
+    write_refusal_junit(junit_path, e);
+    throw;
+  } catch (const std::exception& e) {
+    write_refusal_junit(junit_path, Error(ErrorKind::kRuntime, std::string("internal: ") + e.what()));
     throw;
   }
 }

@@ -1,5 +1,8 @@
 #include "commands.hpp"
 
+#include <limits>
+#include <string>
+
 namespace anchor::cli {
 
 const std::vector<Command>& commands() {
@@ -24,7 +27,9 @@ const std::vector<Command>& commands() {
 namespace anchor::cli {
 
 CLI::Validator whole_number_at_least(long long least) {
-  const std::string what = "a whole number of at least " + std::to_string(least);
+  constexpr long long kMost = std::numeric_limits<int>::max();  // the options are ints
+  const std::string what = "a whole number of at least " + std::to_string(least) + " (and at most " +
+                           std::to_string(kMost) + ")";
   return CLI::Validator(
       [least, what](std::string& value) -> std::string {
         std::size_t used = 0;
@@ -34,7 +39,8 @@ CLI::Validator whole_number_at_least(long long least) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != value.size() || n < least) return "must be " + what + ", got '" + value + "'";
+        if (used == 0 || used != value.size() || n < least || n > kMost)
+          return "must be " + what + ", got '" + value + "'";
         return "";
       },
       "INT >= " + std::to_string(least));

@@ -53,7 +53,9 @@ std::string version_text() {
 namespace {
 
 // The word where a command was expected, when it names no command (a typo:
-// `anchor pilto`), else "". Global options come first; --log-level takes a value.
+// `anchor pilto`), else "". Only global options may come before it
+// (--log-level takes a value); after anything else CLI11's message stands
+// (`anchor --log-lvl debug pilot` is about the option, not about "debug").
 std::string unknown_command(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -61,7 +63,8 @@ std::string unknown_command(int argc, char** argv) {
       ++i;
       continue;
     }
-    if (a.empty() || a[0] == '-') continue;
+    if (a.rfind("--log-level=", 0) == 0 || a == "-q" || a == "--quiet" || a == "-v" || a == "--verbose") continue;
+    if (a.empty() || a[0] == '-') return "";
     for (const auto& c : anchor::cli::commands())
       if (a == c.name) return "";
     return a;

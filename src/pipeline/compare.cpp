@@ -121,7 +121,10 @@ struct Checker {
 
 nlohmann::json check_json(const Check& c, const std::string& who = "") {
   nlohmann::json e = {{"name", who + c.name}, {"ok", c.ok}, {"detail", c.detail}};
-  if (!c.component.empty()) e["component"] = c.component;
+  if (!c.component.empty()) {
+    e["component"] = c.component;
+    e["state"] = c.component;  // its name in reports before the one verdict type (2026-12): kept for their readers
+  }
   return e;
 }
 
@@ -202,6 +205,7 @@ nlohmann::json verdict_over_ranks(const std::vector<Verdict>& ranks) {
     const std::string who = "rank " + std::to_string(rank) + ": ";
     out["verdict"] = "mismatch";
     for (const auto& c : v.cause) out["cause"].push_back(who + c);
+    for (const auto& d : v.diverged) out["diverged"].push_back(who + d);
     for (const auto& c : v.checks)
       if (!c.ok) out["checks"].push_back(check_json(c, who));
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
+#include <utility>
 
 #include "anchor/build_info.hpp"
 #include "anchor/checkpoint/store.hpp"
@@ -25,7 +26,13 @@ namespace {
 // would turn them into spaces).
 std::string xml_escape(const std::string& raw) {
   std::string out;
-  for (char c : printable(raw)) {
+  std::string text = printable(raw);
+  // U+FFFE and U+FFFF are valid UTF-8 but not XML 1.0 characters: as text.
+  for (const auto& [bad, shown] : {std::pair<std::string, std::string>{"\xef\xbf\xbe", "\\uFFFE"},
+                                   {"\xef\xbf\xbf", "\\uFFFF"}})
+    for (std::size_t at = text.find(bad); at != std::string::npos; at = text.find(bad, at + shown.size()))
+      text.replace(at, bad.size(), shown);
+  for (char c : text) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
       case '&': out += "&amp;"; break;
@@ -413,16 +420,27 @@ std::string junit_xml(const nlohmann::json& r, const std::vector<std::string>& p
     if (status != "passed") {
       ++failures;
       why = s.value("error", status.empty() ? std::string("failed") : status);
-      if (stopped_in.empty()) stopped_in = name;
+      stopped_in = name;  // the last that failed: later stages may still run after a failure (compare)
     }
     testcase(cases, "anchor.pilot.stage", name, junit_seconds(seconds), status != "passed" ? &why : nullptr, "stage");
+  }
+  // A pilot that failed without a failed stage (interrupted, or refused
+  // after its last stage): its outcome is a failed case, so CI never reads a
+  // failed pilot as green.
+  const std::string status = r.value("status", ""), message = r.value("message", "");
+  if (failures == 0 && !status.empty() && status != "passed") {
+    ++tests;
+    ++failures;
+    const std::string why = status + ": " + message;
+    testcase(cases, "anchor.pilot", "outcome", "", &why, status);
   }
   for (const auto& name : planned) {
     if (std::find(ran.begin(), ran.end(), name) != ran.end()) continue;
     ++tests;
     ++skipped;
-    const std::string why = stopped_in.empty() ? std::string("not run by this pilot")
-                                               : "not run: the pilot stopped in stage " + stopped_in;
+    const std::string why = !stopped_in.empty() ? "not run: the pilot stopped in stage " + stopped_in
+                            : status == "passed" || status.empty() ? std::string("not run by this pilot")
+                                                                   : "not run: the pilot " + status + " (" + message + ")";
     testcase(cases, "anchor.pilot.stage", name, "", nullptr, "", &why);
   }
   if (r.contains("resume") && r["resume"].contains("checks"))

@@ -55,7 +55,7 @@ class Report {
   nlohmann::json j_ = nlohmann::json::object();
 };
 
-// JUnit XML (docs/report.md, "JUnit"), valid against Jenkins' xunit schema
+// JUnit XML (docs/pilot.md, --junit; README, "Use it in CI"), valid against Jenkins' xunit schema
 // (junit-10.xsd): one test case per stage and per resume check; a stage in
 // `planned` that the report does not hold is <skipped/>, saying where the
 // pilot stopped.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -263,6 +264,18 @@ std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::
 
 // Writes every output of the run, whatever its outcome: report.json and
 // report.md, the JUnit XML (--junit) and the report on stdout (--json).
+namespace {
+std::atomic<bool> g_junit_published{false};
+
+void write_junit(const Pilot& p) {
+  if (p.opts.junit_path.empty()) return;
+  fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json(), p.planned_stages));
+  g_junit_published = true;
+}
+}  // namespace
+
+bool junit_published() { return g_junit_published; }
+
 void publish(Pilot& p) {
   if (p.signing_key.empty()) {
     const char* missing = p.opts.use_config_dirs ? "report.signing_key configured" : "--signing-key given";
@@ -272,20 +285,23 @@ void publish(Pilot& p) {
                               "`anchor verify` will refuse it (create a key with `anchor keygen`)",
                     missing, p.run_dir);
   } else {
-    // report.json says it is signed and by which key before it becomes a subject of the signature.
-    p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
-    p.report.write(p.run_dir);
     try {
+      // report.json says it is signed and by which key before it becomes a subject of the signature.
+      p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
+      p.report.write(p.run_dir);
       auto r = report::sign_run(p.run_dir, p.signing_key);
       ANCHOR_LOG_INFO("report", "signed {} with key {} ({} subjects)", r.envelope_path, r.key_id, r.subjects);
     } catch (const Error& e) {
-      p.report.set_unsigned(std::string("signing failed: ") + e.what());
+      // The pilot fails with this error: its report and JUnit file say so too.
+      const std::string why = std::string("signing failed: ") + e.what();
+      p.report.set_unsigned(why);
+      if (p.report.json().value("status", "") == "passed") p.report.set_outcome("failed", exit_code_for(e.kind()), why);
       p.report.write(p.run_dir);
+      write_junit(p);
       throw;
     }
   }
-  if (!p.opts.junit_path.empty())
-    fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json(), p.planned_stages));
+  write_junit(p);
   if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
 }
 

@@ -375,12 +375,24 @@ TEST(FrontEnd, CommandLineConventions) {
 
   auto zero = run_anchor({"pilot", kPilot, "--nproc-per-node", "0"});
   EXPECT_EQ(zero.status, 2) << zero.output;
-  EXPECT_NE(zero.output.find("--nproc-per-node: must be a whole number of at least 1, got '0'"), std::string::npos)
+  EXPECT_NE(zero.output.find("--nproc-per-node: must be a whole number of at least 1 (and at most 2147483647), got '0'"),
+            std::string::npos)
       << zero.output;
+  auto huge = run_anchor({"pilot", kPilot, "--nproc-per-node", "3000000000"});
+  EXPECT_EQ(huge.status, 2) << huge.output;
+  EXPECT_NE(huge.output.find("must be a whole number of at least 1 (and at most 2147483647), got '3000000000'"),
+            std::string::npos)
+      << huge.output;
+  // A mistyped option before the command is about the option, not the word after it.
+  auto option = run_anchor({"--log-lvl", "debug", "pilot", kPilot});
+  EXPECT_EQ(option.status, 2) << option.output;
+  EXPECT_EQ(option.output.find("unknown command"), std::string::npos) << option.output;
+  EXPECT_NE(option.output.find("--log-lvl"), std::string::npos) << option.output;
   EXPECT_EQ(zero.output.find("179769"), std::string::npos) << zero.output;
   auto words = run_anchor({"pin", kPilot, "--threads", "two"});
   EXPECT_EQ(words.status, 2) << words.output;
-  EXPECT_NE(words.output.find("--threads: must be a whole number of at least 0, got 'two'"), std::string::npos)
+  EXPECT_NE(words.output.find("--threads: must be a whole number of at least 0 (and at most 2147483647), got 'two'"),
+            std::string::npos)
       << words.output;
 
   for (const char* cmd : {"pilot", "reproduce", "pin"}) {

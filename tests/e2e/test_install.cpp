@@ -1,7 +1,8 @@
 // cmake --install (docs/development.md, "Install"): the installed binaries run
 // outside the source tree, find their catalog and their libraries, and carry
-// the embedded default and the Python helper. Installs this build into a fresh
-// prefix once for the suite.
+// the embedded default and the Python helper. One test installs this build
+// into a fresh prefix and checks each of these in turn: one install per run,
+// never two at once writing the build's install_manifest.txt.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -23,7 +24,7 @@ using anchor::testing::read_json;
 using anchor::testing::TempDir;
 
 class Installed : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() {
     prefix_ = std::make_unique<TempDir>("install");
     auto r = anchor::proc::run_capture({ANCHOR_CMAKE, "--install", ANCHOR_BUILD_DIR, "--prefix", prefix_->str()},
@@ -76,12 +77,37 @@ std::unique_ptr<TempDir> Installed::prefix_;
 int Installed::install_status_ = -1;
 std::string Installed::install_output_;
 
-TEST_F(Installed, TheEmbeddedDefaultPilotRunsOutsideTheSourceTree) {
+void the_embedded_default_pilot_runs_outside_the_source_tree();
+void finds_the_catalog_beside_its_binary();
+void binaries_find_their_libraries();
+void ships_the_python_helper();
+
+TEST_F(Installed, RunsOutsideTheSourceTreeWithItsCatalogLibrariesAndHelper) {
+  {
+    SCOPED_TRACE("the embedded default pilot");
+    the_embedded_default_pilot_runs_outside_the_source_tree();
+  }
+  {
+    SCOPED_TRACE("the catalog beside bin/");
+    finds_the_catalog_beside_its_binary();
+  }
+  {
+    SCOPED_TRACE("the libraries");
+    binaries_find_their_libraries();
+  }
+  {
+    SCOPED_TRACE("the Python helper");
+    ships_the_python_helper();
+  }
+}
+
+void the_embedded_default_pilot_runs_outside_the_source_tree() {
+  const auto at = [](const std::string& rel) { return Installed::at(rel); };
   TempDir cwd("installed-default");
-  auto r = anchor_in(cwd.str(), {"pilot", at("share/anchor/configs/pilot.yaml")});
+  auto r = Installed::anchor_in(cwd.str(), {"pilot", at("share/anchor/configs/pilot.yaml")});
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("passed: resume matches the uninterrupted run (bitwise)"), std::string::npos) << r.out;
-  const auto report = only_report(cwd.str());
+  const auto report = Installed::only_report(cwd.str());
   EXPECT_EQ(report["status"], "passed");
   // Its data and config came from the prefix, nothing from the source tree (the
   // libraries it loaded may: the torch2 line's come from build/gpu-prefix).
@@ -94,14 +120,15 @@ TEST_F(Installed, TheEmbeddedDefaultPilotRunsOutsideTheSourceTree) {
 
 // The smallest config names no catalog: the installed one beside bin/ is used,
 // and without it the refusal says where it looked and what to do.
-TEST_F(Installed, FindsTheCatalogBesideItsBinary) {
+void finds_the_catalog_beside_its_binary() {
+  const auto at = [](const std::string& rel) { return Installed::at(rel); };
   TempDir cwd("installed-minimal");
   stdfs::create_directories(cwd.path() / "data");
   stdfs::copy_file(anchor::testing::source_path("data/tiny/train.txt"), cwd.path() / "data/train.txt");
   anchor::fs::atomic_write_file(cwd.str("min.yaml"), "data:\n  train: [data/train.txt]\n");
-  auto r = anchor_in(cwd.str(), {"pilot", "min.yaml"});
+  auto r = Installed::anchor_in(cwd.str(), {"pilot", "min.yaml"});
   ASSERT_EQ(r.status, 0) << r.out;
-  const auto report = only_report(cwd.str());
+  const auto report = Installed::only_report(cwd.str());
   EXPECT_EQ(report["status"], "passed");
   EXPECT_TRUE(report["plan"].contains("recommendation")) << report["plan"].dump(2).substr(0, 2000);
 
@@ -109,7 +136,7 @@ TEST_F(Installed, FindsTheCatalogBesideItsBinary) {
   const std::string catalog = at("share/anchor/catalog.yaml"), aside = catalog + ".aside";
   stdfs::rename(catalog, aside);
   stdfs::remove_all(cwd.path() / "runs");
-  r = anchor_in(cwd.str(), {"pilot", "min.yaml"});
+  r = Installed::anchor_in(cwd.str(), {"pilot", "min.yaml"});
   stdfs::rename(aside, catalog);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("no device catalog found"), std::string::npos) << r.out;
@@ -122,29 +149,31 @@ TEST_F(Installed, FindsTheCatalogBesideItsBinary) {
 // (the LibTorch it was linked against: PyTorch's wheel on the torch2 line; the
 // unpacked packages of build/gpu-prefix, inside the source tree, which CMake
 // alone would drop) and the loader finds every library it needs.
-TEST_F(Installed, BinariesFindTheirLibraries) {
+void binaries_find_their_libraries() {
+  const auto at = [](const std::string& rel) { return Installed::at(rel); };
   for (const std::string name : {"anchor", "anchor-torch"}) {
     const std::string built = std::string(ANCHOR_BUILD_DIR) + "/bin/" + name, installed = at("bin/" + name);
-    const auto want = runpath(built), got = runpath(installed);
+    const auto want = Installed::runpath(built), got = Installed::runpath(installed);
     for (const auto& dir : want)
       EXPECT_TRUE(got.count(dir)) << name << ": " << dir << " is on the built RUNPATH, not on the installed one "
                                   << ::testing::PrintToString(got);
-    auto r = anchor::proc::run_capture({"/usr/bin/ldd", installed}, merged());
+    auto r = anchor::proc::run_capture({"/usr/bin/ldd", installed}, Installed::merged());
     EXPECT_EQ(r.status, 0) << r.out;
     EXPECT_EQ(r.out.find("not found"), std::string::npos) << name << ":\n" << r.out;
   }
-  auto v = anchor::proc::run_capture({at("bin/anchor"), "--version"}, merged());
+  auto v = anchor::proc::run_capture({at("bin/anchor"), "--version"}, Installed::merged());
   EXPECT_EQ(v.status, 0) << v.out;
 }
 
 // The helper ships with it: importable from <prefix>/share/anchor/python, the
 // directory `pip install` takes.
-TEST_F(Installed, ShipsThePythonHelper) {
+void ships_the_python_helper() {
+  const auto at = [](const std::string& rel) { return Installed::at(rel); };
   EXPECT_TRUE(stdfs::is_regular_file(at("share/anchor/python/pyproject.toml")));
   auto r = anchor::proc::run_capture(
       {ANCHOR_TEST_PYTHON, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import anchor_pilot; print(anchor_pilot.__file__)",
        at("share/anchor/python")},
-      merged());
+      Installed::merged());
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find(at("share/anchor/python/anchor_pilot/__init__.py")), std::string::npos) << r.out;
   EXPECT_TRUE(stdfs::is_regular_file(at("share/doc/anchor/docs/program.md")));

@@ -144,7 +144,7 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
 // XML 1.0 cannot carry raw: the file still validates.
 TEST(Pilot, ARefusedPilotStillWritesAValidJUnitFile) {
   TempDir t("junit-refused");
-  const std::string config = t.str("bad\x01name\xff.yaml");
+  const std::string config = t.str("bad\x01name\xff\xef\xbf\xbf.yaml");  // U+FFFF: UTF-8, not an XML character
   anchor::fs::atomic_write_file(config, "data:\n  train: [x.txt]\ntrain:\n  micro_bach: 4\n");
   auto r = run_anchor({"pilot", config, "--junit", t.str("junit.xml")});
   ASSERT_EQ(r.status, 2) << r.output;
@@ -153,7 +153,7 @@ TEST(Pilot, ARefusedPilotStillWritesAValidJUnitFile) {
   EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
   EXPECT_NE(junit.find("name=\"config\""), std::string::npos) << junit;
   EXPECT_NE(junit.find("<failure type=\"config\""), std::string::npos) << junit;
-  EXPECT_NE(junit.find("bad\\x01name\\xff.yaml"), std::string::npos) << junit;
+  EXPECT_NE(junit.find("bad\\x01name\\xff\\uFFFF.yaml"), std::string::npos) << junit;
   EXPECT_NE(junit.find("micro_bach"), std::string::npos) << junit;
   EXPECT_NE(junit.find("failures=\"1\""), std::string::npos) << junit;
 
@@ -269,7 +269,7 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   o.capture_stdout = true;
   o.merge_stderr = true;
   auto child = anchor::proc::spawn({ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--set",
-                                    "pilot.steps_after_resume=200"},
+                                    "pilot.steps_after_resume=200", "--junit", t.str("junit.xml")},
                                    o);
   // Wait for the file the pilot commits (the first checkpoint), not for a time.
   const auto committed = t.str("run/checkpoints/step-00000002/COMMITTED");
@@ -286,6 +286,11 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   EXPECT_EQ(report["status"], "interrupted");
   EXPECT_EQ(report["exit_code"], 143);
   EXPECT_TRUE(std::filesystem::exists(committed));
+  // JUnit: an interrupted pilot is a failure CI sees, whatever stages had passed.
+  const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
+  EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
+  EXPECT_EQ(junit.find("failures=\"0\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("name=\"outcome\"><failure type=\"interrupted\""), std::string::npos) << junit;
 }
 
 // A GPU asked for where none is usable (CUDA_VISIBLE_DEVICES hides every one,

@@ -97,6 +97,9 @@ int run_supervisor(const PilotOptions& opts, int launched_world = 0);
 // saying what, why and what to do. `anchor pilot --junit` and `anchor
 // reproduce --junit` write it, so CI finds a JUnit file whatever happened.
 std::string refusal_junit_xml(const Error& e);
+// Whether this process wrote its pilot's JUnit file (publish): a refusal
+// thrown after that does not replace it.
+bool junit_published();
 // run_supervisor, or under torchrun/srun the launched processes' protocol
 // around it (docs/distributed.md). Needs LibTorch (c10d's store).
 int run_pilot(const PilotOptions& opts);

@@ -223,6 +223,7 @@ TEST(Verdict, OverRanksNamesTheRankThatDiverged) {
   const json one_bad = anchor::pipeline::verdict_over_ranks({good, wrong});
   EXPECT_EQ(one_bad["verdict"], "mismatch");
   EXPECT_EQ(one_bad["cause"], json::array({"rank 1: optimizer"}));
+  EXPECT_EQ(one_bad["diverged"], json::array({"rank 1: optimizer"})) << "everything that differed, on any rank";
   EXPECT_EQ(one_bad["per_rank"][0]["verdict"], "match");
   EXPECT_EQ(one_bad["per_rank"][1]["cause"], json::array({"optimizer"}));
   bool named = false;
