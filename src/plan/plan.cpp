@@ -285,8 +285,14 @@ Measured measured_from_report(const json& r) {
     if (m.libtorch.empty() && r.contains(lt) && r.at(lt).is_string()) m.libtorch = r.at(lt).get<std::string>();
   }
   if (r.contains("stages") && r["stages"].is_array())
-    for (const auto& s : r["stages"])
+    for (const auto& s : r["stages"]) {
       if (s.value("status", "") == "passed") m.stages_passed.push_back(s.value("stage", ""));
+      // The built-in loader's training windows: how much data the run has (a program's is not known).
+      if (s.value("stage", "") == "load" && s.contains("figures") && s["figures"].is_object() &&
+          s["figures"].contains("train_windows") && s["figures"]["train_windows"].is_number() &&
+          s["figures"]["train_windows"].get<double>() > 0)
+        m.train_sequences = s["figures"]["train_windows"].get<double>();
+    }
   return m;
 }
 
@@ -387,8 +393,39 @@ struct Target {
   double headroom = 0;
   double tokens_per_gpu_step = 0, fpt = 0;
   double run_tokens = 0, long_steps = 0, evals = 0;
+  double config_global_batch = 0, planned_global_batch = 0;  // sequences per optimizer step
+  double epochs = 0;  // passes over the training data; 0: its size is not known
   std::string run_length;
 };
+
+// What the plan changes without the config saying so, said: the long run on
+// `world` GPUs at micro_batch x grad_accum each is another global batch (so
+// other steps, another optimisation) than the config's; and a run that reads
+// its training data many times over.
+void notices(const Measured& m, Target& t, json& warnings) {
+  if (t.config_global_batch > 0 && t.planned_global_batch != t.config_global_batch) {
+    const double keep_ga = t.config_global_batch / (static_cast<double>(t.world) * t.mb);
+    const bool whole = keep_ga >= 1 && keep_ga == std::floor(keep_ga);
+    warnings.push_back(
+        "global batch: the long run on " + std::to_string(t.world) + " GPUs at micro_batch " + std::to_string(t.mb) +
+        " x grad_accum " + std::to_string(t.ga) + " takes " + fixed(t.planned_global_batch, 0) +
+        " sequences per optimizer step, not the config's " + fixed(t.config_global_batch, 0) +
+        " (train.global_batch, else micro_batch x grad_accum x distributed.nproc_per_node): the same tokens in " +
+        fixed(t.long_steps, 0) + " steps instead of " + fixed(t.run_tokens / (t.config_global_batch * t.seq), 0) +
+        ", and the learning rate and its schedule were not tuned for that batch" +
+        (whole ? "; grad_accum " + fixed(keep_ga, 0) + " keeps the config's batch"
+               : "; no whole grad_accum keeps it on this many GPUs"));
+  }
+  if (m.train_sequences > 0 && t.run_tokens > 0) {
+    t.epochs = t.run_tokens / (m.train_sequences * t.seq);
+    if (t.epochs >= 2)
+      warnings.push_back("data: the long run reads " + fixed(t.run_tokens, 0) + " tokens from training data of " +
+                         fixed(m.train_sequences * t.seq, 0) + " (" + fixed(m.train_sequences, 0) +
+                         " sequences of " + std::to_string(t.seq) + "): " + fixed(t.epochs, 1) +
+                         " epochs, each sequence seen that many times; more data, or fewer tokens, if that is not "
+                         "what you mean");
+  }
+}
 
 Target target_of(const Measured& m, const config::Config& cfg, json& warnings) {
   Target t;
@@ -420,6 +457,9 @@ Target target_of(const Measured& m, const config::Config& cfg, json& warnings) {
   t.long_steps = t.run_tokens > 0 ? std::ceil(t.run_tokens / (t.world * t.tokens_per_gpu_step)) : 0;
   const double config_steps = t.run_tokens > 0 ? t.run_tokens / (global_seqs * t.seq) : 0;
   t.evals = cfg.budget.eval_every_steps > 0 ? std::floor(config_steps / cfg.budget.eval_every_steps) : 0;
+  t.config_global_batch = m.program ? 0 : global_seqs;  // a program's batch is its own: not known here
+  t.planned_global_batch = static_cast<double>(t.world) * t.mb * t.ga;
+  notices(m, t, warnings);
   return t;
 }
 
@@ -436,6 +476,9 @@ json target_json(const Target& t, const config::Config& cfg) {
           {"run_tokens", t.run_tokens},
           {"run_length", t.run_length},
           {"long_run_steps", t.long_steps},
+          {"global_batch", t.planned_global_batch},
+          {"config_global_batch", t.config_global_batch > 0 ? json(t.config_global_batch) : json()},
+          {"epochs", t.epochs > 0 ? json(t.epochs) : json()},
           {"tokens_per_gpu_step", t.tokens_per_gpu_step},
           {"flops_per_token", t.fpt}};
 }

@@ -99,6 +99,9 @@ struct Measured {
   double step_seconds = 0, step_tokens = 0, tokens_per_s = 0;
   double data_wait_s = 0, compute_s = 0, stall_percent = 0;
 
+  // The training data, in sequences of seq_len (the built-in loader's windows); 0: not known.
+  double train_sequences = 0;
+
   // One checkpoint save of the full state.
   double save_bytes = 0, save_seconds = 0;
 

@@ -234,6 +234,46 @@ TEST(MakePlan, FromAProgramsMeasurements) {
   }
 }
 
+// The plan says when it changes what the config asked for: another global
+// batch on more GPUs, and a run that reads its data many times.
+bool warns(const json& plan, const std::string& what) {
+  for (const auto& w : plan["warnings"])
+    if (w.get<std::string>().find(what) != std::string::npos) return true;
+  return false;
+}
+
+TEST(MakePlan, SaysWhenTheGlobalBatchChangesAndHowManyEpochs) {
+  auto cfg = synthetic::synthetic_config();  // micro_batch 4, grad_accum 1, one rank; 8 GPUs; 1000 steps of seq 1000
+  json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  EXPECT_EQ(p["target"]["global_batch"], 32);
+  EXPECT_EQ(p["target"]["config_global_batch"], 4);
+  EXPECT_TRUE(warns(p, "takes 32 sequences per optimizer step, not the config's 4")) << p["warnings"].dump(2);
+  EXPECT_TRUE(warns(p, "in 125 steps instead of 1000")) << p["warnings"].dump(2);
+  EXPECT_TRUE(warns(p, "no whole grad_accum keeps it")) << p["warnings"].dump(2);
+  // train.global_batch 64 on 8 GPUs at micro_batch 4: grad_accum 2 would keep it.
+  cfg.train.global_batch = 64;
+  p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  EXPECT_TRUE(warns(p, "grad_accum 2 keeps the config's batch")) << p["warnings"].dump(2);
+  // Negative control: one GPU at the config's shape is the config's batch.
+  cfg = synthetic::synthetic_config();
+  cfg.budget.gpus_per_node = 1;
+  p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  EXPECT_EQ(p["target"]["global_batch"], p["target"]["config_global_batch"]);
+  EXPECT_FALSE(warns(p, "global batch:")) << p["warnings"].dump(2);
+
+  // Epochs: 4e6 tokens over 100 windows of 1000 tokens is 40 passes; the data's size comes from the load stage.
+  EXPECT_TRUE(p["target"]["epochs"].is_null()) << "no load figures: the data's size is not known";
+  EXPECT_FALSE(warns(p, "epochs"));
+  json r = synthetic::synthetic_report();
+  r["stages"].push_back({{"stage", "load"}, {"status", "passed"}, {"figures", {{"train_windows", 100}}}});
+  p = make_plan(r, synthetic_catalog(), cfg);
+  EXPECT_DOUBLE_EQ(p["target"]["epochs"].get<double>(), 40.0);
+  EXPECT_TRUE(warns(p, "40.0 epochs")) << p["warnings"].dump(2);
+  r["stages"].back()["figures"]["train_windows"] = 1000000;  // 1e9 tokens: under one pass
+  p = make_plan(r, synthetic_catalog(), cfg);
+  EXPECT_FALSE(warns(p, "epochs")) << p["warnings"].dump(2);
+}
+
 TEST(MakePlan, DecisionsAtTheBoundaries) {
   const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
                            synthetic::synthetic_config());
