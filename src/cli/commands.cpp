@@ -15,6 +15,7 @@ const std::vector<Command>& commands() {
       {"config", "Check a config or print the effective config", setup_config},
       {"checkpoint", "Verify one checkpoint or list every step with its state", setup_checkpoint},
       {"plan", "Plan hardware, parallelism and budget from a report's measurements", setup_plan},
+      {"diff", "Show what differs between a config and a past run's effective config", setup_diff},
       {"keygen", "Create an ECDSA P-256 signing key pair for reports", setup_keygen},
       {"__worker", "internal: a pilot worker process", setup_worker},
       {"__process-facts", "internal: what pin needs of a process that trains (anchor-torch)", setup_process_facts},

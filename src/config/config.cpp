@@ -1,4 +1,5 @@
 #include "anchor/config/config.hpp"
+#include "anchor/config/diff.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -606,6 +607,48 @@ std::string resolve_path(const Config& c, const std::string& p) {
   stdfs::path path(p);
   if (path.is_absolute()) return p;
   return (stdfs::path(c.base_dir) / path).lexically_normal().string();
+}
+
+namespace {
+
+// Keys that say how the pilot runs, plans, reports or names its run, not what
+// the run trains on and how: a difference in them leaves the result as it was.
+bool decides_result(const std::string& key) {
+  for (const char* prefix : {"pilot.", "checkpoint.", "report.", "budget."})
+    if (key.rfind(prefix, 0) == 0) return false;
+  return key != "run.name" && key != "run.output_dir";
+}
+
+// A config-relative path value (a string or a list of them) resolved against base.
+nlohmann::json resolved(const nlohmann::json& v, const std::string& base) {
+  auto one = [&](const nlohmann::json& s) -> nlohmann::json {
+    if (!s.is_string() || s.get<std::string>().empty() || base.empty()) return s;
+    const stdfs::path p(s.get<std::string>());
+    return p.is_absolute() ? p.lexically_normal().string() : (stdfs::path(base) / p).lexically_normal().string();
+  };
+  if (!v.is_array()) return one(v);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& e : v) out.push_back(one(e));
+  return out;
+}
+
+}  // namespace
+
+std::vector<Difference> diff(const nlohmann::json& past, const std::string& past_base_dir, const Config& now) {
+  const nlohmann::json current = to_json(now);
+  std::vector<Difference> out;
+  for (const auto& f : schema::fields()) {
+    std::string pointer = "/" + f.key;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    const nlohmann::json::json_pointer jp(pointer);
+    const nlohmann::json was = past.is_object() && past.contains(jp) ? past.at(jp) : nlohmann::json();
+    const nlohmann::json is = current.at(jp);
+    const bool relative = f.path == schema::PathKind::kConfigRelative;
+    const nlohmann::json was_at = relative ? resolved(was, past_base_dir) : nlohmann::json();
+    const nlohmann::json is_at = relative ? resolved(is, now.base_dir) : nlohmann::json();
+    if (relative ? was_at != is_at : was != is) out.push_back({f.key, was, is, was_at, is_at, decides_result(f.key)});
+  }
+  return out;
 }
 
 std::string dropout_purpose(int rank) { return rank == 0 ? "dropout" : "dropout/rank" + std::to_string(rank); }

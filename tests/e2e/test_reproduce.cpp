@@ -220,3 +220,47 @@ TEST(ReproduceOutputs, WritesOnlyUnderItsOwnRunDirectoryAndSaysWhichKeyItTrusted
 }
 
 }  // namespace
+
+namespace {
+
+// `anchor diff CONFIG REPORT`: the config about to run against a real past run.
+TEST_F(Reproduce, DiffNamesWhatAConfigChangesAgainstThePastRun) {
+  const std::vector<std::string> same = {"--set", "data.train=[" + t_.str("train.txt") + "]", "--set",
+                                         "data.val=[" + t_.str("val.txt") + "]", "--set",
+                                         "report.signing_key=" + t_.str("keys/anchor.key")};
+  auto args = [&](std::vector<std::string> extra, const std::string& report) {
+    std::vector<std::string> a = {"diff", source_path("configs/pilot.yaml"), report};
+    a.insert(a.end(), same.begin(), same.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  // The run's own config: nothing differs (the negative control), from the report or its envelope.
+  for (const std::string& report : {t_.str("orig/report.json"), t_.str("orig/report.intoto.json"), t_.str("orig")}) {
+    auto r = run_anchor(args({}, report));
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("no differences"), std::string::npos) << r.output;
+  }
+  // A training key decides the result (exit 3); a planning key is listed and does not.
+  auto r = run_anchor(args({"--set", "train.optimizer.lr=0.01", "--set", "budget.nodes=4"}, t_.str("orig")));
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("train.optimizer.lr  "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("budget.nodes  1  4  (does not change what trains)"), std::string::npos) << r.output;
+  r = run_anchor(args({"--set", "budget.nodes=4"}, t_.str("orig")));
+  EXPECT_EQ(r.status, 0) << r.output;
+  // --json: the same differences as one object.
+  auto j = anchor::proc::run_capture([&] {
+    auto a = args({"--set", "data.seq_len=32", "--json"}, t_.str("orig/report.json"));
+    a.insert(a.begin(), ANCHOR_BINARY);
+    return a;
+  }());
+  EXPECT_EQ(j.status, 3) << j.out;
+  const auto doc = json::parse(j.out);
+  ASSERT_EQ(doc["differences"].size(), 1u) << doc.dump(2);
+  EXPECT_EQ(doc["differences"][0]["key"], "data.seq_len");
+  EXPECT_EQ(doc["differences"][0]["past"], 64);
+  EXPECT_EQ(doc["differences"][0]["now"], 32);
+  EXPECT_TRUE(doc["differences"][0]["decides_result"].get<bool>());
+  EXPECT_EQ(doc["run_id"], read_json(t_.str("orig/report.json"))["run_id"]);
+}
+
+}  // namespace

@@ -11,6 +11,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
+#include "anchor/config/diff.hpp"
 
 namespace {
 
@@ -780,3 +781,46 @@ TEST(ConfigProgram, DataIsOptionalForAProgramAndEnvIsChecked) {
     EXPECT_NE(all.find("sets RANK, which anchor sets"), std::string::npos) << all;
   }
 }
+
+namespace {
+
+namespace cfg2 = anchor::config;
+
+// `anchor diff`'s comparison: every key, paths as they resolve, and which differences decide the result.
+TEST(ConfigDiff, NamesEveryDifferingKeyAndWhetherItDecidesTheResult) {
+  const std::string yaml = "data:\n  train: [data/train.bin]\n  format: llmc\n";
+  const auto past = cfg2::load_string(yaml, "a.yaml", {}, "/runs/a");
+  const auto past_json = cfg2::to_json(past);
+  // The same config, in the same directory: nothing differs (the negative control).
+  EXPECT_TRUE(cfg2::diff(past_json, "/runs/a", cfg2::load_string(yaml, "a.yaml", {}, "/runs/a")).empty());
+  // A training key and a planning key.
+  auto d = cfg2::diff(past_json, "/runs/a",
+                      cfg2::load_string(yaml, "a.yaml", {"train.micro_batch=8", "budget.nodes=2"}, "/runs/a"));
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].key, "train.micro_batch");
+  EXPECT_EQ(d[0].past, past_json["train"]["micro_batch"]);
+  EXPECT_EQ(d[0].now, 8);
+  EXPECT_TRUE(d[0].decides_result);
+  EXPECT_TRUE(d[0].past_resolved.is_null());
+  EXPECT_EQ(d[1].key, "budget.nodes");
+  EXPECT_FALSE(d[1].decides_result);
+  // The same relative path from another directory is another file; another spelling of the same file is not.
+  d = cfg2::diff(past_json, "/runs/a", cfg2::load_string(yaml, "a.yaml", {}, "/elsewhere"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].key, "data.train");
+  EXPECT_EQ(d[0].past, d[0].now);
+  EXPECT_EQ(d[0].past_resolved, nlohmann::json::array({"/runs/a/data/train.bin"}));
+  EXPECT_EQ(d[0].now_resolved, nlohmann::json::array({"/elsewhere/data/train.bin"}));
+  const auto same_file = cfg2::load_string("data:\n  train: [../a/data/./train.bin]\n  format: llmc\n", "b.yaml", {},
+                                           "/runs/b");
+  d = cfg2::diff(past_json, "/runs/a", same_file);
+  for (const auto& x : d) EXPECT_NE(x.key, "data.train") << "resolves to the same file";
+  // A key an older anchor did not write is absent in the past, not equal.
+  auto older = past_json;
+  older["train"].erase("micro_batch");
+  d = cfg2::diff(older, "/runs/a", past);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(d[0].past.is_null());
+}
+
+}  // namespace
