@@ -4,7 +4,7 @@
 // past run (its report): every key, paths compared as they resolve, and
 // whether the difference decides the result. docs/config.md, "Comparing with
 // a past run". Exit 0 when nothing that decides the result differs, 3 when
-// something does, 2 on a config or usage error.
+// something does, 2 on a config or usage error, 1 when a file cannot be read.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -27,12 +27,22 @@ struct DiffCliOptions {
   bool json = false;
 };
 
+// A string field of the report, or "" when it is absent or not a string (a hostile report).
+std::string text(const nlohmann::json& report, const char* key) {
+  auto it = report.find(key);
+  return it != report.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 // The directory the past run's relative paths resolved against: its
-// manifest's config.base_dir, else its config file's directory.
+// manifest's config.base_dir (exact bytes, base_dir_hex), else its config
+// file's directory. "" or a relative one: paths are compared as written.
 std::string past_base_dir(const nlohmann::json& report) {
-  const nlohmann::json::json_pointer base("/manifest/config/base_dir");
-  if (report.contains(base) && report.at(base).is_string()) return report.at(base).get<std::string>();
-  const std::string path = report.value("config_path", "");
+  const nlohmann::json::json_pointer config("/manifest/config");
+  if (report.contains(config) && report.at(config).is_object()) {
+    const std::string base = path_field(report.at(config), "base_dir");
+    if (!base.empty()) return base;
+  }
+  const std::string path = text(report, "config_path");
   return path.empty() ? "" : std::filesystem::path(path).parent_path().string();
 }
 
@@ -56,7 +66,8 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
   sub.add_flag("--json", o->json,
                "print {config, report, run_id, differences: [{key, past, now, past_resolved, now_resolved, "
                "decides_result}]}");
-  sub.footer("Exit codes: 0 nothing that decides the result differs, 3 something does, 2 usage or config error. "
+  sub.footer("Exit codes: 0 nothing that decides the result differs, 3 something does, 2 usage or config error, "
+             "1 a file that cannot be read. "
              "Inputs are compared by path, not by digest: `anchor reproduce REPORT` re-pins them.");
   return [o]() {
     const config::Config now = config::load(o->config, o->sets);
@@ -78,21 +89,21 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
                         {"decides_result", d.decides_result}});
       std::cout << dump_json({{"config", printable(o->config)},
                               {"report", printable(o->report)},
-                              {"run_id", report.value("run_id", "")},
+                              {"run_id", text(report, "run_id")},
                               {"differences", rows}},
                              2)
                 << std::endl;
     } else if (diffs.empty()) {
       std::cout << "no differences: " << printable(o->config) << " is the config of run "
-                << report.value("run_id", std::string("?")) << "\n";
+                << text(report, "run_id") << "\n";
     } else {
       std::cout << "KEY  PAST RUN  THIS CONFIG\n";
       for (const auto& d : diffs)
         std::cout << d.key << "  " << shown(d, true) << "  " << shown(d, false)
-                  << (d.decides_result ? "" : "  (does not change what trains)") << "\n";
+                  << (d.decides_result ? "" : "  (does not change the result)") << "\n";
     }
     std::fprintf(stderr, "anchor diff: %zu key(s) differ from run %s, %zu of them decide the result%s\n", diffs.size(),
-                 printable(report.value("run_id", std::string("?"))).c_str(), deciding,
+                 printable(text(report, "run_id")).c_str(), deciding,
                  deciding ? "" : " (exit 0)");
     return static_cast<int>(deciding ? ExitCode::kVerification : ExitCode::kOk);
   };

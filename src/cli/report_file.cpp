@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/report/dsse.hpp"
 
@@ -19,13 +20,21 @@ nlohmann::json read_report(std::string path) {
       path = (stdfs::path(path) / "report.intoto.json").string();
   }
   const std::string text = fs::read_file(path);
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // parse_json: a hostile file nested a million levels deep is refused, not a stack overflow.
+  const auto parse = [](const std::string& t) {
+    try {
+      return parse_json(t);
+    } catch (const json::exception&) {
+      return json(json::value_t::discarded);
+    }
+  };
+  json j = parse(text);
   if (j.is_discarded() || !j.is_object())
-    throw Error(ErrorKind::kUsage, "report " + path + ": not a JSON object",
+    throw Error(ErrorKind::kUsage, "report " + path + ": not a JSON object (or nested deeper than anchor writes)",
                 "give the pilot's report.json or report.intoto.json");
   if (j.contains("payloadType")) {
     const report::Envelope env = report::envelope_from_json(text);
-    json statement = json::parse(env.payload, nullptr, false);
+    json statement = parse(env.payload);
     const json::json_pointer p("/predicate/report");
     if (statement.is_discarded() || !statement.contains(p) || !statement.at(p).is_object())
       throw Error(ErrorKind::kUsage,

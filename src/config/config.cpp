@@ -1,5 +1,6 @@
 #include "anchor/config/config.hpp"
 #include "anchor/config/diff.hpp"
+#include "anchor/common/utf8.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -611,12 +612,21 @@ std::string resolve_path(const Config& c, const std::string& p) {
 
 namespace {
 
-// Keys that say how the pilot runs, plans, reports or names its run, not what
-// the run trains on and how: a difference in them leaves the result as it was.
-bool decides_result(const std::string& key) {
-  for (const char* prefix : {"pilot.", "checkpoint.", "report.", "budget."})
+// Whether a key's value changes what the pilot trains and measures (its
+// losses, steps, evals, verdict and figures). Not: the plan's inputs
+// (budget.*), signing (report.*), the run's name and place, checkpoint
+// retention, and where checkpoints go unless the pilot starts from one. A
+// program pilot's training is its own: anchor's model.*, data.* and train.*
+// do not reach it.
+bool decides_result(const std::string& key, const Config& now, bool program) {
+  for (const char* prefix : {"report.", "budget."})
     if (key.rfind(prefix, 0) == 0) return false;
-  return key != "run.name" && key != "run.output_dir";
+  if (key == "run.name" || key == "run.output_dir" || key == "checkpoint.keep_last") return false;
+  if (key == "checkpoint.dir") return now.pilot.start_from == "latest";
+  if (program)
+    for (const char* prefix : {"model.", "data.", "train."})
+      if (key.rfind(prefix, 0) == 0) return false;
+  return true;
 }
 
 // A config-relative path value (a string or a list of them) resolved against base.
@@ -635,7 +645,15 @@ nlohmann::json resolved(const nlohmann::json& v, const std::string& base) {
 }  // namespace
 
 std::vector<Difference> diff(const nlohmann::json& past, const std::string& past_base_dir, const Config& now) {
-  const nlohmann::json current = to_json(now);
+  // Both sides as a report holds them: strings through printable().
+  const nlohmann::json current = printable_json(to_json(now)), defaults = printable_json(to_json(Config{}));
+  const nlohmann::json::json_pointer command("/program/command");
+  const bool program = !now.program.command.empty() ||
+                       (past.is_object() && past.contains(command) && past.at(command).is_array() &&
+                        !past.at(command).empty());
+  // A past directory that is not absolute (or not known) says nothing about
+  // where its relative paths were: they are compared as written.
+  const bool resolve = !past_base_dir.empty() && stdfs::path(past_base_dir).is_absolute();
   std::vector<Difference> out;
   for (const auto& f : schema::fields()) {
     std::string pointer = "/" + f.key;
@@ -643,10 +661,17 @@ std::vector<Difference> diff(const nlohmann::json& past, const std::string& past
     const nlohmann::json::json_pointer jp(pointer);
     const nlohmann::json was = past.is_object() && past.contains(jp) ? past.at(jp) : nlohmann::json();
     const nlohmann::json is = current.at(jp);
-    const bool relative = f.path == schema::PathKind::kConfigRelative;
-    const nlohmann::json was_at = relative ? resolved(was, past_base_dir) : nlohmann::json();
-    const nlohmann::json is_at = relative ? resolved(is, now.base_dir) : nlohmann::json();
-    if (relative ? was_at != is_at : was != is) out.push_back({f.key, was, is, was_at, is_at, decides_result(f.key)});
+    const bool relative = resolve && f.path == schema::PathKind::kConfigRelative;
+    // program.cwd empty is the config's directory: "." resolves to it.
+    auto at_base = [&](const nlohmann::json& v, const std::string& base) {
+      return resolved(f.key == "program.cwd" && v == "" ? nlohmann::json(".") : v, base);
+    };
+    const nlohmann::json was_at = relative ? at_base(was, printable(past_base_dir)) : nlohmann::json();
+    const nlohmann::json is_at = relative ? at_base(is, printable(now.base_dir)) : nlohmann::json();
+    if (relative ? was_at == is_at : was == is) continue;
+    // A key an older anchor did not write, now at its default: the run had that default too.
+    const bool absent_default = was.is_null() && is == defaults.at(jp);
+    out.push_back({f.key, was, is, was_at, is_at, !absent_default && decides_result(f.key, now, program)});
   }
   return out;
 }

@@ -746,8 +746,10 @@ Step reproduce_compare(BuiltinRun& r) {
   std::string differing;  // the names of the figures that differ, for the stage and the last line
   p.stage("reproduce_compare", [&] {
     repro = compare_reports(*r.opts.baseline, p.report.json(), r.opts.reproduce_bitwise, p.cfg.pilot.tolerance);
+    std::size_t n = 0;  // the first five named, then how many more
     for (const auto& c : repro["checks"])
-      if (!c["ok"].get<bool>()) differing += (differing.empty() ? "" : ", ") + c["name"].get<std::string>();
+      if (!c["ok"].get<bool>() && ++n <= 5) differing += (differing.empty() ? "" : ", ") + c["name"].get<std::string>();
+    if (n > 5) differing += " and " + std::to_string(n - 5) + " more";
     nlohmann::json f = {{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
     if (repro["verdict"] != "reproduced") f["failed"] = "the re-run differs from the report it reproduces: " + differing;
     return f;

@@ -404,24 +404,39 @@ struct Target {
 // its training data many times over.
 void notices(const Measured& m, Target& t, json& warnings) {
   if (t.config_global_batch > 0 && t.planned_global_batch != t.config_global_batch) {
-    const double keep_ga = t.config_global_batch / (static_cast<double>(t.world) * t.mb);
-    const bool whole = keep_ga >= 1 && keep_ga == std::floor(keep_ga);
-    warnings.push_back(
-        "global batch: the long run on " + std::to_string(t.world) + " GPUs at micro_batch " + std::to_string(t.mb) +
-        " x grad_accum " + std::to_string(t.ga) + " takes " + fixed(t.planned_global_batch, 0) +
-        " sequences per optimizer step, not the config's " + fixed(t.config_global_batch, 0) +
-        " (train.global_batch, else micro_batch x grad_accum x distributed.nproc_per_node): the same tokens in " +
-        fixed(t.long_steps, 0) + " steps instead of " + fixed(t.run_tokens / (t.config_global_batch * t.seq), 0) +
-        ", and the learning rate and its schedule were not tuned for that batch" +
-        (whole ? "; grad_accum " + fixed(keep_ga, 0) + " keeps the config's batch"
-               : "; no whole grad_accum keeps it on this many GPUs"));
+    // What keeps the config's batch on W GPUs, in the long run's config: its
+    // per-GPU share as micro_batch x grad_accum, the largest micro_batch up to
+    // the measured one first.
+    std::string keep = "no micro_batch x grad_accum on " + std::to_string(t.world) + " GPUs gives exactly " +
+                       fixed(t.config_global_batch, 0) + " sequences";
+    const double per_gpu = t.config_global_batch / t.world;
+    if (per_gpu >= 1 && per_gpu == std::floor(per_gpu)) {
+      const auto share = static_cast<std::int64_t>(per_gpu);
+      for (std::int64_t mb = std::min<std::int64_t>(t.mb, share); mb >= 1; --mb)
+        if (share % mb == 0) {
+          keep = "the long run at micro_batch " + std::to_string(mb) + " x grad_accum " + std::to_string(share / mb) +
+                 " per GPU keeps the config's batch";
+          break;
+        }
+    }
+    std::string steps;
+    if (t.run_tokens > 0)
+      steps = ": the same tokens in " + fixed(t.long_steps, 0) + " steps instead of " +
+              fixed(std::ceil(t.run_tokens / (t.config_global_batch * t.seq)), 0) + ",";
+    warnings.push_back("global batch: the long run on " + std::to_string(t.world) + " GPUs at micro_batch " +
+                       std::to_string(t.mb) + " x grad_accum " + std::to_string(t.ga) + " takes " +
+                       fixed(t.planned_global_batch, 0) + " sequences per optimizer step, not the config's " +
+                       fixed(t.config_global_batch, 0) +
+                       " (train.global_batch, else micro_batch x grad_accum x distributed.nproc_per_node)" + steps +
+                       " and the learning rate and its schedule were not tuned for that batch; " + keep);
   }
-  if (m.train_sequences > 0 && t.run_tokens > 0) {
-    t.epochs = t.run_tokens / (m.train_sequences * t.seq);
+  // The data's size: the pilot's windows at the pilot's seq_len (another data.seq_len here does not change it).
+  const double data_tokens = m.train_sequences * static_cast<double>(m.seq_len > 0 ? m.seq_len : t.seq);
+  if (data_tokens > 0 && t.run_tokens > 0) {
+    t.epochs = t.run_tokens / data_tokens;
     if (t.epochs >= 2)
       warnings.push_back("data: the long run reads " + fixed(t.run_tokens, 0) + " tokens from training data of " +
-                         fixed(m.train_sequences * t.seq, 0) + " (" + fixed(m.train_sequences, 0) +
-                         " sequences of " + std::to_string(t.seq) + "): " + fixed(t.epochs, 1) +
+                         fixed(data_tokens, 0) + " tokens (as the pilot read it): " + fixed(t.epochs, 1) +
                          " epochs, each sequence seen that many times; more data, or fewer tokens, if that is not "
                          "what you mean");
   }

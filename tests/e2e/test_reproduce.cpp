@@ -244,7 +244,10 @@ TEST_F(Reproduce, DiffNamesWhatAConfigChangesAgainstThePastRun) {
   auto r = run_anchor(args({"--set", "train.optimizer.lr=0.01", "--set", "budget.nodes=4"}, t_.str("orig")));
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("train.optimizer.lr  "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("budget.nodes  1  4  (does not change what trains)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("budget.nodes  1  4  (does not change the result)"), std::string::npos) << r.output;
+  // pilot.* changes the pilot's steps and evals: it decides the result.
+  r = run_anchor(args({"--set", "pilot.eval_batches=4"}, t_.str("orig")));
+  EXPECT_EQ(r.status, 3) << r.output;
   r = run_anchor(args({"--set", "budget.nodes=4"}, t_.str("orig")));
   EXPECT_EQ(r.status, 0) << r.output;
   // --json: the same differences as one object.

@@ -19,10 +19,15 @@ struct Difference {
   std::string key;              // "train.micro_batch"
   nlohmann::json past, now;     // as written; null: the key is not in the past run's config (an older anchor)
   nlohmann::json past_resolved, now_resolved;  // a config-relative path's, as each resolves; else null
-  bool decides_result = true;  // false: pilot.*, checkpoint.*, report.*, budget.*, run.name, run.output_dir
+  // false: budget.*, report.*, run.name, run.output_dir, checkpoint.keep_last,
+  // checkpoint.dir unless pilot.start_from is latest; for a program pilot also
+  // model.*, data.*, train.* (they do not reach the program); and a key an
+  // older report lacks whose value now is the default.
+  bool decides_result = true;
 };
 // `past`: a report's "config" (to_json of the run's config); `past_base_dir`:
-// the directory its relative paths resolved against (manifest.config.base_dir).
+// the directory its relative paths resolved against (manifest.config.base_dir;
+// when it is empty or relative, paths are compared as written).
 std::vector<Difference> diff(const nlohmann::json& past, const std::string& past_base_dir, const Config& now);
 
 }  // namespace anchor::config

@@ -815,12 +815,22 @@ TEST(ConfigDiff, NamesEveryDifferingKeyAndWhetherItDecidesTheResult) {
                                            "/runs/b");
   d = cfg2::diff(past_json, "/runs/a", same_file);
   for (const auto& x : d) EXPECT_NE(x.key, "data.train") << "resolves to the same file";
-  // A key an older anchor did not write is absent in the past, not equal.
+  // A key an older anchor did not write is absent in the past, not equal; at its default it decides nothing.
   auto older = past_json;
   older["train"].erase("micro_batch");
   d = cfg2::diff(older, "/runs/a", past);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_TRUE(d[0].past.is_null());
+  EXPECT_FALSE(d[0].decides_result);
+  d = cfg2::diff(older, "/runs/a", cfg2::load_string(yaml, "a.yaml", {"train.micro_batch=8"}, "/runs/a"));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(d[0].decides_result) << "not the default: the past run cannot have had it";
+  // Without an absolute past directory, paths are compared as written.
+  EXPECT_TRUE(cfg2::diff(past_json, "", cfg2::load_string(yaml, "a.yaml", {}, "/elsewhere")).empty());
+  // pilot.* decides (the pilot's steps and evals); budget.* does not.
+  d = cfg2::diff(past_json, "/runs/a", cfg2::load_string(yaml, "a.yaml", {"pilot.eval_batches=7"}, "/runs/a"));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(d[0].decides_result);
 }
 
 }  // namespace

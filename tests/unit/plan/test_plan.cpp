@@ -249,11 +249,19 @@ TEST(MakePlan, SaysWhenTheGlobalBatchChangesAndHowManyEpochs) {
   EXPECT_EQ(p["target"]["config_global_batch"], 4);
   EXPECT_TRUE(warns(p, "takes 32 sequences per optimizer step, not the config's 4")) << p["warnings"].dump(2);
   EXPECT_TRUE(warns(p, "in 125 steps instead of 1000")) << p["warnings"].dump(2);
-  EXPECT_TRUE(warns(p, "no whole grad_accum keeps it")) << p["warnings"].dump(2);
-  // train.global_batch 64 on 8 GPUs at micro_batch 4: grad_accum 2 would keep it.
+  EXPECT_TRUE(warns(p, "no micro_batch x grad_accum on 8 GPUs gives exactly 4 sequences")) << p["warnings"].dump(2);
+  // A batch of 64 (micro_batch 4 x grad_accum 16) on 8 GPUs: 8 per GPU, micro_batch 4 x grad_accum 2.
+  cfg.train.grad_accum = 16;
   cfg.train.global_batch = 64;
   p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
-  EXPECT_TRUE(warns(p, "grad_accum 2 keeps the config's batch")) << p["warnings"].dump(2);
+  EXPECT_TRUE(warns(p, "takes 512 sequences per optimizer step, not the config's 64")) << p["warnings"].dump(2);
+  EXPECT_TRUE(warns(p, "the long run at micro_batch 4 x grad_accum 2 per GPU keeps the config's batch"))
+      << p["warnings"].dump(2);
+  // 24 on 8 GPUs: 3 per GPU, which micro_batch 4 does not divide: micro_batch 3 x grad_accum 1.
+  cfg.train.grad_accum = 6;
+  cfg.train.global_batch = 24;
+  p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  EXPECT_TRUE(warns(p, "micro_batch 3 x grad_accum 1 per GPU")) << p["warnings"].dump(2);
   // Negative control: one GPU at the config's shape is the config's batch.
   cfg = synthetic::synthetic_config();
   cfg.budget.gpus_per_node = 1;
@@ -269,6 +277,11 @@ TEST(MakePlan, SaysWhenTheGlobalBatchChangesAndHowManyEpochs) {
   p = make_plan(r, synthetic_catalog(), cfg);
   EXPECT_DOUBLE_EQ(p["target"]["epochs"].get<double>(), 40.0);
   EXPECT_TRUE(warns(p, "40.0 epochs")) << p["warnings"].dump(2);
+  // Another data.seq_len in the plan does not change the data's size (the pilot's windows are its seq_len's).
+  auto other_seq = cfg;
+  other_seq.data.seq_len = 500;
+  other_seq.train.total_tokens = 4000000;  // the same tokens as 1000 steps of 4 x 1000
+  EXPECT_DOUBLE_EQ(make_plan(r, synthetic_catalog(), other_seq)["target"]["epochs"].get<double>(), 40.0);
   r["stages"].back()["figures"]["train_windows"] = 1000000;  // 1e9 tokens: under one pass
   p = make_plan(r, synthetic_catalog(), cfg);
   EXPECT_FALSE(warns(p, "epochs")) << p["warnings"].dump(2);
