@@ -262,8 +262,6 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
 // The readable stage table goes to stdout, unless --json reserves stdout for the report.
 std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::cerr : std::cout; }
 
-// Writes every output of the run, whatever its outcome: report.json and
-// report.md, the JUnit XML (--junit) and the report on stdout (--json).
 namespace {
 std::atomic<bool> g_junit_published{false};
 
@@ -276,6 +274,8 @@ void write_junit(const Pilot& p) {
 
 bool junit_published() { return g_junit_published; }
 
+// Writes every output of the run, whatever its outcome: report.json and
+// report.md, the JUnit XML (--junit) and the report on stdout (--json).
 void publish(Pilot& p) {
   if (p.signing_key.empty()) {
     const char* missing = p.opts.use_config_dirs ? "report.signing_key configured" : "--signing-key given";
