@@ -8,11 +8,16 @@
 execute_process(COMMAND git --no-optional-locks rev-parse HEAD
   WORKING_DIRECTORY "${SOURCE_DIR}"
   RESULT_VARIABLE commit_rc OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+# The commit's date (YYYY-MM-DD): the man page's date, the same for every build of it.
+execute_process(COMMAND git --no-optional-locks log -1 --format=%cs HEAD
+  WORKING_DIRECTORY "${SOURCE_DIR}"
+  RESULT_VARIABLE date_rc OUTPUT_VARIABLE date OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 execute_process(COMMAND git --no-optional-locks status --porcelain --untracked-files=no
   WORKING_DIRECTORY "${SOURCE_DIR}"
   RESULT_VARIABLE status_rc OUTPUT_VARIABLE status OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 if(NOT commit_rc EQUAL 0 OR NOT commit)
   set(commit "unknown")  # not a git checkout (a source tarball), or no git
+  set(date "")
   set(dirty "false")
 elseif(NOT status_rc EQUAL 0 OR status)
   set(dirty "true")
@@ -24,6 +29,7 @@ set(content "// Generated at build time by cmake/AnchorGitCommit.cmake.
 namespace anchor::build {
 const char* const kGitCommit = \"${commit}\";
 const bool kGitDirty = ${dirty};
+const char* const kGitDate = \"${date}\";
 }  // namespace anchor::build
 ")
 set(old "")

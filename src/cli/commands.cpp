@@ -17,6 +17,8 @@ const std::vector<Command>& commands() {
       {"plan", "Plan hardware, parallelism and budget from a report's measurements", setup_plan},
       {"diff", "Show what differs between a config and a past run's effective config", setup_diff},
       {"keygen", "Create an ECDSA P-256 signing key pair for reports", setup_keygen},
+      {"completion", "Print the bash or zsh completion script", setup_completion},
+      {"manpage", "Print the man page (roff): anchor manpage | man -l -", setup_manpage},
       {"__worker", "internal: a pilot worker process", setup_worker},
       {"__process-facts", "internal: what pin needs of a process that trains (anchor-torch)", setup_process_facts},
   };

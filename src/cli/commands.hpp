@@ -37,6 +37,8 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
 Runner setup_checkpoint(CLI::App& sub, const GlobalOptions& global);
 Runner setup_plan(CLI::App& sub, const GlobalOptions& global);
 Runner setup_diff(CLI::App& sub, const GlobalOptions& global);
+Runner setup_completion(CLI::App& sub, const GlobalOptions& global);
+Runner setup_manpage(CLI::App& sub, const GlobalOptions& global);
 
 // Runs a pilot (`pilot`, `reproduce`); when it throws, it was refused before
 // it wrote a report: the JUnit file (when asked for) then says why

@@ -108,8 +108,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   cli::GlobalOptions global;
-  app.add_option("--log-level", global.log_level, "debug, info, warn, error, off")
+  app.add_option("--log-level", global.log_level, "how much the log says")
       ->envname("ANCHOR_LOG_LEVEL")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
   bool quiet = false, verbose = false;
   auto* quiet_flag = app.add_flag("-q,--quiet", quiet, "warnings and errors only on stderr (--log-level warn unless it is error or off)");

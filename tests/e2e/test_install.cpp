@@ -81,6 +81,7 @@ void the_embedded_default_pilot_runs_outside_the_source_tree();
 void finds_the_catalog_beside_its_binary();
 void binaries_find_their_libraries();
 void ships_the_python_helper();
+void ships_completion_and_the_man_page();
 
 TEST_F(Installed, RunsOutsideTheSourceTreeWithItsCatalogLibrariesAndHelper) {
   {
@@ -98,6 +99,10 @@ TEST_F(Installed, RunsOutsideTheSourceTreeWithItsCatalogLibrariesAndHelper) {
   {
     SCOPED_TRACE("the Python helper");
     ships_the_python_helper();
+  }
+  {
+    SCOPED_TRACE("completion and the man page");
+    ships_completion_and_the_man_page();
   }
 }
 
@@ -177,6 +182,25 @@ void ships_the_python_helper() {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find(at("share/anchor/python/anchor_pilot/__init__.py")), std::string::npos) << r.out;
   EXPECT_TRUE(stdfs::is_regular_file(at("share/doc/anchor/docs/program.md")));
+}
+
+// Completion and the man page where bash-completion, zsh and man look under a
+// prefix, as the installed binary prints them.
+void ships_completion_and_the_man_page() {
+  const auto at = [](const std::string& rel) { return Installed::at(rel); };
+  const std::pair<const char*, std::vector<std::string>> files[] = {
+      {"share/bash-completion/completions/anchor", {"completion", "bash"}},
+      {"share/zsh/vendor-completions/_anchor", {"completion", "zsh"}},
+      {"share/man/man1/anchor.1", {"manpage"}},
+  };
+  for (const auto& [rel, args] : files) {
+    ASSERT_TRUE(stdfs::is_regular_file(at(rel))) << rel;
+    std::vector<std::string> argv = {at("bin/anchor")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = anchor::proc::run_capture(argv, Installed::merged());
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(anchor::fs::read_file(at(rel)), r.out) << rel;
+  }
 }
 
 }  // namespace

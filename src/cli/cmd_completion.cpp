@@ -1,0 +1,330 @@
+// anchor completion bash|zsh, anchor manpage: generated from the command tree
+// (command_tree.hpp), so they say what --help says.
+#include <cctype>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "anchor/build_info.hpp"
+#include "anchor/error.hpp"
+#include "command_tree.hpp"
+#include "commands.hpp"
+
+namespace anchor::cli {
+namespace {
+
+// Every option a command accepts: its own, then its ancestors' (the root app
+// falls through, so `anchor pilot x.yaml -q` is `anchor -q pilot x.yaml`).
+struct Visible {
+  const CommandInfo* command;
+  std::vector<const OptionInfo*> options;
+};
+
+void visit(const CommandInfo& c, std::vector<const OptionInfo*> inherited, std::vector<Visible>& out) {
+  Visible v{&c, {}};
+  std::set<std::string> seen;
+  for (const auto& o : c.options) {
+    v.options.push_back(&o);
+    seen.insert(o.names.begin(), o.names.end());
+  }
+  for (const OptionInfo* o : inherited)
+    if (!seen.count(o->names.front())) v.options.push_back(o);
+  out.push_back(v);
+  for (const auto& sub : c.subcommands) {
+    std::vector<const OptionInfo*> pass;
+    for (const OptionInfo* o : v.options)
+      if (o->names.front() != "-h" && o->names.front() != "--help" && o->names.back() != "--version") pass.push_back(o);
+    visit(sub, pass, out);
+  }
+}
+
+std::vector<Visible> visible(const CommandInfo& root) {
+  std::vector<Visible> out;
+  visit(root, {}, out);
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& words, const char* sep = " ") {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : sep) + w;
+  return out;
+}
+
+// A word in single quotes, for the shell.
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+// ---- bash -------------------------------------------------------------------
+
+const char* const kBashFunction = R"(_anchor() {
+  local cur=${COMP_WORDS[COMP_CWORD]} key=anchor value_of= prefix= w i
+  # The command path so far, and whether the word before the cursor is an
+  # option that takes a value. "=" is a word of its own when COMP_WORDBREAKS
+  # holds it (the default): --start-from=latest is three words then.
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    w=${COMP_WORDS[i]}
+    [[ $w == = ]] && continue
+    if [[ -n $value_of ]]; then value_of=; continue; fi
+    case $w in
+      -*=*) ;;
+      -*) [[ " ${_anchor_valued[$key]} " == *" $w "* ]] && value_of=$w ;;
+      *) [[ " ${_anchor_subs[$key]} " == *" $w "* ]] && key="$key $w" ;;
+    esac
+  done
+  [[ $cur == = ]] && cur=
+  if [[ -z $value_of && $cur == --*=* ]]; then
+    value_of=${cur%%=*} prefix=${cur%%=*}= cur=${cur#*=}
+  fi
+  COMPREPLY=()
+  if [[ -n $value_of ]]; then
+    local choices=${_anchor_choices["$key $value_of"]}
+    if [[ -n $choices ]]; then
+      mapfile -t COMPREPLY < <(compgen -W "$choices" -P "$prefix" -- "$cur")
+    elif [[ -z ${_anchor_numeric["$key $value_of"]} && -z $prefix ]]; then
+      mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+      compopt -o filenames 2>/dev/null
+    fi
+  elif [[ $cur == -* ]]; then
+    mapfile -t COMPREPLY < <(compgen -W "${_anchor_opts[$key]}" -- "$cur")
+  elif [[ -n ${_anchor_subs[$key]} ]]; then
+    mapfile -t COMPREPLY < <(compgen -W "${_anchor_subs[$key]}" -- "$cur")
+  elif [[ -n ${_anchor_files[$key]} ]]; then
+    mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+    compopt -o filenames 2>/dev/null
+  fi
+  return 0
+}
+complete -F _anchor anchor
+)";
+
+// ---- zsh --------------------------------------------------------------------
+
+// Text inside an _arguments spec's [...] or a _describe item.
+std::string zsh_text(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '\\' || ch == '[' || ch == ']' || ch == ':') out += '\\';
+    out += ch == '\n' ? ' ' : ch;
+  }
+  return out;
+}
+
+std::string zsh_function_name(const CommandInfo& c) {
+  std::string name = "_anchor";
+  for (std::size_t i = 1; i < c.path.size(); ++i) {
+    name += "__";
+    for (char ch : c.path[i]) name += (std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_');
+  }
+  return name;
+}
+
+std::string zsh_action(const OptionInfo& o) {
+  if (!o.choices.empty()) return "(" + joined(o.choices) + ")";
+  if (o.numeric) return " ";
+  return "_files";
+}
+
+// One _arguments spec per option: '(-q --quiet)'{-q,--quiet}'[...]'.
+std::string zsh_option_spec(const OptionInfo& o) {
+  const std::string desc = "[" + zsh_text(o.description) + "]";
+  const std::string value = o.takes_value ? ":value:" + zsh_action(o) : "";
+  auto spelled = [&](const std::string& n) {
+    if (!o.takes_value) return n;
+    return n + (n.rfind("--", 0) == 0 ? "=" : "+");
+  };
+  const std::string star = o.repeatable ? "*" : "";
+  if (o.names.size() == 1) return quoted(star + spelled(o.names[0]) + desc + value);
+  std::string braces;
+  for (const auto& n : o.names) braces += (braces.empty() ? "" : ",") + spelled(n);
+  const std::string exclusive = o.repeatable ? "*" : "(" + joined(o.names) + ")";
+  return quoted(exclusive) + "{" + braces + "}" + quoted(desc + value);
+}
+
+void zsh_command(const Visible& v, std::ostream& out) {
+  const CommandInfo& c = *v.command;
+  out << zsh_function_name(c) << "() {\n"
+      << "  local curcontext=$curcontext state state_descr line\n"
+      << "  typeset -A opt_args\n"
+      << "  _arguments -C";
+  for (const OptionInfo* o : v.options) out << " \\\n    " << zsh_option_spec(*o);
+  int n = 0;
+  for (const auto& p : c.positionals) {
+    const std::string spec = p.repeatable ? "*" : std::to_string(++n);
+    out << " \\\n    " << quoted(spec + ":" + zsh_text(p.positional) + ":" + zsh_action(p));
+  }
+  if (!c.subcommands.empty()) out << " \\\n    '1: :->command' \\\n    '*:: :->argument'";
+  out << " && return 0\n";
+  if (!c.subcommands.empty()) {
+    out << "  case $state in\n    command)\n      local -a commands=(";
+    for (const auto& s : c.subcommands)
+      out << "\n        " << quoted(zsh_text(s.path.back()) + ":" + s.description);
+    out << "\n      )\n      _describe -t commands " << quoted(c.path_text() + " command") << " commands\n      ;;\n"
+        << "    argument)\n      case $words[1] in\n";
+    for (const auto& s : c.subcommands)
+      out << "        " << quoted(s.path.back()) << ") " << zsh_function_name(s) << " ;;\n";
+    out << "      esac\n      ;;\n  esac\n";
+  }
+  out << "}\n\n";
+}
+
+// ---- man --------------------------------------------------------------------
+
+// Text for roff: backslashes escaped, no line that starts a request.
+std::string roff(const std::string& s) {
+  std::string out;
+  bool line_start = true;
+  for (char ch : s) {
+    if (line_start && (ch == '.' || ch == '\'')) out += "\\&";
+    if (ch == '\\')
+      out += "\\e";
+    else if (ch == '-')
+      out += "\\-";
+    else
+      out += ch;
+    line_start = ch == '\n';
+  }
+  return out;
+}
+
+void man_option(const OptionInfo& o, std::ostream& out) {
+  out << ".TP\n";
+  std::string names;
+  for (const auto& n : o.names) names += (names.empty() ? "" : ", ") + std::string("\\fB") + roff(n) + "\\fR";
+  out << names;
+  if (o.takes_value) out << " \\fI" << (o.choices.empty() ? std::string(o.numeric ? "N" : "VALUE") : roff(joined(o.choices, "|"))) << "\\fR";
+  out << "\n" << roff(o.description);
+  if (o.repeatable && o.description.find("repeatable") == std::string::npos) out << " (repeatable)";
+  if (!o.envname.empty()) out << " (environment: " << roff(o.envname) << ")";
+  out << "\n";
+}
+
+std::string usage(const CommandInfo& c) {
+  std::string u = "\\fB" + roff(c.path_text()) + "\\fR";
+  for (const auto& p : c.positionals)
+    u += p.required ? " \\fI" + roff(p.positional) + "\\fR" : " [\\fI" + roff(p.positional) + "\\fR]";
+  if (!c.subcommands.empty()) u += " \\fIcommand\\fR";
+  if (!c.options.empty()) u += " [\\fIoptions\\fR]";
+  return u;
+}
+
+void man_command(const CommandInfo& c, std::ostream& out) {
+  out << ".SS \"" << roff(c.path_text()) << "\"\n" << roff(c.description) << "\n.PP\n" << usage(c) << "\n";
+  for (const auto& o : c.options)
+    if (o.names.back() != "--help") man_option(o, out);
+  for (const auto& sub : c.subcommands) man_command(sub, out);
+}
+
+}  // namespace
+
+std::string bash_completion(const CommandInfo& root, const std::string& version) {
+  std::map<std::string, std::string> subs, opts, valued, choices, numeric, files;
+  for (const auto& v : visible(root)) {
+    const std::string key = v.command->path_text();
+    std::vector<std::string> sub_names, opt_names, valued_names;
+    for (const auto& s : v.command->subcommands) sub_names.push_back(s.path.back());
+    for (const OptionInfo* o : v.options) {
+      opt_names.insert(opt_names.end(), o->names.begin(), o->names.end());
+      if (!o->takes_value) continue;
+      valued_names.insert(valued_names.end(), o->names.begin(), o->names.end());
+      for (const auto& n : o->names) {
+        if (!o->choices.empty()) choices[key + " " + n] = joined(o->choices);
+        if (o->numeric) numeric[key + " " + n] = "1";
+      }
+    }
+    if (!sub_names.empty()) subs[key] = joined(sub_names);
+    opts[key] = joined(opt_names);
+    if (!valued_names.empty()) valued[key] = joined(valued_names);
+    if (!v.command->positionals.empty()) files[key] = "1";
+  }
+  std::ostringstream out;
+  out << "# bash completion for anchor " << version << ", generated by `anchor completion bash` from its\n"
+      << "# command tree. Install it as ~/.local/share/bash-completion/completions/anchor (or\n"
+      << "# /usr/share/bash-completion/completions/anchor), or source it from ~/.bashrc.\n";
+  auto table = [&out](const char* name, const std::map<std::string, std::string>& rows) {
+    out << "declare -gA " << name << "=(";
+    for (const auto& [k, v] : rows) out << "\n  [" << quoted(k) << "]=" << quoted(v);
+    out << "\n)\n";
+  };
+  table("_anchor_subs", subs);
+  table("_anchor_opts", opts);
+  table("_anchor_valued", valued);
+  table("_anchor_choices", choices);
+  table("_anchor_numeric", numeric);
+  table("_anchor_files", files);
+  out << kBashFunction;
+  return out.str();
+}
+
+std::string zsh_completion(const CommandInfo& root, const std::string& version) {
+  std::ostringstream out;
+  out << "#compdef anchor\n"
+      << "# zsh completion for anchor " << version << ", generated by `anchor completion zsh` from its\n"
+      << "# command tree. Put it on $fpath as _anchor (Debian: /usr/share/zsh/vendor-completions),\n"
+      << "# or source it after compinit.\n\n";
+  for (const auto& v : visible(root)) zsh_command(v, out);
+  out << "if [[ $funcstack[1] == _anchor ]]; then\n  _anchor \"$@\"\nelse\n  compdef _anchor anchor\nfi\n";
+  return out.str();
+}
+
+std::string man_page(const CommandInfo& root, const std::string& version, const std::string& date) {
+  std::ostringstream out;
+  out << ".\\\" Generated by `anchor manpage` from its command tree; edit src/cli, not this page.\n"
+      << ".TH ANCHOR 1 \"" << date << "\" \"anchor "
+      << roff(version) << "\" \"User Commands\"\n"
+      << ".SH NAME\nanchor \\- " << roff(root.description.substr(root.description.find(':') + 2)) << "\n"
+      << ".SH SYNOPSIS\n\\fBanchor\\fR [\\fIglobal options\\fR] \\fIcommand\\fR [\\fIoptions\\fR] [\\fIarguments\\fR]\n"
+      << ".SH DESCRIPTION\n"
+      << "anchor proves a PyTorch training run on one node before the long run: it pins what decides the result, "
+         "trains, checkpoints, kills the process, restores in a fresh one, checks that the resumed run matches the "
+         "uninterrupted one, measures, plans the long run, and writes a signed report.\n"
+      << ".PP\n\\fBanchor\\fR \\fIcommand\\fR \\fB\\-\\-help\\fR lists a command's options.\n"
+      << ".SH GLOBAL OPTIONS\nThese may come before or after the command.\n";
+  for (const auto& o : root.options) man_option(o, out);
+  out << ".SH COMMANDS\n";
+  for (const auto& sub : root.subcommands) man_command(sub, out);
+  std::map<std::string, std::string> env;
+  for (const auto& v : visible(root))
+    for (const OptionInfo* o : v.options)
+      if (!o->envname.empty()) env[o->envname] = o->names.back();
+  out << ".SH ENVIRONMENT\n";
+  for (const auto& [name, option] : env)
+    out << ".TP\n.B " << roff(name) << "\nThe value of \\fB" << roff(option) << "\\fR when the command line does not give it.\n";
+  out << ".TP\n.B NO_COLOR\nSet and not empty: no colour in the log, even on a terminal.\n";
+  const std::pair<ExitCode, const char*> codes[] = {
+      {ExitCode::kOk, "success"},
+      {ExitCode::kRuntime, "a stage failed, an I/O error, an internal error"},
+      {ExitCode::kUsage, "a bad command line or config"},
+      {ExitCode::kVerification, "verification failed: drift, a resume mismatch, a bad signature, a corrupt checkpoint"},
+      {ExitCode::kInterrupted, "interrupted (SIGINT)"},
+      {ExitCode::kTerminated, "terminated (SIGTERM)"},
+  };
+  out << ".SH EXIT STATUS\n";
+  for (const auto& [code, what] : codes) out << ".TP\n.B " << static_cast<int>(code) << "\n" << roff(what) << "\n";
+  out << ".SH SEE ALSO\n"
+      << "README.md and docs/ of the source tree, installed under share/doc/anchor; "
+         "\\fBanchor completion\\fR \\fIbash\\fR|\\fIzsh\\fR for shell completion.\n";
+  return out.str();
+}
+
+Runner setup_completion(CLI::App& sub, const GlobalOptions&) {
+  auto shell = std::make_shared<std::string>();
+  sub.add_option("shell", *shell, "bash or zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  return [&sub, shell]() {
+    const CommandInfo tree = command_tree(*sub.get_parent());
+    std::cout << (*shell == "bash" ? bash_completion(tree, build::kVersion) : zsh_completion(tree, build::kVersion));
+    return 0;
+  };
+}
+
+Runner setup_manpage(CLI::App& sub, const GlobalOptions&) {
+  return [&sub]() {
+    std::cout << man_page(command_tree(*sub.get_parent()), build::kVersion, build::kGitDate);
+    return 0;
+  };
+}
+
+}  // namespace anchor::cli
