@@ -8,8 +8,8 @@
 execute_process(COMMAND git --no-optional-locks rev-parse HEAD
   WORKING_DIRECTORY "${SOURCE_DIR}"
   RESULT_VARIABLE commit_rc OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-# The commit's date (YYYY-MM-DD): the man page's date, the same for every build of it.
-execute_process(COMMAND git --no-optional-locks log -1 --format=%cs HEAD
+# The commit's date (YYYY-MM-DD): the man page's date, the same for every build of a commit.
+execute_process(COMMAND git --no-optional-locks log -1 --format=%cd --date=short HEAD
   WORKING_DIRECTORY "${SOURCE_DIR}"
   RESULT_VARIABLE date_rc OUTPUT_VARIABLE date OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 execute_process(COMMAND git --no-optional-locks status --porcelain --untracked-files=no
@@ -23,6 +23,10 @@ elseif(NOT status_rc EQUAL 0 OR status)
   set(dirty "true")
 else()
   set(dirty "false")
+endif()
+if(NOT date MATCHES "^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]$")
+  # Outside git: the build's date (SOURCE_DATE_EPOCH when set, for reproducible builds).
+  string(TIMESTAMP date "%Y-%m-%d" UTC)
 endif()
 set(content "// Generated at build time by cmake/AnchorGitCommit.cmake.
 #include \"anchor/build_info.hpp\"

@@ -30,6 +30,21 @@ void write_refusal_junit(const std::string& junit_path, const Error& e) {
 
 }  // namespace
 
+// A command line CLI11 refused (`anchor pilot x.yaml --nproc-per-node 0
+// --junit out.xml`): the runner never ran, so the --junit path comes from
+// what CLI11 had read of `pilot` or `reproduce` when it refused (a bad value
+// is refused once every word was read; a command line cut short may not have
+// got as far as --junit, and then there is no file to write).
+void write_junit_for_command_line_error(const CLI::App& app, const std::string& message) {
+  const auto seen = app.get_subcommands([](const CLI::App* sub) {
+    return sub->count() > 0 && (sub->get_name() == "pilot" || sub->get_name() == "reproduce");
+  });
+  if (seen.empty()) return;
+  const CLI::Option* junit = seen.front()->get_option_no_throw("--junit");
+  if (junit == nullptr || junit->results().empty() || junit->results().back().empty()) return;
+  write_refusal_junit(junit->results().back(), Error(ErrorKind::kUsage, message, "see the command's --help"));
+}
+
 int writing_junit_on_refusal(const std::string& junit_path, const Runner& run) {
   try {
     return run();

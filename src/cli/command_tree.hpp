@@ -25,7 +25,7 @@ struct OptionInfo {
 struct CommandInfo {
   std::vector<std::string> path;  // {"anchor", "config", "check"}
   std::string description;
-  std::vector<OptionInfo> options;      // its own, without the help flag
+  std::vector<OptionInfo> options;      // its own, the help flag included
   std::vector<OptionInfo> positionals;  // in order
   std::vector<CommandInfo> subcommands;
   bool requires_subcommand = false;

@@ -44,6 +44,9 @@ Runner setup_manpage(CLI::App& sub, const GlobalOptions& global);
 // it wrote a report: the JUnit file (when asked for) then says why
 // (pipeline::refusal_junit_xml), and the error goes on to main.
 int writing_junit_on_refusal(const std::string& junit_path, const Runner& run);
+// The same for a command line that did not parse (main: CLI11's ParseError,
+// `message` its words), when it was a `pilot` or `reproduce` with --junit.
+void write_junit_for_command_line_error(const CLI::App& app, const std::string& message);
 
 // `anchor --version`: anchor's version and commit, what it was built against
 // (LibTorch, CUDA, the NCCL backend) and the build type.

@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (const std::string word = unknown_command(argc, argv); !word.empty()) return refuse_unknown_command(word);
     int rc = app.exit(e);
+    if (rc != 0) cli::write_junit_for_command_line_error(app, e.what());
     return rc == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
   }
 

@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace anchor::threads {
 namespace {
 
@@ -10,11 +13,32 @@ F symbol(const char* name) {
   return reinterpret_cast<F>(::dlsym(RTLD_DEFAULT, name));
 }
 
+// mkl_cbwr_get(MKL_CBWR_BRANCH) in words (mkl_service.h's MKL_CBWR_* values:
+// 0 and 1 off, 2 AUTO, 3 COMPATIBLE, 4 and up an instruction set's branch, all
+// reproducible; 0x10000 the STRICT flag). PyTorch's wheel exports the service
+// layer's name of it, not the public one.
+std::string mkl_cnr_branch() {
+  auto get = symbol<int (*)(int)>("mkl_cbwr_get");
+  if (!get) get = symbol<int (*)(int)>("mkl_serv_cbwr_get");
+  if (!get) return "unknown";
+  constexpr int kBranch = 1, kStrict = 0x10000;
+  const int word = get(kBranch);
+  if (word < 0) return "unknown";
+  const int branch = word & 0xFFFF;
+  std::string name = branch <= 1   ? "off"
+                     : branch == 2 ? "auto"
+                     : branch == 3 ? "compatible"
+                                   : "branch " + std::to_string(branch);
+  return (word & kStrict) && branch > 1 ? name + ",strict" : name;
+}
+
 }  // namespace
 
+void request_reproducible_blas() { ::setenv("MKL_CBWR", "AUTO", /*overwrite=*/0); }
+
 Blas blas() {
-  if (auto get = symbol<int (*)()>("openblas_get_num_threads")) return {"openblas", get()};
-  if (auto get = symbol<int (*)()>("MKL_Get_Max_Threads")) return {"mkl", get()};
+  if (auto get = symbol<int (*)()>("openblas_get_num_threads")) return {"openblas", get(), ""};
+  if (auto get = symbol<int (*)()>("MKL_Get_Max_Threads")) return {"mkl", get(), mkl_cnr_branch()};
   return {};
 }
 

@@ -190,14 +190,20 @@ void write_result(WorkerContext& ctx, const std::string& role) {
 // intra-op and inter-op pools and the BLAS library's own (OpenBLAS with
 // pthreads keeps one that at::set_num_threads does not reach). Called first,
 // before any parallel work: the inter-op pool can be sized only then.
-void bind_threads(int n) {
+void bind_threads(int n, bool deterministic) {
+  if (deterministic) threads::request_reproducible_blas();  // before MKL's first call
   at::set_num_threads(n);
   try {
     at::set_num_interop_threads(n);
   } catch (const std::exception& e) {
     ANCHOR_LOG_WARN("worker", "could not size LibTorch's inter-op pool to {}: {}", n, compat::message_of(e));
   }
-  threads::bind_blas(n);
+  const auto blas = threads::bind_blas(n);
+  if (deterministic && n > 1 && blas.library == "mkl" && blas.reproducible == "off")
+    ANCHOR_LOG_WARN("worker",
+                    "MKL's conditional numerical reproducibility is {} (MKL_CBWR): with run.threads {} its sums may "
+                    "change order from run to run and a resume may not match bitwise; unset MKL_CBWR or set it to AUTO",
+                    blas.reproducible, n);
 }
 
 // What is in effect, for the manifest.
@@ -205,7 +211,8 @@ nlohmann::json threads_json(int configured) {
   const auto blas = threads::blas();
   return {{"run_threads", configured}, {"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
           {"blas", {{"library", blas.library.empty() ? nlohmann::json() : nlohmann::json(blas.library)},
-                    {"threads", blas.threads >= 0 ? nlohmann::json(blas.threads) : nlohmann::json()}}}};
+                    {"threads", blas.threads >= 0 ? nlohmann::json(blas.threads) : nlohmann::json()},
+                    {"reproducible", blas.reproducible.empty() ? nlohmann::json() : nlohmann::json(blas.reproducible)}}}};
 }
 
 // Pins the run before anything trains, in the process that trains: the
@@ -692,7 +699,7 @@ int run_worker(const WorkerOptions& opts) {
   // Before any tensor exists, so every allocation of the run is counted.
   measure::install_counting_allocator();
   WorkerContext ctx = load_context(opts);
-  bind_threads(ctx.cfg.run.threads);
+  bind_threads(ctx.cfg.run.threads, ctx.cfg.run.deterministic);
   std::filesystem::create_directories(work::dir(opts.run_dir));
   // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...
   // (docs/distributed.md).

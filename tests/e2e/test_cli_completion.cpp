@@ -58,7 +58,8 @@ class BashCompletion : public ::testing::Test {
                                "complete -p anchor >/dev/null || exit 8\n" + "cd " + shell_word(cwd) + "\n" +
                                "COMP_WORDS=(" + array + "); COMP_CWORD=" + std::to_string(words.size() - 1) + "\n" +
                                "_anchor; printf '%s\\n' \"${COMPREPLY[@]}\"\n";
-    auto r = anchor::proc::run_capture({"/bin/bash", "--norc", "--noprofile", "-c", script});
+    // set -u: a user's nounset must not break completion.
+    auto r = anchor::proc::run_capture({"/bin/bash", "--norc", "--noprofile", "-u", "-c", script});
     EXPECT_EQ(r.status, 0) << r.out;
     return lines_of(r.out);
   }
@@ -94,6 +95,8 @@ TEST_F(BashCompletion, OffersAnOptionsChoicesAndFilesWhereAFileIsExpected) {
   EXPECT_EQ(complete({"anchor", "pilot", "--start-from", "=", "la"}), (Words{"latest"}));
   EXPECT_EQ(complete({"anchor", "pilot", "--start-from=la"}), (Words{"--start-from=latest"}));
   EXPECT_EQ(complete({"anchor", "--log-level", "w"}), (Words{"warn"}));
+  // A positional with choices offers them, not files.
+  EXPECT_EQ(complete({"anchor", "completion", ""}), (Words{"bash", "zsh"}));
   // A number is not a file name.
   EXPECT_EQ(complete({"anchor", "pilot", "--nproc-per-node", ""}), Words{});
   // The config and the --junit path are files, in the directory the shell is in.
@@ -158,6 +161,10 @@ TEST(ZshCompletion, RunsInZshAndOffersCommandsOptionsAndChoices) {
   const Words start = zsh_complete(dir.str(), "anchor pilot x.yaml --start-from ");
   EXPECT_EQ(start, (Words{"init", "latest"}));
   EXPECT_EQ(zsh_complete(dir.str(), "anchor config "), (Words{"check", "dump"}));
+  // A global option after the command is the command's business (CLI11 falls through).
+  const Words quiet = zsh_complete(dir.str(), "anchor pilot -q --j");
+  EXPECT_TRUE(quiet.count("--json") && quiet.count("--junit")) << ::testing::PrintToString(quiet);
+  EXPECT_EQ(zsh_complete(dir.str(), "anchor config -v c"), (Words{"check"}));
   // Control: without the generated function on $fpath zsh offers no anchor command.
   TempDir empty("completion-zsh-empty");
   EXPECT_FALSE(zsh_complete(empty.str(), "anchor ").count("pilot"));

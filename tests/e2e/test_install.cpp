@@ -132,9 +132,15 @@ void finds_the_catalog_beside_its_binary() {
   stdfs::copy_file(anchor::testing::source_path("data/tiny/train.txt"), cwd.path() / "data/train.txt");
   anchor::fs::atomic_write_file(cwd.str("min.yaml"), "data:\n  train: [data/train.txt]\n");
   auto r = Installed::anchor_in(cwd.str(), {"pilot", "min.yaml"});
-  ASSERT_EQ(r.status, 0) << r.out;
+  // It runs at run.threads' default, 2: under load and with MKL (the torch2
+  // line) a CI run once found its resume not bitwise, before workers asked MKL
+  // for reproducible sums (tests/e2e/test_pilot.cpp, RunThreadsSizesEveryPoolOfTheWorker).
+  // This test is about the catalog: a resume mismatch (exit 3, with every
+  // stage run and the plan made) passes it, anything else does not.
+  ASSERT_TRUE(r.status == 0 || r.status == 3) << r.out;
   const auto report = Installed::only_report(cwd.str());
-  EXPECT_EQ(report["status"], "passed");
+  if (r.status == 3) EXPECT_EQ(report["resume"]["verdict"], "mismatch") << r.out;
+  else EXPECT_EQ(report["status"], "passed");
   EXPECT_TRUE(report["plan"].contains("recommendation")) << report["plan"].dump(2).substr(0, 2000);
 
   // Negative control: the same run without the installed catalog is refused before it trains.
@@ -190,7 +196,7 @@ void ships_completion_and_the_man_page() {
   const auto at = [](const std::string& rel) { return Installed::at(rel); };
   const std::pair<const char*, std::vector<std::string>> files[] = {
       {"share/bash-completion/completions/anchor", {"completion", "bash"}},
-      {"share/zsh/vendor-completions/_anchor", {"completion", "zsh"}},
+      {"share/zsh/site-functions/_anchor", {"completion", "zsh"}},
       {"share/man/man1/anchor.1", {"manpage"}},
   };
   for (const auto& [rel, args] : files) {
