@@ -115,8 +115,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                  "directory the re-run saves its checkpoints in (default: <run dir>/checkpoints; the report's "
                  "checkpoint.dir is not used). Stale temporaries in it are removed; it must hold no step-* directory");
   sub.add_option("--signing-key", o->signing_key,
-                 "PKCS#8 PEM private key that signs the re-run's report (default: none, the re-run is unsigned; the "
-                 "report's report.signing_key is not used)");
+                 "PKCS#8 PEM private key that signs the re-run's report; default: your per-user key (made on first "
+                 "use, as a pilot's); none: the re-run is unsigned. The report's report.signing_key is not used");
   sub.add_flag("--allow-drift", o->allow_drift, "re-run even when pins drifted (the new report says so)");
   sub.add_flag("--allow-unsigned", o->allow_unsigned, "accept an unsigned report.json (loudly unverified)");
   sub.add_flag_callback("--no-cache", [o] { o->use_cache = false; },
@@ -186,15 +186,18 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     if (o->run_dir.empty() && cfg.run.output_dir != config::Config{}.run.output_dir)
       note() << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir) << " is not used; the run goes under "
                 << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
-    // The report's signing key is a path a report chose: never read. Only the
-    // command line's key signs the re-run.
+    // The report's signing key is a path a report chose: never read. The
+    // command line's key signs the re-run, else the per-user key.
     po2.signing_key = o->signing_key;
-    if (o->signing_key.empty())
-      std::cerr << "reproduce: the re-run is unsigned"
-                << (cfg.report.signing_key.empty() ? std::string()
-                                                   : " (the report's report.signing_key " + printable(cfg.report.signing_key) +
-                                                         " is not used)")
-                << "; --signing-key KEY to sign it\n";
+    const std::string not_used = cfg.report.signing_key.empty() || cfg.report.signing_key == "none"
+                                     ? std::string()
+                                     : " (the report's report.signing_key " + printable(cfg.report.signing_key) +
+                                           " is not used)";
+    if (o->signing_key == "none")
+      std::cerr << "reproduce: the re-run is unsigned (--signing-key none)\n";
+    else if (o->signing_key.empty())
+      note() << "reproduce: the re-run is signed with your per-user key" << not_used
+             << "; --signing-key KEY to sign it with another\n";
     po2.baseline = &original;
     po2.pinned_manifest = &new_manifest;
     po2.use_hash_cache = o->use_cache;

@@ -141,7 +141,16 @@ void FaultInjectingFs::remove_all(const std::string& path) {
 }
 
 std::string random_suffix() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  // Seeded again in a forked child: it would otherwise draw its parent's
+  // next names, and two children publishing at once collide on their
+  // temporary files.
+  static thread_local std::mt19937_64 rng;
+  static thread_local pid_t seeded_for = -1;
+  if (const pid_t pid = ::getpid(); pid != seeded_for) {
+    std::random_device rd;
+    rng.seed((static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(pid));
+    seeded_for = pid;
+  }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
   return std::string(buf, 8);

@@ -185,7 +185,9 @@ std::vector<Field> make_fields() {
           "checkpoints (#4)").at_least(1),
 
     // report ---------------------------------------------------------------
-    Field(ANCHOR_KEY(report.signing_key), "PKCS#8 PEM private key that signs the report; empty: the report is written unsigned (and says so).",
+    Field(ANCHOR_KEY(report.signing_key), "PKCS#8 PEM private key that signs the report; empty: your per-user key, "
+          "`$XDG_CONFIG_HOME/anchor/anchor.key` (else `~/.config/anchor/anchor.key`), made on first use; `none`: "
+          "the report is written unsigned (and says so).",
           "report (#5)").config_relative(),
     Field(ANCHOR_KEY(report.public_key), "SPKI PEM public key, for verify.",
           "report (#5)").config_relative(),

@@ -278,12 +278,10 @@ bool junit_published() { return g_junit_published; }
 // report.md, the JUnit XML (--junit) and the report on stdout (--json).
 void publish(Pilot& p) {
   if (p.signing_key.empty()) {
-    const char* missing = p.opts.use_config_dirs ? "report.signing_key configured" : "--signing-key given";
-    if (!p.opts.use_config_dirs) p.report.set_unsigned(std::string("no ") + missing);
+    p.report.set_unsigned(p.unsigned_reason);
     p.report.write(p.run_dir);
-    ANCHOR_LOG_WARN("report", "UNSIGNED: no {}; {}/report.json is not signed and "
-                              "`anchor verify` will refuse it (create a key with `anchor keygen`)",
-                    missing, p.run_dir);
+    ANCHOR_LOG_WARN("report", "UNSIGNED: {}; {}/report.json is not signed and `anchor verify` will refuse it",
+                    p.unsigned_reason, p.run_dir);
   } else {
     try {
       // report.json says it is signed and by which key before it becomes a subject of the signature.
@@ -465,6 +463,32 @@ std::string with_hint(const Error& e) {
 // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
 //    What a program pilot does not do, the signing key, the ranks and the
 //    catalog are all checked here, before anything is written.
+// The key that signs the report (docs/report.md, "Signing"): the one the config
+// names, `none` for an unsigned report, else the per-user key, made on first
+// use. Under `anchor reproduce` the config is a report's: its
+// report.signing_key (a path a report chose) is never read, and --signing-key
+// takes its place. A key that cannot sign (mode, passphrase, curve) fails here,
+// before any training.
+void choose_signing_key(Pilot& p) {
+  const bool from_config = p.opts.use_config_dirs;
+  const std::string& chosen = from_config ? p.cfg.report.signing_key : p.opts.signing_key;
+  if (chosen == "none") {
+    p.unsigned_reason = from_config ? "report.signing_key is none" : "--signing-key none";
+    return;
+  }
+  if (!chosen.empty()) {
+    p.signing_key = from_config ? config::resolve_path(p.cfg, chosen) : chosen;
+    report::load_private_key(p.signing_key, report::resolve_passphrase(""));
+    return;
+  }
+  const report::UserKey user = report::ensure_user_key();
+  p.signing_key = user.private_path;
+  if (user.created)
+    ANCHOR_LOG_INFO("report", "created your signing key {} (key id {}); reports are signed with it unless "
+                              "report.signing_key names another key or is none. Others verify them with {}",
+                    user.private_path, user.key_id, user.public_path);
+}
+
 void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
   if (!p.cfg.program.command.empty()) {
@@ -477,14 +501,7 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
                   "run `anchor pilot CONFIG` on one node; anchor starts the program's distributed.nproc_per_node ranks "
                   "itself with torchrun's variables (docs/program.md, \"Limits\")");
   }
-  // The signing key: the config's, or under `anchor reproduce` only the one the
-  // command line names (a report's config must not pick a file to sign with).
-  if (!opts.use_config_dirs)
-    p.signing_key = opts.signing_key;
-  else if (!p.cfg.report.signing_key.empty())
-    p.signing_key = config::resolve_path(p.cfg, p.cfg.report.signing_key);
-  // Fail before any training on a key that cannot sign (mode, passphrase, curve).
-  if (!p.signing_key.empty()) report::load_private_key(p.signing_key, report::resolve_passphrase(""));
+  choose_signing_key(p);
   // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
   // many as the external launcher started: docs/distributed.md).
   // Each worker rank picks its device and backend itself (it has LibTorch):

@@ -50,7 +50,8 @@ struct Pilot {
   fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
   std::unique_ptr<EventLog> events;
   Report report;
-  std::string signing_key;  // resolved path; empty: the run is unsigned
+  std::string signing_key;      // resolved path; empty: the run is unsigned
+  std::string unsigned_reason;  // why signing_key is empty ("report.signing_key is none")
   plan::Catalog catalog;
   std::string catalog_problem;  // a program pilot's catalog that did not load: its plan says so
   int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)

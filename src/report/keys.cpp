@@ -238,6 +238,78 @@ KeygenResult write_keypair(const KeygenOptions& opts) {
   return {key_id(key), !opts.passphrase.empty()};
 }
 
+namespace {
+
+std::string absolute_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && v[0] == '/' ? std::string(v) : std::string();
+}
+
+bool exists_no_follow(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::symlink_status(path, ec).type() != std::filesystem::file_type::not_found;
+}
+
+// mkdir -p, each directory it creates mode 0700 (the XDG spec's mode).
+void make_private_dirs(const std::filesystem::path& dir) {
+  std::filesystem::path at;
+  for (const auto& part : dir) {
+    at /= part;
+    if (::mkdir(at.c_str(), 0700) != 0 && errno != EEXIST) throw io_error("mkdir", at.string(), errno);
+  }
+}
+
+}  // namespace
+
+UserKey user_key_paths() {
+  std::string base = absolute_env("XDG_CONFIG_HOME");
+  if (base.empty()) {
+    const std::string home = absolute_env("HOME");
+    if (home.empty())
+      throw Error(ErrorKind::kConfig,
+                  "no place for your signing key: neither XDG_CONFIG_HOME nor HOME is set to an absolute path",
+                  "set HOME or XDG_CONFIG_HOME, name a key with report.signing_key (anchor keygen makes one), "
+                  "or set report.signing_key: none for an unsigned report");
+    base = home + "/.config";
+  }
+  UserKey k;
+  k.private_path = base + "/anchor/anchor.key";
+  k.public_path = base + "/anchor/anchor.pub";
+  return k;
+}
+
+UserKey ensure_user_key() {
+  UserKey k = user_key_paths();
+  const std::string passphrase = resolve_passphrase("");
+  // Publish `content` at `path` unless it is there already (or another
+  // process publishes it meanwhile: link(2) refuses ours). True if ours landed.
+  auto publish_once = [](const std::string& path, const std::string& content, mode_t mode) {
+    if (exists_no_follow(path)) return false;
+    try {
+      publish_file(path, content, mode, /*force=*/false);
+      return true;
+    } catch (const Error&) {
+      if (exists_no_follow(path)) return false;
+      throw;
+    }
+  };
+  if (!exists_no_follow(k.private_path)) {
+    make_private_dirs(std::filesystem::path(k.private_path).parent_path());
+    Key fresh = generate_key();
+    std::string pem = private_key_pem(fresh, passphrase);
+    Wipe wipe{pem};
+    k.created = publish_once(k.private_path, pem, 0600);
+  }
+  Key key = load_private_key(k.private_path, passphrase);
+  k.key_id = key_id(key);
+  // anchor.pub follows from the key that won: written by whoever gets there
+  // first (its maker, or a later run when it went missing), never replaced.
+  if (!publish_once(k.public_path, public_key_pem(key), 0644) && key_id(load_public_key(k.public_path)) != k.key_id)
+    throw Error(ErrorKind::kConfig, k.public_path + " is not the public half of " + k.private_path,
+                "remove " + k.public_path + ": the next run writes it again from the key");
+  return k;
+}
+
 Key load_private_key(const std::string& path, const std::string& passphrase) {
   std::string pem = read_private_key_file(path);
   Wipe wipe{pem};

@@ -2,9 +2,11 @@
 // and a real SIGKILL. Each equivalence claim comes with its negative control.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -136,6 +138,56 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   broken.replace(broken.find(" errors=\"0\" skipped="), std::string(" errors=\"0\"").size(), "");
   anchor::fs::atomic_write_file(t.str("broken.xml"), broken);
   EXPECT_NE(junit_schema_problems(t.str("broken.xml")), "");
+}
+
+// The mission's report is signed: with no key configured, by a per-user key
+// made on first use (mode 0600, its id and place said once), the same key
+// after that; `report.signing_key: none` opts out and the report says so.
+TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
+  TempDir t("userkey");
+  const std::map<std::string, std::string> env = {{"XDG_CONFIG_HOME", t.str("xdg")}};
+  const std::string key = t.str("xdg/anchor/anchor.key"), pub = t.str("xdg/anchor/anchor.pub");
+  auto first = run_anchor({"pilot", kPilot, "--run-dir", t.str("run1")}, env);
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_NE(first.output.find("created your signing key " + key + " (key id "), std::string::npos) << first.output;
+  struct stat st {};
+  ASSERT_EQ(::stat(key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto rep1 = read_json(t.str("run1/report.json"));
+  EXPECT_TRUE(rep1["signed"].get<bool>()) << rep1.dump(2);
+  EXPECT_NE(anchor::fs::read_file(t.str("run1/report.md")).find("Signed: yes, key " + rep1["signer_key_id"].get<std::string>()),
+            std::string::npos);
+  auto v = run_anchor({"verify", t.str("run1"), "--key", pub});
+  EXPECT_EQ(v.status, 0) << v.output;
+  EXPECT_NE(v.output.find("verified (key " + rep1["signer_key_id"].get<std::string>() + ")"), std::string::npos) << v.output;
+  // The second run: the same key, nothing said about it.
+  auto second = run_anchor({"pilot", kPilot, "--run-dir", t.str("run2")}, env);
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_EQ(second.output.find("created your signing key"), std::string::npos) << second.output;
+  EXPECT_EQ(read_json(t.str("run2/report.json"))["signer_key_id"], rep1["signer_key_id"]);
+  // Opting out: unsigned, and the report, report.md and the console say why.
+  auto off = run_anchor({"pilot", kPilot, "--run-dir", t.str("run3"), "--set", "report.signing_key=none"}, env);
+  ASSERT_EQ(off.status, 0) << off.output;
+  EXPECT_NE(off.output.find("UNSIGNED: report.signing_key is none"), std::string::npos) << off.output;
+  auto rep3 = read_json(t.str("run3/report.json"));
+  EXPECT_FALSE(rep3["signed"].get<bool>());
+  EXPECT_EQ(rep3["unsigned_reason"], "report.signing_key is none");
+  EXPECT_FALSE(std::filesystem::exists(t.str("run3/report.intoto.json")));
+  EXPECT_NE(anchor::fs::read_file(t.str("run3/report.md")).find("Signed: NO: report.signing_key is none"),
+            std::string::npos);
+  EXPECT_EQ(run_anchor({"verify", t.str("run3"), "--key", pub}).status, 3);
+  // Nowhere to keep a key (no HOME, no XDG_CONFIG_HOME): refused before any run, with the ways out.
+  auto homeless = anchor::proc::run_capture(
+      {"/usr/bin/env", "-u", "HOME", "-u", "XDG_CONFIG_HOME", ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run4")},
+      [] {
+        anchor::proc::SpawnOptions o;
+        o.merge_stderr = true;
+        return o;
+      }());
+  EXPECT_EQ(homeless.status, 2) << homeless.out;
+  EXPECT_NE(homeless.out.find("no place for your signing key"), std::string::npos) << homeless.out;
+  EXPECT_NE(homeless.out.find("report.signing_key: none"), std::string::npos) << homeless.out;
+  EXPECT_FALSE(std::filesystem::exists(t.str("run4/report.json")));
 }
 
 // A pilot refused before it has a report (exit 2) still leaves a JUnit file

@@ -55,7 +55,7 @@ TEST_F(Reproduce, ReproducesBitwiseAndLinksTheOriginal) {
   EXPECT_EQ(run_anchor({"verify", t_.str("again/report.intoto.json"), "--key", t_.str("keys/anchor.pub")}).status, 0);
   // -q: the notes go, the verdict stays.
   auto q = run_anchor({"-q", "reproduce", t_.str("orig/report.intoto.json"), "--key", t_.str("keys/anchor.pub"),
-                       "--run-dir", t_.str("again-quiet")});
+                       "--run-dir", t_.str("again-quiet"), "--signing-key", "none"});
   ASSERT_EQ(q.status, 0) << q.output;
   EXPECT_EQ(q.output.find("reproduce: no drift"), std::string::npos) << q.output;
   EXPECT_EQ(q.output.find("reproduce: comparing"), std::string::npos) << q.output;
@@ -208,14 +208,19 @@ TEST(ReproduceOutputs, WritesOnlyUnderItsOwnRunDirectoryAndSaysWhichKeyItTrusted
   EXPECT_TRUE(std::filesystem::exists(runs[0] / "checkpoints"));
   // 3. Without --signing-key the report's report.signing_key is not read (a
   //    report must not pick the file anchor signs with): the re-run is
-  //    unsigned and says so, where run 1 (with --signing-key) was signed.
-  EXPECT_NE(k.out.find("the re-run is unsigned (the report's report.signing_key " + t.str("keys/anchor.key") +
-                       " is not used)"),
+  //    signed with the per-user key instead, and says so.
+  EXPECT_NE(k.out.find("the re-run is signed with your per-user key (the report's report.signing_key " +
+                       t.str("keys/anchor.key") + " is not used)"),
             std::string::npos)
       << k.out;
-  EXPECT_FALSE(std::filesystem::exists(runs[0] / "report.intoto.json"));
-  EXPECT_FALSE(krep.value("signed", true)) << krep.dump(2);
-  EXPECT_EQ(krep.value("unsigned_reason", ""), "no --signing-key given");
+  EXPECT_TRUE(std::filesystem::exists(runs[0] / "report.intoto.json"));
+  EXPECT_TRUE(krep.value("signed", false)) << krep.dump(2);
+  EXPECT_NE(krep.value("signer_key_id", ""), signer) << "the report's key signed the re-run";
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const std::string user_pub = (xdg && xdg[0] == '/' ? std::string(xdg) : std::string(std::getenv("HOME")) + "/.config") +
+                               "/anchor/anchor.pub";
+  auto uv = run_anchor({"verify", (runs[0] / "report.intoto.json").string(), "--key", user_pub});
+  EXPECT_EQ(uv.status, 0) << uv.output;
   EXPECT_TRUE(std::filesystem::exists(t.str("again/report.intoto.json")));
 }
 

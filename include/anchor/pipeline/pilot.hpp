@@ -64,7 +64,8 @@ struct PilotOptions {
   bool use_config_dirs = true;
   // Likewise for the key that signs the report: with use_config_dirs false the
   // config's report.signing_key (a path a report chose) is not read; this one,
-  // from the command line, signs (empty: the run is unsigned and says so).
+  // from the command line, signs (empty: the per-user key; "none": the run is
+  // unsigned and says so).
   std::string signing_key;
   std::string junit_path;              // --junit FILE
   bool json_stdout = false;            // --json: the report on stdout

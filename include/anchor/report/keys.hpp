@@ -76,6 +76,30 @@ struct KeygenResult {
 // system failure; nothing is left half-written.
 KeygenResult write_keypair(const KeygenOptions& opts);
 
+// The per-user signing key (docs/report.md, "Signing"): what signs a report
+// when the config names no key. It lives in $XDG_CONFIG_HOME/anchor (an
+// absolute XDG_CONFIG_HOME only, as the XDG spec says), else
+// $HOME/.config/anchor, as anchor.key (0600) and anchor.pub: the names
+// `anchor keygen -o DIR` writes.
+struct UserKey {
+  std::string private_path;
+  std::string public_path;
+  std::string key_id;    // filled by ensure_user_key
+  bool created = false;  // this call made the pair
+};
+
+// Where the per-user key lives. Throws Error (kConfig) when neither an
+// absolute XDG_CONFIG_HOME nor HOME is set.
+UserKey user_key_paths();
+
+// The per-user key, made on first use: its directories are created 0700, the
+// private key encrypted with $ANCHOR_KEY_PASSPHRASE when that is set. Processes
+// that make it at the same time agree on one key (link(2) publishes it; the
+// loser loads the winner's). A missing anchor.pub beside an existing key is
+// written again from it. The key is loaded (mode, passphrase and curve
+// checked) before this returns.
+UserKey ensure_user_key();
+
 // Loads a PKCS#8 (or traditional EC) PEM private key. Refuses (Error kUsage)
 // a file whose mode gives group or others any access, naming the mode found
 // and `chmod 600 <path>`; a key that is not ECDSA P-256; an encrypted key

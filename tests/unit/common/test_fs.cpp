@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -136,3 +138,34 @@ TEST_F(FsTest, OpenRegularChecksTheDescriptorItReturns) {
 }
 
 }  // namespace
+
+namespace anchor {
+namespace {
+
+// A forked child draws its own temporary names, not its parent's next ones:
+// two children publishing the same file at once must not collide.
+TEST(RandomSuffix, AForkedChildDoesNotRepeatItsParent) {
+  (void)fs::random_suffix();  // the parent's generator is seeded
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string s = fs::random_suffix();
+    (void)!::write(p[1], s.data(), s.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  char buf[16] = {0};
+  const ssize_t n = ::read(p[0], buf, sizeof buf);
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_EQ(n, 8);
+  const std::string child(buf, 8), parent = fs::random_suffix();
+  EXPECT_NE(child, parent) << "the child drew the name its parent draws next";
+  EXPECT_NE(fs::random_suffix(), parent);  // control: a generator that repeats itself
+}
+
+}  // namespace
+}  // namespace anchor

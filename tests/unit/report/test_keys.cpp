@@ -2,6 +2,10 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -230,6 +234,120 @@ TEST_F(KeysTest, ErrorsNeverCarryKeyMaterial) {
     EXPECT_EQ(std::string(e.what()).find(body), std::string::npos);
     EXPECT_EQ(e.hint().find(body), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace anchor::report
+
+namespace anchor::report {
+namespace {
+
+// The per-user key (docs/report.md, "Signing"): made on first use under
+// $XDG_CONFIG_HOME/anchor, then the same key every time.
+class UserKeyTest : public testing::RunDirTest {
+ protected:
+  std::string xdg() const { return (root_ / "xdg").string(); }
+};
+
+TEST_F(UserKeyTest, MadeOnFirstUseWithPrivateModesThenReused) {
+  ScopedEnv x("XDG_CONFIG_HOME", xdg().c_str());
+  ScopedEnv p(kPassphraseEnv, nullptr);
+  const UserKey first = ensure_user_key();
+  EXPECT_TRUE(first.created);
+  EXPECT_EQ(first.private_path, xdg() + "/anchor/anchor.key");
+  EXPECT_EQ(first.public_path, xdg() + "/anchor/anchor.pub");
+  EXPECT_EQ(file_mode(first.private_path), 0600u);
+  EXPECT_EQ(file_mode(xdg() + "/anchor"), 0700u);
+  EXPECT_EQ(file_mode(xdg()), 0700u);  // XDG_CONFIG_HOME itself was missing: made 0700 too
+  EXPECT_EQ(key_id(load_public_key(first.public_path)), first.key_id);
+  const UserKey again = ensure_user_key();
+  EXPECT_FALSE(again.created);
+  EXPECT_EQ(again.key_id, first.key_id);
+  // A missing anchor.pub is written again from the key; a foreign one is refused.
+  stdfs::remove(first.public_path);
+  EXPECT_EQ(ensure_user_key().key_id, first.key_id);
+  EXPECT_EQ(key_id(load_public_key(first.public_path)), first.key_id);
+  stdfs::copy_file(pub_, first.public_path, stdfs::copy_options::overwrite_existing);
+  try {
+    ensure_user_key();
+    ADD_FAILURE() << "a public key of another key pair was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find("is not the public half of"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(UserKeyTest, WithoutXdgConfigHomeItLivesUnderHomeAndNeedsOne) {
+  ScopedEnv x("XDG_CONFIG_HOME", "relative/ignored");  // the XDG spec: only an absolute path counts
+  ScopedEnv h("HOME", (root_ / "home").string().c_str());
+  EXPECT_EQ(user_key_paths().private_path, (root_ / "home/.config/anchor/anchor.key").string());
+  ScopedEnv no_home("HOME", nullptr);
+  try {
+    user_key_paths();
+    ADD_FAILURE() << "no HOME and no XDG_CONFIG_HOME gave a key path";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(e.hint().find("report.signing_key: none"), std::string::npos) << e.hint();
+  }
+}
+
+TEST_F(UserKeyTest, AKeyOthersCanReadIsRefusedNotReplaced) {
+  ScopedEnv x("XDG_CONFIG_HOME", xdg().c_str());
+  ScopedEnv p(kPassphraseEnv, nullptr);
+  const UserKey k = ensure_user_key();
+  ::chmod(k.private_path.c_str(), 0644);
+  const std::string before = slurp(k.private_path);
+  EXPECT_THROW(ensure_user_key(), Error);
+  EXPECT_EQ(slurp(k.private_path), before);
+}
+
+// Ranks or pilots started at once on a fresh machine: one key, made once.
+TEST_F(UserKeyTest, ProcessesStartingAtOnceAgreeOnOneKey) {
+  ScopedEnv x("XDG_CONFIG_HOME", xdg().c_str());
+  ScopedEnv p(kPassphraseEnv, nullptr);
+  constexpr int kProcs = 8;
+  int pipes[kProcs][2], go[2];
+  pid_t pids[kProcs];
+  ASSERT_EQ(::pipe(go), 0);  // the start line: every child waits until it closes
+  for (int i = 0; i < kProcs; ++i) {
+    ASSERT_EQ(::pipe(pipes[i]), 0);
+    pids[i] = ::fork();
+    ASSERT_GE(pids[i], 0);
+    if (pids[i] == 0) {
+      ::close(go[1]);
+      char c;
+      (void)!::read(go[0], &c, 1);
+      std::string line;
+      try {
+        const UserKey k = ensure_user_key();
+        line = (k.created ? "1 " : "0 ") + k.key_id;
+      } catch (const std::exception& e) {
+        line = std::string("E ") + e.what();
+      }
+      (void)!::write(pipes[i][1], line.data(), line.size());
+      ::_exit(0);
+    }
+    ::close(pipes[i][1]);
+  }
+  ::close(go[0]);
+  ::close(go[1]);
+  std::set<std::string> ids;
+  int made = 0;
+  for (int i = 0; i < kProcs; ++i) {
+    std::string out;
+    char buf[256];
+    for (ssize_t n; (n = ::read(pipes[i][0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+    ::close(pipes[i][0]);
+    int status = 0;
+    ::waitpid(pids[i], &status, 0);
+    ASSERT_GE(out.size(), 2u) << "process " << i;
+    ASSERT_NE(out[0], 'E') << out;
+    made += out[0] == '1';
+    ids.insert(out.substr(2));
+  }
+  EXPECT_EQ(made, 1);
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(*ids.begin(), key_id(load_public_key(xdg() + "/anchor/anchor.pub")));
 }
 
 }  // namespace
