@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/unique_fd.hpp"
@@ -39,32 +41,35 @@ Format parse_format(const std::string& name) {
 std::shared_ptr<const Shard> Shard::open(const std::string& path, Format format, int vocab_size) {
   std::shared_ptr<Shard> s(new Shard());
   s->path_ = path;
+  if (format == Format::kText && vocab_size < 256)
+    throw shard_error(path, "text is read as bytes and needs model.vocab_size >= 256 (found " +
+                                std::to_string(vocab_size) + ")");
   struct stat st {};
   // A FIFO or device named as a shard is refused here instead of blocking
-  // the open (or reading forever); one descriptor for the check and the read.
+  // the open (or reading forever); one descriptor for the check and the map.
   fs::UniqueFd file = fs::open_regular(path, &st, {"data shard", ErrorKind::kConfig, {}});
   const auto file_size = static_cast<std::size_t>(st.st_size);
-  if (format == Format::kText) {
-    std::string bytes = fs::read_all(file.get(), path);
-    s->owned_.assign(bytes.begin(), bytes.end());
-    for (auto& t : s->owned_) t &= 0xff;  // bytes, never sign-extended
-    s->tokens_ = s->owned_.data();
-    s->n_tokens_ = s->owned_.size();
-    if (vocab_size < 256)
-      throw shard_error(path, "text is read as bytes and needs model.vocab_size >= 256 (found " +
-                                  std::to_string(vocab_size) + ")");
-    return s;
-  }
-  if (file_size < kLlmcHeaderBytes) {
+  if (format == Format::kLlmc && file_size < kLlmcHeaderBytes) {
     throw shard_error(path, "file is " + std::to_string(file_size) +
                                 " bytes, shorter than the 1024-byte llm.c header (short file)");
   }
+  if (file_size == 0) return s;  // empty text: no windows (mmap refuses length 0)
   void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, file.get(), 0);
   int err = errno;
   file.reset();
   if (map == MAP_FAILED) throw io_error("mmap", path, err);
   s->map_ = map;
   s->map_len_ = file_size;
+  // Windows are read at random, a few KB each: no readahead or fault-around
+  // (which would map 64 KB around each one). An llm.c shard is scanned once
+  // first, in order, with the kernel's default readahead.
+  auto random_access = [&] { (void)::madvise(map, file_size, MADV_RANDOM); };
+  if (format == Format::kText) {
+    random_access();
+    s->bytes_ = static_cast<const std::uint8_t*>(map);
+    s->n_tokens_ = file_size;
+    return s;
+  }
   std::int32_t header[256];
   std::memcpy(header, map, sizeof header);
   if (header[0] != kLlmcMagic)
@@ -86,11 +91,19 @@ std::shared_ptr<const Shard> Shard::open(const std::string& path, Format format,
                                   std::to_string(i) + " is >= model.vocab_size " +
                                   std::to_string(vocab_size));
   }
+  random_access();
   return s;
 }
 
 Shard::~Shard() {
   if (map_) ::munmap(map_, map_len_);
+}
+
+void Shard::copy(std::size_t offset, std::size_t n, std::uint16_t* out) const {
+  if (bytes_)
+    std::copy(bytes_ + offset, bytes_ + offset + n, out);  // each byte widened, never sign-extended
+  else
+    std::memcpy(out, tokens_ + offset, n * sizeof(std::uint16_t));
 }
 
 void write_llmc_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
@@ -105,26 +118,31 @@ void write_llmc_shard(const std::string& path, const std::vector<std::uint16_t>&
 
 WindowSet::WindowSet(std::vector<std::shared_ptr<const Shard>> shards, int seq_len)
     : shards_(std::move(shards)), seq_len_(seq_len) {
-  const std::size_t span = static_cast<std::size_t>(seq_len) + 1;
-  for (std::uint32_t s = 0; s < shards_.size(); ++s) {
-    const std::size_t n = shards_[s]->size();
-    for (std::size_t off = 0; off + span <= n; off += static_cast<std::size_t>(seq_len))
-      starts_.push_back(Ref{s, off});
+  const auto step = static_cast<std::size_t>(seq_len);
+  std::size_t total = 0;
+  for (const auto& shard : shards_) {
+    first_.push_back(total);
+    // Offsets 0, seq_len, 2 seq_len, ... while offset + seq_len + 1 <= size.
+    if (shard->size() >= step + 1) total += (shard->size() - 1) / step;
   }
+  first_.push_back(total);
+  end_ = total;
 }
 
 void WindowSet::copy_window(std::size_t i, std::uint16_t* out) const {
-  const Ref& r = starts_.at(i);
-  std::memcpy(out, shards_[r.shard]->tokens() + r.offset,
-              (static_cast<std::size_t>(seq_len_) + 1) * sizeof(std::uint16_t));
+  if (i >= size()) throw std::out_of_range("WindowSet::copy_window: window " + std::to_string(i) + " of " +
+                                           std::to_string(size()));
+  const std::size_t g = begin_ + i;
+  // The last shard whose first window is <= g (shards without windows share their successor's first_).
+  const auto s = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end() - 1, g) - first_.begin()) - 1;
+  const auto step = static_cast<std::size_t>(seq_len_);
+  shards_[s]->copy((g - first_[s]) * step, step + 1, out);
 }
 
 WindowSet WindowSet::slice(std::size_t begin, std::size_t end) const {
-  WindowSet w;
-  w.shards_ = shards_;
-  w.seq_len_ = seq_len_;
-  w.starts_.assign(starts_.begin() + static_cast<std::ptrdiff_t>(begin),
-                   starts_.begin() + static_cast<std::ptrdiff_t>(end));
+  WindowSet w = *this;
+  w.begin_ = begin_ + begin;
+  w.end_ = begin_ + end;
   return w;
 }
 

@@ -19,38 +19,48 @@ inline constexpr std::int32_t kLlmcMagic = 20240520;
 inline constexpr std::int32_t kLlmcVersion = 1;
 inline constexpr std::size_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
 
-// One file's tokens. llm.c shards are memory-mapped; text is read as bytes.
+// One file's tokens, memory-mapped: an llm.c shard's uint16 tokens, or a text
+// file's bytes, each byte a token (0..255). Nothing is read into memory until
+// a window is copied: a worker's start on 2 GB of text costs it no memory of
+// its own (docs/benchmarks.md; the pin stage hashes the files once). A file cut
+// short while a run maps it ends that worker with SIGBUS: the pilot names
+// the signal, and its manifest the file's digest.
 class Shard {
  public:
   // Throws Error (kConfig) naming the file for: bad magic or version, a file
   // shorter than its header, a token count beyond the file, a token id >= vocab_size.
   static std::shared_ptr<const Shard> open(const std::string& path, Format format, int vocab_size);
   ~Shard();
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
   const std::string& path() const { return path_; }
   std::size_t size() const { return n_tokens_; }
-  std::uint16_t operator[](std::size_t i) const { return tokens_[i]; }
-  const std::uint16_t* tokens() const { return tokens_; }
+  std::uint16_t operator[](std::size_t i) const { return bytes_ ? bytes_[i] : tokens_[i]; }
+  // Tokens [offset, offset + n) as uint16 into out.
+  void copy(std::size_t offset, std::size_t n, std::uint16_t* out) const;
 
  private:
   Shard() = default;
   std::string path_;
-  const std::uint16_t* tokens_ = nullptr;
+  const std::uint16_t* tokens_ = nullptr;  // llmc
+  const std::uint8_t* bytes_ = nullptr;    // text
   std::size_t n_tokens_ = 0;
   void* map_ = nullptr;
   std::size_t map_len_ = 0;
-  std::vector<std::uint16_t> owned_;
 };
 
 // Writes an llm.c shard (used by tests and tools).
 void write_llmc_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
 
 // A sequence of windows of seq_len + 1 tokens (inputs and shifted targets),
-// non-overlapping within each shard, in file order.
+// non-overlapping within each shard, in file order. Window i is found from
+// per-shard counts, not a table: 16 bytes a window would be 500 MB for 2 GB
+// of text at seq_len 64.
 class WindowSet {
  public:
   WindowSet() = default;
   WindowSet(std::vector<std::shared_ptr<const Shard>> shards, int seq_len);
-  std::size_t size() const { return starts_.size(); }
+  std::size_t size() const { return end_ - begin_; }
   int seq_len() const { return seq_len_; }
   // Copies window i (seq_len + 1 tokens) into out.
   void copy_window(std::size_t i, std::uint16_t* out) const;
@@ -58,12 +68,9 @@ class WindowSet {
   WindowSet slice(std::size_t begin, std::size_t end) const;
 
  private:
-  struct Ref {
-    std::uint32_t shard;
-    std::uint64_t offset;
-  };
   std::vector<std::shared_ptr<const Shard>> shards_;
-  std::vector<Ref> starts_;
+  std::vector<std::size_t> first_;  // first_[s]: windows before shard s; first_.back(): all of them
+  std::size_t begin_ = 0, end_ = 0;
   int seq_len_ = 0;
 };
 

@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
 #include "anchor/data/dataset.hpp"
 #include "anchor/error.hpp"
 
@@ -71,6 +75,11 @@ TEST_F(DataTest, TextIsBytes) {
   ASSERT_EQ(s->size(), 3u);
   EXPECT_EQ((*s)[0], 'a');
   EXPECT_EQ((*s)[2], 255);
+  std::vector<std::uint16_t> out(3);
+  s->copy(0, 3, out.data());
+  EXPECT_EQ(out, (std::vector<std::uint16_t>{'a', 'b', 255}));  // widened, never sign-extended
+  write_raw("empty.txt", "");
+  EXPECT_EQ(Shard::open(path("empty.txt"), Format::kText, 256)->size(), 0u);
 }
 
 TEST_F(DataTest, WindowsAreNonOverlappingWithShiftedTargets) {
@@ -83,6 +92,61 @@ TEST_F(DataTest, WindowsAreNonOverlappingWithShiftedTargets) {
   w.copy_window(3, buf.data());
   EXPECT_EQ(buf.front(), 24);
   EXPECT_EQ(buf.back(), 32);
+}
+
+// Windows are found from per-shard counts: the same windows, in the same
+// order, as listing every offset of every shard (shards too short for one
+// window, or empty, included), and a slice is a range of them.
+TEST_F(DataTest, WindowsAcrossShardsMatchListingEveryOffset) {
+  const std::vector<std::size_t> sizes = {100, 3, 0, 9, 10, 57};
+  std::vector<std::shared_ptr<const Shard>> shards;
+  std::vector<std::vector<std::uint16_t>> expected;  // every window, in file order
+  const std::size_t seq = 8;
+  for (std::size_t f = 0; f < sizes.size(); ++f) {
+    std::string bytes(sizes[f], '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((f * 40 + i) % 251);
+    write_raw("s" + std::to_string(f) + ".txt", bytes);
+    shards.push_back(Shard::open(path("s" + std::to_string(f) + ".txt"), Format::kText, 256));
+    for (std::size_t off = 0; off + seq + 1 <= bytes.size(); off += seq)
+      expected.emplace_back(reinterpret_cast<const unsigned char*>(bytes.data()) + off,
+                            reinterpret_cast<const unsigned char*>(bytes.data()) + off + seq + 1);
+  }
+  WindowSet w(shards, static_cast<int>(seq));
+  ASSERT_EQ(w.size(), expected.size());
+  ASSERT_EQ(w.size(), 12u + 0 + 0 + 1 + 1 + 7);
+  std::vector<std::uint16_t> buf(seq + 1);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w.copy_window(i, buf.data());
+    EXPECT_EQ(buf, expected[i]) << "window " << i;
+  }
+  const WindowSet tail = w.slice(11, 14).slice(1, 3);  // windows 12 and 13
+  ASSERT_EQ(tail.size(), 2u);
+  tail.copy_window(1, buf.data());
+  EXPECT_EQ(buf, expected[13]);
+  EXPECT_THROW(tail.copy_window(2, buf.data()), std::out_of_range);
+  // Control: a neighbouring window is different data.
+  w.copy_window(12, buf.data());
+  EXPECT_NE(buf, expected[13]);
+}
+
+// What the header promises: a shard cut short while mapped ends the process
+// with SIGBUS (not a wrong window), and that exit is named for what it likely was.
+TEST_F(DataTest, AShardCutShortWhileMappedEndsTheProcessWithSigbus) {
+  write_raw("cut.txt", std::string(1 << 16, 'x'));
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    WindowSet w({Shard::open(path("cut.txt"), Format::kText, 256)}, 64);
+    if (::truncate(path("cut.txt").c_str(), 0) != 0) ::_exit(10);
+    std::vector<std::uint16_t> buf(65);
+    w.copy_window(w.size() - 1, buf.data());
+    ::_exit(buf[0] == 'x' ? 11 : 12);  // not reached: the page is gone
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGBUS);
+  EXPECT_NE(anchor::proc::describe_exit(128 + SIGBUS).find("data shard"), std::string::npos);
 }
 
 TEST(Sampler, IsAPureFunctionAndAPermutationPerEpoch) {
