@@ -119,6 +119,9 @@ def main():
     dry = args.dry_run
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
+    # Its pilots sign with a per-user key (docs/report.md, "Which key signs"):
+    # one of their own under OUT, never the node user's ~/.config/anchor.
+    os.environ.setdefault("XDG_CONFIG_HOME", os.path.join(out, "xdg-config"))
     anchor = os.path.join(args.build, "bin", "anchor")
     anchor_torch = os.path.join(args.build, "bin", "anchor-torch")
     test_gpu = os.path.join(args.build, "tests", "test_gpu")

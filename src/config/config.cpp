@@ -664,6 +664,7 @@ std::vector<Difference> diff(const nlohmann::json& past, const std::string& past
     const bool relative = resolve && f.path == schema::PathKind::kConfigRelative;
     // program.cwd empty is the config's directory: "." resolves to it.
     auto at_base = [&](const nlohmann::json& v, const std::string& base) {
+      if (f.key == "report.signing_key" && (v == "" || v == "none")) return v;  // not paths: the user key, unsigned
       return resolved(f.key == "program.cwd" && v == "" ? nlohmann::json(".") : v, base);
     };
     const nlohmann::json was_at = relative ? at_base(was, printable(past_base_dir)) : nlohmann::json();

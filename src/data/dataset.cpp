@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "anchor/common/fs.hpp"
@@ -140,6 +141,9 @@ void WindowSet::copy_window(std::size_t i, std::uint16_t* out) const {
 }
 
 WindowSet WindowSet::slice(std::size_t begin, std::size_t end) const {
+  if (begin > end || end > size())
+    throw std::out_of_range("WindowSet::slice: [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
+                            std::to_string(size()) + " windows");
   WindowSet w = *this;
   w.begin_ = begin_ + begin;
   w.end_ = begin_ + end;
@@ -148,6 +152,10 @@ WindowSet WindowSet::slice(std::size_t begin, std::size_t end) const {
 
 Sampler::Sampler(std::uint64_t seed, std::size_t n_windows) : seed_(seed), n_(n_windows) {
   if (n_ == 0) throw Error(ErrorKind::kConfig, "no training windows: the data is shorter than data.seq_len + 1 tokens");
+  // The permutation holds 32-bit window numbers.
+  if (n_ > std::numeric_limits<std::uint32_t>::max())
+    throw Error(ErrorKind::kConfig, std::to_string(n_) + " training windows: more than the sampler numbers (2^32 - 1)",
+                "use a longer data.seq_len, or fewer training files per pilot");
 }
 
 const std::vector<std::uint32_t>& Sampler::permutation(std::uint64_t epoch) const {

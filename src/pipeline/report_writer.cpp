@@ -116,6 +116,117 @@ std::string stage_figure(const nlohmann::json& s) {
   return os.str();
 }
 
+// A value at a JSON pointer, or null when the report lacks it (a failed pilot
+// stops before its measurements; an older report lacks newer keys).
+nlohmann::json at(const nlohmann::json& j, const std::string& pointer) {
+  const nlohmann::json::json_pointer p(pointer);
+  return j.contains(p) ? j.at(p) : nlohmann::json();
+}
+
+std::string fmt_bytes(const nlohmann::json& v) {
+  if (!v.is_number() || v.get<double>() < 0) return "n/a";
+  const double b = v.get<double>();
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2);
+  if (b >= 1e9) os << b / 1e9 << " GB";
+  else if (b >= 1e6) os << b / 1e6 << " MB";
+  else os << b / 1e3 << " kB";
+  return os.str();
+}
+
+std::string fmt_number(const nlohmann::json& v, int precision = 3) {
+  if (!v.is_number()) return "n/a";
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(precision) << v.get<double>();
+  return os.str();
+}
+
+std::string text_of(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string("n/a") : v.dump();
+}
+
+// report.md's "Measurements": the measured step, memory against the device,
+// checkpoint I/O and validation, from report.json's measurements.
+void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
+  const nlohmann::json m = at(j, "/measurements");
+  if (!m.is_object()) return;
+  md << "\n## Measurements\n\n| what | figure |\n|---|---|\n";
+  if (const auto step = at(m, "/step"); step.is_object()) {
+    md << "| measured step | " << fmt_number(at(step, "/seconds")) << " s: compute " << fmt_number(at(step, "/compute_s"))
+       << " s, data wait " << fmt_number(at(step, "/data_wait_s"), 4) << " s (" << fmt_number(at(step, "/stall_percent"), 2)
+       << "% stalled)";
+    if (at(step, "/comm_s").is_number()) md << ", communication " << fmt_number(at(step, "/comm_s")) << " s";
+    md << "; micro-batch " << text_of(at(step, "/micro_batch")) << " x grad_accum " << text_of(at(step, "/grad_accum"))
+       << ", " << text_of(at(step, "/tokens")) << " tokens |\n";
+    md << "| throughput | " << fmt_number(at(step, "/tokens_per_s"), 0) << " tokens/s per rank, "
+       << fmt_number(at(step, "/tokens_per_s_all_ranks"), 0) << " over " << text_of(at(step, "/world_size"))
+       << " rank(s); MFU estimate " << fmt_number(at(step, "/mfu_estimate"), 3) << " |\n";
+  }
+  if (const auto mem = at(m, "/memory"); mem.is_object()) {
+    md << "| peak memory, measured step | allocated " << fmt_bytes(at(mem, "/step/peak_allocated_bytes")) << ", reserved "
+       << fmt_bytes(at(mem, "/step/peak_reserved_bytes")) << ", device total " << fmt_bytes(at(mem, "/device_total_bytes"))
+       << " (" << text_of(at(mem, "/source")) << ") |\n";
+    if (const auto sb = at(mem, "/state_bytes"); sb.is_object())
+      md << "| state | parameters " << fmt_bytes(at(sb, "/parameters")) << ", gradients " << fmt_bytes(at(sb, "/gradients"))
+         << ", optimizer " << fmt_bytes(at(sb, "/optimizer")) << " |\n";
+  }
+  for (const char* io : {"checkpoint_save", "restore"})
+    if (const auto c = at(m, std::string("/") + io); c.is_object()) {
+      md << "| " << (std::string(io) == "restore" ? "restore" : "checkpoint save") << " | " << fmt_bytes(at(c, "/bytes"))
+         << " in " << fmt_number(at(c, "/seconds")) << " s (" << fmt_number(at(c, "/gb_per_s"), 2) << " GB/s)";
+      if (at(c, "/model_build_s").is_number())
+        md << "; model build " << fmt_number(at(c, "/model_build_s")) << " s, load " << fmt_number(at(c, "/load_state_s"))
+           << " s, state digest " << fmt_number(at(c, "/state_digest_s")) << " s";
+      md << " |\n";
+    }
+  if (const auto ev = at(j, "/eval"); ev.is_object())
+    md << "| validation loss | " << fmt_number(at(ev, "/before_save"), 4) << " before the save, "
+       << fmt_number(at(ev, "/after_restore"), 4) << " after the restore |\n";
+  if (const auto stages = at(m, "/memory/stages"); stages.is_object() && !stages.empty()) {
+    md << "\nPeak memory per stage (device total " << fmt_bytes(at(m, "/memory/device_total_bytes")) << "):\n\n"
+       << "| stage | peak allocated | peak reserved | peak RSS |\n|---|---|---|---|\n";
+    // In the order the stages ran, then any the stage list lacks.
+    std::vector<std::string> order;
+    for (const auto& st : j.value("stages", nlohmann::json::array()))
+      if (st.is_object() && stages.contains(st.value("stage", ""))) order.push_back(st.value("stage", ""));
+    for (const auto& [stage, v] : stages.items())
+      if (std::find(order.begin(), order.end(), stage) == order.end()) order.push_back(stage);
+    for (const auto& stage : order) {
+      const auto& v = stages.at(stage);
+      md << "| " << stage << " | " << fmt_bytes(at(v, "/peak_allocated_bytes")) << " | "
+         << fmt_bytes(at(v, "/peak_reserved_bytes")) << " | " << fmt_bytes(at(v, "/peak_rss_bytes")) << " |\n";
+    }
+  }
+}
+
+// report.md's "Environment": what ran, from the pinned manifest (docs/manifest.md).
+void write_environment_md(std::ostream& md, const nlohmann::json& j) {
+  const nlohmann::json man = at(j, "/manifest");
+  md << "\n## Environment\n\n- anchor " << text_of(at(j, "/anchor/version")) << " (commit "
+     << text_of(at(j, "/anchor/git_commit")) << ")\n";
+  if (!man.is_object()) {
+    md << "- not pinned: the pilot stopped before its pin stage\n";
+    return;
+  }
+  const auto deps = at(man, "/dependencies");
+  md << "- LibTorch " << text_of(at(deps, "/libtorch")) << "; CUDA runtime " << text_of(at(deps, "/cuda_runtime"))
+     << ", driver " << text_of(at(deps, "/cuda_driver")) << ", cuDNN " << text_of(at(deps, "/cudnn")) << ", NCCL "
+     << text_of(at(deps, "/nccl")) << "; HIP " << text_of(at(deps, "/hip_runtime")) << "\n";
+  md << "- device: " << text_of(at(man, "/device/accelerator")) << ", " << text_of(at(man, "/device/count"))
+     << " visible";
+  for (const auto& d : at(man, "/device/devices").is_array() ? at(man, "/device/devices") : nlohmann::json::array())
+    md << "; " << text_of(at(d, "/name"));
+  md << "\n- host " << text_of(at(man, "/host/hostname")) << ": " << text_of(at(man, "/host/cpu_model")) << ", "
+     << text_of(at(man, "/host/cpu_count")) << " CPUs, " << fmt_bytes(at(man, "/host/memory_total_bytes")) << "; "
+     << text_of(at(deps, "/os/pretty_name")) << ", glibc " << text_of(at(deps, "/glibc")) << "\n";
+  md << "- threads: run.threads " << text_of(at(man, "/threads/run_threads")) << " (intra-op "
+     << text_of(at(man, "/threads/intra_op")) << ", inter-op " << text_of(at(man, "/threads/inter_op")) << ", BLAS "
+     << text_of(at(man, "/threads/blas/library")) << " " << text_of(at(man, "/threads/blas/threads")) << ")\n";
+  md << "- container: " << (at(man, "/container/digest").is_string() ? at(man, "/container/digest").get<std::string>()
+                                                                      : std::string("no digest"))
+     << "\n- the manifest's SHA-256: " << text_of(at(j, "/manifest_sha256")) << " (every pinned input and library)\n";
+}
+
 }  // namespace
 
 void Report::begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path) {
@@ -381,6 +492,8 @@ void Report::write(const std::string& run_dir) const {
   if (j_.contains("measurements") && j_["measurements"].contains("activation_checkpointing"))
     md << "\n## Activation checkpointing\n\n" << j_["measurements"]["activation_checkpointing"].value("trade", "")
        << "\n";
+  write_measurements_md(md, j_);
+  write_environment_md(md, j_);
   if (j_.contains("plan") && j_["plan"].is_object()) {
     const auto& plan = j_["plan"];
     if (plan.contains("recommendation"))  // the whole plan, as `anchor plan` prints it
@@ -390,7 +503,7 @@ void Report::write(const std::string& run_dir) const {
   }
   md << "\nSigned: "
      << (j_.value("signed", false) ? "yes, key " + j_.value("signer_key_id", std::string()) + " (report.intoto.json)"
-                                   : "NO: " + j_.value("unsigned_reason", std::string("no report.signing_key configured")))
+                                   : "NO: " + j_.value("unsigned_reason", std::string("not signed")))
      << "\n";
   fs::atomic_write_file(run_dir + "/report.md", md.str());
 }

@@ -287,8 +287,7 @@ void publish(Pilot& p) {
       // report.json says it is signed and by which key before it becomes a subject of the signature.
       p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
       p.report.write(p.run_dir);
-      auto r = report::sign_run(p.run_dir, p.signing_key);
-      ANCHOR_LOG_INFO("report", "signed {} with key {} ({} subjects)", r.envelope_path, r.key_id, r.subjects);
+      report::sign_run(p.run_dir, p.signing_key);  // it logs the envelope, the key id and the subjects
     } catch (const Error& e) {
       // The pilot fails with this error: its report and JUnit file say so too.
       const std::string why = std::string("signing failed: ") + e.what();
@@ -481,10 +480,23 @@ void choose_signing_key(Pilot& p) {
     report::load_private_key(p.signing_key, report::resolve_passphrase(""));
     return;
   }
-  const report::UserKey user = report::ensure_user_key();
+  report::UserKey user;
+  try {
+    user = report::ensure_user_key();
+  } catch (const Error& e) {
+    // Whatever stopped it (no HOME, a read-only or foreign directory, a key
+    // others can read), the ways out depend on the command.
+    const std::string ways = from_config ? "or name a key with report.signing_key (anchor keygen makes one), or set "
+                                           "report.signing_key: none for an unsigned report"
+                                         : "or pass --signing-key KEY, or --signing-key none for an unsigned re-run";
+    throw Error(e.kind() == ErrorKind::kIo ? ErrorKind::kConfig : e.kind(),
+                std::string("your per-user signing key: ") + e.what(),
+                (e.hint().empty() ? std::string("fix that") : e.hint()) + "; " + ways);
+  }
   p.signing_key = user.private_path;
+  // Once per machine and user: a warning, so that -q keeps it.
   if (user.created)
-    ANCHOR_LOG_INFO("report", "created your signing key {} (key id {}); reports are signed with it unless "
+    ANCHOR_LOG_WARN("report", "created your signing key {} (key id {}); reports are signed with it unless "
                               "report.signing_key names another key or is none. Others verify them with {}",
                     user.private_path, user.key_id, user.public_path);
 }
@@ -501,7 +513,6 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
                   "run `anchor pilot CONFIG` on one node; anchor starts the program's distributed.nproc_per_node ranks "
                   "itself with torchrun's variables (docs/program.md, \"Limits\")");
   }
-  choose_signing_key(p);
   // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
   // many as the external launcher started: docs/distributed.md).
   // Each worker rank picks its device and backend itself (it has LibTorch):
@@ -519,6 +530,8 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
       p.catalog_problem = with_hint(e);
     }
   }
+  // Last: a pilot refused for anything above has not made a key.
+  choose_signing_key(p);
 }
 
 // 2. The run directory and checkpoint.dir, locked for this pilot's life

@@ -87,12 +87,37 @@ class StageMemory {
   std::string device_;
 };
 
-std::vector<train::StepRecord> run_steps(train::Trainer& t, int n) {
+// Whose steps a line shows and how far they go: "A step 3/4" is worker A's
+// third completed step of the four it runs to (B, the resumed worker, runs
+// to the same step). A worker of many steps logs about 20 lines at info (the
+// first, every Nth, the last), each one at debug.
+struct StepProgress {
+  const char* worker;  // "A" (reference) or "B" (resume)
+  std::int64_t start;  // the step count this worker started from
+  std::int64_t end;    // the step count it stops at
+  int rank = 0, world = 1;
+};
+
+StepProgress progress(const WorkerContext& ctx, const char* worker, std::int64_t start, std::int64_t end) {
+  return {worker, start, end, ctx.env.rank, ctx.env.world_size};
+}
+
+std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepProgress& at) {
   std::vector<train::StepRecord> steps;
+  const std::int64_t every = std::max<std::int64_t>(1, (at.end + 19) / 20);
+  const std::string who = at.world > 1 ? fmt::format("{} rank {}", at.worker, at.rank) : std::string(at.worker);
+  double spent_s = 0;
   for (int i = 0; i < n; ++i) {
     auto r = t.train_step();
-    ANCHOR_LOG_INFO("train_step", "step={} loss={:.4f} grad_norm={:.4f} lr={:.3e} ({:.3f}s)", r.step, r.loss,
-                    r.grad_norm, r.lr, r.compute_s + r.data_wait_s);
+    const double step_s = r.compute_s + r.data_wait_s;
+    spent_s += step_s;
+    const std::int64_t done = r.step + 1;
+    const double eta_s = spent_s / (i + 1) * static_cast<double>(std::max<std::int64_t>(0, at.end - done));
+    const bool shown = done == at.start + 1 || done % every == 0 || done >= at.end;
+    const auto level = shown ? log::Level::kInfo : log::Level::kDebug;
+    ANCHOR_LOG_AT(level, "train_step", "{} step {}/{} loss={:.4f} grad_norm={:.4f} lr={:.3e} {:.0f} tok/s ({:.3f}s, eta {:.1f}s)",
+                  who, done, at.end, r.loss, r.grad_norm, r.lr, step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0,
+                  step_s, eta_s);
     // A non-finite loss or applied gradient poisons every later step: fail
     // here, naming it (a step the loss scaler skipped is not applied).
     if (!std::isfinite(r.loss) || (!r.skipped && !std::isfinite(r.grad_norm)))
@@ -474,9 +499,10 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
   const std::string dev = t.device();
   StageTimer train("train");
   auto& steps = ctx.out.train_steps;
-  steps = run_steps(t, p.steps_before_save - 1);
+  const StepProgress at = progress(ctx, "A", t.step(), t.step() + p.steps_before_save + p.steps_after_resume);
+  steps = run_steps(t, p.steps_before_save - 1, at);
   StageMemory step_mem(dev);
-  const train::StepRecord last = run_steps(t, 1).at(0);
+  const train::StepRecord last = run_steps(t, 1, at).at(0);
   ctx.out.step_memory = step_mem.read();
   if (auto smi = measure::device_smi_report(dev); !smi.empty()) ctx.out.step_memory["device_report"] = smi;
   ctx.out.state_bytes = t.state_bytes();
@@ -555,7 +581,9 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   save_stage(ctx, t, store, eval_loss);
 
   StageTimer ref("reference");
-  ctx.out.reference_steps = run_steps(t, ctx.cfg.pilot.steps_after_resume);
+  const auto& pilot = ctx.cfg.pilot;
+  ctx.out.reference_steps = run_steps(
+      t, pilot.steps_after_resume, progress(ctx, "A", t.step() - pilot.steps_before_save, t.step() + pilot.steps_after_resume));
   ctx.out.final_state = t.digest();
   ctx.out.stages.push_back(ref.end({{"steps", ctx.cfg.pilot.steps_after_resume}}));
   write_result(ctx, "reference");
@@ -622,7 +650,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
 
   StageTimer resume("resume");
-  ctx.out.resume_steps = run_steps(t, p.steps_after_resume);
+  ctx.out.resume_steps = run_steps(t, p.steps_after_resume, progress(ctx, "B", t.step(), t.step() + p.steps_after_resume));
   const double replica_check_s = check_replicas(ctx, t);  // the resumed replicas, at the end
   ctx.out.final_state = t.digest();
   nlohmann::json resume_fig = {{"steps", p.steps_after_resume}};

@@ -268,8 +268,7 @@ UserKey user_key_paths() {
     if (home.empty())
       throw Error(ErrorKind::kConfig,
                   "no place for your signing key: neither XDG_CONFIG_HOME nor HOME is set to an absolute path",
-                  "set HOME or XDG_CONFIG_HOME, name a key with report.signing_key (anchor keygen makes one), "
-                  "or set report.signing_key: none for an unsigned report");
+                  "set HOME or XDG_CONFIG_HOME");
     base = home + "/.config";
   }
   UserKey k;
@@ -293,8 +292,25 @@ UserKey ensure_user_key() {
       throw;
     }
   };
+  const std::string dir = std::filesystem::path(k.private_path).parent_path().string();
+  make_private_dirs(dir);
+  // Whoever can write the directory can swap the key: it must be a real
+  // directory of this user that no one else writes, and the key a regular
+  // file of this user (not a link to some other key).
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) throw io_error("stat", dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+    throw Error(ErrorKind::kConfig,
+                dir + " is " + (S_ISLNK(st.st_mode) ? std::string("a symbolic link")
+                                : !S_ISDIR(st.st_mode) ? std::string("not a directory")
+                                : st.st_uid != ::geteuid() ? "owned by uid " + std::to_string(st.st_uid)
+                                                           : "writable by others (mode " + mode_text(st.st_mode) + ")") +
+                    ": someone else could replace the signing key in it",
+                "make it a directory of your own with mode 0700 (chmod 700 " + dir + ")");
+  if (::lstat(k.private_path.c_str(), &st) == 0 && (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()))
+    throw Error(ErrorKind::kConfig, k.private_path + " is not a regular file of yours",
+                "remove it; the next run makes a new key (or name a key with report.signing_key)");
   if (!exists_no_follow(k.private_path)) {
-    make_private_dirs(std::filesystem::path(k.private_path).parent_path());
     Key fresh = generate_key();
     std::string pem = private_key_pem(fresh, passphrase);
     Wipe wipe{pem};

@@ -431,7 +431,7 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
     env_path = (stdfs::path(path) / kEnvelopeFile).string();
     if (!stdfs::exists(env_path, ec)) {
       fail("unsigned", path + " has no " + kEnvelopeFile +
-                           ": the run was not signed (no report.signing_key configured?)");
+                           ": the run was not signed (report.signing_key: none, or its signing failed: see its report.json)");
       return r;
     }
   }

@@ -49,6 +49,10 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--junit", t.str("junit.xml")});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("passed: resume matches the uninterrupted run (bitwise)"), std::string::npos) << r.output;
+  // Step lines say whose step and how far: worker A runs to 4, the resumed B from 2 to 4.
+  for (const char* line : {"[train_step] A step 1/4 loss=", "[train_step] A step 4/4 loss=", "[train_step] B step 3/4 loss="})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  EXPECT_EQ(r.output.find("[train_step] B step 2/4"), std::string::npos) << "B starts after the saved step 2";
 
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["format"], "anchor.report/v1");
@@ -123,6 +127,16 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_NE(md.find("## Plan\n\n```text\nanchor plan (anchor.plan/v1)"), std::string::npos) << md;
   EXPECT_NE(md.find("Assumptions:"), std::string::npos) << md;
   EXPECT_NE(md.find("Recommendation: " + recommended + ", "), std::string::npos) << md;
+  // The measurements and the environment, in words (report.json has every figure).
+  const std::vector<std::string> md_parts = {
+      "\n## Measurements\n", "| measured step | ", " tokens/s per rank, ", "| peak memory, measured step | allocated ",
+      "| checkpoint save | ", "| restore | ", "; model build ", "| validation loss | ", "| train | ",
+      "\n## Environment\n", "- anchor " + std::string(anchor::build::kVersion) + " (commit ",
+      "- LibTorch " + report["manifest"]["dependencies"]["libtorch"].get<std::string>() + "; CUDA runtime ",
+      "- threads: run.threads 1 ", "- the manifest's SHA-256: " + report["manifest_sha256"].get<std::string>()};
+  for (const std::string& part : md_parts)
+    EXPECT_NE(md.find(part), std::string::npos) << part << "\n" << md;
+  EXPECT_EQ(md.find("n/a s"), std::string::npos) << "a figure the report has was not found:\n" << md;
 
   const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
   EXPECT_NE(junit.find("name=\"checkpoint_save\""), std::string::npos);
@@ -138,6 +152,36 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   broken.replace(broken.find(" errors=\"0\" skipped="), std::string(" errors=\"0\"").size(), "");
   anchor::fs::atomic_write_file(t.str("broken.xml"), broken);
   EXPECT_NE(junit_schema_problems(t.str("broken.xml")), "");
+}
+
+// A long pilot does not flood the console: about 20 step lines per worker at
+// the default level (the first, every Nth, the last), every one with -v.
+TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
+  TempDir t("steps");
+  auto count = [](const std::string& out, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::vector<std::string> args = {"pilot", kPilot, "--set", "pilot.steps_before_save=20", "--set",
+                                         "pilot.steps_after_resume=20", "--set", "report.signing_key=none"};
+  auto with = [&](std::vector<std::string> a, const std::string& run) {
+    a.insert(a.end(), {"--run-dir", t.str(run)});
+    return run_anchor(a);
+  };
+  auto quiet = with(args, "run");
+  ASSERT_EQ(quiet.status, 0) << quiet.output;
+  const std::size_t a_lines = count(quiet.output, "[train_step] A step "), b_lines = count(quiet.output, "[train_step] B step ");
+  EXPECT_EQ(a_lines, 21u) << quiet.output;  // of 40 steps: the first, every 2nd, the last
+  EXPECT_EQ(b_lines, 11u) << quiet.output;  // of B's 20: its first (21) and every 2nd (22 ... 40)
+  EXPECT_NE(quiet.output.find("[train_step] A step 40/40 "), std::string::npos) << quiet.output;
+  EXPECT_NE(quiet.output.find(", eta "), std::string::npos) << quiet.output;
+  std::vector<std::string> verbose = {"-v"};
+  verbose.insert(verbose.end(), args.begin(), args.end());
+  auto all = with(verbose, "run-v");
+  ASSERT_EQ(all.status, 0) << all.output;
+  EXPECT_EQ(count(all.output, "[train_step] A step "), 40u);  // the control: every step is there to be shown
+  EXPECT_EQ(count(all.output, "[train_step] B step "), 20u);
 }
 
 // The mission's report is signed: with no key configured, by a per-user key
@@ -449,6 +493,10 @@ TEST(Pilot, AnIoErrorWhilePreparingIsAFailedStageWithAReport) {
   const auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["status"], "failed");
   EXPECT_NE(report["message"].get<std::string>().find("prepare"), std::string::npos);
+  // report.md of a pilot that stopped before its pin: no measurements, and says so for the environment.
+  const std::string md = anchor::fs::read_file(t.str("run/report.md"));
+  EXPECT_EQ(md.find("## Measurements"), std::string::npos) << md;
+  EXPECT_NE(md.find("- not pinned: the pilot stopped before its pin stage"), std::string::npos) << md;
   const auto events = read_events(t.str("run/events.jsonl"));
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back()["status"], "failed");

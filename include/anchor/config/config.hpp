@@ -110,7 +110,7 @@ struct CheckpointConfig {
 };
 
 struct ReportConfig {
-  std::string signing_key;              // PKCS#8 PEM private key; empty -> unsigned
+  std::string signing_key;              // PKCS#8 PEM private key; empty: the per-user key; "none": unsigned
   std::string public_key;               // optional SPKI PEM, for verify
 };
 

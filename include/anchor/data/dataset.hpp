@@ -21,8 +21,9 @@ inline constexpr std::size_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
 
 // One file's tokens, memory-mapped: an llm.c shard's uint16 tokens, or a text
 // file's bytes, each byte a token (0..255). Nothing is read into memory until
-// a window is copied: a worker's start on 2 GB of text costs it no memory of
-// its own (docs/benchmarks.md; the pin stage hashes the files once). A file cut
+// a window is copied: of a worker's start on 2 GB of text, only the sampler's
+// permutation (4 bytes a window) is memory of its own (docs/benchmarks.md; the
+// pin stage hashes the files once). A file cut
 // short while a run maps it ends that worker with SIGBUS: the pilot names
 // the signal, and its manifest the file's digest.
 class Shard {

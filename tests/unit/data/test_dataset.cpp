@@ -98,7 +98,8 @@ TEST_F(DataTest, WindowsAreNonOverlappingWithShiftedTargets) {
 // order, as listing every offset of every shard (shards too short for one
 // window, or empty, included), and a slice is a range of them.
 TEST_F(DataTest, WindowsAcrossShardsMatchListingEveryOffset) {
-  const std::vector<std::size_t> sizes = {100, 3, 0, 9, 10, 57};
+  // 16 and 17 (a multiple of seq_len, and one more) at both ends: n / seq_len would count one window too many.
+  const std::vector<std::size_t> sizes = {16, 100, 3, 0, 9, 10, 57, 17};
   std::vector<std::shared_ptr<const Shard>> shards;
   std::vector<std::vector<std::uint16_t>> expected;  // every window, in file order
   const std::size_t seq = 8;
@@ -113,13 +114,15 @@ TEST_F(DataTest, WindowsAcrossShardsMatchListingEveryOffset) {
   }
   WindowSet w(shards, static_cast<int>(seq));
   ASSERT_EQ(w.size(), expected.size());
-  ASSERT_EQ(w.size(), 12u + 0 + 0 + 1 + 1 + 7);
+  ASSERT_EQ(w.size(), 1u + 12 + 0 + 0 + 1 + 1 + 7 + 2);
   std::vector<std::uint16_t> buf(seq + 1);
   for (std::size_t i = 0; i < w.size(); ++i) {
     w.copy_window(i, buf.data());
     EXPECT_EQ(buf, expected[i]) << "window " << i;
   }
   const WindowSet tail = w.slice(11, 14).slice(1, 3);  // windows 12 and 13
+  EXPECT_THROW(w.slice(3, 2), std::out_of_range);
+  EXPECT_THROW(w.slice(0, w.size() + 1), std::out_of_range);
   ASSERT_EQ(tail.size(), 2u);
   tail.copy_window(1, buf.data());
   EXPECT_EQ(buf, expected[13]);

@@ -287,7 +287,7 @@ TEST_F(UserKeyTest, WithoutXdgConfigHomeItLivesUnderHomeAndNeedsOne) {
     ADD_FAILURE() << "no HOME and no XDG_CONFIG_HOME gave a key path";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(e.hint().find("report.signing_key: none"), std::string::npos) << e.hint();
+    EXPECT_NE(e.hint().find("set HOME or XDG_CONFIG_HOME"), std::string::npos) << e.hint();
   }
 }
 
@@ -299,6 +299,46 @@ TEST_F(UserKeyTest, AKeyOthersCanReadIsRefusedNotReplaced) {
   const std::string before = slurp(k.private_path);
   EXPECT_THROW(ensure_user_key(), Error);
   EXPECT_EQ(slurp(k.private_path), before);
+}
+
+// With ANCHOR_KEY_PASSPHRASE set the key is made encrypted; later runs need it.
+TEST_F(UserKeyTest, APassphraseEncryptsTheKeyAndIsThenNeeded) {
+  ScopedEnv x("XDG_CONFIG_HOME", xdg().c_str());
+  {
+    ScopedEnv p(kPassphraseEnv, "correct horse");
+    const UserKey k = ensure_user_key();
+    EXPECT_TRUE(k.created);
+    EXPECT_NE(slurp(k.private_path).find("BEGIN ENCRYPTED PRIVATE KEY"), std::string::npos);
+    EXPECT_EQ(ensure_user_key().key_id, k.key_id);
+  }
+  ScopedEnv none(kPassphraseEnv, nullptr);
+  try {
+    ensure_user_key();
+    ADD_FAILURE() << "an encrypted key loaded without its passphrase";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("encrypted, and no passphrase given"), std::string::npos) << e.what();
+  }
+}
+
+// A key directory someone else could write is refused, not used.
+TEST_F(UserKeyTest, AKeyDirectoryOthersCanWriteOrALinkedKeyIsRefused) {
+  ScopedEnv x("XDG_CONFIG_HOME", xdg().c_str());
+  ScopedEnv p(kPassphraseEnv, nullptr);
+  const UserKey k = ensure_user_key();
+  ::chmod((xdg() + "/anchor").c_str(), 0777);
+  try {
+    ensure_user_key();
+    ADD_FAILURE() << "a world-writable key directory was used";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find("writable by others (mode 0777)"), std::string::npos) << e.what();
+  }
+  ::chmod((xdg() + "/anchor").c_str(), 0700);
+  EXPECT_EQ(ensure_user_key().key_id, k.key_id);  // the control: put right, it is used again
+  stdfs::remove(k.private_path);
+  stdfs::create_symlink(priv_, k.private_path);  // another key of this user, by a link
+  EXPECT_THROW(ensure_user_key(), Error);
 }
 
 // Ranks or pilots started at once on a fresh machine: one key, made once.
