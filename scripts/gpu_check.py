@@ -121,7 +121,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     # Its pilots sign with a per-user key (docs/report.md, "Which key signs"):
     # one of their own under OUT, never the node user's ~/.config/anchor.
-    os.environ.setdefault("XDG_CONFIG_HOME", os.path.join(out, "xdg-config"))
+    os.environ["XDG_CONFIG_HOME"] = os.path.join(out, "xdg-config")
     anchor = os.path.join(args.build, "bin", "anchor")
     anchor_torch = os.path.join(args.build, "bin", "anchor-torch")
     test_gpu = os.path.join(args.build, "tests", "test_gpu")

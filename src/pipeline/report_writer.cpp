@@ -155,7 +155,8 @@ void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
     md << "| measured step | " << fmt_number(at(step, "/seconds")) << " s: compute " << fmt_number(at(step, "/compute_s"))
        << " s, data wait " << fmt_number(at(step, "/data_wait_s"), 4) << " s (" << fmt_number(at(step, "/stall_percent"), 2)
        << "% stalled)";
-    if (at(step, "/comm_s").is_number()) md << ", communication " << fmt_number(at(step, "/comm_s")) << " s";
+    if (at(step, "/comm_s").is_number() && at(step, "/world_size").is_number() && at(step, "/world_size").get<double>() > 1)
+      md << ", communication " << fmt_number(at(step, "/comm_s")) << " s";
     md << "; micro-batch " << text_of(at(step, "/micro_batch")) << " x grad_accum " << text_of(at(step, "/grad_accum"))
        << ", " << text_of(at(step, "/tokens")) << " tokens |\n";
     md << "| throughput | " << fmt_number(at(step, "/tokens_per_s"), 0) << " tokens/s per rank, "
@@ -280,6 +281,7 @@ nlohmann::json step_section(const WorkerResult& ref, const nlohmann::json& cfg, 
           {"seconds", wall},
           {"data_wait_s", s.data_wait_s},
           {"compute_s", s.compute_s},
+          {"comm_s", s.comm_s},  // with several ranks; DDP overlaps it with compute_s
           {"stall_percent", wall > 0 ? 100.0 * s.data_wait_s / wall : 0.0},
           {"tokens", s.tokens},
           {"tokens_per_s", tps},  // one rank's: the plan scales per GPU

@@ -489,9 +489,11 @@ void choose_signing_key(Pilot& p) {
     const std::string ways = from_config ? "or name a key with report.signing_key (anchor keygen makes one), or set "
                                            "report.signing_key: none for an unsigned report"
                                          : "or pass --signing-key KEY, or --signing-key none for an unsigned re-run";
+    std::string hint = e.hint().empty() ? std::string("fix that") : e.hint();
+    if (const auto at = hint.find(" or pass --passphrase-file FILE"); at != std::string::npos)
+      hint.erase(at, std::string(" or pass --passphrase-file FILE").size());  // keygen's option, not this command's
     throw Error(e.kind() == ErrorKind::kIo ? ErrorKind::kConfig : e.kind(),
-                std::string("your per-user signing key: ") + e.what(),
-                (e.hint().empty() ? std::string("fix that") : e.hint()) + "; " + ways);
+                std::string("your per-user signing key: ") + e.what(), hint + "; " + ways);
   }
   p.signing_key = user.private_path;
   // Once per machine and user: a warning, so that -q keeps it.

@@ -89,8 +89,8 @@ class StageMemory {
 
 // Whose steps a line shows and how far they go: "A step 3/4" is worker A's
 // third completed step of the four it runs to (B, the resumed worker, runs
-// to the same step). A worker of many steps logs about 20 lines at info (the
-// first, every Nth, the last), each one at debug.
+// to the same step). A worker of more than 20 steps of its own logs about 20
+// lines at info (its first, every Nth, its last), each one at debug.
 struct StepProgress {
   const char* worker;  // "A" (reference) or "B" (resume)
   std::int64_t start;  // the step count this worker started from
@@ -104,7 +104,8 @@ StepProgress progress(const WorkerContext& ctx, const char* worker, std::int64_t
 
 std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepProgress& at) {
   std::vector<train::StepRecord> steps;
-  const std::int64_t every = std::max<std::int64_t>(1, (at.end + 19) / 20);
+  // Counted in the worker's own steps (a worker started from step 1000 runs end - start of them).
+  const std::int64_t every = std::max<std::int64_t>(1, (at.end - at.start + 19) / 20);
   const std::string who = at.world > 1 ? fmt::format("{} rank {}", at.worker, at.rank) : std::string(at.worker);
   double spent_s = 0;
   for (int i = 0; i < n; ++i) {
@@ -113,7 +114,8 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepPro
     spent_s += step_s;
     const std::int64_t done = r.step + 1;
     const double eta_s = spent_s / (i + 1) * static_cast<double>(std::max<std::int64_t>(0, at.end - done));
-    const bool shown = done == at.start + 1 || done % every == 0 || done >= at.end;
+    const std::int64_t own = done - at.start;
+    const bool shown = own == 1 || own % every == 0 || done >= at.end;
     const auto level = shown ? log::Level::kInfo : log::Level::kDebug;
     ANCHOR_LOG_AT(level, "train_step", "{} step {}/{} loss={:.4f} grad_norm={:.4f} lr={:.3e} {:.0f} tok/s ({:.3f}s, eta {:.1f}s)",
                   who, done, at.end, r.loss, r.grad_norm, r.lr, step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0,

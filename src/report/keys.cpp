@@ -299,14 +299,21 @@ UserKey ensure_user_key() {
   // file of this user (not a link to some other key).
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) throw io_error("stat", dir, errno);
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode))
     throw Error(ErrorKind::kConfig,
-                dir + " is " + (S_ISLNK(st.st_mode) ? std::string("a symbolic link")
-                                : !S_ISDIR(st.st_mode) ? std::string("not a directory")
-                                : st.st_uid != ::geteuid() ? "owned by uid " + std::to_string(st.st_uid)
-                                                           : "writable by others (mode " + mode_text(st.st_mode) + ")") +
+                dir + " is " + (S_ISLNK(st.st_mode) ? "a symbolic link" : "not a directory") +
                     ": someone else could replace the signing key in it",
-                "make it a directory of your own with mode 0700 (chmod 700 " + dir + ")");
+                "move it aside; anchor then makes a directory of its own there (mode 0700)");
+  if (st.st_uid != ::geteuid())
+    throw Error(ErrorKind::kConfig,
+                dir + " is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+                    std::to_string(::geteuid()) + "): its owner could replace the signing key in it",
+                "run as its owner, or set XDG_CONFIG_HOME to a directory of your own");
+  if ((st.st_mode & 022) != 0)
+    throw Error(ErrorKind::kConfig,
+                dir + " is writable by others (mode " + mode_text(st.st_mode) +
+                    "): someone else could replace the signing key in it",
+                "chmod 700 " + dir);
   if (::lstat(k.private_path.c_str(), &st) == 0 && (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()))
     throw Error(ErrorKind::kConfig, k.private_path + " is not a regular file of yours",
                 "remove it; the next run makes a new key (or name a key with report.signing_key)");

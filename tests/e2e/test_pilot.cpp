@@ -130,13 +130,20 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   // The measurements and the environment, in words (report.json has every figure).
   const std::vector<std::string> md_parts = {
       "\n## Measurements\n", "| measured step | ", " tokens/s per rank, ", "| peak memory, measured step | allocated ",
-      "| checkpoint save | ", "| restore | ", "; model build ", "| validation loss | ", "| train | ",
+      "| checkpoint save | ", "| restore | ", "; model build ", "| validation loss | ",
       "\n## Environment\n", "- anchor " + std::string(anchor::build::kVersion) + " (commit ",
       "- LibTorch " + report["manifest"]["dependencies"]["libtorch"].get<std::string>() + "; CUDA runtime ",
       "- threads: run.threads 1 ", "- the manifest's SHA-256: " + report["manifest_sha256"].get<std::string>()};
   for (const std::string& part : md_parts)
     EXPECT_NE(md.find(part), std::string::npos) << part << "\n" << md;
   EXPECT_EQ(md.find("n/a s"), std::string::npos) << "a figure the report has was not found:\n" << md;
+  // Peak memory per stage, in the order the stages ran (rows of its own table, after its heading).
+  const auto per_stage = md.find("Peak memory per stage");
+  ASSERT_NE(per_stage, std::string::npos) << md;
+  const auto train_row = md.find("\n| train | ", per_stage), save_row = md.find("\n| checkpoint_save | ", per_stage);
+  ASSERT_NE(train_row, std::string::npos) << md;
+  ASSERT_NE(save_row, std::string::npos) << md;
+  EXPECT_LT(train_row, save_row) << md;
 
   const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
   EXPECT_NE(junit.find("name=\"checkpoint_save\""), std::string::npos);
@@ -155,7 +162,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
 }
 
 // A long pilot does not flood the console: about 20 step lines per worker at
-// the default level (the first, every Nth, the last), every one with -v.
+// the default level (the first, every Nth, the last, counted in the worker's
+// own steps), every one with -v.
 TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
   TempDir t("steps");
   auto count = [](const std::string& out, const std::string& what) {
@@ -173,7 +181,7 @@ TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
   ASSERT_EQ(quiet.status, 0) << quiet.output;
   const std::size_t a_lines = count(quiet.output, "[train_step] A step "), b_lines = count(quiet.output, "[train_step] B step ");
   EXPECT_EQ(a_lines, 21u) << quiet.output;  // of 40 steps: the first, every 2nd, the last
-  EXPECT_EQ(b_lines, 11u) << quiet.output;  // of B's 20: its first (21) and every 2nd (22 ... 40)
+  EXPECT_EQ(b_lines, 20u) << quiet.output;  // B runs 20 steps of its own: not more than 20, so every one
   EXPECT_NE(quiet.output.find("[train_step] A step 40/40 "), std::string::npos) << quiet.output;
   EXPECT_NE(quiet.output.find(", eta "), std::string::npos) << quiet.output;
   std::vector<std::string> verbose = {"-v"};

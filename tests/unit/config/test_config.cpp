@@ -1,6 +1,8 @@
 // The strict config loader: each rule valid and invalid, positions, overrides
 // and precedence, JSON/YAML round trips, digest, seeds, paths.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include <filesystem>
@@ -827,6 +829,17 @@ TEST(ConfigDiff, NamesEveryDifferingKeyAndWhetherItDecidesTheResult) {
   EXPECT_TRUE(d[0].decides_result) << "not the default: the past run cannot have had it";
   // Without an absolute past directory, paths are compared as written.
   EXPECT_TRUE(cfg2::diff(past_json, "", cfg2::load_string(yaml, "a.yaml", {}, "/elsewhere")).empty());
+  // report.signing_key '' (the per-user key) and none are not paths: the same from any directory.
+  for (const std::string key : {"", "none"}) {
+    const std::string set = "report.signing_key=" + key;
+    d = cfg2::diff(cfg2::to_json(cfg2::load_string(yaml, "a.yaml", {set}, "/runs/a")), "/runs/a",
+                   cfg2::load_string(yaml, "a.yaml", {set}, "/elsewhere"));
+    for (const auto& x : d) EXPECT_NE(x.key, "report.signing_key") << "'" << key << "'";
+  }
+  d = cfg2::diff(cfg2::to_json(cfg2::load_string(yaml, "a.yaml", {"report.signing_key=k.pem"}, "/runs/a")), "/runs/a",
+                 cfg2::load_string(yaml, "a.yaml", {"report.signing_key=k.pem"}, "/elsewhere"));
+  EXPECT_TRUE(std::any_of(d.begin(), d.end(), [](const auto& x) { return x.key == "report.signing_key"; }))
+      << "the control: a key file named relative to another directory is another file";
   // pilot.* decides (the pilot's steps and evals); budget.* does not.
   d = cfg2::diff(past_json, "/runs/a", cfg2::load_string(yaml, "a.yaml", {"pilot.eval_batches=7"}, "/runs/a"));
   ASSERT_EQ(d.size(), 1u);
