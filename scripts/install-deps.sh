@@ -27,6 +27,7 @@ if [[ "${1:-}" == --test ]]; then
     slurmctld slurmd slurm-client munge   # `srun anchor pilot` on a private Slurm cluster (tests/support/slurm_cluster.hpp)
     libxml2-utils                         # xmllint: the JUnit files against Jenkins' xunit schema (tests/support/junit-10.xsd)
     zsh mandoc                            # the generated zsh completion run in zsh, the man page linted (test_cli_completion)
+    chromium                              # report.html loaded in a real headless browser (test_report_html)
   )
 fi
 

@@ -15,6 +15,8 @@
 #include "anchor/plan/plan.hpp"
 #include "anchor/common/utf8.hpp"
 #include "events.hpp"
+#include "report_html.hpp"
+#include "trace.hpp"
 
 namespace anchor::pipeline {
 namespace {
@@ -229,6 +231,12 @@ void write_environment_md(std::ostream& md, const nlohmann::json& j) {
 }
 
 }  // namespace
+
+namespace detail {
+void measurements_md(std::ostream& md, const nlohmann::json& report) { write_measurements_md(md, report); }
+void environment_md(std::ostream& md, const nlohmann::json& report) { write_environment_md(md, report); }
+std::string bytes_text(const nlohmann::json& v) { return fmt_bytes(v); }
+}  // namespace detail
 
 void Report::begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path) {
   j_["format"] = "anchor.report/v1";
@@ -508,6 +516,8 @@ void Report::write(const std::string& run_dir) const {
                                    : "NO: " + j_.value("unsigned_reason", std::string("not signed")))
      << "\n";
   fs::atomic_write_file(run_dir + "/report.md", md.str());
+  // The trace, then the page that draws its stages (docs/report.md, "report.html" and "trace.json").
+  fs::atomic_write_file(run_dir + "/report.html", report_html(j_, write_trace(run_dir)));
 }
 
 void Report::print_summary(std::ostream& os) const {

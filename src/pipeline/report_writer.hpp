@@ -55,6 +55,15 @@ class Report {
   nlohmann::json j_ = nlohmann::json::object();
 };
 
+namespace detail {
+// report.md's "Measurements" and "Environment" sections (markdown), which
+// report.html shows too, and a byte count as report.md writes it ("n/a" for
+// what is not a count).
+void measurements_md(std::ostream& md, const nlohmann::json& report);
+void environment_md(std::ostream& md, const nlohmann::json& report);
+std::string bytes_text(const nlohmann::json& v);
+}  // namespace detail
+
 // JUnit XML (docs/pilot.md, --junit; README, "Use it in CI"), valid against Jenkins' xunit schema
 // (junit-10.xsd): one test case per stage and per resume check; a stage in
 // `planned` that the report does not hold is <skipped/>, saying where the

@@ -1,0 +1,217 @@
+#include "trace.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <sstream>
+#include <sys/stat.h>
+#include <tuple>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/utf8.hpp"
+
+namespace anchor::pipeline {
+
+std::optional<double> event_time(const nlohmann::json& e) {
+  auto it = e.find("time");
+  if (it == e.end()) return std::nullopt;
+  if (it->is_number()) {
+    const double t = it->get<double>();
+    return std::isfinite(t) && t > 0 ? std::optional<double>(t) : std::nullopt;
+  }
+  if (!it->is_string()) return std::nullopt;
+  const std::string& s = it->get_ref<const std::string&>();
+  std::tm tm{};
+  int ms = 0, used = 0;
+  if (s.size() != 24 || std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                                    &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &used) != 7 || used != 24)
+    return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const std::time_t t = timegm(&tm);
+  if (t == static_cast<std::time_t>(-1)) return std::nullopt;
+  return static_cast<double>(t) + ms / 1000.0;
+}
+
+namespace {
+
+// A number field, or `fallback`.
+double num(const nlohmann::json& e, const char* key, double fallback = 0) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_number() && std::isfinite(it->get<double>()) ? it->get<double>() : fallback;
+}
+std::string str(const nlohmann::json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// How a source is shown: "worker-reference" is worker A, as the console says.
+std::string process_label(const std::string& source) {
+  if (source == "worker-reference") return "worker A (reference)";
+  if (source == "worker-resume") return "worker B (resume)";
+  if (source == "program-reference") return "program, worker A (reference)";
+  if (source == "program-resume") return "program, worker B (resume)";
+  if (source.rfind("program-", 0) == 0) return "program, " + source.substr(8);
+  return source;
+}
+
+struct Builder {
+  nlohmann::json out = nlohmann::json::array();
+  std::map<std::string, int> pids;          // source -> trace pid, in order of appearance
+  std::map<std::pair<int, int>, bool> tids;  // (pid, rank) seen
+  std::map<int, double> last_ts;            // pid -> its last event's time (µs)
+  // Open stages: (pid, rank, stage) -> start time (µs).
+  std::map<std::tuple<int, int, std::string>, double> open;
+  std::map<std::tuple<int, int, std::int64_t, std::string>, double> open_ckpt;  // a program's saves/restores
+  double t0 = -1;  // Unix seconds of the first event
+
+  int pid_of(const std::string& source) {
+    auto [it, added] = pids.emplace(source, static_cast<int>(pids.size()) + 1);
+    if (added)
+      out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", it->second}, {"tid", 0},
+                     {"args", {{"name", process_label(source)}}}});
+    return it->second;
+  }
+  void thread(int pid, int rank) {
+    if (tids.emplace(std::make_pair(pid, rank), true).second)
+      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", rank},
+                     {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  }
+  void span(int pid, int rank, const std::string& name, const char* cat, double ts, double dur,
+            nlohmann::json args = nlohmann::json::object()) {
+    out.push_back({{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid}, {"tid", rank}, {"ts", ts},
+                   {"dur", std::max(0.0, dur)}, {"args", std::move(args)}});
+  }
+  void instant(int pid, int rank, const std::string& name, double ts, nlohmann::json args, bool global = false) {
+    out.push_back({{"ph", "i"}, {"name", name}, {"cat", "event"}, {"pid", pid}, {"tid", rank}, {"ts", ts},
+                   {"s", global ? "g" : "t"}, {"args", std::move(args)}});
+  }
+
+  void add(nlohmann::json e, double when) {
+    if (t0 < 0) t0 = when;
+    const double ts = std::round((when - t0) * 1e6);  // whole microseconds: the times are to the millisecond
+    const std::string source = str(e, "source").empty() ? std::string("unknown") : str(e, "source");
+    const int pid = pid_of(source);
+    const int rank = static_cast<int>(std::clamp(num(e, "rank"), 0.0, 65535.0));
+    thread(pid, rank);
+    last_ts[pid] = std::max(last_ts[pid], ts);
+    const std::string stage = str(e, "stage"), event = str(e, "event"), type = str(e, "type");
+    if (!stage.empty() && event == "start") {
+      open[{pid, rank, stage}] = ts;
+      return;
+    }
+    if (!stage.empty() && event == "end") {
+      nlohmann::json args = {{"status", str(e, "status")}};
+      if (e.contains("error")) args["error"] = e["error"];
+      auto it = open.find({pid, rank, stage});
+      if (it == open.end()) {  // the supervisor's end of a stage that failed elsewhere
+        instant(pid, rank, stage + " " + (str(e, "status").empty() ? "ended" : str(e, "status")), ts, args);
+        return;
+      }
+      const double start = it->second;
+      open.erase(it);
+      // The worker's own clock of the stage when it gave one (the times are to the millisecond).
+      const double dur = e.contains("seconds") ? num(e, "seconds") * 1e6 : ts - start;
+      span(pid, rank, stage, "stage", start, dur, args);
+      return;
+    }
+    if (type == "step") {
+      const double dur = (num(e, "data_wait_s") + num(e, "compute_s")) * 1e6;
+      const std::string step = std::to_string(static_cast<long long>(num(e, "step")));
+      span(pid, rank, "step " + step, "step", ts - dur, dur,
+           {{"loss", e.value("loss", nlohmann::json())}, {"data_wait_s", num(e, "data_wait_s")},
+            {"compute_s", num(e, "compute_s")}});
+      if (e.contains("loss") && e["loss"].is_number())
+        out.push_back({{"ph", "C"}, {"name", "loss"}, {"pid", pid}, {"tid", rank}, {"ts", ts},
+                       {"args", {{"rank " + std::to_string(rank), e["loss"]}}}});
+      return;
+    }
+    if (type == "checkpoint") {
+      const std::string op = str(e, "op").empty() ? std::string("checkpoint") : str(e, "op"),
+                        phase = str(e, "phase");
+      const auto step = static_cast<std::int64_t>(num(e, "step"));
+      const std::string name = op + " step " + std::to_string(step);
+      if (phase == "begin") {
+        open_ckpt[{pid, rank, step, op}] = ts;
+        return;
+      }
+      if (phase == "end") {
+        auto it = open_ckpt.find({pid, rank, step, op});
+        const double start = it != open_ckpt.end() ? it->second : ts - num(e, "seconds") * 1e6;
+        if (it != open_ckpt.end()) open_ckpt.erase(it);
+        span(pid, rank, name, "checkpoint", start, ts - start,
+             {{"bytes", e.value("bytes", nlohmann::json())}, {"seconds", e.value("seconds", nlohmann::json())}});
+        return;
+      }
+    }
+    // Everything else is a moment: a worker started, its kill window, the SIGKILL, an error.
+    std::string name = !event.empty() ? event : !type.empty() ? type : std::string("event");
+    if (type == "checkpoint" && !str(e, "phase").empty()) name = str(e, "phase");
+    for (const char* k : {"source", "time", "event", "type", "rank"}) e.erase(k);
+    instant(pid, rank, name, ts, std::move(e), name == "sigkill_sent");
+  }
+
+  // Stages that never ended: drawn to their process's last event.
+  void close_open() {
+    for (const auto& [key, start] : open) {
+      const auto& [pid, rank, stage] = key;
+      span(pid, rank, stage, "stage", start, last_ts[pid] - start,
+           {{"status", "did not end (the process was killed or failed)"}});
+    }
+    for (const auto& [key, start] : open_ckpt) {
+      const auto& [pid, rank, step, op] = key;
+      span(pid, rank, op + " step " + std::to_string(step), "checkpoint", start, last_ts[pid] - start,
+           {{"status", "did not end (the process was killed or failed)"}});
+    }
+  }
+};
+
+}  // namespace
+
+nlohmann::json chrome_trace(std::istream& in, std::size_t max_lines) {
+  Builder b;
+  std::size_t lines = 0, skipped = 0;
+  bool truncated = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (++lines > max_lines) {
+      truncated = true;
+      break;
+    }
+    nlohmann::json e;
+    try {
+      e = parse_json(line);
+    } catch (const std::exception&) {
+      ++skipped;
+      continue;
+    }
+    const auto when = e.is_object() ? event_time(e) : std::nullopt;
+    if (!when) {
+      ++skipped;
+      continue;
+    }
+    b.add(std::move(e), *when);
+  }
+  b.close_open();
+  nlohmann::json other = {{"generator", "anchor"}, {"source", "events.jsonl"}, {"skipped_lines", skipped}};
+  if (truncated) other["truncated"] = true;
+  if (b.t0 >= 0) other["start_unix_s"] = b.t0;
+  return {{"traceEvents", std::move(b.out)}, {"displayTimeUnit", "ms"}, {"otherData", std::move(other)}};
+}
+
+nlohmann::json write_trace(const std::string& run_dir) {
+  const std::string events = run_dir + "/events.jsonl";
+  struct stat st {};
+  if (::lstat(events.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    std::istringstream none;
+    return chrome_trace(none);
+  }
+  std::istringstream in(fs::read_file(events));
+  nlohmann::json trace = chrome_trace(in);
+  fs::atomic_write_file(run_dir + "/trace.json", dump_json(trace) + "\n");
+  return trace;
+}
+
+}  // namespace anchor::pipeline
