@@ -456,9 +456,14 @@ std::string report_html(const json& report, const json& trace) {
     << "</p>";
   o << "<div class=\"verdict " << esc(status) << "\" id=\"verdict\"><b>" << esc(status.empty() ? "unknown" : status)
     << "</b>: " << text(field(report, "message")) << "</div>";
+  bool profiled = false;  // worker B's profile of a step (docs/report.md, "profile.json")
+  if (const json& stages = field(report, "stages"); stages.is_array())
+    for (const auto& st : stages) profiled |= field(field(field(st, "figures"), "profile"), "file") == "profile.json";
   o << "<p class=\"meta\">Beside this page: <code>report.json</code> (everything), <code>report.md</code>, "
        "<a href=\"trace.json\">trace.json</a> (the stages of every process, for ui.perfetto.dev or "
-       "chrome://tracing), <code>events.jsonl</code>.</p>";
+       "chrome://tracing), "
+    << (profiled ? "<a href=\"profile.json\">profile.json</a> (LibTorch's profile of one step, the same way), " : "")
+    << "<code>events.jsonl</code>.</p>";
 
   o << "<h2>Stages</h2>" << table(field(report, "stages"), {{"stage", "stage"}, {"status", "status"},
                                                             {"seconds", "seconds"}, {"error", "error"}});

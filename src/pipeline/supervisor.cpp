@@ -95,6 +95,71 @@ std::string with_remote(std::string why, const WorkerOutcome& w) {
 // signal, an I/O error) is a runtime failure (1).
 int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 1; }
 
+// What the console says while a worker runs (docs/pilot.md, "Following a
+// run"): each of its stages as it starts ("[stage] A: train"), then, while the
+// stage lasts, how long so far. On a terminal that is one line redrawn in
+// place once the stage is 2 s old, every second, erased when the stage ends or
+// anything else is logged (a worker's own line overwrites it from its first
+// column); elsewhere (CI) a plain line every ANCHOR_PROGRESS_S seconds
+// (default 30), no control sequences. Quiet below info (-q).
+class StageWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit StageWatch(std::string who) : who_(std::move(who)), tty_(::isatty(STDERR_FILENO) == 1) {
+    if (const char* v = std::getenv("ANCHOR_PROGRESS_S")) {
+      char* end = nullptr;
+      const double s = std::strtod(v, &end);
+      if (end != v && *end == '\0' && s > 0 && s <= 86400) plain_every_ = std::chrono::duration<double>(s);
+    }
+  }
+  ~StageWatch() { erase(); }
+  void started(const std::string& stage) {
+    erase();
+    stage_ = stage;
+    t0_ = Clock::now();
+    next_ = t0_ + std::chrono::duration_cast<Clock::duration>(tty_ ? std::chrono::duration<double>(2.0) : plain_every_);
+    ANCHOR_LOG_INFO("stage", "{}: {}", who_, printable(stage));
+  }
+  void ended() {
+    erase();
+    stage_.clear();
+  }
+  // Called at least once a second while the worker runs.
+  void tick() {
+    if (stage_.empty() || !log::enabled(log::Level::kInfo)) return;
+    const auto now = Clock::now();
+    if (now < next_) return;
+    const double so_far = std::chrono::duration<double>(now - t0_).count();
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K[stage] %s: %s, %.0f s so far\r", who_.c_str(), printable(stage_).c_str(), so_far);
+      std::fflush(stderr);
+      drawn_ = true;
+      next_ = now + std::chrono::seconds(1);
+    } else {
+      ANCHOR_LOG_INFO("stage", "{}: {}, {:.0f} s so far", who_, printable(stage_), so_far);
+      next_ = now + std::chrono::duration_cast<Clock::duration>(plain_every_);
+    }
+  }
+  // How long the worker loop may wait for output before tick() is due.
+  int poll_ms() const {
+    return tty_ ? 1000 : static_cast<int>(std::clamp(plain_every_.count() * 1000, 10.0, 1000.0));
+  }
+  // Erases the redrawn line (before the supervisor logs anything itself).
+  void erase() {
+    if (!drawn_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+
+ private:
+  std::string who_, stage_;
+  bool tty_;
+  bool drawn_ = false;
+  std::chrono::duration<double> plain_every_{30.0};
+  Clock::time_point t0_, next_;
+};
+
 // Starts a worker (nproc ranks of it for reference and resume: the self-launch,
 // docs/distributed.md), relays rank 0's events, and (for the reference)
 // SIGKILLs every rank in the kill window. Returns how it ended: rank 0's
@@ -158,11 +223,13 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     for (std::size_t r = 0; r < ranks.size(); ++r)
       if (!ended[r]) ::kill(ranks[r].pid, SIGKILL);
   };
+  StageWatch watch(role == WorkerRole::kReference ? "A" : "B");
   std::string buf;
   char chunk[4096];
   for (;;) {
+    watch.tick();
     pollfd pfd{child.stdout_fd, POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, ranks.size() > 1 ? 100 : -1);
+    const int ready = ::poll(&pfd, 1, ranks.size() > 1 ? 100 : watch.poll_ms());
     if (ready < 0 && errno == EINTR) {
       if (g_signal) {
         for (const auto& c : ranks) ::kill(c.pid, SIGTERM);
@@ -188,8 +255,14 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       if (ev.is_discarded()) continue;
       p.events->write(ev, "worker-" + name);
       const std::string evname = ev.value("event", "");
-      if (evname == "start") w.open_stage = ev.value("stage", "");
-      if (evname == "end") w.open_stage.clear();
+      if (evname == "start") {
+        w.open_stage = ev.value("stage", "");
+        watch.started(w.open_stage);
+      }
+      if (evname == "end") {
+        w.open_stage.clear();
+        watch.ended();
+      }
       if (evname == "error" && w.error.empty()) {
         w.error = ev.value("message", "");
         if (!ev.value("hint", "").empty()) w.error += " (hint: " + ev.value("hint", "") + ")";
@@ -202,6 +275,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
           pids.push_back(c.pid);
         }
         w.killed_by_us = true;
+        watch.ended();
         if (nodes) nodes->kill(name);  // and every other node's ranks, relayed through the store
         p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pid", child.pid}, {"pids", pids},
                          {"point", ev.value("point", "")}, {"nodes", nodes ? nodes->count() : 1}},

@@ -18,6 +18,7 @@
 #include <optional>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
@@ -37,6 +38,7 @@
 #include "anchor/train/saved_state.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/version.h>
 #include "activation_probe.hpp"
 #include "compat/torch_compat.hpp"
@@ -661,6 +663,36 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   write_result(ctx, "resume");
 }
 
+// One step at the configured shape under LibTorch's profiler, written to
+// <run_dir>/profile.json in the Chrome trace format (docs/report.md,
+// "profile.json"). The legacy profiler: the same on every LibTorch line
+// (Debian's is built without Kineto), the operators as the CPU side runs and
+// launches them. It is not the measured step (the profiler's own cost would be
+// in that step's time and memory), and a failure here is a warning with the
+// reason in the figures, never the pilot's.
+nlohmann::json profile_step(const WorkerContext& ctx, train::Trainer& t) {
+  try {
+    std::ostringstream trace;
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      torch::autograd::profiler::RecordProfile guard(trace);
+      t.train_step();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string text = trace.str();
+    const auto events = nlohmann::json::parse(text);  // what it wrote is a trace, or this is not a profile
+    if (!events.is_array()) throw Error(ErrorKind::kRuntime, "the profiler wrote no list of trace events");
+    const std::string compact = dump_json(events) + "\n";  // a third of the profiler's indented text
+    fs::atomic_write_file(ctx.run_dir + "/profile.json", compact);
+    return {{"file", "profile.json"}, {"events", events.size()}, {"seconds", seconds}, {"bytes", compact.size()},
+            {"micro_batch", ctx.cfg.train.micro_batch}, {"seq_len", ctx.cfg.data.seq_len},
+            {"profiler", "LibTorch legacy profiler (operators, CPU side)"}};
+  } catch (const std::exception& e) {
+    ANCHOR_LOG_WARN("profile", "no profile of a step: {}", compat::message_of(e));
+    return {{"error", compat::message_of(e)}};
+  }
+}
+
 // The memory probe: the step's peak at a smaller micro-batch and a shorter
 // sequence, each a step with full optimizer state (one trainer, warmed up by
 // a step at the smallest shape), with the configured gradient accumulation. With worker A's measured step (the
@@ -680,8 +712,8 @@ int run_probe(WorkerContext& ctx) {
   if (small_mb != mb) points.push_back({small_mb, T});
   if (T / 2 >= 8) points.push_back({mb, T / 2});
   StageTimer probe("memory_probe");
-  nlohmann::json out = nlohmann::json::array();
-  if (!points.empty()) {
+  nlohmann::json out = nlohmann::json::array(), profile;
+  {
     // One trainer for every point. A first step at the smallest shape creates
     // the optimizer state and the gradients; after it every measured step is
     // what a fresh trainer's second step is (full optimizer state, gradients
@@ -711,9 +743,11 @@ int run_probe(WorkerContext& ctx) {
                      {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)},
                      {"state_bytes", t.state_bytes().to_json()}, {"from", "probe"}});
     }
+    t.set_step_shape(mb, T);
+    profile = profile_step(ctx, t);
   }
   ctx.out.memory_points = out;
-  ctx.out.stages.push_back(probe.end({{"points", out.size()}}));
+  ctx.out.stages.push_back(probe.end({{"points", out.size()}, {"profile", profile}}));
   if (ctx.cfg.train.activation_checkpointing > 0) {
     StageTimer ac("activation_ckpt");
     ctx.out.activation_checkpointing = measure_activation_checkpointing(ctx.cfg);

@@ -68,7 +68,7 @@ std::vector<std::string> run_files(const std::string& run_dir) {
     return stdfs::symlink_status(p, e).type() == stdfs::file_type::regular;
   };
   std::error_code ec;
-  for (const char* name : {"report.md", "report.html", "manifest.json", "config.json", "events.jsonl", "trace.json"})
+  for (const char* name : {"report.md", "report.html", "manifest.json", "config.json", "events.jsonl", "trace.json", "profile.json"})
     if (regular(root / name)) out.push_back(name);
   if (stdfs::symlink_status(root / "work", ec).type() == stdfs::file_type::directory) {
     std::vector<std::string> work;

@@ -192,6 +192,48 @@ TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
   EXPECT_EQ(count(all.output, "[train_step] B step "), 20u);
 }
 
+// Each stage of a worker is announced as it starts; one that lasts says how
+// long so far: on a terminal (a real pty, through script(1)) one line redrawn
+// in place from 2 s on, elsewhere a plain line every ANCHOR_PROGRESS_S seconds
+// and no control sequence. Controls: the default interval (30 s) prints none
+// for this short run, and the pipe gets no escape sequence.
+TEST(Pilot, EachStageIsAnnouncedAndALongOneSaysHowLongSoFar) {
+  TempDir t("stages");
+  const std::vector<std::string> args = {"pilot", kPilot, "--set", "pilot.steps_before_save=120", "--set",
+                                         "report.signing_key=none", "--run-dir"};
+  auto with = [&](const std::string& run, const std::map<std::string, std::string>& env) {
+    std::vector<std::string> a = args;
+    a.push_back(t.str(run));
+    return run_anchor(a, env);
+  };
+  auto plain = with("plain", {});
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  for (const char* line : {"[stage] A: pin\n", "[stage] A: train\n", "[stage] A: checkpoint_save\n", "[stage] A: kill\n",
+                           "[stage] B: restore\n", "[stage] B: resume\n", "[stage] B: memory_probe\n"})
+    EXPECT_NE(plain.output.find(line), std::string::npos) << line << plain.output;
+  EXPECT_EQ(plain.output.find("so far"), std::string::npos) << "the default interval is 30 s\n" << plain.output;
+  EXPECT_EQ(plain.output.find('\x1b'), std::string::npos) << "no control sequence where stderr is not a terminal";
+
+  auto often = with("often", {{"ANCHOR_PROGRESS_S", "0.25"}});
+  ASSERT_EQ(often.status, 0) << often.output;
+  EXPECT_NE(often.output.find("[stage] A: train, "), std::string::npos) << often.output;
+  EXPECT_NE(often.output.find(" s so far\n"), std::string::npos) << often.output;
+  EXPECT_EQ(often.output.find('\x1b'), std::string::npos);
+
+  // A terminal: script(1) gives the pilot a pty; 300 steps last well past 2 s.
+  std::string cmd;
+  for (const auto& a : {std::string(ANCHOR_BINARY), std::string("pilot"), kPilot, std::string("--set"),
+                        std::string("pilot.steps_before_save=300"), std::string("--set"),
+                        std::string("report.signing_key=none"), std::string("--run-dir"), t.str("tty")})
+    cmd += "'" + a + "' ";
+  anchor::proc::SpawnOptions so;
+  so.merge_stderr = true;
+  auto tty = anchor::proc::run_capture({"/usr/bin/script", "-qec", cmd, "/dev/null"}, so);
+  ASSERT_EQ(tty.status, 0) << tty.out;
+  EXPECT_NE(tty.out.find("\r\x1b[K[stage] A: train, 2 s so far\r"), std::string::npos)
+      << "redrawn in place from the stage's second second:\n" << tty.out.substr(0, 4000);
+}
+
 // The mission's report is signed: with no key configured, by a per-user key
 // made on first use (mode 0600, its id and place said once), the same key
 // after that; `report.signing_key: none` opts out and the report says so.

@@ -93,6 +93,34 @@ TEST_F(ReportHtml, NegativeControlsAFetchIsAConsoleMessageAndAnUndrawnChartHasNo
   EXPECT_EQ(b["pixels"]["memory"], 0) << b.dump();
 }
 
+// Worker B's probe profiles one step at the configured shape with LibTorch's
+// profiler: profile.json is a Chrome trace of its operators, linked from both reports.
+TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
+  const json profile = read_json(run("profile.json"));
+  ASSERT_TRUE(profile.is_array());
+  std::size_t aten = 0, complete = 0;
+  bool backward = false;
+  for (const auto& e : profile) {
+    complete += e.value("ph", "") == "X" && e["ts"].is_number() && e["dur"].is_number();
+    const std::string name = e.value("name", "");
+    aten += name.rfind("aten::", 0) == 0;
+    backward |= name.find("Backward") != std::string::npos;
+  }
+  EXPECT_EQ(complete, profile.size()) << "every event a complete span with a time and a length";
+  EXPECT_GT(aten, 100u) << "a training step of the built-in GPT runs hundreds of operators";
+  EXPECT_TRUE(backward) << "the step's backward pass is in it";
+  const json report = read_json(run("report.json"));
+  json fig;
+  for (const auto& s : report["stages"])
+    if (s["stage"] == "memory_probe") fig = s["figures"]["profile"];
+  ASSERT_TRUE(fig.is_object()) << report["stages"].dump();
+  EXPECT_EQ(fig["file"], "profile.json");
+  EXPECT_EQ(fig["events"], profile.size());
+  EXPECT_EQ(fig["micro_batch"], report["config"]["train"]["micro_batch"]);
+  EXPECT_NE(anchor::fs::read_file(run("report.html")).find("<a href=\"profile.json\">"), std::string::npos);
+  EXPECT_NE(anchor::fs::read_file(run("report.md")).find("| profile of a step | profile.json: "), std::string::npos);
+}
+
 TEST_F(ReportHtml, TraceJsonHasEveryStageOfEveryProcessAndBothFilesAreSigned) {
   const json report = read_json(run("report.json"));
   const json trace = read_json(run("trace.json"));
@@ -115,7 +143,8 @@ TEST_F(ReportHtml, TraceJsonHasEveryStageOfEveryProcessAndBothFilesAreSigned) {
   std::set<std::string> subjects;
   const json statement = json::parse(*anchor::report::base64_decode(read_json(run("report.intoto.json"))["payload"].get<std::string>()));
   for (const auto& s : statement["subject"]) subjects.insert(s["name"].get<std::string>());
-  EXPECT_TRUE(subjects.count("report.html") && subjects.count("trace.json")) << statement["subject"].dump();
+  EXPECT_TRUE(subjects.count("report.html") && subjects.count("trace.json") && subjects.count("profile.json"))
+      << statement["subject"].dump();
   // A page changed after signing fails verify, named (control: the untouched run verifies).
   auto ok = run_anchor({"verify", run("")});
   EXPECT_EQ(ok.status, 0) << ok.output;
