@@ -59,6 +59,15 @@ SavedState read_saved_state(const nlohmann::json& state, const std::string& file
     throw Error(ErrorKind::kVerification, where + ": " + problems,
                 "the checkpoint's state.json does not hold what anchor wrote (edited by hand, or another "
                 "writer); restore from another checkpoint, or put back the state.json it was saved with");
+  if (const auto v = state.find("format_version"); v != state.end() && *v != kStateFormatVersion) {
+    const bool newer = v->get<std::int64_t>() > kStateFormatVersion;
+    throw Error(ErrorKind::kVerification,
+                where + ": format_version " + dump_json(*v) + ", and this anchor reads format_version " +
+                    std::to_string(kStateFormatVersion) + (newer ? " (the checkpoint is of a newer anchor)" : ""),
+                newer ? "restore it with the anchor that saved it (state.json's run_id names its run, whose "
+                        "report.json says which anchor), or restore from a checkpoint this anchor saved"
+                      : "the checkpoint's state.json was not written by anchor; restore from another checkpoint");
+  }
   SavedState s;
   s.step = state["step"].get<std::int64_t>();
   if (state.contains("world_size")) s.world_size = state["world_size"].get<int>();

@@ -477,7 +477,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
 
   req.state = extra_state;
   req.state["step"] = step_;
-  req.state["format_version"] = 1;
+  req.state["format_version"] = kStateFormatVersion;
   req.state["data_cursor"] = {{"kind", "pure(seed, step, rank)"}, {"next_step", step_}};
   req.state["lr_schedule"] = {{"kind", cfg_.train.schedule.kind}, {"next_lr", lr_at(cfg_.train, step_, total_steps_)},
                               {"total_steps", total_steps_}};

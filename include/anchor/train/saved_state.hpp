@@ -18,6 +18,12 @@ namespace anchor::train {
 // The most ranks a saved world_size may name (read_saved_state refuses more).
 constexpr int kMaxWorldSize = 65536;
 
+// The layout of the state.json the trainer writes (its "format_version").
+// read_saved_state refuses any other: a checkpoint of a newer anchor is not
+// guessed at. Raise it with any change a reader of version 1 would misread,
+// and teach read_saved_state the old ones it still reads.
+inline constexpr int kStateFormatVersion = 1;
+
 struct SavedState {
   std::int64_t step = 0;
   int world_size = 1;
@@ -32,7 +38,10 @@ struct SavedState {
 // world_size, strategy, threads, libtorch, config_digest, eval_loss, run_id,
 // config) against its type, collects every mismatch, and throws
 // Error(kVerification) "<file>: <field> is a JSON <type> (<value>), expected
-// <what>; ..." naming them all. `file` names state.json in messages.
+// <what>; ..." naming them all. `file` names state.json in messages. A
+// format_version other than kStateFormatVersion is refused (kVerification),
+// saying which version it is and what to do; one without the field is read
+// as version 1, the only one anchor ever wrote.
 SavedState read_saved_state(const nlohmann::json& state, const std::string& file);
 
 }  // namespace anchor::train

@@ -239,6 +239,27 @@ TEST_F(TrainTest, StateJsonFieldOfTheWrongTypeIsAVerificationErrorNamingIt) {
     bad[field] = nlohmann::json::array({1});
     EXPECT_THROW(train::read_saved_state(bad, "state.json"), Error) << field;
   }
+  // The version gate: a newer layout is not guessed at, an older one was never written; the
+  // trainer writes the one it reads (the control above), and one without the field reads as 1.
+  EXPECT_EQ(good["format_version"], train::kStateFormatVersion);
+  for (const int v : {train::kStateFormatVersion + 1, 0, -1}) {
+    auto other = good;
+    other["format_version"] = v;
+    try {
+      train::read_saved_state(other, "step-7/state.json");
+      FAIL() << "read format_version " << v;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+      EXPECT_NE(std::string(e.what()).find("step-7/state.json: format_version " + std::to_string(v) +
+                                           ", and this anchor reads format_version 1"),
+                std::string::npos)
+          << e.what();
+      EXPECT_EQ(std::string(e.what()).find("newer anchor") != std::string::npos, v > 1) << e.what();
+    }
+  }
+  auto unversioned = good;
+  unversioned.erase("format_version");
+  EXPECT_EQ(train::read_saved_state(unversioned, "state.json").step, 1);
   auto zero = good;
   zero["world_size"] = 0;
   EXPECT_THROW(train::read_saved_state(zero, "state.json"), Error);
