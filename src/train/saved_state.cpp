@@ -9,6 +9,38 @@
 
 namespace anchor::train {
 
+const char* expected_file_format(const std::string& name) {
+  const auto ranked = [&](const char* prefix) {  // "<prefix>-rankNNNNN-of-NNNNN.safetensors"
+    const std::string p = std::string(prefix) + "-rank";
+    const std::string suffix = ".safetensors";
+    return name.rfind(p, 0) == 0 && name.size() > p.size() + suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (name == "model.safetensors") return kModelFileFormat;
+  if (name == "optimizer.safetensors") return kOptimizerFileFormat;
+  if (ranked("optimizer")) return kOptimizerShardFileFormat;
+  if (name == "rng.safetensors" || ranked("rng")) return kRngFileFormat;
+  if (name == "scaler.safetensors") return kScalerFileFormat;
+  return nullptr;
+}
+
+void check_file_formats(const std::vector<std::pair<std::string, std::optional<std::string>>>& files,
+                        const std::string& dir) {
+  for (const auto& [name, format] : files) {
+    const char* expected = expected_file_format(name);
+    if (!expected || !format || *format == expected) continue;
+    // Same kind, later version ("anchor.model/v2"): saved by a newer anchor.
+    const std::string kind = std::string(expected).substr(0, std::string(expected).find('/') + 1);
+    const bool newer = format->rfind(kind, 0) == 0 && *format > std::string(expected);
+    throw Error(ErrorKind::kVerification,
+                printable(dir + "/" + name) + ": format " + printable(*format) + ", and this anchor reads " + expected +
+                    (newer ? " (the checkpoint is of a newer anchor)" : ""),
+                newer ? "restore it with the anchor that saved it (state.json's run_id names its run, whose "
+                        "report.json says which anchor), or restore from a checkpoint this anchor saved"
+                      : "the file was not written by anchor's trainer for this name; restore from another checkpoint");
+  }
+}
+
 SavedState read_saved_state(const nlohmann::json& state, const std::string& file) {
   using nlohmann::json;
   const std::string where = printable(file);

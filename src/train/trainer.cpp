@@ -417,23 +417,23 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   keep.reserve(8 * opt_->params().size() + 64);  // refs point into it: no reallocation
   checkpoint::SaveRequest req;
   req.step = step_;
-  checkpoint::FileContent model_file{"model.safetensors", {}, {{"format", "anchor.model/v1"}}};
+  checkpoint::FileContent model_file{"model.safetensors", {}, {{"format", kModelFileFormat}}};
   for (const auto& p : model_->named_parameters()) model_file.tensors.push_back(ref(p.key(), p.value(), keep));
   for (const auto& b : model_->named_buffers()) model_file.tensors.push_back(ref(b.key(), b.value(), keep));
-  checkpoint::FileContent opt_file{"optimizer.safetensors", {}, {{"format", "anchor.adamw/v1"}}};
+  checkpoint::FileContent opt_file{"optimizer.safetensors", {}, {{"format", kOptimizerFileFormat}}};
   for (const auto& [name, s] : opt_->state()) {
     opt_file.tensors.push_back(ref(name + ".exp_avg", s.exp_avg, keep));
     opt_file.tensors.push_back(ref(name + ".exp_avg_sq", s.exp_avg_sq, keep));
     opt_file.tensors.push_back(ref(name + ".step", torch::tensor(s.step, torch::kInt64), keep));
   }
-  checkpoint::FileContent rng_file{"rng.safetensors", {}, {{"format", "anchor.rng/v1"}}};
+  checkpoint::FileContent rng_file{"rng.safetensors", {}, {{"format", kRngFileFormat}}};
   rng_file.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
 #if defined(ANCHOR_WITH_CUDA)
   // Dropout on the GPU draws from the device generator: its state travels too.
   if (device_.is_cuda()) rng_file.tensors.push_back(ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
 #endif
   // The loss scaler: scale as F64 so it restores bitwise.
-  checkpoint::FileContent scaler_file{"scaler.safetensors", {}, {{"format", "anchor.loss_scaler/v1"},
+  checkpoint::FileContent scaler_file{"scaler.safetensors", {}, {{"format", kScalerFileFormat},
                                                                   {"enabled", scaler_.enabled() ? "true" : "false"}}};
   const auto& ss = scaler_.state();
   scaler_file.tensors.push_back(ref("scale", torch::tensor(ss.scale, torch::kFloat64), keep));
@@ -443,7 +443,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
     // Per-rank files: what this rank writes into the shared save.
     if (rank_ == 0) req.files.push_back(std::move(model_file));
     if (pg_ && strategy_ != Strategy::kDdp) {
-      checkpoint::FileContent shard{optimizer_shard_file(rank_, world_), {}, {{"format", "anchor.adamw-shard/v1"},
+      checkpoint::FileContent shard{optimizer_shard_file(rank_, world_), {}, {{"format", kOptimizerShardFileFormat},
                                                                               {"rank", std::to_string(rank_)},
                                                                               {"world_size", std::to_string(world_)},
                                                                               {"partition", "whole-parameter"}}};
@@ -466,7 +466,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
     } else if (rank_ == 0) {
       req.files.push_back(std::move(opt_file));
     }
-    checkpoint::FileContent f{rank_rng_file(rank_, world_), {}, {{"format", "anchor.rng/v1"}, {"rank", std::to_string(rank_)}}};
+    checkpoint::FileContent f{rank_rng_file(rank_, world_), {}, {{"format", kRngFileFormat}, {"rank", std::to_string(rank_)}}};
     f.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
     req.files.push_back(std::move(f));
   } else {
@@ -497,6 +497,14 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   // Every field read below, type-checked first: a bad one is a verification
   // error naming state.json and the field, before any tensor is touched.
   const SavedState saved = read_saved_state(c.state, c.dir + "/state.json");
+  {
+    std::vector<std::pair<std::string, std::optional<std::string>>> formats;
+    for (const auto& [name, f] : c.files) {
+      auto tag = f.metadata().find("format");
+      formats.emplace_back(name, tag == f.metadata().end() ? std::nullopt : std::optional<std::string>(tag->second));
+    }
+    check_file_formats(formats, c.dir);
+  }
   const auto& mf = file_of(c, "model.safetensors");
   for (auto& p : model_->named_parameters()) copy_into(p.value(), view_of(mf, "model.safetensors", p.key()), p.key());
   for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, "model.safetensors", b.key()), b.key());

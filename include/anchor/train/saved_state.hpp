@@ -7,7 +7,10 @@
 // verification error naming the file and the field, not a JSON library
 // exception that surfaces as an internal error. No torch here.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +26,26 @@ constexpr int kMaxWorldSize = 65536;
 // guessed at. Raise it with any change a reader of version 1 would misread,
 // and teach read_saved_state the old ones it still reads.
 inline constexpr int kStateFormatVersion = 1;
+
+// The "format" tag in the __metadata__ of each safetensors file the trainer
+// writes; a restore refuses a file whose tag is another (check_file_formats).
+inline constexpr const char* kModelFileFormat = "anchor.model/v1";               // model.safetensors
+inline constexpr const char* kOptimizerFileFormat = "anchor.adamw/v1";           // optimizer.safetensors
+inline constexpr const char* kOptimizerShardFileFormat = "anchor.adamw-shard/v1";  // optimizer-rank*-of-*
+inline constexpr const char* kRngFileFormat = "anchor.rng/v1";                   // rng.safetensors, rng-rank*-of-*
+inline constexpr const char* kScalerFileFormat = "anchor.loss_scaler/v1";        // scaler.safetensors
+
+// The tag a file of this name must carry; nullptr for a name the trainer does not write.
+const char* expected_file_format(const std::string& file_name);
+
+// Checks the "format" tag of every file of a checkpoint (name -> its
+// __metadata__ "format", nullopt when it has none) against
+// expected_file_format: another tag is Error(kVerification) "<dir>/<file>:
+// format anchor.model/v2, and this anchor reads anchor.model/v1 ...", with
+// what to do. A file without a tag, or of a name the trainer does not write,
+// is not judged here (the restore names a missing tensor or file).
+void check_file_formats(const std::vector<std::pair<std::string, std::optional<std::string>>>& files,
+                        const std::string& dir);
 
 struct SavedState {
   std::int64_t step = 0;

@@ -286,6 +286,50 @@ TEST_F(TrainTest, StateJsonFieldOfTheWrongTypeIsAVerificationErrorNamingIt) {
 // Issue 14, 5a: a bad model.weights file (model.source: safetensors) was told
 // "restore falls back to an older checkpoint" (the checkpoint reader's hint);
 // it is not a checkpoint: the hint says to check, re-download or convert it.
+// Each file's "format" tag is read back: a checkpoint whose model file is of a
+// newer layout (or another kind) is refused by the restore, named, before any
+// tensor is copied; the control is the same save with the tags the trainer writes.
+TEST_F(TrainTest, AFileOfAnotherFormatIsRefusedNamingItsTagAndTheOneThisAnchorReads) {
+  auto c = cfg();
+  train::Trainer a(c);
+  a.train_step();
+  std::vector<torch::Tensor> keep;
+  auto with_model_tag = [&](const std::string& dir, const std::optional<std::string>& tag) {
+    auto req = a.save_request(keep, {});
+    for (auto& f : req.files)
+      if (f.filename == "model.safetensors") {
+        if (tag) f.metadata["format"] = *tag;
+        else f.metadata.erase("format");
+      }
+    checkpoint::Store store((dir_ / dir).string());
+    store.save(req);
+    return *store.restore_newest();
+  };
+  train::Trainer b(c);
+  EXPECT_NO_THROW(b.restore(with_model_tag("same", train::kModelFileFormat)));
+  EXPECT_NO_THROW(b.restore(with_model_tag("untagged", std::nullopt))) << "a file without a tag is not judged";
+  for (const std::string tag : {"anchor.model/v2", "anchor.adamw/v1", "something else"}) {
+    try {
+      b.restore(with_model_tag("tag-" + std::to_string(std::hash<std::string>{}(tag)), tag));
+      FAIL() << "restored a model file tagged " << tag;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+      const std::string w = e.what();
+      EXPECT_NE(w.find("/model.safetensors: format " + tag + ", and this anchor reads anchor.model/v1"), std::string::npos)
+          << w;
+      EXPECT_EQ(w.find("newer anchor") != std::string::npos, tag == "anchor.model/v2") << w;
+    }
+  }
+  // Every name the trainer writes has its tag, and the trainer writes the tags it reads.
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "optimizer-rank00001-of-00004.safetensors",
+                           "rng.safetensors", "rng-rank00000-of-00002.safetensors", "scaler.safetensors"})
+    EXPECT_NE(train::expected_file_format(name), nullptr) << name;
+  EXPECT_EQ(train::expected_file_format("optimizer-rank.safetensors"), nullptr);
+  EXPECT_EQ(train::expected_file_format("notes.txt"), nullptr);
+  for (const auto& f : a.save_request(keep, {}).files)
+    EXPECT_EQ(f.metadata.at("format"), train::expected_file_format(f.filename)) << f.filename;
+}
+
 TEST_F(TrainTest, BadWeightsFileGetsAWeightsHint) {
   auto c = cfg();
   const auto path = (dir_ / "gpt2.safetensors").string();
