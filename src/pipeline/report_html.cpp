@@ -83,6 +83,17 @@ std::vector<double> ticks(double lo, double hi) {
   return out;
 }
 
+// The series' colours are theirs alone (the browser test counts their pixels);
+// bars, markers and the time line use others.
+constexpr const char* kColourA = "#1f5fa8";       // worker A
+constexpr const char* kColourB = "#d1495b";       // worker B
+constexpr const char* kColourMemory = "#7b5ea7";  // the memory bars
+// (The save/kill marker, the device total and SIGKILL are #b5651d, in kStyle.)
+
+// At most this many points of a series are drawn (every k-th, the last kept),
+// a dot on each only when there are few.
+constexpr std::size_t kMaxPoints = 400, kMaxDots = 60;
+
 struct Series {
   std::string name, color;
   bool dashed = false;
@@ -141,13 +152,18 @@ std::string line_chart(const std::string& id, const std::string& title, const st
   double legend_x = kLeft + 8;
   for (const auto& s : series) {
     if (s.points.empty()) continue;
+    std::vector<std::pair<double, double>> shown;
+    const std::size_t every = (s.points.size() + kMaxPoints - 1) / kMaxPoints;
+    for (std::size_t i = 0; i < s.points.size(); ++i)
+      if (i % every == 0 || i + 1 == s.points.size()) shown.push_back(s.points[i]);
     o << "<polyline class=\"series\" fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\""
       << (s.dashed ? " stroke-dasharray=\"6 4\"" : "") << " points=\"";
-    for (const auto& [x, y] : s.points) o << px(X(x)) << "," << px(Y(y)) << " ";
+    for (const auto& [x, y] : shown) o << px(X(x)) << "," << px(Y(y)) << " ";
     o << "\"/>";
-    for (const auto& [x, y] : s.points)
-      o << "<circle cx=\"" << px(X(x)) << "\" cy=\"" << px(Y(y)) << "\" r=\"2.5\" fill=\"" << s.color
-        << "\"><title>" << esc(s.name) << ": step " << num(x, 10) << ", " << num(y, 6) << "</title></circle>";
+    if (shown.size() <= kMaxDots)
+      for (const auto& [x, y] : shown)
+        o << "<circle cx=\"" << px(X(x)) << "\" cy=\"" << px(Y(y)) << "\" r=\"2.5\" fill=\"" << s.color
+          << "\"><title>" << esc(s.name) << ": step " << num(x, 10) << ", " << num(y, 6) << "</title></circle>";
     o << "<rect x=\"" << px(legend_x) << "\" y=\"" << kH - kBottom - 16 << "\" width=\"12\" height=\"4\" fill=\""
       << s.color << "\"/><text class=\"legend\" x=\"" << px(legend_x + 16) << "\" y=\"" << kH - kBottom - 11 << "\">"
       << esc(s.name) << "</text>";
@@ -215,13 +231,14 @@ std::string bar_chart(const std::string& id, const std::string& title, const std
 }
 
 // A step list of report.json (steps.train, .reference, .resume) as points of
-// `key` against the step as the console counts it (from 1).
-std::vector<std::pair<double, double>> points(const json& steps, const char* key) {
+// `key` against the step as the console counts it (from 1): the built-in
+// workers number their steps from 0 (`first` 1), a user's program from 1 (`first` 0).
+std::vector<std::pair<double, double>> points(const json& steps, const char* key, double first) {
   std::vector<std::pair<double, double>> out;
   if (!steps.is_array()) return out;
   for (const auto& s : steps) {
     const auto step = number(field(s, "step")), v = number(field(s, key));
-    if (step && v) out.emplace_back(*step + 1, *v);
+    if (step && v) out.emplace_back(*step + first, *v);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -237,32 +254,48 @@ json worker_a_steps(const json& report) {
 }
 
 std::string training_charts(const json& report) {
-  const json a = worker_a_steps(report), b = field(field(report, "steps"), "resume");
+  // A user program's pilot (report.program) writes steps.resumed, numbered from 1.
+  const bool program = field(report, "program").is_object();
+  const double first = program ? 0 : 1;
+  const json& steps = field(report, "steps");
+  const json a = worker_a_steps(report), b = field(steps, "resume").is_array() ? field(steps, "resume")
+                                                                                : field(steps, "resumed");
   std::vector<Marker> markers;
   const json& resume = field(report, "resume");
   if (const auto saved = number(field(resume, "saved_step")))
     markers.push_back({*saved + 0.5, "saved at step " + num(*saved, 10) + ", killed, B restored it"});
   std::ostringstream o;
   auto both = [&](const char* key) {
-    return std::vector<Series>{{"worker A (uninterrupted)", "#1f5fa8", false, points(a, key)},
-                               {"worker B (resumed)", "#d1495b", true, points(b, key)}};
+    return std::vector<Series>{{"worker A (uninterrupted)", kColourA, false, points(a, key, first)},
+                               {"worker B (resumed)", kColourB, true, points(b, key, first)}};
   };
   o << line_chart("loss", "Training loss: worker A and the resumed worker B", both("loss"), "step", "loss", markers);
   o << "<div class=\"row\">"
     << line_chart("grad_norm", "Gradient norm", both("grad_norm"), "step", "grad norm", markers)
     << line_chart("lr", "Learning rate", both("lr"), "step", "lr", markers) << "</div>";
-  // The step time split of worker A's steps.
+  // The step time split of worker A's steps; more than 30 steps, as the means of 30 runs of them.
+  struct Split {
+    double step, data, compute, comm;
+  };
+  std::vector<Split> split;
+  for (const auto& s : a)
+    if (const auto step = number(field(s, "step")))
+      split.push_back({*step + first, number(field(s, "data_wait_s")).value_or(0),
+                       number(field(s, "compute_s")).value_or(0), number(field(s, "comm_s")).value_or(0)});
+  constexpr std::size_t kBars = 30;
+  const std::size_t per = std::max<std::size_t>(1, (split.size() + kBars - 1) / kBars);
   std::vector<Bar> bars;
-  for (const auto& s : a) {
-    const auto step = number(field(s, "step"));
-    if (!step) continue;
-    bars.push_back({"step " + num(*step + 1, 10),
-                    {{"data wait", number(field(s, "data_wait_s")).value_or(0)},
-                     {"compute", number(field(s, "compute_s")).value_or(0)},
-                     {"communication", number(field(s, "comm_s")).value_or(0)}}});
+  for (std::size_t i = 0; i < split.size(); i += per) {
+    const std::size_t n = std::min(per, split.size() - i);
+    Split mean{split[i].step, 0, 0, 0};
+    for (std::size_t j = i; j < i + n; ++j)
+      mean.data += split[j].data / n, mean.compute += split[j].compute / n, mean.comm += split[j].comm / n;
+    bars.push_back({n == 1 ? "step " + num(mean.step, 10)
+                           : "steps " + num(split[i].step, 10) + "-" + num(split[i + n - 1].step, 10) + " (mean)",
+                    {{"data wait", mean.data}, {"compute", mean.compute}, {"communication", mean.comm}}});
   }
   o << bar_chart("step_time", "Step time, worker A: data wait, compute, communication", bars,
-                 {"#e0a458", "#1f5fa8", "#6a994e"}, "s", 1);
+                 {"#e0a458", "#3d9fb0", "#6a994e"}, "s", 1);
   return o.str();
 }
 
@@ -291,7 +324,7 @@ std::string memory_chart(const json& report) {
                                                                                 detail::bytes_text(*total)
                                                                           : "no device total: a CPU run") +
                             ")";
-  return bar_chart("memory", title, bars, {"#7b5ea7"}, "MB", 1e6, total.value_or(0), "device total");
+  return bar_chart("memory", title, bars, {kColourMemory}, "MB", 1e6, total.value_or(0), "device total");
 }
 
 // The stages of every process on one time line, from trace.json's spans.
@@ -316,22 +349,25 @@ std::string timeline(const json& trace) {
         spans.push_back(&e);
         end = std::max(end, *ts + *dur);
       }
-      if (ph == "i" && field(e, "name") == "sigkill_sent" && ts) moments.push_back(&e);
+      if (ph == "i" && field(e, "name") == "sigkill_sent" && field(e, "s") == "g" && ts) moments.push_back(&e);
     }
   if (spans.empty()) return o.str() + "<p class=\"none\">no stage events (events.jsonl) in the run</p></figure>";
+  double begin = end;  // the earliest start: the time line's 0
+  for (const auto* e : spans) begin = std::min(begin, *number(field(*e, "ts")));
+  if (!(end > begin)) end = begin + 1;
   std::map<int, int> lane;  // pid -> row, in pid order
   for (const auto* e : spans) lane.emplace(static_cast<int>(*number(field(*e, "pid"))), 0);
   int r = 0;
   for (auto& [pid, row] : lane) row = r++;
   const double left = 170, right = 16, row = 28, top = 8;
   const double h = top + row * static_cast<double>(lane.size()) + 24;
-  auto X = [&](double us) { return left + us / end * (kW - left - right); };
+  auto X = [&](double us) { return left + (us - begin) / (end - begin) * (kW - left - right); };
   o << "<svg class=\"chart\" data-chart=\"timeline\" viewBox=\"0 0 " << kW << " " << px(h)
     << "\" role=\"img\" aria-label=\"stage time line\">";
   for (const auto& [pid, row_no] : lane)
     o << "<text class=\"tick\" x=\"" << left - 6 << "\" y=\"" << px(top + row * row_no + 17) << "\" text-anchor=\"end\">"
       << esc(names.count(pid) ? names[pid] : "process " + std::to_string(pid)) << "</text>";
-  const char* palette[] = {"#1f5fa8", "#e0a458", "#6a994e", "#7b5ea7", "#3d9fb0", "#b56576"};
+  const char* palette[] = {"#3d9fb0", "#e0a458", "#6a994e", "#8d6e63", "#5c7cab", "#b56576"};
   std::map<std::string, int> color_of;
   for (const auto* e : spans) {
     const int row_no = lane[static_cast<int>(*number(field(*e, "pid")))];
@@ -343,7 +379,7 @@ std::string timeline(const json& trace) {
                                    : "";
     o << "<rect class=\"span\" x=\"" << px(X(ts)) << "\" y=\"" << px(top + row * row_no + 4) << "\" width=\""
       << px(std::max(1.0, X(ts + dur) - X(ts))) << "\" height=\"" << row - 8 << "\" fill=\""
-      << (status == "passed" || status.empty() ? palette[c % 6] : "#d1495b") << "\"><title>" << esc(name) << ": "
+      << (status == "passed" || status.empty() ? palette[c % 6] : "#9e2a2b") << "\"><title>" << esc(name) << ": "
       << num(dur / 1e6) << " s" << (status.empty() ? "" : ", " + esc(status)) << "</title></rect>";
     // The name on the bar when it fits (about 6.5 px a character at 11 px).
     if (X(ts + dur) - X(ts) > 6.5 * static_cast<double>(name.size()) + 6)
@@ -351,13 +387,15 @@ std::string timeline(const json& trace) {
         << esc(name) << "</text>";
   }
   for (const auto* e : moments) {
+    if (*number(field(*e, "ts")) < begin || *number(field(*e, "ts")) > end) continue;
     const double x = X(*number(field(*e, "ts")));
     o << "<line class=\"marker\" x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << top << "\" y2=\""
       << px(h - 24) << "\"/><text class=\"marker-label\" x=\"" << px(x + 3) << "\" y=\"" << px(h - 12)
       << "\">SIGKILL</text>";
   }
   o << "<text class=\"tick\" x=\"" << left << "\" y=\"" << px(h - 2) << "\">0 s</text><text class=\"tick\" x=\""
-    << kW - right << "\" y=\"" << px(h - 2) << "\" text-anchor=\"end\">" << num(end / 1e6) << " s</text></svg></figure>";
+    << kW - right << "\" y=\"" << px(h - 2) << "\" text-anchor=\"end\">" << num((end - begin) / 1e6)
+    << " s</text></svg></figure>";
   return o.str();
 }
 
@@ -429,8 +467,8 @@ table{border-collapse:collapse;margin:6px 0 12px}td,th{border:1px solid #d8dce3;
 th{background:#f3f5f8}tr.bad td{background:#fbe3e4}.none{color:#6b7385;font-style:italic}
 figure{margin:10px 0}figcaption{font-weight:600;margin-bottom:4px}.row{display:flex;gap:12px;flex-wrap:wrap}.row figure{flex:1;min-width:320px}
 svg.chart{width:100%;height:auto;background:#fbfcfd;border:1px solid #e6e9ee}
-.grid{stroke:#e6e9ee}.axis{stroke:#8a93a5}.tick,.legend,.label{font-size:11px;fill:#4a5468}.marker{stroke:#d1495b;stroke-dasharray:3 3}
-.marker-label{font-size:11px;fill:#d1495b}.on-bar{font-size:11px;fill:#fff}.meta{color:#4a5468}code{background:#f3f5f8;padding:1px 4px;border-radius:3px}
+.grid{stroke:#e6e9ee}.axis{stroke:#8a93a5}.tick,.legend,.label{font-size:11px;fill:#4a5468}.marker{stroke:#b5651d;stroke-dasharray:3 3}
+.marker-label{font-size:11px;fill:#b5651d}.on-bar{font-size:11px;fill:#fff}.meta{color:#4a5468}code{background:#f3f5f8;padding:1px 4px;border-radius:3px}
 )";
 
 }  // namespace

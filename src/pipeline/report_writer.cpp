@@ -1,5 +1,7 @@
 #include "report_writer.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/log.hpp"
 #include "anchor/plan/plan.hpp"
 #include "anchor/common/utf8.hpp"
 #include "events.hpp"
@@ -527,7 +530,14 @@ void Report::write(const std::string& run_dir) const {
      << "\n";
   fs::atomic_write_file(run_dir + "/report.md", md.str());
   // The trace, then the page that draws its stages (docs/report.md, "report.html" and "trace.json").
-  fs::atomic_write_file(run_dir + "/report.html", report_html(j_, write_trace(run_dir)));
+  // Views of report.json and events.jsonl: one that cannot be written (a full disk) is a warning,
+  // never the pilot's outcome, and no stale copy is left to be signed as this run's.
+  try {
+    fs::atomic_write_file(run_dir + "/report.html", report_html(j_, write_trace(run_dir)));
+  } catch (const std::exception& e) {
+    ANCHOR_LOG_WARN("report", "report.html and trace.json not written: {}", printable(e.what()));
+    for (const char* view : {"/report.html", "/trace.json"}) ::unlink((run_dir + view).c_str());
+  }
 }
 
 void Report::print_summary(std::ostream& os) const {

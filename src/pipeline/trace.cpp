@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <sys/stat.h>
@@ -30,17 +31,36 @@ std::optional<double> event_time(const nlohmann::json& e) {
     return std::nullopt;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
+  const std::tm asked = tm;
   const std::time_t t = timegm(&tm);
-  if (t == static_cast<std::time_t>(-1)) return std::nullopt;
+  // timegm rolls month 13 or second 61 into another date: the round trip must give the same fields.
+  std::tm back{};
+  if (t == static_cast<std::time_t>(-1) || !gmtime_r(&t, &back) || back.tm_year != asked.tm_year ||
+      back.tm_mon != asked.tm_mon || back.tm_mday != asked.tm_mday || back.tm_hour != asked.tm_hour ||
+      back.tm_min != asked.tm_min || back.tm_sec != asked.tm_sec)
+    return std::nullopt;
   return static_cast<double>(t) + ms / 1000.0;
 }
 
 namespace {
 
-// A number field, or `fallback`.
+// A number field within ±1e15 (a step count, seconds, a loss), or `fallback`.
 double num(const nlohmann::json& e, const char* key, double fallback = 0) {
   auto it = e.find(key);
-  return it != e.end() && it->is_number() && std::isfinite(it->get<double>()) ? it->get<double>() : fallback;
+  if (it == e.end() || !it->is_number()) return fallback;
+  const double v = it->get<double>();
+  return std::isfinite(v) && std::abs(v) <= 1e15 ? v : fallback;
+}
+// An integer field as text ("7"), whatever its size; "?" when it is not one.
+std::string integer_text(const nlohmann::json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_number_integer() ? it->dump() : std::string("?");
+}
+// Stage and kill events come only from anchor's own processes: a user
+// program's lines keep their fields (events.jsonl holds them as written), and
+// one saying "stage" or "sigkill_sent" must not draw a stage or a kill.
+bool anchors_own(const std::string& source) {
+  return source == "supervisor" || source.rfind("worker-", 0) == 0;
 }
 std::string str(const nlohmann::json& e, const char* key) {
   auto it = e.find(key);
@@ -64,8 +84,8 @@ struct Builder {
   std::map<int, double> last_ts;            // pid -> its last event's time (µs)
   // Open stages: (pid, rank, stage) -> start time (µs).
   std::map<std::tuple<int, int, std::string>, double> open;
-  std::map<std::tuple<int, int, std::int64_t, std::string>, double> open_ckpt;  // a program's saves/restores
-  double t0 = -1;  // Unix seconds of the first event
+  std::map<std::tuple<int, int, std::string, std::string>, double> open_ckpt;  // a program's saves/restores
+  std::optional<double> t0;  // Unix seconds of the first event
 
   int pid_of(const std::string& source) {
     auto [it, added] = pids.emplace(source, static_cast<int>(pids.size()) + 1);
@@ -90,14 +110,15 @@ struct Builder {
   }
 
   void add(nlohmann::json e, double when) {
-    if (t0 < 0) t0 = when;
-    const double ts = std::round((when - t0) * 1e6);  // whole microseconds: the times are to the millisecond
+    if (!t0) t0 = when;
+    const double ts = std::round((when - *t0) * 1e6);  // whole microseconds: the times are to the millisecond
     const std::string source = str(e, "source").empty() ? std::string("unknown") : str(e, "source");
     const int pid = pid_of(source);
     const int rank = static_cast<int>(std::clamp(num(e, "rank"), 0.0, 65535.0));
     thread(pid, rank);
     last_ts[pid] = std::max(last_ts[pid], ts);
-    const std::string stage = str(e, "stage"), event = str(e, "event"), type = str(e, "type");
+    const bool own = anchors_own(source);
+    const std::string stage = own ? str(e, "stage") : std::string(), event = str(e, "event"), type = str(e, "type");
     if (!stage.empty() && event == "start") {
       open[{pid, rank, stage}] = ts;
       return;
@@ -112,15 +133,16 @@ struct Builder {
       }
       const double start = it->second;
       open.erase(it);
-      // The worker's own clock of the stage when it gave one (the times are to the millisecond).
-      const double dur = e.contains("seconds") ? num(e, "seconds") * 1e6 : ts - start;
-      span(pid, rank, stage, "stage", start, dur, args);
+      // From its start event's time to its end event's, both to the millisecond, so
+      // stages of one process never overlap (Perfetto drops a span that overlaps
+      // another without nesting in it); the worker's own clock of it in args.
+      if (e.contains("seconds")) args["seconds"] = e["seconds"];
+      span(pid, rank, stage, "stage", start, ts - start, args);
       return;
     }
     if (type == "step") {
       const double dur = (num(e, "data_wait_s") + num(e, "compute_s")) * 1e6;
-      const std::string step = std::to_string(static_cast<long long>(num(e, "step")));
-      span(pid, rank, "step " + step, "step", ts - dur, dur,
+      span(pid, rank, "step " + integer_text(e, "step"), "step", ts - dur, dur,
            {{"loss", e.value("loss", nlohmann::json())}, {"data_wait_s", num(e, "data_wait_s")},
             {"compute_s", num(e, "compute_s")}});
       if (e.contains("loss") && e["loss"].is_number())
@@ -131,8 +153,8 @@ struct Builder {
     if (type == "checkpoint") {
       const std::string op = str(e, "op").empty() ? std::string("checkpoint") : str(e, "op"),
                         phase = str(e, "phase");
-      const auto step = static_cast<std::int64_t>(num(e, "step"));
-      const std::string name = op + " step " + std::to_string(step);
+      const std::string step = integer_text(e, "step");
+      const std::string name = op + " step " + step;
       if (phase == "begin") {
         open_ckpt[{pid, rank, step, op}] = ts;
         return;
@@ -150,7 +172,7 @@ struct Builder {
     std::string name = !event.empty() ? event : !type.empty() ? type : std::string("event");
     if (type == "checkpoint" && !str(e, "phase").empty()) name = str(e, "phase");
     for (const char* k : {"source", "time", "event", "type", "rank"}) e.erase(k);
-    instant(pid, rank, name, ts, std::move(e), name == "sigkill_sent");
+    instant(pid, rank, name, ts, std::move(e), own && name == "sigkill_sent");
   }
 
   // Stages that never ended: drawn to their process's last event.
@@ -162,7 +184,7 @@ struct Builder {
     }
     for (const auto& [key, start] : open_ckpt) {
       const auto& [pid, rank, step, op] = key;
-      span(pid, rank, op + " step " + std::to_string(step), "checkpoint", start, last_ts[pid] - start,
+      span(pid, rank, op + " step " + step, "checkpoint", start, last_ts[pid] - start,
            {{"status", "did not end (the process was killed or failed)"}});
     }
   }
@@ -195,20 +217,33 @@ nlohmann::json chrome_trace(std::istream& in, std::size_t max_lines) {
     b.add(std::move(e), *when);
   }
   b.close_open();
+  // A span that began before the first event (a program's step, ending when
+  // reported): the trace starts at the earliest time instead, so no ts is negative.
+  double earliest = 0;
+  for (const auto& e : b.out)
+    if (e.contains("ts")) earliest = std::min(earliest, e["ts"].get<double>());
+  if (earliest < 0) {
+    for (auto& e : b.out)
+      if (e.contains("ts")) e["ts"] = e["ts"].get<double>() - earliest;
+    *b.t0 += earliest / 1e6;
+  }
   nlohmann::json other = {{"generator", "anchor"}, {"source", "events.jsonl"}, {"skipped_lines", skipped}};
   if (truncated) other["truncated"] = true;
-  if (b.t0 >= 0) other["start_unix_s"] = b.t0;
+  if (b.t0) other["start_unix_s"] = *b.t0;
   return {{"traceEvents", std::move(b.out)}, {"displayTimeUnit", "ms"}, {"otherData", std::move(other)}};
 }
 
 nlohmann::json write_trace(const std::string& run_dir) {
   const std::string events = run_dir + "/events.jsonl";
   struct stat st {};
-  if (::lstat(events.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+  std::ifstream in;
+  // Read as a stream, a line at a time (chrome_trace stops at a million lines);
+  // a link or anything but a regular file is not read.
+  if (::lstat(events.c_str(), &st) == 0 && S_ISREG(st.st_mode)) in.open(events);
+  if (!in.is_open()) {
     std::istringstream none;
     return chrome_trace(none);
   }
-  std::istringstream in(fs::read_file(events));
   nlohmann::json trace = chrome_trace(in);
   fs::atomic_write_file(run_dir + "/trace.json", dump_json(trace) + "\n");
   return trace;

@@ -3,10 +3,15 @@
 // browser's view of a real pilot's page is tests/e2e/test_report_html.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 
 #include "pipeline/report_html.hpp"
+#include "pipeline/report_writer.hpp"
 #include "pipeline/trace.hpp"
 
 using anchor::pipeline::chrome_trace;
@@ -96,18 +101,54 @@ TEST(Trace, AProgramsStepsAndSavesAreSpansPerRankAndItsLossACounter) {
   ASSERT_EQ(step.size(), 1u);
   EXPECT_EQ(step[0]["tid"], 1) << "a rank is a thread of its worker";
   EXPECT_EQ(step[0]["dur"], 500000.0);
-  EXPECT_EQ(step[0]["ts"], -500000.0) << "a step ends when it is reported: it began data wait + compute earlier";
+  EXPECT_EQ(step[0]["ts"], 0.0) << "a step ends when it is reported: it began data wait + compute earlier, "
+                                   "and the trace starts there, no ts negative";
+  EXPECT_DOUBLE_EQ(t["otherData"]["start_unix_s"].get<double>(), 1000.0);
   EXPECT_EQ(process_name(t, step[0]["pid"]), "program, worker A (reference)");
   ASSERT_EQ(find(t, "C", "loss").size(), 1u);
   EXPECT_EQ(find(t, "C", "loss")[0]["args"]["rank 1"], 2.5);
   const auto save = find(t, "X", "save step 3");
   ASSERT_EQ(save.size(), 1u);
-  EXPECT_EQ(save[0]["ts"], 500000.0);
+  EXPECT_EQ(save[0]["ts"], 1000000.0);
   EXPECT_EQ(save[0]["dur"], 250000.0);
   EXPECT_EQ(find(t, "i", "kill_window").size(), 1u);
   bool rank1_named = false;
   for (const auto& e : find(t, "M", "thread_name")) rank1_named |= e["tid"] == 1 && e["args"]["name"] == "rank 1";
   EXPECT_TRUE(rank1_named);
+}
+
+// A program's line keeps its fields in events.jsonl: one that says "stage" or
+// "sigkill_sent" draws neither a stage nor a kill across the trace; a step
+// number past 2^53 is shown as written.
+TEST(Trace, AProgramCannotDrawAStageOrAKill) {
+  const json t = trace_of(
+      R"({"type":"note","event":"start","stage":"pin","rank":0,"time":1000.0,"source":"program-reference"}
+{"type":"note","event":"end","stage":"pin","status":"passed","rank":0,"time":1001.0,"source":"program-reference"}
+{"type":"note","event":"sigkill_sent","rank":0,"time":1001.5,"source":"program-reference"}
+{"type":"step","rank":0,"time":1002.0,"step":9223372036854775807,"loss":1,"data_wait_s":1e300,"compute_s":0.5,"source":"program-reference"}
+)");
+  EXPECT_TRUE(find(t, "X", "pin").empty()) << t.dump();
+  for (const auto& e : find(t, "i", "sigkill_sent")) EXPECT_EQ(e["s"], "t") << "not drawn across every process";
+  const auto step = find(t, "X", "step 9223372036854775807");
+  ASSERT_EQ(step.size(), 1u) << t.dump();
+  EXPECT_EQ(step[0]["dur"], 500000.0) << "a data wait of 1e300 s is not a time";
+}
+
+// Stages end and start within the same millisecond: the spans of one process
+// never overlap (Perfetto drops one that overlaps without nesting), whatever
+// the worker's own, finer clock says (kept in args.seconds).
+TEST(Trace, BackToBackStagesDoNotOverlap) {
+  const json t = trace_of(
+      R"({"event":"start","source":"worker-reference","stage":"load","time":"2026-12-03T06:12:52.391Z"}
+{"event":"end","seconds":0.0019,"source":"worker-reference","stage":"load","status":"passed","time":"2026-12-03T06:12:52.392Z"}
+{"event":"start","source":"worker-reference","stage":"train","time":"2026-12-03T06:12:52.392Z"}
+{"event":"end","seconds":0.07,"source":"worker-reference","stage":"train","status":"passed","time":"2026-12-03T06:12:52.462Z"}
+)");
+  const auto load = find(t, "X", "load"), train = find(t, "X", "train");
+  ASSERT_EQ(load.size(), 1u);
+  ASSERT_EQ(train.size(), 1u);
+  EXPECT_LE(load[0]["ts"].get<double>() + load[0]["dur"].get<double>(), train[0]["ts"].get<double>());
+  EXPECT_EQ(load[0]["args"]["seconds"], 0.0019);
 }
 
 TEST(Trace, ReadsNoMoreThanItsLineLimit) {
@@ -126,6 +167,8 @@ TEST(Trace, EventTimeReadsAnchorsAndAProgramsClocksAndNothingElse) {
   EXPECT_DOUBLE_EQ(*event_time({{"time", 1796278371.5}}), 1796278371.5);
   for (const json& bad : {json{{"time", "2026-12-03T06:12:52.042"}}, json{{"time", "2026-12-03T06:12:52.042Z+"}},
                           json{{"time", "2026-12-03 06:12:52.042Z"}}, json{{"time", -1}}, json{{"time", nullptr}},
+                          json{{"time", "2026-13-03T06:12:52.042Z"}}, json{{"time", "2026-02-30T06:12:52.042Z"}},
+                          json{{"time", "2026-12-03T06:12:61.042Z"}}, json{{"time", "2026-12-00T06:12:52.042Z"}},
                           json{{"when", "2026-12-03T06:12:52.042Z"}}})
     EXPECT_FALSE(event_time(bad).has_value()) << bad.dump();
 }
@@ -171,6 +214,39 @@ TEST(ReportHtml, DrawsTheLossOfBothWorkersWithTheSaveMarkedAndNeedsNothingFetche
   EXPECT_NE(html.find("SIGKILL</text>"), std::string::npos) << "the kill on the stage time line";
 }
 
+// A user program's pilot: its steps are steps.train and steps.resumed, numbered from 1.
+TEST(ReportHtml, AProgramPilotsResumedStepsAreDrawnAsTheProgramNumbersThem) {
+  json r = small_report();
+  r["program"] = {{"command", json::array({"python3", "train.py"})}};
+  for (auto* part : {&r["steps"]["train"], &r["steps"]["reference"], &r["steps"]["resume"]})
+    for (auto& st : *part) st["step"] = st["step"].get<int>() + 1;
+  r["steps"]["resumed"] = r["steps"]["resume"];
+  r["steps"].erase("resume");
+  const std::string html = report_html(r, json());
+  EXPECT_EQ(count(html, "worker B (resumed): step "), 6u) << "B's two steps on loss, grad norm and lr";
+  EXPECT_NE(html.find("worker A (uninterrupted): step 1, "), std::string::npos);
+  EXPECT_EQ(html.find("worker A (uninterrupted): step 5, "), std::string::npos) << "not shifted by one";
+}
+
+// A long run: a line has at most 400 points and dots only up to 60; the step
+// time split of 1000 steps is 30 bars of means.
+TEST(ReportHtml, ALongRunIsDrawnWithinBounds) {
+  json r = small_report();
+  json many = json::array();
+  for (int s = 0; s < 1000; ++s)
+    many.push_back({{"step", s}, {"loss", 5.0 - s * 1e-3}, {"grad_norm", 1.0}, {"lr", 1e-4}, {"data_wait_s", 0.001},
+                    {"compute_s", 0.02}, {"comm_s", 0.0}});
+  r["steps"]["train"] = many;
+  const std::string html = report_html(r, json());
+  EXPECT_EQ(count(html, "worker A (uninterrupted): step "), 0u) << "no dots on a line of 400 points";
+  EXPECT_NE(html.find("steps 1-34 (mean)"), std::string::npos);
+  EXPECT_LT(html.size(), 200000u);
+  const auto loss = html.find("data-chart=\"loss\"");
+  const auto line = html.find("points=\"", loss);
+  const auto end = html.find('"', line + 8);
+  EXPECT_LE(std::count(html.begin() + line, html.begin() + end, ','), 400 + 2) << "x,y pairs on worker A's line";
+}
+
 TEST(ReportHtml, EscapesWhatTheReportAndTheTraceHold) {
   json r = small_report();
   r["run_id"] = "<script>alert(1)</script>";
@@ -207,6 +283,31 @@ TEST(ReportHtml, AReportWithoutDataSaysSoInsteadOfDrawing) {
   std::string page;
   ASSERT_NO_THROW(page = report_html(odd, json::array()));
   EXPECT_EQ(count(page, "worker A (uninterrupted): step "), 5u) << "A's two train steps on grad norm and lr, one on loss";
+}
+
+// report.html and trace.json are views: one that cannot be written (here
+// trace.json is a directory, so the rename onto it fails) is a warning, the
+// report itself is written and no half of the views is left.
+TEST(ReportHtml, AViewThatCannotBeWrittenDoesNotStopTheReport) {
+  namespace stdfs = std::filesystem;
+  const stdfs::path dir = stdfs::temp_directory_path() / ("anchor-views-" + std::to_string(::getpid()));
+  stdfs::remove_all(dir);
+  stdfs::create_directories(dir / "trace.json");
+  std::ofstream(dir / "events.jsonl") << kPilotEvents;
+  std::ofstream(dir / "report.html") << "a stale page";
+  anchor::pipeline::Report report;
+  report.set_outcome("passed", 0, "fine");
+  report.set_section("stages", json::array());
+  ASSERT_NO_THROW(report.write(dir.string()));
+  EXPECT_TRUE(stdfs::exists(dir / "report.json"));
+  EXPECT_TRUE(stdfs::exists(dir / "report.md"));
+  EXPECT_FALSE(stdfs::exists(dir / "report.html")) << "no stale page to be signed as this run's";
+  // Control: with trace.json free, both views are written.
+  stdfs::remove_all(dir / "trace.json");
+  report.write(dir.string());
+  EXPECT_TRUE(stdfs::is_regular_file(dir / "trace.json"));
+  EXPECT_TRUE(stdfs::is_regular_file(dir / "report.html"));
+  stdfs::remove_all(dir);
 }
 
 }  // namespace
