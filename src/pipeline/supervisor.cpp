@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cerrno>
 #include <atomic>
 #include <chrono>
@@ -106,10 +108,15 @@ class StageWatch {
  public:
   using Clock = std::chrono::steady_clock;
   explicit StageWatch(std::string who) : who_(std::move(who)), tty_(::isatty(STDERR_FILENO) == 1) {
+    if (const char* term = std::getenv("TERM"); term && std::string(term) == "dumb") tty_ = false;
     if (const char* v = std::getenv("ANCHOR_PROGRESS_S")) {
       char* end = nullptr;
       const double s = std::strtod(v, &end);
-      if (end != v && *end == '\0' && s > 0 && s <= 86400) plain_every_ = std::chrono::duration<double>(s);
+      if (end != v && *end == '\0' && std::isdigit(static_cast<unsigned char>(*v)) && s >= 0.1 && s <= 86400)
+        plain_every_ = std::chrono::duration<double>(s);
+      else
+        ANCHOR_LOG_WARN("stage", "ANCHOR_PROGRESS_S={} is not a number of seconds from 0.1 to 86400; every {:.0f} s",
+                        printable(v), plain_every_.count());
     }
   }
   ~StageWatch() { erase(); }
@@ -227,6 +234,10 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   std::string buf;
   char chunk[4096];
   for (;;) {
+    if (g_signal) {  // a signal that came outside poll() (during a read, or the events' handling)
+      for (const auto& c : ranks) ::kill(c.pid, SIGTERM);
+      break;
+    }
     watch.tick();
     pollfd pfd{child.stdout_fd, POLLIN, 0};
     const int ready = ::poll(&pfd, 1, ranks.size() > 1 ? 100 : watch.poll_ms());
@@ -248,6 +259,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       std::string line = buf.substr(0, nl);
       buf.erase(0, nl + 1);
       if (line.rfind(kEventPrefix, 0) != 0) {
+        watch.erase();
         std::fprintf(stderr, "%s\n", line.c_str());  // a worker's stray stdout: keep it visible
         continue;
       }
@@ -620,6 +632,10 @@ void open_run(Pilot& p, const PilotOptions& opts) {
   const std::string output_dir = opts.use_config_dirs ? p.cfg.run.output_dir : config::Config{}.run.output_dir;
   p.run_dir = opts.run_dir.empty() ? output_dir + "/" + p.run_id : opts.run_dir;
   lock_directories(p);
+  // A reused run directory's profile is not this run's (worker B writes this one's; a program pilot,
+  // or one that stops before the probe, has none): never signed as this run's.
+  std::error_code stale;
+  std::filesystem::remove(p.run_dir + "/profile.json", stale);
   p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
   p.report.begin(p.run_id, p.cfg, opts.config_path);
   if (opts.baseline) {

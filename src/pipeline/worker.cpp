@@ -370,8 +370,10 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
                 "pilot.start_from latest: no checkpoint in " + ctx.ckpt_dir + " is committed and verifies" + skipped_text,
                 "`anchor checkpoint list " + ctx.ckpt_dir + "` shows every problem; put back a good copy of the "
                 "checkpoint, or start from initialisation (pilot.start_from init) with an empty checkpoint.dir");
-  // Every state.json field used here, type-checked (a bad one: exit 3 naming it).
+  // Every state.json field used here, type-checked (a bad one: exit 3 naming it), and every
+  // file's format: a newer anchor's checkpoint is named as such, not as a misfit.
   const train::SavedState st = train::read_saved_state(loaded->state, loaded->dir + "/state.json");
+  train::check_file_formats(*loaded);
   nlohmann::json start = {{"from", "latest"},
                           {"step", loaded->step},
                           {"dir", printable(loaded->dir)},
@@ -671,6 +673,15 @@ void resume_from_checkpoint(WorkerContext& ctx) {
 // in that step's time and memory), and a failure here is a warning with the
 // reason in the figures, never the pilot's.
 nlohmann::json profile_step(const WorkerContext& ctx, train::Trainer& t) {
+  const std::string file = ctx.run_dir + "/profile.json";
+  std::filesystem::remove(file);  // a reused run directory's is not this run's
+  // About 2,500 operator events per layer and micro-step (7k for the 2-layer
+  // default at grad_accum 2, 29k for 6 layers): past ~500k the profile would
+  // cost worker B hundreds of MB for a file no one opens whole.
+  const std::int64_t micro_steps = static_cast<std::int64_t>(ctx.cfg.model.n_layer) * ctx.cfg.train.grad_accum;
+  if (micro_steps > 200)
+    return {{"skipped", "model.n_layer x train.grad_accum is " + std::to_string(micro_steps) +
+                            ": the profile of a step would exceed about 500,000 events"}};
   try {
     std::ostringstream trace;
     const auto t0 = std::chrono::steady_clock::now();
@@ -683,7 +694,7 @@ nlohmann::json profile_step(const WorkerContext& ctx, train::Trainer& t) {
     const auto events = nlohmann::json::parse(text);  // what it wrote is a trace, or this is not a profile
     if (!events.is_array()) throw Error(ErrorKind::kRuntime, "the profiler wrote no list of trace events");
     const std::string compact = dump_json(events) + "\n";  // a third of the profiler's indented text
-    fs::atomic_write_file(ctx.run_dir + "/profile.json", compact);
+    fs::atomic_write_file(file, compact);
     return {{"file", "profile.json"}, {"events", events.size()}, {"seconds", seconds}, {"bytes", compact.size()},
             {"micro_batch", ctx.cfg.train.micro_batch}, {"seq_len", ctx.cfg.data.seq_len},
             {"profiler", "LibTorch legacy profiler (operators, CPU side)"}};
@@ -712,8 +723,9 @@ int run_probe(WorkerContext& ctx) {
   if (small_mb != mb) points.push_back({small_mb, T});
   if (T / 2 >= 8) points.push_back({mb, T / 2});
   StageTimer probe("memory_probe");
-  nlohmann::json out = nlohmann::json::array(), profile;
-  {
+  nlohmann::json out = nlohmann::json::array(),
+                 profile = {{"skipped", "no probe points (micro-batch 1 and a sequence under 16): no trainer to profile"}};
+  if (!points.empty()) {
     // One trainer for every point. A first step at the smallest shape creates
     // the optimizer state and the gradients; after it every measured step is
     // what a fresh trainer's second step is (full optimizer state, gradients

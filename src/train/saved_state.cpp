@@ -24,17 +24,30 @@ const char* expected_file_format(const std::string& name) {
   return nullptr;
 }
 
-void check_file_formats(const std::vector<std::pair<std::string, std::optional<std::string>>>& files,
-                        const std::string& dir) {
-  for (const auto& [name, format] : files) {
+namespace {
+// The version of a tag "<kind>/v<N>" of this kind, or -1.
+long tag_version(const std::string& tag, const std::string& kind) {
+  if (tag.rfind(kind + "v", 0) != 0 || tag.size() == kind.size() + 1) return -1;
+  long v = 0;
+  for (std::size_t i = kind.size() + 1; i < tag.size(); ++i) {
+    if (tag[i] < '0' || tag[i] > '9' || v > 1000000) return -1;
+    v = v * 10 + (tag[i] - '0');
+  }
+  return v;
+}
+}  // namespace
+
+void check_file_formats(const checkpoint::Store::Loaded& c) {
+  for (const auto& [name, file] : c.files) {
     const char* expected = expected_file_format(name);
-    if (!expected || !format || *format == expected) continue;
-    // Same kind, later version ("anchor.model/v2"): saved by a newer anchor.
-    const std::string kind = std::string(expected).substr(0, std::string(expected).find('/') + 1);
-    const bool newer = format->rfind(kind, 0) == 0 && *format > std::string(expected);
+    const auto tag = file.metadata().find("format");
+    if (!expected || tag == file.metadata().end() || tag->second == expected) continue;
+    // Same kind, later version ("anchor.model/v2" against v1): saved by a newer anchor.
+    const std::string want(expected), kind = want.substr(0, want.find('/') + 1);
+    const bool newer = tag_version(tag->second, kind) > tag_version(want, kind);
     throw Error(ErrorKind::kVerification,
-                printable(dir + "/" + name) + ": format " + printable(*format) + ", and this anchor reads " + expected +
-                    (newer ? " (the checkpoint is of a newer anchor)" : ""),
+                printable(c.dir + "/" + name) + ": format " + printable(tag->second) + ", and this anchor reads " +
+                    want + (newer ? " (the checkpoint is of a newer anchor)" : ""),
                 newer ? "restore it with the anchor that saved it (state.json's run_id names its run, whose "
                         "report.json says which anchor), or restore from a checkpoint this anchor saved"
                       : "the file was not written by anchor's trainer for this name; restore from another checkpoint");
@@ -92,7 +105,9 @@ SavedState read_saved_state(const nlohmann::json& state, const std::string& file
                 "the checkpoint's state.json does not hold what anchor wrote (edited by hand, or another "
                 "writer); restore from another checkpoint, or put back the state.json it was saved with");
   if (const auto v = state.find("format_version"); v != state.end() && *v != kStateFormatVersion) {
-    const bool newer = v->get<std::int64_t>() > kStateFormatVersion;
+    // An integer past 2^63 is an unsigned one: newer too.
+    const bool newer = v->is_number_unsigned() ? v->get<std::uint64_t>() > kStateFormatVersion
+                                               : v->get<std::int64_t>() > kStateFormatVersion;
     throw Error(ErrorKind::kVerification,
                 where + ": format_version " + dump_json(*v) + ", and this anchor reads format_version " +
                     std::to_string(kStateFormatVersion) + (newer ? " (the checkpoint is of a newer anchor)" : ""),

@@ -497,14 +497,7 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   // Every field read below, type-checked first: a bad one is a verification
   // error naming state.json and the field, before any tensor is touched.
   const SavedState saved = read_saved_state(c.state, c.dir + "/state.json");
-  {
-    std::vector<std::pair<std::string, std::optional<std::string>>> formats;
-    for (const auto& [name, f] : c.files) {
-      auto tag = f.metadata().find("format");
-      formats.emplace_back(name, tag == f.metadata().end() ? std::nullopt : std::optional<std::string>(tag->second));
-    }
-    check_file_formats(formats, c.dir);
-  }
+  check_file_formats(c);  // a file of another format is refused before any tensor is read
   const auto& mf = file_of(c, "model.safetensors");
   for (auto& p : model_->named_parameters()) copy_into(p.value(), view_of(mf, "model.safetensors", p.key()), p.key());
   for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, "model.safetensors", b.key()), b.key());

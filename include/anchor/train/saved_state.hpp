@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/checkpoint/store.hpp"
+
 namespace anchor::train {
 
 // What a restore uses of state.json (Trainer::save_request writes them all;
@@ -38,14 +40,14 @@ inline constexpr const char* kScalerFileFormat = "anchor.loss_scaler/v1";       
 // The tag a file of this name must carry; nullptr for a name the trainer does not write.
 const char* expected_file_format(const std::string& file_name);
 
-// Checks the "format" tag of every file of a checkpoint (name -> its
-// __metadata__ "format", nullopt when it has none) against
-// expected_file_format: another tag is Error(kVerification) "<dir>/<file>:
-// format anchor.model/v2, and this anchor reads anchor.model/v1 ...", with
-// what to do. A file without a tag, or of a name the trainer does not write,
-// is not judged here (the restore names a missing tensor or file).
-void check_file_formats(const std::vector<std::pair<std::string, std::optional<std::string>>>& files,
-                        const std::string& dir);
+// Checks the "format" tag in the __metadata__ of every file of a loaded
+// checkpoint against expected_file_format: another tag is
+// Error(kVerification) "<dir>/<file>: format anchor.model/v2, and this anchor
+// reads anchor.model/v1 ...", with what to do. A file without a tag, or of a
+// name the trainer does not write, is not judged here (the restore names a
+// missing tensor or file). Trainer::restore and the pilot's start from a
+// checkpoint call it before they look at a tensor.
+void check_file_formats(const checkpoint::Store::Loaded& checkpoint);
 
 struct SavedState {
   std::int64_t step = 0;
