@@ -17,22 +17,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// Text for HTML content and attribute values: bytes that are not UTF-8 as
-// \xNN (printable), then the five characters HTML gives a meaning.
-std::string esc(std::string_view raw) {
-  const std::string s = printable(raw);
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  return out;
-}
+// Text for HTML content and attribute values: the JUnit file's escaping.
+std::string esc(std::string_view raw) { return detail::markup_escape(std::string(raw)); }
 
 std::string text(const json& v) {
   if (v.is_string()) return esc(v.get_ref<const std::string&>());

@@ -44,6 +44,7 @@ std::string xml_escape(const std::string& raw) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
       case '\t': out += "&#9;"; break;
       case '\n': out += "&#10;"; break;
       case '\r': out += "&#13;"; break;
@@ -249,6 +250,7 @@ namespace detail {
 void measurements_md(std::ostream& md, const nlohmann::json& report) { write_measurements_md(md, report); }
 void environment_md(std::ostream& md, const nlohmann::json& report) { write_environment_md(md, report); }
 std::string bytes_text(const nlohmann::json& v) { return fmt_bytes(v); }
+std::string markup_escape(const std::string& raw) { return xml_escape(raw); }
 }  // namespace detail
 
 void Report::begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path) {

@@ -62,6 +62,10 @@ namespace detail {
 void measurements_md(std::ostream& md, const nlohmann::json& report);
 void environment_md(std::ostream& md, const nlohmann::json& report);
 std::string bytes_text(const nlohmann::json& v);
+// Text for XML or HTML content and attribute values (the JUnit file's
+// escaping): bytes that are not UTF-8 as \xNN, control characters as \xNN or
+// character references, and & < > " ' escaped.
+std::string markup_escape(const std::string& raw);
 }  // namespace detail
 
 // JUnit XML (docs/pilot.md, --junit; README, "Use it in CI"), valid against Jenkins' xunit schema
