@@ -100,6 +100,13 @@ class ProgramPilot(support.TempDirTest):
         peaks = report["measurements"]["memory"]["peak_rss"]
         self.assertTrue(all(p["peak_rss_bytes"] > 50 << 20 for p in peaks), peaks)
         self.assertEqual(len(report["steps"]["resumed"]), 4)
+        # The console: each worker announced, and its steps as the built-in worker's lines say them.
+        for line in ("[stage] A: reference\n", "[stage] B: resume\n", "[train_step] A step 1/8 loss=",
+                     "[train_step] A step 8/8 loss=", "[train_step] B step 5/8 loss=", "[train_step] B step 8/8 loss="):
+            self.assertIn(line, proc.stderr)
+        self.assertRegex(proc.stderr, r"\[train_step\] A step 2/8 loss=[0-9.]+ grad_norm=[0-9.]+ lr=[0-9.e+-]+ "
+                                      r"[0-9]+ tok/s \([0-9.]+s, eta [0-9.]+s\)")
+        self.assertNotIn("B step 4/8", proc.stderr)  # B starts from A's step 4
         # The plan, from the program's measurements: its declared shape, the reference's step and two
         # memory probes (fresh processes at micro-batch 2 and seq_len 16) fitted like the built-in model's.
         model = report["measurements"]["model"]

@@ -1,6 +1,7 @@
 #include "anchor/log.hpp"
 
 #include <cstdlib>
+#include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -31,7 +32,11 @@ void init(Level level) {
     const char* no_color = std::getenv("NO_COLOR");
     logger = spdlog::stderr_color_mt("anchor", no_color && *no_color ? spdlog::color_mode::never
                                                                       : spdlog::color_mode::automatic);
-    logger->set_pattern("%^%L%$ %H:%M:%S.%e %v");
+    // A pilot worker whose live line the supervisor draws on the terminal
+    // (ANCHOR_LIVE_PROGRESS, src/pipeline/progress.hpp): that line ends at
+    // column 0, so each of the worker's lines first clears it.
+    const char* live = std::getenv("ANCHOR_LIVE_PROGRESS");
+    logger->set_pattern(std::string(live && std::string(live) == "1" ? "\033[K" : "") + "%^%L%$ %H:%M:%S.%e %v");
     spdlog::set_default_logger(logger);
   }
   spdlog::set_level(to_spdlog(level));

@@ -29,6 +29,7 @@
 #include "anchor/measure/proc.hpp"
 #include "anchor/plan/plan.hpp"
 #include "program_protocol.hpp"
+#include "progress.hpp"
 #include "supervisor_internal.hpp"
 
 namespace anchor::pipeline {
@@ -129,6 +130,42 @@ void kill_all(const std::vector<proc::Child>& ranks, const std::vector<std::opti
     if (!ended[r]) ::kill(-ranks[r].pid, sig);  // its process group: DataLoader workers too
 }
 
+// What the console shows of rank 0's steps (progress.hpp): about 20 step lines
+// per worker at info, each one at debug, worded as the built-in worker's.
+// Plain lines only, on a terminal too: the program writes to the same
+// terminal, so a line redrawn in place would be torn by its output.
+class ProgramSteps {
+ public:
+  ProgramSteps(std::string who, std::int64_t stop_at) : who_(std::move(who)), end_(stop_at) {}
+  void saw(const pp::StepLine& s) {
+    if (!rule_) rule_.emplace(s.step - 1, end_);  // the first step shown says where the worker started
+    StepShown shown;
+    shown.done = s.step;
+    shown.end = end_;
+    auto known = [](const pp::Number& n) { return n.known ? std::optional<double>(n.value) : std::nullopt; };
+    shown.loss = known(s.loss);
+    shown.grad_norm = known(s.grad_norm);
+    shown.lr = known(s.lr);
+    if (s.data_wait_s || s.compute_s) {
+      const double step_s = s.data_wait_s.value_or(0) + s.compute_s.value_or(0);
+      spent_s_ += step_s;
+      ++timed_;
+      shown.step_s = step_s;
+      if (s.tokens && step_s > 0) shown.tokens_per_s = static_cast<double>(*s.tokens) / step_s;
+      shown.eta_s = spent_s_ / timed_ * static_cast<double>(std::max<std::int64_t>(0, end_ - s.step));
+    }
+    ANCHOR_LOG_AT(rule_->shown(shown.done) ? log::Level::kInfo : log::Level::kDebug, "train_step", "{}",
+                  step_line(who_, shown));
+  }
+
+ private:
+  std::string who_;
+  std::int64_t end_;
+  std::optional<StepLineRule> rule_;
+  double spent_s_ = 0;
+  std::int64_t timed_ = 0;
+};
+
 // Starts the program once per rank with the spec, follows its events file,
 // SIGKILLs every rank at rank 0's kill window (reference), stops every rank
 // when one fails, the program runs past program.timeout_s, or the supervisor
@@ -195,6 +232,10 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
     p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point}}, "supervisor");
   };
   std::map<int, std::uint64_t> lines;  // per rank
+  const std::string letter = spec.role == pp::Role::kReference ? "A" : spec.role == pp::Role::kResume ? "B" : "probe";
+  StageWatch watch(letter, /*may_redraw=*/false);  // the program writes to the same terminal
+  watch.started(name);
+  ProgramSteps steps(letter, spec.stop_at);
   auto follow = [&] {
     for (auto& e : reader.poll()) {
       if (e.rank >= p.nproc)
@@ -217,6 +258,8 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
                     "(docs/program.md, \"The Python helper\")");
       if (e.type != "program") p.events->write(e.raw, "program-" + name);
       w.logs[e.rank].add(e);
+      if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && e.rank == 0 && spec.role != pp::Role::kProbe)
+        steps.saw(*s);
       if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w.error.empty())
         w.error = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
       const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
@@ -247,6 +290,7 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
   };
   for (;;) {
     guarded_follow();
+    watch.tick();
     if (!w.killed_by_us) sample_rss();
     bool all = true;
     for (std::size_t r = 0; r < ranks.size(); ++r) {

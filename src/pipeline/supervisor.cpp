@@ -40,6 +40,7 @@
 #include "anchor/report/keys.hpp"
 #include "anchor/report/statement.hpp"
 #include "events.hpp"
+#include "progress.hpp"
 #include "report_writer.hpp"
 #include "supervisor_internal.hpp"
 #include "work_files.hpp"
@@ -97,76 +98,6 @@ std::string with_remote(std::string why, const WorkerOutcome& w) {
 // signal, an I/O error) is a runtime failure (1).
 int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 1; }
 
-// What the console says while a worker runs (docs/pilot.md, "Following a
-// run"): each of its stages as it starts ("[stage] A: train"), then, while the
-// stage lasts, how long so far. On a terminal that is one line redrawn in
-// place once the stage is 2 s old, every second, erased when the stage ends or
-// anything else is logged (a worker's own line overwrites it from its first
-// column); elsewhere (CI) a plain line every ANCHOR_PROGRESS_S seconds
-// (default 30), no control sequences. Quiet below info (-q).
-class StageWatch {
- public:
-  using Clock = std::chrono::steady_clock;
-  explicit StageWatch(std::string who) : who_(std::move(who)), tty_(::isatty(STDERR_FILENO) == 1) {
-    if (const char* term = std::getenv("TERM"); term && std::string(term) == "dumb") tty_ = false;
-    if (const char* v = std::getenv("ANCHOR_PROGRESS_S")) {
-      char* end = nullptr;
-      const double s = std::strtod(v, &end);
-      if (end != v && *end == '\0' && std::isdigit(static_cast<unsigned char>(*v)) && s >= 0.1 && s <= 86400)
-        plain_every_ = std::chrono::duration<double>(s);
-      else
-        ANCHOR_LOG_WARN("stage", "ANCHOR_PROGRESS_S={} is not a number of seconds from 0.1 to 86400; every {:.0f} s",
-                        printable(v), plain_every_.count());
-    }
-  }
-  ~StageWatch() { erase(); }
-  void started(const std::string& stage) {
-    erase();
-    stage_ = stage;
-    t0_ = Clock::now();
-    next_ = t0_ + std::chrono::duration_cast<Clock::duration>(tty_ ? std::chrono::duration<double>(2.0) : plain_every_);
-    ANCHOR_LOG_INFO("stage", "{}: {}", who_, printable(stage));
-  }
-  void ended() {
-    erase();
-    stage_.clear();
-  }
-  // Called at least once a second while the worker runs.
-  void tick() {
-    if (stage_.empty() || !log::enabled(log::Level::kInfo)) return;
-    const auto now = Clock::now();
-    if (now < next_) return;
-    const double so_far = std::chrono::duration<double>(now - t0_).count();
-    if (tty_) {
-      std::fprintf(stderr, "\r\033[K[stage] %s: %s, %.0f s so far\r", who_.c_str(), printable(stage_).c_str(), so_far);
-      std::fflush(stderr);
-      drawn_ = true;
-      next_ = now + std::chrono::seconds(1);
-    } else {
-      ANCHOR_LOG_INFO("stage", "{}: {}, {:.0f} s so far", who_, printable(stage_), so_far);
-      next_ = now + std::chrono::duration_cast<Clock::duration>(plain_every_);
-    }
-  }
-  // How long the worker loop may wait for output before tick() is due.
-  int poll_ms() const {
-    return tty_ ? 1000 : static_cast<int>(std::clamp(plain_every_.count() * 1000, 10.0, 1000.0));
-  }
-  // Erases the redrawn line (before the supervisor logs anything itself).
-  void erase() {
-    if (!drawn_) return;
-    std::fputs("\r\033[K", stderr);
-    std::fflush(stderr);
-    drawn_ = false;
-  }
-
- private:
-  std::string who_, stage_;
-  bool tty_;
-  bool drawn_ = false;
-  std::chrono::duration<double> plain_every_{30.0};
-  Clock::time_point t0_, next_;
-};
-
 // Starts a worker (nproc ranks of it for reference and resume: the self-launch,
 // docs/distributed.md), relays rank 0's events, and (for the reference)
 // SIGKILLs every rank in the kill window. Returns how it ended: rank 0's
@@ -177,6 +108,9 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
   PilotNodes* nodes = p.opts.nodes;  // several nodes: this one runs ranks 0 .. local_world_size - 1
   const int local = nodes ? nodes->local_world_size() : nproc;
   const int port = nproc > 1 ? (nodes ? dist::free_port() : dist::free_loopback_port()) : 0;
+  // The console's account of this worker (progress.hpp): on a terminal its live line.
+  StageWatch watch(role == WorkerRole::kReference ? "A" : "B", /*may_redraw=*/true);
+  const bool live = watch.live() && log::enabled(log::Level::kInfo);
   std::vector<proc::Child> ranks;
   for (int r = 0; r < local; ++r) {
     proc::SpawnOptions so;
@@ -184,6 +118,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     so.die_with_parent = true;
     if (nodes) so.env = dist::placed_launch_env(r, nproc, r, local, nodes->master_addr(), port);
     else if (nproc > 1) so.env = dist::self_launch_env(r, nproc, port);
+    so.env[kLiveProgressEnv] = live ? "1" : "0";
     std::vector<std::string> argv = {p.worker_binary, "--log-level", p.opts.log_level, "__worker", "--role", name,
                                      "--run-dir", p.run_dir};
     if (!p.opts.use_hash_cache) argv.push_back("--no-cache");
@@ -230,7 +165,6 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     for (std::size_t r = 0; r < ranks.size(); ++r)
       if (!ended[r]) ::kill(ranks[r].pid, SIGKILL);
   };
-  StageWatch watch(role == WorkerRole::kReference ? "A" : "B");
   std::string buf;
   char chunk[4096];
   for (;;) {
@@ -265,6 +199,11 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       }
       auto ev = nlohmann::json::parse(line.substr(std::strlen(kEventPrefix)), nullptr, false);
       if (ev.is_discarded()) continue;
+      // A step for the live line: the console's only (events.jsonl is the same with or without a terminal).
+      if (auto shown = step_shown_from(ev)) {
+        watch.step(*shown);
+        continue;
+      }
       p.events->write(ev, "worker-" + name);
       const std::string evname = ev.value("event", "");
       if (evname == "start") {
@@ -295,6 +234,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       }
     }
   }
+  watch.erase();  // what follows may log
   ::close(child.stdout_fd);
   w.status = proc::wait_exit(child.pid);
   // Rank 0 failed: the others are stopped or failing (every collective has a

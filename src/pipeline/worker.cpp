@@ -43,6 +43,7 @@
 #include "activation_probe.hpp"
 #include "compat/torch_compat.hpp"
 #include "events.hpp"
+#include "progress.hpp"
 #include "work_files.hpp"
 
 namespace anchor::pipeline {
@@ -91,8 +92,9 @@ class StageMemory {
 
 // Whose steps a line shows and how far they go: "A step 3/4" is worker A's
 // third completed step of the four it runs to (B, the resumed worker, runs
-// to the same step). A worker of more than 20 steps of its own logs about 20
-// lines at info (its first, every Nth, its last), each one at debug.
+// to the same step). About 20 lines at info (StepLineRule), each one at debug;
+// when the supervisor draws this worker's live line (kLiveProgressEnv), rank 0
+// sends it `progress` events instead and every step line is at debug.
 struct StepProgress {
   const char* worker;  // "A" (reference) or "B" (resume)
   std::int64_t start;  // the step count this worker started from
@@ -106,22 +108,33 @@ StepProgress progress(const WorkerContext& ctx, const char* worker, std::int64_t
 
 std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepProgress& at) {
   std::vector<train::StepRecord> steps;
-  // Counted in the worker's own steps (a worker started from step 1000 runs end - start of them).
-  const std::int64_t every = std::max<std::int64_t>(1, (at.end - at.start + 19) / 20);
+  const StepLineRule rule(at.start, at.end);
+  const bool live = live_progress_requested();
   const std::string who = at.world > 1 ? fmt::format("{} rank {}", at.worker, at.rank) : std::string(at.worker);
   double spent_s = 0;
+  auto sent = std::chrono::steady_clock::time_point{};
   for (int i = 0; i < n; ++i) {
     auto r = t.train_step();
     const double step_s = r.compute_s + r.data_wait_s;
     spent_s += step_s;
-    const std::int64_t done = r.step + 1;
-    const double eta_s = spent_s / (i + 1) * static_cast<double>(std::max<std::int64_t>(0, at.end - done));
-    const std::int64_t own = done - at.start;
-    const bool shown = own == 1 || own % every == 0 || done >= at.end;
-    const auto level = shown ? log::Level::kInfo : log::Level::kDebug;
-    ANCHOR_LOG_AT(level, "train_step", "{} step {}/{} loss={:.4f} grad_norm={:.4f} lr={:.3e} {:.0f} tok/s ({:.3f}s, eta {:.1f}s)",
-                  who, done, at.end, r.loss, r.grad_norm, r.lr, step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0,
-                  step_s, eta_s);
+    StepShown shown;
+    shown.done = r.step + 1;
+    shown.end = at.end;
+    shown.loss = r.loss;
+    shown.grad_norm = r.grad_norm;
+    shown.lr = r.lr;
+    shown.tokens_per_s = step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0;
+    shown.step_s = step_s;
+    shown.eta_s = spent_s / (i + 1) * static_cast<double>(std::max<std::int64_t>(0, at.end - shown.done));
+    const auto level = !live && rule.shown(shown.done) ? log::Level::kInfo : log::Level::kDebug;
+    ANCHOR_LOG_AT(level, "train_step", "{}", step_line(who, shown));
+    if (live) {  // at most 4 a second, and the last (only rank 0's events reach the supervisor)
+      const auto now = std::chrono::steady_clock::now();
+      if (i + 1 == n || now - sent >= std::chrono::milliseconds(250)) {
+        emit_event(to_json(shown));
+        sent = now;
+      }
+    }
     // A non-finite loss or applied gradient poisons every later step: fail
     // here, naming it (a step the loss scaler skipped is not applied).
     if (!std::isfinite(r.loss) || (!r.skipped && !std::isfinite(r.grad_norm)))

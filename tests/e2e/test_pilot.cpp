@@ -195,9 +195,9 @@ TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
 }
 
 // Each stage of a worker is announced as it starts; one that lasts says how
-// long so far: on a terminal (a real pty, through script(1)) one line redrawn
-// in place from 2 s on, elsewhere a plain line every ANCHOR_PROGRESS_S seconds
-// and no control sequence. Controls: the default interval (30 s) prints none
+// long so far: on a terminal (a real pty, through script(1)) one live line
+// redrawn in place with the step, loss, tokens/s and ETA, elsewhere a plain
+// line every ANCHOR_PROGRESS_S seconds and no control sequence. Controls: the default interval (30 s) prints none
 // for this short run, and the pipe gets no escape sequence.
 TEST(Pilot, EachStageIsAnnouncedAndALongOneSaysHowLongSoFar) {
   TempDir t("stages");
@@ -231,11 +231,16 @@ TEST(Pilot, EachStageIsAnnouncedAndALongOneSaysHowLongSoFar) {
   so.merge_stderr = true;
   auto tty = anchor::proc::run_capture({"/usr/bin/script", "-qec", cmd, "/dev/null"}, so);
   ASSERT_EQ(tty.status, 0) << tty.out;
-  // "N s so far" with N from 2 (a loaded machine's late wake-up may skip a number), redrawn in place.
-  EXPECT_TRUE(std::regex_search(tty.out, std::regex("\r\x1b\\[K\\[stage\\] A: train, [2-9][0-9]* s so far\r")))
-      << "redrawn in place from the stage's second second:\n" << tty.out.substr(0, 4000);
-  EXPECT_FALSE(std::regex_search(tty.out, std::regex("A: train, [01] s so far")))
-      << "nothing before the stage is 2 s old";
+  // The live line: the stage, the step, loss, tokens/s, ETA and time so far, redrawn in place from the first step.
+  EXPECT_TRUE(std::regex_search(
+      tty.out, std::regex("\r\x1b\\[K\\[stage\\] A: train, step [0-9]+/302, loss [0-9.]+, [0-9]+ tok/s, ETA [0-9]+ s, "
+                          "[0-9]+ s so far\r")))
+      << "redrawn in place:\n" << tty.out.substr(0, 4000);
+  // The stage's last step stays as a plain line; the step lines are the live line's (the control: the pipe has them).
+  EXPECT_TRUE(std::regex_search(tty.out, std::regex("\\[stage\\] A: train done in [0-9]+ s, step 300/302, loss ")))
+      << tty.out.substr(0, 4000);
+  EXPECT_EQ(tty.out.find("[train_step] A step "), std::string::npos) << tty.out.substr(0, 4000);
+  EXPECT_NE(plain.output.find("[train_step] A step 1/4 "), std::string::npos) << plain.output;
 }
 
 // The mission's report is signed: with no key configured, by a per-user key

@@ -1,0 +1,200 @@
+#include "progress.hpp"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/utf8.hpp"
+#include "anchor/log.hpp"
+
+namespace anchor::pipeline {
+
+bool stderr_is_live_terminal() {
+  if (::isatty(STDERR_FILENO) != 1) return false;
+  const char* term = std::getenv("TERM");
+  return !(term && std::string(term) == "dumb");
+}
+
+bool live_progress_requested() {
+  const char* v = std::getenv(kLiveProgressEnv);
+  return v && std::string(v) == "1";
+}
+
+nlohmann::json to_json(const StepShown& s) {
+  nlohmann::json j = {{"event", "progress"}, {"done", s.done}, {"end", s.end}};
+  auto put = [&](const char* key, const std::optional<double>& v) {
+    if (v && std::isfinite(*v)) j[key] = *v;
+  };
+  put("loss", s.loss);
+  put("grad_norm", s.grad_norm);
+  put("lr", s.lr);
+  put("tokens_per_s", s.tokens_per_s);
+  put("step_s", s.step_s);
+  put("eta_s", s.eta_s);
+  return j;
+}
+
+std::optional<StepShown> step_shown_from(const nlohmann::json& e) {
+  if (!e.is_object() || e.value("event", "") != "progress") return std::nullopt;
+  const auto done = e.find("done"), end = e.find("end");
+  if (done == e.end() || end == e.end() || !done->is_number_integer() || !end->is_number_integer()) return std::nullopt;
+  StepShown s;
+  s.done = done->get<std::int64_t>();
+  s.end = end->get<std::int64_t>();
+  auto get = [&](const char* key, std::optional<double>& v) {
+    if (const auto it = e.find(key); it != e.end() && it->is_number()) v = it->get<double>();
+  };
+  get("loss", s.loss);
+  get("grad_norm", s.grad_norm);
+  get("lr", s.lr);
+  get("tokens_per_s", s.tokens_per_s);
+  get("step_s", s.step_s);
+  get("eta_s", s.eta_s);
+  return s;
+}
+
+std::string step_line(const std::string& who, const StepShown& s) {
+  std::string line = fmt::format("{} step {}/{}", who, s.done, s.end);
+  if (s.loss) line += fmt::format(" loss={:.4f}", *s.loss);
+  if (s.grad_norm) line += fmt::format(" grad_norm={:.4f}", *s.grad_norm);
+  if (s.lr) line += fmt::format(" lr={:.3e}", *s.lr);
+  if (s.tokens_per_s) line += fmt::format(" {:.0f} tok/s", *s.tokens_per_s);
+  if (s.step_s || s.eta_s) {
+    line += " (";
+    if (s.step_s) line += fmt::format("{:.3f}s", *s.step_s);
+    if (s.step_s && s.eta_s) line += ", ";
+    if (s.eta_s) line += fmt::format("eta {:.1f}s", *s.eta_s);
+    line += ")";
+  }
+  return line;
+}
+
+StepLineRule::StepLineRule(std::int64_t start, std::int64_t end)
+    : start_(start), end_(end), every_(std::max<std::int64_t>(1, (end - start + 19) / 20)) {}
+
+bool StepLineRule::shown(std::int64_t done) const {
+  const std::int64_t own = done - start_;
+  return own == 1 || own % every_ == 0 || done >= end_;
+}
+
+namespace {
+
+// The terminal's width, so that the live line never wraps (a wrapped line
+// cannot be erased with one \r\033[K); 80 when it cannot be read.
+std::size_t terminal_columns() {
+  winsize ws{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
+}
+
+std::string seconds_text(double s) {
+  if (s < 120) return fmt::format("{:.0f} s", s);
+  if (s < 7200) return fmt::format("{:.0f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
+}
+
+// ", step 3/300, loss 4.1234, 1234 tok/s"
+std::string step_figures(const StepShown& s) {
+  std::string t = fmt::format(", step {}/{}", s.done, s.end);
+  if (s.loss) t += fmt::format(", loss {:.4f}", *s.loss);
+  if (s.tokens_per_s) t += fmt::format(", {:.0f} tok/s", *s.tokens_per_s);
+  return t;
+}
+
+}  // namespace
+
+StageWatch::StageWatch(std::string who, bool may_redraw)
+    : who_(std::move(who)), tty_(may_redraw && stderr_is_live_terminal()) {
+  if (const char* v = std::getenv("ANCHOR_PROGRESS_S")) {
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    if (end != v && *end == '\0' && std::isdigit(static_cast<unsigned char>(*v)) && s >= 0.1 && s <= 86400)
+      plain_every_ = std::chrono::duration<double>(s);
+    else
+      ANCHOR_LOG_WARN("stage", "ANCHOR_PROGRESS_S={} is not a number of seconds from 0.1 to 86400; every {:.0f} s",
+                      printable(v), plain_every_.count());
+  }
+}
+
+StageWatch::~StageWatch() { erase(); }
+
+void StageWatch::started(const std::string& stage) {
+  erase();
+  stage_ = stage;
+  step_.reset();
+  t0_ = Clock::now();
+  next_ = t0_ + std::chrono::duration_cast<Clock::duration>(tty_ ? std::chrono::duration<double>(2.0) : plain_every_);
+  ANCHOR_LOG_INFO("stage", "{}: {}", who_, printable(stage));
+}
+
+void StageWatch::ended() {
+  erase();
+  // The stage's last step stays on the screen as a plain line (the live one is gone).
+  if (tty_ && step_ && !stage_.empty() && log::enabled(log::Level::kInfo))
+    ANCHOR_LOG_INFO("stage", "{}: {} done in {}{}", who_, printable(stage_),
+                    seconds_text(std::chrono::duration<double>(Clock::now() - t0_).count()), step_figures(*step_));
+  stage_.clear();
+  step_.reset();
+}
+
+void StageWatch::step(const StepShown& s) {
+  if (!tty_ || stage_.empty()) return;
+  step_ = s;
+  const auto now = Clock::now();
+  // The first step draws at once; later ones at most 4 times a second.
+  if (!drawn_ || now >= next_) draw(now);
+}
+
+void StageWatch::tick() {
+  if (stage_.empty() || !log::enabled(log::Level::kInfo)) return;
+  const auto now = Clock::now();
+  if (now < next_) return;
+  if (tty_) {
+    draw(now);
+  } else {
+    ANCHOR_LOG_INFO("stage", "{}: {}, {} so far", who_, printable(stage_),
+                    seconds_text(std::chrono::duration<double>(now - t0_).count()));
+    next_ = now + std::chrono::duration_cast<Clock::duration>(plain_every_);
+  }
+}
+
+void StageWatch::draw(Clock::time_point now) {
+  if (!log::enabled(log::Level::kInfo)) return;
+  std::string line = "[stage] " + who_ + ": " + printable(stage_);
+  if (step_) {
+    line += step_figures(*step_);
+    if (step_->eta_s) line += ", ETA " + seconds_text(*step_->eta_s);
+  }
+  line += ", " + seconds_text(std::chrono::duration<double>(now - t0_).count()) + " so far";
+  const std::size_t cols = terminal_columns();
+  if (line.size() >= cols) {
+    std::size_t len = cols > 1 ? cols - 1 : 0;
+    while (len > 0 && (static_cast<unsigned char>(line[len]) & 0xC0) == 0x80) --len;  // not inside a character
+    line.resize(len);
+  }
+  std::fprintf(stderr, "\r\033[K%s\r", line.c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+  next_ = now + std::chrono::milliseconds(step_ ? 250 : 1000);
+}
+
+int StageWatch::poll_ms() const {
+  return tty_ ? 250 : static_cast<int>(std::clamp(plain_every_.count() * 1000, 10.0, 1000.0));
+}
+
+void StageWatch::erase() {
+  if (!drawn_) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  drawn_ = false;
+}
+
+}  // namespace anchor::pipeline

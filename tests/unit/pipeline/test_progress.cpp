@@ -1,0 +1,140 @@
+// What the console shows of a worker's steps (src/pipeline/progress.hpp): the
+// step line's wording, which lines show at info, the `progress` event, and the
+// live line drawn on a real terminal (a pty).
+#include <fcntl.h>
+#include <pty.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "anchor/log.hpp"
+#include "pipeline/progress.hpp"
+
+using anchor::pipeline::StageWatch;
+using anchor::pipeline::StepLineRule;
+using anchor::pipeline::StepShown;
+
+namespace {
+
+StepShown full_step() {
+  StepShown s;
+  s.done = 3;
+  s.end = 300;
+  s.loss = 4.12345;
+  s.grad_norm = 0.5;
+  s.lr = 1e-3;
+  s.tokens_per_s = 1234.4;
+  s.step_s = 0.0125;
+  s.eta_s = 12.34;
+  return s;
+}
+
+}  // namespace
+
+TEST(Progress, AStepLineSaysWhatTheWorkerReportedAndLeavesOutWhatItDidNot) {
+  EXPECT_EQ(step_line("A", full_step()),
+            "A step 3/300 loss=4.1235 grad_norm=0.5000 lr=1.000e-03 1234 tok/s (0.013s, eta 12.3s)");
+  StepShown bare;
+  bare.done = 7;
+  bare.end = 8;
+  bare.loss = 2.5;
+  EXPECT_EQ(step_line("B rank 1", bare), "B rank 1 step 7/8 loss=2.5000");
+}
+
+TEST(Progress, AboutTwentyStepLinesAWorkerShowTheFirstEveryNthAndTheLast) {
+  auto count = [](std::int64_t start, std::int64_t end) {
+    const StepLineRule rule(start, end);
+    int n = 0;
+    for (std::int64_t done = start + 1; done <= end; ++done) n += rule.shown(done) ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(count(0, 40), 21);     // the first, every 2nd, the last (40 is both)
+  EXPECT_EQ(count(20, 40), 20);    // 20 steps of its own: every one
+  EXPECT_EQ(count(0, 5), 5);
+  EXPECT_EQ(count(0, 1000), 21);   // every 50th and the first
+  EXPECT_EQ(count(1000, 1003), 3);
+  const StepLineRule rule(0, 1000);
+  EXPECT_TRUE(rule.shown(1));
+  EXPECT_FALSE(rule.shown(2));  // the control: not every step
+  EXPECT_TRUE(rule.shown(1000));
+}
+
+TEST(Progress, TheProgressEventCarriesAStepAndNothingElseReadsAsOne) {
+  const auto j = to_json(full_step());
+  EXPECT_EQ(j["event"], "progress");
+  const auto back = anchor::pipeline::step_shown_from(j);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->done, 3);
+  EXPECT_EQ(back->end, 300);
+  EXPECT_DOUBLE_EQ(*back->loss, 4.12345);
+  EXPECT_DOUBLE_EQ(*back->eta_s, 12.34);
+  StepShown nan_loss = full_step();
+  nan_loss.loss = std::nan("");
+  EXPECT_FALSE(to_json(nan_loss).contains("loss")) << "JSON holds no NaN";
+  EXPECT_FALSE(anchor::pipeline::step_shown_from({{"event", "start"}, {"stage", "train"}}).has_value());
+  EXPECT_FALSE(anchor::pipeline::step_shown_from({{"event", "progress"}, {"done", "3"}, {"end", 4}}).has_value());
+  EXPECT_FALSE(anchor::pipeline::step_shown_from(nlohmann::json::array()).has_value());
+}
+
+// The live line on a real terminal: redrawn in place from the first step, cut
+// to the terminal's width so it never wraps, erased at the stage's end, which
+// leaves the last step as a plain line. The control: stderr that is not a
+// terminal gets no control sequence.
+TEST(Progress, TheLiveLineIsRedrawnInPlaceWithinTheTerminalsWidth) {
+  anchor::log::init(anchor::log::Level::kInfo);
+  int master = -1, slave = -1;
+  winsize ws{};
+  ws.ws_col = 60;
+  ws.ws_row = 20;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &ws), 0);
+  ::fcntl(master, F_SETFL, O_NONBLOCK);
+  std::fflush(stderr);
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(slave, STDERR_FILENO);
+  {
+    StageWatch watch("A", /*may_redraw=*/true);
+    EXPECT_TRUE(watch.live());
+    watch.started("train");
+    watch.step(full_step());
+    watch.ended();
+  }
+  std::fflush(stderr);
+  anchor::log::flush();
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(slave);
+  std::string out;
+  char buf[4096];
+  for (int tries = 0; tries < 50; ++tries) {
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, static_cast<std::size_t>(n));
+      tries = 0;
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::close(master);
+  const std::string drawn = "\r\x1b[K[stage] A: train, step 3/300, loss 4.1235, 1234 tok/s, E";
+  const auto at = out.find(drawn);
+  ASSERT_NE(at, std::string::npos) << out;
+  const auto end = out.find('\r', at + 4);
+  ASSERT_NE(end, std::string::npos) << out;
+  EXPECT_EQ(end - (at + 4), 59u) << "cut to 59 of the terminal's 60 columns: " << out.substr(at, end - at);
+  EXPECT_NE(out.find("\r\x1b[K", end), std::string::npos) << "erased at the stage's end";
+  EXPECT_NE(out.find("[stage] A: train done in 0 s, step 3/300, loss 4.1235, 1234 tok/s"), std::string::npos) << out;
+
+  // Not a terminal: no live line at all.
+  StageWatch plain("A", /*may_redraw=*/true);
+  if (::isatty(STDERR_FILENO) != 1) {
+    EXPECT_FALSE(plain.live());
+  }
+  StageWatch never("A", /*may_redraw=*/false);
+  EXPECT_FALSE(never.live()) << "a program pilot's watch never redraws";
+}
