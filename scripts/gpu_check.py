@@ -3,7 +3,7 @@
 node's Python: the torch whose LibTorch anchor was just built against).
 
 Writes one JSON summary (OUT/gpu-check.json, also printed) with:
-  1. default_pilot       configs/pilot.yaml with device: cuda
+  1. default_pilot       configs/pilot.yaml with device: cuda; its profile.json holds the GPU's kernels
   2. gpt2_small_pilot    GPT-2-small sized (124M, seq 1024, bf16, loss scaler
                          and activation checkpointing on; configs/examples/
                          gpt2-small-gpu-check.yaml on synthetic llm.c tokens)
@@ -181,7 +181,15 @@ def main():
             d.update(report=os.path.join(run_dir, "report.json"), verdict=rep["resume"]["verdict"],
                      mode=rep["resume"]["mode"], memory_source=rep["measurements"]["memory"]["source"],
                      stages={s["stage"]: round(s.get("seconds", 0), 3) for s in rep["stages"]})
-            d["status"] = "passed" if rc == 0 and rep["status"] == "passed" else "failed"
+            # Worker B's profile of a step (docs/report.md, "profile.json"): Kineto's, with the GPU's kernels.
+            prof = next((s["figures"].get("profile", {}) for s in rep["stages"] if s["stage"] == "memory_probe"), {})
+            kernels = 0
+            if os.path.exists(os.path.join(run_dir, "profile.json")):
+                trace = read_json(os.path.join(run_dir, "profile.json"))
+                events = trace.get("traceEvents", []) if isinstance(trace, dict) else []
+                kernels = sum(1 for e in events if isinstance(e, dict) and e.get("cat") == "kernel")
+            d.update(profiler=prof.get("profiler", prof.get("error", prof.get("skipped"))), profile_kernels=kernels)
+            d["status"] = "passed" if rc == 0 and rep["status"] == "passed" and kernels > 0 else "failed"
             if d["status"] != "passed":
                 d["log"] = tail(log)
 

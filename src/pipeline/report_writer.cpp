@@ -191,7 +191,7 @@ void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
     if (const auto prof = at(st, "/figures/profile"); st.is_object() && prof.is_object()) {
       if (prof.contains("file"))
         md << "| profile of a step | " << text_of(at(prof, "/file")) << ": " << text_of(at(prof, "/events"))
-           << " operator events of one step at micro-batch " << text_of(at(prof, "/micro_batch")) << " x "
+           << " spans of one step at micro-batch " << text_of(at(prof, "/micro_batch")) << " x "
            << text_of(at(prof, "/seq_len")) << " tokens; " << text_of(at(prof, "/profiler")) << "; open it in ui.perfetto.dev |\n";
       else
         md << "| profile of a step | none: " << text_of(at(prof, "/error")) << " |\n";

@@ -38,6 +38,7 @@
 #include "anchor/train/saved_state.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/version.h>
 #include "activation_probe.hpp"
@@ -680,11 +681,84 @@ void resume_from_checkpoint(WorkerContext& ctx) {
 
 // One step at the configured shape under LibTorch's profiler, written to
 // <run_dir>/profile.json in the Chrome trace format (docs/report.md,
-// "profile.json"). The legacy profiler: the same on every LibTorch line
-// (Debian's is built without Kineto), the operators as the CPU side runs and
+// "profile.json"). Where LibTorch has Kineto (PyPI's 2.x), Kineto's profiler:
+// the operators and, on a GPU, the kernels they launch and the memory copies
+// (CUPTI), on the device's own time line. Otherwise (Debian's 1.13 is built
+// without it) the legacy profiler: the operators as the CPU side runs and
 // launches them. It is not the measured step (the profiler's own cost would be
 // in that step's time and memory), and a failure here is a warning with the
 // reason in the figures, never the pilot's.
+struct Profiled {
+  nlohmann::json trace;   // the Chrome trace: an array of events (legacy) or {traceEvents: [...]} (Kineto)
+  std::size_t events = 0;
+  double seconds = 0;
+  std::string profiler;
+};
+
+Profiled legacy_profile(train::Trainer& t) {
+  std::ostringstream out;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    torch::autograd::profiler::RecordProfile guard(out);
+    t.train_step();
+  }
+  Profiled p;
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  p.trace = nlohmann::json::parse(out.str());  // what it wrote is a trace, or this is not a profile
+  if (!p.trace.is_array()) throw Error(ErrorKind::kRuntime, "the profiler wrote no list of trace events");
+  p.events = p.trace.size();
+  p.profiler = "LibTorch legacy profiler (operators, CPU side)";
+  return p;
+}
+
+// Kineto's profile of one step, through the file it saves; nullopt with `why`
+// when this LibTorch has no Kineto (it then saves nothing, or refuses).
+std::optional<Profiled> kineto_profile(train::Trainer& t, bool gpu, const std::string& scratch, std::string& why) {
+#if TORCH_VERSION_MAJOR < 2
+  (void)t, (void)gpu, (void)scratch;
+  why = "LibTorch " TORCH_VERSION " is built without Kineto";  // Debian's; no step is spent finding out
+  return std::nullopt;
+#else
+  namespace prof = torch::autograd::profiler;
+  namespace impl = torch::profiler::impl;
+  const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+  std::set<impl::ActivityType> activities = {impl::ActivityType::CPU};
+  if (gpu) activities.insert(impl::ActivityType::CUDA);
+  std::error_code ec;
+  std::filesystem::remove(scratch, ec);
+  Profiled p;
+  try {
+    prof::prepareProfiler(config, activities);
+    const auto t0 = std::chrono::steady_clock::now();
+    prof::enableProfiler(config, activities);
+    try {
+      t.train_step();  // it synchronises the device at its end: every kernel is in
+    } catch (...) {
+      prof::disableProfiler();
+      throw;
+    }
+    auto result = prof::disableProfiler();
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result->save(scratch);
+  } catch (const c10::Error& e) {
+    why = "Kineto refused: " + compat::message_of(e);
+    return std::nullopt;
+  }
+  if (!std::filesystem::exists(scratch, ec)) {
+    why = "Kineto saved no trace (LibTorch built without it)";
+    return std::nullopt;
+  }
+  p.trace = nlohmann::json::parse(fs::read_file(scratch));
+  std::filesystem::remove(scratch, ec);
+  if (!p.trace.is_object() || !p.trace.contains("traceEvents") || !p.trace["traceEvents"].is_array())
+    throw Error(ErrorKind::kRuntime, "Kineto's trace has no traceEvents list");
+  for (const auto& e : p.trace["traceEvents"]) p.events += e.is_object() && e.value("ph", "") == "X";
+  p.profiler = gpu ? "LibTorch Kineto profiler (operators, and the GPU kernels and copies they launch)"
+                   : "LibTorch Kineto profiler (operators, CPU)";
+  return p;
+#endif
+}
+
 nlohmann::json profile_step(const WorkerContext& ctx, train::Trainer& t) {
   const std::string file = ctx.run_dir + "/profile.json";
   std::filesystem::remove(file);  // a reused run directory's is not this run's
@@ -696,21 +770,17 @@ nlohmann::json profile_step(const WorkerContext& ctx, train::Trainer& t) {
     return {{"skipped", "model.n_layer x train.grad_accum is " + std::to_string(micro_steps) +
                             ": the profile of a step would exceed about 500,000 events"}};
   try {
-    std::ostringstream trace;
-    const auto t0 = std::chrono::steady_clock::now();
-    {
-      torch::autograd::profiler::RecordProfile guard(trace);
-      t.train_step();
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string text = trace.str();
-    const auto events = nlohmann::json::parse(text);  // what it wrote is a trace, or this is not a profile
-    if (!events.is_array()) throw Error(ErrorKind::kRuntime, "the profiler wrote no list of trace events");
-    const std::string compact = dump_json(events) + "\n";  // a third of the profiler's indented text
+    const bool gpu = (ctx.device.empty() ? ctx.cfg.device : ctx.device).rfind("cuda", 0) == 0;
+    std::string no_kineto;
+    auto p = kineto_profile(t, gpu, ctx.run_dir + "/profile.kineto.tmp", no_kineto);
+    if (!p) p = legacy_profile(t);
+    const std::string compact = dump_json(p->trace) + "\n";  // a third of the profiler's indented text
     fs::atomic_write_file(file, compact);
-    return {{"file", "profile.json"}, {"events", events.size()}, {"seconds", seconds}, {"bytes", compact.size()},
-            {"micro_batch", ctx.cfg.train.micro_batch}, {"seq_len", ctx.cfg.data.seq_len},
-            {"profiler", "LibTorch legacy profiler (operators, CPU side)"}};
+    nlohmann::json fig = {{"file", "profile.json"}, {"events", p->events}, {"seconds", p->seconds},
+                          {"bytes", compact.size()}, {"micro_batch", ctx.cfg.train.micro_batch},
+                          {"seq_len", ctx.cfg.data.seq_len}, {"profiler", p->profiler}};
+    if (!no_kineto.empty()) fig["kineto"] = no_kineto;
+    return fig;
   } catch (const std::exception& e) {
     ANCHOR_LOG_WARN("profile", "no profile of a step: {}", compat::message_of(e));
     return {{"error", compat::message_of(e)}};

@@ -98,19 +98,28 @@ TEST_F(ReportHtml, NegativeControlsAFetchIsAConsoleMessageAndUndrawnSeriesHaveNo
 }
 
 // Worker B's probe profiles one step at the configured shape with LibTorch's
-// profiler: profile.json is a Chrome trace of its operators, linked from both reports.
+// profiler: profile.json is a Chrome trace of its operators, linked from both
+// reports. Kineto's where LibTorch has it (PyPI's 2.x: an object with
+// traceEvents), the legacy profiler's otherwise (Debian's 1.13: an array).
 TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
   const json profile = read_json(run("profile.json"));
-  ASSERT_TRUE(profile.is_array());
+  const json manifest = read_json(run("manifest.json"));
+  const bool kineto = manifest["dependencies"]["libtorch"].get<std::string>().rfind("1.", 0) != 0;
+  ASSERT_EQ(profile.is_object(), kineto) << "Kineto on LibTorch 2.x, the legacy profiler on 1.13";
+  const json& events = kineto ? profile["traceEvents"] : profile;
+  ASSERT_TRUE(events.is_array());
   std::size_t aten = 0, complete = 0;
   bool backward = false;
-  for (const auto& e : profile) {
-    complete += e.value("ph", "") == "X" && e["ts"].is_number() && e["dur"].is_number();
+  for (const auto& e : events) {
+    const bool span = e.value("ph", "") == "X" && e["ts"].is_number() && e["dur"].is_number();
+    complete += span;
     const std::string name = e.value("name", "");
-    aten += name.rfind("aten::", 0) == 0;
-    backward |= name.find("Backward") != std::string::npos;
+    aten += span && name.rfind("aten::", 0) == 0;
+    backward |= span && name.find("Backward") != std::string::npos;
   }
-  EXPECT_EQ(complete, profile.size()) << "every event a complete span with a time and a length";
+  if (!kineto) {
+    EXPECT_EQ(complete, events.size()) << "every event a complete span with a time and a length";
+  }
   EXPECT_GT(aten, 100u) << "a training step of the built-in GPT runs hundreds of operators";
   EXPECT_TRUE(backward) << "the step's backward pass is in it";
   const json report = read_json(run("report.json"));
@@ -119,7 +128,11 @@ TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
     if (s["stage"] == "memory_probe") fig = s["figures"]["profile"];
   ASSERT_TRUE(fig.is_object()) << report["stages"].dump();
   EXPECT_EQ(fig["file"], "profile.json");
-  EXPECT_EQ(fig["events"], profile.size());
+  EXPECT_EQ(fig["events"], complete);
+  EXPECT_NE(fig["profiler"].get<std::string>().find(kineto ? "Kineto profiler (operators, CPU)" : "legacy profiler"),
+            std::string::npos)
+      << fig.dump();
+  EXPECT_EQ(fig.contains("kineto"), !kineto) << "why there is no Kineto profile: " << fig.dump();
   EXPECT_EQ(fig["micro_batch"], report["config"]["train"]["micro_batch"]);
   EXPECT_NE(anchor::fs::read_file(run("report.html")).find("<a href=\"profile.json\">"), std::string::npos);
   EXPECT_NE(anchor::fs::read_file(run("report.md")).find("| profile of a step | profile.json: "), std::string::npos);
