@@ -1,6 +1,7 @@
 // Launch environment: torchrun/TorchElastic, Slurm, or none (docs/distributed.md).
 #include "anchor/dist/launch.hpp"
 
+#include <limits>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -16,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "anchor/common/faults.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::dist {
@@ -327,19 +330,19 @@ DistFault dist_fault(const EnvLookup& env) {
   DistFault f;
   const auto v = env("ANCHOR_DIST_FAULT");
   if (!v || v->empty()) return f;
-  int rank = -1, used = 0;
-  long long step = -1;
-  const char* s = v->c_str();
-  const auto whole = [&](int n) { return n > 0 && static_cast<std::size_t>(n) == v->size(); };
-  if (std::sscanf(s, "sigkill_save:%d:%lld%n", &rank, &step, &used) == 2 && whole(used)) f.point = DistFault::Point::kSave;
-  else if (std::sscanf(s, "sigkill_rendezvous:%d%n", &rank, &used) == 1 && whole(used))
-    f.point = DistFault::Point::kRendezvous;
-  else if (std::sscanf(s, "sigkill:%d:%lld%n", &rank, &step, &used) == 2 && whole(used)) f.point = DistFault::Point::kStep;
-  if (f.point == DistFault::Point::kNone || rank < 0)
-    throw Error(ErrorKind::kUsage, "bad ANCHOR_DIST_FAULT '" + *v + "'",
-                "use sigkill:<rank>:<step>, sigkill_save:<rank>:<step> or sigkill_rendezvous:<rank>");
-  f.rank = rank;
-  f.step = step;
+  // sigkill:<rank>:<step>, sigkill_save:<rank>:<step> or sigkill_rendezvous:<rank> (src/common/faults.cpp)
+  const auto items = faults::parse("ANCHOR_DIST_FAULT", *v);
+  if (items.empty()) return f;
+  const auto& item = items.front();
+  f.point = item.point == "sigkill"      ? DistFault::Point::kStep
+            : item.point == "sigkill_save" ? DistFault::Point::kSave
+                                           : DistFault::Point::kRendezvous;
+  if (item.args[0] > std::numeric_limits<int>::max())
+    throw Error(ErrorKind::kUsage, "ANCHOR_DIST_FAULT='" + printable(*v) + "': rank " + std::to_string(item.args[0]) +
+                                       " is past any world size",
+                "name a rank of the worker");
+  f.rank = static_cast<int>(item.args[0]);
+  f.step = item.args.size() > 1 ? item.args[1] : -1;
   return f;
 }
 

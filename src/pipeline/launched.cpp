@@ -18,6 +18,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/dist/store.hpp"
+#include "anchor/common/faults.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/pipeline/pilot.hpp"
@@ -188,10 +189,7 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
   const auto shared = json::parse(value);
   const std::string run_dir = shared.value("run_dir", "");
   // Fault injection (tests): this node looks for the run somewhere else, as a node without the shared mount would.
-  const char* fault = std::getenv("ANCHOR_NODE_FAULT");
-  const bool hide = fault && std::string(fault) == "hide_run_dir";
-  if (fault && !hide)
-    throw Error(ErrorKind::kUsage, std::string("unknown ANCHOR_NODE_FAULT '") + fault + "'", "use hide_run_dir");
+  const bool hide = !faults::read("ANCHOR_NODE_FAULT").empty();  // hide_run_dir, its one point (src/common/faults.cpp)
   std::string problem = nonce_problem(hide ? run_dir + "-hidden" : run_dir, shared.value("nonce", ""));
   const std::string ckpt_dir = shared.value("ckpt_dir", "");
   if (problem.empty() && !ckpt_dir.empty())  // checkpoint.dir outside the run directory: checked too

@@ -21,6 +21,7 @@
 #include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/dist/process_group.hpp"
+#include "anchor/common/faults.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/train/saved_state.hpp"
@@ -113,19 +114,12 @@ const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, c
 
 RestoreFaults RestoreFaults::from_env() {
   RestoreFaults f;
-  const char* v = std::getenv("ANCHOR_PILOT_FAULT");
-  if (!v) return f;
-  std::stringstream ss(v);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item == "drop_rng") f.drop_rng = true;
-    else if (item == "drop_optimizer") f.drop_optimizer = true;
-    else if (item == "wrong_step") f.wrong_step = true;
-    else if (item == "drop_scaler") f.drop_scaler = true;
-    else if (item == "diverge_replica") f.diverge_replica = true;
-    else if (!item.empty())
-      throw Error(ErrorKind::kUsage, "unknown ANCHOR_PILOT_FAULT '" + item + "'",
-                  "use drop_rng, drop_optimizer, wrong_step, drop_scaler or diverge_replica");
+  for (const auto& item : faults::read("ANCHOR_PILOT_FAULT")) {  // the points: src/common/faults.cpp
+    if (item.point == "drop_rng") f.drop_rng = true;
+    if (item.point == "drop_optimizer") f.drop_optimizer = true;
+    if (item.point == "wrong_step") f.wrong_step = true;
+    if (item.point == "drop_scaler") f.drop_scaler = true;
+    if (item.point == "diverge_replica") f.diverge_replica = true;
   }
   return f;
 }
@@ -197,18 +191,9 @@ Trainer::Trainer(const config::Config& cfg, int rank, int world_size, const std:
   // and each rank its own (config::dropout_purpose), so ranks draw different masks.
   torch::manual_seed(config::derive_seed(cfg.run.seed, config::dropout_purpose(rank_)));
   window_buf_.resize(static_cast<std::size_t>(cfg.data.seq_len) + 1);
-  if (const char* f = std::getenv("ANCHOR_GRAD_FAULT")) {
-    std::stringstream ss(f);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      long long st = -1;
-      char kind[8] = {0};
-      if (std::sscanf(item.c_str(), "%3[a-z]:%lld", kind, &st) != 2 || (std::string(kind) != "inf" && std::string(kind) != "nan"))
-        throw Error(ErrorKind::kUsage, "bad ANCHOR_GRAD_FAULT '" + item + "'", "use inf:<step> or nan:<step>, comma-separated");
-      grad_faults_.push_back({st, std::string(kind) == "inf" ? std::numeric_limits<double>::infinity()
-                                                           : std::numeric_limits<double>::quiet_NaN()});
-    }
-  }
+  for (const auto& item : faults::read("ANCHOR_GRAD_FAULT"))  // inf:<step> or nan:<step> (src/common/faults.cpp)
+    grad_faults_.push_back({item.args[0], item.point == "inf" ? std::numeric_limits<double>::infinity()
+                                                              : std::numeric_limits<double>::quiet_NaN()});
 }
 
 double Trainer::flops_per_token() const { return model_->flops_per_token(cfg_.data.seq_len); }

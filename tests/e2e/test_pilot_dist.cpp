@@ -247,7 +247,10 @@ TEST(PilotDist, AnUnknownDistFaultIsRefused) {
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"},
                       {{"ANCHOR_DIST_FAULT", "sigkil:1:1"}});
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("bad ANCHOR_DIST_FAULT 'sigkil:1:1'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ANCHOR_DIST_FAULT item 'sigkil:1:1': unknown point 'sigkil'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("use sigkill:<rank>:<step>, sigkill_save:<rank>:<step> or sigkill_rendezvous:<rank>"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(PilotDist, APartialLaunchEnvironmentIsAConfigError) {
