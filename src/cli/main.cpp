@@ -1,6 +1,8 @@
 // anchor and anchor-torch (cli/bridge.hpp): the binaries. It parses the command line, dispatches to the
 // subcommand table (commands.cpp), and is the only place that catches
 // anchor::Error and turns it into a message and an exit code.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -91,8 +93,15 @@ int refuse_unknown_command(const std::string& word) {
   return static_cast<int>(anchor::ExitCode::kUsage);
 }
 
+// "\033[K" in a worker whose live line the supervisor draws on this terminal
+// (src/pipeline/progress.hpp): that line ends at column 0, where this starts.
+const char* clear_line() {
+  const char* live = std::getenv("ANCHOR_LIVE_PROGRESS");
+  return live && std::string(live) == "1" && ::isatty(STDERR_FILENO) == 1 ? "\033[K" : "";
+}
+
 int report_error(const anchor::Error& e) {
-  std::fprintf(stderr, "anchor: error: %s\n", e.what());
+  std::fprintf(stderr, "%sanchor: error: %s\n", clear_line(), e.what());
   if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
   return anchor::exit_code_for(e.kind());
 }
@@ -143,14 +152,14 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return finish(run());
   } catch (const config::ConfigError& e) {
-    std::fprintf(stderr, "anchor: error: %s\n", e.what());
+    std::fprintf(stderr, "%sanchor: error: %s\n", clear_line(), e.what());
     for (const auto& p : e.problems()) std::fprintf(stderr, "  %s\n", p.format().c_str());
     if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
     return exit_code_for(e.kind());
   } catch (const Error& e) {
     return report_error(e);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "anchor: error: internal: %s\n", e.what());
+    std::fprintf(stderr, "%sanchor: error: internal: %s\n", clear_line(), e.what());
     std::fprintf(stderr, "hint: this is a bug in anchor; please report it with the command line\n");
     return static_cast<int>(ExitCode::kRuntime);
   }

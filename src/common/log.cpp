@@ -1,5 +1,8 @@
 #include "anchor/log.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -35,8 +38,12 @@ void init(Level level) {
     // A pilot worker whose live line the supervisor draws on the terminal
     // (ANCHOR_LIVE_PROGRESS, src/pipeline/progress.hpp): that line ends at
     // column 0, so each of the worker's lines first clears it.
-    const char* live = std::getenv("ANCHOR_LIVE_PROGRESS");
-    logger->set_pattern(std::string(live && std::string(live) == "1" ? "\033[K" : "") + "%^%L%$ %H:%M:%S.%e %v");
+    const char* live_env = std::getenv("ANCHOR_LIVE_PROGRESS");
+    const bool live = live_env && std::string(live_env) == "1" && ::isatty(STDERR_FILENO) == 1;
+    // And each line leaves in one write (the colour sink writes a line in
+    // pieces; the supervisor's redraw must not land between them).
+    if (live) std::setvbuf(stderr, nullptr, _IOLBF, 1 << 16);
+    logger->set_pattern(std::string(live ? "\033[K" : "") + "%^%L%$ %H:%M:%S.%e %v");
     spdlog::set_default_logger(logger);
   }
   spdlog::set_level(to_spdlog(level));

@@ -218,6 +218,7 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
       so.die_with_parent = true;
       so.env = dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr,
                                        std::stoi(port));
+      so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (src/pipeline/progress.hpp): plain step lines
       std::vector<std::string> argv = {binary, "--log-level", opts.log_level, "__worker", "--role", group, "--run-dir",
                                        run_dir};
       if (!opts.use_hash_cache) argv.push_back("--no-cache");

@@ -138,6 +138,8 @@ class ProgramSteps {
  public:
   ProgramSteps(std::string who, std::int64_t stop_at) : who_(std::move(who)), end_(stop_at) {}
   void saw(const pp::StepLine& s) {
+    if (last_ && s.step <= *last_) return;  // a step reported again is not another step
+    last_ = s.step;
     if (!rule_) rule_.emplace(s.step - 1, end_);  // the first step shown says where the worker started
     StepShown shown;
     shown.done = s.step;
@@ -162,6 +164,7 @@ class ProgramSteps {
   std::string who_;
   std::int64_t end_;
   std::optional<StepLineRule> rule_;
+  std::optional<std::int64_t> last_;
   double spent_s_ = 0;
   std::int64_t timed_ = 0;
 };
@@ -235,7 +238,7 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
   const std::string letter = spec.role == pp::Role::kReference ? "A" : spec.role == pp::Role::kResume ? "B" : "probe";
   StageWatch watch(letter, /*may_redraw=*/false);  // the program writes to the same terminal
   watch.started(name);
-  ProgramSteps steps(letter, spec.stop_at);
+  ProgramSteps steps(letter + (p.nproc > 1 ? " rank 0" : ""), spec.stop_at);
   auto follow = [&] {
     for (auto& e : reader.poll()) {
       if (e.rank >= p.nproc)

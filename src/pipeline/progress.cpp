@@ -109,20 +109,28 @@ std::string step_figures(const StepShown& s) {
   return t;
 }
 
+// ANCHOR_PROGRESS_S, read once (a bad value is one warning, not one per worker).
+std::chrono::duration<double> plain_interval() {
+  static const std::chrono::duration<double> every = [] {
+    std::chrono::duration<double> s{30.0};
+    if (const char* v = std::getenv("ANCHOR_PROGRESS_S")) {
+      char* end = nullptr;
+      const double n = std::strtod(v, &end);
+      if (end != v && *end == '\0' && std::isdigit(static_cast<unsigned char>(*v)) && n >= 0.1 && n <= 86400)
+        s = std::chrono::duration<double>(n);
+      else
+        ANCHOR_LOG_WARN("stage", "ANCHOR_PROGRESS_S={} is not a number of seconds from 0.1 to 86400; every {:.0f} s",
+                        printable(v), s.count());
+    }
+    return s;
+  }();
+  return every;
+}
+
 }  // namespace
 
 StageWatch::StageWatch(std::string who, bool may_redraw)
-    : who_(std::move(who)), tty_(may_redraw && stderr_is_live_terminal()) {
-  if (const char* v = std::getenv("ANCHOR_PROGRESS_S")) {
-    char* end = nullptr;
-    const double s = std::strtod(v, &end);
-    if (end != v && *end == '\0' && std::isdigit(static_cast<unsigned char>(*v)) && s >= 0.1 && s <= 86400)
-      plain_every_ = std::chrono::duration<double>(s);
-    else
-      ANCHOR_LOG_WARN("stage", "ANCHOR_PROGRESS_S={} is not a number of seconds from 0.1 to 86400; every {:.0f} s",
-                      printable(v), plain_every_.count());
-  }
-}
+    : who_(std::move(who)), tty_(may_redraw && stderr_is_live_terminal()), plain_every_(plain_interval()) {}
 
 StageWatch::~StageWatch() { erase(); }
 
@@ -149,6 +157,7 @@ void StageWatch::step(const StepShown& s) {
   if (!tty_ || stage_.empty()) return;
   step_ = s;
   const auto now = Clock::now();
+  step_at_ = now;
   // The first step draws at once; later ones at most 4 times a second.
   if (!drawn_ || now >= next_) draw(now);
 }
@@ -171,7 +180,9 @@ void StageWatch::draw(Clock::time_point now) {
   std::string line = "[stage] " + who_ + ": " + printable(stage_);
   if (step_) {
     line += step_figures(*step_);
-    if (step_->eta_s) line += ", ETA " + seconds_text(*step_->eta_s);
+    // The ETA as of the step, less the time since: it counts down between steps.
+    if (step_->eta_s)
+      line += ", ETA " + seconds_text(std::max(0.0, *step_->eta_s - std::chrono::duration<double>(now - step_at_).count()));
   }
   line += ", " + seconds_text(std::chrono::duration<double>(now - t0_).count()) + " so far";
   const std::size_t cols = terminal_columns();
@@ -188,6 +199,15 @@ void StageWatch::draw(Clock::time_point now) {
 
 int StageWatch::poll_ms() const {
   return tty_ ? 250 : static_cast<int>(std::clamp(plain_every_.count() * 1000, 10.0, 1000.0));
+}
+
+void StageWatch::stopped() {
+  erase();
+  if (tty_ && step_ && !stage_.empty() && log::enabled(log::Level::kInfo))
+    ANCHOR_LOG_INFO("stage", "{}: {} stopped after {}{}", who_, printable(stage_),
+                    seconds_text(std::chrono::duration<double>(Clock::now() - t0_).count()), step_figures(*step_));
+  stage_.clear();
+  step_.reset();
 }
 
 void StageWatch::erase() {

@@ -81,6 +81,9 @@ class StageWatch {
   int poll_ms() const;
   // Erases the live line (before anything else is written to the console).
   void erase();
+  // The worker ended without ending its stage (it failed): erases the live
+  // line and leaves the last step it drew as a plain line.
+  void stopped();
 
  private:
   void draw(Clock::time_point now);
@@ -88,6 +91,7 @@ class StageWatch {
   bool tty_;
   bool drawn_ = false;
   std::optional<StepShown> step_;
+  Clock::time_point step_at_;  // when step_ came: the ETA counts down from it
   std::chrono::duration<double> plain_every_{30.0};
   Clock::time_point t0_, next_;
 };

@@ -234,7 +234,7 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       }
     }
   }
-  watch.erase();  // what follows may log
+  watch.stopped();  // a stage still open: the worker ended in it (what follows may log)
   ::close(child.stdout_fd);
   w.status = proc::wait_exit(child.pid);
   // Rank 0 failed: the others are stopped or failing (every collective has a

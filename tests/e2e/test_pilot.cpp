@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -222,15 +224,26 @@ TEST(Pilot, EachStageIsAnnouncedAndALongOneSaysHowLongSoFar) {
 
   // A terminal: script(1) (util-linux, Essential in Debian) gives the pilot a pty; 300 steps last well past 2 s.
   ASSERT_TRUE(std::filesystem::exists("/usr/bin/script")) << "script(1) is util-linux's (bsdutils)";
-  std::string cmd;
+  // 200 columns whatever the terminal ctest runs in (script takes its size from there), TERM a real one.
+  std::string cmd = "stty cols 200 rows 50; exec ";
   for (const auto& a : {std::string(ANCHOR_BINARY), std::string("pilot"), kPilot, std::string("--set"),
                         std::string("pilot.steps_before_save=300"), std::string("--set"),
                         std::string("report.signing_key=none"), std::string("--run-dir"), t.str("tty")})
     cmd += "'" + a + "' ";
   anchor::proc::SpawnOptions so;
   so.merge_stderr = true;
+  so.env = {{"TERM", "xterm"}};
   auto tty = anchor::proc::run_capture({"/usr/bin/script", "-qec", cmd, "/dev/null"}, so);
   ASSERT_EQ(tty.status, 0) << tty.out;
+  // The live line's events are the console's only: events.jsonl has the same kinds of event as without a terminal.
+  auto kinds = [&](const std::string& run) {
+    std::set<std::string> k;
+    std::istringstream in(anchor::fs::read_file(t.str(run + "/events.jsonl")));
+    for (std::string line; std::getline(in, line);) k.insert(nlohmann::json::parse(line).value("event", ""));
+    return k;
+  };
+  EXPECT_EQ(kinds("tty"), kinds("plain"));
+  EXPECT_FALSE(kinds("tty").count("progress"));
   // The live line: the stage, the step, loss, tokens/s, ETA and time so far, redrawn in place from the first step.
   EXPECT_TRUE(std::regex_search(
       tty.out, std::regex("\r\x1b\\[K\\[stage\\] A: train, step [0-9]+/302, loss [0-9.]+, [0-9]+ tok/s, ETA [0-9]+ s, "

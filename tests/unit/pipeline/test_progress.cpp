@@ -2,11 +2,13 @@
 // step line's wording, which lines show at info, the `progress` event, and the
 // live line drawn on a real terminal (a pty).
 #include <fcntl.h>
+#include <poll.h>
 #include <pty.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -82,59 +84,101 @@ TEST(Progress, TheProgressEventCarriesAStepAndNothingElseReadsAsOne) {
   EXPECT_FALSE(anchor::pipeline::step_shown_from(nlohmann::json::array()).has_value());
 }
 
-// The live line on a real terminal: redrawn in place from the first step, cut
-// to the terminal's width so it never wraps, erased at the stage's end, which
-// leaves the last step as a plain line. The control: stderr that is not a
-// terminal gets no control sequence.
-TEST(Progress, TheLiveLineIsRedrawnInPlaceWithinTheTerminalsWidth) {
-  anchor::log::init(anchor::log::Level::kInfo);
+// Runs `draw` with stderr on a fresh pty `cols` wide (TERM=xterm) and returns
+// what the terminal received.
+template <class Draw>
+std::string on_a_pty(unsigned short cols, Draw draw) {
   int master = -1, slave = -1;
   winsize ws{};
-  ws.ws_col = 60;
+  ws.ws_col = cols;
   ws.ws_row = 20;
-  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &ws), 0);
-  ::fcntl(master, F_SETFL, O_NONBLOCK);
+  EXPECT_EQ(::openpty(&master, &slave, nullptr, nullptr, &ws), 0);
+  const char* term = std::getenv("TERM");
+  const std::string saved_term = term ? term : "";
+  ::setenv("TERM", "xterm", 1);  // TERM=dumb (Emacs, some CI) is no terminal
   std::fflush(stderr);
   const int saved = ::dup(STDERR_FILENO);
   ::dup2(slave, STDERR_FILENO);
-  {
-    StageWatch watch("A", /*may_redraw=*/true);
-    EXPECT_TRUE(watch.live());
-    watch.started("train");
-    watch.step(full_step());
-    watch.ended();
-  }
+  draw();
   std::fflush(stderr);
   anchor::log::flush();
   ::dup2(saved, STDERR_FILENO);
   ::close(saved);
   ::close(slave);
+  if (term) ::setenv("TERM", saved_term.c_str(), 1);
+  else ::unsetenv("TERM");
+  // Everything written is in the pty's buffer; read until the slave's close shows (EIO) or 5 s pass quiet.
   std::string out;
   char buf[4096];
-  for (int tries = 0; tries < 50; ++tries) {
+  for (;;) {
+    pollfd pfd{master, POLLIN, 0};
+    if (::poll(&pfd, 1, 5000) <= 0) break;
     const ssize_t n = ::read(master, buf, sizeof buf);
-    if (n > 0) {
-      out.append(buf, static_cast<std::size_t>(n));
-      tries = 0;
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
   }
   ::close(master);
+  return out;
+}
+
+// The live line on a real terminal: redrawn in place from the first step, cut
+// to the terminal's width so it never wraps, erased at the stage's end, which
+// leaves the last step as a plain line; a worker that stops inside a stage
+// leaves its last step too. The control: a watch that may not redraw (a
+// program pilot's) draws nothing on the same terminal.
+TEST(Progress, TheLiveLineIsRedrawnInPlaceWithinTheTerminalsWidth) {
+  anchor::log::init(anchor::log::Level::kInfo);
+  const std::string out = on_a_pty(60, [] {
+    StageWatch watch("A", /*may_redraw=*/true);
+    EXPECT_TRUE(watch.live());
+    watch.started("train");
+    watch.step(full_step());
+    watch.ended();
+    watch.started("reference");
+    watch.step(full_step());
+    watch.stopped();
+  });
   const std::string drawn = "\r\x1b[K[stage] A: train, step 3/300, loss 4.1235, 1234 tok/s, E";
   const auto at = out.find(drawn);
   ASSERT_NE(at, std::string::npos) << out;
   const auto end = out.find('\r', at + 4);
   ASSERT_NE(end, std::string::npos) << out;
   EXPECT_EQ(end - (at + 4), 59u) << "cut to 59 of the terminal's 60 columns: " << out.substr(at, end - at);
-  EXPECT_NE(out.find("\r\x1b[K", end), std::string::npos) << "erased at the stage's end";
+  EXPECT_EQ(out.compare(end, 5, "\r\r\x1b[K"), 0) << "erased at the stage's end";
   EXPECT_NE(out.find("[stage] A: train done in 0 s, step 3/300, loss 4.1235, 1234 tok/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("[stage] A: reference stopped after 0 s, step 3/300, loss 4.1235, 1234 tok/s"), std::string::npos)
+      << out;
 
-  // Not a terminal: no live line at all.
-  StageWatch plain("A", /*may_redraw=*/true);
-  if (::isatty(STDERR_FILENO) != 1) {
-    EXPECT_FALSE(plain.live());
-  }
-  StageWatch never("A", /*may_redraw=*/false);
-  EXPECT_FALSE(never.live()) << "a program pilot's watch never redraws";
+  const std::string never = on_a_pty(60, [] {
+    StageWatch watch("A", /*may_redraw=*/false);
+    EXPECT_FALSE(watch.live()) << "a program pilot's watch never redraws";
+    watch.started("train");
+    watch.step(full_step());
+    watch.ended();
+  });
+  EXPECT_NE(never.find("[stage] A: train"), std::string::npos) << never;
+  EXPECT_EQ(never.find("\r\x1b[K"), std::string::npos) << never;
+  EXPECT_EQ(never.find("step 3/300"), std::string::npos) << never;
+}
+
+// The cut never splits a character: a stage named in UTF-8 is cut before a
+// character that would not fit, never inside it.
+TEST(Progress, TheLiveLineIsCutBetweenCharacters) {
+  anchor::log::init(anchor::log::Level::kInfo);
+  // "[stage] A: " is 11 bytes, then 2-byte characters: at 41 columns the line may hold 40 bytes, and byte 40
+  // is the second of the 15th character's two, so the line ends after the 14th (39 bytes).
+  std::string stage;
+  for (int i = 0; i < 30; ++i) stage += "\xc3\xa9";  // é
+  const std::string out = on_a_pty(41, [&] {
+    StageWatch watch("A", /*may_redraw=*/true);
+    watch.started(stage);
+    watch.step(full_step());
+  });
+  const auto at = out.find("\r\x1b[K[stage] A: \xc3\xa9");
+  ASSERT_NE(at, std::string::npos) << out;
+  const auto end = out.find('\r', at + 4);
+  ASSERT_NE(end, std::string::npos);
+  const std::string line = out.substr(at + 4, end - at - 4);
+  EXPECT_EQ(line.size(), 11u + 2 * 14) << "14 whole characters, not 14 and half of the 15th: " << line;
+  EXPECT_NE(static_cast<unsigned char>(line.back()), 0xc3) << "the last character is whole";
 }
