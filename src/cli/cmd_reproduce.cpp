@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <vector>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
@@ -12,6 +13,7 @@
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
+#include "anchor/manifest/path_map.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/statement.hpp"
@@ -42,6 +44,8 @@ struct ReproduceOptions {
   bool use_cache = true;
   bool json = false;
   std::string junit;
+  std::string root;              // --root: where the config's directory is now
+  std::vector<std::string> map;  // --map OLD=NEW, repeatable
 };
 
 // How the report was checked, for the reproduction's `reproduces`.
@@ -117,6 +121,11 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
   sub.add_option("--signing-key", o->signing_key,
                  "PKCS#8 PEM private key that signs the re-run's report; default: your per-user key (made on first "
                  "use, as a pilot's); none: the re-run is unsigned. The report's report.signing_key is not used");
+  sub.add_option("--root", o->root,
+                 "the directory that now holds what the run's config directory held (its relative inputs)")
+      ->check(CLI::ExistingDirectory);
+  sub.add_option("--map", o->map, "OLD=NEW: a recorded absolute path prefix and where it is now (repeatable)")
+      ->type_name("OLD=NEW");
   sub.add_flag("--allow-drift", o->allow_drift, "re-run even when pins drifted (the new report says so)");
   sub.add_flag("--allow-unsigned", o->allow_unsigned, "accept an unsigned report.json (loudly unverified)");
   sub.add_flag_callback("--no-cache", [o] { o->use_cache = false; },
@@ -130,8 +139,17 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     const nlohmann::json original = load_report(*o, trust);
     if (!original.contains("manifest"))
       throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
-    const auto& old_manifest = original["manifest"];
+    // Where the inputs are now (--root, --map): the config reads them there, and the
+    // recorded manifest is read as if pinned there, so that only digests can drift.
+    manifest::PathMap where;
+    if (!o->root.empty()) where.root = std::filesystem::absolute(o->root).lexically_normal().string();
+    for (const auto& m : o->map) where.prefixes.push_back(manifest::parse_prefix_mapping(m));
+    const nlohmann::json old_manifest = manifest::remap_manifest(original["manifest"], where);
     config::Config cfg = manifest::config_from_manifest(old_manifest);
+    manifest::remap_config(cfg, where);
+    if (!where.empty())
+      note() << "reproduce: the config's directory " << printable(manifest::config_from_manifest(original["manifest"]).base_dir)
+             << " is read at " << printable(cfg.base_dir) << "\n";
     if (!cfg.program.command.empty())
       throw Error(ErrorKind::kUsage,
                   "the report is a program pilot's (program.command): `anchor reproduce` does not re-run a program yet",
@@ -153,7 +171,19 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     // Re-pin the current environment and inputs against the recorded manifest.
     manifest::PinOptions po;
     po.use_cache = o->use_cache;
-    const nlohmann::json new_manifest = manifest::pin(cfg, po);
+    nlohmann::json new_manifest;
+    try {
+      new_manifest = manifest::pin(cfg, po);
+    } catch (const Error& e) {
+      // An input not where the run had it: say how to point at where it is now.
+      if (e.kind() != ErrorKind::kIo) throw;
+      throw Error(e.kind(), e.what(),
+                  "the run's relative inputs are read from its config directory " + printable(cfg.base_dir) +
+                      (where.empty() ? std::string(" (as recorded)") : std::string()) +
+                      ": if the tree moved or this is another machine, pass --root DIR (the directory that now holds "
+                      "what that one held) and --map OLD=NEW for absolute paths; what is found there must match the "
+                      "recorded digests (docs/report.md, \"Reproducing a run elsewhere\")");
+    }
     const auto drift = manifest::compare(old_manifest, new_manifest);
     if (drift.empty())
       note() << "reproduce: no drift: every pin matches the original run\n";
@@ -212,6 +242,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                       {"verified", trust.verified},
                       {"key", trust.key},
                       {"allow_drift", o->allow_drift},
+                      {"inputs_at", where.to_json()},
                       {"drift", drift_json}};
     note() << "reproduce: comparing "
               << (po2.reproduce_bitwise ? std::string("bitwise (no drift, CPU)")

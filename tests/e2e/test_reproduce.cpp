@@ -96,6 +96,66 @@ TEST_F(Reproduce, AChangedDataShardIsNamedAndRefusedWithoutAllowDrift) {
   EXPECT_EQ(d.output.find("  reproduced: "), std::string::npos) << d.output;
 }
 
+// A run whose tree moved: its relative inputs follow --root, its absolute
+// ones --map, and what is found there is trusted only by digest. Controls: the
+// moved tree without either fails naming --root, and a shard changed at the
+// new place is drift (exit 3).
+TEST(ReproduceElsewhere, RootAndMapFindTheInputsAndOnlyDigestsDecide) {
+  TempDir t("repro-moved");
+  const std::string old_tree = t.str("tree"), new_tree = t.str("moved");
+  std::filesystem::create_directories(old_tree + "/configs");
+  std::filesystem::create_directories(old_tree + "/data");
+  std::filesystem::copy_file(source_path("configs/pilot.yaml"), old_tree + "/configs/pilot.yaml");
+  std::filesystem::copy_file(source_path("data/tiny/train.txt"), old_tree + "/data/train.txt");  // relative in the config
+  std::filesystem::copy_file(source_path("data/tiny/val.txt"), old_tree + "/data/val.txt");      // absolute
+  ASSERT_EQ(run_anchor({"keygen", "-o", t.str("keys")}).status, 0);
+  auto p = run_anchor({"pilot", old_tree + "/configs/pilot.yaml", "--run-dir", t.str("orig"), "--set",
+                       "data.train=[../data/train.txt]", "--set", "data.val=[" + old_tree + "/data/val.txt]", "--set",
+                       "report.signing_key=" + t.str("keys/anchor.key")});
+  ASSERT_EQ(p.status, 0) << p.output;
+  std::filesystem::rename(old_tree, new_tree);
+  auto reproduce = [&](const std::string& run, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"reproduce", t.str("orig/report.intoto.json"), "--key", t.str("keys/anchor.pub"),
+                                  "--run-dir", t.str(run), "--signing-key", "none"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_anchor(a);
+  };
+  auto lost = reproduce("lost", {});
+  EXPECT_EQ(lost.status, 1) << lost.output;
+  EXPECT_NE(lost.output.find("pass --root DIR"), std::string::npos) << lost.output;
+  EXPECT_NE(lost.output.find(old_tree + "/configs (as recorded)"), std::string::npos) << lost.output;
+
+  auto root_only = reproduce("root-only", {"--root", new_tree + "/configs"});
+  EXPECT_EQ(root_only.status, 1) << "the absolute input needs --map: " << root_only.output;
+  EXPECT_NE(root_only.output.find(old_tree + "/data/val.txt"), std::string::npos) << root_only.output;
+
+  auto found = reproduce("found", {"--root", new_tree + "/configs", "--map", old_tree + "=" + new_tree});
+  ASSERT_EQ(found.status, 0) << found.output;
+  EXPECT_NE(found.output.find("no drift"), std::string::npos) << found.output;
+  EXPECT_NE(found.output.find("  reproduced: the re-run matches "), std::string::npos) << found.output;
+  const json at = read_json(t.str("found/report.json"))["reproduces"]["inputs_at"];
+  EXPECT_EQ(at["root"], new_tree + "/configs") << at.dump();
+  EXPECT_EQ(at["map"][0]["from"], old_tree) << at.dump();
+  EXPECT_EQ(at["map"][0]["to"], new_tree) << at.dump();
+
+  // --map alone moves the config directory too (it is under OLD).
+  auto mapped = reproduce("mapped", {"--map", old_tree + "=" + new_tree});
+  EXPECT_EQ(mapped.status, 0) << mapped.output;
+
+  {
+    std::ofstream f(new_tree + "/data/val.txt", std::ios::app);
+    f << "a changed shard at the new place.";
+  }
+  auto changed = reproduce("changed", {"--map", old_tree + "=" + new_tree});
+  EXPECT_EQ(changed.status, 3) << changed.output;
+  EXPECT_NE(changed.output.find("val.txt"), std::string::npos) << changed.output;
+  EXPECT_NE(changed.output.find("pins drifted"), std::string::npos) << changed.output;
+
+  auto bad = reproduce("bad", {"--map", "relative=/x"});
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("OLD must be an absolute path"), std::string::npos) << bad.output;
+}
+
 TEST_F(Reproduce, AnUnsignedReportIsRefusedUnlessAllowed) {
   auto r = run_anchor({"reproduce", t_.str("orig/report.json"), "--run-dir", t_.str("again")});
   EXPECT_EQ(r.status, 3) << r.output;

@@ -1,0 +1,130 @@
+#include "anchor/manifest/path_map.hpp"
+
+#include <filesystem>
+#include <variant>
+
+#include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
+#include "anchor/manifest/hasher.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "config/schema.hpp"
+
+namespace anchor::manifest {
+
+namespace stdfs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string normal(const std::string& p) {
+  std::string s = stdfs::path(p).lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+// Whether `prefix` is `path` or a directory above it (whole components).
+bool under(const std::string& path, const std::string& prefix) {
+  if (prefix == "/") return !path.empty() && path[0] == '/';
+  return path.size() >= prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
+         (path.size() == prefix.size() || path[prefix.size()] == '/');
+}
+
+}  // namespace
+
+json PathMap::to_json() const {
+  json j = json::object();
+  if (!root.empty()) set_path_field(j, "root", root);
+  json p = json::array();
+  for (const auto& [from, to] : prefixes) {
+    json e = json::object();
+    set_path_field(e, "from", from);
+    set_path_field(e, "to", to);
+    p.push_back(e);
+  }
+  if (!p.empty()) j["map"] = p;
+  return j;
+}
+
+std::pair<std::string, std::string> parse_prefix_mapping(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw Error(ErrorKind::kUsage, "--map '" + printable(text) + "' is not OLD=NEW",
+                "name the recorded directory and where it is now, e.g. --map /data/old=/mnt/new");
+  const std::string from = text.substr(0, eq), to = text.substr(eq + 1);
+  if (from[0] != '/')
+    throw Error(ErrorKind::kUsage, "--map '" + printable(text) + "': OLD must be an absolute path as the run recorded it",
+                "relative inputs follow the config's directory: use --root DIR for those");
+  return {normal(from), normal(stdfs::absolute(to).string())};
+}
+
+std::string map_path(const PathMap& m, const std::string& path) {
+  if (path.empty() || path[0] != '/') return path;
+  const std::pair<std::string, std::string>* best = nullptr;
+  for (const auto& pm : m.prefixes)
+    if (under(path, pm.first) && (!best || pm.first.size() > best->first.size())) best = &pm;
+  if (!best) return path;
+  const std::string rest = path.substr(best->first == "/" ? 1 : best->first.size());
+  return best->second + (rest.empty() || rest[0] == '/' || best->second == "/" ? rest : "/" + rest);
+}
+
+void remap_config(config::Config& cfg, const PathMap& m) {
+  if (!m.root.empty()) {
+    const std::string name = cfg.source_path.empty() ? std::string() : stdfs::path(cfg.source_path).filename().string();
+    cfg.base_dir = m.root;
+    if (!name.empty()) cfg.source_path = (stdfs::path(m.root) / name).string();
+  } else {
+    cfg.base_dir = map_path(m, cfg.base_dir);
+    cfg.source_path = map_path(m, cfg.source_path);
+  }
+  if (m.prefixes.empty()) return;
+  for (const auto& f : config::schema::fields()) {
+    if (f.path != config::schema::PathKind::kConfigRelative) continue;
+    if (const auto* s = std::get_if<config::schema::Ref<std::string>>(&f.ref)) {
+      std::string& v = (*s)(cfg);
+      v = map_path(m, v);
+    } else if (const auto* l = std::get_if<config::schema::Ref<std::vector<std::string>>>(&f.ref)) {
+      for (auto& v : (*l)(cfg)) v = map_path(m, v);
+    }
+  }
+}
+
+json remap_manifest(const json& manifest, const PathMap& m) {
+  if (m.empty()) return manifest;
+  json out = manifest;
+  if (!out.is_object() || !out.contains("config") || !out["config"].is_object()) return out;
+  config::Config cfg = config_from_manifest(manifest);  // validates what it reads
+  remap_config(cfg, m);
+  json& c = out["config"];
+  set_path_field(c, "base_dir", cfg.base_dir);
+  if (c.contains("source") || c.contains("source_hex")) set_path_field(c, "source", cfg.source_path);
+  if (!m.prefixes.empty()) {  // --root alone changes no path the config wrote
+    c["effective"] = config::to_json(cfg);
+    c["digest"] = config::digest(cfg);
+  }
+  // Data shards are named by the path their config wrote: an absolute one is mapped.
+  for (const char* split : {"train", "val"}) {
+    if (!out.contains("data") || !out["data"].is_object()) break;
+    json& d = out["data"];
+    if (!d.contains(split) || !d[split].is_object() || !d[split].contains("files") || !d[split]["files"].is_array())
+      continue;
+    // And the set digest, which covers each shard's digest and name.
+    std::vector<std::pair<std::string, std::string>> pairs;
+    bool whole = true;
+    for (auto& f : d[split]["files"]) {
+      if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("sha256") ||
+          !f["sha256"].is_string()) {
+        whole = false;
+        continue;
+      }
+      f["path"] = map_path(m, f["path"].get<std::string>());
+      pairs.emplace_back(f["sha256"].get<std::string>(), f["path"].get<std::string>());
+    }
+    if (whole && d[split].contains("digest")) d[split]["digest"] = set_digest(pairs);
+    if (d[split].contains("patterns") && d[split]["patterns"].is_array())
+      for (auto& p : d[split]["patterns"])
+        if (p.is_string()) p = map_path(m, p.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace anchor::manifest
