@@ -26,10 +26,12 @@ namespace anchor::pipeline {
 // SIGINT/SIGTERM received by the supervisor (0: none); its loops check it.
 extern volatile std::sig_atomic_t g_signal;
 
-// events.jsonl: one line per event, appended and flushed as it happens.
+// events.jsonl: one line per event, appended and flushed as it happens. A
+// reused run directory's is begun again: it is this run's account only (its
+// trace.json and signed subjects are; an earlier run's report is replaced too).
 class EventLog {
  public:
-  explicit EventLog(const std::string& path) : out_(path, std::ios::app) {
+  explicit EventLog(const std::string& path) : out_(path, std::ios::trunc) {
     if (!out_) throw io_error("open", path, errno);
   }
   void write(nlohmann::json e, const std::string& source) {

@@ -602,3 +602,34 @@ TEST(Pilot, MalformedShardIsAClearErrorNamingTheFile) {
 }
 
 }  // namespace
+
+namespace {
+
+// A pilot run again in the same run directory: events.jsonl and trace.json
+// are that run's account alone (the control: the first run's file has one
+// worker A and one worker B, as the second's must).
+TEST(PilotRunDir, AReusedRunDirectorysEventsAreTheNewRunsOnly) {
+  TempDir t("reused");
+  auto starts = [&] {
+    std::size_t n = 0;
+    std::istringstream in(anchor::fs::read_file(t.str("run/events.jsonl")));
+    for (std::string line; std::getline(in, line);) n += nlohmann::json::parse(line).value("event", "") == "worker_started";
+    return n;
+  };
+  const std::vector<std::string> args = {"pilot", kPilot, "--set", "report.signing_key=none", "--run-dir", t.str("run")};
+  ASSERT_EQ(run_anchor(args).status, 0);
+  const std::size_t first = starts();
+  EXPECT_EQ(first, 2u) << "worker A and worker B";
+  std::vector<std::string> fresh = args;  // the first run's checkpoints stay where they are
+  fresh.insert(fresh.end(), {"--set", "checkpoint.dir=" + t.str("ckpt2")});
+  const auto again = run_anchor(fresh);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(starts(), first) << "a reused run directory's events.jsonl is begun again";
+  std::size_t trains = 0;
+  const nlohmann::json trace = read_json(t.str("run/trace.json"));
+  for (const auto& e : trace["traceEvents"])
+    trains += e.value("name", "") == "train" && e.value("ph", "") == "X";
+  EXPECT_EQ(trains, 1u) << "one train stage in the trace";
+}
+
+}  // namespace
