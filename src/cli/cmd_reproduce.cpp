@@ -142,11 +142,16 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     // Where the inputs are now (--root, --map): the config reads them there, and the
     // recorded manifest is read as if pinned there, so that only digests can drift.
     manifest::PathMap where;
-    if (!o->root.empty()) where.root = std::filesystem::absolute(o->root).lexically_normal().string();
+    if (!o->root.empty()) {
+      where.root = std::filesystem::absolute(o->root).lexically_normal().string();
+      while (where.root.size() > 1 && where.root.back() == '/') where.root.pop_back();
+      if (!is_valid_utf8(where.root) || where.root.find_first_of("*?[") != std::string::npos)
+        throw Error(ErrorKind::kUsage, "--root " + printable(where.root) + " is not UTF-8 or holds a glob character",
+                    "move or link the inputs to a directory whose path is plain UTF-8");
+    }
     for (const auto& m : o->map) where.prefixes.push_back(manifest::parse_prefix_mapping(m));
     const nlohmann::json old_manifest = manifest::remap_manifest(original["manifest"], where);
-    config::Config cfg = manifest::config_from_manifest(old_manifest);
-    manifest::remap_config(cfg, where);
+    config::Config cfg = manifest::config_from_manifest(old_manifest);  // mapped once, there
     if (!where.empty())
       note() << "reproduce: the config's directory " << printable(manifest::config_from_manifest(original["manifest"]).base_dir)
              << " is read at " << printable(cfg.base_dir) << "\n";
@@ -175,10 +180,12 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     try {
       new_manifest = manifest::pin(cfg, po);
     } catch (const Error& e) {
-      // An input not where the run had it: say how to point at where it is now.
-      if (e.kind() != ErrorKind::kIo) throw;
-      throw Error(e.kind(), e.what(),
-                  "the run's relative inputs are read from its config directory " + printable(cfg.base_dir) +
+      // An input not where the run had it (a file, or a pattern that matches none): say how to point at where it is now.
+      const std::string what = e.what();
+      const bool input = what.rfind("data.", 0) == 0 || what.rfind("model.", 0) == 0 || what.find("matches no file") != std::string::npos;
+      if (!input || (e.kind() != ErrorKind::kIo && e.kind() != ErrorKind::kConfig)) throw;
+      throw Error(e.kind(), what,
+                  (e.hint().empty() ? std::string() : e.hint() + "; ") + "the run's relative inputs are read from its config directory " + printable(cfg.base_dir) +
                       (where.empty() ? std::string(" (as recorded)") : std::string()) +
                       ": if the tree moved or this is another machine, pass --root DIR (the directory that now holds "
                       "what that one held) and --map OLD=NEW for absolute paths; what is found there must match the "

@@ -13,7 +13,7 @@ const std::vector<Variable>& variables() {
       {"ANCHOR_FAULT",
        false,
        {},
-       "src/checkpoint/store.cpp",
+       "include/anchor/checkpoint/store.hpp",  // kFaultEnv; src/checkpoint/store.cpp reads it
        "stop a checkpoint save at one of its points: `<point>:<exit|sigkill>` or `<point>@<step>:<exit|sigkill>` "
        "(the points: docs/checkpoints.md, \"The fault seam\")"},
       {"ANCHOR_PILOT_FAULT",
@@ -25,7 +25,8 @@ const std::vector<Variable>& variables() {
         {"diverge_replica", 0, "diverge_replica",
          "with several ranks, rank 1 of worker A nudges a parameter right before its first save"}},
        "src/train/trainer.cpp",
-       "the resume proof's negative controls (docs/pilot.md)"},
+       "the resume proof's negative controls (docs/pilot.md); in a user program's pilot the Python helper reads "
+       "it with ANCHOR_FAULT's grammar instead (python/anchor_pilot/store.py, docs/program.md)"},
       {"ANCHOR_GRAD_FAULT",
        true,
        {{"inf", 1, "inf:<step>", "an inf in a gradient at that step"},
@@ -101,7 +102,10 @@ std::vector<Item> parse(std::string_view name, std::string_view value) {
   for (std::size_t start = 0;;) {
     const auto comma = value.find(',', start);
     const std::string_view item = value.substr(start, comma == std::string_view::npos ? comma : comma - start);
-    if (!item.empty()) items.push_back(parse_item(v, item));
+    if (item.empty())  // a stray comma is a typo, and a typo must not pass as "no fault"
+      throw Error(ErrorKind::kUsage, std::string(v.name) + "='" + printable(value) + "' has an empty item",
+                  "use " + usages(v) + " (docs/development.md, \"Fault seams\")");
+    items.push_back(parse_item(v, item));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }

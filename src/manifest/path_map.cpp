@@ -54,17 +54,25 @@ std::pair<std::string, std::string> parse_prefix_mapping(const std::string& text
   if (from[0] != '/')
     throw Error(ErrorKind::kUsage, "--map '" + printable(text) + "': OLD must be an absolute path as the run recorded it",
                 "relative inputs follow the config's directory: use --root DIR for those");
-  return {normal(from), normal(stdfs::absolute(to).string())};
+  const std::string new_dir = normal(stdfs::absolute(to).string());
+  // NEW is spliced into the config's paths and patterns: UTF-8 (config paths are JSON text), no glob characters.
+  if (!is_valid_utf8(new_dir) || new_dir.find_first_of("*?[") != std::string::npos)
+    throw Error(ErrorKind::kUsage, "--map '" + printable(text) + "': NEW is not UTF-8 or holds a glob character (* ? [)",
+                "move or link the inputs to a directory whose path is plain UTF-8");
+  return {normal(from), new_dir};
 }
 
 std::string map_path(const PathMap& m, const std::string& path) {
   if (path.empty() || path[0] != '/') return path;
+  // Matched as normalised ("/old/../etc/x" is not under /old); pin expands the same normal form.
+  const std::string p = stdfs::path(path).lexically_normal().string();
   const std::pair<std::string, std::string>* best = nullptr;
   for (const auto& pm : m.prefixes)
-    if (under(path, pm.first) && (!best || pm.first.size() > best->first.size())) best = &pm;
+    if (under(p, pm.first) && (!best || pm.first.size() > best->first.size())) best = &pm;
   if (!best) return path;
-  const std::string rest = path.substr(best->first == "/" ? 1 : best->first.size());
-  return best->second + (rest.empty() || rest[0] == '/' || best->second == "/" ? rest : "/" + rest);
+  const std::string rest = best->first == "/" ? p : p.substr(best->first.size());  // "" or "/..."
+  if (best->second == "/") return rest.empty() ? "/" : rest;
+  return best->second + rest;
 }
 
 void remap_config(config::Config& cfg, const PathMap& m) {
@@ -92,14 +100,19 @@ json remap_manifest(const json& manifest, const PathMap& m) {
   if (m.empty()) return manifest;
   json out = manifest;
   if (!out.is_object() || !out.contains("config") || !out["config"].is_object()) return out;
-  config::Config cfg = config_from_manifest(manifest);  // validates what it reads
+  const config::Config recorded = config_from_manifest(manifest);  // validates what it reads
+  config::Config cfg = recorded;
   remap_config(cfg, m);
   json& c = out["config"];
   set_path_field(c, "base_dir", cfg.base_dir);
   if (c.contains("source") || c.contains("source_hex")) set_path_field(c, "source", cfg.source_path);
-  if (!m.prefixes.empty()) {  // --root alone changes no path the config wrote
-    c["effective"] = config::to_json(cfg);
-    c["digest"] = config::digest(cfg);
+  // Only when --map changed a path the config wrote (--root alone changes none); and the
+  // digest only when the recorded one is this config's, so a recorded mismatch still shows.
+  const json mapped_effective = config::to_json(cfg);
+  if (mapped_effective != config::to_json(recorded)) {
+    const bool digest_was_consistent = c.value("digest", json()) == json(config::digest(recorded));
+    c["effective"] = mapped_effective;
+    if (digest_was_consistent) c["digest"] = config::digest(cfg);
   }
   // Data shards are named by the path their config wrote: an absolute one is mapped.
   for (const char* split : {"train", "val"}) {
@@ -109,17 +122,19 @@ json remap_manifest(const json& manifest, const PathMap& m) {
       continue;
     // And the set digest, which covers each shard's digest and name.
     std::vector<std::pair<std::string, std::string>> pairs;
-    bool whole = true;
+    bool whole = true, moved = false;
     for (auto& f : d[split]["files"]) {
       if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("sha256") ||
           !f["sha256"].is_string()) {
         whole = false;
         continue;
       }
-      f["path"] = map_path(m, f["path"].get<std::string>());
-      pairs.emplace_back(f["sha256"].get<std::string>(), f["path"].get<std::string>());
+      const std::string mapped = map_path(m, f["path"].get<std::string>());
+      moved |= mapped != f["path"].get<std::string>();
+      f["path"] = mapped;
+      pairs.emplace_back(f["sha256"].get<std::string>(), mapped);
     }
-    if (whole && d[split].contains("digest")) d[split]["digest"] = set_digest(pairs);
+    if (whole && moved && d[split].contains("digest")) d[split]["digest"] = set_digest(pairs);
     if (d[split].contains("patterns") && d[split]["patterns"].is_array())
       for (auto& p : d[split]["patterns"])
         if (p.is_string()) p = map_path(m, p.get<std::string>());

@@ -142,6 +142,14 @@ TEST(ReproduceElsewhere, RootAndMapFindTheInputsAndOnlyDigestsDecide) {
   auto mapped = reproduce("mapped", {"--map", old_tree + "=" + new_tree});
   EXPECT_EQ(mapped.status, 0) << mapped.output;
 
+  // NEW under OLD: each path is mapped once (twice would read OLD/archive/archive).
+  std::filesystem::create_directories(old_tree);
+  std::filesystem::rename(new_tree, old_tree + "/archive");
+  auto nested = reproduce("nested", {"--map", old_tree + "=" + old_tree + "/archive"});
+  EXPECT_EQ(nested.status, 0) << nested.output;
+  std::filesystem::rename(old_tree + "/archive", new_tree);
+  std::filesystem::remove(old_tree);
+
   {
     std::ofstream f(new_tree + "/data/val.txt", std::ios::app);
     f << "a changed shard at the new place.";

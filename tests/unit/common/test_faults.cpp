@@ -50,7 +50,7 @@ TEST(Faults, EveryUsageInTheTableParsesToItsPointAndNumbers) {
   }
   const auto dist = faults::parse("ANCHOR_DIST_FAULT", "sigkill_save:1:12");
   EXPECT_EQ(dist[0].args, (std::vector<std::int64_t>{1, 12}));
-  const auto list = faults::parse("ANCHOR_PILOT_FAULT", "drop_rng,,wrong_step");
+  const auto list = faults::parse("ANCHOR_PILOT_FAULT", "drop_rng,wrong_step");
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[1].point, "wrong_step");
   EXPECT_TRUE(faults::parse("ANCHOR_GRAD_FAULT", "").empty());
@@ -73,6 +73,9 @@ TEST(Faults, AnUnknownPointOrAMalformedItemIsRefusedWithThePointsListed) {
   EXPECT_NE(usage_error("ANCHOR_NODE_FAULT", "hide").find("unknown point 'hide'"), std::string::npos);
   EXPECT_NE(usage_error("ANCHOR_NODE_FAULT", "hide_run_dir:1").find("hide_run_dir takes 0"), std::string::npos);
   EXPECT_EQ(usage_error("ANCHOR_NODE_FAULT", "hide_run_dir"), "") << "the control: the right form parses";
+  for (const char* stray : {",", "hide_run_dir,", ",hide_run_dir"})
+    EXPECT_NE(usage_error("ANCHOR_NODE_FAULT", stray).find("has an empty item"), std::string::npos) << stray;
+  EXPECT_NE(usage_error("ANCHOR_PILOT_FAULT", "drop_rng,,wrong_step").find("has an empty item"), std::string::npos);
   EXPECT_THROW(faults::variable("ANCHOR_NO_SUCH_FAULT"), std::logic_error);
   EXPECT_THROW(faults::parse("ANCHOR_FAULT", "begin:exit"), std::logic_error) << "the store reads its own grammar";
 }
@@ -84,15 +87,19 @@ TEST(Faults, EveryVariableTheSourcesReadIsRegisteredAndDocumented) {
   const std::filesystem::path root = ANCHOR_SOURCE_DIR;
   std::set<std::string> named;
   const std::regex var("\"(ANCHOR_[A-Z_]*FAULT)\"");
-  for (const auto& e : std::filesystem::recursive_directory_iterator(root / "src")) {
-    if (!e.is_regular_file()) continue;
-    const std::string text = read_all(e.path());
-    for (std::sregex_iterator it(text.begin(), text.end(), var), end; it != end; ++it) named.insert((*it)[1]);
-  }
+  for (const char* dir : {"src", "include"})
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root / dir)) {
+      if (!e.is_regular_file() || e.path().filename() == "faults.cpp") continue;  // the table itself names them all
+      const std::string text = read_all(e.path());
+      for (std::sregex_iterator it(text.begin(), text.end(), var), end; it != end; ++it) named.insert((*it)[1]);
+    }
   std::set<std::string> registered;
   for (const auto& v : faults::variables()) registered.insert(v.name);
   for (const auto& n : named) EXPECT_TRUE(registered.count(n)) << n << " is read but not in src/common/faults.cpp";
-  EXPECT_GE(named.size(), 5u) << "the scan finds the registered variables";
+  EXPECT_GE(named.size(), 5u) << "the scan finds the registered variables where they are read";
+  for (const auto& v : faults::variables())
+    EXPECT_NE(read_all(root / v.reader).find(std::string("\"") + v.name + "\""), std::string::npos)
+        << v.name << " is read in " << v.reader;
   const std::string doc = read_all(root / "docs/development.md");
   for (const auto& v : faults::variables()) {
     EXPECT_NE(doc.find(std::string("`") + v.name + "`"), std::string::npos) << v.name;
