@@ -143,11 +143,15 @@ void StageWatch::started(const std::string& stage) {
   ANCHOR_LOG_INFO("stage", "{}: {}", who_, printable(stage));
 }
 
-void StageWatch::ended() {
+void StageWatch::ended() { close_stage("done in"); }
+
+void StageWatch::stopped() { close_stage("stopped after"); }
+
+void StageWatch::close_stage(const char* how) {
   erase();
   // The stage's last step stays on the screen as a plain line (the live one is gone).
   if (tty_ && step_ && !stage_.empty() && log::enabled(log::Level::kInfo))
-    ANCHOR_LOG_INFO("stage", "{}: {} done in {}{}", who_, printable(stage_),
+    ANCHOR_LOG_INFO("stage", "{}: {} {} {}{}", who_, printable(stage_), how,
                     seconds_text(std::chrono::duration<double>(Clock::now() - t0_).count()), step_figures(*step_));
   stage_.clear();
   step_.reset();
@@ -199,15 +203,6 @@ void StageWatch::draw(Clock::time_point now) {
 
 int StageWatch::poll_ms() const {
   return tty_ ? 250 : static_cast<int>(std::clamp(plain_every_.count() * 1000, 10.0, 1000.0));
-}
-
-void StageWatch::stopped() {
-  erase();
-  if (tty_ && step_ && !stage_.empty() && log::enabled(log::Level::kInfo))
-    ANCHOR_LOG_INFO("stage", "{}: {} stopped after {}{}", who_, printable(stage_),
-                    seconds_text(std::chrono::duration<double>(Clock::now() - t0_).count()), step_figures(*step_));
-  stage_.clear();
-  step_.reset();
 }
 
 void StageWatch::erase() {

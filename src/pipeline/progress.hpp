@@ -87,6 +87,7 @@ class StageWatch {
 
  private:
   void draw(Clock::time_point now);
+  void close_stage(const char* how);  // ended() and stopped()
   std::string who_, stage_;
   bool tty_;
   bool drawn_ = false;
