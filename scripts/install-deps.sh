@@ -13,6 +13,7 @@ fi
 
 packages=(
   cmake ninja-build g++ make git
+  ccache                   # a rebuild, another clone or CI after a local build recompiles only what changed (cmake/AnchorCcache.cmake)
   libtorch-dev
   libopenblas0-pthread     # LibTorch's BLAS: 40x faster than Debian's reference BLAS
   libgloo-dev              # headers ProcessGroupGloo.hpp includes
