@@ -1,3 +1,5 @@
+include(AnchorChecks)
+
 # Every dependency through find_package(... CONFIG). A prefix of extracted
 # Debian packages (dpkg -x) named in CMAKE_PREFIX_PATH works the same way,
 # which is how GPU nodes without a package registry build anchor.
@@ -54,7 +56,7 @@ find_package(yaml-cpp CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
 find_package(fmt CONFIG REQUIRED)
 find_package(spdlog CONFIG REQUIRED)
-find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)
+anchor_require_openssl3()  # cmake/AnchorChecks.cmake: a clear refusal without OpenSSL 3
 find_package(Threads REQUIRED)
 # ProcessGroupGloo.hpp includes <gloo/...>, which neither Debian's libtorch-dev
 # nor PyTorch's wheel ships; libgloo-dev's headers serve (Gloo's code itself
@@ -77,6 +79,8 @@ if(TARGET yaml-cpp::yaml-cpp)
 else()
   set(ANCHOR_YAML_TARGET yaml-cpp)
 endif()
+# LibTorch's std::string ABI must be the other C++ libraries' (cmake/AnchorChecks.cmake).
+anchor_check_cxx_abi("${TORCH_CXX_FLAGS}" ${ANCHOR_YAML_TARGET})
 
 # CUDA / ROCm pieces compile in only when the LibTorch found has them.
 set(ANCHOR_WITH_CUDA OFF)
