@@ -38,6 +38,7 @@
 #include "anchor/plan/catalog.hpp"
 #include "anchor/plan/plan.hpp"
 #include "anchor/report/keys.hpp"
+#include "anchor/report/provenance.hpp"
 #include "anchor/report/statement.hpp"
 #include "events.hpp"
 #include "progress.hpp"
@@ -573,9 +574,12 @@ void open_run(Pilot& p, const PilotOptions& opts) {
   p.run_dir = opts.run_dir.empty() ? output_dir + "/" + p.run_id : opts.run_dir;
   lock_directories(p);
   // A reused run directory's profile is not this run's (worker B writes this one's; a program pilot,
-  // or one that stops before the probe, has none): never signed as this run's.
-  std::error_code stale;
-  std::filesystem::remove(p.run_dir + "/profile.json", stale);
+  // or one that stops before the probe, has none): never signed as this run's. Nor are its
+  // envelopes this run's: an unsigned or failed run must not sit beside an earlier signature.
+  for (const char* earlier : {"profile.json", report::kEnvelopeFile, report::kProvenanceFile}) {
+    std::error_code stale;
+    std::filesystem::remove(p.run_dir + "/" + earlier, stale);
+  }
   p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
   p.report.begin(p.run_id, p.cfg, opts.config_path);
   if (opts.baseline) {

@@ -14,6 +14,7 @@
 #include "anchor/log.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/keys.hpp"
+#include "anchor/report/provenance.hpp"
 #include "run_dir.hpp"
 
 namespace anchor::report {
@@ -166,12 +167,25 @@ SignResult sign_run(const std::string& run_dir, const std::string& private_key_p
   Envelope env = sign_envelope(key, kInTotoPayloadType, st.dump());
 
   stdfs::path root(run_dir);
+  // An earlier signing's provenance names an envelope this one replaces:
+  // gone before the new envelope lands, so a failure below leaves none.
+  std::error_code gone;
+  if (!stdfs::remove(root / kProvenanceFile, gone) && gone && gone != std::errc::no_such_file_or_directory)
+    throw io_error("remove", (root / kProvenanceFile).string(), gone.value());
   r.envelope_path = (root / kEnvelopeFile).string();
   r.public_key_path = (root / kPublicKeyFile).string();
   fs::atomic_write_file(r.public_key_path, public_key_pem(key));
-  fs::atomic_write_file(r.envelope_path, envelope_to_json(env));
-  ANCHOR_LOG_INFO("report", "signed {} ({} subjects) with key {}", r.envelope_path, r.subjects,
-                  r.key_id);
+  const std::string envelope_text = envelope_to_json(env);
+  fs::atomic_write_file(r.envelope_path, envelope_text);
+  // SLSA Provenance v1 beside it, made from the statement just signed, naming
+  // this envelope's digest so the two cannot be paired with another run's.
+  const nlohmann::ordered_json provenance =
+      build_provenance(nlohmann::json::parse(env.payload), sha256_hex(envelope_text));
+  r.provenance_path = (root / kProvenanceFile).string();
+  fs::atomic_write_file(r.provenance_path,
+                        envelope_to_json(sign_envelope(key, kInTotoPayloadType, provenance.dump())));
+  ANCHOR_LOG_INFO("report", "signed {} ({} subjects) and {} (SLSA Provenance v1) with key {}", r.envelope_path,
+                  r.subjects, r.provenance_path, r.key_id);
   return r;
 }
 

@@ -17,6 +17,7 @@
 #include "anchor/error.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/keys.hpp"
+#include "anchor/report/provenance.hpp"
 #include "anchor/report/statement.hpp"
 #include "run_dir.hpp"
 
@@ -409,6 +410,55 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
   return f;
 }
 
+// provenance.intoto.json beside a report that verified: signed by the same
+// key, and exactly the provenance this statement and envelope make
+// (build_provenance), so it describes this run and no other. Absent: a run
+// signed before anchor wrote one, or a copy without it; a warning.
+void check_provenance(const std::string& run_dir, const Key& key, const json& statement,
+                      const std::string& envelope_text, VerifyResult& r) {
+  const std::string path = (stdfs::path(run_dir) / kProvenanceFile).string();
+  std::error_code ec;
+  if (stdfs::symlink_status(path, ec).type() == stdfs::file_type::not_found) {
+    r.warnings.push_back(std::string("no ") + kProvenanceFile + " beside the report: the run has no SLSA "
+                         "provenance (signed by an anchor before it wrote one, or copied without it)");
+    return;
+  }
+  auto fail = [&](const std::string& detail) { r.failures.push_back(failure("provenance", path + ": " + detail)); };
+  if (stdfs::symlink_status(path, ec).type() != stdfs::file_type::regular) {
+    fail("not a regular file");
+    return;
+  }
+  Envelope env;
+  try {
+    env = envelope_from_json(fs::read_file(path));
+  } catch (const Error& e) {
+    fail(e.what());
+    return;
+  }
+  if (env.payload_type != kInTotoPayloadType) {
+    fail(std::string("payloadType is not \"") + kInTotoPayloadType + "\"");
+    return;
+  }
+  if (!verify_envelope_signature(env, key)) {
+    fail("the signature does not verify with key " + r.key_id + ", the report's signer");
+    return;
+  }
+  json doc;
+  try {
+    doc = parse_json(env.payload);
+  } catch (const json::parse_error& e) {
+    fail(std::string("the payload is not JSON (") + e.what() + ")");
+    return;
+  }
+  const json expected = json::parse(build_provenance(statement, sha256_hex(envelope_text)).dump());
+  if (doc != expected) {
+    fail("it is not the provenance of this report (it differs at " + diff_paths(expected, doc) +
+         "): it was made for another run or envelope, or by another version of anchor");
+    return;
+  }
+  r.checks.push_back(std::string(kProvenanceFile) + ": SLSA Provenance v1 of this report, signed by the same key");
+}
+
 }  // namespace
 
 VerifyResult verify_envelope(const std::string& envelope_path,
@@ -562,6 +612,10 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
   for (auto& f : sig_failures) r.failures.push_back(std::move(f));
   for (auto& f : statement_failures) r.failures.push_back(std::move(f));
   for (auto& f : files.failures) r.failures.push_back(std::move(f));
+  if (opts.check_files && r.failures.empty() && key)
+    check_provenance(run_dir, key, st.doc, text, r);
+  else if (opts.check_files && stdfs::exists(stdfs::path(run_dir) / kProvenanceFile, ec))
+    r.warnings.push_back(std::string(kProvenanceFile) + " not checked: the report itself did not verify");
   r.ok = r.failures.empty();
   return r;
 }

@@ -276,6 +276,19 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
   auto v = run_anchor({"verify", t.str("run1"), "--key", pub});
   EXPECT_EQ(v.status, 0) << v.output;
   EXPECT_NE(v.output.find("verified (key " + rep1["signer_key_id"].get<std::string>() + ")"), std::string::npos) << v.output;
+  // SLSA Provenance v1 beside it, checked by verify and by the in-toto ecosystem's own Python code.
+  EXPECT_NE(v.output.find("ok    provenance.intoto.json: SLSA Provenance v1 of this report"), std::string::npos)
+      << v.output;
+  const auto eco = anchor::proc::run_capture(
+      {std::string(ANCHOR_SOURCE_DIR) + "/scripts/torch2-python",
+       std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/verify_attestation.py", t.str("run1"), pub},
+      [] {
+        anchor::proc::SpawnOptions o;
+        o.merge_stderr = true;
+        return o;
+      }());
+  EXPECT_EQ(eco.status, 0) << eco.out;
+  EXPECT_NE(eco.out.find("SLSA Provenance v1 with "), std::string::npos) << eco.out;
   // The second run: the same key, nothing said about it.
   auto second = run_anchor({"pilot", kPilot, "--run-dir", t.str("run2")}, env);
   ASSERT_EQ(second.status, 0) << second.output;
@@ -289,6 +302,7 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
   EXPECT_FALSE(rep3["signed"].get<bool>());
   EXPECT_EQ(rep3["unsigned_reason"], "report.signing_key is none");
   EXPECT_FALSE(std::filesystem::exists(t.str("run3/report.intoto.json")));
+  EXPECT_FALSE(std::filesystem::exists(t.str("run3/provenance.intoto.json")));
   EXPECT_NE(anchor::fs::read_file(t.str("run3/report.md")).find("Signed: NO: report.signing_key is none"),
             std::string::npos);
   EXPECT_EQ(run_anchor({"verify", t.str("run3"), "--key", pub}).status, 3);
@@ -608,7 +622,7 @@ namespace {
 // A pilot run again in the same run directory: events.jsonl and trace.json
 // are that run's account alone (the control: the first run's file has one
 // worker A and one worker B, as the second's must).
-TEST(PilotRunDir, AReusedRunDirectorysEventsAreTheNewRunsOnly) {
+TEST(PilotRunDir, AReusedRunDirectorysEventsAndSignatureAreTheNewRunsOnly) {
   TempDir t("reused");
   auto starts = [&] {
     std::size_t n = 0;
@@ -616,15 +630,21 @@ TEST(PilotRunDir, AReusedRunDirectorysEventsAreTheNewRunsOnly) {
     for (std::string line; std::getline(in, line);) n += nlohmann::json::parse(line).value("event", "") == "worker_started";
     return n;
   };
-  const std::vector<std::string> args = {"pilot", kPilot, "--set", "report.signing_key=none", "--run-dir", t.str("run")};
+  // The first run signed (the suite's per-user key), the second not.
+  const std::vector<std::string> args = {"pilot", kPilot, "--run-dir", t.str("run")};
   ASSERT_EQ(run_anchor(args).status, 0);
   const std::size_t first = starts();
   EXPECT_EQ(first, 2u) << "worker A and worker B";
+  ASSERT_TRUE(std::filesystem::exists(t.str("run/report.intoto.json")));
+  ASSERT_TRUE(std::filesystem::exists(t.str("run/provenance.intoto.json")));
   std::vector<std::string> fresh = args;  // the first run's checkpoints stay where they are
-  fresh.insert(fresh.end(), {"--set", "checkpoint.dir=" + t.str("ckpt2")});
+  fresh.insert(fresh.end(), {"--set", "checkpoint.dir=" + t.str("ckpt2"), "--set", "report.signing_key=none"});
   const auto again = run_anchor(fresh);
   ASSERT_EQ(again.status, 0) << again.output;
   EXPECT_EQ(starts(), first) << "a reused run directory's events.jsonl is begun again";
+  // The unsigned run leaves no earlier run's signature beside its report.
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/report.intoto.json")));
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/provenance.intoto.json")));
   std::size_t trains = 0;
   const nlohmann::json trace = read_json(t.str("run/trace.json"));
   for (const auto& e : trace["traceEvents"])

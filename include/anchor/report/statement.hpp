@@ -51,13 +51,16 @@ struct SignOptions {
 
 struct SignResult {
   std::string envelope_path;
+  std::string provenance_path;  // provenance.intoto.json (report/provenance.hpp)
   std::string public_key_path;
   std::string key_id;
   std::size_t subjects = 0;
 };
 
-// Writes <run_dir>/report.intoto.json signed with the private key, and the
-// matching public key as <run_dir>/report.pub, both atomically (mode 0644).
+// Writes <run_dir>/report.intoto.json signed with the private key, then
+// <run_dir>/provenance.intoto.json (SLSA Provenance v1 made from that
+// statement, report/provenance.hpp) signed with the same key, and the
+// matching public key as <run_dir>/report.pub, each atomically (mode 0644).
 // Subjects: report.json + checkpoints/*/manifest.json of committed checkpoints.
 // Throws Error: kUsage for a key that is refused (group/other-readable,
 // encrypted without a passphrase, not P-256), kIo for file system failures,
