@@ -614,12 +614,12 @@ namespace {
 
 // Whether a key's value changes what the pilot trains and measures (its
 // losses, steps, evals, verdict and figures). Not: the plan's inputs
-// (budget.*), signing (report.*), the run's name and place, checkpoint
+// (budget.*), signing (report.*), the export of the final weights (export.*), the run's name and place, checkpoint
 // retention, and where checkpoints go unless the pilot starts from one. A
 // program pilot's training is its own: anchor's model.*, data.* and train.*
 // do not reach it.
 bool decides_result(const std::string& key, const Config& now, bool program) {
-  for (const char* prefix : {"report.", "budget."})
+  for (const char* prefix : {"report.", "budget.", "export."})
     if (key.rfind(prefix, 0) == 0) return false;
   if (key == "run.name" || key == "run.output_dir" || key == "checkpoint.keep_last") return false;
   if (key == "checkpoint.dir") return now.pilot.start_from == "latest";

@@ -192,6 +192,19 @@ std::vector<Field> make_fields() {
     Field(ANCHOR_KEY(report.public_key), "SPKI PEM public key, for verify.",
           "report (#5)").config_relative(),
 
+    // export (Config::exporting: `export` is a C++ keyword) ---------------
+    Field("export.hf", +[](Config& c) -> decltype((c.exporting.hf)) { return c.exporting.hf; },
+          "After the resume, write the built-in GPT's final weights in Hugging Face's GPT-2 layout to "
+          "`<run dir>/export` (`model.safetensors`, `config.json`; `transformers` loads it, anchor reads it back "
+          "as `model.weights`), a measured and signed stage. A TorchScript model or a program is not exported.",
+          "export (#19)"),
+    Field("export.copy_to", +[](Config& c) -> decltype((c.exporting.copy_to)) { return c.exporting.copy_to; },
+          "A directory off the node (a mounted share, a bucket's mount): after the export, a measured `copy_off` "
+          "stage copies it to `<copy_to>/<run id>`, fsynced, and reads every file back there against its SHA-256; "
+          "the plan then times copying off the node at the measured rate. It must exist (an unmounted share is "
+          "refused, never filled). Empty: no copy. Not used by `anchor reproduce`.",
+          "export (#19)").config_relative(),
+
     // container ------------------------------------------------------------
     Field(ANCHOR_KEY(container.digest), "Container image digest; empty: taken from `ANCHOR_CONTAINER_DIGEST` when set.",
           "pin (#2)").checked(check_container_digest, "sha256: + 64 lowercase hex, or empty"),

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "anchor/checkpoint/safetensors.hpp"
+#include "anchor/checkpoint/torch_tensors.hpp"
 #include "anchor/error.hpp"
 #include "compat/torch_compat.hpp"
 
@@ -155,21 +156,46 @@ std::int64_t GptImpl::num_parameters() const {
 
 namespace {
 
-torch::ScalarType torch_dtype(checkpoint::DType d) {
-  switch (d) {
-    case checkpoint::DType::F32: return torch::kFloat32;
-    case checkpoint::DType::F16: return torch::kFloat16;
-    case checkpoint::DType::BF16: return torch::kBFloat16;
-    case checkpoint::DType::F64: return torch::kFloat64;
-    default:
-      throw Error(ErrorKind::kConfig, "GPT-2 weights must be floating point (F32, F16, BF16 or F64)");
-  }
+torch::ScalarType float_dtype(checkpoint::DType d) {
+  if (d != checkpoint::DType::F32 && d != checkpoint::DType::F16 && d != checkpoint::DType::BF16 &&
+      d != checkpoint::DType::F64)
+    throw Error(ErrorKind::kConfig, "GPT-2 weights must be floating point (F32, F16, BF16 or F64)");
+  return checkpoint::torch_dtype(d);
 }
 
 std::string shape_str(const std::vector<std::int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+}  // namespace
+
+namespace {
+
+// What the file says the sizes are (wte [vocab, n_embd], wpe [block, n_embd],
+// the h.N blocks), for the hint of a mismatch; n_head is not in the weights.
+// A file whose c_attn weight is [3 n_embd, n_embd] is in torch's Linear
+// orientation: anchor's own checkpoint, not a GPT-2 export.
+std::string sizes_hint(const std::map<std::string, const checkpoint::SafetensorsFile::Entry*>& by_name) {
+  auto shape = [&](const std::string& n) -> std::vector<std::int64_t> {
+    auto it = by_name.find(n);
+    return it == by_name.end() ? std::vector<std::int64_t>{} : it->second->shape;
+  };
+  const auto wte = shape("wte.weight"), wpe = shape("wpe.weight"), c_attn = shape("h.0.attn.c_attn.weight");
+  if (wte.size() != 2 || wpe.size() != 2)
+    return "model.weights must be GPT-2 weights in Hugging Face's layout (wte.weight, wpe.weight, h.N.*, ln_f.*), "
+           "such as a run's export/model.safetensors";
+  if (c_attn.size() == 2 && c_attn[0] == 3 * wte[1] && c_attn[1] == wte[1])
+    return "this file is in torch's [out, in] orientation, as anchor's checkpoints are: give model.weights the "
+           "run's export/model.safetensors (GPT-2's layout), or continue from the checkpoint with "
+           "pilot.start_from: latest";
+  std::set<std::string> blocks;
+  for (const auto& [n, e] : by_name)
+    if (n.rfind("h.", 0) == 0) blocks.insert(n.substr(2, n.find('.', 2) - 2));
+  return "the file holds n_layer " + std::to_string(blocks.size()) + ", n_embd " + std::to_string(wte[1]) +
+         ", vocab_size " + std::to_string(wte[0]) + ", block_size " + std::to_string(wpe[0]) +
+         ": set those in model (and n_head as the weights were trained with; it divides n_embd)";
 }
 
 }  // namespace
@@ -218,7 +244,7 @@ void load_gpt2_safetensors(Gpt& model, const std::string& path) {
       continue;
     }
     auto t = torch::from_blob(const_cast<std::uint8_t*>(file.data(e)), e.shape,
-                              torch::TensorOptions().dtype(torch_dtype(e.dtype)));
+                              torch::TensorOptions().dtype(float_dtype(e.dtype)));
     if (is_conv1d(n)) t = t.t();
     p.value().copy_(t.to(p.value().dtype()));
   }
@@ -226,9 +252,7 @@ void load_gpt2_safetensors(Gpt& model, const std::string& path) {
     std::string msg = "weights " + path + " do not match the model config (" +
                       std::to_string(problems.size()) + " problems):";
     for (const auto& pr : problems) msg += "\n  " + pr;
-    throw Error(ErrorKind::kConfig, msg,
-                "set model.n_layer/n_head/n_embd/vocab_size/block_size to the checkpoint's sizes "
-                "(GPT-2 small: 12/12/768/50257/1024)");
+    throw Error(ErrorKind::kConfig, msg, sizes_hint(by_name));
   }
 }
 

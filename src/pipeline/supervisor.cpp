@@ -429,6 +429,29 @@ namespace {
 
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(fs::read_file(path)); }
 
+// export.copy_to (docs/models.md, "Copy off the node"): where worker B copies
+// the export, decided here once. A report's config does not choose where
+// `anchor reproduce` writes: there it is never used.
+void choose_copy_to(Pilot& p) {
+  const std::string& dest = p.cfg.exporting.copy_to;
+  if (dest.empty()) return;
+  if (!p.opts.use_config_dirs) {
+    ANCHOR_LOG_INFO("pilot", "export.copy_to of the recorded config is not used by a reproduction: nothing is copied");
+    return;
+  }
+  if (!p.cfg.program.command.empty() || p.cfg.model.source == "torchscript" || !p.cfg.exporting.hf)
+    throw Error(ErrorKind::kConfig, "export.copy_to is set but nothing is exported",
+                "the export is the built-in GPT's (model.source builtin or safetensors) with export.hf: true; "
+                "remove export.copy_to otherwise");
+  p.copy_to = config::resolve_path(p.cfg, dest);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(p.copy_to, ec))
+    throw Error(ErrorKind::kConfig, "export.copy_to " + printable(p.copy_to) + " is not a directory",
+                "create it, or mount the share there: anchor does not create it (a missing mount would be filled "
+                "on the local disk instead)");
+}
+
+
 // Creates the run directory and takes the locks of it and of checkpoint.dir
 // (fs::DirLock) before anything is written or removed in either: another
 // pilot's stale-temp cleanup or retention would otherwise delete this one's
@@ -437,6 +460,7 @@ nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse
 // is refused, another pilot that found the directory (made here a moment
 // before) is using it.
 void lock_directories(Pilot& p) {
+  choose_copy_to(p);  // a refusal here leaves no run directory behind
   std::error_code ec;
   const bool made = std::filesystem::create_directories(p.run_dir, ec);
   if (ec) throw io_error("create the run directory", p.run_dir, ec.value());
@@ -576,9 +600,10 @@ void open_run(Pilot& p, const PilotOptions& opts) {
   // A reused run directory's profile is not this run's (worker B writes this one's; a program pilot,
   // or one that stops before the probe, has none): never signed as this run's. Nor are its
   // envelopes this run's: an unsigned or failed run must not sit beside an earlier signature.
-  for (const char* earlier : {"profile.json", report::kEnvelopeFile, report::kProvenanceFile}) {
+  // Nor its export of the final weights (worker B writes this run's, when it gets there).
+  for (const char* earlier : {"profile.json", report::kEnvelopeFile, report::kProvenanceFile, "export"}) {
     std::error_code stale;
-    std::filesystem::remove(p.run_dir + "/" + earlier, stale);
+    std::filesystem::remove_all(p.run_dir + "/" + earlier, stale);  // a link itself, never what it names
   }
   p.events = std::make_unique<EventLog>(p.run_dir + "/events.jsonl");
   p.report.begin(p.run_id, p.cfg, opts.config_path);
@@ -606,6 +631,7 @@ Step write_effective_config(Pilot& p) {
     set_path_field(cj, "base_dir", p.cfg.base_dir);
     set_path_field(cj, "source_path", p.cfg.source_path);
     set_path_field(cj, "checkpoint_dir", p.ckpt_dir);
+    if (!p.copy_to.empty()) set_path_field(cj, "copy_to", p.copy_to);
     fs::atomic_write_file(p.run_dir + "/config.json", dump_json(cj, 2));
   } catch (const Error& e) {
     return fail(p, "prepare", exit_code_for(e.kind()), with_hint(e));
@@ -869,7 +895,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
 
   BuiltinRun r(p, opts);
   p.planned_stages = {"pin",     "load",    "train",   "eval",         "checkpoint_save", "reference", "kill",
-                      "restore", "eval_after_restore", "resume", "compare", "memory_probe",   "plan"};
+                      "restore", "eval_after_restore", "resume", "export", "compare", "memory_probe", "plan"};
+  if (!p.copy_to.empty()) p.planned_stages.insert(p.planned_stages.begin() + 11, "copy_off");
   for (auto step : {before_workers, reference_worker, resume_worker, compare_workers, distributed_section,
                     probe_and_plan, reproduce_compare})
     if (Step end = step(r)) return *end;

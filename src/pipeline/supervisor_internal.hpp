@@ -49,6 +49,7 @@ struct Pilot {
   config::Config cfg;
   PilotOptions opts;
   std::string run_id, run_dir, ckpt_dir;
+  std::string copy_to;  // export.copy_to resolved; empty: no copy_off (always, under reproduce)
   fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
   std::unique_ptr<EventLog> events;
   Report report;

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "anchor/checkpoint/store.hpp"
+#include "anchor/common/copy_verified.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
@@ -32,6 +33,7 @@
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/measure/memory.hpp"
+#include "anchor/model/hf_export.hpp"
 #include "anchor/measure/proc.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/pipeline/worker_result.hpp"
@@ -55,6 +57,7 @@ struct WorkerContext {
   std::string run_dir;
   std::string ckpt_dir;
   std::string run_id;                    // recorded in the state.json of every checkpoint this run saves
+  std::string copy_to;                   // the supervisor's export.copy_to; empty: no copy_off
   dist::LaunchEnv env;                   // rank and world (one rank: the defaults)
   std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
   std::string device;                      // this rank's device (dist::rank_device); empty: cfg.device
@@ -70,6 +73,7 @@ WorkerContext load_context(const WorkerOptions& opts) {
   ctx.cfg.base_dir = path_field(doc, "base_dir");
   ctx.cfg.source_path = path_field(doc, "source_path");
   ctx.run_id = doc.value("run_id", "");
+  if (doc.contains("copy_to") || doc.contains("copy_to_hex")) ctx.copy_to = path_field(doc, "copy_to");
   ctx.faults = train::RestoreFaults::from_env();
   // The supervisor's choice (it may differ from the config's checkpoint.dir:
   // `anchor reproduce` keeps a reproduction's checkpoints in its own run directory).
@@ -627,6 +631,57 @@ int run_resume(WorkerContext& ctx) {
   return run_probe(ctx);
 }
 
+// The loss of a model on the export's check sequence (docs/models.md,
+// "Export"): tokens (7919 i + 13) mod vocab_size, i < min(64, block_size),
+// each predicting the next, in eval mode and fp32. Whoever loads the export
+// elsewhere computes the same figure from the files.
+double export_check_loss(model::Model& m, const config::ModelConfig& mc, const std::string& device) {
+  const std::int64_t n = std::min(64, mc.block_size);
+  auto ids = (torch::arange(n, torch::kLong) * 7919 + 13).remainder(mc.vocab_size).to(torch::Device(device));
+  torch::NoGradGuard no_grad;
+  m.eval();
+  const double loss = m.loss(ids.slice(0, 0, n - 1).unsqueeze(0), ids.slice(0, 1, n).unsqueeze(0)).item<double>();
+  m.train(true);
+  return loss;
+}
+
+// The export copied off the node (export.copy_to; docs/models.md, "Copy off
+// the node"): to <copy_to>/<run id>, every file fsynced, then read back there
+// against its SHA-256 (fs::copy_verified). The plan times the long run's
+// copies at this rate.
+void copy_off_stage(WorkerContext& ctx, const model::HfExport& exported) {
+  StageTimer stage("copy_off");
+  std::vector<fs::KnownFile> files;
+  for (const auto& f : exported.files) files.push_back({f.name, f.size, f.sha256});
+  const std::string to = ctx.copy_to + "/" + (ctx.run_id.empty() ? std::string("export") : ctx.run_id);
+  const auto r = fs::copy_verified(ctx.run_dir + "/export", files, to);
+  ctx.out.stages.push_back(stage.end({{"to", printable(to)}, {"files", files.size()}, {"bytes", r.bytes},
+                                      {"seconds", r.copy_s}, {"verify_s", r.verify_s}, {"verified", true},
+                                      {"gb_per_s", r.copy_s > 0 ? static_cast<double>(r.bytes) / r.copy_s / 1e9 : 0.0}}));
+}
+
+// The resumed run's final weights in Hugging Face's GPT-2 layout, in
+// <run_dir>/export (export.hf; model/hf_export.hpp): the built-in GPT only.
+void export_stage(WorkerContext& ctx, train::Trainer& t) {
+  if (!ctx.cfg.exporting.hf) return;
+  if (t.model().kind() != "builtin") {
+    ANCHOR_LOG_INFO("export", "not exported: a TorchScript module has no GPT-2 layout (export.hf applies to the built-in GPT)");
+    return;
+  }
+  StageTimer stage("export");
+  const auto files = model::export_gpt2_hf(t.model().named_parameters(), model::GptOptions::from(ctx.cfg.model),
+                                           ctx.run_dir + "/export");
+  const double seconds = stage.elapsed();
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : files.files) list.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});
+  const double loss = export_check_loss(t.model(), ctx.cfg.model, t.device());
+  ctx.out.stages.push_back(stage.end({{"dir", "export"}, {"layout", "huggingface-gpt2"}, {"files", list},
+                                      {"bytes", files.bytes}, {"seconds", seconds},
+                                      {"gb_per_s", seconds > 0 ? static_cast<double>(files.bytes) / seconds / 1e9 : 0.0},
+                                      {"check_loss", loss}, {"step", t.step()}}));
+  if (!ctx.copy_to.empty()) copy_off_stage(ctx, files);
+}
+
 void resume_from_checkpoint(WorkerContext& ctx) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out.stages;
@@ -676,6 +731,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   nlohmann::json resume_fig = {{"steps", p.steps_after_resume}};
   if (ctx.pg) resume_fig["replica_check_s"] = replica_check_s;
   stages.push_back(resume.end(resume_fig));
+  if (ctx.env.rank == 0) export_stage(ctx, t);
   write_result(ctx, "resume");
 }
 

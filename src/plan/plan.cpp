@@ -164,12 +164,16 @@ nlohmann::json make_budget(const BudgetInput& in) {
   total_s += item("restarts", restart_s,
                   fixed(restarts, 2) + " expected x (" + fixed(in.restart_minutes, 1) +
                       " min restart + " + fixed(lost_s / 60.0, 1) + " min lost work)");
-  total_s += item("export", in.export_gb * 8.0 / in.egress_gbps,
-                  fixed(in.export_gb, 1) + " GB at " + fixed(in.egress_gbps, 2) + " Gbit/s");
+  // Copies off the node at the pilot's measured copy_off rate when there is one, else budget.egress_gbps.
+  const bool measured_egress = in.egress_measured_gbps > 0;
+  const double egress = measured_egress ? in.egress_measured_gbps : in.egress_gbps;
+  const std::string at = " at " + fixed(egress, 2) + " Gbit/s" +
+                         (measured_egress ? " (measured: the pilot's copy_off to export.copy_to)"
+                                          : " (budget.egress_gbps, assumed)");
+  total_s += item("export", in.export_gb * 8.0 / egress, fixed(in.export_gb, 1) + " GB" + at);
   const double copy_gb = in.checkpoint_bytes / 1e9;
-  total_s += item("copy_off_node", work_s > 0 ? copy_gb * 8.0 / in.egress_gbps : 0.0,
-                  "final checkpoint " + fixed(copy_gb, 3) + " GB at " + fixed(in.egress_gbps, 2) +
-                      " Gbit/s");
+  total_s += item("copy_off_node", work_s > 0 ? copy_gb * 8.0 / egress : 0.0,
+                  "final checkpoint " + fixed(copy_gb, 3) + " GB" + at);
 
   const double hours = total_s / 3600.0;
   const double days_raw = hours / 24.0;
@@ -287,6 +291,12 @@ Measured measured_from_report(const json& r) {
   if (r.contains("stages") && r["stages"].is_array())
     for (const auto& s : r["stages"]) {
       if (s.value("status", "") == "passed") m.stages_passed.push_back(s.value("stage", ""));
+      // The export copied off the node: the rate the plan's copies take.
+      if (s.value("stage", "") == "copy_off" && s.value("status", "") == "passed" && s.contains("figures") &&
+          s["figures"].is_object() && s["figures"].value("bytes", 0.0) > 0 && s["figures"].value("seconds", 0.0) > 0) {
+        m.copy_off_bytes = s["figures"]["bytes"].get<double>();
+        m.copy_off_seconds = s["figures"]["seconds"].get<double>();
+      }
       // The built-in loader's training windows: how much data the run has (a program's is not known).
       if (s.value("stage", "") == "load" && s.contains("figures") && s["figures"].is_object() &&
           s["figures"].contains("train_windows") && s["figures"]["train_windows"].is_number() &&
@@ -499,7 +509,7 @@ json target_json(const Target& t, const config::Config& cfg) {
 }
 
 json measured_json(const Measured& m) {
-  return {{"device", m.device},
+  json j = {{"device", m.device},
           {"memory_source", m.memory_source},
           {"step_seconds", m.step_seconds},
           {"step_tokens", m.step_tokens},
@@ -513,6 +523,11 @@ json measured_json(const Measured& m) {
           {"checkpoint_save_seconds", m.save_seconds},
           {"note", "measured by the pilot on " + m.device + "; every other figure in this plan is an "
                    "estimate derived from these and the catalog"}};
+  if (m.copy_off_seconds > 0) {
+    j["copy_off_bytes"] = m.copy_off_bytes;
+    j["copy_off_seconds"] = m.copy_off_seconds;
+  }
+  return j;
 }
 
 json memory_model_json(const Measured& m, const MemoryModel& mm, json& warnings) {
@@ -658,6 +673,7 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   bi.preprocess_hours = cfg.budget.preprocess_hours;
   bi.export_gb = cfg.budget.export_gb;
   bi.egress_gbps = cfg.budget.egress_gbps;
+  if (m.copy_off_bytes > 0 && m.copy_off_seconds > 0) bi.egress_measured_gbps = m.copy_off_bytes * 8.0 / 1e9 / m.copy_off_seconds;
   bi.margin = cfg.budget.margin;
   bi.price_7_day = d.price_7_day;
   bi.price_30_day = d.price_30_day;
@@ -776,6 +792,12 @@ json assumptions_of(const Measured& m, const Target& t) {
               " s) on the target's storage; interval sqrt(2 x save_s x MTBF), MTBF = "
               "1 day / (budget.failures_per_day x budget.nodes); each restart costs "
               "budget.restart_minutes + half an interval of lost work");
+  a.push_back(m.copy_off_seconds > 0
+                  ? "copies off the node (budget.export_gb, the final checkpoint) at the pilot's measured copy_off rate (" +
+                        fixed(m.copy_off_bytes / 1e6, 3) + " MB in " + fixed(m.copy_off_seconds, 3) +
+                        " s to export.copy_to, written, fsynced and read back): the long run's copies go there too"
+                  : std::string("copies off the node (budget.export_gb, the final checkpoint) at budget.egress_gbps, "
+                                "assumed: set export.copy_to to measure it"));
   a.push_back("eval: pilot.eval_batches x micro_batch x seq_len tokens forward-only "
               "(1/3 of training FLOPs) every budget.eval_every_steps configured steps");
   a.push_back("prices: the catalog's EXAMPLE per-GPU-hour prices; a term is paid in "

@@ -71,15 +71,18 @@ std::vector<std::string> run_files(const std::string& run_dir) {
   std::error_code ec;
   for (const char* name : {"report.md", "report.html", "manifest.json", "config.json", "events.jsonl", "trace.json", "profile.json"})
     if (regular(root / name)) out.push_back(name);
-  if (stdfs::symlink_status(root / "work", ec).type() == stdfs::file_type::directory) {
-    std::vector<std::string> work;
-    for (stdfs::directory_iterator it(root / "work", ec), end; !ec && it != end; it.increment(ec)) {
+  // work/ (the workers' results) and export/ (the final weights, docs/models.md "Export"): the
+  // names anchor could have written there (valid UTF-8, not hidden), one level deep.
+  for (const char* sub : {"work", "export"}) {
+    if (stdfs::symlink_status(root / sub, ec).type() != stdfs::file_type::directory) continue;
+    std::vector<std::string> files;
+    for (stdfs::directory_iterator it(root / sub, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
-      if (name.front() != '.' && is_valid_utf8(name) && regular(it->path())) work.push_back("work/" + name);
+      if (name.front() != '.' && is_valid_utf8(name) && regular(it->path())) files.push_back(std::string(sub) + "/" + name);
     }
-    if (ec) throw io_error("list", (root / "work").string(), ec.value());
-    std::sort(work.begin(), work.end());
-    out.insert(out.end(), work.begin(), work.end());
+    if (ec) throw io_error("list", (root / sub).string(), ec.value());
+    std::sort(files.begin(), files.end());
+    out.insert(out.end(), files.begin(), files.end());
   }
   return out;
 }

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "anchor/checkpoint/torch_tensors.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/threads.hpp"
@@ -36,42 +37,7 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-checkpoint::DType to_ckpt_dtype(torch::ScalarType t) {
-  switch (t) {
-    case torch::kFloat32: return checkpoint::DType::F32;
-    case torch::kFloat16: return checkpoint::DType::F16;
-    case torch::kBFloat16: return checkpoint::DType::BF16;
-    case torch::kFloat64: return checkpoint::DType::F64;
-    case torch::kInt64: return checkpoint::DType::I64;
-    case torch::kInt32: return checkpoint::DType::I32;
-    case torch::kUInt8: return checkpoint::DType::U8;
-    case torch::kBool: return checkpoint::DType::BOOL;
-    default: throw Error(ErrorKind::kRuntime, std::string("cannot checkpoint dtype ") + c10::toString(t));
-  }
-}
-
-torch::ScalarType from_ckpt_dtype(checkpoint::DType d) {
-  switch (d) {
-    case checkpoint::DType::F32: return torch::kFloat32;
-    case checkpoint::DType::F16: return torch::kFloat16;
-    case checkpoint::DType::BF16: return torch::kBFloat16;
-    case checkpoint::DType::F64: return torch::kFloat64;
-    case checkpoint::DType::I64: return torch::kInt64;
-    case checkpoint::DType::I32: return torch::kInt32;
-    case checkpoint::DType::U8: return torch::kUInt8;
-    case checkpoint::DType::BOOL: return torch::kBool;
-    default: throw Error(ErrorKind::kVerification, "unsupported dtype in checkpoint");
-  }
-}
-
-// A contiguous CPU copy kept alive in `keep`, referenced by name.
-checkpoint::TensorRef ref(const std::string& name, const torch::Tensor& t,
-                          std::vector<torch::Tensor>& keep) {
-  keep.push_back(t.detach().to(torch::kCPU).contiguous());
-  const auto& c = keep.back();
-  return checkpoint::TensorRef{name, to_ckpt_dtype(c.scalar_type()), c.sizes().vec(), c.data_ptr(),
-                               static_cast<std::size_t>(c.nbytes())};
-}
+using checkpoint::tensor_ref;
 
 std::string tensor_digest(const torch::Tensor& t) {
   auto c = t.detach().to(torch::kCPU).contiguous();
@@ -90,7 +56,7 @@ torch::Tensor view_of(const checkpoint::SafetensorsFile& f, const std::string& f
     throw Error(ErrorKind::kVerification, "checkpoint " + file + " has no tensor '" + name + "'",
                 "the checkpoint was written by a different model or anchor version");
   return torch::from_blob(const_cast<std::uint8_t*>(f.data(*e)), e->shape,
-                          torch::TensorOptions().dtype(from_ckpt_dtype(e->dtype)));
+                          torch::TensorOptions().dtype(checkpoint::torch_dtype(e->dtype)));
 }
 
 void copy_into(torch::Tensor& dst, const torch::Tensor& src, const std::string& what) {
@@ -403,27 +369,27 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   checkpoint::SaveRequest req;
   req.step = step_;
   checkpoint::FileContent model_file{"model.safetensors", {}, {{"format", kModelFileFormat}}};
-  for (const auto& p : model_->named_parameters()) model_file.tensors.push_back(ref(p.key(), p.value(), keep));
-  for (const auto& b : model_->named_buffers()) model_file.tensors.push_back(ref(b.key(), b.value(), keep));
+  for (const auto& p : model_->named_parameters()) model_file.tensors.push_back(tensor_ref(p.key(), p.value(), keep));
+  for (const auto& b : model_->named_buffers()) model_file.tensors.push_back(tensor_ref(b.key(), b.value(), keep));
   checkpoint::FileContent opt_file{"optimizer.safetensors", {}, {{"format", kOptimizerFileFormat}}};
   for (const auto& [name, s] : opt_->state()) {
-    opt_file.tensors.push_back(ref(name + ".exp_avg", s.exp_avg, keep));
-    opt_file.tensors.push_back(ref(name + ".exp_avg_sq", s.exp_avg_sq, keep));
-    opt_file.tensors.push_back(ref(name + ".step", torch::tensor(s.step, torch::kInt64), keep));
+    opt_file.tensors.push_back(tensor_ref(name + ".exp_avg", s.exp_avg, keep));
+    opt_file.tensors.push_back(tensor_ref(name + ".exp_avg_sq", s.exp_avg_sq, keep));
+    opt_file.tensors.push_back(tensor_ref(name + ".step", torch::tensor(s.step, torch::kInt64), keep));
   }
   checkpoint::FileContent rng_file{"rng.safetensors", {}, {{"format", kRngFileFormat}}};
-  rng_file.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
+  rng_file.tensors.push_back(tensor_ref("cpu_generator", get_cpu_rng_state(), keep));
 #if defined(ANCHOR_WITH_CUDA)
   // Dropout on the GPU draws from the device generator: its state travels too.
-  if (device_.is_cuda()) rng_file.tensors.push_back(ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
+  if (device_.is_cuda()) rng_file.tensors.push_back(tensor_ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
 #endif
   // The loss scaler: scale as F64 so it restores bitwise.
   checkpoint::FileContent scaler_file{"scaler.safetensors", {}, {{"format", kScalerFileFormat},
                                                                   {"enabled", scaler_.enabled() ? "true" : "false"}}};
   const auto& ss = scaler_.state();
-  scaler_file.tensors.push_back(ref("scale", torch::tensor(ss.scale, torch::kFloat64), keep));
-  scaler_file.tensors.push_back(ref("growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64), keep));
-  scaler_file.tensors.push_back(ref("skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64), keep));
+  scaler_file.tensors.push_back(tensor_ref("scale", torch::tensor(ss.scale, torch::kFloat64), keep));
+  scaler_file.tensors.push_back(tensor_ref("growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64), keep));
+  scaler_file.tensors.push_back(tensor_ref("skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64), keep));
   if (world_ > 1) {
     // Per-rank files: what this rank writes into the shared save.
     if (rank_ == 0) req.files.push_back(std::move(model_file));
@@ -439,9 +405,9 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
         auto it = opt_->state().find(ps[i].name);
         if (it == opt_->state().end()) continue;  // never stepped
         const auto& st = it->second;
-        shard.tensors.push_back(ref(ps[i].name + ".exp_avg", st.exp_avg, keep));
-        shard.tensors.push_back(ref(ps[i].name + ".exp_avg_sq", st.exp_avg_sq, keep));
-        shard.tensors.push_back(ref(ps[i].name + ".step", torch::tensor(st.step, torch::kInt64), keep));
+        shard.tensors.push_back(tensor_ref(ps[i].name + ".exp_avg", st.exp_avg, keep));
+        shard.tensors.push_back(tensor_ref(ps[i].name + ".exp_avg_sq", st.exp_avg_sq, keep));
+        shard.tensors.push_back(tensor_ref(ps[i].name + ".step", torch::tensor(st.step, torch::kInt64), keep));
         // Global name, global shape and offset of each piece (whole parameters: offset 0).
         index[ps[i].name] = {{"global_shape", ps[i].param.sizes().vec()}, {"offset", 0},
                              {"numel", ps[i].param.numel()}};
@@ -452,7 +418,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
       req.files.push_back(std::move(opt_file));
     }
     checkpoint::FileContent f{rank_rng_file(rank_, world_), {}, {{"format", kRngFileFormat}, {"rank", std::to_string(rank_)}}};
-    f.tensors.push_back(ref("cpu_generator", get_cpu_rng_state(), keep));
+    f.tensors.push_back(tensor_ref("cpu_generator", get_cpu_rng_state(), keep));
     req.files.push_back(std::move(f));
   } else {
     req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};

@@ -17,6 +17,7 @@
 #include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/common/sha256.hpp"
 #include "support/run_anchor.hpp"
 
 namespace {
@@ -88,8 +89,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   std::vector<std::string> stages;
   for (const auto& s : report["stages"]) stages.push_back(s["stage"]);
   EXPECT_EQ(stages, (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save", "reference", "kill",
-                                              "restore", "eval_after_restore", "resume", "compare", "memory_probe",
-                                              "plan"}));
+                                              "restore", "eval_after_restore", "resume", "export", "compare",
+                                              "memory_probe", "plan"}));
   bool sigkill_logged = false;
   int starts = 0, ends = 0;
   for (const auto& e : read_events(t.str("run/events.jsonl"))) {
@@ -289,6 +290,37 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
       }());
   EXPECT_EQ(eco.status, 0) << eco.out;
   EXPECT_NE(eco.out.find("SLSA Provenance v1 with "), std::string::npos) << eco.out;
+  // The final weights in Hugging Face's layout (docs/models.md, "Export"): a measured stage whose
+  // check loss transformers computes again from the files; every file a signed subject.
+  nlohmann::json exported;
+  for (const auto& s : rep1["stages"])
+    if (s["stage"] == "export") exported = s["figures"];
+  ASSERT_TRUE(exported.is_object()) << rep1["stages"].dump(2);
+  EXPECT_EQ(exported["files"].size(), 2u);
+  EXPECT_GT(exported["bytes"].get<double>(), 0);
+  EXPECT_EQ(exported["step"], rep1["resume"]["restored_step"].get<int>() + 2);
+  const auto hf = anchor::proc::run_capture(
+      {std::string(ANCHOR_SOURCE_DIR) + "/scripts/torch2-python", std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/hf_gpt2.py",
+       t.str("run1/export"), "--check-loss"},
+      [] {
+        anchor::proc::SpawnOptions o;
+        o.merge_stderr = true;
+        return o;
+      }());
+  ASSERT_EQ(hf.status, 0) << hf.out;
+  const double theirs = nlohmann::json::parse(hf.out.substr(hf.out.rfind('{')))["check_loss"].get<double>();
+  const double ours = exported["check_loss"].get<double>();
+  EXPECT_NEAR(theirs, ours, 1e-5 * ours) << hf.out;
+  {
+    std::fstream f(t.str("run1/export/model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 0x5a));
+  }
+  auto changed = run_anchor({"verify", t.str("run1"), "--key", pub});
+  EXPECT_EQ(changed.status, 3) << changed.output;
+  EXPECT_NE(changed.output.find("export/model.safetensors"), std::string::npos) << changed.output;
   // The second run: the same key, nothing said about it.
   auto second = run_anchor({"pilot", kPilot, "--run-dir", t.str("run2")}, env);
   ASSERT_EQ(second.status, 0) << second.output;
@@ -638,18 +670,58 @@ TEST(PilotRunDir, AReusedRunDirectorysEventsAndSignatureAreTheNewRunsOnly) {
   ASSERT_TRUE(std::filesystem::exists(t.str("run/report.intoto.json")));
   ASSERT_TRUE(std::filesystem::exists(t.str("run/provenance.intoto.json")));
   std::vector<std::string> fresh = args;  // the first run's checkpoints stay where they are
-  fresh.insert(fresh.end(), {"--set", "checkpoint.dir=" + t.str("ckpt2"), "--set", "report.signing_key=none"});
+  fresh.insert(fresh.end(), {"--set", "checkpoint.dir=" + t.str("ckpt2"), "--set", "report.signing_key=none",
+                             "--set", "export.hf=false"});
+  ASSERT_TRUE(std::filesystem::exists(t.str("run/export/model.safetensors")));
   const auto again = run_anchor(fresh);
   ASSERT_EQ(again.status, 0) << again.output;
   EXPECT_EQ(starts(), first) << "a reused run directory's events.jsonl is begun again";
   // The unsigned run leaves no earlier run's signature beside its report.
   EXPECT_FALSE(std::filesystem::exists(t.str("run/report.intoto.json")));
   EXPECT_FALSE(std::filesystem::exists(t.str("run/provenance.intoto.json")));
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/export"))) << "the first run's weights are not this run's";
   std::size_t trains = 0;
   const nlohmann::json trace = read_json(t.str("run/trace.json"));
   for (const auto& e : trace["traceEvents"])
     trains += e.value("name", "") == "train" && e.value("ph", "") == "X";
   EXPECT_EQ(trains, 1u) << "one train stage in the trace";
+}
+
+// export.copy_to (docs/models.md, "Copy off the node"): the export arrives at <copy_to>/<run id>, read back
+// there against its digests, and the plan times the long run's copies at the measured rate. A destination
+// that is not there is refused before anything runs (no run directory made).
+TEST(PilotExport, CopiedOffTheNodeVerifiedAndTheRateTheBudgetUses) {
+  TempDir t("copyoff");
+  std::filesystem::create_directories(t.path() / "share");
+  const auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "export.copy_to=" + t.str("share")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto report = read_json(t.str("run/report.json"));
+  nlohmann::json exported, copied;
+  for (const auto& s : report["stages"]) {
+    if (s["stage"] == "export") exported = s["figures"];
+    if (s["stage"] == "copy_off") copied = s["figures"];
+  }
+  ASSERT_TRUE(copied.is_object()) << report["stages"].dump(2);
+  EXPECT_TRUE(copied["verified"].get<bool>());
+  EXPECT_EQ(copied["bytes"], exported["bytes"]);
+  const std::string dest = t.str("share/" + report["run_id"].get<std::string>());
+  EXPECT_EQ(copied["to"], dest);
+  for (const auto& f : exported["files"])
+    EXPECT_EQ(anchor::sha256_file(dest + "/" + f["name"].get<std::string>()).sha256, f["sha256"]) << f.dump();
+  EXPECT_EQ(report["plan"]["measured"]["copy_off_bytes"], copied["bytes"]);
+  bool measured = false;
+  for (const auto& it : report["plan"]["budget"]["items"])
+    measured |= it["name"] == "copy_off_node" &&
+                it["detail"].get<std::string>().find("(measured: the pilot's copy_off") != std::string::npos;
+  EXPECT_TRUE(measured) << report["plan"]["budget"].dump(2);
+
+  const auto missing = run_anchor({"pilot", kPilot, "--run-dir", t.str("run2"), "--set",
+                                   "export.copy_to=" + t.str("not-mounted")});
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("export.copy_to " + t.str("not-mounted") + " is not a directory"), std::string::npos)
+      << missing.output;
+  EXPECT_FALSE(std::filesystem::exists(t.path() / "run2"));
+  EXPECT_FALSE(std::filesystem::exists(t.path() / "not-mounted"));
 }
 
 }  // namespace

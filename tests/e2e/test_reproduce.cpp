@@ -28,9 +28,12 @@ class Reproduce : public ::testing::Test {
     std::filesystem::copy_file(source_path("data/tiny/train.txt"), t_.str("train.txt"));
     std::filesystem::copy_file(source_path("data/tiny/val.txt"), t_.str("val.txt"));
     ASSERT_EQ(run_anchor({"keygen", "-o", t_.str("keys")}).status, 0);
+    // The original copies its export off the node (export.copy_to); a reproduction never writes there.
+    std::filesystem::create_directories(t_.path() / "share");
     auto r = run_anchor({"pilot", source_path("configs/pilot.yaml"), "--run-dir", t_.str("orig"), "--set",
                          "data.train=[" + t_.str("train.txt") + "]", "--set", "data.val=[" + t_.str("val.txt") + "]",
-                         "--set", "report.signing_key=" + t_.str("keys/anchor.key")});
+                         "--set", "report.signing_key=" + t_.str("keys/anchor.key"), "--set",
+                         "export.copy_to=" + t_.str("share")});
     ASSERT_EQ(r.status, 0) << r.output;
   }
   TempDir t_{"repro"};
@@ -51,6 +54,11 @@ TEST_F(Reproduce, ReproducesBitwiseAndLinksTheOriginal) {
   EXPECT_EQ(rep["reproduces"]["run_id"], read_json(t_.str("orig/report.json"))["run_id"]);
   EXPECT_TRUE(rep["reproduces"]["verified"].get<bool>());
   EXPECT_TRUE(rep["reproduces"]["drift"].empty());
+  // The recorded export.copy_to is not used: the original's copy is the only one.
+  EXPECT_NE(r.output.find("export.copy_to of the recorded config is not used by a reproduction"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(t_.path() / "share"), std::filesystem::directory_iterator()),
+            1);
   // The re-run is signed with the key the command line named and verifies on its own.
   EXPECT_EQ(run_anchor({"verify", t_.str("again/report.intoto.json"), "--key", t_.str("keys/anchor.pub")}).status, 0);
   // -q: the notes go, the verdict stays.

@@ -114,6 +114,12 @@ struct ReportConfig {
   std::string public_key;               // optional SPKI PEM, for verify
 };
 
+// YAML section `export` (Config::exporting: `export` is a C++ keyword).
+struct ExportConfig {
+  bool hf = true;                       // the built-in GPT's final weights in GPT-2's layout, <run dir>/export
+  std::string copy_to;                  // a directory off the node: the export copied to <copy_to>/<run id>, verified
+};
+
 struct ContainerConfig {
   std::string digest;                   // sha256:<64 hex>; or ANCHOR_CONTAINER_DIGEST
   bool required = false;                // fail the pin when no digest is known
@@ -155,6 +161,7 @@ struct Config {
   DistributedConfig distributed;
   CheckpointConfig checkpoint;
   ReportConfig report;
+  ExportConfig exporting;               // `export`
   ContainerConfig container;
   BudgetConfig budget;
   ProgramConfig program;

@@ -61,6 +61,9 @@ struct BudgetInput {
   double preprocess_hours = 0;
   double export_gb = 0;
   double egress_gbps = 1;
+  // The pilot's copy_off to export.copy_to (write, fsync and publish), Gbit/s;
+  // 0: not measured, egress_gbps (assumed) times the copies off the node.
+  double egress_measured_gbps = 0;
   double margin = 0;
   double price_7_day = 0;         // per GPU-hour
   double price_30_day = 0;
@@ -104,6 +107,9 @@ struct Measured {
 
   // One checkpoint save of the full state.
   double save_bytes = 0, save_seconds = 0;
+
+  // The export copied off the node (the copy_off stage, export.copy_to); 0: not measured.
+  double copy_off_bytes = 0, copy_off_seconds = 0;
 
   // Memory: the step's peak at one or more (micro_batch, seq_len) points, the
   // state it holds, and (a program's) the bytes held before the first step.

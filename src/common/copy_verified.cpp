@@ -1,0 +1,113 @@
+#include "anchor/common/copy_verified.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <vector>
+
+#include "anchor/common/sha256.hpp"
+#include "anchor/common/unique_fd.hpp"
+#include "anchor/error.hpp"
+
+namespace anchor::fs {
+namespace {
+
+constexpr std::size_t kChunk = 4u << 20;
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void check_name(const KnownFile& f) {
+  if (f.name.empty() || f.name == "." || f.name == ".." || f.name.find('/') != std::string::npos)
+    throw Error(ErrorKind::kUsage, "copy: '" + f.name + "' is not a plain file name");
+}
+
+// One file: read in chunks, hashed as read, written, fsynced, dropped from the cache.
+void copy_file(const std::string& src, const KnownFile& f, const std::string& dst, FileSystem& fs) {
+  UniqueFd in = open_regular(src);
+  const int out = fs.create_excl(dst, 0644);
+  try {
+    std::vector<char> buf(kChunk);
+    Sha256 h;
+    std::uint64_t n = 0;
+    for (;;) {
+      const ssize_t got = ::read(in.get(), buf.data(), buf.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) throw io_error("read", src, errno);
+      if (got == 0) break;
+      h.update(buf.data(), static_cast<std::size_t>(got));
+      fs.write_all(out, buf.data(), static_cast<std::size_t>(got), dst);
+      n += static_cast<std::uint64_t>(got);
+    }
+    const std::string digest = h.hex();
+    if (n != f.size || digest != f.sha256)
+      throw Error(ErrorKind::kVerification,
+                  "copy: " + src + " is not the file recorded (" + std::to_string(n) + " bytes, sha256 " + digest +
+                      "; recorded " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
+                  "something changed it after it was written; run the pilot again");
+    fs.fsync(out, dst);
+    // What verify_files reads next should come from the destination, not this process's page cache.
+    (void)::posix_fadvise(out, 0, 0, POSIX_FADV_DONTNEED);
+  } catch (...) {
+    ::close(out);
+    throw;
+  }
+  fs.close(out, dst);
+}
+
+}  // namespace
+
+void verify_files(const std::string& dir, const std::vector<KnownFile>& files) {
+  for (const auto& f : files) {
+    check_name(f);
+    const std::string path = dir + "/" + f.name;
+    const auto d = sha256_file(path);
+    if (d.size != f.size || d.sha256 != f.sha256)
+      throw Error(ErrorKind::kVerification,
+                  "copy: " + path + " does not match what was copied (" + std::to_string(d.size) + " bytes, sha256 " +
+                      d.sha256 + "; expected " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
+                  "the destination changed or lost the bytes: check the storage behind it, then copy again");
+  }
+}
+
+CopyResult copy_verified(const std::string& from, const std::vector<KnownFile>& files, const std::string& to,
+                         FileSystem& fs) {
+  for (const auto& f : files) check_name(f);
+  namespace stdfs = std::filesystem;
+  const stdfs::path target(to);
+  const std::string parent = target.has_parent_path() ? target.parent_path().string() : ".";
+  std::error_code ec;
+  if (!stdfs::is_directory(parent, ec))
+    throw Error(ErrorKind::kIo, "copy: the destination " + parent + " is not a directory",
+                "create it, or mount the share there (anchor does not create it: a missing mount would be "
+                "filled on the local disk instead)");
+  if (stdfs::exists(stdfs::symlink_status(target, ec)))
+    throw Error(ErrorKind::kIo, "copy: " + to + " already exists",
+                "nothing at a destination is replaced: remove it, or give the run another name (run.name)");
+  const std::string tmp = parent + "/." + target.filename().string() + ".tmp-" + random_suffix();
+  CopyResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    fs.mkdir(tmp, 0755);
+    for (const auto& f : files) {
+      copy_file(from + "/" + f.name, f, tmp + "/" + f.name, fs);
+      r.bytes += f.size;
+    }
+    fs.fsync_dir(tmp);
+    fs.rename(tmp, to);
+    fs.fsync_dir(parent);
+  } catch (...) {
+    stdfs::remove_all(tmp, ec);
+    throw;
+  }
+  r.copy_s = since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  verify_files(to, files);
+  r.verify_s = since(t1);
+  return r;
+}
+
+}  // namespace anchor::fs

@@ -1,0 +1,160 @@
+#include "anchor/model/hf_export.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "anchor/checkpoint/safetensors.hpp"
+#include "anchor/checkpoint/torch_tensors.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/error.hpp"
+
+namespace anchor::model {
+namespace {
+
+constexpr int kGpt2Vocab = 50257;  // GPT-2's tokenizer; <|endoftext|> is its last token
+constexpr int kEndOfText = 50256;
+
+// GPT-2 keeps these as Conv1D: weight [in, out], where torch's Linear is [out, in].
+bool is_conv1d(const std::string& n) {
+  for (const char* c : {".attn.c_attn.", ".attn.c_proj.", ".mlp.c_fc.", ".mlp.c_proj."})
+    if (n.find(c) != std::string::npos) return true;
+  return false;
+}
+
+// Every export name must be one of GPT-2's: the exact set the model's options imply.
+std::vector<std::string> gpt2_names(const GptOptions& o) {
+  std::vector<std::string> out = {"wte.weight", "wpe.weight"};
+  for (int i = 0; i < o.n_layer; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    for (const char* n : {"ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"}) {
+      out.push_back(h + n + ".weight");
+      out.push_back(h + n + ".bias");
+    }
+  }
+  out.push_back("ln_f.weight");
+  out.push_back("ln_f.bias");
+  return out;
+}
+
+void write_text(fs::FileSystem& fs, const std::string& path, const std::string& text) {
+  const int fd = fs.create_excl(path, 0644);
+  try {
+    fs.write_all(fd, text.data(), text.size(), path);
+    fs.fsync(fd, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  fs.close(fd, path);
+}
+
+}  // namespace
+
+nlohmann::json gpt2_config(const GptOptions& o) {
+  nlohmann::json c = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", o.vocab_size},
+      {"n_positions", o.block_size},
+      {"n_embd", o.n_embd},
+      {"n_layer", o.n_layer},
+      {"n_head", o.n_head},
+      {"n_inner", nullptr},                   // 4 n_embd, as the built-in MLP
+      {"activation_function", "gelu_new"},    // GELU's tanh approximation
+      {"resid_pdrop", o.dropout},
+      {"embd_pdrop", o.dropout},
+      {"attn_pdrop", o.dropout},
+      {"layer_norm_epsilon", 1e-5},
+      {"initializer_range", 0.02},
+      {"scale_attn_weights", true},           // 1/sqrt(head dim)
+      {"scale_attn_by_inverse_layer_idx", false},
+      {"reorder_and_upcast_attn", false},
+      {"tie_word_embeddings", true},          // the LM head is wte
+      {"use_cache", true},
+      {"dtype", "float32"},
+      {"bos_token_id", nullptr},
+      {"eos_token_id", nullptr},
+  };
+  if (o.vocab_size == kGpt2Vocab) c["bos_token_id"] = c["eos_token_id"] = kEndOfText;
+  return c;
+}
+
+HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& params, const GptOptions& o,
+                        const std::string& dir, fs::FileSystem& fs) {
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& p : params) by_name[p.key()] = p.value();
+  auto ends_with = [](const std::string& s, const char* tail) {
+    const std::string t(tail);
+    return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+  };
+  std::vector<torch::Tensor> keep;
+  std::vector<checkpoint::TensorRef> tensors;
+  std::size_t taken = 0;
+  for (const auto& name : gpt2_names(o)) {
+    auto it = by_name.find(name);
+    torch::Tensor t;
+    if (it != by_name.end()) {
+      t = it->second.detach().to(torch::kCPU, torch::kFloat32);
+      if (is_conv1d(name) && t.dim() == 2) t = t.t();
+      ++taken;
+    } else if (!o.bias && is_conv1d(name) && ends_with(name, ".bias") &&
+               by_name.count(name.substr(0, name.size() - 5) + ".weight")) {
+      // torch's Linear weight is [out, in]: the bias GPT-2 needs is [out], zero.
+      t = torch::zeros({by_name.at(name.substr(0, name.size() - 5) + ".weight").size(0)}, torch::kFloat32);
+    } else {
+      throw Error(ErrorKind::kRuntime, "export: the model has no parameter " + name +
+                                           " (only the built-in GPT exports in GPT-2's layout)");
+    }
+    tensors.push_back(checkpoint::tensor_ref(name, t, keep));
+  }
+  if (taken != by_name.size()) {
+    const auto names = gpt2_names(o);
+    for (const auto& [name, t] : by_name)
+      if (std::find(names.begin(), names.end(), name) == names.end())
+        throw Error(ErrorKind::kRuntime, "export: parameter " + name + " has no GPT-2 name");
+  }
+
+  const std::filesystem::path target(dir);
+  const std::string parent = target.has_parent_path() ? target.parent_path().string() : ".";
+  const std::string tmp = parent + "/." + target.filename().string() + ".tmp-" + fs::random_suffix();
+  HfExport out;
+  try {
+    fs.mkdir(tmp, 0755);
+    auto record = [&](const std::string& name, const FileDigest& d) {
+      out.files.push_back({name, d.size, d.sha256});
+      out.bytes += d.size;
+    };
+    record("model.safetensors", checkpoint::write_safetensors(fs, tmp + "/model.safetensors", tensors, {{"format", "pt"}}));
+    keep.clear();
+    auto json_file = [&](const std::string& name, const nlohmann::json& j) {
+      const std::string text = j.dump(2) + "\n";
+      write_text(fs, tmp + "/" + name, text);
+      record(name, FileDigest{sha256_hex(text), text.size()});
+    };
+    json_file("config.json", gpt2_config(o));
+    if (o.vocab_size == kGpt2Vocab)
+      json_file("generation_config.json", {{"bos_token_id", kEndOfText}, {"eos_token_id", kEndOfText}});
+    fs.fsync_dir(tmp);
+    std::error_code ec;
+    if (std::filesystem::symlink_status(target, ec).type() == std::filesystem::file_type::directory) {
+      fs.exchange(tmp, dir);  // the old export now at tmp, removed below
+    } else {
+      if (std::filesystem::exists(std::filesystem::symlink_status(target, ec)))
+        throw Error(ErrorKind::kIo, "export: " + dir + " exists and is not a directory",
+                    "remove it, or choose another run directory");
+      fs.rename(tmp, dir);
+    }
+    fs.fsync_dir(parent);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+  fs.remove_all(tmp);
+  return out;
+}
+
+}  // namespace anchor::model
