@@ -308,7 +308,8 @@ namespace {
 TEST_F(Reproduce, DiffNamesWhatAConfigChangesAgainstThePastRun) {
   const std::vector<std::string> same = {"--set", "data.train=[" + t_.str("train.txt") + "]", "--set",
                                          "data.val=[" + t_.str("val.txt") + "]", "--set",
-                                         "report.signing_key=" + t_.str("keys/anchor.key")};
+                                         "report.signing_key=" + t_.str("keys/anchor.key"), "--set",
+                                         "export.copy_to=" + t_.str("share")};
   auto args = [&](std::vector<std::string> extra, const std::string& report) {
     std::vector<std::string> a = {"diff", source_path("configs/pilot.yaml"), report};
     a.insert(a.end(), same.begin(), same.end());

@@ -471,9 +471,9 @@ TEST(ConfigSerialise, JsonIsNestedAndExcludesLocation) {
   EXPECT_FALSE(j.contains("source_path"));
   EXPECT_FALSE(j.contains("base_dir"));
   for (const char* s : {"run", "model", "data", "train", "pilot", "device", "distributed",
-                        "checkpoint", "report", "container", "budget", "program"})
+                        "checkpoint", "report", "export", "container", "budget", "program"})
     EXPECT_TRUE(j.contains(s)) << s;
-  EXPECT_EQ(j.size(), 12u);
+  EXPECT_EQ(j.size(), 13u);
 }
 
 TEST(ConfigSerialise, FromJsonValidates) {
