@@ -93,7 +93,8 @@ HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& pa
   std::vector<torch::Tensor> keep;
   std::vector<checkpoint::TensorRef> tensors;
   std::size_t taken = 0;
-  for (const auto& name : gpt2_names(o)) {
+  const auto names = gpt2_names(o);
+  for (const auto& name : names) {
     auto it = by_name.find(name);
     torch::Tensor t;
     if (it != by_name.end()) {
@@ -111,7 +112,6 @@ HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& pa
     tensors.push_back(checkpoint::tensor_ref(name, t, keep));
   }
   if (taken != by_name.size()) {
-    const auto names = gpt2_names(o);
     for (const auto& [name, t] : by_name)
       if (std::find(names.begin(), names.end(), name) == names.end())
         throw Error(ErrorKind::kRuntime, "export: parameter " + name + " has no GPT-2 name");
