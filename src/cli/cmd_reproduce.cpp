@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "anchor/log.hpp"
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/manifest/path_map.hpp"
+#include "anchor/pipeline/bundle.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/statement.hpp"
@@ -46,6 +48,10 @@ struct ReproduceOptions {
   std::string junit;
   std::string root;              // --root: where the config's directory is now
   std::vector<std::string> map;  // --map OLD=NEW, repeatable
+  // From a bundle (pipeline::open_bundle): the envelope is checked alone (the
+  // run's other files are not there), and the bundle's catalog plans.
+  bool envelope_only = false;
+  std::string catalog;
 };
 
 // How the report was checked, for the reproduction's `reproduces`.
@@ -72,7 +78,10 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
   if (doc.is_discarded())
     throw Error(ErrorKind::kVerification, o.report + " is not JSON", "give a report.intoto.json or report.json");
   if (doc.contains("payloadType")) {
-    auto v = report::verify_envelope(o.report, o.key);
+    report::VerifyOptions vo;
+    vo.public_key_path = o.key;
+    vo.check_files = !o.envelope_only;
+    auto v = report::verify_envelope(o.report, vo);
     // As `anchor verify` prints them: without --key, that the key came with
     // the run and proves integrity, not who signed it.
     for (const auto& w : v.warnings) std::cerr << "reproduce: warn  " << w << "\n";
@@ -103,11 +112,30 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
   return doc;
 }
 
+// The catalog a bundle carries is the one the run planned with: the signed
+// report's plan records its digest. A report from before anchor recorded it
+// gets a warning.
+void check_bundle_catalog(const std::string& catalog, const nlohmann::json& original) {
+  const nlohmann::json::json_pointer at("/plan/catalog/sha256");
+  const std::string got = sha256_file(catalog).sha256;
+  if (!original.contains(at) || !original.at(at).is_string()) {
+    std::cerr << "reproduce: warn  the report records no catalog digest: the bundle's catalog.yaml plans, unchecked\n";
+    return;
+  }
+  if (original.at(at).get<std::string>() != got)
+    throw Error(ErrorKind::kVerification,
+                "the bundle's catalog.yaml (sha256 " + got + ") is not the catalog the run planned with (sha256 " +
+                    original.at(at).get<std::string>() + ")",
+                "make the bundle again from the run (`anchor bundle RUN`)");
+}
+
 }  // namespace
 
 Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
   auto o = std::make_shared<ReproduceOptions>();
-  sub.add_option("report", o->report, "report.intoto.json of a past run (or report.json with --allow-unsigned)")
+  sub.add_option("report", o->report,
+                 "report.intoto.json of a past run (or report.json with --allow-unsigned), or a bundle directory "
+                 "(`anchor bundle`)")
       ->required();
   sub.add_option("--key", o->key,
                  "the signer's public key (SPKI PEM) to verify with (default: report.pub beside the report, which "
@@ -132,16 +160,31 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                         "hash every input again instead of trusting the pin cache");
   sub.add_flag("--json", o->json, "print the new report.json on stdout");
   sub.add_option("--junit", o->junit, "also write a JUnit XML file for the re-run");
-  Runner body = [o, &global]() {
+  Runner body = [o_cli = o, &global]() {
     // The fresh pin must see the libraries of a process that trains.
     if (!torch_in_process()) hand_over_to_torch("reproduce pins the libraries LibTorch loads");
+    auto o = std::make_shared<ReproduceOptions>(*o_cli);
+    // A bundle: every file it lists checked first; its envelope, key, catalog and inputs used.
+    std::optional<pipeline::OpenedBundle> bundle;
+    if (pipeline::is_bundle(o->report)) {
+      bundle = pipeline::open_bundle(o->report);
+      if (bundle->with_data && (!o->root.empty() || !o->map.empty()))
+        throw Error(ErrorKind::kUsage, "the bundle " + printable(bundle->dir) + " carries the run's inputs: --root and --map do not apply",
+                    "drop them; they are for a bundle made without --with-data, or a report");
+      note() << "reproduce: the bundle " << printable(bundle->dir) << " holds every file it lists, by digest\n";
+      o->report = bundle->envelope;
+      o->envelope_only = true;
+      o->catalog = bundle->catalog;
+    }
     Trust trust;
     const nlohmann::json original = load_report(*o, trust);
+    if (!o->catalog.empty()) check_bundle_catalog(o->catalog, original);
     if (!original.contains("manifest"))
       throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
     // Where the inputs are now (--root, --map): the config reads them there, and the
     // recorded manifest is read as if pinned there, so that only digests can drift.
     manifest::PathMap where;
+    if (bundle && bundle->with_data) where = bundle->inputs;
     if (!o->root.empty()) {
       where.root = std::filesystem::absolute(o->root).lexically_normal().string();
       while (where.root.size() > 1 && where.root.back() == '/') where.root.pop_back();
@@ -256,6 +299,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                                         : "within the recorded tolerance " + std::to_string(cfg.pilot.tolerance) +
                                               (drift.empty() ? " (GPU)" : " (pins drifted)"))
               << "\n";
+    if (bundle) po2.reproduces["bundle"] = printable(bundle->dir);
+    po2.catalog = o->catalog;
     po2.worker_binary = torch_binary();
     return cli::run_pilot(po2);
   };

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <vector>
@@ -21,8 +22,27 @@ double since(std::chrono::steady_clock::time_point t0) {
 }
 
 void check_name(const KnownFile& f) {
-  if (f.name.empty() || f.name == "." || f.name == ".." || f.name.find('/') != std::string::npos)
-    throw Error(ErrorKind::kUsage, "copy: '" + f.name + "' is not a plain file name");
+  bool ok = !f.name.empty() && f.name.front() != '/' && f.name.back() != '/';
+  for (std::size_t at = 0; ok && at <= f.name.size();) {
+    const std::size_t end = std::min(f.name.find('/', at), f.name.size());
+    const std::string part = f.name.substr(at, end - at);
+    ok = !part.empty() && part != "." && part != "..";
+    at = end + 1;
+  }
+  if (!ok)
+    throw Error(ErrorKind::kUsage, "copy: '" + f.name + "' is not a relative path within the directory");
+}
+
+// The directories of `name` below `root` that are not there yet, made (mode
+// 0755) and returned in the order made, for fsyncing.
+void make_parents(const std::string& root, const std::string& name, std::vector<std::string>& made, FileSystem& fs) {
+  for (std::size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+    const std::string dir = root + "/" + name.substr(0, slash);
+    std::error_code ec;
+    if (std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec))) continue;
+    fs.mkdir(dir, 0755);
+    made.push_back(dir);
+  }
 }
 
 // One file: read in chunks, hashed as read, written, fsynced, dropped from the cache.
@@ -92,10 +112,13 @@ CopyResult copy_verified(const std::string& from, const std::vector<KnownFile>& 
   const auto t0 = std::chrono::steady_clock::now();
   try {
     fs.mkdir(tmp, 0755);
+    std::vector<std::string> made;
     for (const auto& f : files) {
-      copy_file(from + "/" + f.name, f, tmp + "/" + f.name, fs);
+      make_parents(tmp, f.name, made, fs);
+      copy_file(f.source.empty() ? from + "/" + f.name : f.source, f, tmp + "/" + f.name, fs);
       r.bytes += f.size;
     }
+    for (auto d = made.rbegin(); d != made.rend(); ++d) fs.fsync_dir(*d);
     fs.fsync_dir(tmp);
     fs.rename(tmp, to);
     fs.fsync_dir(parent);

@@ -39,6 +39,7 @@
 #include "anchor/plan/plan.hpp"
 #include "anchor/report/keys.hpp"
 #include "anchor/report/provenance.hpp"
+#include "anchor/report/model_signing.hpp"
 #include "anchor/report/statement.hpp"
 #include "events.hpp"
 #include "progress.hpp"
@@ -574,11 +575,16 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   // A program pilot plans only when the program declares its shape: a catalog
   // problem then leaves it unplanned (saying why) rather than refusing the pilot.
+  // Read by its absolute path, which the plan records with the bytes' digest
+  // (a bundle carries exactly that catalog; reproducing one uses it: opts.catalog).
+  auto load = [&] {
+    return plan::load_catalog(std::filesystem::absolute(plan::find_catalog(p.cfg, opts.catalog)).lexically_normal().string());
+  };
   if (p.cfg.program.command.empty()) {
-    p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+    p.catalog = load();
   } else {
     try {
-      p.catalog = plan::load_catalog(plan::find_catalog(p.cfg));
+      p.catalog = load();
     } catch (const Error& e) {
       p.catalog_problem = with_hint(e);
     }
@@ -601,7 +607,7 @@ void open_run(Pilot& p, const PilotOptions& opts) {
   // or one that stops before the probe, has none): never signed as this run's. Nor are its
   // envelopes this run's: an unsigned or failed run must not sit beside an earlier signature.
   // Nor its export of the final weights (worker B writes this run's, when it gets there).
-  for (const char* earlier : {"profile.json", report::kEnvelopeFile, report::kProvenanceFile, "export"}) {
+  for (const char* earlier : {"profile.json", report::kEnvelopeFile, report::kProvenanceFile, report::kModelSignatureFile, "export"}) {
     std::error_code stale;
     std::filesystem::remove_all(p.run_dir + "/" + earlier, stale);  // a link itself, never what it names
   }

@@ -652,7 +652,7 @@ double export_check_loss(model::Model& m, const config::ModelConfig& mc, const s
 void copy_off_stage(WorkerContext& ctx, const model::HfExport& exported) {
   StageTimer stage("copy_off");
   std::vector<fs::KnownFile> files;
-  for (const auto& f : exported.files) files.push_back({f.name, f.size, f.sha256});
+  for (const auto& f : exported.files) files.push_back({f.name, f.size, f.sha256, ""});
   const std::string to = ctx.copy_to + "/" + (ctx.run_id.empty() ? std::string("export") : ctx.run_id);
   const auto r = fs::copy_verified(ctx.run_dir + "/export", files, to);
   ctx.out.stages.push_back(stage.end({{"to", printable(to)}, {"files", files.size()}, {"bytes", r.bytes},

@@ -10,6 +10,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/common/sha256.hpp"
 
 namespace anchor::plan {
 namespace {
@@ -216,6 +217,7 @@ Catalog load_catalog_string(const std::string& yaml, const std::string& name) {
   Loader loader(name);
   Catalog c = loader.load(yaml);
   if (!loader.problems().empty()) throw CatalogError(name, loader.problems());
+  c.sha256 = sha256_hex(yaml);
   return c;
 }
 

@@ -842,6 +842,8 @@ nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config
   recommend(devices, devs, budgets, t, out);
   out["assumptions"] = assumptions_of(m, t);
   out["warnings"] = warnings;
+  // Which catalog the figures came from, by digest: `anchor bundle` carries exactly these bytes.
+  out["catalog"] = {{"path", catalog.path}, {"sha256", catalog.sha256}};
   return out;
 }
 

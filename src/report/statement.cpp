@@ -14,6 +14,7 @@
 #include "anchor/log.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/keys.hpp"
+#include "anchor/report/model_signing.hpp"
 #include "anchor/report/provenance.hpp"
 #include "run_dir.hpp"
 
@@ -172,9 +173,11 @@ SignResult sign_run(const std::string& run_dir, const std::string& private_key_p
   stdfs::path root(run_dir);
   // An earlier signing's provenance names an envelope this one replaces:
   // gone before the new envelope lands, so a failure below leaves none.
-  std::error_code gone;
-  if (!stdfs::remove(root / kProvenanceFile, gone) && gone && gone != std::errc::no_such_file_or_directory)
-    throw io_error("remove", (root / kProvenanceFile).string(), gone.value());
+  for (const char* earlier : {kProvenanceFile, kModelSignatureFile}) {
+    std::error_code gone;
+    if (!stdfs::remove(root / earlier, gone) && gone && gone != std::errc::no_such_file_or_directory)
+      throw io_error("remove", (root / earlier).string(), gone.value());
+  }
   r.envelope_path = (root / kEnvelopeFile).string();
   r.public_key_path = (root / kPublicKeyFile).string();
   fs::atomic_write_file(r.public_key_path, public_key_pem(key));
@@ -187,8 +190,19 @@ SignResult sign_run(const std::string& run_dir, const std::string& private_key_p
   r.provenance_path = (root / kProvenanceFile).string();
   fs::atomic_write_file(r.provenance_path,
                         envelope_to_json(sign_envelope(key, kInTotoPayloadType, provenance.dump())));
-  ANCHOR_LOG_INFO("report", "signed {} ({} subjects) and {} (SLSA Provenance v1) with key {}", r.envelope_path,
-                  r.subjects, r.provenance_path, r.key_id);
+  // The export, signed for OpenSSF Model Signing's own verifier (report/model_signing.hpp).
+  const std::vector<ModelFile> model = model_files_of(nlohmann::json::parse(st["subject"].dump()));
+  if (!model.empty()) {
+    const auto statement = model_signing_statement(kModelDir, model);
+    r.model_signature_path = (root / kModelSignatureFile).string();
+    fs::atomic_write_file(r.model_signature_path,
+                          sigstore_bundle_to_json(sign_envelope(key, kInTotoPayloadType, statement.dump()),
+                                                  public_key_pem(key)));
+  }
+  ANCHOR_LOG_INFO("report", "signed {} ({} subjects), {} (SLSA Provenance v1){} with key {}", r.envelope_path,
+                  r.subjects, r.provenance_path,
+                  r.model_signature_path.empty() ? "" : " and " + r.model_signature_path + " (OpenSSF Model Signing of export/)",
+                  r.key_id);
   return r;
 }
 

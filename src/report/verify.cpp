@@ -17,6 +17,7 @@
 #include "anchor/error.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/keys.hpp"
+#include "anchor/report/model_signing.hpp"
 #include "anchor/report/provenance.hpp"
 #include "anchor/report/statement.hpp"
 #include "run_dir.hpp"
@@ -459,6 +460,65 @@ void check_provenance(const std::string& run_dir, const Key& key, const json& st
   r.checks.push_back(std::string(kProvenanceFile) + ": SLSA Provenance v1 of this report, signed by the same key");
 }
 
+// model.sig beside a report that verified: the OpenSSF Model Signing bundle
+// of the export the statement signs, signed by the same key, and exactly the
+// statement model_signing_statement makes of those files. Absent with an
+// export: a warning (a run signed before anchor wrote one, or a copy without it).
+void check_model_signature(const std::string& run_dir, const Key& key, const json& statement, VerifyResult& r) {
+  const std::string path = (stdfs::path(run_dir) / kModelSignatureFile).string();
+  const std::vector<ModelFile> files = model_files_of(statement.value("subject", json::array()));
+  std::error_code ec;
+  const auto type = stdfs::symlink_status(path, ec).type();
+  auto fail = [&](const std::string& detail) { r.failures.push_back(failure("model-signature", path + ": " + detail)); };
+  if (type == stdfs::file_type::not_found) {
+    if (!files.empty())
+      r.warnings.push_back(std::string("no ") + kModelSignatureFile + " beside the report: export/ is not signed for "
+                           "OpenSSF Model Signing (signed by an anchor before it wrote one, or copied without it)");
+    return;
+  }
+  if (files.empty()) {
+    fail("the report signs no export/, so there is no model for this signature");
+    return;
+  }
+  if (type != stdfs::file_type::regular) {
+    fail("not a regular file");
+    return;
+  }
+  SigstoreBundle bundle;
+  try {
+    bundle = sigstore_bundle_from_json(fs::read_file(path));
+  } catch (const Error& e) {
+    fail(e.what());
+    return;
+  }
+  if (bundle.envelope.payload_type != kInTotoPayloadType) {
+    fail(std::string("payloadType is not \"") + kInTotoPayloadType + "\"");
+    return;
+  }
+  if (!bundle.key_hint.empty() && bundle.key_hint != sha256_hex(public_key_pem(key))) {
+    fail("its public-key hint is not the report's signer's");
+    return;
+  }
+  if (!verify_envelope_signature(bundle.envelope, key)) {
+    fail("the signature does not verify with key " + r.key_id + ", the report's signer");
+    return;
+  }
+  json doc;
+  try {
+    doc = parse_json(bundle.envelope.payload);
+  } catch (const json::parse_error& e) {
+    fail(std::string("the payload is not JSON (") + e.what() + ")");
+    return;
+  }
+  const json expected = json::parse(model_signing_statement(kModelDir, files).dump());
+  if (doc != expected) {
+    fail("it does not sign the export/ this report signs (it differs at " + diff_paths(expected, doc) + ")");
+    return;
+  }
+  r.checks.push_back(std::string(kModelSignatureFile) + ": OpenSSF Model Signing of export/ (" +
+                     std::to_string(files.size()) + " files), signed by the same key");
+}
+
 }  // namespace
 
 VerifyResult verify_envelope(const std::string& envelope_path,
@@ -612,8 +672,10 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
   for (auto& f : sig_failures) r.failures.push_back(std::move(f));
   for (auto& f : statement_failures) r.failures.push_back(std::move(f));
   for (auto& f : files.failures) r.failures.push_back(std::move(f));
-  if (opts.check_files && r.failures.empty() && key)
+  if (opts.check_files && r.failures.empty() && key) {
     check_provenance(run_dir, key, st.doc, text, r);
+    check_model_signature(run_dir, key, st.doc, r);
+  }
   else if (opts.check_files && stdfs::exists(stdfs::path(run_dir) / kProvenanceFile, ec))
     r.warnings.push_back(std::string(kProvenanceFile) + " not checked: the report itself did not verify");
   r.ok = r.failures.empty();

@@ -70,8 +70,8 @@ std::unique_ptr<TempDir> BashCompletion::dir_;
 
 TEST_F(BashCompletion, OffersThePublicCommandsAndNoInternalOne) {
   const Words all = complete({"anchor", ""});
-  for (const char* c : {"pilot", "reproduce", "pin", "verify", "config", "checkpoint", "plan", "diff", "keygen",
-                        "completion", "manpage"})
+  for (const char* c : {"pilot", "reproduce", "pin", "verify", "config", "checkpoint", "plan", "diff", "bundle",
+                        "keygen", "completion", "manpage"})
     EXPECT_TRUE(all.count(c)) << c;
   for (const auto& w : all) EXPECT_EQ(w.rfind("__", 0), std::string::npos) << w;
   EXPECT_EQ(complete({"anchor", "pi"}), (Words{"pilot", "pin"}));
@@ -113,7 +113,7 @@ TEST_F(BashCompletion, OffersAnOptionsChoicesAndFilesWhereAFileIsExpected) {
 TEST_F(BashCompletion, OffersEveryOptionThatHelpLists) {
   for (const auto& cmd : std::vector<std::vector<std::string>>{
            {"pilot"}, {"reproduce"}, {"pin"}, {"verify"}, {"config", "dump"}, {"checkpoint", "list"},
-        {"plan"}, {"diff"}, {"keygen"}}) {
+        {"plan"}, {"diff"}, {"bundle"}, {"keygen"}}) {
     std::vector<std::string> args = cmd;
     args.push_back("--help");
     const std::string help = stdout_of(args);

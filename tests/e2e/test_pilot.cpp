@@ -290,6 +290,18 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
       }());
   EXPECT_EQ(eco.status, 0) << eco.out;
   EXPECT_NE(eco.out.find("SLSA Provenance v1 with "), std::string::npos) << eco.out;
+  // The export signed for OpenSSF Model Signing: anchor verify checks model.sig, and so does model_signing itself.
+  EXPECT_NE(v.output.find("ok    model.sig: OpenSSF Model Signing of export/ (2 files)"), std::string::npos) << v.output;
+  const auto ms = anchor::proc::run_capture(
+      {std::string(ANCHOR_SOURCE_DIR) + "/scripts/torch2-python",
+       std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/verify_model_signing.py", t.str("run1"), pub, key},
+      [] {
+        anchor::proc::SpawnOptions o;
+        o.merge_stderr = true;
+        return o;
+      }());
+  EXPECT_EQ(ms.status, 0) << ms.out;
+  EXPECT_NE(ms.out.find("OK   model_signing verify key accepts"), std::string::npos) << ms.out;
   // The final weights in Hugging Face's layout (docs/models.md, "Export"): a measured stage whose
   // check loss transformers computes again from the files; every file a signed subject.
   nlohmann::json exported;

@@ -11,9 +11,12 @@
 namespace anchor::fs {
 
 struct KnownFile {
-  std::string name;    // a plain file name within the directory (no '/')
+  // Its path within the directory: '/'-separated, relative, no empty, "." or
+  // ".." component (a name cannot leave the directory).
+  std::string name;
   std::uint64_t size = 0;
   std::string sha256;  // lowercase hex
+  std::string source;  // copy_verified: where to read it; empty: <from>/<name>
 };
 
 struct CopyResult {
@@ -22,10 +25,12 @@ struct CopyResult {
   double verify_s = 0;  // reading every file back at the destination and hashing it
 };
 
-// Copies `files` from the directory `from` into the new directory `to`: every
-// file is written into a sibling temporary directory of `to`, hashed as it is
-// read (a source that is not what `files` says is refused), fsynced and
-// dropped from the page cache; the temporary directory is fsynced, renamed to
+// Copies `files` from the directory `from` (or each from its `source`) into
+// the new directory `to`: every file is written into a sibling temporary
+// directory of `to` (the directories its name needs made there), hashed as it
+// is read (a source that is not what `files` says is refused), fsynced and
+// dropped from the page cache; every directory made is fsynced, the
+// temporary directory renamed to
 // `to`, and the parent fsynced. Then every file is read back at `to` and
 // checked (verify_files). `to`'s parent must exist (a destination that is not
 // there, say an unmounted share, is refused rather than created) and `to`

@@ -72,6 +72,7 @@ struct PilotOptions {
   bool use_hash_cache = true;
   std::string log_level = "info";      // passed on to the workers
   std::string worker_binary;           // the workers' executable (anchor-torch); empty -> this one
+  std::string catalog;                 // the device catalog; empty -> plan::find_catalog (budget.catalog, ...)
 
   // `anchor reproduce`: run this config instead of loading config_path, and
   // compare the results with `baseline` (a past report.json) stage by stage.

@@ -28,6 +28,7 @@ struct Device {
 
 struct Catalog {
   std::string path;
+  std::string sha256;  // of the bytes the devices were read from (the plan records it: a bundle carries them)
   std::vector<Device> devices;
   // nullptr when no device has that name.
   const Device* find(const std::string& name) const;

@@ -52,6 +52,7 @@ struct SignOptions {
 struct SignResult {
   std::string envelope_path;
   std::string provenance_path;  // provenance.intoto.json (report/provenance.hpp)
+  std::string model_signature_path;  // model.sig over export/ (report/model_signing.hpp); "" without an export
   std::string public_key_path;
   std::string key_id;
   std::size_t subjects = 0;
@@ -59,7 +60,8 @@ struct SignResult {
 
 // Writes <run_dir>/report.intoto.json signed with the private key, then
 // <run_dir>/provenance.intoto.json (SLSA Provenance v1 made from that
-// statement, report/provenance.hpp) signed with the same key, and the
+// statement, report/provenance.hpp) signed with the same key, <run_dir>/model.sig
+// when the run has an export/ (OpenSSF Model Signing, report/model_signing.hpp), and the
 // matching public key as <run_dir>/report.pub, each atomically (mode 0644).
 // Subjects: report.json + checkpoints/*/manifest.json of committed checkpoints.
 // Throws Error: kUsage for a key that is refused (group/other-readable,

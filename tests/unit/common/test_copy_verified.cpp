@@ -29,7 +29,7 @@ Source write_source(const std::string& dir) {
       {"empty", ""}};
   for (const auto& [name, bytes] : content) {
     std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
-    s.files.push_back({name, bytes.size(), sha256_hex(bytes)});
+    s.files.push_back({name, bytes.size(), sha256_hex(bytes), ""});
   }
   return s;
 }
@@ -118,3 +118,30 @@ TEST(CopyVerified, TheReadBackCheckFindsOneChangedByte) {
 }
 
 }  // namespace
+
+// Nested names (a bundle's inputs tree) get their directories made, each file
+// may come from its own source, and a name that would leave the directory is
+// refused before anything is written.
+TEST(CopyVerified, NestedNamesAndOwnSourcesArriveAndEscapingNamesAreRefused) {
+  anchor::testing::TempDir t("copy");
+  stdfs::create_directories(t.path() / "elsewhere");
+  std::ofstream(t.str("elsewhere/shard.bin"), std::ios::binary) << "tokens";
+  std::vector<fs::KnownFile> files = {
+      {"inputs/tree/data/shard.bin", 6, sha256_hex("tokens"), t.str("elsewhere/shard.bin")},
+      {"inputs/abs/x/shard.bin", 6, sha256_hex("tokens"), t.str("elsewhere/shard.bin")}};
+  fs::copy_verified(t.str("unused"), files, t.str("bundle"));
+  EXPECT_EQ(sha256_file(t.str("bundle/inputs/tree/data/shard.bin")).sha256, sha256_hex("tokens"));
+  EXPECT_EQ(sha256_file(t.str("bundle/inputs/abs/x/shard.bin")).sha256, sha256_hex("tokens"));
+  for (const std::string bad : {"../x", "a/../../x", "/etc/passwd", "a//b", "a/./b", "a/", ""}) {
+    std::vector<fs::KnownFile> one = {{bad, 6, sha256_hex("tokens"), t.str("elsewhere/shard.bin")}};
+    try {
+      fs::copy_verified(t.str("unused"), one, t.str("escape"));
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << bad;
+      EXPECT_NE(std::string(e.what()).find("not a relative path"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(stdfs::exists(t.path() / "escape")) << bad;
+  }
+  EXPECT_EQ(names_in(t.path()), (std::vector<std::string>{"bundle", "elsewhere"}));
+}

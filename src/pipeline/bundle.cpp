@@ -1,0 +1,400 @@
+#include "anchor/pipeline/bundle.hpp"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/build_info.hpp"
+#include "anchor/common/copy_verified.hpp"
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "anchor/report/dsse.hpp"
+#include "anchor/report/statement.hpp"
+
+namespace anchor::pipeline {
+namespace {
+
+namespace stdfs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kTree = "inputs/tree";  // the config directory's place (at its depth, below)
+constexpr const char* kAbs = "inputs/abs";    // absolute inputs, under their own path
+constexpr std::uint64_t kMostBundleJson = 64u << 20;
+
+// The run's files a bundle carries when the report signed them (each checked against that digest).
+constexpr const char* kSignedFiles[] = {"report.json", "manifest.json", "config.json", "report.md", "report.html"};
+
+std::string normal(const std::string& p) { return stdfs::path(p).lexically_normal().string(); }
+
+// The run's report and subjects, from the bytes that verified.
+struct Verified {
+  json report;
+  std::map<std::string, std::string> subjects;  // name -> sha256
+};
+
+Verified read_verified(const std::string& envelope_text) {
+  const auto env = report::envelope_from_json(envelope_text);
+  const json statement = parse_json(env.payload);
+  Verified v;
+  v.report = statement.at("predicate").at("report");
+  for (const auto& s : statement.at("subject"))
+    v.subjects[s.at("name").get<std::string>()] = s.at("digest").at("sha256").get<std::string>();
+  return v;
+}
+
+// One input file the manifest lists: {path as written, size, sha256}, checked.
+struct Input {
+  std::string written;
+  std::uint64_t size = 0;
+  std::string sha256;
+};
+
+std::vector<Input> inputs_of(const json& manifest) {
+  std::vector<Input> out;
+  auto take = [&](const json& files, const std::string& where) {
+    if (!files.is_array()) return;
+    for (const auto& f : files) {
+      const bool ok = f.is_object() && f.contains("path") && f["path"].is_string() &&
+                      !f["path"].get<std::string>().empty() && f.contains("size") && f["size"].is_number_unsigned() &&
+                      f.contains("sha256") && f["sha256"].is_string() && is_sha256_hex(f["sha256"].get<std::string>());
+      if (!ok)
+        throw Error(ErrorKind::kVerification,
+                    "the report's manifest lists a file under " + where + " without a path, size and SHA-256",
+                    "the report was not written by anchor's pin; it cannot be bundled with its data");
+      out.push_back({f["path"].get<std::string>(), f["size"].get<std::uint64_t>(), f["sha256"].get<std::string>()});
+    }
+  };
+  if (manifest.contains("model") && manifest["model"].is_object() && manifest["model"].contains("files"))
+    take(manifest["model"]["files"], "model.files");
+  if (manifest.contains("data") && manifest["data"].is_object())
+    for (const char* split : {"train", "val"})
+      if (manifest["data"].contains(split) && manifest["data"][split].is_object() &&
+          manifest["data"][split].contains("files"))
+        take(manifest["data"][split]["files"], std::string("data.") + split + ".files");
+  return out;
+}
+
+// A relative input path as the number of ".." it starts with and the rest.
+std::pair<std::size_t, std::string> split_up(const std::string& written) {
+  const stdfs::path n = stdfs::path(written).lexically_normal();
+  std::size_t up = 0;
+  stdfs::path rest;
+  bool leading = true;
+  for (const auto& part : n) {
+    if (leading && part == "..") {
+      ++up;
+      continue;
+    }
+    leading = false;
+    rest /= part;
+  }
+  const std::string r = rest.string();
+  if (r.empty() || r == ".")
+    throw Error(ErrorKind::kVerification, "the report's manifest lists the input '" + printable(written) +
+                                              "', which names no file below a directory");
+  return {up, r};
+}
+
+std::string depth(std::size_t levels) {
+  std::string s;
+  for (std::size_t i = 0; i < levels; ++i) s += "/_";
+  return s;
+}
+
+// The inputs as the files the bundle gets, and where a reproduction finds them.
+struct PlacedInputs {
+  std::vector<fs::KnownFile> files;
+  std::string root;      // relative to the bundle; empty: no relative input
+  bool absolute = false;
+};
+
+PlacedInputs place_inputs(const json& manifest) {
+  const config::Config cfg = manifest::config_from_manifest(manifest);
+  const std::vector<Input> inputs = inputs_of(manifest);
+  std::size_t most_up = 0;
+  for (const auto& in : inputs)
+    if (!stdfs::path(in.written).is_absolute()) most_up = std::max(most_up, split_up(in.written).first);
+  PlacedInputs out;
+  std::map<std::string, std::string> taken;  // bundle name -> sha256: one file named twice is carried once
+  for (const auto& in : inputs) {
+    fs::KnownFile f{"", in.size, in.sha256, ""};
+    if (stdfs::path(in.written).is_absolute()) {
+      f.name = std::string(kAbs) + normal(in.written);
+      f.source = in.written;
+      out.absolute = true;
+    } else {
+      const auto [up, rest] = split_up(in.written);
+      f.name = std::string(kTree) + depth(most_up - up) + "/" + rest;
+      f.source = config::resolve_path(cfg, in.written);
+      out.root = std::string(kTree) + depth(most_up);
+    }
+    if (const auto it = taken.find(f.name); it != taken.end()) {
+      if (it->second != f.sha256)
+        throw Error(ErrorKind::kVerification,
+                    "the report's manifest lists " + printable(in.written) + " twice with different digests");
+      continue;
+    }
+    taken[f.name] = f.sha256;
+    out.files.push_back(std::move(f));
+  }
+  return out;
+}
+
+fs::KnownFile known(const std::string& name, const std::string& source, const std::string& role, json& listed) {
+  const auto d = sha256_file(source);
+  listed.push_back({{"name", name}, {"size", d.size}, {"sha256", d.sha256}, {"role", role}});
+  return fs::KnownFile{name, d.size, d.sha256, source};
+}
+
+std::string default_output(const json& report) {
+  const std::string id = report.value("run_id", std::string());
+  static const std::regex plain("[A-Za-z0-9][A-Za-z0-9._-]{0,200}");
+  if (!std::regex_match(id, plain))
+    throw Error(ErrorKind::kUsage, "the report's run_id is not a plain file name",
+                "name the bundle's directory with -o DIR");
+  return id + ".bundle";
+}
+
+// Whether every component of `name` below `dir` is a directory or (the last)
+// a regular file, none a symbolic link.
+bool plain_path(const std::string& dir, const std::string& name) {
+  stdfs::path at(dir);
+  const stdfs::path rel(name);
+  std::size_t left = std::distance(rel.begin(), rel.end());
+  for (const auto& part : rel) {
+    at /= part;
+    std::error_code ec;
+    const auto st = stdfs::symlink_status(at, ec);
+    if (ec) return false;
+    if (--left == 0) return st.type() == stdfs::file_type::regular;
+    if (st.type() != stdfs::file_type::directory) return false;
+  }
+  return false;
+}
+
+std::string relative_within(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return "";
+  const std::string s = j[key].is_string() ? j[key].get<std::string>() : std::string();
+  // The same rule as a file's name (fs::copy_verified), and under inputs/.
+  if (s.rfind("inputs/", 0) != 0 || s.find("/../") != std::string::npos || s.find("/./") != std::string::npos ||
+      s.find("//") != std::string::npos || s.back() == '/' || s.size() < 4 || s.substr(s.size() - 3) == "/..")
+    throw Error(ErrorKind::kUsage, std::string("bundle.json: inputs.") + key + " is not a directory under inputs/");
+  return s;
+}
+
+}  // namespace
+
+BundleResult write_bundle(const BundleOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::error_code ec;
+  const bool is_dir = stdfs::is_directory(opts.run, ec);
+  const std::string envelope = is_dir ? (stdfs::path(opts.run) / report::kEnvelopeFile).string() : opts.run;
+  if (!stdfs::exists(envelope, ec))
+    throw Error(ErrorKind::kUsage, printable(opts.run) + " holds no " + report::kEnvelopeFile + ": only a signed run can be bundled",
+                "give the run directory of a signed pilot (one not run with report.signing_key: none)");
+
+  report::VerifyOptions vo;
+  vo.public_key_path = opts.key;
+  vo.check_files = true;
+  const auto v = report::verify_envelope(envelope, vo);
+  if (!v.ok) {
+    std::string all;
+    for (const auto& f : v.failures) all += "\n  " + f;
+    throw Error(ErrorKind::kVerification, "the run does not verify:" + all,
+                "`anchor verify " + printable(envelope) + "` says why; a bundle carries only a run that verifies");
+  }
+  BundleResult r;
+  r.key_id = v.key_id;
+  r.warnings = v.warnings;
+  const Verified signed_run = read_verified(v.envelope_text);
+  const std::string run_dir = stdfs::path(envelope).parent_path().empty() ? "." : stdfs::path(envelope).parent_path().string();
+
+  json listed = json::array();
+  std::vector<fs::KnownFile> files;
+  // The envelope as it verified (the copy is checked against these bytes), and its key.
+  files.push_back({report::kEnvelopeFile, v.envelope_text.size(), sha256_hex(v.envelope_text), envelope});
+  listed.push_back({{"name", report::kEnvelopeFile}, {"size", v.envelope_text.size()},
+                    {"sha256", sha256_hex(v.envelope_text)}, {"role", "report envelope"}});
+  files.push_back(known(report::kPublicKeyFile, v.public_key_path, "public key", listed));
+  for (const char* name : kSignedFiles) {
+    const auto it = signed_run.subjects.find(name);
+    if (it == signed_run.subjects.end()) continue;
+    const auto d = sha256_file((stdfs::path(run_dir) / name).string());
+    files.push_back({name, d.size, it->second, (stdfs::path(run_dir) / name).string()});
+    listed.push_back({{"name", name}, {"size", d.size}, {"sha256", it->second}, {"role", "signed subject"}});
+  }
+  const std::string provenance = (stdfs::path(run_dir) / "provenance.intoto.json").string();
+  if (stdfs::exists(provenance, ec)) files.push_back(known("provenance.intoto.json", provenance, "provenance", listed));
+
+  // The catalog the plan's figures came from: the bytes whose digest the report records.
+  const json* catalog = nullptr;
+  if (signed_run.report.contains("plan") && signed_run.report["plan"].is_object() &&
+      signed_run.report["plan"].contains("catalog"))
+    catalog = &signed_run.report["plan"]["catalog"];
+  if (catalog && catalog->is_object() && catalog->value("path", json()).is_string() &&
+      is_sha256_hex(catalog->value("sha256", std::string()))) {
+    const std::string path = (*catalog)["path"].get<std::string>(), want = (*catalog)["sha256"].get<std::string>();
+    FileDigest d;
+    try {
+      d = sha256_file(path);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::kVerification, "the catalog the run planned with cannot be read: " + std::string(e.what()),
+                  "restore " + printable(path) + " (sha256 " + want + "): the bundle carries the catalog the run used");
+    }
+    if (d.sha256 != want)
+      throw Error(ErrorKind::kVerification,
+                  "the catalog the run planned with, " + printable(path) + ", changed since (sha256 " + d.sha256 +
+                      ", the report records " + want + ")",
+                  "restore that catalog: the bundle carries the catalog the run used, by its signed digest");
+    files.push_back({"catalog.yaml", d.size, want, path});
+    listed.push_back({{"name", "catalog.yaml"}, {"size", d.size}, {"sha256", want}, {"role", "catalog"}});
+  } else {
+    r.warnings.push_back("the report records no device catalog (a run before anchor recorded it, or one with no "
+                         "plan): the bundle carries none, and a reproduction plans with the catalog it finds");
+  }
+
+  json inputs = nullptr;
+  if (opts.with_data) {
+    if (!signed_run.report.contains("manifest") || !signed_run.report["manifest"].is_object())
+      throw Error(ErrorKind::kVerification, "the report has no manifest: its inputs are unknown");
+    PlacedInputs placed = place_inputs(signed_run.report["manifest"]);
+    for (auto& f : placed.files) {
+      listed.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}, {"role", "input"}});
+      files.push_back(std::move(f));
+      ++r.inputs;
+    }
+    inputs = {{"root", placed.root.empty() ? json(nullptr) : json(placed.root)},
+              {"absolute", placed.absolute ? json(kAbs) : json(nullptr)}};
+  }
+
+  const std::string out = opts.output.empty() ? default_output(signed_run.report) : opts.output;
+  if (stdfs::exists(stdfs::symlink_status(out, ec)))
+    throw Error(ErrorKind::kUsage, "the bundle " + printable(out) + " already exists",
+                "nothing is replaced: remove it, or name another directory with -o DIR");
+  json bundle = {{"format", kBundleFormat},
+                 {"run_id", signed_run.report.value("run_id", std::string())},
+                 {"key_id", v.key_id},
+                 {"anchor", {{"version", build::kVersion}, {"git_commit", build::kGitCommit}}},
+                 {"with_data", opts.with_data},
+                 {"inputs", inputs},
+                 {"files", listed}};
+  // bundle.json travels with the rest: written beside the destination first, copied in, removed.
+  const stdfs::path target(out);
+  const std::string parent = target.has_parent_path() ? target.parent_path().string() : ".";
+  const std::string staged = parent + "/." + target.filename().string() + ".bundle-json.tmp-" + fs::random_suffix();
+  const std::string text = dump_json(bundle, 2) + "\n";
+  if (!stdfs::is_directory(parent, ec))
+    throw Error(ErrorKind::kIo, "the bundle's parent directory " + printable(parent) + " does not exist",
+                "create it first (anchor does not: a missing mount would be filled on the local disk instead)");
+  fs::atomic_write_file(staged, text);
+  files.push_back({kBundleFile, text.size(), sha256_hex(text), staged});
+  try {
+    const auto copied = fs::copy_verified(run_dir, files, out);
+    r.bytes = copied.bytes;
+  } catch (const Error& e) {
+    stdfs::remove(staged, ec);
+    if (e.kind() != ErrorKind::kVerification) throw;
+    // A source that is not what was signed: the run's file, or an input, changed since.
+    throw Error(e.kind(), std::string(e.what()) + "; it changed since the run was signed",
+                "a bundle carries only what the report signs: restore the file, or run the pilot again and bundle "
+                "that run (nothing was written)");
+  } catch (...) {
+    stdfs::remove(staged, ec);
+    throw;
+  }
+  stdfs::remove(staged, ec);
+  r.dir = out;
+  r.files = files.size() - 1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+bool is_bundle(const std::string& path) {
+  std::error_code ec;
+  return stdfs::is_directory(path, ec) && stdfs::exists(stdfs::path(path) / kBundleFile, ec);
+}
+
+OpenedBundle open_bundle(const std::string& dir) {
+  OpenedBundle b;
+  b.dir = normal(stdfs::absolute(dir).string());
+  while (b.dir.size() > 1 && b.dir.back() == '/') b.dir.pop_back();
+  const std::string file = b.dir + "/" + kBundleFile;
+  if (!plain_path(b.dir, kBundleFile))
+    throw Error(ErrorKind::kUsage, file + " is not a regular file", "give the directory `anchor bundle` wrote");
+  struct stat st {};
+  if (::stat(file.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) > kMostBundleJson)
+    throw Error(ErrorKind::kUsage, file + " is larger than any bundle.json anchor writes");
+  json j;
+  try {
+    j = parse_json(fs::read_file(file));
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::kUsage, file + " is not JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object() || j.value("format", json()) != json(kBundleFormat))
+    throw Error(ErrorKind::kUsage,
+                file + " is not an " + kBundleFormat + " bundle (format " +
+                    (j.is_object() && j.contains("format") ? printable(j["format"].dump()) : std::string("missing")) + ")",
+                "this anchor reads " + std::string(kBundleFormat) + "; a newer bundle needs a newer anchor");
+  if (!j.contains("files") || !j["files"].is_array())
+    throw Error(ErrorKind::kUsage, file + " lists no files");
+  std::vector<fs::KnownFile> files;
+  for (const auto& f : j["files"]) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") ||
+        !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
+        !is_sha256_hex(f["sha256"].get<std::string>()))
+      throw Error(ErrorKind::kUsage, file + " lists a file without a name, size and SHA-256");
+    files.push_back({f["name"].get<std::string>(), f["size"].get<std::uint64_t>(), f["sha256"].get<std::string>(), ""});
+  }
+  for (const auto& f : files) {
+    std::error_code ec;
+    if (!stdfs::exists(stdfs::symlink_status(b.dir + "/" + f.name, ec)))
+      throw Error(ErrorKind::kVerification, "the bundle lost " + printable(f.name) + " (bundle.json lists it)",
+                  "copy the whole bundle again from where it was made");
+    if (f.name.find("..") == std::string::npos && !plain_path(b.dir, f.name))
+      throw Error(ErrorKind::kVerification,
+                  "the bundle's " + printable(f.name) + " is not a regular file in a plain directory (a symbolic link?)",
+                  "a bundle holds only the files `anchor bundle` wrote");
+  }
+  fs::verify_files(b.dir, files);  // refuses a name that leaves the bundle, and any changed byte
+
+  std::set<std::string> names;
+  for (const auto& f : files) names.insert(f.name);
+  auto has = [&](const std::string& name) { return names.count(name) > 0; };
+  for (const char* needed : {report::kEnvelopeFile, report::kPublicKeyFile})
+    if (!has(needed)) throw Error(ErrorKind::kUsage, file + " does not list " + needed);
+  b.envelope = b.dir + "/" + report::kEnvelopeFile;
+  b.public_key = b.dir + "/" + report::kPublicKeyFile;
+  if (has("catalog.yaml")) b.catalog = b.dir + "/catalog.yaml";
+  b.with_data = j.value("with_data", false) == true;
+  if (b.with_data) {
+    const json in = j.value("inputs", json::object());
+    if (!in.is_object()) throw Error(ErrorKind::kUsage, file + ": inputs is not an object");
+    const std::string root = relative_within(in, "root"), abs = relative_within(in, "absolute");
+    if (!root.empty()) b.inputs.root = b.dir + "/" + root;
+    if (!abs.empty()) b.inputs.prefixes.push_back({"/", b.dir + "/" + abs});
+    // A file there that bundle.json does not list would be found by a glob: say so here, plainly.
+    std::error_code ec;
+    for (auto it = stdfs::recursive_directory_iterator(b.dir + "/inputs", ec);
+         !ec && it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->is_directory(ec)) continue;
+      const std::string rel = it->path().lexically_relative(b.dir).string();
+      if (!has(rel))
+        throw Error(ErrorKind::kVerification,
+                    "the bundle's inputs hold " + printable(rel) + ", which bundle.json does not list",
+                    "a bundle's inputs are the run's and nothing else: remove it, or copy the bundle again");
+    }
+  }
+  return b;
+}
+
+}  // namespace anchor::pipeline

@@ -1,0 +1,211 @@
+// End-to-end: `anchor bundle RUN` and `anchor reproduce BUNDLE` (issue 19;
+// docs/report.md, "Reproduction bundles"). A signed run whose inputs are
+// relative (above the config's directory) and absolute is bundled with its
+// data; the original tree and run are moved away, the bundle is moved
+// elsewhere, and the reproduction is bitwise from the bundle alone. Controls:
+// a changed input byte, an added input, a changed catalog, a bundle.json
+// edited to match a changed input, --root against a bundle with data, an
+// output that exists, a run whose data changed since it was signed, and a
+// tampered run are each refused with the documented exit code.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "support/run_anchor.hpp"
+
+namespace {
+
+using anchor::testing::read_json;
+using anchor::testing::run_anchor;
+using anchor::testing::source_path;
+using anchor::testing::TempDir;
+using nlohmann::json;
+namespace stdfs = std::filesystem;
+
+void append(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::app | std::ios::binary);
+  f << text;
+}
+
+// bundle.json with one file's digest set to what it holds now: an edit made to match a changed file.
+void relist(const std::string& bundle, const std::string& name) {
+  json j = read_json(bundle + "/bundle.json");
+  for (auto& f : j["files"])
+    if (f["name"] == name) {
+      const auto d = anchor::sha256_file(bundle + "/" + name);
+      f["size"] = d.size;
+      f["sha256"] = d.sha256;
+    }
+  anchor::fs::atomic_write_file(bundle + "/bundle.json", j.dump(2));
+}
+
+class Bundle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    stdfs::create_directories(old_tree_ + "/configs");
+    stdfs::create_directories(old_tree_ + "/data");
+    stdfs::copy_file(source_path("configs/pilot.yaml"), old_tree_ + "/configs/pilot.yaml");
+    stdfs::copy_file(source_path("data/tiny/train.txt"), old_tree_ + "/data/train.txt");  // relative, above the config
+    stdfs::copy_file(source_path("data/tiny/val.txt"), old_tree_ + "/data/val.txt");      // absolute
+    ASSERT_EQ(run_anchor({"keygen", "-o", t_.str("keys")}).status, 0);
+    auto p = run_anchor({"pilot", old_tree_ + "/configs/pilot.yaml", "--run-dir", t_.str("orig"), "--set",
+                         "data.train=[../data/train.txt]", "--set", "data.val=[" + old_tree_ + "/data/val.txt]",
+                         "--set", "report.signing_key=" + t_.str("keys/anchor.key")});
+    ASSERT_EQ(p.status, 0) << p.output;
+  }
+  anchor::testing::AnchorRun reproduce(const std::string& what, const std::string& run,
+                                       std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {"reproduce", what, "--key", t_.str("keys/anchor.pub"), "--run-dir", t_.str(run),
+                                  "--signing-key", "none"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_anchor(a);
+  }
+  TempDir t_{"bundle"};
+  const std::string old_tree_ = t_.str("tree");
+};
+
+TEST_F(Bundle, WithItsDataItReproducesBitwiseFromTheBundleAlone) {
+  // The run records the catalog it planned with, by digest.
+  const json orig = read_json(t_.str("orig/report.json"));
+  ASSERT_TRUE(orig["plan"].contains("catalog")) << orig["plan"].dump();
+  const std::string catalog_path = orig["plan"]["catalog"]["path"];
+  EXPECT_TRUE(stdfs::path(catalog_path).is_absolute()) << catalog_path;
+  EXPECT_EQ(orig["plan"]["catalog"]["sha256"], anchor::sha256_file(catalog_path).sha256);
+
+  auto b = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("made"), "--with-data", "--key", t_.str("keys/anchor.pub")});
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("2 of them the run's inputs"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("anchor reproduce " + t_.str("made")), std::string::npos) << b.output;
+  const json listed = read_json(t_.str("made/bundle.json"));
+  EXPECT_EQ(listed["format"], "anchor.bundle/v1");
+  EXPECT_EQ(listed["run_id"], orig["run_id"]);
+  EXPECT_EQ(listed["inputs"]["root"], "inputs/tree/_") << "one level above the config's directory";
+  EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/inputs/tree/data/train.txt")));
+  EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/inputs/abs") + old_tree_ + "/data/val.txt"));
+  EXPECT_EQ(anchor::sha256_file(t_.str("made/catalog.yaml")).sha256, orig["plan"]["catalog"]["sha256"]);
+  for (const char* f : {"report.intoto.json", "report.pub", "report.json", "manifest.json", "config.json",
+                        "provenance.intoto.json"})
+    EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/") + f)) << f;
+  // No temporary is left beside it.
+  for (const auto& e : stdfs::directory_iterator(t_.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // Its envelope verifies alone with standard anchor verify.
+  EXPECT_EQ(run_anchor({"verify", t_.str("made/report.intoto.json"), "--envelope-only", "--key",
+                        t_.str("keys/anchor.pub")}).status,
+            0);
+
+  // Nothing of the original is where it was; the bundle itself moved.
+  stdfs::rename(old_tree_, t_.str("gone-tree"));
+  stdfs::rename(t_.str("orig"), t_.str("gone-run"));
+  // Shipped as docs/report.md shows: tar, unpacked at another place.
+  const std::string tar = "tar -C " + t_.str("") + " -cf " + t_.str("bundle.tar") + " made && mkdir " +
+                          t_.str("node2") + " && tar -C " + t_.str("node2") + " -xf " + t_.str("bundle.tar");
+  ASSERT_EQ(std::system(tar.c_str()), 0) << tar;
+  stdfs::remove_all(t_.str("made"));
+  const std::string b2 = t_.str("node2/made");
+  auto r = reproduce(b2, "again");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("holds every file it lists"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no drift"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  reproduced: the re-run matches "), std::string::npos) << r.output;
+  const json again = read_json(t_.str("again/report.json"));
+  EXPECT_EQ(again["reproduction"]["mode"], "bitwise");
+  EXPECT_EQ(again["reproduces"]["bundle"], b2);
+  EXPECT_EQ(again["plan"]["catalog"]["path"], b2 + "/catalog.yaml");
+  EXPECT_EQ(again["reproduces"]["inputs_at"]["root"], b2 + "/inputs/tree/_");
+
+  // --root/--map do not apply to a bundle that carries its inputs.
+  auto root = reproduce(b2, "root", {"--root", t_.str("gone-tree/configs")});
+  EXPECT_EQ(root.status, 2) << root.output;
+  EXPECT_NE(root.output.find("--root and --map do not apply"), std::string::npos) << root.output;
+
+  // One changed byte of an input: refused by the bundle's own digests before anything runs.
+  const std::string train = b2 + "/inputs/tree/data/train.txt";
+  append(train, "x");
+  auto changed = reproduce(b2, "changed");
+  EXPECT_EQ(changed.status, 3) << changed.output;
+  EXPECT_NE(changed.output.find("inputs/tree/data/train.txt"), std::string::npos) << changed.output;
+  EXPECT_FALSE(stdfs::exists(t_.str("changed")));
+  // bundle.json edited to match is not trusted: the signed manifest's digest decides (drift, exit 3).
+  relist(b2, "inputs/tree/data/train.txt");
+  auto relisted = reproduce(b2, "relisted");
+  EXPECT_EQ(relisted.status, 3) << relisted.output;
+  EXPECT_NE(relisted.output.find("pins drifted"), std::string::npos) << relisted.output;
+  EXPECT_NE(relisted.output.find("train.txt"), std::string::npos) << relisted.output;
+}
+
+TEST_F(Bundle, WhatABundleDoesNotHoldOrNoLongerMatchesIsRefused) {
+  auto b = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("made"), "--with-data"});
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("bundle: warn  no --key given"), std::string::npos) << "verify's warning: " << b.output;
+
+  // The output exists: nothing is replaced.
+  const auto before = anchor::sha256_file(t_.str("made/bundle.json")).sha256;
+  auto again = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("made")});
+  EXPECT_EQ(again.status, 2) << again.output;
+  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
+  EXPECT_EQ(anchor::sha256_file(t_.str("made/bundle.json")).sha256, before);
+
+  // A file added among the inputs (a glob would find it).
+  const std::string extra = t_.str("made/inputs/tree/data/extra.txt");
+  anchor::fs::atomic_write_file(extra, "more");
+  auto added = reproduce(t_.str("made"), "added");
+  EXPECT_EQ(added.status, 3) << added.output;
+  EXPECT_NE(added.output.find("inputs/tree/data/extra.txt, which bundle.json does not list"), std::string::npos)
+      << added.output;
+  stdfs::remove(extra);
+
+  // A catalog that is not the one the run planned with, even with bundle.json edited to match.
+  append(t_.str("made/catalog.yaml"), "\n# edited\n");
+  relist(t_.str("made"), "catalog.yaml");
+  auto catalog = reproduce(t_.str("made"), "catalog");
+  EXPECT_EQ(catalog.status, 3) << catalog.output;
+  EXPECT_NE(catalog.output.find("is not the catalog the run planned with"), std::string::npos) << catalog.output;
+
+  // A name in bundle.json that leaves the bundle.
+  json j = read_json(t_.str("made/bundle.json"));
+  j["files"].push_back({{"name", "../keys/anchor.pub"}, {"size", 1}, {"sha256", std::string(64, '0')}, {"role", "x"}});
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+  auto escape = reproduce(t_.str("made"), "escape");
+  EXPECT_EQ(escape.status, 2) << escape.output;
+  EXPECT_NE(escape.output.find("not a relative path within the directory"), std::string::npos) << escape.output;
+
+  // A bundle of another format.
+  j["format"] = "anchor.bundle/v2";
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+  auto newer = reproduce(t_.str("made"), "newer");
+  EXPECT_EQ(newer.status, 2) << newer.output;
+  EXPECT_NE(newer.output.find("a newer bundle needs a newer anchor"), std::string::npos) << newer.output;
+
+  // The run's data changed since it was signed: its bundle with data is refused, and nothing is left.
+  append(old_tree_ + "/data/val.txt", "changed after the run");
+  auto stale = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("stale"), "--with-data"});
+  EXPECT_EQ(stale.status, 3) << stale.output;
+  EXPECT_NE(stale.output.find("val.txt"), std::string::npos) << stale.output;
+  EXPECT_FALSE(stdfs::exists(t_.str("stale")));
+  for (const auto& e : stdfs::directory_iterator(t_.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+
+  // Without --with-data the bundle carries no input; a reproduction finds them with --root/--map.
+  auto nodata = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("nodata")});
+  ASSERT_EQ(nodata.status, 0) << nodata.output;
+  EXPECT_FALSE(stdfs::exists(t_.str("nodata/inputs")));
+  auto drifted = reproduce(t_.str("nodata"), "nodata-run");
+  EXPECT_EQ(drifted.status, 3) << "val.txt changed: " << drifted.output;
+  EXPECT_NE(drifted.output.find("pins drifted"), std::string::npos) << drifted.output;
+
+  // A run whose report was changed after signing is not bundled.
+  append(t_.str("orig/report.json"), " ");
+  auto tampered = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("tampered")});
+  EXPECT_EQ(tampered.status, 3) << tampered.output;
+  EXPECT_NE(tampered.output.find("does not verify"), std::string::npos) << tampered.output;
+  EXPECT_FALSE(stdfs::exists(t_.str("tampered")));
+}
+
+}  // namespace
