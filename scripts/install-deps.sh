@@ -29,6 +29,7 @@ if [[ "${1:-}" == --test ]]; then
     libxml2-utils                         # xmllint: the JUnit files against Jenkins' xunit schema (tests/support/junit-10.xsd)
     zsh mandoc                            # the generated zsh completion run in zsh, the man page linted (test_cli_completion)
     chromium                              # report.html loaded in a real headless browser (test_report_html)
+    mmdebstrap                            # a fresh Debian root for the .deb's install test (tests/install/deb_fresh_root.sh)
   )
 fi
 
