@@ -21,6 +21,8 @@
 #include <thread>
 
 #include "anchor/common/process.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::manifest {
@@ -270,7 +272,29 @@ bool looks_containerised(std::vector<std::string>* evidence) {
   return yes;
 }
 
-nlohmann::json container_info(const std::string& config_digest, bool required) {
+DetectedImage detect_container_image(const std::string& containerenv) {
+  DetectedImage d;
+  std::ifstream in(containerenv);
+  std::string line;
+  std::string id;
+  // key="value" lines (Podman's containerenv); at most a few hundred bytes each.
+  for (int n = 0; in && std::getline(in, line) && n < 64; ++n) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || line.size() > 4096) continue;
+    const std::string key = trim(line.substr(0, eq));
+    std::string value = trim(line.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    if (key == "imageid") id = value;
+    if (key == "image" && is_valid_utf8(value)) d.image = value;
+  }
+  if (id.rfind("sha256:", 0) == 0) id = id.substr(7);
+  if (!is_sha256_hex(id)) return {};
+  d.digest = "sha256:" + id;
+  d.source = "podman";
+  return d;
+}
+
+nlohmann::json container_info(const std::string& config_digest, bool required, const std::string& containerenv) {
   const char* env = std::getenv("ANCHOR_CONTAINER_DIGEST");
   std::string env_digest = env ? env : "";
   std::string digest, source = "none";
@@ -289,13 +313,21 @@ nlohmann::json container_info(const std::string& config_digest, bool required) {
     digest = validate_container_digest(env_digest, "ANCHOR_CONTAINER_DIGEST");
     source = "env";
   }
+  const DetectedImage detected = detect_container_image(containerenv);
+  if (digest.empty() && !detected.digest.empty()) {
+    digest = detected.digest;
+    source = detected.source;
+  }
   std::vector<std::string> evidence;
   bool containerised = looks_containerised(&evidence);
   if (required && digest.empty())
     throw Error(ErrorKind::kConfig,
-                "container.required is true but no container image digest is known",
+                "container.required is true but no container image digest is known (none configured, "
+                "ANCHOR_CONTAINER_DIGEST unset, and the runtime exposes none: only Podman does, in " +
+                    containerenv + ")",
                 std::string("set container.digest in the config (or --set container.digest=sha256:...) "
-                            "or export ANCHOR_CONTAINER_DIGEST=sha256:<64 hex> in the image") +
+                            "or run the image with -e ANCHOR_CONTAINER_DIGEST=$(docker inspect --format "
+                            "'{{index .RepoDigests 0}}' IMAGE | cut -d@ -f2) (docs/manifest.md, \"Container\")") +
                     (containerised ? "" : "; this process does not even look containerised"));
   nlohmann::json j;
   j["digest"] = digest.empty() ? nlohmann::json(nullptr) : nlohmann::json(digest);
@@ -303,6 +335,9 @@ nlohmann::json container_info(const std::string& config_digest, bool required) {
   j["required"] = required;
   j["containerised"] = containerised;
   j["evidence"] = evidence;
+  j["detected"] = detected.digest.empty()
+                      ? nlohmann::json(nullptr)
+                      : nlohmann::json{{"digest", detected.digest}, {"source", detected.source}, {"image", detected.image}};
   return j;
 }
 

@@ -51,13 +51,31 @@ std::string validate_container_digest(const std::string& value, const std::strin
 // ("/.dockerenv", "/run/.containerenv", "/proc/1/cgroup mentions docker", ...).
 bool looks_containerised(std::vector<std::string>* evidence);
 
-// {"digest": "sha256:..." | null, "source": "config" | "env" | "none",
-//  "required": bool, "containerised": bool, "evidence": [...]}.
+// The image a container runtime says this process runs, where it says so:
+// Podman (and CRI-O's conmon) write /run/.containerenv into every container,
+// whose `imageid="<64 hex>"` is the image's id, the SHA-256 of its config
+// (content-addressed: another image cannot have it; it is not the registry's
+// manifest digest, which Podman does not expose). {digest "sha256:<hex>",
+// source, image (the name it was run as, when given)}; an empty digest when
+// the file is absent or names no valid id. Docker, containerd and Kubernetes
+// expose no digest inside the container: ANCHOR_CONTAINER_DIGEST there.
+struct DetectedImage {
+  std::string digest;
+  std::string source;
+  std::string image;
+};
+DetectedImage detect_container_image(const std::string& containerenv = "/run/.containerenv");
+
+// {"digest": "sha256:..." | null, "source": "config" | "env" | "podman" | "none",
+//  "required": bool, "containerised": bool, "evidence": [...], "detected": {...} | null}.
 // The digest comes from `config_digest` (container.digest), else from
-// $ANCHOR_CONTAINER_DIGEST. Throws Error
-// (kConfig) when a digest is malformed, when config and environment disagree,
-// or when `required` and no digest is known.
-nlohmann::json container_info(const std::string& config_digest, bool required);
+// $ANCHOR_CONTAINER_DIGEST, else from what the runtime exposes
+// (detect_container_image on `containerenv`; recorded as "detected" in every
+// case, not compared with the others: an image id and a registry digest of
+// the same image differ). Throws Error (kConfig) when a digest is malformed,
+// when config and environment disagree, or when `required` and no digest is known.
+nlohmann::json container_info(const std::string& config_digest, bool required,
+                              const std::string& containerenv = "/run/.containerenv");
 
 // {"hostname","cpu_model","cpu_count","memory_total_bytes"}.
 nlohmann::json host_info();

@@ -4,6 +4,8 @@
 #include <functional>
 #include <vector>
 
+#include "../../support/run_anchor.hpp"
+#include "anchor/common/fs.hpp"
 #include "anchor/error.hpp"
 #include "anchor/manifest/environment.hpp"
 
@@ -106,6 +108,44 @@ TEST(ContainerInfo, RequiredWithoutDigestIsAConfigErrorWithHint) {
   }
   // Control: not required, no digest: fine.
   EXPECT_NO_THROW(container_info("", false));
+}
+
+// Podman's /run/.containerenv (as podman 4 writes it in every container): its imageid is the image's
+// content-addressed id. Given as a file here; the real path is read by default.
+TEST(ContainerInfo, ThePodmanImageIdIsDetectedAndRecordedButConfigAndEnvironmentComeFirst) {
+  EnvGuard g("ANCHOR_CONTAINER_DIGEST");
+  ::unsetenv("ANCHOR_CONTAINER_DIGEST");
+  anchor::testing::TempDir t("containerenv");
+  const std::string id(64, 'c'), file = t.str("containerenv");
+  anchor::fs::atomic_write_file(file, "engine=\"podman-4.3.1\"\nname=\"pilot\"\nid=\"" + std::string(64, '9') +
+                                          "\"\nimage=\"localhost/anchor:latest\"\nimageid=\"" + id +
+                                          "\"\nrootless=1\n");
+  const auto d = detect_container_image(file);
+  EXPECT_EQ(d.digest, "sha256:" + id);
+  EXPECT_EQ(d.source, "podman");
+  EXPECT_EQ(d.image, "localhost/anchor:latest");
+  // container.required holds with only the runtime's word.
+  const auto j = container_info("", true, file);
+  EXPECT_EQ(j["digest"], "sha256:" + id);
+  EXPECT_EQ(j["source"], "podman");
+  EXPECT_EQ(j["detected"]["image"], "localhost/anchor:latest");
+  // The config's digest (a registry digest, say) wins, and the detected id is still recorded.
+  const auto cfg = container_info(kGood, true, file);
+  EXPECT_EQ(cfg["digest"], kGood);
+  EXPECT_EQ(cfg["source"], "config");
+  EXPECT_EQ(cfg["detected"]["digest"], "sha256:" + id);
+  // Controls: no file, or an id that is not a SHA-256, detect nothing; required then refuses, naming the file.
+  EXPECT_TRUE(detect_container_image(t.str("absent")).digest.empty());
+  anchor::fs::atomic_write_file(file, "engine=\"podman-4.3.1\"\nimageid=\"short\"\n");
+  EXPECT_TRUE(detect_container_image(file).digest.empty());
+  EXPECT_TRUE(container_info("", false, file)["detected"].is_null());
+  try {
+    container_info("", true, file);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+  }
 }
 
 TEST(LoadedLibraries, ContainLibcAndLibtorchCpuButNotTheExecutable) {
