@@ -240,11 +240,9 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     else
       std::cerr << "reproduce: " << drift.size() << " pins drifted since the original run:\n"
                 << manifest::format_drift_table(drift);
-    if (!drift.empty() && !o->allow_drift) {
-      std::cerr << "anchor: error: pins drifted; the re-run would not reproduce the same inputs\n"
-                << "hint: restore the inputs, or pass --allow-drift to re-run anyway and compare within tolerance\n";
-      return 3;
-    }
+    if (!drift.empty() && !o->allow_drift)
+      throw Error(ErrorKind::kVerification, "pins drifted; the re-run would not reproduce the same inputs",
+                  "restore the inputs, or pass --allow-drift to re-run anyway and compare within tolerance");
 
     nlohmann::json drift_json = nlohmann::json::array();
     for (const auto& d : drift) drift_json.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});

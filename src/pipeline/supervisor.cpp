@@ -338,18 +338,19 @@ int passed(Pilot& p) {
   if (const auto& rj = p.report.json(); rj.contains("reproduction"))  // `anchor reproduce`: its verdict, last
     summary_stream(p) << "  reproduced: the re-run matches " << printable(rj["reproduces"].value("report", std::string()))
                       << " (" << rj["reproduction"].value("mode", std::string()) << ")\n";
-  return 0;
+  return static_cast<int>(ExitCode::kOk);
 }
 
 int interrupted_exit(Pilot& p) {
   const int sig = static_cast<int>(g_signal);
   p.events->write({{"event", "interrupted"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}, "supervisor");
-  p.report.set_outcome("interrupted", sig == SIGINT ? 130 : 143,
+  const int code = static_cast<int>(sig == SIGINT ? ExitCode::kInterrupted : ExitCode::kTerminated);
+  p.report.set_outcome("interrupted", code,
                        "interrupted by " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") +
                            "; only committed checkpoints are kept");
   publish(p);
   ANCHOR_LOG_WARN("pilot", "interrupted; report written to {}/report.json", p.run_dir);
-  return sig == SIGINT ? 130 : 143;
+  return code;
 }
 
 int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
@@ -394,7 +395,7 @@ int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
       if (!c["ok"].get<bool>())
         std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
   std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
-  return 3;
+  return static_cast<int>(ExitCode::kVerification);
 }
 
 // The start point against what checkpoint.dir holds (step directories; the
@@ -865,7 +866,7 @@ Step reproduce_compare(BuiltinRun& r) {
   p.report.print_summary(summary_stream(p));  // its last line: not reproduced, and how many differ
   summary_stream(p) << "  not reproduced: " << differing << (repro["differences"].get<int>() == 1 ? " differs" : " differ")
                     << "\n";
-  return 3;
+  return static_cast<int>(ExitCode::kVerification);
 }
 
 }  // namespace
