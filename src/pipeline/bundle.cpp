@@ -277,7 +277,8 @@ BundleResult write_bundle(const BundleOptions& opts) {
               {"absolute", placed.absolute ? json(kAbs) : json(nullptr)}};
   }
 
-  const std::string out = opts.output.empty() ? default_output(signed_run.report) : opts.output;
+  std::string out = opts.output.empty() ? default_output(signed_run.report) : opts.output;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();  // "made/" names the directory made
   if (stdfs::exists(stdfs::symlink_status(out, ec)))
     throw Error(ErrorKind::kUsage, "the bundle " + printable(out) + " already exists",
                 "nothing is replaced: remove it, or name another directory with -o DIR");

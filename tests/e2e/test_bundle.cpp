@@ -193,7 +193,8 @@ TEST_F(Bundle, WhatABundleDoesNotHoldOrNoLongerMatchesIsRefused) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 
   // Without --with-data the bundle carries no input; a reproduction finds them with --root/--map.
-  auto nodata = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("nodata")});
+  // (A trailing '/' names the same directory.)
+  auto nodata = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("nodata") + "/"});
   ASSERT_EQ(nodata.status, 0) << nodata.output;
   EXPECT_FALSE(stdfs::exists(t_.str("nodata/inputs")));
   auto drifted = reproduce(t_.str("nodata"), "nodata-run");
