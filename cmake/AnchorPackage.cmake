@@ -1,5 +1,5 @@
 # A Debian package of what `cmake --install` installs (docs/development.md,
-# "A .deb"): `cpack --config <build>/CPackConfig.cmake` writes
+# "A Debian package"): `cpack --config <build>/CPackConfig.cmake` writes
 # anchor_<version>_amd64.deb, installed under /usr. Its Depends come from
 # dpkg-shlibdeps over the two binaries (the Debian packages that hold the
 # libraries they link: libtorch1.13, libyaml-cpp, libssl3, ...), so the

@@ -117,11 +117,22 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
 // gets a warning.
 void check_bundle_catalog(const std::string& catalog, const nlohmann::json& original) {
   const nlohmann::json::json_pointer at("/plan/catalog/sha256");
-  const std::string got = sha256_file(catalog).sha256;
-  if (!original.contains(at) || !original.at(at).is_string()) {
+  const bool recorded = original.contains(at) && original.at(at).is_string();
+  if (catalog.empty()) {
+    // A bundle without catalog.yaml plans with whatever catalog this machine has:
+    // not the run's, when the run recorded which one it used.
+    if (recorded)
+      throw Error(ErrorKind::kVerification,
+                  "the bundle holds no catalog.yaml, but the run planned with a catalog it records (sha256 " +
+                      original.at(at).get<std::string>() + ")",
+                  "make the bundle again from the run (`anchor bundle RUN`): it carries that catalog");
+    return;
+  }
+  if (!recorded) {
     std::cerr << "reproduce: warn  the report records no catalog digest: the bundle's catalog.yaml plans, unchecked\n";
     return;
   }
+  const std::string got = sha256_file(catalog).sha256;
   if (original.at(at).get<std::string>() != got)
     throw Error(ErrorKind::kVerification,
                 "the bundle's catalog.yaml (sha256 " + got + ") is not the catalog the run planned with (sha256 " +
@@ -178,7 +189,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     }
     Trust trust;
     const nlohmann::json original = load_report(*o, trust);
-    if (!o->catalog.empty()) check_bundle_catalog(o->catalog, original);
+    if (bundle) check_bundle_catalog(o->catalog, original);
     if (!original.contains("manifest"))
       throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
     // Where the inputs are now (--root, --map): the config reads them there, and the

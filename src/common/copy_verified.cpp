@@ -10,6 +10,7 @@
 
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/unique_fd.hpp"
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
 namespace anchor::fs {
@@ -30,7 +31,7 @@ void check_name(const KnownFile& f) {
     at = end + 1;
   }
   if (!ok)
-    throw Error(ErrorKind::kUsage, "copy: '" + f.name + "' is not a relative path within the directory");
+    throw Error(ErrorKind::kUsage, "copy: '" + printable(f.name) + "' is not a relative path within the directory");
 }
 
 // The directories of `name` below `root` that are not there yet, made (mode
@@ -65,7 +66,7 @@ void copy_file(const std::string& src, const KnownFile& f, const std::string& ds
     const std::string digest = h.hex();
     if (n != f.size || digest != f.sha256)
       throw Error(ErrorKind::kVerification,
-                  "copy: " + src + " is not the file recorded (" + std::to_string(n) + " bytes, sha256 " + digest +
+                  "copy: " + printable(src) + " is not the file recorded (" + std::to_string(n) + " bytes, sha256 " + digest +
                       "; recorded " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
                   "something changed it after it was written; run the pilot again");
     fs.fsync(out, dst);
@@ -87,7 +88,7 @@ void verify_files(const std::string& dir, const std::vector<KnownFile>& files) {
     const auto d = sha256_file(path);
     if (d.size != f.size || d.sha256 != f.sha256)
       throw Error(ErrorKind::kVerification,
-                  "copy: " + path + " does not match what was copied (" + std::to_string(d.size) + " bytes, sha256 " +
+                  "copy: " + printable(path) + " does not match what was copied (" + std::to_string(d.size) + " bytes, sha256 " +
                       d.sha256 + "; expected " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
                   "the destination changed or lost the bytes: check the storage behind it, then copy again");
   }
@@ -120,16 +121,26 @@ CopyResult copy_verified(const std::string& from, const std::vector<KnownFile>& 
     }
     for (auto d = made.rbegin(); d != made.rend(); ++d) fs.fsync_dir(*d);
     fs.fsync_dir(tmp);
+    r.copy_s = since(t0);
+    // Read back before publishing: the files were fsynced and dropped from the
+    // cache, so these reads come from the destination's storage, and a copy that
+    // does not read back is never published under `to`.
+    const auto t1 = std::chrono::steady_clock::now();
+    try {
+      verify_files(tmp, files);
+    } catch (const Error& e) {
+      throw Error(e.kind(), std::string(e.what()) + " (read back before publishing; " + printable(to) + " was not made)",
+                  e.hint());
+    }
+    r.verify_s = since(t1);
+    const auto t2 = std::chrono::steady_clock::now();
     fs.rename(tmp, to);
     fs.fsync_dir(parent);
+    r.copy_s += since(t2);
   } catch (...) {
     stdfs::remove_all(tmp, ec);
     throw;
   }
-  r.copy_s = since(t0);
-  const auto t1 = std::chrono::steady_clock::now();
-  verify_files(to, files);
-  r.verify_s = since(t1);
   return r;
 }
 

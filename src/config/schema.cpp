@@ -206,7 +206,7 @@ std::vector<Field> make_fields() {
           "export (#19)").config_relative(),
 
     // container ------------------------------------------------------------
-    Field(ANCHOR_KEY(container.digest), "Container image digest; empty: taken from `ANCHOR_CONTAINER_DIGEST` when set, else from the runtime where it exposes one (Podman's `/run/.containerenv`: docs/manifest.md).",
+    Field(ANCHOR_KEY(container.digest), "Container image digest; empty: taken from `ANCHOR_CONTAINER_DIGEST` when set, else from the runtime where it exposes one (Podman's `/run/.containerenv` in a container run with `--privileged`: docs/manifest.md).",
           "pin (#2)").checked(check_container_digest, "sha256: + 64 lowercase hex, or empty"),
     Field(ANCHOR_KEY(container.required), "Fail the pin (the pilot's first stage: before any training) when no container digest is known from the config, the environment or the runtime (provisioned nodes).",
           "pin (#2)"),

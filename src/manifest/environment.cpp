@@ -22,6 +22,7 @@
 
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
@@ -273,24 +274,45 @@ bool looks_containerised(std::vector<std::string>* evidence) {
 }
 
 DetectedImage detect_container_image(const std::string& containerenv) {
-  DetectedImage d;
-  std::ifstream in(containerenv);
-  std::string line;
-  std::string id;
-  // key="value" lines (Podman's containerenv); at most a few hundred bytes each.
-  for (int n = 0; in && std::getline(in, line) && n < 64; ++n) {
+  // key="value" lines, a few hundred bytes in all; read through open_regular (a
+  // FIFO or device there is not read) and at most 64 KiB of it.
+  std::string text;
+  try {
+    fs::UniqueFd fd = fs::open_regular(containerenv);
+    char buf[4096];
+    while (text.size() < (64u << 10)) {
+      const ssize_t got = ::read(fd.get(), buf, sizeof buf);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      text.append(buf, static_cast<std::size_t>(got));
+    }
+  } catch (const Error&) {
+    return {};  // absent (not Podman) or not a file: nothing detected
+  }
+  std::string id, engine, image;
+  std::size_t at = 0;
+  for (int n = 0; at < text.size() && n < 64; ++n) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
     const auto eq = line.find('=');
     if (eq == std::string::npos || line.size() > 4096) continue;
     const std::string key = trim(line.substr(0, eq));
     std::string value = trim(line.substr(eq + 1));
     if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    if (key == "engine") engine = value;
     if (key == "imageid") id = value;
-    if (key == "image" && is_valid_utf8(value)) d.image = value;
+    if (key == "image" && is_valid_utf8(value)) image = value;
   }
+  // Only Podman's own file: Buildah writes the same file with engine="buildah-..."
+  // and the id of the image it builds FROM, which is not the image this runs in.
+  if (engine.rfind("podman-", 0) != 0) return {};
   if (id.rfind("sha256:", 0) == 0) id = id.substr(7);
   if (!is_sha256_hex(id)) return {};
+  DetectedImage d;
   d.digest = "sha256:" + id;
   d.source = "podman";
+  d.image = image;
   return d;
 }
 
@@ -323,7 +345,8 @@ nlohmann::json container_info(const std::string& config_digest, bool required, c
   if (required && digest.empty())
     throw Error(ErrorKind::kConfig,
                 "container.required is true but no container image digest is known (none configured, "
-                "ANCHOR_CONTAINER_DIGEST unset, and the runtime exposes none: only Podman does, in " +
+                "ANCHOR_CONTAINER_DIGEST unset, and the runtime exposes none: only Podman does, for a container run "
+                "with --privileged, in " +
                     containerenv + ")",
                 std::string("set container.digest in the config (or --set container.digest=sha256:...) "
                             "or run the image with -e ANCHOR_CONTAINER_DIGEST=$(docker inspect --format "

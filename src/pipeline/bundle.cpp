@@ -7,6 +7,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,7 @@
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/statement.hpp"
+#include "config/schema.hpp"
 
 namespace anchor::pipeline {
 namespace {
@@ -44,12 +46,25 @@ struct Verified {
 
 Verified read_verified(const std::string& envelope_text) {
   const auto env = report::envelope_from_json(envelope_text);
-  const json statement = parse_json(env.payload);
   Verified v;
-  v.report = statement.at("predicate").at("report");
-  for (const auto& s : statement.at("subject"))
-    v.subjects[s.at("name").get<std::string>()] = s.at("digest").at("sha256").get<std::string>();
+  try {
+    const json statement = parse_json(env.payload);
+    v.report = statement.at("predicate").at("report");
+    for (const auto& s : statement.at("subject"))
+      v.subjects[s.at("name").get<std::string>()] = s.at("digest").at("sha256").get<std::string>();
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::kVerification, "the signed statement is not one anchor writes (" + std::string(e.what()) + ")",
+                "a bundle carries only a run anchor signed");
+  }
+  if (!v.report.is_object())
+    throw Error(ErrorKind::kVerification, "the signed statement's predicate holds no report object");
   return v;
+}
+
+// A string member of a document anchor did not necessarily write: "" when it
+// is absent or not a string (never a json::type_error).
+std::string string_member(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
 // One input file the manifest lists: {path as written, size, sha256}, checked.
@@ -105,10 +120,50 @@ std::pair<std::size_t, std::string> split_up(const std::string& written) {
   return {up, r};
 }
 
-std::string depth(std::size_t levels) {
+// The directories a relative input with `up` leading ".." passes below the
+// top of the tree: the last (most_up - up) names of the config's directory, so
+// that the tree under inputs/tree mirrors the original one (a glob over
+// sibling directories matches the same names, in the same order). A name that
+// cannot be one here (not UTF-8, or above "/") is "_".
+std::string depth(const std::vector<std::string>& base_tail, std::size_t most_up, std::size_t up) {
   std::string s;
-  for (std::size_t i = 0; i < levels; ++i) s += "/_";
+  for (std::size_t i = 0; i < most_up - up; ++i) s += "/" + base_tail[i];
   return s;
+}
+
+std::vector<std::string> tail_names(const std::string& base_dir, std::size_t most_up) {
+  std::vector<std::string> names;
+  for (const auto& part : stdfs::path(base_dir).lexically_normal().relative_path()) {
+    const std::string n = part.string();
+    if (!n.empty() && n != "." && n != "..") names.push_back(is_valid_utf8(n) ? n : "_");
+  }
+  std::vector<std::string> tail;
+  for (std::size_t i = 0; i < most_up; ++i)
+    tail.push_back(most_up - i <= names.size() ? names[names.size() - (most_up - i)] : "_");
+  return tail;
+}
+
+// The most ".." any relative path the config names starts with: its inputs'
+// globs resolve from the root and must stay inside inputs/tree.
+std::size_t most_up_of(config::Config cfg, const std::vector<Input>& inputs) {  // a copy: Refs are non-const
+  std::size_t most = 0;
+  auto take = [&](const std::string& p) {
+    if (p.empty() || stdfs::path(p).is_absolute()) return;
+    std::size_t up = 0;
+    for (const auto& part : stdfs::path(p).lexically_normal()) {
+      if (part != "..") break;
+      ++up;
+    }
+    most = std::max(most, up);
+  };
+  for (const auto& in : inputs) take(in.written);
+  for (const auto& f : config::schema::fields()) {
+    if (f.path != config::schema::PathKind::kConfigRelative) continue;
+    if (const auto* one = std::get_if<config::schema::Ref<std::string>>(&f.ref)) take((*one)(cfg));
+    else if (const auto* many = std::get_if<config::schema::Ref<std::vector<std::string>>>(&f.ref))
+      for (const auto& p : (*many)(cfg)) take(p);
+  }
+  return most;
 }
 
 // The inputs as the files the bundle gets, and where a reproduction finds them.
@@ -121,9 +176,8 @@ struct PlacedInputs {
 PlacedInputs place_inputs(const json& manifest) {
   const config::Config cfg = manifest::config_from_manifest(manifest);
   const std::vector<Input> inputs = inputs_of(manifest);
-  std::size_t most_up = 0;
-  for (const auto& in : inputs)
-    if (!stdfs::path(in.written).is_absolute()) most_up = std::max(most_up, split_up(in.written).first);
+  const std::size_t most_up = most_up_of(cfg, inputs);
+  const std::vector<std::string> base_tail = tail_names(cfg.base_dir, most_up);
   PlacedInputs out;
   std::map<std::string, std::string> taken;  // bundle name -> sha256: one file named twice is carried once
   for (const auto& in : inputs) {
@@ -134,9 +188,9 @@ PlacedInputs place_inputs(const json& manifest) {
       out.absolute = true;
     } else {
       const auto [up, rest] = split_up(in.written);
-      f.name = std::string(kTree) + depth(most_up - up) + "/" + rest;
+      f.name = std::string(kTree) + depth(base_tail, most_up, up) + "/" + rest;
       f.source = config::resolve_path(cfg, in.written);
-      out.root = std::string(kTree) + depth(most_up);
+      out.root = std::string(kTree) + depth(base_tail, most_up, 0);
     }
     if (const auto it = taken.find(f.name); it != taken.end()) {
       if (it->second != f.sha256)
@@ -157,7 +211,7 @@ fs::KnownFile known(const std::string& name, const std::string& source, const st
 }
 
 std::string default_output(const json& report) {
-  const std::string id = report.value("run_id", std::string());
+  const std::string id = string_member(report, "run_id");
   static const std::regex plain("[A-Za-z0-9][A-Za-z0-9._-]{0,200}");
   if (!std::regex_match(id, plain))
     throw Error(ErrorKind::kUsage, "the report's run_id is not a plain file name",
@@ -165,9 +219,13 @@ std::string default_output(const json& report) {
   return id + ".bundle";
 }
 
-// Whether every component of `name` below `dir` is a directory or (the last)
-// a regular file, none a symbolic link.
-bool plain_path(const std::string& dir, const std::string& name) {
+// What a name bundle.json lists is below the bundle directory.
+enum class Entry { kRegular, kMissing, kNotPlain };
+
+// Walks `name` below `dir` without following anything: every component but the
+// last must be a directory, the last a regular file; a symbolic link anywhere
+// (or a FIFO, a device) is kNotPlain, and a component that is not there kMissing.
+Entry entry_at(const std::string& dir, const std::string& name, stdfs::file_type last = stdfs::file_type::regular) {
   stdfs::path at(dir);
   const stdfs::path rel(name);
   std::size_t left = std::distance(rel.begin(), rel.end());
@@ -175,21 +233,104 @@ bool plain_path(const std::string& dir, const std::string& name) {
     at /= part;
     std::error_code ec;
     const auto st = stdfs::symlink_status(at, ec);
-    if (ec) return false;
-    if (--left == 0) return st.type() == stdfs::file_type::regular;
-    if (st.type() != stdfs::file_type::directory) return false;
+    if (st.type() == stdfs::file_type::not_found) return Entry::kMissing;
+    if (ec) return Entry::kNotPlain;
+    if (--left == 0) return st.type() == last ? Entry::kRegular : Entry::kNotPlain;
+    if (st.type() != stdfs::file_type::directory) return Entry::kNotPlain;
   }
-  return false;
+  return Entry::kNotPlain;
 }
 
-std::string relative_within(const json& j, const char* key) {
+// A name bundle.json gives: '/'-separated, relative, no empty, "." or ".."
+// component (the rule fs::copy_verified writes by), checked before any is used.
+bool plain_name(const std::string& name) {
+  if (name.empty() || name.front() == '/' || name.back() == '/') return false;
+  for (std::size_t at = 0; at <= name.size();) {
+    const std::size_t end = std::min(name.find('/', at), name.size());
+    const std::string part = name.substr(at, end - at);
+    if (part.empty() || part == "." || part == "..") return false;
+    at = end + 1;
+  }
+  return true;
+}
+
+// inputs.root / inputs.absolute: a plain name under inputs/ with no symbolic
+// link on the way, or "" when null.
+std::string directory_within(const std::string& dir, const json& j, const char* key, const std::string& file) {
   if (!j.contains(key) || j[key].is_null()) return "";
   const std::string s = j[key].is_string() ? j[key].get<std::string>() : std::string();
-  // The same rule as a file's name (fs::copy_verified), and under inputs/.
-  if (s.rfind("inputs/", 0) != 0 || s.find("/../") != std::string::npos || s.find("/./") != std::string::npos ||
-      s.find("//") != std::string::npos || s.back() == '/' || s.size() < 4 || s.substr(s.size() - 3) == "/..")
-    throw Error(ErrorKind::kUsage, std::string("bundle.json: inputs.") + key + " is not a directory under inputs/");
+  if (!plain_name(s) || s.rfind("inputs/", 0) != 0)
+    throw Error(ErrorKind::kUsage, file + ": inputs." + key + " is not a directory under inputs/",
+                "a bundle holds only what `anchor bundle` wrote; copy it again from where it was made");
+  // It need not exist (paths resolve from it lexically: the config's own
+  // directory holds no input when they all live beside it), but what is there
+  // of it is plain.
+  if (entry_at(dir, s, stdfs::file_type::directory) == Entry::kNotPlain)
+    throw Error(ErrorKind::kUsage, file + ": inputs." + key + " (" + printable(s) +
+                                       ") is not a plain directory of the bundle (a symbolic link?)",
+                "a bundle holds only the files `anchor bundle` wrote");
   return s;
+}
+
+// Every file bundle.json lists, checked to be where it says and plain; then
+// every byte against its digest.
+std::vector<fs::KnownFile> listed_files(const json& j, const std::string& dir, const std::string& file) {
+  if (!j.contains("files") || !j["files"].is_array()) throw Error(ErrorKind::kUsage, file + " lists no files");
+  std::vector<fs::KnownFile> files;
+  for (const auto& f : j["files"]) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") ||
+        !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
+        !is_sha256_hex(f["sha256"].get<std::string>()))
+      throw Error(ErrorKind::kUsage, file + " lists a file without a name, size and SHA-256");
+    const std::string name = f["name"].get<std::string>();
+    if (!plain_name(name))
+      throw Error(ErrorKind::kUsage, file + " lists '" + printable(name) + "', which is not a relative path within the directory",
+                  "a bundle holds only what `anchor bundle` wrote; copy it again from where it was made");
+    files.push_back({name, f["size"].get<std::uint64_t>(), f["sha256"].get<std::string>(), ""});
+  }
+  for (const auto& f : files) {
+    const Entry e = entry_at(dir, f.name);
+    if (e == Entry::kNotPlain)
+      throw Error(ErrorKind::kUsage,
+                  "the bundle's " + printable(f.name) + " is not a regular file in a plain directory (a symbolic link?)",
+                  "a bundle holds only the files `anchor bundle` wrote");
+    if (e == Entry::kMissing)
+      throw Error(ErrorKind::kVerification, "the bundle lost " + printable(f.name) + " (bundle.json lists it)",
+                  "copy the whole bundle again from where it was made");
+  }
+  fs::verify_files(dir, files);  // any changed byte
+  return files;
+}
+
+// Everything under inputs/ is listed: a file there that bundle.json does not
+// list would be found by a glob. A symbolic link there is refused whatever it
+// points at (the scan does not follow it; a reproduction's glob would).
+void check_inputs_listed(const std::string& dir, const std::set<std::string>& names) {
+  std::error_code ec;
+  const std::string inputs = dir + "/inputs";
+  if (!stdfs::exists(stdfs::symlink_status(inputs, ec))) return;
+  auto it = stdfs::recursive_directory_iterator(inputs, ec);
+  for (; !ec && it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string rel = it->path().lexically_relative(dir).string();
+    std::error_code tec;
+    const auto type = it->symlink_status(tec).type();
+    if (tec) {
+      ec = tec;
+      break;
+    }
+    if (type == stdfs::file_type::directory) continue;
+    if (type != stdfs::file_type::regular)
+      throw Error(ErrorKind::kUsage,
+                  "the bundle's " + printable(rel) + " is not a regular file or directory (a symbolic link?)",
+                  "a bundle holds only the files `anchor bundle` wrote");
+    if (!names.count(rel))
+      throw Error(ErrorKind::kVerification,
+                  "the bundle's inputs hold " + printable(rel) + ", which bundle.json does not list",
+                  "a bundle's inputs are the run's and nothing else: remove it, or copy the bundle again");
+  }
+  if (ec)
+    throw Error(ErrorKind::kIo, "cannot read the bundle's inputs under " + printable(inputs) + ": " + ec.message(),
+                "check its permissions; every file there is checked before a reproduction reads any");
 }
 
 }  // namespace
@@ -241,8 +382,7 @@ BundleResult write_bundle(const BundleOptions& opts) {
   if (signed_run.report.contains("plan") && signed_run.report["plan"].is_object() &&
       signed_run.report["plan"].contains("catalog"))
     catalog = &signed_run.report["plan"]["catalog"];
-  if (catalog && catalog->is_object() && catalog->value("path", json()).is_string() &&
-      is_sha256_hex(catalog->value("sha256", std::string()))) {
+  if (catalog && !string_member(*catalog, "path").empty() && is_sha256_hex(string_member(*catalog, "sha256"))) {
     const std::string path = (*catalog)["path"].get<std::string>(), want = (*catalog)["sha256"].get<std::string>();
     FileDigest d;
     try {
@@ -283,7 +423,7 @@ BundleResult write_bundle(const BundleOptions& opts) {
     throw Error(ErrorKind::kUsage, "the bundle " + printable(out) + " already exists",
                 "nothing is replaced: remove it, or name another directory with -o DIR");
   json bundle = {{"format", kBundleFormat},
-                 {"run_id", signed_run.report.value("run_id", std::string())},
+                 {"run_id", string_member(signed_run.report, "run_id")},
                  {"key_id", v.key_id},
                  {"anchor", {{"version", build::kVersion}, {"git_commit", build::kGitCommit}}},
                  {"with_data", opts.with_data},
@@ -330,71 +470,44 @@ OpenedBundle open_bundle(const std::string& dir) {
   b.dir = normal(stdfs::absolute(dir).string());
   while (b.dir.size() > 1 && b.dir.back() == '/') b.dir.pop_back();
   const std::string file = b.dir + "/" + kBundleFile;
-  if (!plain_path(b.dir, kBundleFile))
-    throw Error(ErrorKind::kUsage, file + " is not a regular file", "give the directory `anchor bundle` wrote");
+  if (entry_at(b.dir, kBundleFile) != Entry::kRegular)
+    throw Error(ErrorKind::kUsage, printable(file) + " is not a regular file", "give the directory `anchor bundle` wrote");
   struct stat st {};
   if (::stat(file.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) > kMostBundleJson)
-    throw Error(ErrorKind::kUsage, file + " is larger than any bundle.json anchor writes");
+    throw Error(ErrorKind::kUsage, printable(file) + " is larger than any bundle.json anchor writes");
   json j;
   try {
     j = parse_json(fs::read_file(file));
   } catch (const json::exception& e) {
-    throw Error(ErrorKind::kUsage, file + " is not JSON (" + std::string(e.what()) + ")");
+    throw Error(ErrorKind::kUsage, printable(file) + " is not JSON (" + std::string(e.what()) + ")");
   }
-  if (!j.is_object() || j.value("format", json()) != json(kBundleFormat))
+  if (!j.is_object() || !j.contains("format") || j["format"] != json(kBundleFormat))
     throw Error(ErrorKind::kUsage,
-                file + " is not an " + kBundleFormat + " bundle (format " +
+                printable(file) + " is not an " + kBundleFormat + " bundle (format " +
                     (j.is_object() && j.contains("format") ? printable(j["format"].dump()) : std::string("missing")) + ")",
                 "this anchor reads " + std::string(kBundleFormat) + "; a newer bundle needs a newer anchor");
-  if (!j.contains("files") || !j["files"].is_array())
-    throw Error(ErrorKind::kUsage, file + " lists no files");
-  std::vector<fs::KnownFile> files;
-  for (const auto& f : j["files"]) {
-    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("size") ||
-        !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
-        !is_sha256_hex(f["sha256"].get<std::string>()))
-      throw Error(ErrorKind::kUsage, file + " lists a file without a name, size and SHA-256");
-    files.push_back({f["name"].get<std::string>(), f["size"].get<std::uint64_t>(), f["sha256"].get<std::string>(), ""});
-  }
-  for (const auto& f : files) {
-    std::error_code ec;
-    if (!stdfs::exists(stdfs::symlink_status(b.dir + "/" + f.name, ec)))
-      throw Error(ErrorKind::kVerification, "the bundle lost " + printable(f.name) + " (bundle.json lists it)",
-                  "copy the whole bundle again from where it was made");
-    if (f.name.find("..") == std::string::npos && !plain_path(b.dir, f.name))
-      throw Error(ErrorKind::kVerification,
-                  "the bundle's " + printable(f.name) + " is not a regular file in a plain directory (a symbolic link?)",
-                  "a bundle holds only the files `anchor bundle` wrote");
-  }
-  fs::verify_files(b.dir, files);  // refuses a name that leaves the bundle, and any changed byte
+  const std::vector<fs::KnownFile> files = listed_files(j, b.dir, printable(file));
 
   std::set<std::string> names;
   for (const auto& f : files) names.insert(f.name);
   auto has = [&](const std::string& name) { return names.count(name) > 0; };
   for (const char* needed : {report::kEnvelopeFile, report::kPublicKeyFile})
-    if (!has(needed)) throw Error(ErrorKind::kUsage, file + " does not list " + needed);
+    if (!has(needed)) throw Error(ErrorKind::kUsage, printable(file) + " does not list " + needed);
   b.envelope = b.dir + "/" + report::kEnvelopeFile;
   b.public_key = b.dir + "/" + report::kPublicKeyFile;
   if (has("catalog.yaml")) b.catalog = b.dir + "/catalog.yaml";
-  b.with_data = j.value("with_data", false) == true;
+  if (j.contains("with_data") && !j["with_data"].is_boolean())
+    throw Error(ErrorKind::kUsage, printable(file) + ": with_data is not true or false");
+  b.with_data = j.contains("with_data") && j["with_data"].get<bool>();
   if (b.with_data) {
-    const json in = j.value("inputs", json::object());
-    if (!in.is_object()) throw Error(ErrorKind::kUsage, file + ": inputs is not an object");
-    const std::string root = relative_within(in, "root"), abs = relative_within(in, "absolute");
+    const json in = j.contains("inputs") ? j["inputs"] : json::object();
+    if (!in.is_object()) throw Error(ErrorKind::kUsage, printable(file) + ": inputs is not an object");
+    const std::string root = directory_within(b.dir, in, "root", printable(file));
+    const std::string abs = directory_within(b.dir, in, "absolute", printable(file));
     if (!root.empty()) b.inputs.root = b.dir + "/" + root;
     if (!abs.empty()) b.inputs.prefixes.push_back({"/", b.dir + "/" + abs});
-    // A file there that bundle.json does not list would be found by a glob: say so here, plainly.
-    std::error_code ec;
-    for (auto it = stdfs::recursive_directory_iterator(b.dir + "/inputs", ec);
-         !ec && it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_directory(ec)) continue;
-      const std::string rel = it->path().lexically_relative(b.dir).string();
-      if (!has(rel))
-        throw Error(ErrorKind::kVerification,
-                    "the bundle's inputs hold " + printable(rel) + ", which bundle.json does not list",
-                    "a bundle's inputs are the run's and nothing else: remove it, or copy the bundle again");
-    }
   }
+  check_inputs_listed(b.dir, names);  // with or without data: nothing unlisted under inputs/
   return b;
 }
 

@@ -3,10 +3,11 @@
 // relative (above the config's directory) and absolute is bundled with its
 // data; the original tree and run are moved away, the bundle is moved
 // elsewhere, and the reproduction is bitwise from the bundle alone. Controls:
-// a changed input byte, an added input, a changed catalog, a bundle.json
-// edited to match a changed input, --root against a bundle with data, an
-// output that exists, a run whose data changed since it was signed, and a
-// tampered run are each refused with the documented exit code.
+// a changed input byte, an added input, a changed, lost or unlisted catalog, a
+// bundle.json edited to match a changed input, a symbolic link on the way to a
+// listed file or among the inputs, a malformed bundle.json, --root against a
+// bundle with data, an output that exists, a run whose data changed since it
+// was signed, and a tampered run are each refused with the documented exit code.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -52,10 +53,10 @@ class Bundle : public ::testing::Test {
     stdfs::create_directories(old_tree_ + "/data");
     stdfs::copy_file(source_path("configs/pilot.yaml"), old_tree_ + "/configs/pilot.yaml");
     stdfs::copy_file(source_path("data/tiny/train.txt"), old_tree_ + "/data/train.txt");  // relative, above the config
-    stdfs::copy_file(source_path("data/tiny/val.txt"), old_tree_ + "/data/val.txt");      // absolute
+    stdfs::copy_file(source_path("data/tiny/val.txt"), old_tree_ + "/data/val..txt");     // absolute; ".." in a name
     ASSERT_EQ(run_anchor({"keygen", "-o", t_.str("keys")}).status, 0);
     auto p = run_anchor({"pilot", old_tree_ + "/configs/pilot.yaml", "--run-dir", t_.str("orig"), "--set",
-                         "data.train=[../data/train.txt]", "--set", "data.val=[" + old_tree_ + "/data/val.txt]",
+                         "data.train=[../data/train.txt]", "--set", "data.val=[" + old_tree_ + "/data/val..txt]",
                          "--set", "report.signing_key=" + t_.str("keys/anchor.key")});
     ASSERT_EQ(p.status, 0) << p.output;
   }
@@ -85,9 +86,9 @@ TEST_F(Bundle, WithItsDataItReproducesBitwiseFromTheBundleAlone) {
   const json listed = read_json(t_.str("made/bundle.json"));
   EXPECT_EQ(listed["format"], "anchor.bundle/v1");
   EXPECT_EQ(listed["run_id"], orig["run_id"]);
-  EXPECT_EQ(listed["inputs"]["root"], "inputs/tree/_") << "one level above the config's directory";
+  EXPECT_EQ(listed["inputs"]["root"], "inputs/tree/configs") << "one level above the config's directory, by its name";
   EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/inputs/tree/data/train.txt")));
-  EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/inputs/abs") + old_tree_ + "/data/val.txt"));
+  EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/inputs/abs") + old_tree_ + "/data/val..txt"));
   EXPECT_EQ(anchor::sha256_file(t_.str("made/catalog.yaml")).sha256, orig["plan"]["catalog"]["sha256"]);
   for (const char* f : {"report.intoto.json", "report.pub", "report.json", "manifest.json", "config.json",
                         "provenance.intoto.json"})
@@ -118,7 +119,7 @@ TEST_F(Bundle, WithItsDataItReproducesBitwiseFromTheBundleAlone) {
   EXPECT_EQ(again["reproduction"]["mode"], "bitwise");
   EXPECT_EQ(again["reproduces"]["bundle"], b2);
   EXPECT_EQ(again["plan"]["catalog"]["path"], b2 + "/catalog.yaml");
-  EXPECT_EQ(again["reproduces"]["inputs_at"]["root"], b2 + "/inputs/tree/_");
+  EXPECT_EQ(again["reproduces"]["inputs_at"]["root"], b2 + "/inputs/tree/configs");
 
   // --root/--map do not apply to a bundle that carries its inputs.
   auto root = reproduce(b2, "root", {"--root", t_.str("gone-tree/configs")});
@@ -168,9 +169,57 @@ TEST_F(Bundle, WhatABundleDoesNotHoldOrNoLongerMatchesIsRefused) {
   EXPECT_EQ(catalog.status, 3) << catalog.output;
   EXPECT_NE(catalog.output.find("is not the catalog the run planned with"), std::string::npos) << catalog.output;
 
-  // A name in bundle.json that leaves the bundle.
+  // A symbolic link on the way to a listed file (inputs/abs -> /: the host's files by their own path),
+  // even with bundle.json untouched.
+  stdfs::rename(t_.str("made/inputs/abs"), t_.str("abs-aside"));
+  stdfs::create_directory_symlink("/", t_.str("made/inputs/abs"));
+  auto linked = reproduce(t_.str("made"), "linked");
+  EXPECT_EQ(linked.status, 2) << linked.output;
+  EXPECT_NE(linked.output.find("is not a regular file in a plain directory"), std::string::npos) << linked.output;
+  stdfs::remove(t_.str("made/inputs/abs"));
+  stdfs::rename(t_.str("abs-aside"), t_.str("made/inputs/abs"));
+  // An unlisted symbolic link among the inputs (a directory link is not followed, and not skipped).
+  stdfs::create_directory_symlink("/etc", t_.str("made/inputs/tree/data/etc"));
+  auto unlisted_link = reproduce(t_.str("made"), "unlisted-link");
+  EXPECT_EQ(unlisted_link.status, 2) << unlisted_link.output;
+  EXPECT_NE(unlisted_link.output.find("inputs/tree/data/etc is not a regular file or directory"), std::string::npos)
+      << unlisted_link.output;
+  stdfs::remove(t_.str("made/inputs/tree/data/etc"));
+  EXPECT_FALSE(stdfs::exists(t_.str("linked")));
+  EXPECT_FALSE(stdfs::exists(t_.str("unlisted-link")));
+
+  // A listed file the bundle lost.
+  const std::string saved = t_.str("catalog.saved");
+  stdfs::copy_file(t_.str("made/catalog.yaml"), saved);
+  stdfs::remove(t_.str("made/catalog.yaml"));
+  auto lost = reproduce(t_.str("made"), "lost");
+  EXPECT_EQ(lost.status, 3) << lost.output;
+  EXPECT_NE(lost.output.find("the bundle lost catalog.yaml"), std::string::npos) << lost.output;
+  // Unlisted too: the run recorded its catalog, so planning with this machine's is refused.
   json j = read_json(t_.str("made/bundle.json"));
-  j["files"].push_back({{"name", "../keys/anchor.pub"}, {"size", 1}, {"sha256", std::string(64, '0')}, {"role", "x"}});
+  const json listed_before = j;
+  for (auto it = j["files"].begin(); it != j["files"].end(); ++it)
+    if ((*it)["name"] == "catalog.yaml") {
+      j["files"].erase(it);
+      break;
+    }
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+  auto no_catalog = reproduce(t_.str("made"), "no-catalog");
+  EXPECT_EQ(no_catalog.status, 3) << no_catalog.output;
+  EXPECT_NE(no_catalog.output.find("holds no catalog.yaml"), std::string::npos) << no_catalog.output;
+  // A with_data that is not a boolean is a malformed bundle.json (exit 2), not a crash.
+  j = listed_before;
+  j["with_data"] = "yes";
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+  stdfs::copy_file(saved, t_.str("made/catalog.yaml"));
+  auto typed = reproduce(t_.str("made"), "typed");
+  EXPECT_EQ(typed.status, 2) << typed.output;
+  EXPECT_NE(typed.output.find("with_data is not true or false"), std::string::npos) << typed.output;
+  j = listed_before;
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+
+  // A name in bundle.json that leaves the bundle (and is not there: refused for its name, before it is looked for).
+  j["files"].push_back({{"name", "../no-such-file"}, {"size", 1}, {"sha256", std::string(64, '0')}, {"role", "x"}});
   anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
   auto escape = reproduce(t_.str("made"), "escape");
   EXPECT_EQ(escape.status, 2) << escape.output;
@@ -184,10 +233,10 @@ TEST_F(Bundle, WhatABundleDoesNotHoldOrNoLongerMatchesIsRefused) {
   EXPECT_NE(newer.output.find("a newer bundle needs a newer anchor"), std::string::npos) << newer.output;
 
   // The run's data changed since it was signed: its bundle with data is refused, and nothing is left.
-  append(old_tree_ + "/data/val.txt", "changed after the run");
+  append(old_tree_ + "/data/val..txt", "changed after the run");
   auto stale = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("stale"), "--with-data"});
   EXPECT_EQ(stale.status, 3) << stale.output;
-  EXPECT_NE(stale.output.find("val.txt"), std::string::npos) << stale.output;
+  EXPECT_NE(stale.output.find("val..txt"), std::string::npos) << stale.output;
   EXPECT_FALSE(stdfs::exists(t_.str("stale")));
   for (const auto& e : stdfs::directory_iterator(t_.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
@@ -198,7 +247,7 @@ TEST_F(Bundle, WhatABundleDoesNotHoldOrNoLongerMatchesIsRefused) {
   ASSERT_EQ(nodata.status, 0) << nodata.output;
   EXPECT_FALSE(stdfs::exists(t_.str("nodata/inputs")));
   auto drifted = reproduce(t_.str("nodata"), "nodata-run");
-  EXPECT_EQ(drifted.status, 3) << "val.txt changed: " << drifted.output;
+  EXPECT_EQ(drifted.status, 3) << "val..txt changed: " << drifted.output;
   EXPECT_NE(drifted.output.find("pins drifted"), std::string::npos) << drifted.output;
 
   // A run whose report was changed after signing is not bundled.

@@ -22,17 +22,18 @@ struct KnownFile {
 struct CopyResult {
   std::uint64_t bytes = 0;
   double copy_s = 0;    // reading, writing and fsyncing every file, and publishing the directory
-  double verify_s = 0;  // reading every file back at the destination and hashing it
+  double verify_s = 0;  // reading every file back at the destination (before publishing) and hashing it
 };
 
 // Copies `files` from the directory `from` (or each from its `source`) into
 // the new directory `to`: every file is written into a sibling temporary
 // directory of `to` (the directories its name needs made there), hashed as it
 // is read (a source that is not what `files` says is refused), fsynced and
-// dropped from the page cache; every directory made is fsynced, the
-// temporary directory renamed to
-// `to`, and the parent fsynced. Then every file is read back at `to` and
-// checked (verify_files). `to`'s parent must exist (a destination that is not
+// dropped from the page cache; every directory made is fsynced; every file
+// is read back there and checked (verify_files: the bytes come from the
+// destination's storage, not the cache); only then is the temporary directory
+// renamed to `to` and the parent fsynced, so `to` appears whole and verified
+// or not at all. `to`'s parent must exist (a destination that is not
 // there, say an unmounted share, is refused rather than created) and `to`
 // must not (nothing at a destination is ever replaced). Throws Error (kIo)
 // naming the path and the reason, (kVerification) for a digest that differs;

@@ -2,6 +2,7 @@
 // node"): every file arrives with its digest, the destination is published
 // whole or not at all, and the read-back check fails on one changed byte.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -115,6 +116,42 @@ TEST(CopyVerified, TheReadBackCheckFindsOneChangedByte) {
     EXPECT_NE(std::string(e.what()).find("model.safetensors does not match what was copied"), std::string::npos)
         << e.what();
   }
+}
+
+// Storage that loses a byte between the write and the read-back: a file
+// system seam that overwrites the first byte of the named file when it is fsynced.
+class CorruptingFs : public fs::FileSystem {
+ public:
+  explicit CorruptingFs(std::string victim) : victim_(std::move(victim)) {}
+  void fsync(int fd, const std::string& path) override {
+    if (stdfs::path(path).filename() == victim_) {
+      const char c = 'X';  // config.json begins with '{' (opened write-only: no read here)
+      ASSERT_EQ(::pwrite(fd, &c, 1, 0), 1);
+    }
+    fs::FileSystem::fsync(fd, path);
+  }
+
+ private:
+  std::string victim_;
+};
+
+TEST(CopyVerified, ACopyThatDoesNotReadBackIsNeverPublished) {
+  anchor::testing::TempDir t("copy");
+  const auto src = write_source(t.str("src"));
+  stdfs::create_directories(t.path() / "share");
+  CorruptingFs corrupting("config.json");
+  try {
+    fs::copy_verified(t.str("src"), src.files, t.str("share/run-1"), corrupting);
+    FAIL() << "expected the read-back to fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kVerification);
+    EXPECT_NE(std::string(e.what()).find("config.json does not match what was copied"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("was not made"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(names_in(t.path() / "share").empty());  // neither run-1 nor a temporary
+  // The control: the same copy through the real file system is published.
+  EXPECT_NO_THROW(fs::copy_verified(t.str("src"), src.files, t.str("share/run-1")));
+  EXPECT_EQ(names_in(t.path() / "share"), std::vector<std::string>{"run-1"});
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <functional>
@@ -110,8 +111,9 @@ TEST(ContainerInfo, RequiredWithoutDigestIsAConfigErrorWithHint) {
   EXPECT_NO_THROW(container_info("", false));
 }
 
-// Podman's /run/.containerenv (as podman 4 writes it in every container): its imageid is the image's
-// content-addressed id. Given as a file here; the real path is read by default.
+// Podman's /run/.containerenv (as podman 4 writes it in a container run with --privileged; otherwise it
+// holds only engine=): its imageid is the image's content-addressed id. Given as a file here; the real
+// path is read by default.
 TEST(ContainerInfo, ThePodmanImageIdIsDetectedAndRecordedButConfigAndEnvironmentComeFirst) {
   EnvGuard g("ANCHOR_CONTAINER_DIGEST");
   ::unsetenv("ANCHOR_CONTAINER_DIGEST");
@@ -139,6 +141,15 @@ TEST(ContainerInfo, ThePodmanImageIdIsDetectedAndRecordedButConfigAndEnvironment
   anchor::fs::atomic_write_file(file, "engine=\"podman-4.3.1\"\nimageid=\"short\"\n");
   EXPECT_TRUE(detect_container_image(file).digest.empty());
   EXPECT_TRUE(container_info("", false, file)["detected"].is_null());
+  // Buildah writes the same keys during a build (imageid: the FROM image's, not this one's): not taken.
+  anchor::fs::atomic_write_file(file, "engine=\"buildah-1.28.2\"\nimage=\"docker.io/library/debian:12\"\nimageid=\"" +
+                                          id + "\"\n");
+  EXPECT_TRUE(detect_container_image(file).digest.empty());
+  // Nor a file without the engine line, nor a FIFO there (not read: no hang).
+  anchor::fs::atomic_write_file(file, "imageid=\"" + id + "\"\n");
+  EXPECT_TRUE(detect_container_image(file).digest.empty());
+  ASSERT_EQ(::mkfifo(t.str("fifo").c_str(), 0600), 0);
+  EXPECT_TRUE(detect_container_image(t.str("fifo")).digest.empty());
   try {
     container_info("", true, file);
     FAIL() << "expected a refusal";
