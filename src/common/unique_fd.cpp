@@ -66,9 +66,10 @@ UniqueFd open_regular(const std::string& path, struct stat* st_out, const OpenRe
                                  : how.hint);
   }
   // Reads of a regular file never block anyway; clear the flag so the
-  // descriptor behaves like any other (and mmap/read see no surprise).
-  const int flags = ::fcntl(fd.get(), F_GETFL);
-  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+  // descriptor behaves like any other (and mmap/read see no surprise). Of the
+  // flags F_SETFL sets, O_NONBLOCK is the only one open() set: 0 clears it
+  // without an F_GETFL first (one system call per file a pin opens).
+  if (::fcntl(fd.get(), F_SETFL, 0) != 0) {
     const int err = errno;
     throw io_error("fcntl" + named, path, err);
   }

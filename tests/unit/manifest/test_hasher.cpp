@@ -89,6 +89,41 @@ TEST(HashFiles, SymlinkAndDuplicateAreReadOnceAndResolved) {
   EXPECT_EQ(res[2].sha256, res[0].sha256);
 }
 
+// The serial pass resolves a directory once and a file's own name only when it is a link:
+// every way of naming one file (a linked directory, "..", a relative path, a link to a
+// link in another directory) resolves to realpath(3)'s answer, and a dangling link is an error.
+TEST(HashFiles, PathsThroughLinkedDirectoriesResolveAsRealpathDoes) {
+  TempDir dir("hash");
+  std::filesystem::create_directories(dir.path() / "real" / "sub");
+  const std::string file = dir.str("real/sub/f.bin");
+  write_file(file, bytes(100, 3));
+  std::filesystem::create_directory_symlink(dir.path() / "real", dir.path() / "linkdir");
+  std::filesystem::create_symlink(file, dir.path() / "real" / "to-f");
+  std::filesystem::create_symlink(dir.path() / "linkdir" / "to-f", dir.path() / "chain");
+  const std::string want = std::filesystem::canonical(file).string();
+  const std::vector<std::string> names = {dir.str("linkdir/sub/f.bin"), dir.str("linkdir/sub/../sub/f.bin"),
+                                          dir.str("chain"), dir.str("linkdir/to-f"), file};
+  HashStats stats;
+  const auto res = hash_files(inputs_of(names), {}, &stats);
+  for (std::size_t i = 0; i < names.size(); ++i) EXPECT_EQ(res[i].resolved, want) << names[i];
+  EXPECT_EQ(stats.files_hashed, 1u);
+  // Relative to the working directory, as realpath(3) takes it.
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path() / "linkdir");
+  const auto rel = hash_files(inputs_of({"sub/f.bin", "to-f"}), {});
+  std::filesystem::current_path(cwd);
+  EXPECT_EQ(rel[0].resolved, want);
+  EXPECT_EQ(rel[1].resolved, want);
+  // Control: a dangling link is refused, naming it.
+  std::filesystem::create_symlink(dir.path() / "gone", dir.path() / "dangling");
+  try {
+    hash_files(inputs_of({dir.str("dangling")}), {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dangling"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SetDigest, EqualsSha256sumSortPipeline) {
   TempDir dir("set");
   for (const char* n : {"b.bin", "a.bin", "sub/c.bin"}) write_file(dir.str(n), bytes(1000, n[0]));
