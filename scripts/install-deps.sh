@@ -30,6 +30,7 @@ if [[ "${1:-}" == --test ]]; then
     zsh mandoc                            # the generated zsh completion run in zsh, the man page linted (test_cli_completion)
     chromium                              # report.html loaded in a real headless browser (test_report_html)
     mmdebstrap                            # a fresh Debian root for the .deb's install test (tests/install/deb_fresh_root.sh)
+    podman crun                           # the image id detected in a real container (tests/install/podman_container.sh)
   )
 fi
 
