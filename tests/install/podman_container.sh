@@ -18,13 +18,9 @@
 #     is refused with exit 2 naming the file, and without it the manifest
 #     says source none, digest null, containerised (the file exists).
 #
-# Two things of this VM are worked around, and only when they are so: a
-# hybrid cgroup layout (v1 controllers and a cgroup2 mount holding
-# controllers; crun refuses it) is hidden by unmounting /sys/fs/cgroup/unified
-# in a private mount namespace; and where the kernel refuses crun's setrlimit
-# even at the current values (this one does), crun runs through a wrapper
-# that drops process.rlimits from the container's config.json and execs crun.
-# Podman writes /run/.containerenv either way; that is what is tested.
+# What this VM needs to run a container at all (a hybrid cgroup layout,
+# crun's setrlimit refused) is worked around in tests/install/podman_lib.sh,
+# each only where it is needed; what Podman writes is what is tested.
 #
 # Exit 0 when all of it holds, 1 at the first thing that does not, 77 (ctest:
 # skipped, with the reason) when not root or podman/crun are not installed.
@@ -47,69 +43,29 @@ done
 work=$(mktemp -d "${TMPDIR:-/tmp}/anchor-podman.XXXXXX")
 cleanup() { rm -rf "$work" 2>/dev/null || true; }
 trap cleanup EXIT
-mkdir -p "$work/out" "$work/bin"
-
-# crun with the container's rlimits dropped (see above).
-cat > "$work/bin/crun" <<'EOF'
-#!/usr/bin/env bash
-args=("$@")
-for ((i = 0; i < ${#args[@]}; i++)); do
-  case ${args[i]} in
-    --bundle|-b) bundle=${args[i+1]} ;;
-    --bundle=*) bundle=${args[i]#--bundle=} ;;
-  esac
-done
-if [[ -n ${bundle:-} && -f $bundle/config.json ]]; then
-  python3 -c 'import json, sys
-p = sys.argv[1]; c = json.load(open(p)); c.get("process", {}).pop("rlimits", None); json.dump(c, open(p, "w"))' "$bundle/config.json"
-fi
-exec crun "$@"
-EOF
-chmod +x "$work/bin/crun"
-# A private store: nothing of this test stays in the host's Podman.
-podman=(podman --root "$work/storage" --runroot "$work/run" --events-backend none)
-runtime=crun  # the wrapper once crun is refused its setrlimit (run_in)
-
-# The image: empty directories and the merged-/usr links; /usr and /etc come from the host.
-mkdir -p "$work/rootfs"/{usr,etc,tmp,proc,sys,dev,run,root}
-for l in lib lib64 bin sbin; do ln -s "usr/$l" "$work/rootfs/$l"; done
-tar -C "$work/rootfs" -cf "$work/rootfs.tar" .
-"${podman[@]}" import -q "$work/rootfs.tar" localhost/anchor-detect:test >/dev/null
-id=$("${podman[@]}" images --no-trunc --format '{{.ID}}' localhost/anchor-detect:test)
-id=${id#sha256:}
+mkdir -p "$work/out"
+source "$(dirname "${BASH_SOURCE[0]}")/podman_lib.sh"
+podman_setup
+podman_base_image localhost/anchor-detect:test
+id=$(podman_image_id localhost/anchor-detect:test)
 [[ $id =~ ^[0-9a-f]{64}$ ]] || fail "podman images gave no image id ('$id')"
 say "image localhost/anchor-detect:test, id sha256:$id"
+podman_pick_runtime localhost/anchor-detect:test
 
 # What anchor pins inside: a config and one data file, in the shared output directory.
 printf 'hello container\n' > "$work/out/data.txt"
 printf 'data:\n  train: [data.txt]\n' > "$work/out/pin.yaml"
 touch -d '-1 minute' "$work/out/data.txt"
 
-hybrid=0
-[[ -n $(cat /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null) ]] && hybrid=1
 # run_in [podman run options...] -- anchor args...: status, and the output in $work/log
 run_in() {
   local opts=()
   while [[ $1 != -- ]]; do opts+=("$1"); shift; done
   shift
-  local cmd=("${podman[@]}" --runtime "$runtime" run --rm --network none --cgroups=disabled "${opts[@]}"
-             -v /usr:/usr:ro -v /etc:/etc:ro -v "$build:$build:ro" -v "$work/out:/out"
-             -w /out -e ANCHOR_CACHE_DIR=/out/cache -e HOME=/root
-             localhost/anchor-detect:test "$anchor" "$@")
-  local status=0
-  if [[ $hybrid == 1 ]]; then
-    unshare -m --propagation private bash -c 'umount /sys/fs/cgroup/unified && exec "$@"' _ "${cmd[@]}" \
-      >"$work/log" 2>&1 || status=$?
-  else
-    "${cmd[@]}" >"$work/log" 2>&1 || status=$?
-  fi
-  if [[ $status != 0 && $runtime == crun ]] && grep -q "crun: setrlimit" "$work/log"; then
-    say "crun's setrlimit is refused here: running crun without the container's rlimits"
-    runtime=$work/bin/crun
-    run_in "${opts[@]}" -- "$@"
-    return
-  fi
-  return $status
+  podman_do run --rm --network none --cgroups=disabled "${opts[@]}" \
+    -v /usr:/usr:ro -v /etc:/etc:ro -v "$build:$build:ro" -v "$work/out:/out" \
+    -w /out -e ANCHOR_CACHE_DIR=/out/cache -e HOME=/root \
+    localhost/anchor-detect:test "$anchor" "$@" >"$work/log" 2>&1
 }
 field() { python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["container"]; print(json.dumps(c.get(sys.argv[2])))' "$@"; }
 

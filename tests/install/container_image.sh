@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The Dockerfile built and run (issue 19; docs/development.md, "A container
+# image"), as the ctest install.container_image runs it in the torch2 build:
+#
+#   tests/install/container_image.sh
+#
+# No registry is reachable here, so the base is not docker.io's PyTorch image
+# but one made here with what that image brings: PyTorch 2.x with CUDA (the
+# torch2 environment: PyPI's CUDA wheel), nvcc, cmake and ninja, through
+# read-only mounts of the host's /usr and /etc and of the environment, its
+# python3 first on PATH. Then, with Podman (tests/install/podman_lib.sh):
+#  1. `podman build --build-arg BASE=<that image>` of the source tree's
+#     Dockerfile (its context: the sources and build/gpu-prefix, by
+#     .dockerignore); ccache's directory is mounted, so objects the torch2
+#     build already compiled are not compiled again;
+#  2. in a --privileged container of the image: `anchor --version`, and the
+#     embedded default pilot with container.required: true passes, and its
+#     report's manifest records container.digest sha256:<the image's id>
+#     (Podman's /run/.containerenv), source podman;
+#  3. control: unprivileged, the same pilot is refused (exit 2) before it
+#     trains, naming /run/.containerenv.
+#
+# Exit 0 when all of it holds, 1 otherwise, 77 (skipped, with the reason) when
+# not root, without podman/crun, or without the torch2 environment.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+src=$(pwd)
+say() { echo "container_image: $*"; }
+fail() { echo "container_image: FAIL: $*" >&2; exit 1; }
+skip() { echo "container_image: SKIP: $*"; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "needs root (rootful Podman, a private mount namespace)"
+for tool in podman crun python3; do
+  command -v $tool >/dev/null || skip "$tool is not installed (scripts/install-deps.sh --test installs podman)"
+done
+env_dir=$(scripts/torch2-python --env-dir)
+[[ -x $env_dir/bin/python3 ]] || skip "no torch2 environment at $env_dir (scripts/install-torch2.sh)"
+[[ -d build/gpu-prefix/usr ]] || fail "build/gpu-prefix is missing (scripts/gpu-prefix.sh): the Dockerfile builds against it"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/anchor-image.XXXXXX")
+cleanup() { rm -rf "$work" 2>/dev/null || true; }
+trap cleanup EXIT
+source "$src/tests/install/podman_lib.sh"
+podman_setup
+
+# 1. The base, then the Dockerfile on it.
+podman_base_image localhost/anchor-base:test \
+  --change "ENV PATH=$env_dir/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  --change "ENV HOME=/root"
+podman_pick_runtime localhost/anchor-base:test
+ccache_dir=$(ccache --get-config cache_dir 2>/dev/null || true)
+# The environment's interpreter lives under its base prefix (a venv links to it).
+base_prefix=$("$env_dir/bin/python3" -c 'import sys; print(sys.base_prefix)')
+mounts=(-v /usr:/usr:ro -v /etc:/etc:ro -v "$env_dir:$env_dir:ro")
+[[ $base_prefix == /usr || $base_prefix == /usr/* ]] || mounts+=(-v "$base_prefix:$base_prefix:ro")
+build_mounts=("${mounts[@]}")
+[[ -n $ccache_dir && -d $ccache_dir ]] && build_mounts+=(-v "$ccache_dir:/root/.cache/ccache")
+t0=$(date +%s)
+podman_do build --isolation oci --network none --build-arg BASE=localhost/anchor-base:test \
+  "${build_mounts[@]}" -t localhost/anchor:test -f Dockerfile . >"$work/build.log" 2>&1 ||
+  { tail -n 40 "$work/build.log" >&2; fail "podman build of the Dockerfile failed (above)"; }
+id=$(podman_image_id localhost/anchor:test)
+[[ $id =~ ^[0-9a-f]{64}$ ]] || fail "podman images gave no id for the built image ('$id')"
+say "built localhost/anchor:test (sha256:$id) from the Dockerfile in $(( $(date +%s) - t0 )) s"
+
+run=(run --rm --network none --cgroups=disabled "${mounts[@]}" localhost/anchor:test)
+# 2. The image's anchor, and the default pilot in a --privileged container.
+podman_do "${run[@]:0:4}" --privileged "${run[@]:4}" anchor --version >"$work/log" 2>&1 ||
+  { cat "$work/log" >&2; fail "anchor --version in the image failed"; }
+say "$(head -n 1 "$work/log")"
+pilot=(anchor pilot /opt/anchor/share/anchor/configs/pilot.yaml --run-dir /work/run --set container.required=true
+       --set report.signing_key=none --json)
+podman_do "${run[@]:0:4}" --privileged "${run[@]:4}" "${pilot[@]}" >"$work/report.json" 2>"$work/log" ||
+  { tail -n 30 "$work/log" >&2; fail "the default pilot in a --privileged container of the image failed"; }
+python3 - "$work/report.json" "$id" <<'PY' || fail "the pilot's report does not record the image"
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["manifest"]["container"]
+assert r["status"] == "passed" and r["resume"]["verdict"] == "match", (r.get("status"), r.get("resume"))
+assert c["digest"] == "sha256:" + sys.argv[2] and c["source"] == "podman", c
+assert c["detected"]["image"] == "localhost/anchor:test", c
+print("container_image: the pilot passed in the image; manifest.container.digest", c["digest"], "(podman)")
+PY
+
+# 3. Control: unprivileged, no digest is known: refused before training.
+status=0
+podman_do "${run[@]}" "${pilot[@]}" >"$work/refused.json" 2>"$work/log" || status=$?
+[[ $status == 2 ]] || { tail -n 20 "$work/log" >&2; fail "unprivileged, container.required exited $status, not 2"; }
+grep -q "/run/.containerenv" "$work/log" || { tail -n 20 "$work/log" >&2; fail "the refusal does not name /run/.containerenv"; }
+say "unprivileged: container.required refused with exit 2 naming /run/.containerenv"
