@@ -116,15 +116,14 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
 // report's plan records its digest. A report from before anchor recorded it
 // gets a warning.
 void check_bundle_catalog(const std::string& catalog, const nlohmann::json& original) {
-  const nlohmann::json::json_pointer at("/plan/catalog/sha256");
-  const bool recorded = original.contains(at) && original.at(at).is_string();
+  const auto recorded = pipeline::recorded_catalog(original);  // the rule `anchor bundle` copies by
   if (catalog.empty()) {
     // A bundle without catalog.yaml plans with whatever catalog this machine has:
     // not the run's, when the run recorded which one it used.
     if (recorded)
       throw Error(ErrorKind::kVerification,
                   "the bundle holds no catalog.yaml, but the run planned with a catalog it records (sha256 " +
-                      original.at(at).get<std::string>() + ")",
+                      recorded->second + ")",
                   "make the bundle again from the run (`anchor bundle RUN`): it carries that catalog");
     return;
   }
@@ -133,11 +132,29 @@ void check_bundle_catalog(const std::string& catalog, const nlohmann::json& orig
     return;
   }
   const std::string got = sha256_file(catalog).sha256;
-  if (original.at(at).get<std::string>() != got)
+  if (recorded->second != got)
     throw Error(ErrorKind::kVerification,
                 "the bundle's catalog.yaml (sha256 " + got + ") is not the catalog the run planned with (sha256 " +
-                    original.at(at).get<std::string>() + ")",
+                    recorded->second + ")",
                 "make the bundle again from the run (`anchor bundle RUN`)");
+}
+
+// bundle.json is not signed: where it says the inputs are must be where the
+// signed manifest puts them, or a reproduction could read them elsewhere.
+void check_bundle_places(const pipeline::OpenedBundle& b, const nlohmann::json& original) {
+  pipeline::InputPlaces want;
+  try {
+    want = pipeline::input_places(original.at("manifest"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kVerification, std::string("the signed report's manifest cannot place its inputs (") +
+                                              e.what() + ")");
+  }
+  if (want.root != b.places.root || want.absolute != b.places.absolute)
+    throw Error(ErrorKind::kVerification,
+                "bundle.json places the inputs at root '" + printable(b.places.root) + "', absolute '" +
+                    printable(b.places.absolute) + "'; the signed manifest puts them at '" + want.root + "', '" +
+                    want.absolute + "'",
+                "bundle.json was edited: copy the bundle again from where it was made");
 }
 
 }  // namespace
@@ -189,6 +206,7 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     }
     Trust trust;
     const nlohmann::json original = load_report(*o, trust);
+    if (bundle && bundle->with_data) check_bundle_places(*bundle, original);
     if (bundle) check_bundle_catalog(o->catalog, original);
     if (!original.contains("manifest"))
       throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
@@ -313,7 +331,20 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     po2.worker_binary = torch_binary();
     return cli::run_pilot(po2);
   };
-  return [o, body]() { return writing_junit_on_refusal(o->junit, body); };
+  // What is read from the signed report is typed where it is read; a type
+  // anchor never writes (a report signed by another hand) is a verification
+  // failure, not an internal error.
+  Runner checked = [body]() {
+    try {
+      return body();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(ErrorKind::kVerification,
+                  std::string("a field of the report has a type anchor does not write (") + e.what() + ")",
+                  "the report was not written by anchor's pilot, or was changed and signed again: reproduce a run "
+                  "anchor signed (if it is one, this is a bug: report it)");
+    }
+  };
+  return [o, checked]() { return writing_junit_on_refusal(o->junit, checked); };
 }
 
 }  // namespace anchor::cli

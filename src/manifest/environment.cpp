@@ -280,8 +280,9 @@ DetectedImage detect_container_image(const std::string& containerenv) {
   try {
     fs::UniqueFd fd = fs::open_regular(containerenv);
     char buf[4096];
-    while (text.size() < (64u << 10)) {
-      const ssize_t got = ::read(fd.get(), buf, sizeof buf);
+    constexpr std::size_t kMost = 64u << 10;
+    while (text.size() < kMost) {
+      const ssize_t got = ::read(fd.get(), buf, std::min(sizeof buf, kMost - text.size()));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) break;
       text.append(buf, static_cast<std::size_t>(got));

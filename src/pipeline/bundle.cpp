@@ -272,8 +272,8 @@ std::string directory_within(const std::string& dir, const json& j, const char* 
   return s;
 }
 
-// Every file bundle.json lists, checked to be where it says and plain; then
-// every byte against its digest.
+// Every file bundle.json lists, checked to be where it says and plain (not
+// yet read: open_bundle checks the bytes after everything structural).
 std::vector<fs::KnownFile> listed_files(const json& j, const std::string& dir, const std::string& file) {
   if (!j.contains("files") || !j["files"].is_array()) throw Error(ErrorKind::kUsage, file + " lists no files");
   std::vector<fs::KnownFile> files;
@@ -298,8 +298,7 @@ std::vector<fs::KnownFile> listed_files(const json& j, const std::string& dir, c
       throw Error(ErrorKind::kVerification, "the bundle lost " + printable(f.name) + " (bundle.json lists it)",
                   "copy the whole bundle again from where it was made");
   }
-  fs::verify_files(dir, files);  // any changed byte
-  return files;
+  return files;  // their bytes are checked by the caller, after every structural check
 }
 
 // Everything under inputs/ is listed: a file there that bundle.json does not
@@ -308,7 +307,11 @@ std::vector<fs::KnownFile> listed_files(const json& j, const std::string& dir, c
 void check_inputs_listed(const std::string& dir, const std::set<std::string>& names) {
   std::error_code ec;
   const std::string inputs = dir + "/inputs";
-  if (!stdfs::exists(stdfs::symlink_status(inputs, ec))) return;
+  const auto top = stdfs::symlink_status(inputs, ec).type();
+  if (top == stdfs::file_type::not_found) return;
+  if (top != stdfs::file_type::directory)
+    throw Error(ErrorKind::kUsage, "the bundle's inputs is not a plain directory (a symbolic link?)",
+                "a bundle holds only the files `anchor bundle` wrote");
   auto it = stdfs::recursive_directory_iterator(inputs, ec);
   for (; !ec && it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
     const std::string rel = it->path().lexically_relative(dir).string();
@@ -378,12 +381,8 @@ BundleResult write_bundle(const BundleOptions& opts) {
   if (stdfs::exists(provenance, ec)) files.push_back(known("provenance.intoto.json", provenance, "provenance", listed));
 
   // The catalog the plan's figures came from: the bytes whose digest the report records.
-  const json* catalog = nullptr;
-  if (signed_run.report.contains("plan") && signed_run.report["plan"].is_object() &&
-      signed_run.report["plan"].contains("catalog"))
-    catalog = &signed_run.report["plan"]["catalog"];
-  if (catalog && !string_member(*catalog, "path").empty() && is_sha256_hex(string_member(*catalog, "sha256"))) {
-    const std::string path = (*catalog)["path"].get<std::string>(), want = (*catalog)["sha256"].get<std::string>();
+  if (const auto catalog = recorded_catalog(signed_run.report)) {
+    const auto& [path, want] = *catalog;
     FileDigest d;
     try {
       d = sha256_file(path);
@@ -444,7 +443,9 @@ BundleResult write_bundle(const BundleOptions& opts) {
     r.bytes = copied.bytes;
   } catch (const Error& e) {
     stdfs::remove(staged, ec);
-    if (e.kind() != ErrorKind::kVerification) throw;
+    // A copy that did not read back at the destination is the storage's fault, not the run's.
+    if (e.kind() != ErrorKind::kVerification || std::string(e.what()).find("read back before publishing") != std::string::npos)
+      throw;
     // A source that is not what was signed: the run's file, or an input, changed since.
     throw Error(e.kind(), std::string(e.what()) + "; it changed since the run was signed",
                 "a bundle carries only what the report signs: restore the file, or run the pilot again and bundle "
@@ -458,6 +459,21 @@ BundleResult write_bundle(const BundleOptions& opts) {
   r.files = files.size() - 1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+InputPlaces input_places(const nlohmann::json& manifest) {
+  const PlacedInputs placed = place_inputs(manifest);
+  return {placed.root, placed.absolute ? std::string(kAbs) : std::string()};
+}
+
+std::optional<std::pair<std::string, std::string>> recorded_catalog(const nlohmann::json& report) {
+  if (!report.is_object() || !report.contains("plan") || !report["plan"].is_object() ||
+      !report["plan"].contains("catalog"))
+    return std::nullopt;
+  const json& c = report["plan"]["catalog"];
+  const std::string path = string_member(c, "path"), sha = string_member(c, "sha256");
+  if (path.empty() || !is_sha256_hex(sha)) return std::nullopt;
+  return std::make_pair(path, sha);
 }
 
 bool is_bundle(const std::string& path) {
@@ -506,8 +522,10 @@ OpenedBundle open_bundle(const std::string& dir) {
     const std::string abs = directory_within(b.dir, in, "absolute", printable(file));
     if (!root.empty()) b.inputs.root = b.dir + "/" + root;
     if (!abs.empty()) b.inputs.prefixes.push_back({"/", b.dir + "/" + abs});
+    b.places = {root, abs};
   }
   check_inputs_listed(b.dir, names);  // with or without data: nothing unlisted under inputs/
+  fs::verify_files(b.dir, files);      // then every byte: a changed or truncated file is exit 3
   return b;
 }
 

@@ -207,14 +207,29 @@ TEST_F(Bundle, WhatABundleDoesNotHoldOrNoLongerMatchesIsRefused) {
   auto no_catalog = reproduce(t_.str("made"), "no-catalog");
   EXPECT_EQ(no_catalog.status, 3) << no_catalog.output;
   EXPECT_NE(no_catalog.output.find("holds no catalog.yaml"), std::string::npos) << no_catalog.output;
-  // A with_data that is not a boolean is a malformed bundle.json (exit 2), not a crash.
+  // A with_data that is not a boolean is a malformed bundle.json (exit 2), not a crash, and that
+  // is said before any byte is checked (a changed input beside it does not turn it into exit 3).
   j = listed_before;
   j["with_data"] = "yes";
   anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
   stdfs::copy_file(saved, t_.str("made/catalog.yaml"));
+  const std::string train_in = t_.str("made/inputs/tree/data/train.txt");
+  stdfs::copy_file(train_in, t_.str("train.saved"));
+  append(train_in, "x");
   auto typed = reproduce(t_.str("made"), "typed");
   EXPECT_EQ(typed.status, 2) << typed.output;
   EXPECT_NE(typed.output.find("with_data is not true or false"), std::string::npos) << typed.output;
+  stdfs::remove(train_in);
+  stdfs::copy_file(t_.str("train.saved"), train_in);
+  // bundle.json is not signed: inputs placed elsewhere than the signed manifest puts them (here:
+  // the absolute ones read from the host's own paths) is refused.
+  j = listed_before;
+  j["inputs"]["absolute"] = nullptr;
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+  auto placed = reproduce(t_.str("made"), "placed");
+  EXPECT_EQ(placed.status, 3) << placed.output;
+  EXPECT_NE(placed.output.find("bundle.json places the inputs"), std::string::npos) << placed.output;
+  EXPECT_FALSE(stdfs::exists(t_.str("placed")));
   j = listed_before;
   anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
 

@@ -18,8 +18,12 @@
 // are pinned again and compared with its manifest, the catalog with the digest
 // its plan records.
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "anchor/manifest/path_map.hpp"
 
@@ -58,6 +62,21 @@ BundleResult write_bundle(const BundleOptions& opts);
 // reads as a bundle rather than a report.
 bool is_bundle(const std::string& path);
 
+// Where a bundle carries the run's inputs, from the signed manifest alone,
+// relative to the bundle: `root` the config directory's place under
+// inputs/tree ("" when no input is relative), `absolute` the directory the
+// absolute inputs sit under by their own path ("" when none). write_bundle
+// places them so; a reproduction requires bundle.json to say the same.
+struct InputPlaces {
+  std::string root;
+  std::string absolute;
+};
+InputPlaces input_places(const nlohmann::json& manifest);
+
+// The catalog a signed report's plan records ({path, sha256}: a non-empty
+// path and a SHA-256), or nullopt: one rule for the bundle and its reader.
+std::optional<std::pair<std::string, std::string>> recorded_catalog(const nlohmann::json& report);
+
 struct OpenedBundle {
   std::string dir;             // absolute
   std::string envelope;        // <dir>/report.intoto.json
@@ -65,6 +84,7 @@ struct OpenedBundle {
   std::string catalog;         // <dir>/catalog.yaml; empty: the bundle carries none
   bool with_data = false;
   manifest::PathMap inputs;    // with_data: where the run's inputs are inside the bundle
+  InputPlaces places;          // with_data: the same, as bundle.json names them (relative)
 };
 
 // Reads bundle.json strictly (its format, every name a relative path inside
