@@ -502,16 +502,7 @@ OpenedBundle open_bundle(const std::string& dir) {
                 printable(file) + " is not an " + kBundleFormat + " bundle (format " +
                     (j.is_object() && j.contains("format") ? printable(j["format"].dump()) : std::string("missing")) + ")",
                 "this anchor reads " + std::string(kBundleFormat) + "; a newer bundle needs a newer anchor");
-  const std::vector<fs::KnownFile> files = listed_files(j, b.dir, printable(file));
-
-  std::set<std::string> names;
-  for (const auto& f : files) names.insert(f.name);
-  auto has = [&](const std::string& name) { return names.count(name) > 0; };
-  for (const char* needed : {report::kEnvelopeFile, report::kPublicKeyFile})
-    if (!has(needed)) throw Error(ErrorKind::kUsage, printable(file) + " does not list " + needed);
-  b.envelope = b.dir + "/" + report::kEnvelopeFile;
-  b.public_key = b.dir + "/" + report::kPublicKeyFile;
-  if (has("catalog.yaml")) b.catalog = b.dir + "/catalog.yaml";
+  // What bundle.json says about itself first (exit 2), then what it lists (missing: exit 3).
   if (j.contains("with_data") && !j["with_data"].is_boolean())
     throw Error(ErrorKind::kUsage, printable(file) + ": with_data is not true or false");
   b.with_data = j.contains("with_data") && j["with_data"].get<bool>();
@@ -524,6 +515,16 @@ OpenedBundle open_bundle(const std::string& dir) {
     if (!abs.empty()) b.inputs.prefixes.push_back({"/", b.dir + "/" + abs});
     b.places = {root, abs};
   }
+  const std::vector<fs::KnownFile> files = listed_files(j, b.dir, printable(file));
+
+  std::set<std::string> names;
+  for (const auto& f : files) names.insert(f.name);
+  auto has = [&](const std::string& name) { return names.count(name) > 0; };
+  for (const char* needed : {report::kEnvelopeFile, report::kPublicKeyFile})
+    if (!has(needed)) throw Error(ErrorKind::kUsage, printable(file) + " does not list " + needed);
+  b.envelope = b.dir + "/" + report::kEnvelopeFile;
+  b.public_key = b.dir + "/" + report::kPublicKeyFile;
+  if (has("catalog.yaml")) b.catalog = b.dir + "/catalog.yaml";
   check_inputs_listed(b.dir, names);  // with or without data: nothing unlisted under inputs/
   fs::verify_files(b.dir, files);      // then every byte: a changed or truncated file is exit 3
   return b;
