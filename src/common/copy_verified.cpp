@@ -23,14 +23,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 }
 
 void check_name(const KnownFile& f) {
-  bool ok = !f.name.empty() && f.name.front() != '/' && f.name.back() != '/';
-  for (std::size_t at = 0; ok && at <= f.name.size();) {
-    const std::size_t end = std::min(f.name.find('/', at), f.name.size());
-    const std::string part = f.name.substr(at, end - at);
-    ok = !part.empty() && part != "." && part != "..";
-    at = end + 1;
-  }
-  if (!ok)
+  if (!is_name_within(f.name))
     throw Error(ErrorKind::kUsage, "copy: '" + printable(f.name) + "' is not a relative path within the directory");
 }
 
@@ -80,6 +73,17 @@ void copy_file(const std::string& src, const KnownFile& f, const std::string& ds
 }
 
 }  // namespace
+
+bool is_name_within(const std::string& name) {
+  if (name.empty() || name.front() == '/' || name.back() == '/') return false;
+  for (std::size_t at = 0; at <= name.size();) {
+    const std::size_t end = std::min(name.find('/', at), name.size());
+    const std::string part = name.substr(at, end - at);
+    if (part.empty() || part == "." || part == "..") return false;
+    at = end + 1;
+  }
+  return true;
+}
 
 void verify_files(const std::string& dir, const std::vector<KnownFile>& files) {
   for (const auto& f : files) {

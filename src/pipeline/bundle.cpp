@@ -241,25 +241,12 @@ Entry entry_at(const std::string& dir, const std::string& name, stdfs::file_type
   return Entry::kNotPlain;
 }
 
-// A name bundle.json gives: '/'-separated, relative, no empty, "." or ".."
-// component (the rule fs::copy_verified writes by), checked before any is used.
-bool plain_name(const std::string& name) {
-  if (name.empty() || name.front() == '/' || name.back() == '/') return false;
-  for (std::size_t at = 0; at <= name.size();) {
-    const std::size_t end = std::min(name.find('/', at), name.size());
-    const std::string part = name.substr(at, end - at);
-    if (part.empty() || part == "." || part == "..") return false;
-    at = end + 1;
-  }
-  return true;
-}
-
 // inputs.root / inputs.absolute: a plain name under inputs/ with no symbolic
 // link on the way, or "" when null.
 std::string directory_within(const std::string& dir, const json& j, const char* key, const std::string& file) {
   if (!j.contains(key) || j[key].is_null()) return "";
   const std::string s = j[key].is_string() ? j[key].get<std::string>() : std::string();
-  if (!plain_name(s) || s.rfind("inputs/", 0) != 0)
+  if (!fs::is_name_within(s) || s.rfind("inputs/", 0) != 0)
     throw Error(ErrorKind::kUsage, file + ": inputs." + key + " is not a directory under inputs/",
                 "a bundle holds only what `anchor bundle` wrote; copy it again from where it was made");
   // It need not exist (paths resolve from it lexically: the config's own
@@ -283,7 +270,7 @@ std::vector<fs::KnownFile> listed_files(const json& j, const std::string& dir, c
         !is_sha256_hex(f["sha256"].get<std::string>()))
       throw Error(ErrorKind::kUsage, file + " lists a file without a name, size and SHA-256");
     const std::string name = f["name"].get<std::string>();
-    if (!plain_name(name))
+    if (!fs::is_name_within(name))
       throw Error(ErrorKind::kUsage, file + " lists '" + printable(name) + "', which is not a relative path within the directory",
                   "a bundle holds only what `anchor bundle` wrote; copy it again from where it was made");
     files.push_back({name, f["size"].get<std::uint64_t>(), f["sha256"].get<std::string>(), ""});

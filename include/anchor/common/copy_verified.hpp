@@ -19,6 +19,10 @@ struct KnownFile {
   std::string source;  // copy_verified: where to read it; empty: <from>/<name>
 };
 
+// Whether `name` is a KnownFile name: '/'-separated, relative, with no empty,
+// "." or ".." component (so it cannot leave the directory it is joined to).
+bool is_name_within(const std::string& name);
+
 struct CopyResult {
   std::uint64_t bytes = 0;
   double copy_s = 0;    // reading, writing and fsyncing every file, and publishing the directory
