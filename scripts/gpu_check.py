@@ -181,8 +181,8 @@ def main():
             d.update(report=os.path.join(run_dir, "report.json"), verdict=rep["resume"]["verdict"],
                      mode=rep["resume"]["mode"], memory_source=rep["measurements"]["memory"]["source"],
                      stages={s["stage"]: round(s.get("seconds", 0), 3) for s in rep["stages"]})
-            # Worker B's profile of a step (docs/report.md, "profile.json"): Kineto's, with the GPU's kernels.
-            prof = next((s["figures"].get("profile", {}) for s in rep["stages"] if s["stage"] == "memory_probe"), {})
+            # Worker B's profile of its last step (docs/report.md, "profile.json"): Kineto's, with the GPU's kernels.
+            prof = next((s["figures"].get("profile", {}) for s in rep["stages"] if s["stage"] == "resume"), {})
             kernels = 0
             if os.path.exists(os.path.join(run_dir, "profile.json")):
                 trace = read_json(os.path.join(run_dir, "profile.json"))

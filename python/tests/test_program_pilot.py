@@ -108,13 +108,13 @@ class ProgramPilot(support.TempDirTest):
                                       r"[0-9]+ tok/s \([0-9.]+s, eta [0-9.]+s\)")
         self.assertNotIn("B step 4/8", proc.stderr)  # B starts from A's step 4
         # The plan, from the program's measurements: its declared shape, the reference's step and two
-        # memory probes (fresh processes at micro-batch 2 and seq_len 16) fitted like the built-in model's.
+        # memory probes (fresh processes at micro-batch 1 and seq_len 16) fitted like the built-in model's.
         model = report["measurements"]["model"]
         self.assertEqual((model["micro_batch"], model["seq_len"], model["n_layer"], model["n_embd"]), (4, 32, 2, 64))
         self.assertEqual(model["flops_per_token"], 6 * model["parameters"] + 12 * 2 * 64 * 32)
         points = report["measurements"]["memory"]["points"]
         self.assertEqual([(p["micro_batch"], p["seq_len"], p["from"]) for p in points],
-                         [(4, 32, "reference"), (2, 32, "probe-1"), (4, 16, "probe-2")])
+                         [(4, 32, "reference"), (1, 32, "probe-1"), (4, 16, "probe-2")])
         self.assertTrue(all(0 < p["peak_allocated_bytes"] < p["raw_peak_bytes"] for p in points), points)
         state = report["measurements"]["memory"]["state_bytes"]
         self.assertEqual(state["parameters"], 4 * model["parameters"])
@@ -169,7 +169,7 @@ class ProgramPilot(support.TempDirTest):
         proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --ignore-shape]")
         self.assertEqual(proc.returncode, 1, proc.stdout[-2000:] + proc.stderr[-2000:])
         self.assertEqual(report["resume"]["verdict"], "match")  # the resume is proven; the probe is what failed
-        self.assertIn("the memory probe at (micro_batch 2, seq_len 32) reported 128 tokens at step 1, not 64",
+        self.assertIn("the memory probe at (micro_batch 1, seq_len 32) reported 128 tokens at step 1, not 32",
                       proc.stderr)
         self.assertIn("or pass probe=False", proc.stderr)
         # The report keeps what was measured, and says why there is no plan.

@@ -157,7 +157,7 @@ std::vector<Field> make_fields() {
           "pilot (#3), multi-process (#7)").at_least(0),
     Field(ANCHOR_KEY(pilot.precision_tolerance), "Relative difference between fp32 and the chosen precision above which the report flags a value.",
           "precision (#8)").at_least(0),
-    Field(ANCHOR_KEY(pilot.memory_probe_micro_batch), "Second, smaller micro-batch measured for the memory model; 0: micro_batch / 2.",
+    Field(ANCHOR_KEY(pilot.memory_probe_micro_batch), "Second, smaller micro-batch measured for the memory model; 0: micro_batch / 4 (at least 1).",
           "measure and plan (#6)").at_least(0),
     Field(ANCHOR_KEY(pilot.start_from), "Where worker A starts: init (the model initialised from run.seed; checkpoint.dir must hold no step directory) or latest (restored from the newest committed checkpoint in checkpoint.dir, which must exist, verify and fit the config; docs/pilot.md). `anchor pilot --start-from`.",
           "pilot restart (#7)").one_of({"init", "latest"}),

@@ -28,6 +28,7 @@
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/measure/proc.hpp"
 #include "anchor/plan/plan.hpp"
+#include "anchor/plan/memory_model.hpp"
 #include "program_protocol.hpp"
 #include "progress.hpp"
 #include "supervisor_internal.hpp"
@@ -761,12 +762,7 @@ Step memory_probe(Run& r) {
   const auto& h = *r.a.logs.at(0).hello;
   if (!h.shape || !h.shape->probe || !r.a.logs.at(0).step_memory) return std::nullopt;
   const std::int64_t mb = h.shape->micro_batch, T = h.shape->seq_len;
-  // pilot.memory_probe_micro_batch when it is below the program's micro-batch, else half of it.
-  const std::int64_t configured = p.cfg.pilot.memory_probe_micro_batch;
-  const std::int64_t small_mb = configured > 0 && configured < mb ? configured : std::max<std::int64_t>(1, mb / 2);
-  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
-  if (small_mb != mb) shapes.push_back({small_mb, T});
-  if (T / 2 >= 8) shapes.push_back({mb, T / 2});
+  const auto shapes = plan::probe_shapes(mb, T, p.cfg.pilot.memory_probe_micro_batch);
   if (shapes.empty()) return std::nullopt;  // micro-batch 1 and a short sequence: the one point stands
   const auto t0 = Clock::now();
   json figures = json::array();

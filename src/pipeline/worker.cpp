@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -37,6 +38,7 @@
 #include "anchor/measure/proc.hpp"
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/pipeline/worker_result.hpp"
+#include "anchor/plan/memory_model.hpp"
 #include "anchor/train/saved_state.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
@@ -111,7 +113,10 @@ StepProgress progress(const WorkerContext& ctx, const char* worker, std::int64_t
   return {worker, start, end, ctx.env.rank, ctx.env.world_size};
 }
 
-std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepProgress& at) {
+// How a step is run when not plainly: worker B's last one, under the profiler.
+using StepFn = std::function<train::StepRecord(train::Trainer&)>;
+
+std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepProgress& at, const StepFn& last = {}) {
   std::vector<train::StepRecord> steps;
   const StepLineRule rule(at.start, at.end);
   const bool live = live_progress_requested();
@@ -119,7 +124,7 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepPro
   double spent_s = 0;
   auto sent = std::chrono::steady_clock::time_point{};
   for (int i = 0; i < n; ++i) {
-    auto r = t.train_step();
+    auto r = last && i + 1 == n ? last(t) : t.train_step();
     const double step_s = r.compute_s + r.data_wait_s;
     spent_s += step_s;
     StepShown shown;
@@ -682,6 +687,8 @@ void export_stage(WorkerContext& ctx, train::Trainer& t) {
   if (!ctx.copy_to.empty()) copy_off_stage(ctx, files);
 }
 
+train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlohmann::json& figures);
+
 void resume_from_checkpoint(WorkerContext& ctx) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out.stages;
@@ -725,85 +732,82 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
 
   StageTimer resume("resume");
-  ctx.out.resume_steps = run_steps(t, p.steps_after_resume, progress(ctx, "B", t.step(), t.step() + p.steps_after_resume));
+  nlohmann::json profile;
+  StepFn profiled;  // rank 0's last step: the profile of a step (docs/report.md, "profile.json")
+  if (ctx.env.rank == 0) profiled = [&](train::Trainer& tr) { return profiled_step(ctx, tr, profile); };
+  ctx.out.resume_steps =
+      run_steps(t, p.steps_after_resume, progress(ctx, "B", t.step(), t.step() + p.steps_after_resume), profiled);
   const double replica_check_s = check_replicas(ctx, t);  // the resumed replicas, at the end
   ctx.out.final_state = t.digest();
   nlohmann::json resume_fig = {{"steps", p.steps_after_resume}};
+  if (!profile.is_null()) resume_fig["profile"] = profile;
   if (ctx.pg) resume_fig["replica_check_s"] = replica_check_s;
   stages.push_back(resume.end(resume_fig));
   if (ctx.env.rank == 0) export_stage(ctx, t);
   write_result(ctx, "resume");
 }
 
-// One step at the configured shape under LibTorch's profiler, written to
+// Worker B's last resumed step, run under LibTorch's profiler and written to
 // <run_dir>/profile.json in the Chrome trace format (docs/report.md,
-// "profile.json"). Where LibTorch has Kineto (PyPI's 2.x), Kineto's profiler:
-// the operators and, on a GPU, the kernels they launch and the memory copies
-// (CUPTI), on the device's own time line. Otherwise (Debian's 1.13 is built
-// without it) the legacy profiler: the operators as the CPU side runs and
-// launches them. It is not the measured step (the profiler's own cost would be
-// in that step's time and memory), and a failure here is a warning with the
-// reason in the figures, never the pilot's.
+// "profile.json"): a real step at the configured shape, so the profile costs
+// the pilot no step of its own. Where LibTorch has Kineto (PyPI's 2.x),
+// Kineto's profiler: the operators and, on a GPU, the kernels they launch and
+// the memory copies (CUPTI), on the device's own time line. Otherwise
+// (Debian's 1.13 is built without it) the legacy profiler: the operators as
+// the CPU side runs and launches them. The profiler changes no number the
+// step computes (the verdict compares this step with worker A's); it is not
+// the measured step, whose time and memory would hold the profiler's cost.
+// The step runs exactly once whatever the profiler does: a profiler that
+// cannot start leaves the step unprofiled, one that fails after it is a
+// warning with the reason in the figures, never the pilot's failure; the
+// step's own failure is the pilot's, as any step's.
 struct Profiled {
   nlohmann::json trace;   // the Chrome trace: an array of events (legacy) or {traceEvents: [...]} (Kineto)
   std::size_t events = 0;
-  double seconds = 0;
   std::string profiler;
 };
 
-Profiled legacy_profile(train::Trainer& t) {
-  std::ostringstream out;
-  const auto t0 = std::chrono::steady_clock::now();
-  {
-    torch::autograd::profiler::RecordProfile guard(out);
-    t.train_step();
-  }
+Profiled parse_legacy(const std::string& text) {
   Profiled p;
-  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  p.trace = nlohmann::json::parse(out.str());  // what it wrote is a trace, or this is not a profile
+  p.trace = nlohmann::json::parse(text);  // what it wrote is a trace, or this is not a profile
   if (!p.trace.is_array()) throw Error(ErrorKind::kRuntime, "the profiler wrote no list of trace events");
   p.events = p.trace.size();
   p.profiler = "LibTorch legacy profiler (operators, CPU side)";
   return p;
 }
 
-// Kineto's profile of one step, through the file it saves; nullopt with `why`
-// when this LibTorch has no Kineto (it then saves nothing, or refuses).
-std::optional<Profiled> kineto_profile(train::Trainer& t, bool gpu, const std::string& scratch, std::string& why) {
-#if TORCH_VERSION_MAJOR < 2
-  (void)t, (void)gpu, (void)scratch;
-  why = "LibTorch " TORCH_VERSION " is built without Kineto";  // Debian's; no step is spent finding out
-  return std::nullopt;
-#else
-  namespace prof = torch::autograd::profiler;
-  namespace impl = torch::profiler::impl;
-  const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
-  std::set<impl::ActivityType> activities = {impl::ActivityType::CPU};
-  if (gpu) activities.insert(impl::ActivityType::CUDA);
-  std::error_code ec;
-  std::filesystem::remove(scratch, ec);
-  Profiled p;
+#if TORCH_VERSION_MAJOR >= 2
+namespace prof = torch::autograd::profiler;
+namespace prof_impl = torch::profiler::impl;
+
+prof_impl::ProfilerConfig kineto_config() { return prof_impl::ProfilerConfig(prof_impl::ProfilerState::KINETO); }
+
+std::set<prof_impl::ActivityType> kineto_activities(bool gpu) {
+  std::set<prof_impl::ActivityType> a = {prof_impl::ActivityType::CPU};
+  if (gpu) a.insert(prof_impl::ActivityType::CUDA);
+  return a;
+}
+
+// Starts Kineto; false with `why` when this LibTorch refuses it.
+bool kineto_start(bool gpu, std::string& why) {
   try {
-    prof::prepareProfiler(config, activities);
-    const auto t0 = std::chrono::steady_clock::now();
-    prof::enableProfiler(config, activities);
-    try {
-      t.train_step();  // it synchronises the device at its end: every kernel is in
-    } catch (...) {
-      prof::disableProfiler();
-      throw;
-    }
-    auto result = prof::disableProfiler();
-    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result->save(scratch);
+    prof::prepareProfiler(kineto_config(), kineto_activities(gpu));
+    prof::enableProfiler(kineto_config(), kineto_activities(gpu));
+    return true;
   } catch (const c10::Error& e) {
     why = "Kineto refused: " + compat::message_of(e);
-    return std::nullopt;
+    return false;
   }
-  if (!std::filesystem::exists(scratch, ec)) {
-    why = "Kineto saved no trace (LibTorch built without it)";
-    return std::nullopt;
-  }
+}
+
+// Stops Kineto and reads back the trace it saves; throws when it saved none.
+Profiled kineto_finish(bool gpu, const std::string& scratch) {
+  std::error_code ec;
+  std::filesystem::remove(scratch, ec);
+  prof::disableProfiler()->save(scratch);
+  if (!std::filesystem::exists(scratch, ec))
+    throw Error(ErrorKind::kRuntime, "Kineto saved no trace (LibTorch built without it)");
+  Profiled p;
   p.trace = nlohmann::json::parse(fs::read_file(scratch));
   std::filesystem::remove(scratch, ec);
   if (!p.trace.is_object() || !p.trace.contains("traceEvents") || !p.trace["traceEvents"].is_array())
@@ -812,39 +816,77 @@ std::optional<Profiled> kineto_profile(train::Trainer& t, bool gpu, const std::s
   p.profiler = gpu ? "LibTorch Kineto profiler (operators, and the GPU kernels and copies they launch)"
                    : "LibTorch Kineto profiler (operators, CPU)";
   return p;
-#endif
 }
+#endif
 
-nlohmann::json profile_step(const WorkerContext& ctx, train::Trainer& t) {
+// One step of `t` under the profiler; `figures` gets what the resume stage
+// reports of it (docs/report.md, "profile.json").
+train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlohmann::json& figures) {
   const std::string file = ctx.run_dir + "/profile.json";
   std::filesystem::remove(file);  // a reused run directory's is not this run's
   // About 2,500 operator events per layer and micro-step (7k for the 2-layer
   // default at grad_accum 2, 29k for 6 layers): past ~500k the profile would
   // cost worker B hundreds of MB for a file no one opens whole.
   const std::int64_t micro_steps = static_cast<std::int64_t>(ctx.cfg.model.n_layer) * ctx.cfg.train.grad_accum;
-  if (micro_steps > 200)
-    return {{"skipped", "model.n_layer x train.grad_accum is " + std::to_string(micro_steps) +
-                            ": the profile of a step would exceed about 500,000 events"}};
+  if (micro_steps > 200) {
+    figures = {{"skipped", "model.n_layer x train.grad_accum is " + std::to_string(micro_steps) +
+                               ": the profile of a step would exceed about 500,000 events"}};
+    return t.train_step();
+  }
+  const bool gpu = (ctx.device.empty() ? ctx.cfg.device : ctx.device).rfind("cuda", 0) == 0;
+  std::string no_kineto;
+  train::StepRecord step;
+  std::optional<Profiled> p;
+  std::string failed;  // why there is no profile, when the profiler failed after the step
+  const auto t0 = std::chrono::steady_clock::now();
+#if TORCH_VERSION_MAJOR >= 2
+  if (kineto_start(gpu, no_kineto)) {
+    try {
+      step = t.train_step();  // it synchronises the device at its end: every kernel is in
+    } catch (...) {
+      prof::disableProfiler();
+      throw;
+    }
+    try {
+      p = kineto_finish(gpu, ctx.run_dir + "/profile.kineto.tmp");
+    } catch (const std::exception& e) {
+      failed = compat::message_of(e);
+    }
+  }
+#else
+  (void)gpu;
+  no_kineto = "LibTorch " TORCH_VERSION " is built without Kineto";  // Debian's: no step is spent finding out
+#endif
+  if (!no_kineto.empty()) {
+    std::ostringstream out;
+    {
+      torch::autograd::profiler::RecordProfile guard(out);
+      step = t.train_step();
+    }
+    try {
+      p = parse_legacy(out.str());
+    } catch (const std::exception& e) {
+      failed = compat::message_of(e);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   try {
-    const bool gpu = (ctx.device.empty() ? ctx.cfg.device : ctx.device).rfind("cuda", 0) == 0;
-    std::string no_kineto;
-    auto p = kineto_profile(t, gpu, ctx.run_dir + "/profile.kineto.tmp", no_kineto);
-    if (!p) p = legacy_profile(t);
+    if (!p) throw Error(ErrorKind::kRuntime, failed);
     const std::string compact = dump_json(p->trace) + "\n";  // a third of the profiler's indented text
     fs::atomic_write_file(file, compact);
-    nlohmann::json fig = {{"file", "profile.json"}, {"events", p->events}, {"seconds", p->seconds},
-                          {"bytes", compact.size()}, {"micro_batch", ctx.cfg.train.micro_batch},
-                          {"seq_len", ctx.cfg.data.seq_len}, {"profiler", p->profiler}};
-    if (!no_kineto.empty()) fig["kineto"] = no_kineto;
-    return fig;
+    figures = {{"file", "profile.json"}, {"events", p->events}, {"seconds", seconds}, {"bytes", compact.size()},
+               {"step", step.step}, {"micro_batch", ctx.cfg.train.micro_batch}, {"seq_len", ctx.cfg.data.seq_len},
+               {"profiler", p->profiler}};
+    if (!no_kineto.empty()) figures["kineto"] = no_kineto;
   } catch (const std::exception& e) {
     ANCHOR_LOG_WARN("profile", "no profile of a step: {}", compat::message_of(e));
-    return {{"error", compat::message_of(e)}};
+    figures = {{"error", compat::message_of(e)}};
   }
+  return step;
 }
 
-// The memory probe: the step's peak at a smaller micro-batch and a shorter
-// sequence, each a step with full optimizer state (one trainer, warmed up by
+// The memory probe: the step's peak at a quarter of the micro-batch and at
+// half the sequence (plan::probe_shapes), each a step with full optimizer state (one trainer, warmed up by
 // a step at the smallest shape), with the configured gradient accumulation. With worker A's measured step (the
 // configured shape, measured the same way: a step with full optimizer state,
 // the peak reset right before it) these points let the plan separate the fixed
@@ -855,50 +897,52 @@ nlohmann::json profile_step(const WorkerContext& ctx, train::Trainer& t) {
 // it never touches the reference or the resumed run.
 int run_probe(WorkerContext& ctx) {
   const int mb = ctx.cfg.train.micro_batch, T = ctx.cfg.data.seq_len;
-  const int small_mb = ctx.cfg.pilot.memory_probe_micro_batch > 0 ? ctx.cfg.pilot.memory_probe_micro_batch
-                                                                   : std::max(1, mb / 2);
-  std::vector<std::pair<int, int>> points;
+  std::vector<std::pair<std::int64_t, std::int64_t>> points;
   if (ctx.env.world_size > 1) points.push_back({mb, T});
-  if (small_mb != mb) points.push_back({small_mb, T});
-  if (T / 2 >= 8) points.push_back({mb, T / 2});
+  for (const auto& shape : plan::probe_shapes(mb, T, ctx.cfg.pilot.memory_probe_micro_batch)) points.push_back(shape);
   StageTimer probe("memory_probe");
-  nlohmann::json out = nlohmann::json::array(),
-                 profile = {{"skipped", "no probe points (micro-batch 1 and a sequence under 16): no trainer to profile"}};
+  nlohmann::json out = nlohmann::json::array();
+  double build_s = 0, state_s = 0;  // what the points' steps cost on top, for the report
   if (!points.empty()) {
-    // One trainer for every point. A first step at the smallest shape creates
-    // the optimizer state and the gradients; after it every measured step is
-    // what a fresh trainer's second step is (full optimizer state, gradients
-    // allocated, the previous step's activations freed), whatever shape the
-    // step before it had. grad_accum as configured: from the second
-    // micro-step on, accumulated gradients are alive next to the activations
-    // and count in the peak.
+    // One trainer for every point, its AdamW state created as a first step
+    // would create it, without the step: every measured step is then what a
+    // fresh trainer's second step is (full optimizer state, the previous
+    // step's activations and gradients freed), whatever shape the step before
+    // it had (tests/unit/measure/test_memory.cpp checks it byte for byte).
+    // grad_accum as configured: from the second micro-step on, accumulated
+    // gradients are alive next to the activations and count in the peak.
     train::Trainer t(ctx.cfg);
-    t.set_step_shape(1, std::min(T, 8));
-    // The loss scaler may skip the first steps (fp16: inf gradients at the
-    // initial scale), and AdamW makes its state at its first applied step.
-    // Bounded: a scaler that skips this many steps in a row is a failing run.
-    constexpr int kMaxWarmupSteps = 64;
-    for (int i = 0; i < kMaxWarmupSteps && (i == 0 || t.state_bytes().optimizer == 0); ++i) t.train_step();
-    if (t.state_bytes().optimizer == 0)
-      throw Error(ErrorKind::kVerification,
-                  "memory probe: " + std::to_string(kMaxWarmupSteps) +
-                      " warm-up steps were all skipped by the loss scaler; no optimizer state to measure with",
-                  "check train.loss_scale (docs/precision.md): every step overflowing is a failing run");
+    build_s = probe.elapsed();
+    t.create_optimizer_state();
+    state_s = probe.elapsed() - build_s;
+    // A step the loss scaler skips (fp16: inf gradients at the initial scale)
+    // runs no optimizer update, whose temporaries may be the peak: such a
+    // point is measured again. Bounded: a scaler that skips this many steps in
+    // a row is a failing run.
+    constexpr int kMaxSkippedSteps = 64;
     for (const auto& [pmb, pT] : points) {
-      t.set_step_shape(pmb, pT);
-      measure::release_cached(t.device());  // a GPU: the reserved peak is this step's pool, not the last one's
-      StageMemory m(t.device());
-      t.train_step();
-      auto mem = m.read();
+      t.set_step_shape(static_cast<int>(pmb), static_cast<int>(pT));
+      train::StepRecord r;
+      nlohmann::json mem;
+      for (int i = 0; i == 0 || r.skipped; ++i) {
+        if (i == kMaxSkippedSteps)
+          throw Error(ErrorKind::kVerification,
+                      "memory probe: " + std::to_string(kMaxSkippedSteps) +
+                          " steps in a row were skipped by the loss scaler; no optimizer update to measure",
+                      "check train.loss_scale (docs/precision.md): every step overflowing is a failing run");
+        measure::release_cached(t.device());  // a GPU: the reserved peak is this step's pool, not the last one's
+        StageMemory m(t.device());
+        r = t.train_step();
+        mem = m.read();
+      }
       out.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
                      {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)},
-                     {"state_bytes", t.state_bytes().to_json()}, {"from", "probe"}});
+                     {"state_bytes", t.state_bytes().to_json()}, {"from", "probe"},
+                     {"seconds", r.compute_s + r.data_wait_s}});
     }
-    t.set_step_shape(mb, T);
-    profile = profile_step(ctx, t);
   }
   ctx.out.memory_points = out;
-  ctx.out.stages.push_back(probe.end({{"points", out.size()}, {"profile", profile}}));
+  ctx.out.stages.push_back(probe.end({{"points", out.size()}, {"model_build_s", build_s}, {"optimizer_state_s", state_s}}));
   if (ctx.cfg.train.activation_checkpointing > 0) {
     StageTimer ac("activation_ckpt");
     ctx.out.activation_checkpointing = measure_activation_checkpointing(ctx.cfg);

@@ -159,6 +159,18 @@ MemoryFit fit_memory(const std::vector<MemoryPoint>& points) {
   return fit;
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> probe_shapes(std::int64_t micro_batch, std::int64_t seq_len,
+                                                               std::int64_t probe_micro_batch) {
+  const std::int64_t small_mb = probe_micro_batch > 0 && probe_micro_batch < micro_batch
+                                    ? probe_micro_batch
+                                    : std::max<std::int64_t>(1, micro_batch / 4);
+  const std::int64_t short_T = std::max<std::int64_t>(8, seq_len / 2);
+  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
+  if (small_mb < micro_batch) shapes.push_back({small_mb, seq_len});
+  if (short_T < seq_len) shapes.push_back({micro_batch, short_T});
+  return shapes;
+}
+
 MemoryFit fit_memory_one_point(const MemoryPoint& p, double fixed_bytes) {
   if (p.micro_batch < 1 || p.seq_len < 1 || !(p.peak_bytes >= 0) || !std::isfinite(p.peak_bytes) ||
       !std::isfinite(fixed_bytes))

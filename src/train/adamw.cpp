@@ -11,16 +11,26 @@ void AdamW::zero_grad() {
   for (auto& p : params_) p.param.mutable_grad() = torch::Tensor();
 }
 
+namespace {
+void create(AdamW::State& s, const torch::Tensor& param) {
+  if (s.exp_avg.defined()) return;
+  s.exp_avg = torch::zeros_like(param, torch::MemoryFormat::Preserve);
+  s.exp_avg_sq = torch::zeros_like(param, torch::MemoryFormat::Preserve);
+}
+}  // namespace
+
+void AdamW::create_state() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) create(state_[p.name], p.param);
+}
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
     const auto& grad = p.param.grad();
     if (!grad.defined()) continue;
     auto& s = state_[p.name];
-    if (!s.exp_avg.defined()) {
-      s.exp_avg = torch::zeros_like(p.param, torch::MemoryFormat::Preserve);
-      s.exp_avg_sq = torch::zeros_like(p.param, torch::MemoryFormat::Preserve);
-    }
+    create(s, p.param);
     s.step += 1;
     if (p.decay && cfg_.weight_decay != 0) p.param.mul_(1.0 - lr * cfg_.weight_decay);
     s.exp_avg.mul_(cfg_.beta1).add_(grad, 1.0 - cfg_.beta1);

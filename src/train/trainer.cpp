@@ -173,6 +173,11 @@ void Trainer::set_step_shape(int micro_batch, int seq_len) {
   cfg_.data.seq_len = seq_len;
 }
 
+void Trainer::create_optimizer_state() {
+  if (pg_) throw Error(ErrorKind::kRuntime, "create_optimizer_state is for one process without a group");
+  opt_->create_state();
+}
+
 void Trainer::make_batch(std::int64_t step, int micro, torch::Tensor& x, torch::Tensor& y, Sha256& digest) {
   const int mb = cfg_.train.micro_batch, T = cfg_.data.seq_len;
   auto buf = torch::empty({mb, T + 1}, torch::kInt64);

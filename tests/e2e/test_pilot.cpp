@@ -107,12 +107,13 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_EQ(m["memory"]["source"], "counting_allocator");
   EXPECT_GT(m["memory"]["step"]["peak_allocated_bytes"].get<double>(), m["memory"]["state_bytes"]["parameters"].get<double>());
   ASSERT_EQ(m["memory"]["points"].size(), 3u);
-  // The configured shape's point is worker A's measured step; the probe measured the two smaller shapes.
+  // The configured shape's point is worker A's measured step; the probe measured a quarter of the
+  // micro-batch and half the sequence (plan::probe_shapes).
   const auto& pts = m["memory"]["points"];
   EXPECT_EQ(pts[0]["from"], "reference");
   EXPECT_EQ(pts[0]["peak_allocated_bytes"], m["memory"]["step"]["peak_allocated_bytes"]);
   EXPECT_EQ(std::make_pair(pts[0]["micro_batch"], pts[0]["seq_len"]), std::make_pair(json(4), json(64)));
-  EXPECT_EQ(std::make_pair(pts[1]["micro_batch"], pts[1]["seq_len"]), std::make_pair(json(2), json(64)));
+  EXPECT_EQ(std::make_pair(pts[1]["micro_batch"], pts[1]["seq_len"]), std::make_pair(json(1), json(64)));
   EXPECT_EQ(std::make_pair(pts[2]["micro_batch"], pts[2]["seq_len"]), std::make_pair(json(4), json(32)));
   EXPECT_EQ(pts[1]["from"], "probe");
   EXPECT_EQ(pts[2]["from"], "probe");

@@ -97,9 +97,9 @@ TEST_F(ReportHtml, NegativeControlsAFetchIsAConsoleMessageAndUndrawnSeriesHaveNo
   EXPECT_GT(b["pixels"]["memory"].get<int>(), 1000) << b.dump();
 }
 
-// Worker B's probe profiles one step at the configured shape with LibTorch's
-// profiler: profile.json is a Chrome trace of its operators, linked from both
-// reports. Kineto's where LibTorch has it (PyPI's 2.x: an object with
+// Worker B's last resumed step runs under LibTorch's profiler: profile.json
+// is a Chrome trace of its operators, linked from both reports, and the
+// step's numbers still equal worker A's (the verdict is bitwise). Kineto's where LibTorch has it (PyPI's 2.x: an object with
 // traceEvents), the legacy profiler's otherwise (Debian's 1.13: an array).
 TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
   const json profile = read_json(run("profile.json"));
@@ -125,9 +125,14 @@ TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
   const json report = read_json(run("report.json"));
   json fig;
   for (const auto& s : report["stages"])
-    if (s["stage"] == "memory_probe") fig = s["figures"]["profile"];
+    if (s["stage"] == "resume") fig = s["figures"]["profile"];
   ASSERT_TRUE(fig.is_object()) << report["stages"].dump();
   EXPECT_EQ(fig["file"], "profile.json");
+  const auto& cfg = report["config"];
+  EXPECT_EQ(fig["step"], cfg["pilot"]["steps_before_save"].get<int>() + cfg["pilot"]["steps_after_resume"].get<int>() - 1)
+      << "worker B's last step (0-based)";
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
   EXPECT_EQ(fig["events"], complete);
   EXPECT_NE(fig["profiler"].get<std::string>().find(kineto ? "Kineto profiler (operators, CPU)" : "legacy profiler"),
             std::string::npos)

@@ -92,7 +92,7 @@ struct PilotConfig {
   int eval_batches = 2;
   double tolerance = 0.0;               // relative tolerance when bitwise is not expected (GPU)
   double precision_tolerance = 0.05;    // fp32 vs low-precision relative difference flagged above it
-  int memory_probe_micro_batch = 0;     // second micro-batch for the memory fit; 0 -> micro_batch/2
+  int memory_probe_micro_batch = 0;     // second micro-batch for the memory fit; 0 -> micro_batch/4 (plan::probe_shapes)
   std::string start_from = "init";      // init | latest: worker A starts from the newest committed checkpoint
 };
 

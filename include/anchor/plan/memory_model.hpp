@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace anchor::plan {
@@ -68,6 +69,20 @@ MemoryFit fit_memory(const std::vector<MemoryPoint>& points);
 // is (workspaces, allocator slack), which it scales with the batch. Throws
 // Error (kUsage) on a point fit_memory would refuse.
 MemoryFit fit_memory_one_point(const MemoryPoint& point, double fixed_bytes);
+
+// The shapes the memory probe measures besides the configured (micro_batch,
+// seq_len): a quarter of the micro-batch (at least 1; `probe_micro_batch`
+// instead when it is between 1 and micro_batch - 1) at the configured
+// sequence, and the configured micro-batch at half the sequence (at least 8
+// tokens). A shape equal to the configured one is left out, so micro-batch 1
+// with a sequence of 8 or less has none. A quarter of the micro-batch costs a
+// quarter of a step and predicts as well as half did; a quarter of the
+// sequence did not: at 25M parameters its step peaked at the optimizer step's
+// floor, not at its activations, and held-out errors grew from 0.3% to 5.7%
+// (docs/plan.md, "Accuracy, measured"). The built-in probe and a program's
+// probe both take their shapes from here.
+std::vector<std::pair<std::int64_t, std::int64_t>> probe_shapes(std::int64_t micro_batch, std::int64_t seq_len,
+                                                               std::int64_t probe_micro_batch = 0);
 
 // What a target configuration is predicted to hold at peak, by part.
 struct MemoryBreakdown {

@@ -33,6 +33,10 @@ class AdamW {
   // Parameters without a gradient are skipped (their step does not advance).
   void step(double lr);
   void zero_grad();
+  // Each parameter's state as its first step() makes it (zeros, step 0),
+  // without a step: the memory probe measures steps with full state without
+  // paying for a step to create it. A parameter with state keeps it.
+  void create_state();
 
   const std::vector<NamedParam>& params() const { return params_; }
   std::map<std::string, State>& state() { return state_; }

@@ -63,6 +63,10 @@ class Trainer {
   // configured one (each window's first seq_len + 1 tokens). Not for a run
   // whose steps are compared: the batches are no longer the configured ones.
   void set_step_shape(int micro_batch, int seq_len);
+  // The optimizer state a first step would create (AdamW::create_state), for
+  // the memory probe: every later step then measures as a second step does.
+  // One rank only (a sharded optimizer's state depends on its group).
+  void create_optimizer_state();
   // SHA-256 over every parameter (names, dtypes, shapes, bytes): the replica check.
   std::string parameter_digest() const;
   // Mean validation loss over `batches` fixed batches (dropout off, RNG untouched),

@@ -1,6 +1,6 @@
 // Memory accounting (the CPU counting allocator against known tensor sizes)
 // and the memory model's accuracy on held-out configurations (issue 6): fit
-// on the pilot's three probe points, then measure other micro-batches and
+// on the pilot's three memory points (plan::probe_shapes), then measure other micro-batches and
 // sequence lengths and compare with the prediction, for each attention this
 // LibTorch has. A GPU's figures behind their seam (measure::DeviceStatsSource):
 // what the worker reports for one, checked without a device.
@@ -95,14 +95,11 @@ class MemoryPrediction : public CountingAllocator, public ::testing::WithParamIn
     return static_cast<double>(measure::tensor_memory("cpu").peak_allocated_bytes);
   }
   // As the pilot's memory probe (pipeline/worker.cpp, run_probe): one trainer
-  // at the configured shape (4, 64), a first step at (1, 8), then each point's
-  // step; `warm_up` false is the negative control.
-  std::vector<double> probe_peaks(const std::vector<std::pair<int, int>>& points, bool warm_up = true) {
+  // at the configured shape (4, 64), its optimizer state created without a
+  // step, then each point's step; `with_state` false is the negative control.
+  std::vector<double> probe_peaks(const std::vector<std::pair<int, int>>& points, bool with_state = true) {
     train::Trainer t(tiny(4, 64));
-    if (warm_up) {
-      t.set_step_shape(1, 8);
-      t.train_step();
-    }
+    if (with_state) t.create_optimizer_state();
     std::vector<double> out;
     for (auto [mb, T] : points) {
       t.set_step_shape(mb, T);
@@ -116,15 +113,17 @@ class MemoryPrediction : public CountingAllocator, public ::testing::WithParamIn
 };
 
 TEST_P(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {
-  std::vector<plan::MemoryPoint> fit_points;
-  for (auto [mb, T] : std::vector<std::pair<int, int>>{{4, 64}, {2, 64}, {4, 32}})
-    fit_points.push_back({mb, T, measure_peak(mb, T)});
+  // The configured shape (worker A's measured step) and the probe's shapes for it: (1, 64), (4, 32).
+  std::vector<plan::MemoryPoint> fit_points{{4, 64, measure_peak(4, 64)}};
+  for (auto [mb, T] : plan::probe_shapes(4, 64))
+    fit_points.push_back({mb, T, measure_peak(static_cast<int>(mb), static_cast<int>(T))});
+  ASSERT_EQ(fit_points.size(), 3u);
   const auto fit = plan::fit_memory(fit_points);
   ASSERT_TRUE(fit.quadratic) << fit.note;
 
   std::printf("attention %s\n| micro_batch | seq_len | predicted MiB | measured MiB | error |\n|---|---|---|---|---|\n",
               GetParam().c_str());
-  for (auto [mb, T] : std::vector<std::pair<int, int>>{{8, 64}, {1, 64}, {6, 48}, {3, 96}, {8, 128}, {2, 16}}) {
+  for (auto [mb, T] : std::vector<std::pair<int, int>>{{8, 64}, {2, 64}, {4, 16}, {6, 48}, {3, 96}, {8, 128}, {2, 16}}) {
     const double measured = measure_peak(mb, T);
     const double predicted = fit.predict(mb, T);
     const double err = (predicted - measured) / measured;
@@ -137,8 +136,8 @@ TEST_P(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {
 }
 
 // The probe's steps on one trainer measure what fresh trainers' second steps
-// measure, byte for byte; without its first step the optimizer state and the
-// gradients are missing from the first point (negative control).
+// measure, byte for byte, with no step to create the optimizer state; without
+// that state the first point misses it (negative control).
 TEST_P(MemoryPrediction, TheProbesStepsOnOneTrainerEqualFreshTrainersSecondSteps) {
   const std::vector<std::pair<int, int>> points{{2, 64}, {4, 32}, {3, 48}};
   const auto probed = probe_peaks(points);
