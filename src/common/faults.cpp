@@ -23,7 +23,9 @@ const std::vector<Variable>& variables() {
         {"wrong_step", 0, "wrong_step", "worker B restores the step counter off by one"},
         {"drop_scaler", 0, "drop_scaler", "worker B's loss scaler restarts at its initial state"},
         {"diverge_replica", 0, "diverge_replica",
-         "with several ranks, rank 1 of worker A nudges a parameter right before its first save"}},
+         "with several ranks, rank 1 of worker A nudges a parameter right before its first save"},
+        {"profiler_refuses", 0, "profiler_refuses",
+         "the profiler refuses to start for worker B's last step (the step runs unprofiled; the pilot passes)"}},
        "src/train/trainer.cpp",
        "the resume proof's negative controls (docs/pilot.md); in a user program's pilot the Python helper reads "
        "it with ANCHOR_FAULT's grammar instead (python/anchor_pilot/store.py, docs/program.md)"},

@@ -186,7 +186,7 @@ void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
            << " s, state digest " << fmt_number(at(c, "/state_digest_s")) << " s";
       md << " |\n";
     }
-  // The profile of a step at the configured shape (worker B's probe; docs/report.md, "profile.json").
+  // The profile of a step at the configured shape (worker B's last resumed step; docs/report.md, "profile.json").
   for (const auto& st : j.value("stages", nlohmann::json::array()))
     if (const auto prof = at(st, "/figures/profile"); st.is_object() && prof.is_object()) {
       if (prof.contains("file"))
@@ -194,7 +194,8 @@ void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
            << " spans of one step at micro-batch " << text_of(at(prof, "/micro_batch")) << " x "
            << text_of(at(prof, "/seq_len")) << " tokens; " << text_of(at(prof, "/profiler")) << "; open it in ui.perfetto.dev |\n";
       else
-        md << "| profile of a step | none: " << text_of(at(prof, "/error")) << " |\n";
+        md << "| profile of a step | none: " << text_of(at(prof, prof.contains("skipped") ? "/skipped" : "/error"))
+           << " |\n";
     }
   if (const auto ev = at(j, "/eval"); ev.is_object())
     md << "| validation loss | " << fmt_number(at(ev, "/before_save"), 4) << " before the save, "

@@ -605,7 +605,7 @@ void open_run(Pilot& p, const PilotOptions& opts) {
   p.run_dir = opts.run_dir.empty() ? output_dir + "/" + p.run_id : opts.run_dir;
   lock_directories(p);
   // A reused run directory's profile is not this run's (worker B writes this one's; a program pilot,
-  // or one that stops before the probe, has none): never signed as this run's. Nor are its
+  // or one that stops before worker B's last step, has none): never signed as this run's. Nor are its
   // envelopes this run's: an unsigned or failed run must not sit beside an earlier signature.
   // Nor its export of the final weights (worker B writes this run's, when it gets there).
   for (const char* earlier : {"profile.json", report::kEnvelopeFile, report::kProvenanceFile, report::kModelSignatureFile, "export"}) {

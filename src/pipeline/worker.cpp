@@ -28,6 +28,7 @@
 #include "anchor/dist/launch.hpp"
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
+#include "anchor/common/faults.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
@@ -39,7 +40,7 @@
 #include "anchor/pipeline/pilot.hpp"
 #include "anchor/pipeline/worker_result.hpp"
 #include "anchor/plan/memory_model.hpp"
-#include "anchor/train/saved_state.hpp"
+#include "anchor/train/state_format.hpp"
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -340,8 +341,8 @@ nlohmann::json config_differences(const nlohmann::json& saved, const nlohmann::j
 // a missing tensor, so extra tensors count too).
 std::vector<std::string> model_mismatches(train::Trainer& t, const checkpoint::Store::Loaded& c) {
   std::vector<std::string> out;
-  auto f = c.files.find("model.safetensors");
-  if (f == c.files.end()) return {"the checkpoint has no model.safetensors"};
+  auto f = c.files.find(train::kModelFile);
+  if (f == c.files.end()) return {std::string("the checkpoint has no ") + train::kModelFile};
   std::map<std::string, std::vector<std::int64_t>> ckpt, model;
   for (const auto& e : f->second.entries()) ckpt[e.name] = e.shape;
   for (const auto& p : t.model().named_parameters()) model[p.key()] = p.value().sizes().vec();
@@ -794,8 +795,20 @@ bool kineto_start(bool gpu, std::string& why) {
     prof::prepareProfiler(kineto_config(), kineto_activities(gpu));
     prof::enableProfiler(kineto_config(), kineto_activities(gpu));
     return true;
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
     why = "Kineto refused: " + compat::message_of(e);
+  } catch (...) {
+    why = "Kineto refused with an exception that is not a std::exception";
+  }
+  return false;
+}
+
+// Stops Kineto whatever else failed; false when stopping it failed too.
+bool kineto_stop_quietly() {
+  try {
+    prof::disableProfiler();
+    return true;
+  } catch (...) {
     return false;
   }
 }
@@ -804,7 +817,14 @@ bool kineto_start(bool gpu, std::string& why) {
 Profiled kineto_finish(bool gpu, const std::string& scratch) {
   std::error_code ec;
   std::filesystem::remove(scratch, ec);
-  prof::disableProfiler()->save(scratch);
+  std::unique_ptr<prof::ProfilerResult> result;
+  try {
+    result = prof::disableProfiler();
+  } catch (...) {
+    kineto_stop_quietly();  // never left on for the export and the probe
+    throw;
+  }
+  result->save(scratch);
   if (!std::filesystem::exists(scratch, ec))
     throw Error(ErrorKind::kRuntime, "Kineto saved no trace (LibTorch built without it)");
   Profiled p;
@@ -823,7 +843,8 @@ Profiled kineto_finish(bool gpu, const std::string& scratch) {
 // reports of it (docs/report.md, "profile.json").
 train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlohmann::json& figures) {
   const std::string file = ctx.run_dir + "/profile.json";
-  std::filesystem::remove(file);  // a reused run directory's is not this run's
+  std::error_code gone;
+  std::filesystem::remove(file, gone);  // a reused run directory's is not this run's (the supervisor removed it too)
   // About 2,500 operator events per layer and micro-step (7k for the 2-layer
   // default at grad_accum 2, 29k for 6 layers): past ~500k the profile would
   // cost worker B hundreds of MB for a file no one opens whole.
@@ -833,43 +854,61 @@ train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlo
                                ": the profile of a step would exceed about 500,000 events"}};
     return t.train_step();
   }
-  const bool gpu = (ctx.device.empty() ? ctx.cfg.device : ctx.device).rfind("cuda", 0) == 0;
+  const bool gpu = t.device().rfind("cuda", 0) == 0;
   std::string no_kineto;
   train::StepRecord step;
+  bool stepped = false;
   std::optional<Profiled> p;
-  std::string failed;  // why there is no profile, when the profiler failed after the step
-  const auto t0 = std::chrono::steady_clock::now();
+  std::string failed;  // why there is no profile, when the profiler failed
+  double seconds = 0;  // the profiled step's (with the legacy profiler, its start and stop too)
+  auto t0 = std::chrono::steady_clock::now();
+  const auto since_t0 = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  // ANCHOR_PILOT_FAULT=profiler_refuses: no profiler starts (src/common/faults.cpp).
+  bool refuse = false;
+  for (const auto& item : faults::read("ANCHOR_PILOT_FAULT")) refuse |= item.point == "profiler_refuses";
+  const std::string refused = "refused by ANCHOR_PILOT_FAULT=profiler_refuses";
 #if TORCH_VERSION_MAJOR >= 2
-  if (kineto_start(gpu, no_kineto)) {
+  if (refuse) no_kineto = "Kineto " + refused;
+  if (!refuse && kineto_start(gpu, no_kineto)) {
     try {
       step = t.train_step();  // it synchronises the device at its end: every kernel is in
+      stepped = true;
+      seconds = since_t0();
     } catch (...) {
-      prof::disableProfiler();
+      kineto_stop_quietly();  // the step's own error is the one that counts
       throw;
     }
     try {
       p = kineto_finish(gpu, ctx.run_dir + "/profile.kineto.tmp");
     } catch (const std::exception& e) {
-      failed = compat::message_of(e);
+      failed = compat::message_of(e);  // no second step under the legacy profiler: the step ran
     }
   }
 #else
   (void)gpu;
   no_kineto = "LibTorch " TORCH_VERSION " is built without Kineto";  // Debian's: no step is spent finding out
 #endif
-  if (!no_kineto.empty()) {
+  if (!stepped) {
+    t0 = std::chrono::steady_clock::now();
     std::ostringstream out;
-    {
-      torch::autograd::profiler::RecordProfile guard(out);
-      step = t.train_step();
-    }
+    std::optional<torch::autograd::profiler::RecordProfile> guard;
     try {
-      p = parse_legacy(out.str());
+      if (refuse) throw Error(ErrorKind::kRuntime, refused);
+      guard.emplace(out);
     } catch (const std::exception& e) {
-      failed = compat::message_of(e);
+      failed = "the legacy profiler refused: " + compat::message_of(e);
+    }
+    step = t.train_step();  // under the guard when it started; its error is the pilot's either way
+    guard.reset();          // writes the trace
+    seconds = since_t0();
+    if (failed.empty()) {
+      try {
+        p = parse_legacy(out.str());
+      } catch (const std::exception& e) {
+        failed = compat::message_of(e);
+      }
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   try {
     if (!p) throw Error(ErrorKind::kRuntime, failed);
     const std::string compact = dump_json(p->trace) + "\n";  // a third of the profiler's indented text
@@ -886,8 +925,9 @@ train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlo
 }
 
 // The memory probe: the step's peak at a quarter of the micro-batch and at
-// half the sequence (plan::probe_shapes), each a step with full optimizer state (one trainer, warmed up by
-// a step at the smallest shape), with the configured gradient accumulation. With worker A's measured step (the
+// half the sequence (plan::probe_shapes), each a step with full optimizer
+// state (one trainer, its AdamW state created without a step), with the
+// configured gradient accumulation. With worker A's measured step (the
 // configured shape, measured the same way: a step with full optimizer state,
 // the peak reset right before it) these points let the plan separate the fixed
 // state from per-token activations; the supervisor puts that step first.

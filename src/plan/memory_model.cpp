@@ -164,10 +164,9 @@ std::vector<std::pair<std::int64_t, std::int64_t>> probe_shapes(std::int64_t mic
   const std::int64_t small_mb = probe_micro_batch > 0 && probe_micro_batch < micro_batch
                                     ? probe_micro_batch
                                     : std::max<std::int64_t>(1, micro_batch / 4);
-  const std::int64_t short_T = std::max<std::int64_t>(8, seq_len / 2);
   std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
   if (small_mb < micro_batch) shapes.push_back({small_mb, seq_len});
-  if (short_T < seq_len) shapes.push_back({micro_batch, short_T});
+  if (seq_len / 2 >= 8) shapes.push_back({micro_batch, seq_len / 2});
   return shapes;
 }
 

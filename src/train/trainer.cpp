@@ -25,7 +25,7 @@
 #include "anchor/common/faults.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
-#include "anchor/train/saved_state.hpp"
+#include "anchor/train/state_format.hpp"
 #include "anchor/train/schedule.hpp"
 #include "compat/torch_compat.hpp"
 
@@ -358,14 +358,7 @@ double Trainer::evaluate(int batches) {
   return sum / batches;
 }
 
-std::string rank_rng_file(int rank, int world) {
-  if (world == 1) return "rng.safetensors";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "rng-rank%05d-of-%05d.safetensors", rank, world);
-  return buf;
-}
-
-std::string Trainer::rng_file_name() const { return rank_rng_file(rank_, world_); }
+std::string Trainer::rng_file_name() const { return rng_file(rank_, world_); }
 
 checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
                                               const nlohmann::json& extra_state) const {
@@ -373,28 +366,31 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   keep.reserve(8 * opt_->params().size() + 64);  // refs point into it: no reallocation
   checkpoint::SaveRequest req;
   req.step = step_;
-  checkpoint::FileContent model_file{"model.safetensors", {}, {{"format", kModelFileFormat}}};
+  // AdamW's three tensors of one parameter, into `file`.
+  const auto add_adamw = [&keep](checkpoint::FileContent& file, const std::string& param, const AdamW::State& s) {
+    file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvg), s.exp_avg, keep));
+    file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvgSq), s.exp_avg_sq, keep));
+    file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kStep), torch::tensor(s.step, torch::kInt64), keep));
+  };
+  checkpoint::FileContent model_file{kModelFile, {}, {{"format", kModelFileFormat}}};
   for (const auto& p : model_->named_parameters()) model_file.tensors.push_back(tensor_ref(p.key(), p.value(), keep));
   for (const auto& b : model_->named_buffers()) model_file.tensors.push_back(tensor_ref(b.key(), b.value(), keep));
-  checkpoint::FileContent opt_file{"optimizer.safetensors", {}, {{"format", kOptimizerFileFormat}}};
-  for (const auto& [name, s] : opt_->state()) {
-    opt_file.tensors.push_back(tensor_ref(name + ".exp_avg", s.exp_avg, keep));
-    opt_file.tensors.push_back(tensor_ref(name + ".exp_avg_sq", s.exp_avg_sq, keep));
-    opt_file.tensors.push_back(tensor_ref(name + ".step", torch::tensor(s.step, torch::kInt64), keep));
-  }
-  checkpoint::FileContent rng_file{"rng.safetensors", {}, {{"format", kRngFileFormat}}};
-  rng_file.tensors.push_back(tensor_ref("cpu_generator", get_cpu_rng_state(), keep));
+  checkpoint::FileContent opt_file{kOptimizerFile, {}, {{"format", kOptimizerFileFormat}}};
+  for (const auto& [name, s] : opt_->state()) add_adamw(opt_file, name, s);
+  checkpoint::FileContent one_rng_file{rng_file(0, 1), {}, {{"format", kRngFileFormat}}};
+  one_rng_file.tensors.push_back(tensor_ref(kCpuGenerator, get_cpu_rng_state(), keep));
 #if defined(ANCHOR_WITH_CUDA)
   // Dropout on the GPU draws from the device generator: its state travels too.
-  if (device_.is_cuda()) rng_file.tensors.push_back(tensor_ref("cuda_generator", get_cuda_rng_state(device_.index()), keep));
+  if (device_.is_cuda())
+    one_rng_file.tensors.push_back(tensor_ref(kCudaGenerator, get_cuda_rng_state(device_.index()), keep));
 #endif
   // The loss scaler: scale as F64 so it restores bitwise.
-  checkpoint::FileContent scaler_file{"scaler.safetensors", {}, {{"format", kScalerFileFormat},
-                                                                  {"enabled", scaler_.enabled() ? "true" : "false"}}};
+  checkpoint::FileContent scaler_file{kScalerFile, {}, {{"format", kScalerFileFormat},
+                                                        {"enabled", scaler_.enabled() ? "true" : "false"}}};
   const auto& ss = scaler_.state();
-  scaler_file.tensors.push_back(tensor_ref("scale", torch::tensor(ss.scale, torch::kFloat64), keep));
-  scaler_file.tensors.push_back(tensor_ref("growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64), keep));
-  scaler_file.tensors.push_back(tensor_ref("skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64), keep));
+  scaler_file.tensors.push_back(tensor_ref(kScalerScale, torch::tensor(ss.scale, torch::kFloat64), keep));
+  scaler_file.tensors.push_back(tensor_ref(kScalerGrowthTracker, torch::tensor(ss.growth_tracker, torch::kInt64), keep));
+  scaler_file.tensors.push_back(tensor_ref(kScalerSkippedSteps, torch::tensor(ss.skipped_steps, torch::kInt64), keep));
   if (world_ > 1) {
     // Per-rank files: what this rank writes into the shared save.
     if (rank_ == 0) req.files.push_back(std::move(model_file));
@@ -409,10 +405,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
         if (owner_[i] != rank_) continue;
         auto it = opt_->state().find(ps[i].name);
         if (it == opt_->state().end()) continue;  // never stepped
-        const auto& st = it->second;
-        shard.tensors.push_back(tensor_ref(ps[i].name + ".exp_avg", st.exp_avg, keep));
-        shard.tensors.push_back(tensor_ref(ps[i].name + ".exp_avg_sq", st.exp_avg_sq, keep));
-        shard.tensors.push_back(tensor_ref(ps[i].name + ".step", torch::tensor(st.step, torch::kInt64), keep));
+        add_adamw(shard, ps[i].name, it->second);
         // Global name, global shape and offset of each piece (whole parameters: offset 0).
         index[ps[i].name] = {{"global_shape", ps[i].param.sizes().vec()}, {"offset", 0},
                              {"numel", ps[i].param.numel()}};
@@ -422,29 +415,31 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
     } else if (rank_ == 0) {
       req.files.push_back(std::move(opt_file));
     }
-    checkpoint::FileContent f{rank_rng_file(rank_, world_), {}, {{"format", kRngFileFormat}, {"rank", std::to_string(rank_)}}};
-    f.tensors.push_back(tensor_ref("cpu_generator", get_cpu_rng_state(), keep));
+    checkpoint::FileContent f{rng_file(rank_, world_), {}, {{"format", kRngFileFormat}, {"rank", std::to_string(rank_)}}};
+    f.tensors.push_back(tensor_ref(kCpuGenerator, get_cpu_rng_state(), keep));
     req.files.push_back(std::move(f));
   } else {
-    req.files = {std::move(model_file), std::move(opt_file), std::move(rng_file)};
+    req.files = {std::move(model_file), std::move(opt_file), std::move(one_rng_file)};
   }
   // One writer of the scaler (identical on every rank): rank 0 in a per-rank save.
   if (world_ == 1 || rank_ == 0) req.files.push_back(std::move(scaler_file));
 
-  req.state = extra_state;
-  req.state["step"] = step_;
-  req.state["format_version"] = kStateFormatVersion;
-  req.state["data_cursor"] = {{"kind", "pure(seed, step, rank)"}, {"next_step", step_}};
-  req.state["lr_schedule"] = {{"kind", cfg_.train.schedule.kind}, {"next_lr", lr_at(cfg_.train, step_, total_steps_)},
-                              {"total_steps", total_steps_}};
-  req.state["precision"] = precision_name(precision_);
-  req.state["loss_scale"] = {{"enabled", scaler_.enabled()}, {"scale", ss.scale},
-                             {"growth_tracker", ss.growth_tracker}, {"skipped_steps", ss.skipped_steps}};
-  req.state["world_size"] = world_;
-  req.state["strategy"] = pg_ ? strategy_name(strategy_) : "ddp";
-  req.state["threads"] = cfg_.run.threads;
-  req.state["libtorch"] = compat::torch_version();
-  req.state["config_digest"] = config::digest(cfg_);
+  StateFields fields;
+  fields.step = step_;
+  fields.schedule = cfg_.train.schedule.kind;
+  fields.next_lr = lr_at(cfg_.train, step_, total_steps_);
+  fields.total_steps = total_steps_;
+  fields.precision = precision_name(precision_);
+  fields.loss_scale_enabled = scaler_.enabled();
+  fields.scale = ss.scale;
+  fields.growth_tracker = ss.growth_tracker;
+  fields.skipped_steps = ss.skipped_steps;
+  fields.world_size = world_;
+  fields.strategy = pg_ ? strategy_name(strategy_) : "ddp";
+  fields.threads = cfg_.run.threads;
+  fields.libtorch = compat::torch_version();
+  fields.config_digest = config::digest(cfg_);
+  req.state = state_json(fields, extra_state.is_object() ? extra_state : nlohmann::json::object());
   return req;
 }
 
@@ -454,9 +449,9 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   // error naming state.json and the field, before any tensor is touched.
   const SavedState saved = read_saved_state(c.state, c.dir + "/state.json");
   check_file_formats(c);  // a file of another format is refused before any tensor is read
-  const auto& mf = file_of(c, "model.safetensors");
-  for (auto& p : model_->named_parameters()) copy_into(p.value(), view_of(mf, "model.safetensors", p.key()), p.key());
-  for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, "model.safetensors", b.key()), b.key());
+  const auto& mf = file_of(c, kModelFile);
+  for (auto& p : model_->named_parameters()) copy_into(p.value(), view_of(mf, kModelFile, p.key()), p.key());
+  for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, kModelFile, b.key()), b.key());
 
   const std::int64_t saved_step = saved.step;
   if (!faults.drop_optimizer) {
@@ -466,10 +461,10 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
     std::map<std::string, nlohmann::json> index;  // shards: param -> {global_shape, offset, numel}
     bool any = false;
     for (const auto& [fname, f] : c.files) {
-      if (fname != "optimizer.safetensors" && fname.rfind("optimizer-rank", 0) != 0) continue;
+      if (!is_optimizer_file(fname)) continue;
       any = true;
       for (const auto& e : f.entries())
-        if (e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".step") == 0) where[e.name] = fname;
+        if (const auto param = adamw_step_param(e.name)) where[*param] = fname;
       auto m = f.metadata().find("index");
       if (m != f.metadata().end()) {
         nlohmann::json parsed;  // items() must not outlive it
@@ -496,20 +491,21 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
             index[name] = piece;
       }
     }
-    if (!any) file_of(c, "optimizer.safetensors");  // throws: names the missing file
+    if (!any) file_of(c, kOptimizerFile);  // throws: names the missing file
     auto& state = opt_->state();
     state.clear();
     const auto& ps = opt_->params();
     for (std::size_t i = 0; i < ps.size(); ++i) {
       const auto& p = ps[i];
       if (!owner_.empty() && owner_[i] != rank_) continue;  // another rank's shard
-      auto it = where.find(p.name + ".step");
+      auto it = where.find(p.name);
       if (it == where.end()) continue;  // never stepped: no state, as in a fresh optimizer
       const auto& of = c.files.at(it->second);
+      const auto view = [&](AdamWTensor t) { return view_of(of, it->second, adamw_tensor(p.name, t)); };
       AdamW::State s;
-      s.exp_avg = view_of(of, it->second, p.name + ".exp_avg").to(device_, false, /*copy=*/true);
-      s.exp_avg_sq = view_of(of, it->second, p.name + ".exp_avg_sq").to(device_, false, /*copy=*/true);
-      s.step = view_of(of, it->second, p.name + ".step").item<std::int64_t>();
+      s.exp_avg = view(AdamWTensor::kExpAvg).to(device_, false, /*copy=*/true);
+      s.exp_avg_sq = view(AdamWTensor::kExpAvgSq).to(device_, false, /*copy=*/true);
+      s.step = view(AdamWTensor::kStep).item<std::int64_t>();
       if (auto ix = index.find(p.name); ix != index.end() &&
           (ix->second.value("offset", -1) != 0 || ix->second.at("global_shape").get<std::vector<std::int64_t>>() !=
                                                        p.param.sizes().vec()))
@@ -529,11 +525,11 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   if (!faults.drop_rng) {
     if (rank_ < saved_world) {
       // Same world size: this rank's own stream. Otherwise saved rank r's stream for rank r.
-      const std::string rn = rank_rng_file(rank_, saved_world);
+      const std::string rn = rng_file(rank_, saved_world);
       const auto& rf = file_of(c, rn);
-      set_cpu_rng_state(view_of(rf, rn, "cpu_generator").clone());
+      set_cpu_rng_state(view_of(rf, rn, kCpuGenerator).clone());
 #if defined(ANCHOR_WITH_CUDA)
-      if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, rn, "cuda_generator").clone());
+      if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, rn, kCudaGenerator).clone());
 #endif
       rng_restore_["carried"].push_back(rank_);
     } else {
@@ -549,12 +545,12 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
     }
   }
   if (!faults.drop_scaler) {
-    auto it = c.files.find("scaler.safetensors");
+    auto it = c.files.find(kScalerFile);
     if (it != c.files.end()) {
       LossScaler::State s;
-      s.scale = view_of(it->second, "scaler.safetensors", "scale").item<double>();
-      s.growth_tracker = view_of(it->second, "scaler.safetensors", "growth_tracker").item<std::int64_t>();
-      s.skipped_steps = view_of(it->second, "scaler.safetensors", "skipped_steps").item<std::int64_t>();
+      s.scale = view_of(it->second, kScalerFile, kScalerScale).item<double>();
+      s.growth_tracker = view_of(it->second, kScalerFile, kScalerGrowthTracker).item<std::int64_t>();
+      s.skipped_steps = view_of(it->second, kScalerFile, kScalerSkippedSteps).item<std::int64_t>();
       if (scaler_.enabled()) scaler_.set_state(s);
     } else if (scaler_.enabled()) {
       throw Error(ErrorKind::kVerification, "checkpoint " + c.dir + " has no scaler.safetensors, but loss scaling is on",

@@ -175,10 +175,4 @@ double zero_broadcast_parameters(dist::ProcessGroup& pg, const AdamW& opt, const
   return since(t0);
 }
 
-std::string optimizer_shard_file(int rank, int world) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "optimizer-rank%05d-of-%05d.safetensors", rank, world);
-  return buf;
-}
-
 }  // namespace anchor::train

@@ -544,6 +544,27 @@ INSTANTIATE_TEST_SUITE_P(Faults, PilotNegativeControl,
                                            FaultCase{"wrong_step", "step"}),
                          [](const auto& info) { return std::string(info.param.fault); });
 
+// A profiler that will not start costs the pilot its profile, not a step:
+// worker B's last step runs once, unprofiled, and the resume still matches;
+// the resume stage says why there is no profile.json (control: the default
+// pilot's profile, tests/e2e/test_report_html.cpp).
+TEST(Pilot, AProfilerThatRefusesLeavesTheStepAndTheVerdictAlone) {
+  TempDir t("prof");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"ANCHOR_PILOT_FAULT", "profiler_refuses"}});
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  EXPECT_EQ(report["steps"]["resume"].size(), report["config"]["pilot"]["steps_after_resume"].get<std::size_t>());
+  nlohmann::json profile;
+  for (const auto& s : report["stages"])
+    if (s["stage"] == "resume") profile = s["figures"]["profile"];
+  ASSERT_TRUE(profile.is_object()) << report["stages"].dump();
+  EXPECT_NE(profile.value("error", "").find("profiler_refuses"), std::string::npos) << profile.dump();
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/profile.json")));
+  EXPECT_NE(anchor::fs::read_file(t.str("run/report.md")).find("| profile of a step | none: "), std::string::npos);
+}
+
 TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   TempDir t("term");
   anchor::proc::SpawnOptions o;

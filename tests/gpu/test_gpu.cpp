@@ -119,9 +119,9 @@ TEST_F(Gpu, SdpaMatchesManualAttentionOnCuda) {
   EXPECT_TRUE(torch::allclose(g_sdpa, g_manual, 1e-3, 1e-5)) << (g_sdpa - g_manual).abs().max().item<double>();
 }
 
-// The memory model on the device: fitted on three measured steps, as the
-// pilot's probe fits it, it predicts two held-out (micro-batch, seq) points
-// within 10%. The figures go to scripts/gpu_check.py on a marked line.
+// The memory model on the device: fitted on three measured steps, the
+// configured shape's and plan::probe_shapes' as the pilot fits them, it
+// predicts two held-out (micro-batch, seq) points within 10%. The figures go to scripts/gpu_check.py on a marked line.
 TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
   ANCHOR_SKIP_WITHOUT_GPU();
   auto peak = [&](int mb, int seq) {
@@ -138,9 +138,9 @@ TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
     t.train_step();
     return static_cast<double>(measure::tensor_memory(t.device()).peak_allocated_bytes);
   };
-  std::vector<plan::MemoryPoint> fit_points;
-  for (auto [mb, seq] : std::vector<std::pair<int, int>>{{8, 512}, {4, 512}, {8, 256}})
-    fit_points.push_back({mb, seq, peak(mb, seq)});
+  std::vector<plan::MemoryPoint> fit_points{{8, 512, peak(8, 512)}};
+  for (auto [mb, seq] : plan::probe_shapes(8, 512))
+    fit_points.push_back({mb, seq, peak(static_cast<int>(mb), static_cast<int>(seq))});
   const auto fit = plan::fit_memory(fit_points);
   nlohmann::json points = nlohmann::json::array();
   for (auto [mb, seq] : std::vector<std::pair<int, int>>{{16, 512}, {4, 1024}}) {
@@ -156,6 +156,47 @@ TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
                                                          {"held_out", points}})
                                            .dump()
                                            .c_str());
+}
+
+// The probe's steps on one trainer (its AdamW state created without a step,
+// the cache emptied before each point, as pipeline/worker.cpp's run_probe
+// does) peak where fresh trainers' second steps peak, on the caching
+// allocator as on the CPU's counting one (tests/unit/measure/test_memory.cpp).
+TEST_F(Gpu, TheProbesStepsOnOneTrainerEqualFreshTrainersSecondSteps) {
+  ANCHOR_SKIP_WITHOUT_GPU();
+  const auto cfg = [&](int mb, int seq) {
+    return config::load_string("run: {seed: 7, threads: 1}\n"
+                               "model: {n_layer: 2, n_head: 4, n_embd: 128, block_size: 256}\n"
+                               "data: {train: [" + dir_.str("train.txt") + "], seq_len: " + std::to_string(seq) +
+                                   ", val_fraction: 0.1}\n"
+                                   "train: {micro_batch: " + std::to_string(mb) +
+                                   ", grad_accum: 2, total_steps: 100}\ndevice: cuda\n",
+                               "probe.yaml");
+  };
+  const auto fresh_second_step = [&](int mb, int seq) {
+    train::Trainer t(cfg(mb, seq));
+    t.train_step();
+    measure::release_cached(t.device());
+    measure::reset_peak(t.device());
+    t.train_step();
+    return measure::tensor_memory(t.device()).peak_allocated_bytes;
+  };
+  const auto shapes = plan::probe_shapes(8, 256);
+  std::vector<std::int64_t> probed;
+  {  // gone before the fresh trainers: the device's peak counts every allocation on it
+    train::Trainer t(cfg(8, 256));
+    t.create_optimizer_state();
+    for (auto [mb, seq] : shapes) {
+      t.set_step_shape(static_cast<int>(mb), static_cast<int>(seq));
+      measure::release_cached(t.device());
+      measure::reset_peak(t.device());
+      t.train_step();
+      probed.push_back(measure::tensor_memory(t.device()).peak_allocated_bytes);
+    }
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    EXPECT_EQ(probed[i], fresh_second_step(static_cast<int>(shapes[i].first), static_cast<int>(shapes[i].second)))
+        << "micro_batch " << shapes[i].first << ", seq_len " << shapes[i].second;
 }
 
 TEST_F(Gpu, OneRankNcclGroupAllReduces) {

@@ -73,9 +73,10 @@ MemoryFit fit_memory_one_point(const MemoryPoint& point, double fixed_bytes);
 // The shapes the memory probe measures besides the configured (micro_batch,
 // seq_len): a quarter of the micro-batch (at least 1; `probe_micro_batch`
 // instead when it is between 1 and micro_batch - 1) at the configured
-// sequence, and the configured micro-batch at half the sequence (at least 8
-// tokens). A shape equal to the configured one is left out, so micro-batch 1
-// with a sequence of 8 or less has none. A quarter of the micro-batch costs a
+// sequence, and the configured micro-batch at half the sequence when that is
+// 8 tokens or more (a shorter one is too close to the configured length to
+// separate the sequence's terms). Micro-batch 1 with a sequence under 16 has
+// none. A quarter of the micro-batch costs a
 // quarter of a step and predicts as well as half did; a quarter of the
 // sequence did not: at 25M parameters its step peaked at the optimizer step's
 // floor, not at its activations, and held-out errors grew from 0.3% to 5.7%

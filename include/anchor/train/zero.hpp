@@ -57,7 +57,4 @@ void zero_optimizer_step(AdamW& opt, const std::vector<int>& owner, int rank, do
 double zero_broadcast_parameters(dist::ProcessGroup& pg, const AdamW& opt, const std::vector<int>& owner,
                                  std::int64_t bucket_bytes, std::int64_t step);
 
-// "optimizer-rank00001-of-00002.safetensors"
-std::string optimizer_shard_file(int rank, int world);
-
 }  // namespace anchor::train

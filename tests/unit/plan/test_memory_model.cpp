@@ -105,18 +105,20 @@ TEST(MemoryFit, RejectsTooFewOrDegeneratePoints) {
 }
 
 // The probe's shapes: a quarter of the micro-batch at the configured sequence
-// and half the sequence (at least 8) at the configured micro-batch;
+// and half the sequence (when that is 8 or more) at the configured micro-batch;
 // none equal to the configured shape, and the quadratic fit is determined.
 TEST(ProbeShapes, QuarterShapesEachSmallerThanTheConfiguredOne) {
   using Shapes = std::vector<std::pair<std::int64_t, std::int64_t>>;
   EXPECT_EQ(probe_shapes(4, 256), (Shapes{{1, 256}, {4, 128}}));
   EXPECT_EQ(probe_shapes(16, 1024), (Shapes{{4, 1024}, {16, 512}}));
-  EXPECT_EQ(probe_shapes(2, 12), (Shapes{{1, 12}, {2, 8}})) << "8 tokens is the shortest sequence probed";
+  EXPECT_EQ(probe_shapes(2, 16), (Shapes{{1, 16}, {2, 8}})) << "8 tokens is the shortest sequence probed";
+  EXPECT_EQ(probe_shapes(2, 15), (Shapes{{1, 15}})) << "7 would be under it, 8 too close to 15";
   EXPECT_EQ(probe_shapes(8, 64, 6), (Shapes{{6, 64}, {8, 32}})) << "pilot.memory_probe_micro_batch when below";
   EXPECT_EQ(probe_shapes(8, 64, 8), (Shapes{{2, 64}, {8, 32}})) << "not below the micro-batch: a quarter";
   EXPECT_EQ(probe_shapes(1, 64), (Shapes{{1, 32}})) << "micro-batch 1 has no smaller one";
   EXPECT_EQ(probe_shapes(4, 8), (Shapes{{1, 8}}));
   EXPECT_TRUE(probe_shapes(1, 8).empty());
+  EXPECT_TRUE(probe_shapes(1, 15).empty());
   // With the configured point, the probe's two determine the full model.
   std::vector<MemoryPoint> pts{{4, 256, 1e9}};
   for (auto [mb, T] : probe_shapes(4, 256)) pts.push_back({mb, T, 1e8 + 10.0 * mb * T + 0.5 * mb * T * T});

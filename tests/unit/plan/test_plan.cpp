@@ -154,19 +154,23 @@ TEST(Budget, MarginAndTransfers) {
   EXPECT_NEAR(item_hours(b, "copy_off_node"), 40.0 / 3600, 1e-12);
   EXPECT_NEAR(item_hours(b, "preprocess"), 1.0, 1e-12);
   EXPECT_NEAR(b["days"].get<double>(), b["days_without_margin"].get<double>() * 1.2, 1e-12);
-  for (const auto& it : b["items"])
-    if (it["name"] == "export" || it["name"] == "copy_off_node")
+  for (const auto& it : b["items"]) {
+    if (it["name"] == "export" || it["name"] == "copy_off_node") {
       EXPECT_NE(it["detail"].get<std::string>().find("2.00 Gbit/s (budget.egress_gbps, assumed)"), std::string::npos)
           << it.dump();
+    }
+  }
   // A measured copy_off rate (export.copy_to) replaces the assumed one, and says so.
   in.egress_measured_gbps = 8;  // 400 Gbit / 8 = 50 s; 80 Gbit / 8 = 10 s
   b = make_budget(in);
   EXPECT_NEAR(item_hours(b, "export"), 50.0 / 3600, 1e-12);
   EXPECT_NEAR(item_hours(b, "copy_off_node"), 10.0 / 3600, 1e-12);
-  for (const auto& it : b["items"])
-    if (it["name"] == "export" || it["name"] == "copy_off_node")
+  for (const auto& it : b["items"]) {
+    if (it["name"] == "export" || it["name"] == "copy_off_node") {
       EXPECT_NE(it["detail"].get<std::string>().find("8.00 Gbit/s (measured: the pilot's copy_off"), std::string::npos)
           << it.dump();
+    }
+  }
 }
 
 // ------------------------------------------------------------------ make_plan

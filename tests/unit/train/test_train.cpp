@@ -16,7 +16,7 @@
 #include "anchor/error.hpp"
 #include "anchor/model/gpt.hpp"
 #include "anchor/train/adamw.hpp"
-#include "anchor/train/saved_state.hpp"
+#include "anchor/train/state_format.hpp"
 #include "anchor/train/schedule.hpp"
 #include "anchor/train/trainer.hpp"
 

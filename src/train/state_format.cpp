@@ -1,5 +1,7 @@
-#include "anchor/train/saved_state.hpp"
+#include "anchor/train/state_format.hpp"
 
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -9,18 +11,66 @@
 
 namespace anchor::train {
 
+namespace {
+std::string ranked_file(const char* prefix, int rank, int world) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-rank%05d-of-%05d.safetensors", prefix, rank, world);
+  return buf;
+}
+
+// "<prefix>-rankNNNNN-of-NNNNN.safetensors", loosely: a name of that kind.
+bool is_ranked(const std::string& name, const char* prefix) {
+  const std::string p = std::string(prefix) + "-rank";
+  const std::string suffix = ".safetensors";
+  return name.rfind(p, 0) == 0 && name.size() > p.size() + suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+constexpr const char* kStepSuffix = ".step";
+}  // namespace
+
+std::string rng_file(int rank, int world) { return world == 1 ? "rng.safetensors" : ranked_file("rng", rank, world); }
+std::string optimizer_shard_file(int rank, int world) { return ranked_file("optimizer", rank, world); }
+bool is_optimizer_file(const std::string& name) { return name == kOptimizerFile || is_ranked(name, "optimizer"); }
+
+std::string adamw_tensor(const std::string& param, AdamWTensor which) {
+  switch (which) {
+    case AdamWTensor::kExpAvg: return param + ".exp_avg";
+    case AdamWTensor::kExpAvgSq: return param + ".exp_avg_sq";
+    case AdamWTensor::kStep: return param + kStepSuffix;
+  }
+  return param;
+}
+
+std::optional<std::string> adamw_step_param(const std::string& name) {
+  const std::size_t n = std::strlen(kStepSuffix);
+  if (name.size() <= n || name.compare(name.size() - n, n, kStepSuffix) != 0) return std::nullopt;
+  return name.substr(0, name.size() - n);
+}
+
+nlohmann::json state_json(const StateFields& f, nlohmann::json extra) {
+  nlohmann::json& s = extra;
+  s["step"] = f.step;
+  s["format_version"] = kStateFormatVersion;
+  s["data_cursor"] = {{"kind", "pure(seed, step, rank)"}, {"next_step", f.step}};
+  s["lr_schedule"] = {{"kind", f.schedule}, {"next_lr", f.next_lr}, {"total_steps", f.total_steps}};
+  s["precision"] = f.precision;
+  s["loss_scale"] = {{"enabled", f.loss_scale_enabled}, {"scale", f.scale},
+                     {"growth_tracker", f.growth_tracker}, {"skipped_steps", f.skipped_steps}};
+  s["world_size"] = f.world_size;
+  s["strategy"] = f.strategy;
+  s["threads"] = f.threads;
+  s["libtorch"] = f.libtorch;
+  s["config_digest"] = f.config_digest;
+  return extra;
+}
+
 const char* expected_file_format(const std::string& name) {
-  const auto ranked = [&](const char* prefix) {  // "<prefix>-rankNNNNN-of-NNNNN.safetensors"
-    const std::string p = std::string(prefix) + "-rank";
-    const std::string suffix = ".safetensors";
-    return name.rfind(p, 0) == 0 && name.size() > p.size() + suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  if (name == "model.safetensors") return kModelFileFormat;
-  if (name == "optimizer.safetensors") return kOptimizerFileFormat;
-  if (ranked("optimizer")) return kOptimizerShardFileFormat;
-  if (name == "rng.safetensors" || ranked("rng")) return kRngFileFormat;
-  if (name == "scaler.safetensors") return kScalerFileFormat;
+  if (name == kModelFile) return kModelFileFormat;
+  if (name == kOptimizerFile) return kOptimizerFileFormat;
+  if (is_ranked(name, "optimizer")) return kOptimizerShardFileFormat;
+  if (name == "rng.safetensors" || is_ranked(name, "rng")) return kRngFileFormat;
+  if (name == kScalerFile) return kScalerFileFormat;
   return nullptr;
 }
 
