@@ -11,6 +11,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -33,18 +34,13 @@ anchor::proc::RunResult anchor_run(const std::vector<std::string>& args) {
 
 class ConfigCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = stdfs::temp_directory_path() /
-           ("anchor-e2e-config-" + std::to_string(::getpid()) + "-" + anchor::fs::random_suffix());
-    stdfs::create_directories(dir_);
-  }
-  void TearDown() override { stdfs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
     auto p = (dir_ / name).string();
     std::ofstream(p) << text;
     return p;
   }
-  stdfs::path dir_;
+  anchor::testing::TempDir tmp_{"e2e-config"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST_F(ConfigCli, BadConfigPrintsEveryProblemAndExits2) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -17,13 +18,10 @@ namespace stdfs = std::filesystem;
 
 class PinCli : public ::testing::Test {
  protected:
-  stdfs::path dir;
+  anchor::testing::TempDir tmp{"e2e-pin"};
+  const stdfs::path& dir = tmp.path();
 
   void SetUp() override {
-    static int n = 0;
-    dir = stdfs::temp_directory_path() /
-          ("anchor-e2e-pin-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    stdfs::remove_all(dir);
     stdfs::create_directories(dir / "data");
     for (int i = 0; i < 3; ++i) write(dir / "data" / ("train-" + std::to_string(i) + ".bin"),
                                        std::string(1000 + i, char('a' + i)));
@@ -32,10 +30,6 @@ class PinCli : public ::testing::Test {
           "data:\n"
           "  train: [\"data/train-*.bin\"]\n"
           "  val: [data/val.bin]\n");
-  }
-  void TearDown() override {
-    std::error_code ec;
-    stdfs::remove_all(dir, ec);
   }
 
   static void write(const stdfs::path& p, const std::string& s) {

@@ -11,6 +11,7 @@
 #include "anchor/common/process.hpp"
 #include "anchor/report/dsse.hpp"
 #include "unit/plan/synthetic_report.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -19,20 +20,12 @@ using nlohmann::json;
 
 class PlanCli : public ::testing::Test {
  protected:
-  stdfs::path dir;
+  anchor::testing::TempDir tmp{"e2e-plan"};
+  const stdfs::path& dir = tmp.path();
   std::string catalog = std::string(ANCHOR_SOURCE_DIR) + "/configs/catalog.yaml";
 
   void SetUp() override {
-    static int n = 0;
-    dir = stdfs::temp_directory_path() /
-          ("anchor-e2e-plan-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    stdfs::remove_all(dir);
-    stdfs::create_directories(dir);
     write(dir / "report.json", anchor::plan::synthetic::synthetic_report().dump(2));
-  }
-  void TearDown() override {
-    std::error_code ec;
-    stdfs::remove_all(dir, ec);
   }
   static void write(const stdfs::path& p, const std::string& text) {
     std::ofstream(p, std::ios::binary) << text;

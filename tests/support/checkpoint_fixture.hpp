@@ -15,6 +15,7 @@
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
+#include "support/temp_dir.hpp"
 
 #if defined(GOOGLETEST_INCLUDE_GTEST_GTEST_H_) || defined(GTEST_INCLUDE_GTEST_GTEST_H_)
 #define ANCHOR_CKPT_FIXTURE_GTEST 1
@@ -62,14 +63,9 @@ inline checkpoint::SaveRequest make_request(std::int64_t step, std::int64_t n) {
 #ifdef ANCHOR_CKPT_FIXTURE_GTEST
 class CheckpointDir : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("anchor-ckpt-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string root() const { return (dir_ / "ckpt").string(); }
-  std::filesystem::path dir_;
+  anchor::testing::TempDir tmp_{"ckpt"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 #endif
 

@@ -8,6 +8,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace anchor::testing {
 
@@ -32,27 +33,6 @@ inline AnchorRun run_anchor(const std::vector<std::string>& args,
   auto r = proc::run_capture(argv, o);
   return {r.status, r.out};
 }
-
-// A fresh temporary directory, removed when the object goes away.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag)
-      : path_(std::filesystem::temp_directory_path() /
-              ("anchor-" + tag + "-" + std::to_string(::getpid()) + "-" + fs::random_suffix())) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string str(const std::string& child = "") const { return child.empty() ? path_.string() : (path_ / child).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::string source_path(const std::string& rel) { return std::string(ANCHOR_SOURCE_DIR) + "/" + rel; }
 

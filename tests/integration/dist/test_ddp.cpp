@@ -22,6 +22,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "support/dist_ranks.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -37,11 +38,8 @@ using Clock = std::chrono::steady_clock;
 class Ddp : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fsys::temp_directory_path() / ("anchor-ddp-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    fsys::create_directories(dir_);
     anchor::testing::write_corpus(dir_ / "train.txt", "the ranks reduce the gradients");
   }
-  void TearDown() override { fsys::remove_all(dir_); }
 
   // dropout 0 unless asked: with dropout each rank draws its own masks (docs/distributed.md).
   std::string config(int micro_batch, double timeout_s = 60, double bucket_mb = 0.05, double dropout = 0.0) {
@@ -59,7 +57,8 @@ class Ddp : public ::testing::Test {
                            const std::vector<std::string>& extra = {}, bool kill_rank1_after_rank0 = false) {
     return run_ranks(DIST_RANK, cfg, world, 3, (dir_ / out).string(), extra, {}, kill_rank1_after_rank0);
   }
-  fsys::path dir_;
+  anchor::testing::TempDir tmp_{"ddp"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 nlohmann::json read_json_file(const fsys::path& p) { return nlohmann::json::parse(fs::read_file(p.string())); }

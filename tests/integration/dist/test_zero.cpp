@@ -47,11 +47,8 @@ std::vector<std::string> lines(const fsys::path& p) {
 class Zero : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fsys::temp_directory_path() / ("anchor-zero-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    fsys::create_directories(dir_);
     anchor::testing::write_corpus(dir_ / "train.txt", "the ranks shard the optimizer");
   }
-  void TearDown() override { fsys::remove_all(dir_); }
 
   // dropout 0 (the RNG streams change with the world size); grad_clip 0.05 so
   // that clipping by the global norm is exercised on every step.
@@ -87,7 +84,8 @@ class Zero : public ::testing::Test {
       if (k.rfind("model/", 0) == 0) o[k] = v;
     return o;
   }
-  fsys::path dir_;
+  anchor::testing::TempDir tmp_{"zero"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 // The claim: with 2 ranks, ZeRO-1 and ZeRO-2 give BITWISE the parameters DDP

@@ -16,6 +16,7 @@
 #include "anchor/error.hpp"
 #include "anchor/measure/proc.hpp"
 #include "support/in_child.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -58,13 +59,8 @@ TEST(DType, NamesSizesRoundTrip) {
 
 class SafetensorsIo : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("anchor-st-" + std::to_string(::getpid()) + "-" + anchor::fs::random_suffix());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
+  anchor::testing::TempDir tmp_{"st"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST_F(SafetensorsIo, RoundTripSortedContiguousPadded) {

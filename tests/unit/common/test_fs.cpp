@@ -13,6 +13,7 @@
 #include "anchor/common/unique_fd.hpp"
 #include "anchor/error.hpp"
 #include "support/in_child.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -20,13 +21,8 @@ namespace fs = anchor::fs;
 
 class FsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("anchor-fs-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
+  anchor::testing::TempDir tmp_{"fs"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST_F(FsTest, AtomicWriteReplacesContent) {

@@ -14,6 +14,7 @@
 #include "anchor/common/sha256.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/config/diff.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -564,17 +565,15 @@ TEST(ConfigSeeds, DerivedSeedsAreStableAndIndependent) {
 class ConfigFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("anchor-config-" + std::to_string(::getpid()) + "-" + anchor::fs::random_suffix());
     std::filesystem::create_directories(dir_ / "sub");
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string write(const std::string& rel, const std::string& text) {
     auto p = dir_ / rel;
     std::ofstream(p) << text;
     return p.string();
   }
-  std::filesystem::path dir_;
+  anchor::testing::TempDir tmp_{"config"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST_F(ConfigFiles, BaseDirAndResolvePath) {

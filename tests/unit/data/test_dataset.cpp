@@ -11,6 +11,7 @@
 #include "anchor/common/process.hpp"
 #include "anchor/data/dataset.hpp"
 #include "anchor/error.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -19,11 +20,6 @@ namespace fsys = std::filesystem;
 
 class DataTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fsys::temp_directory_path() / ("anchor-data-" + std::to_string(::getpid()) + "-" + anchor::fs::random_suffix());
-    fsys::create_directories(dir_);
-  }
-  void TearDown() override { fsys::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   void write_raw(const std::string& name, const std::string& bytes) {
     std::ofstream(path(name), std::ios::binary) << bytes;
@@ -45,7 +41,8 @@ class DataTest : public ::testing::Test {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   }
-  fsys::path dir_;
+  anchor::testing::TempDir tmp_{"data"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST_F(DataTest, LlmcShardRoundTrip) {

@@ -1,7 +1,7 @@
 #pragma once
-// Small helpers shared by the manifest unit tests: a temp dir removed on
-// destruction, file writers, and mtime control (the hash cache refuses files
-// modified in the last 100 ms, so tests backdate what they want cached).
+// Small helpers shared by the manifest unit tests: the temp dir, file
+// writers, and mtime control (the hash cache refuses files modified in the
+// last 100 ms, so tests backdate what they want cached).
 #include <unistd.h>
 
 #include <chrono>
@@ -10,30 +10,14 @@
 #include <string>
 
 #include "anchor/common/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace anchor::manifest::testing {
 
 namespace stdfs = std::filesystem;
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    static int counter = 0;
-    path_ = stdfs::temp_directory_path() /
-            ("anchor-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    stdfs::remove_all(path_);
-    stdfs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    stdfs::remove_all(path_, ec);
-  }
-  const stdfs::path& path() const { return path_; }
-  std::string str(const std::string& rel) const { return (path_ / rel).string(); }
-
- private:
-  stdfs::path path_;
-};
+// The tests' one temporary directory (support/temp_dir.hpp).
+using anchor::testing::TempDir;
 
 inline void write_file(const std::string& path, const std::string& content) {
   stdfs::create_directories(stdfs::path(path).parent_path());

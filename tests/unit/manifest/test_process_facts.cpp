@@ -19,6 +19,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/error.hpp"
 #include "anchor/manifest/process_facts.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -122,8 +123,6 @@ using anchor::manifest::training_process_facts;
 class FactsCache : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("anchor-facts-" + std::to_string(::getpid()) + "-" +
-                                                     anchor::fs::random_suffix());
     std::filesystem::create_directories(dir_ / "lib");
     std::filesystem::create_directories(dir_ / "lib2");
     anchor::fs::atomic_write_file(str("lib/libfake.so.1"), "not really a library");
@@ -147,7 +146,6 @@ class FactsCache : public ::testing::Test {
     ::unsetenv("LD_LIBRARY_PATH");
     std::error_code ec;
     std::filesystem::current_path(cwd_, ec);
-    std::filesystem::remove_all(dir_, ec);
   }
   // An answer is cached only once what it rests on is 100 ms old (the racy-clean rule).
   static void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(150)); }
@@ -171,7 +169,8 @@ class FactsCache : public ::testing::Test {
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), later, 0), 0) << path;
   }
 
-  std::filesystem::path dir_;
+  anchor::testing::TempDir tmp_{"facts"};
+  const std::filesystem::path& dir_ = tmp_.path();
   std::filesystem::path cwd_ = std::filesystem::current_path();
 };
 

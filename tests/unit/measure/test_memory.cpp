@@ -19,6 +19,7 @@
 #include "anchor/measure/memory.hpp"
 #include "anchor/plan/memory_model.hpp"
 #include "anchor/train/trainer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -69,11 +70,8 @@ TEST_F(CountingAllocator, CountsKnownTensorSizesExactly) {
 class MemoryPrediction : public CountingAllocator, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("anchor-mem-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    std::filesystem::create_directories(dir_);
     std::filesystem::copy_file(std::string(ANCHOR_SOURCE_DIR) + "/data/tiny/train.txt", dir_ / "train.txt");
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   config::Config tiny(int micro_batch, int seq_len) {
     return config::load_string("run: {threads: 1}\n"
@@ -109,7 +107,8 @@ class MemoryPrediction : public CountingAllocator, public ::testing::WithParamIn
     }
     return out;
   }
-  std::filesystem::path dir_;
+  anchor::testing::TempDir tmp_{"mem"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST_P(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {

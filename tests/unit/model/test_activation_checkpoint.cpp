@@ -17,6 +17,7 @@
 #include "anchor/model/activation_checkpoint.hpp"
 #include "anchor/model/gpt.hpp"
 #include "anchor/train/trainer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -161,13 +162,10 @@ TEST(ActivationCheckpoint, LowersThePeakTensorMemory) {
 class TrainerCheckpointing : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("anchor-ackpt-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    std::filesystem::create_directories(dir_);
     std::string text;
     for (int i = 0; text.size() < 8000; ++i) text += "recompute block " + std::to_string(i * 31 % 97) + ". ";
     std::ofstream(dir_ / "train.txt") << text;
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   config::Config cfg(int every) const {
     return config::load_string("run: {seed: 3, threads: 1}\n"
                                "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.1}\n"
@@ -176,7 +174,8 @@ class TrainerCheckpointing : public ::testing::Test {
                                    std::to_string(every) + ", schedule: {warmup_steps: 1}}\n",
                                "test.yaml");
   }
-  std::filesystem::path dir_;
+  anchor::testing::TempDir tmp_{"ackpt"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 // One trainer's first steps: the records, the state digest, the eval loss and

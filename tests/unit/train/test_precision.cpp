@@ -20,6 +20,7 @@
 #include "anchor/train/loss_scaler.hpp"
 #include "anchor/train/precision.hpp"
 #include "anchor/train/trainer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -173,15 +174,12 @@ TEST(PrecisionCheck, NonFiniteValuesFailWithTheTensorNamed) {
 class PrecisionTrainer : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fsys::temp_directory_path() / ("anchor-precision-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    fsys::create_directories(dir_);
     std::string text;
     for (int i = 0; text.size() < 20000; ++i) text += "the scaler keeps its state " + std::to_string(i * 7919 % 1000) + ". ";
     std::ofstream(dir_ / "train.txt") << text;
   }
   void TearDown() override {
     ::unsetenv("ANCHOR_GRAD_FAULT");
-    fsys::remove_all(dir_);
   }
   config::Config cfg(const std::string& extra) const {
     const std::string yaml = "run: {seed: 7, threads: 1}\n"
@@ -191,7 +189,8 @@ class PrecisionTrainer : public ::testing::Test {
                              extra + "}\n";
     return config::load_string(yaml, "test.yaml");
   }
-  fsys::path dir_;
+  anchor::testing::TempDir tmp_{"precision"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST_F(PrecisionTrainer, InjectedInfSkipsBacksOffGrowsAndTheScalerSurvivesACheckpointBitwise) {

@@ -19,6 +19,7 @@
 #include "anchor/train/state_format.hpp"
 #include "anchor/train/schedule.hpp"
 #include "anchor/train/trainer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -28,13 +29,10 @@ namespace fsys = std::filesystem;
 class TrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fsys::temp_directory_path() / ("anchor-train-" + std::to_string(::getpid()) + "-" + fs::random_suffix());
-    fsys::create_directories(dir_);
     std::string text;
     for (int i = 0; text.size() < 20000; ++i) text += "the pilot saves the state " + std::to_string(i * 7919 % 1000) + ". ";
     std::ofstream(dir_ / "train.txt") << text;
   }
-  void TearDown() override { fsys::remove_all(dir_); }
 
   config::Config cfg(const std::string& train =
                          "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n") const {
@@ -44,7 +42,8 @@ class TrainTest : public ::testing::Test {
                              + train;
     return config::load_string(yaml, "test.yaml");
   }
-  fsys::path dir_;
+  anchor::testing::TempDir tmp_{"train"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 TEST(Schedule, WarmupThenCosineToMin) {
