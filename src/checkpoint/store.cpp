@@ -332,12 +332,17 @@ SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
   return res;
 }
 
-struct Store::Inspection {
-  Verification v;
+namespace {
+// What Store::inspect finds (Store::Inspection is this, by name).
+struct Found {
+  Store::Verification v;
   json state;
   json manifest;
   std::map<std::string, SafetensorsFile> files;
 };
+}  // namespace
+
+struct Store::Inspection : Found {};
 
 namespace {
 
@@ -460,220 +465,270 @@ void check_files(std::vector<FileCheck>& checks, bool keep, std::int64_t dir_ste
   if (failed) std::rethrow_exception(failed);
 }
 
-}  // namespace
+// One step directory examined (Store::inspect): every problem found, in the
+// order a reader meets them (the directory, COMMITTED, manifest.json, each
+// listed file in manifest order, files nobody listed).
+class Inspector {
+ public:
+  Inspector(const std::string& dir, bool keep_files) : dir_(dir), keep_(keep_files) { in_.v.dir = dir; }
 
-Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const {
-  Inspection in;
-  Verification& v = in.v;
-  v.dir = dir;
+  Found run() {
+    if (!directory_is_a_step()) return std::move(in_);
+    const auto manifest = commit_and_manifest();
+    if (manifest) check_manifest(*manifest);
+    unlisted_files();
+    auto& v = in_.v;
+    v.ok = v.problems.empty();
+    v.state = v.ok ? "committed" : (committed_ ? "invalid" : "uncommitted");
+    if (!v.ok) {
+      in_.files.clear();
+      in_.state = json();
+    }
+    return std::move(in_);
+  }
+
+ private:
+  // The small files (COMMITTED, manifest.json) are read whole; at most this
+  // much (a manifest lists ~100 bytes per file).
+  static constexpr std::uint64_t kMaxSmallFile = 64ull << 20;
+
   // A problem may quote a path or a file's bytes (a JSON parse error shows the
   // token it stopped at): keep every one valid UTF-8, for --json and reports.
   // The files of the manifest are read and hashed in parallel, each with a
-  // list of its own: `sink` is where problem() writes, so that every problem
+  // list of its own: `sink_` is where problem() writes, so that every problem
   // still comes out in manifest order.
-  std::vector<std::string>* sink = &v.problems;
-  auto problem = [&](const std::string& p) { sink->push_back(printable(p)); };
-  const std::string base = stdfs::path(dir).filename().string();
-  DirName dn = parse_dir_name(base);
-  v.step = dn.step;
-  v.bytes = dir_bytes(dir);
-  std::error_code ec;
-  struct stat dst {};
-  if (::stat(dir.c_str(), &dst) != 0) {
-    const int err = errno;
-    v.state = err == ENOENT ? "invalid" : "unreadable";
-    problem(dir + (err == ENOENT ? " does not exist" : " cannot be examined") + ": " + std::strerror(err) + " (" +
-            errno_name(err) + ")");
-    return in;
+  void problem(const std::string& p) { sink_->push_back(printable(p)); }
+  void problem_errno(const std::string& what, int err) {
+    problem(what + ": " + std::strerror(err) + " (" + errno_name(err) + ")");
   }
-  if (!S_ISDIR(dst.st_mode)) {
-    v.state = "invalid";
-    problem(dir + " is not a directory");
-    return in;
-  }
-  if (dn.kind == DirKind::kTemp) {
-    v.state = "temporary";
-    problem("temporary directory of an unfinished save (never loaded; removed at start-up)");
-    return in;
-  }
-  if (dn.kind == DirKind::kTrash) {
-    v.state = "trash";
-    problem("being deleted by retention (never loaded; removed at start-up)");
-    return in;
-  }
-  if (dn.kind == DirKind::kOther)
-    problem("directory name '" + base + "' is not step-<N>");
-  // A directory that cannot be listed (no read or search permission) is not
-  // "a save that did not finish": say what the system said.
-  if (DIR* d = ::opendir(dir.c_str())) {
-    ::closedir(d);
-  } else {
+
+  // The directory itself: there, a directory, a step (not a temporary or
+  // trash one), listable. False when nothing more can be examined.
+  bool directory_is_a_step() {
+    auto& v = in_.v;
+    const std::string base = stdfs::path(dir_).filename().string();
+    dn_ = parse_dir_name(base);
+    v.step = dn_.step;
+    v.bytes = dir_bytes(dir_);
+    struct stat dst {};
+    if (::stat(dir_.c_str(), &dst) != 0) {
+      const int err = errno;
+      v.state = err == ENOENT ? "invalid" : "unreadable";
+      problem_errno(dir_ + (err == ENOENT ? " does not exist" : " cannot be examined"), err);
+      return false;
+    }
+    if (!S_ISDIR(dst.st_mode)) {
+      v.state = "invalid";
+      problem(dir_ + " is not a directory");
+      return false;
+    }
+    if (dn_.kind == DirKind::kTemp) {
+      v.state = "temporary";
+      problem("temporary directory of an unfinished save (never loaded; removed at start-up)");
+      return false;
+    }
+    if (dn_.kind == DirKind::kTrash) {
+      v.state = "trash";
+      problem("being deleted by retention (never loaded; removed at start-up)");
+      return false;
+    }
+    if (dn_.kind == DirKind::kOther) problem("directory name '" + base + "' is not step-<N>");
+    // A directory that cannot be listed (no read or search permission) is not
+    // "a save that did not finish": say what the system said.
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      ::closedir(d);
+      return true;
+    }
     const int err = errno;
     v.state = "unreadable";
-    problem("cannot list " + dir + ": " + std::strerror(err) + " (" + errno_name(err) + ")");
-    return in;
+    problem_errno("cannot list " + dir_, err);
+    return false;
   }
+
   // Whether an entry exists: nullopt and a problem when that cannot even be
   // told (ELOOP, EACCES, ...): "missing" would be a wrong explanation.
-  auto present = [&](const std::string& name) -> std::optional<bool> {
+  std::optional<bool> present(const std::string& name) {
     struct stat st {};
-    if (::lstat(join(dir, name).c_str(), &st) == 0) return true;
+    if (::lstat(join(dir_, name).c_str(), &st) == 0) return true;
     const int err = errno;
     if (err == ENOENT) return false;
-    problem(name + " cannot be examined: " + std::strerror(err) + " (" + errno_name(err) + ")");
+    problem_errno(name + " cannot be examined", err);
     return std::nullopt;
-  };
+  }
 
-  // The size of a regular file as lstat sees it (nullopt: not one, or gone):
+  // The size of a regular file as stat sees it (nullopt: not one, or gone):
   // what anchor checks before reading a file into memory. A 1 TB sparse
   // COMMITTED, or a model file far larger than its manifest says, is a
-  // problem, not an allocation that fails (or the OOM killer).
-  auto regular_size = [&](const std::string& name) -> std::optional<std::uint64_t> {
-    struct stat st {};  // stat: a symlink there is checked by the size of what it names, which is what is read
-    if (::stat(join(dir, name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  // problem, not an allocation that fails (or the OOM killer). stat: a
+  // symlink there is checked by the size of what it names, which is what is read.
+  std::optional<std::uint64_t> regular_size(const std::string& name) const {
+    struct stat st {};
+    if (::stat(join(dir_, name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
     return static_cast<std::uint64_t>(st.st_size);
-  };
-  // The small files (COMMITTED, manifest.json) are read whole; at most this
-  // much (a manifest lists ~100 bytes per file).
-  constexpr std::uint64_t kMaxSmallFile = 64ull << 20;
-  auto read = [&](const std::string& name, FileDigest* d) -> std::optional<std::string> {
+  }
+
+  std::optional<std::string> read_small(const std::string& name, FileDigest* d) {
     if (const auto size = regular_size(name); size && *size > kMaxSmallFile) {
       problem(name + ": " + std::to_string(*size) + " bytes, more than the " + std::to_string(kMaxSmallFile) +
               " a checkpoint's " + name + " may hold");
       return std::nullopt;
     }
     try {
-      return read_file_hashed(join(dir, name), d);
+      return read_file_hashed(join(dir_, name), d);
     } catch (const Error& e) {
       problem(name + ": cannot be read: " + e.what());
     } catch (const std::bad_alloc&) {
       problem(name + ": cannot be read: too large for memory");
     }
     return std::nullopt;
-  };
+  }
 
   // COMMITTED must hold the SHA-256 of manifest.json. An entry named
   // COMMITTED that cannot be read still counts as one: the directory is
-  // "invalid" (it says why), not "uncommitted".
-  const std::optional<bool> has_commit = present(kCommitted);
-  const bool committed = has_commit.value_or(true);
-  std::optional<std::string> commit_text;
-  if (has_commit && !*has_commit)
-    problem("no COMMITTED marker: the save did not finish");
-  else if (has_commit)
-    commit_text = read(kCommitted, nullptr);
-  FileDigest mdig;
-  std::optional<std::string> mtext;
-  const std::optional<bool> has_manifest = present(kManifest);
-  if (has_manifest && !*has_manifest)
-    problem("manifest.json is missing");
-  else if (has_manifest)
-    mtext = read(kManifest, &mdig);
-  if (commit_text) {
-    std::string c = *commit_text;
-    if (c.size() != 65 || c.back() != '\n' || !is_sha256_hex(c.substr(0, 64)))
-      problem("COMMITTED does not hold a SHA-256 (64 lowercase hex digits and a newline)");
-    else if (mtext && c.substr(0, 64) != mdig.sha256)
-      problem("COMMITTED holds " + c.substr(0, 64) + " but manifest.json hashes to " + mdig.sha256);
+  // "invalid" (it says why), not "uncommitted". Returns manifest.json's text
+  // when it could be read.
+  std::optional<std::string> commit_and_manifest() {
+    const std::optional<bool> has_commit = present(kCommitted);
+    committed_ = has_commit.value_or(true);
+    std::optional<std::string> commit_text;
+    if (has_commit && !*has_commit)
+      problem("no COMMITTED marker: the save did not finish");
+    else if (has_commit)
+      commit_text = read_small(kCommitted, nullptr);
+    FileDigest mdig;
+    std::optional<std::string> mtext;
+    const std::optional<bool> has_manifest = present(kManifest);
+    if (has_manifest && !*has_manifest)
+      problem("manifest.json is missing");
+    else if (has_manifest)
+      mtext = read_small(kManifest, &mdig);
+    if (commit_text) {
+      const std::string& c = *commit_text;
+      if (c.size() != 65 || c.back() != '\n' || !is_sha256_hex(c.substr(0, 64)))
+        problem("COMMITTED does not hold a SHA-256 (64 lowercase hex digits and a newline)");
+      else if (mtext && c.substr(0, 64) != mdig.sha256)
+        problem("COMMITTED holds " + c.substr(0, 64) + " but manifest.json hashes to " + mdig.sha256);
+    }
+    return mtext;
   }
 
-  std::set<std::string> listed;
-  bool have_list = false;  // the manifest parsed and has a files list
-  if (mtext) {
+  // manifest.json's own fields, then every file it lists.
+  void check_manifest(const std::string& text) {
     json m;
     try {
-      m = parse_json(*mtext);
+      m = parse_json(text);
     } catch (const json::exception& e) {
       problem(std::string("manifest.json is not valid JSON: ") + e.what());
     }
     if (!m.is_null() && !m.is_object()) problem("manifest.json is not a JSON object");
-    if (m.is_object()) {
-      if (m.value("format", json()) != json(kManifestFormat))
-        problem("manifest.json format is " + m.value("format", json()).dump() + ", expected \"" +
-                kManifestFormat + "\"");
-      if (!m.contains("step") || !m["step"].is_number_integer())
-        problem("manifest.json has no integer step");
-      else if (dn.step >= 0 && m["step"].get<std::int64_t>() != dn.step)
-        problem("manifest.json step is " + m["step"].dump() + " but the directory is step " +
-                std::to_string(dn.step));
-      if (!m.contains("files") || !m["files"].is_array()) {
-        problem("manifest.json has no files list");
-      } else {
-        have_list = true;
-        if (m["files"].size() > kMaxFiles) {
-          problem("manifest.json lists " + std::to_string(m["files"].size()) + " files, more than the " +
-                  std::to_string(kMaxFiles) + " a checkpoint holds");
-          m["files"] = json::array();
-        }
-        std::vector<FileCheck> checks;  // one per entry, in manifest order
-        checks.reserve(m["files"].size());
-        for (const json& f : m["files"]) {
-          checks.emplace_back();
-          sink = &checks.back().problems;
-          if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
-              !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
-              !is_sha256_hex(f["sha256"].get<std::string>())) {
-            problem("manifest.json has a malformed file entry " + f.dump());
-            continue;
-          }
-          const std::string name = f["path"].get<std::string>();
-          if (name.empty() || name.find('/') != std::string::npos || name == kManifest || name == kCommitted) {
-            problem("manifest.json lists an invalid path '" + name + "'");
-            continue;
-          }
-          if (!listed.insert(name).second) {
-            problem("manifest.json lists '" + name + "' twice");
-            continue;
-          }
-          const std::uint64_t size = f["size"].get<std::uint64_t>();
-          const std::string sha = f["sha256"].get<std::string>();
-          const std::optional<bool> has_file = present(name);
-          if (!has_file) continue;
-          if (!*has_file) {
-            problem(name + " is missing (listed in manifest.json)");
-            continue;
-          }
-          // A file larger than the manifest says is not read at all (a sparse
-          // terabyte would be); a smaller one is, to say how it is damaged.
-          if (const auto on_disk = regular_size(name); on_disk && *on_disk > size) {
-            problem(name + ": size is " + std::to_string(*on_disk) + " bytes, manifest.json says " +
-                    std::to_string(size));
-            continue;
-          }
-          FileCheck& c = checks.back();
-          c.name = name;
-          c.path = join(dir, name);
-          c.size = size;
-          c.sha256 = sha;
-          c.is_safetensors = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
-          c.is_state = name == kState;
-          c.read = true;
-        }
-        sink = &v.problems;
-        check_files(checks, keep_files, dn.step);
-        for (auto& c : checks) {
-          for (auto& p : c.problems) v.problems.push_back(printable(p));
-          if (c.state) in.state = std::move(*c.state);
-          if (c.file) in.files.emplace(c.name, std::move(*c.file));
-        }
-        if (!listed.count(kState)) problem("manifest.json does not list state.json");
-        in.manifest = std::move(m);
-      }
+    if (!m.is_object()) return;
+    if (m.value("format", json()) != json(kManifestFormat))
+      problem("manifest.json format is " + m.value("format", json()).dump() + ", expected \"" + kManifestFormat +
+              "\"");
+    if (!m.contains("step") || !m["step"].is_number_integer())
+      problem("manifest.json has no integer step");
+    else if (dn_.step >= 0 && m["step"].get<std::int64_t>() != dn_.step)
+      problem("manifest.json step is " + m["step"].dump() + " but the directory is step " + std::to_string(dn_.step));
+    if (!m.contains("files") || !m["files"].is_array()) {
+      problem("manifest.json has no files list");
+      return;
+    }
+    have_list_ = true;
+    if (m["files"].size() > kMaxFiles) {
+      problem("manifest.json lists " + std::to_string(m["files"].size()) + " files, more than the " +
+              std::to_string(kMaxFiles) + " a checkpoint holds");
+      m["files"] = json::array();
+    }
+    check_listed_files(m["files"]);
+    in_.manifest = std::move(m);
+  }
+
+  // Each entry checked as written, then every listed file read, hashed and
+  // parsed in parallel; their problems in manifest order.
+  void check_listed_files(const json& files) {
+    std::vector<FileCheck> checks;  // one per entry, in manifest order
+    checks.reserve(files.size());
+    for (const json& f : files) {
+      checks.emplace_back();
+      sink_ = &checks.back().problems;
+      listed_entry(f, checks.back());
+    }
+    sink_ = &in_.v.problems;
+    check_files(checks, keep_, dn_.step);
+    for (auto& c : checks) {
+      for (auto& p : c.problems) in_.v.problems.push_back(printable(p));
+      if (c.state) in_.state = std::move(*c.state);
+      if (c.file) in_.files.emplace(c.name, std::move(*c.file));
+    }
+    if (!listed_.count(kState)) problem("manifest.json does not list state.json");
+  }
+
+  // One manifest entry: well-formed, a plain name listed once, the file
+  // there and no larger than listed; then `c` is set to read it.
+  void listed_entry(const json& f, FileCheck& c) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
+        !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
+        !is_sha256_hex(f["sha256"].get<std::string>())) {
+      problem("manifest.json has a malformed file entry " + f.dump());
+      return;
+    }
+    const std::string name = f["path"].get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == kManifest || name == kCommitted) {
+      problem("manifest.json lists an invalid path '" + name + "'");
+      return;
+    }
+    if (!listed_.insert(name).second) {
+      problem("manifest.json lists '" + name + "' twice");
+      return;
+    }
+    const std::uint64_t size = f["size"].get<std::uint64_t>();
+    const std::optional<bool> has_file = present(name);
+    if (!has_file) return;
+    if (!*has_file) {
+      problem(name + " is missing (listed in manifest.json)");
+      return;
+    }
+    // A file larger than the manifest says is not read at all (a sparse
+    // terabyte would be); a smaller one is, to say how it is damaged.
+    if (const auto on_disk = regular_size(name); on_disk && *on_disk > size) {
+      problem(name + ": size is " + std::to_string(*on_disk) + " bytes, manifest.json says " + std::to_string(size));
+      return;
+    }
+    c.name = name;
+    c.path = join(dir_, name);
+    c.size = size;
+    c.sha256 = f["sha256"].get<std::string>();
+    c.is_safetensors = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    c.is_state = name == kState;
+    c.read = true;
+  }
+
+  // A file that the manifest does not cover was not written by the save.
+  void unlisted_files() {
+    if (!have_list_) return;
+    std::error_code ec;
+    for (stdfs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string n = it->path().filename().string();
+      if (n != kManifest && n != kCommitted && !listed_.count(n)) problem(n + " is not listed in manifest.json");
     }
   }
-  // A file that the manifest does not cover was not written by the save.
-  for (stdfs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string n = it->path().filename().string();
-    if (n != kManifest && n != kCommitted && have_list && !listed.count(n))
-      problem(n + " is not listed in manifest.json");
-  }
-  v.ok = v.problems.empty();
-  v.state = v.ok ? "committed" : (committed ? "invalid" : "uncommitted");
-  if (!v.ok) {
-    in.files.clear();
-    in.state = json();
-  }
-  return in;
+
+  const std::string dir_;
+  const bool keep_;
+  Found in_;
+  std::vector<std::string>* sink_ = &in_.v.problems;
+  DirName dn_;
+  bool committed_ = false;   // an entry named COMMITTED is there (or cannot be told)
+  bool have_list_ = false;   // the manifest parsed and has a files list
+  std::set<std::string> listed_;
+};
+
+}  // namespace
+
+Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const {
+  Inspection out;
+  static_cast<Found&>(out) = Inspector(dir, keep_files).run();
+  return out;
 }
 
 Store::Verification Store::verify(const std::string& step_dir) const {
