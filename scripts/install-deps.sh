@@ -31,6 +31,7 @@ if [[ "${1:-}" == --test ]]; then
     chromium                              # report.html loaded in a real headless browser (test_report_html)
     mmdebstrap                            # a fresh Debian root for the .deb's install test (tests/install/deb_fresh_root.sh)
     podman crun                           # the image id detected in a real container (tests/install/podman_container.sh)
+    clang-tidy                            # the tidy check (scripts/tidy.sh, tests/tidy/test_tidy.sh)
   )
 fi
 
