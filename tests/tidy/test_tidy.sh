@@ -3,11 +3,13 @@
 # 90-line function (the negative control: the check can fail), and finds
 # nothing in the files tests/tidy/clean_files.txt lists. A new finding in one
 # of them fails the suite. Needs clang-tidy (scripts/install-deps.sh --test)
-# and build/release/compile_commands.json.
+# and the build's compile_commands.json: test_tidy.sh BUILD_DIR (ctest passes
+# its own; default build/release).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+build=${1:-build/release}
 
-out=$(scripts/tidy.sh tests/tidy/long_function.cpp 2>&1)
+out=$(scripts/tidy.sh --build "$build" tests/tidy/long_function.cpp 2>&1)
 rc=$?
 if [[ $rc -ne 1 || $out != *"function 'long_function' exceeds"*"[readability-function-size]"* ]]; then
   echo "negative control: expected exit 1 naming long_function (readability-function-size), got $rc:"
@@ -21,8 +23,8 @@ fi
 echo "negative control: the 90-line fixture is reported"
 
 # The default mode: files changed since a base; nothing changed since HEAD in a clean checkout.
-if [[ -z $(git status --porcelain -- '*.cpp' 2>/dev/null) ]]; then
-  out=$(scripts/tidy.sh --base HEAD 2>&1)
+if [[ -z $(git status --porcelain -- '*.cpp' 2>/dev/null) ]] && git rev-parse -q --verify HEAD >/dev/null; then
+  out=$(scripts/tidy.sh --build "$build" --base HEAD 2>&1)
   if [[ $? -ne 0 || $out != "tidy: no C++ source changed" ]]; then
     echo "scripts/tidy.sh --base HEAD in a clean checkout: expected 'no C++ source changed', got: $out"
     exit 1
@@ -31,7 +33,7 @@ fi
 
 mapfile -t files < <(grep -v '^#' tests/tidy/clean_files.txt | grep -v '^$')
 # Two at a time (each file parses its headers: ~5-10 s on this VM).
-out=$(printf '%s\n' "${files[@]}" | xargs -P 2 -n 6 scripts/tidy.sh 2>&1)
+out=$(printf '%s\n' "${files[@]}" | xargs -r -P 2 -n 6 scripts/tidy.sh --build "$build" 2>&1)
 rc=$?
 echo "$out" | grep -E ': (warning|error): |no clang-tidy|no build|no such file' || true
 if [[ $rc -ne 0 ]]; then
