@@ -57,15 +57,20 @@ double run_dd(const std::vector<std::string>& argv, std::uint64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir = (std::filesystem::temp_directory_path() / ("anchor-bench-ckpt-" + anchor::fs::random_suffix())).string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("anchor-bench-ckpt-" + anchor::fs::random_suffix())).string();
   double mib = 256;
   int reps = 3;
   int files = 1;  // the 16 tensors spread over this many files (restore verifies files in parallel)
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--mib")) mib = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--files")) files = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--dir"))
+      dir = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--mib"))
+      mib = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--files"))
+      files = std::atoi(argv[i + 1]);
   }
   files = std::max(1, std::min(files, 16));
   anchor::log::init(anchor::log::Level::kWarn);
@@ -116,8 +121,9 @@ int main(int argc, char** argv) {
     // written and synced once so its writeback does not overlap the measurement.
     std::vector<double> ddw, ddr, ddw_cpu, ddr_cpu;
     const std::string src = dir + "/dd.src", dst = dir + "/dd.bin";
-    run_dd({"dd", "if=/dev/urandom", "of=" + src, "bs=1M", "count=" + std::to_string(static_cast<int>(mib)),
-            "conv=fsync"}, bytes);
+    run_dd(
+        {"dd", "if=/dev/urandom", "of=" + src, "bs=1M", "count=" + std::to_string(static_cast<int>(mib)), "conv=fsync"},
+        bytes);
     for (int r = 0; r < reps; ++r) {
       std::filesystem::remove(dst);
       double c0 = cpu_seconds(RUSAGE_CHILDREN);
@@ -155,13 +161,15 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.0f\n", "dd read (page cache)", D);
     std::printf("%-44s %10.0f\n", "torch.load (python3, page cache)", tload);
     const double gib = bytes / double(1ull << 30);
-    std::printf("CPU seconds per GiB (user+sys, load-insensitive): anchor save %.2f, dd write %.2f, "
-                "torch.save %.2f; anchor restore %.2f, dd read %.2f, torch.load %.2f\n",
-                median(save_cpu) / gib, median(ddw_cpu) / gib, tsave_cpu, median(restore_cpu) / gib,
-                median(ddr_cpu) / gib, tload_cpu);
-    std::printf("ratios: save/dd = %.2f (goal >= 0.9), save/torch.save = %.2f, restore/torch.load = %.2f "
-                "(goal >= 2), restore/dd read = %.2f\n",
-                S / W, tsave > 0 ? S / tsave : 0.0, tload > 0 ? R / tload : 0.0, R / D);
+    std::printf(
+        "CPU seconds per GiB (user+sys, load-insensitive): anchor save %.2f, dd write %.2f, "
+        "torch.save %.2f; anchor restore %.2f, dd read %.2f, torch.load %.2f\n",
+        median(save_cpu) / gib, median(ddw_cpu) / gib, tsave_cpu, median(restore_cpu) / gib, median(ddr_cpu) / gib,
+        tload_cpu);
+    std::printf(
+        "ratios: save/dd = %.2f (goal >= 0.9), save/torch.save = %.2f, restore/torch.load = %.2f "
+        "(goal >= 2), restore/dd read = %.2f\n",
+        S / W, tsave > 0 ? S / tsave : 0.0, tload > 0 ? R / tload : 0.0, R / D);
   } catch (const anchor::Error& e) {
     std::fprintf(stderr, "bench_checkpoint: %s\n", e.what());
     std::filesystem::remove_all(dir);

@@ -106,10 +106,14 @@ int main(int argc, char** argv) {
   int seq = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--dir") dir = argv[i + 1];
-    else if (a == "--mib") mib = std::stoul(argv[i + 1]);
-    else if (a == "--seq") seq = std::stoi(argv[i + 1]);
-    else if (a == "--windows") windows = std::stoul(argv[i + 1]);
+    if (a == "--dir")
+      dir = argv[i + 1];
+    else if (a == "--mib")
+      mib = std::stoul(argv[i + 1]);
+    else if (a == "--seq")
+      seq = std::stoi(argv[i + 1]);
+    else if (a == "--windows")
+      windows = std::stoul(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: bench_dataset [--dir D] [--mib N] [--seq L] [--windows N]\n");
       return 2;
@@ -153,9 +157,11 @@ int main(int argc, char** argv) {
       std::vector<std::uint16_t> tokens(bytes.begin(), bytes.end());
       for (auto& t : tokens) t &= 0xff;
       std::vector<std::uint64_t> starts;
-      for (std::size_t off = 0; off + static_cast<std::size_t>(seq) + 1 <= tokens.size(); off += static_cast<std::size_t>(seq))
+      for (std::size_t off = 0; off + static_cast<std::size_t>(seq) + 1 <= tokens.size();
+           off += static_cast<std::size_t>(seq))
         starts.push_back(off);
-      const std::size_t n_train = starts.size() - static_cast<std::size_t>(static_cast<double>(starts.size()) * 0.1 + 0.5);
+      const std::size_t n_train =
+          starts.size() - static_cast<std::size_t>(static_cast<double>(starts.size()) * 0.1 + 0.5);
       anchor::data::Sampler sampler(spec.seed, n_train);
       std::uint64_t sum = 0;
       for (std::size_t g = 0; g < windows; ++g) {
@@ -169,13 +175,16 @@ int main(int argc, char** argv) {
     std::printf("data start, %zu MiB of text, seq_len %d, %zu sampled windows (best of 1, page cache warm)\n", mib, seq,
                 windows);
     std::printf("  %-20s %10s %14s %14s\n", "", "seconds", "private MiB", "peak RSS MiB");
-    std::printf("  %-20s %10.3f %14.1f %14.1f\n", "anchor (mmap)", mapped.seconds, mapped.private_mib, mapped.peak_rss_mib);
-    std::printf("  %-20s %10.3f %14.1f %14.1f\n", "read whole (peer)", whole.seconds, whole.private_mib, whole.peak_rss_mib);
+    std::printf("  %-20s %10.3f %14.1f %14.1f\n", "anchor (mmap)", mapped.seconds, mapped.private_mib,
+                mapped.peak_rss_mib);
+    std::printf("  %-20s %10.3f %14.1f %14.1f\n", "read whole (peer)", whole.seconds, whole.private_mib,
+                whole.peak_rss_mib);
     std::printf("  ratio anchor/peer: time %.3fx, private memory %.3fx, peak RSS %.3fx; same tokens: %s\n",
                 mapped.seconds / whole.seconds, mapped.private_mib / whole.private_mib,
                 mapped.peak_rss_mib / whole.peak_rss_mib, mapped.checksum == whole.checksum ? "yes" : "NO");
-    std::printf("  (peak RSS counts the page-cache pages a mapping touches: shared with the cache, dropped under "
-                "memory pressure; private memory, at the end, is the worker's own)\n");
+    std::printf(
+        "  (peak RSS counts the page-cache pages a mapping touches: shared with the cache, dropped under "
+        "memory pressure; private memory, at the end, is the worker's own)\n");
     return mapped.checksum == whole.checksum ? 0 : 1;
   } catch (const std::exception& e) {
     std::error_code ec;

@@ -83,8 +83,7 @@ std::string openssl_digest_of_first(const std::string& out) {
 double cpu_seconds(int who) {
   struct rusage ru {};
   ::getrusage(who, &ru);
-  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 std::string loadavg() {
@@ -105,26 +104,31 @@ int main(int argc, char** argv) {
   int files = 64, threads = 0, reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
-    if (a == "--dir") dir = v;
-    else if (a == "--big-mib") big_mib = std::stoull(v);
-    else if (a == "--files") files = std::stoi(v);
-    else if (a == "--file-mib") file_mib = std::stoull(v);
-    else if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--reps") reps = std::stoi(v);
+    if (a == "--dir")
+      dir = v;
+    else if (a == "--big-mib")
+      big_mib = std::stoull(v);
+    else if (a == "--files")
+      files = std::stoi(v);
+    else if (a == "--file-mib")
+      file_mib = std::stoull(v);
+    else if (a == "--threads")
+      threads = std::stoi(v);
+    else if (a == "--reps")
+      reps = std::stoi(v);
     else {
       std::fprintf(stderr, "bench_hash: unknown option %s\n", a.c_str());
       return 2;
     }
   }
-  if (dir.empty())
-    dir = (stdfs::temp_directory_path() / ("anchor-bench-" + std::to_string(::getpid()))).string();
+  if (dir.empty()) dir = (stdfs::temp_directory_path() / ("anchor-bench-" + std::to_string(::getpid()))).string();
   stdfs::create_directories(dir);
   const std::string openssl = "/usr/bin/openssl";
   int rc = 0;
   try {
-    std::printf("bench_hash: dir %s, %d hashing thread(s), %u CPU(s), best of %d, load average %s\n",
-                dir.c_str(), threads > 0 ? threads : anchor::manifest::default_threads(),
-                std::thread::hardware_concurrency(), reps, loadavg().c_str());
+    std::printf("bench_hash: dir %s, %d hashing thread(s), %u CPU(s), best of %d, load average %s\n", dir.c_str(),
+                threads > 0 ? threads : anchor::manifest::default_threads(), std::thread::hardware_concurrency(), reps,
+                loadavg().c_str());
 
     // 1. One big file: a single stream, so this is sha256_file vs openssl.
     std::string big = dir + "/big.bin";
@@ -135,24 +139,25 @@ int main(int argc, char** argv) {
     double one_cpu_a0 = cpu_seconds(RUSAGE_SELF), one_cpu_o0 = cpu_seconds(RUSAGE_CHILDREN);
     for (int r = 0; r < reps; ++r) {
       one.anchor = std::min(one.anchor, seconds_of([&] {
-        anchor::manifest::HashOptions o;
-        o.threads = 1;
-        o.progress = false;
-        a_digest = anchor::manifest::hash_files({{big, ""}}, o)[0].sha256;
-      }));
-      one.openssl = std::min(one.openssl, seconds_of([&] {
-        o_digest = openssl_digest_of_first(anchor::proc::run_capture({openssl, "dgst", "-sha256", big}).out);
-      }));
+                              anchor::manifest::HashOptions o;
+                              o.threads = 1;
+                              o.progress = false;
+                              a_digest = anchor::manifest::hash_files({{big, ""}}, o)[0].sha256;
+                            }));
+      one.openssl = std::min(
+          one.openssl, seconds_of([&] {
+            o_digest = openssl_digest_of_first(anchor::proc::run_capture({openssl, "dgst", "-sha256", big}).out);
+          }));
     }
     if (a_digest != o_digest) throw anchor::Error(anchor::ErrorKind::kRuntime, "digest mismatch on " + big);
     double gb = double(big_mib << 20) / 1e9;
-    std::printf("one %llu MiB file:     anchor %.3f s (%.2f GB/s)  openssl %.3f s (%.2f GB/s)  "
-                "ratio %.2fx (goal >= 0.9x)\n",
-                (unsigned long long)big_mib, one.anchor, gb / one.anchor, one.openssl,
-                gb / one.openssl, one.openssl / one.anchor);
+    std::printf(
+        "one %llu MiB file:     anchor %.3f s (%.2f GB/s)  openssl %.3f s (%.2f GB/s)  "
+        "ratio %.2fx (goal >= 0.9x)\n",
+        (unsigned long long)big_mib, one.anchor, gb / one.anchor, one.openssl, gb / one.openssl,
+        one.openssl / one.anchor);
     std::printf("  CPU time per run (user+sys, mean): anchor %.3f s, openssl %.3f s; ratio %.2fx\n",
-                (cpu_seconds(RUSAGE_SELF) - one_cpu_a0) / reps,
-                (cpu_seconds(RUSAGE_CHILDREN) - one_cpu_o0) / reps,
+                (cpu_seconds(RUSAGE_SELF) - one_cpu_a0) / reps, (cpu_seconds(RUSAGE_CHILDREN) - one_cpu_o0) / reps,
                 (cpu_seconds(RUSAGE_CHILDREN) - one_cpu_o0) / (cpu_seconds(RUSAGE_SELF) - one_cpu_a0));
 
     // 2. Many files: the pool across cores vs openssl over them one after another.
@@ -185,13 +190,15 @@ int main(int argc, char** argv) {
     cpu_a = cpu_seconds(RUSAGE_SELF) - cpu_a0;
     (void)cpu_o0;
     double gbm = double(std::uint64_t(files) * (file_mib << 20)) / 1e9;
-    std::printf("%d x %llu MiB files:    anchor %.3f s (%.2f GB/s)  openssl %.3f s (%.2f GB/s)  "
-                "ratio %.2fx (goal >= 1.7x)\n",
-                files, (unsigned long long)file_mib, many.anchor, gbm / many.anchor, many.openssl,
-                gbm / many.openssl, many.openssl / many.anchor);
-    std::printf("  CPU time per run (user+sys, mean): anchor %.3f s, openssl %.3f s; "
-                "anchor CPU/wall = %.2f cores busy; load average now %s\n",
-                cpu_a / reps, cpu_o / reps, cpu_a / wall_a, loadavg().c_str());
+    std::printf(
+        "%d x %llu MiB files:    anchor %.3f s (%.2f GB/s)  openssl %.3f s (%.2f GB/s)  "
+        "ratio %.2fx (goal >= 1.7x)\n",
+        files, (unsigned long long)file_mib, many.anchor, gbm / many.anchor, many.openssl, gbm / many.openssl,
+        many.openssl / many.anchor);
+    std::printf(
+        "  CPU time per run (user+sys, mean): anchor %.3f s, openssl %.3f s; "
+        "anchor CPU/wall = %.2f cores busy; load average now %s\n",
+        cpu_a / reps, cpu_o / reps, cpu_a / wall_a, loadavg().c_str());
 
     // 3. Hashing the data alone through the cache: empty, then warm.
     {
@@ -211,12 +218,12 @@ int main(int argc, char** argv) {
       anchor::manifest::HashStats st;
       for (int r = 0; r < reps; ++r)
         warm = std::min(warm, seconds_of([&] {
-          anchor::manifest::HashCache c2(cache_file);
-          o.cache = &c2;
-          anchor::manifest::hash_files(all, o, &st);
-        }));
-      std::printf("data via cache:        first %.3f s, cached %.4f s (%zu files from cache) = %.2f%%\n",
-                  cold, warm, st.files_cached, 100.0 * warm / cold);
+                          anchor::manifest::HashCache c2(cache_file);
+                          o.cache = &c2;
+                          anchor::manifest::hash_files(all, o, &st);
+                        }));
+      std::printf("data via cache:        first %.3f s, cached %.4f s (%zu files from cache) = %.2f%%\n", cold, warm,
+                  st.files_cached, 100.0 * warm / cold);
     }
 
     // 4. The whole pin (data = the big file + the shards, plus every loaded
@@ -235,15 +242,16 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r)
       second = std::min(second, seconds_of([&] { second_m = anchor::manifest::pin(cfg, po); }));
     auto drift = anchor::manifest::compare(first_m, second_m);
-    std::printf("pin (%.2f GB data, %zu libraries): first %.3f s, re-pin from cache %.4f s "
-                "(%zu of %zu files cached) = %.2f%% of the first (goal < 1%%), drift rows %zu\n",
-                double(first_m["data"]["train"]["bytes"].get<std::uint64_t>() +
-                       first_m["data"]["val"]["bytes"].get<std::uint64_t>()) / 1e9,
-                first_m["dependencies"]["shared_libraries"].size(), first, second,
-                second_m["hashing"]["files_cached"].get<std::size_t>(),
-                second_m["hashing"]["files_cached"].get<std::size_t>() +
-                    second_m["hashing"]["files_hashed"].get<std::size_t>(),
-                100.0 * second / first, drift.size());
+    std::printf(
+        "pin (%.2f GB data, %zu libraries): first %.3f s, re-pin from cache %.4f s "
+        "(%zu of %zu files cached) = %.2f%% of the first (goal < 1%%), drift rows %zu\n",
+        double(first_m["data"]["train"]["bytes"].get<std::uint64_t>() +
+               first_m["data"]["val"]["bytes"].get<std::uint64_t>()) /
+            1e9,
+        first_m["dependencies"]["shared_libraries"].size(), first, second,
+        second_m["hashing"]["files_cached"].get<std::size_t>(),
+        second_m["hashing"]["files_cached"].get<std::size_t>() + second_m["hashing"]["files_hashed"].get<std::size_t>(),
+        100.0 * second / first, drift.size());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_hash: error: %s\n", e.what());
     rc = 1;

@@ -61,11 +61,15 @@ void reset_peak() {
 int main(int argc, char** argv) {
   std::size_t n = 1000000;
   int reps = 3;
-  std::string dir = (std::filesystem::temp_directory_path() / ("anchor-bench-header-" + std::to_string(::getpid()))).string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("anchor-bench-header-" + std::to_string(::getpid()))).string();
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tensors")) n = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--tensors"))
+      n = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--dir"))
+      dir = argv[i + 1];
   }
   anchor::log::init(anchor::log::Level::kWarn);
   const Tensors tensors = make_tensors(n);

@@ -13,11 +13,11 @@ namespace anchor {
 // Exit codes, documented in README.md and docs/cli.md.
 enum class ExitCode : int {
   kOk = 0,
-  kRuntime = 1,       // a stage failed, I/O error, internal error
-  kUsage = 2,         // bad command line or config
-  kVerification = 3,  // drift, resume mismatch, bad signature, corrupt checkpoint
-  kInterrupted = 130, // SIGINT
-  kTerminated = 143,  // SIGTERM
+  kRuntime = 1,        // a stage failed, I/O error, internal error
+  kUsage = 2,          // bad command line or config
+  kVerification = 3,   // drift, resume mismatch, bad signature, corrupt checkpoint
+  kInterrupted = 130,  // SIGINT
+  kTerminated = 143,   // SIGTERM
 };
 
 enum class ErrorKind {
@@ -46,8 +46,7 @@ class Error : public std::runtime_error {
 // An I/O failure: names the operation, the path and the errno text.
 // Example: io_error("write", "/ckpt/model.safetensors", ENOSPC)
 //   -> "write /ckpt/model.safetensors: No space left on device (ENOSPC)"
-Error io_error(const std::string& op, const std::string& path, int err,
-               std::string hint = {});
+Error io_error(const std::string& op, const std::string& path, int err, std::string hint = {});
 
 // The symbolic name of an errno value ("ENOSPC"), or its number as text.
 std::string errno_name(int err);

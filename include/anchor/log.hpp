@@ -30,10 +30,9 @@ void flush();
 
 }  // namespace anchor::log
 
-#define ANCHOR_LOG_AT(level, tag, ...)                                         \
-  do {                                                                         \
-    if (::anchor::log::enabled(level))                                         \
-      ::anchor::log::write(level, tag, ::fmt::format(__VA_ARGS__));            \
+#define ANCHOR_LOG_AT(level, tag, ...)                                                               \
+  do {                                                                                               \
+    if (::anchor::log::enabled(level)) ::anchor::log::write(level, tag, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 #define ANCHOR_LOG_DEBUG(tag, ...) ANCHOR_LOG_AT(::anchor::log::Level::kDebug, tag, __VA_ARGS__)
 #define ANCHOR_LOG_INFO(tag, ...) ANCHOR_LOG_AT(::anchor::log::Level::kInfo, tag, __VA_ARGS__)

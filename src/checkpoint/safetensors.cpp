@@ -34,10 +34,9 @@ struct DTypeInfo {
   std::size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::F64, "F64", 8}, {DType::F32, "F32", 4}, {DType::F16, "F16", 2},
-    {DType::BF16, "BF16", 2}, {DType::I64, "I64", 8}, {DType::I32, "I32", 4},
-    {DType::I16, "I16", 2}, {DType::I8, "I8", 1},   {DType::U8, "U8", 1},
-    {DType::BOOL, "BOOL", 1},
+    {DType::F64, "F64", 8}, {DType::F32, "F32", 4},   {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2},
+    {DType::I64, "I64", 8}, {DType::I32, "I32", 4},   {DType::I16, "I16", 2}, {DType::I8, "I8", 1},
+    {DType::U8, "U8", 1},   {DType::BOOL, "BOOL", 1},
 };
 
 // Chunk size for streaming: small enough that a chunk is still in cache when
@@ -83,12 +82,10 @@ struct Layout {
   std::uint64_t data_len = 0;
 };
 
-Layout plan(const std::vector<TensorRef>& tensors,
-            const std::map<std::string, std::string>& metadata) {
+Layout plan(const std::vector<TensorRef>& tensors, const std::map<std::string, std::string>& metadata) {
   Layout L;
   for (const auto& t : tensors) L.order.push_back(&t);
-  std::sort(L.order.begin(), L.order.end(),
-            [](const TensorRef* a, const TensorRef* b) { return a->name < b->name; });
+  std::sort(L.order.begin(), L.order.end(), [](const TensorRef* a, const TensorRef* b) { return a->name < b->name; });
   json header = json::object();
   if (!metadata.empty()) {
     json m = json::object();
@@ -98,26 +95,22 @@ Layout plan(const std::vector<TensorRef>& tensors,
   std::uint64_t off = 0;
   for (std::size_t i = 0; i < L.order.size(); ++i) {
     const TensorRef& t = *L.order[i];
-    if (t.name.empty())
-      throw Error(ErrorKind::kUsage, "safetensors write: a tensor has an empty name");
+    if (t.name.empty()) throw Error(ErrorKind::kUsage, "safetensors write: a tensor has an empty name");
     if (t.name == "__metadata__")
       throw Error(ErrorKind::kUsage, "safetensors write: '__metadata__' is reserved, not a tensor name");
     if (i > 0 && L.order[i - 1]->name == t.name)
       throw Error(ErrorKind::kUsage, "safetensors write: duplicate tensor name '" + t.name + "'");
     auto want = byte_size(t.dtype, t.shape);
     if (!want)
-      throw Error(ErrorKind::kUsage, "safetensors write: tensor '" + t.name + "' has an invalid shape " +
-                                         shape_str(t.shape));
-    if (*want != t.nbytes)
       throw Error(ErrorKind::kUsage,
-                  "safetensors write: tensor '" + t.name + "' " + dtype_name(t.dtype) + " " +
-                      shape_str(t.shape) + " needs " + std::to_string(*want) + " bytes, got " +
-                      std::to_string(t.nbytes));
+                  "safetensors write: tensor '" + t.name + "' has an invalid shape " + shape_str(t.shape));
+    if (*want != t.nbytes)
+      throw Error(ErrorKind::kUsage, "safetensors write: tensor '" + t.name + "' " + dtype_name(t.dtype) + " " +
+                                         shape_str(t.shape) + " needs " + std::to_string(*want) + " bytes, got " +
+                                         std::to_string(t.nbytes));
     if (t.nbytes > 0 && t.data == nullptr)
       throw Error(ErrorKind::kUsage, "safetensors write: tensor '" + t.name + "' has no data pointer");
-    header[t.name] = {{"dtype", dtype_name(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {off, off + t.nbytes}}};
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + t.nbytes}}};
     off += t.nbytes;
   }
   L.data_len = off;
@@ -158,8 +151,7 @@ std::string serialize_safetensors(const std::vector<TensorRef>& tensors,
   return out;
 }
 
-FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path,
-                             const std::vector<TensorRef>& tensors,
+FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const std::vector<TensorRef>& tensors,
                              const std::map<std::string, std::string>& metadata) {
   Layout L = plan(tensors, metadata);  // validates before touching the disk
   // Large files are hashed on a second thread while this one writes the same
@@ -360,8 +352,8 @@ FileBytes FileBytes::read(const std::string& path, FileDigest* digest) {
   char extra;
   ssize_t more = ::read(fd, &extra, 1);
   if (got != n || more > 0)
-    throw Error(ErrorKind::kIo, "read " + printable(path) + ": file changed size while it was read (" + std::to_string(n) +
-                                    " bytes at open)");
+    throw Error(ErrorKind::kIo, "read " + printable(path) + ": file changed size while it was read (" +
+                                    std::to_string(n) + " bytes at open)");
   b.size_ = n;
   if (digest) {
     digest->size = n;
@@ -384,9 +376,7 @@ const SafetensorsFile::Entry* SafetensorsFile::find(std::string_view name) const
   return it != entries_.end() && it->name == name ? &*it : nullptr;
 }
 
-const std::uint8_t* SafetensorsFile::data(const Entry& e) const {
-  return bytes_.data() + 8 + header_len_ + e.begin;
-}
+const std::uint8_t* SafetensorsFile::data(const Entry& e) const { return bytes_.data() + 8 + header_len_ + e.begin; }
 
 namespace {
 
@@ -410,8 +400,8 @@ class HeaderParser {
     std::vector<SafetensorsFile::Entry> entries;  // file order
     std::vector<std::uint32_t> position;          // each entry's index among the top-level keys
     std::map<std::string, std::string> metadata;
-    std::string syntax_error;                     // nlohmann's message
-    const char* root_type = nullptr;              // set when the root is not an object
+    std::string syntax_error;         // nlohmann's message
+    const char* root_type = nullptr;  // set when the root is not an object
     // The first duplicate key found inside a value (position: its top-level key's index).
     std::string dup_key, dup_where;
     std::uint64_t dup_position = ~0ull;
@@ -429,9 +419,15 @@ class HeaderParser {
   Result& result() { return r_; }
 
   // --- SAX events (each scalar's text is made only when it is rendered) ---
-  bool null() { return scalar(Kind::kNull, [] { return std::string("null"); }); }
-  bool boolean(bool v) { return scalar(Kind::kBool, [v] { return std::string(v ? "true" : "false"); }); }
-  bool number_integer(json_t::number_integer_t v) { return scalar(Kind::kInt, [v] { return std::to_string(v); }); }
+  bool null() {
+    return scalar(Kind::kNull, [] { return std::string("null"); });
+  }
+  bool boolean(bool v) {
+    return scalar(Kind::kBool, [v] { return std::string(v ? "true" : "false"); });
+  }
+  bool number_integer(json_t::number_integer_t v) {
+    return scalar(Kind::kInt, [v] { return std::to_string(v); });
+  }
   bool number_unsigned(json_t::number_unsigned_t v) {
     unsigned_value_ = v;
     return scalar(Kind::kUnsigned, [v] { return std::to_string(v); });
@@ -443,7 +439,9 @@ class HeaderParser {
     string_value_ = &v;  // value() may move it (dtype, metadata); a rendered string is never moved
     return scalar(Kind::kString, [&v] { return json_t(v).dump(); });
   }
-  bool binary(json_t::binary_t&) { return scalar(Kind::kNull, [] { return std::string("null"); }); }  // not in JSON text
+  bool binary(json_t::binary_t&) {
+    return scalar(Kind::kNull, [] { return std::string("null"); });
+  }  // not in JSON text
   bool start_object(std::size_t) { return open(true); }
   bool start_array(std::size_t) { return open(false); }
   bool end_object() { return close(); }
@@ -470,19 +468,19 @@ class HeaderParser {
 
   // The tensor entry being read (one at a time: tensors are not nested).
   struct Tensor {
-    unsigned seen = 0;                 // Field bits
-    std::string min_unknown;           // the smallest unknown field
+    unsigned seen = 0;                               // Field bits
+    std::string min_unknown;                         // the smallest unknown field
     std::unique_ptr<std::set<std::string>> unknown;  // unknown fields, for duplicates
-    const char* dtype_type = nullptr;  // JSON type when dtype is not a string
+    const char* dtype_type = nullptr;                // JSON type when dtype is not a string
     std::string dtype;
     const char* shape_type = nullptr;  // JSON type when shape is not an array
     bool shape_ok = true;
     std::vector<std::int64_t> dims;
-    std::string shape_text;            // rendered only once the shape is known to be bad
+    std::string shape_text;  // rendered only once the shape is known to be bad
     bool offsets_ok = true;
     std::size_t n_offsets = 0;
     std::uint64_t offsets[2] = {0, 0};
-    std::string offsets_text;          // likewise
+    std::string offsets_text;  // likewise
     void reset() {
       seen = 0;
       unknown.reset();
@@ -503,7 +501,7 @@ class HeaderParser {
     std::string* out = nullptr;  // rendering while set
     std::vector<char> wrote;     // per open container: an element was written
     bool after_key = false;
-    std::size_t depth = 0;       // stack size at which the rendered value ends
+    std::size_t depth = 0;  // stack size at which the rendered value ends
     void put(std::string_view s) {
       if (out->size() >= kCap) return;
       out->append(s.substr(0, kCap - out->size()));
@@ -589,10 +587,10 @@ class HeaderParser {
   std::vector<Frame> stack_;
   Role next_role_ = Role::kOther;  // the role of the container value() saw start
   std::uint64_t top_keys_ = 0;
-  std::string top_key_;            // the current top-level key
+  std::string top_key_;  // the current top-level key
   bool top_is_meta_ = false;
-  unsigned field_ = kNone;         // the current key inside a tensor
-  std::string meta_key_;           // the current key inside __metadata__
+  unsigned field_ = kNone;  // the current key inside a tensor
+  std::string meta_key_;    // the current key inside __metadata__
   bool meta_seen_ = false;
   Tensor t_;
   Render render_;
@@ -634,7 +632,10 @@ bool HeaderParser::key(string_t& k) {
     }
     case Role::kTensor: {
       const std::string_view sk(k);
-      field_ = sk == "dtype" ? kDtype : sk == "shape" ? kShapeField : sk == "data_offsets" ? kOffsetsField : kUnknownField;
+      field_ = sk == "dtype"          ? kDtype
+               : sk == "shape"        ? kShapeField
+               : sk == "data_offsets" ? kOffsetsField
+                                      : kUnknownField;
       if (field_ != kUnknownField) {
         if (t_.seen & field_) duplicate(k);
       } else {
@@ -660,16 +661,21 @@ bool HeaderParser::key(string_t& k) {
 void HeaderParser::value(Kind kind) {
   next_role_ = Role::kOther;
   if (stack_.empty()) {  // the root
-    if (kind == Kind::kObject) next_role_ = Role::kTop;
-    else r_.root_type = type_name(kind);
+    if (kind == Kind::kObject)
+      next_role_ = Role::kTop;
+    else
+      r_.root_type = type_name(kind);
     return;
   }
   Frame& f = stack_.back();
   switch (f.role) {
     case Role::kTop:
       if (top_is_meta_) {
-        if (kind == Kind::kObject) next_role_ = Role::kMeta;
-        else error(top_key_, "", "__metadata__ is not an object of strings", std::string("found a JSON ") + type_name(kind));
+        if (kind == Kind::kObject)
+          next_role_ = Role::kMeta;
+        else
+          error(top_key_, "", "__metadata__ is not an object of strings",
+                std::string("found a JSON ") + type_name(kind));
       } else if (kind == Kind::kObject) {
         t_.reset();
         next_role_ = Role::kTensor;
@@ -697,14 +703,18 @@ void HeaderParser::value(Kind kind) {
         t_.dims.clear();
         t_.shape_ok = kind == Kind::kArray;
         t_.shape_type = t_.shape_ok ? nullptr : type_name(kind);
-        if (t_.shape_ok) next_role_ = Role::kShape;
-        else start_render(t_.shape_text, false, t_.dims.data(), 0);
+        if (t_.shape_ok)
+          next_role_ = Role::kShape;
+        else
+          start_render(t_.shape_text, false, t_.dims.data(), 0);
       } else if (field_ == kOffsetsField) {
         t_.n_offsets = 0;
         t_.offsets_ok = kind == Kind::kArray;
         t_.offsets_text.clear();
-        if (t_.offsets_ok) next_role_ = Role::kOffsets;
-        else start_render(t_.offsets_text, false, t_.offsets, 0);
+        if (t_.offsets_ok)
+          next_role_ = Role::kOffsets;
+        else
+          start_render(t_.offsets_text, false, t_.offsets, 0);
       }
       return;
     case Role::kShape:
@@ -726,8 +736,7 @@ void HeaderParser::value(Kind kind) {
         start_render(t_.offsets_text, true, t_.offsets, t_.n_offsets);
       }
       return;
-    case Role::kOther:
-      return;
+    case Role::kOther: return;
   }
 }
 
@@ -773,7 +782,8 @@ void HeaderParser::finish_tensor() {
   if (t_.dtype_type) return bad("unknown dtype", std::string(" dtype is a JSON ") + t_.dtype_type);
   auto d = dtype_from_name(t_.dtype);
   if (!d)
-    return bad("unknown dtype", " has dtype '" + t_.dtype + "' (expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+    return bad("unknown dtype",
+               " has dtype '" + t_.dtype + "' (expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
   if (t_.shape_type) return bad("bad shape", std::string(" shape is a JSON ") + t_.shape_type);
   if (!t_.shape_ok) return bad("bad shape", " shape " + t_.shape_text + " is not a list of non-negative integers");
   if (!t_.offsets_ok || t_.n_offsets != 2) {
@@ -782,7 +792,8 @@ void HeaderParser::finish_tensor() {
       for (std::size_t i = 0; i < t_.n_offsets; ++i) t_.offsets_text += (i ? "," : "") + std::to_string(t_.offsets[i]);
       t_.offsets_text += "]";
     }
-    return bad("bad data_offsets", " data_offsets " + t_.offsets_text + " is not [begin, end] of non-negative integers");
+    return bad("bad data_offsets",
+               " data_offsets " + t_.offsets_text + " is not [begin, end] of non-negative integers");
   }
   SafetensorsFile::Entry& e = r_.entries.back();  // this tensor's, pushed at its key
   e.dtype = *d;
@@ -794,10 +805,10 @@ void HeaderParser::finish_tensor() {
   auto want = byte_size(e.dtype, e.shape);
   if (!want) return bad("shape/byte-length mismatch", " shape " + shape_str(e.shape) + " overflows");
   if (*want != e.end - e.begin)
-    return bad("shape/byte-length mismatch",
-               std::string(" ") + dtype_name(e.dtype) + " " + shape_str(e.shape) + " needs " + std::to_string(*want) +
-                   " bytes, data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] hold " +
-                   std::to_string(e.end - e.begin));
+    return bad("shape/byte-length mismatch", std::string(" ") + dtype_name(e.dtype) + " " + shape_str(e.shape) +
+                                                 " needs " + std::to_string(*want) + " bytes, data_offsets [" +
+                                                 std::to_string(e.begin) + ", " + std::to_string(e.end) + "] hold " +
+                                                 std::to_string(e.end - e.begin));
 }
 
 // Reorders `v` so that v[k] becomes the old v[order[k]] (order is consumed).
@@ -831,13 +842,13 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<std::uint8_t>(raw[i]);
   if (n > kMaxHeaderBytes)
-    throw invalid(name, "header too large",
-                  "header length " + std::to_string(n) + " exceeds the limit of " +
-                      std::to_string(kMaxHeaderBytes) + " bytes");
+    throw invalid(
+        name, "header too large",
+        "header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeaderBytes) + " bytes");
   if (n > size - 8)
     throw invalid(name, "header length past end of file",
-                  "header length " + std::to_string(n) + " needs " + std::to_string(8 + n) +
-                      " bytes but the file is " + std::to_string(size) + " bytes");
+                  "header length " + std::to_string(n) + " needs " + std::to_string(8 + n) + " bytes but the file is " +
+                      std::to_string(size) + " bytes");
   const std::uint64_t data_len = size - 8 - n;
 
   HeaderParser parser(n);
@@ -864,10 +875,8 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
   }
   if (top_dup != ~0ull && top_dup <= r.dup_position)
     throw invalid(name, "duplicate key", "'" + top_dup_key + "' appears twice at the top level");
-  if (r.dup_position != ~0ull)
-    throw invalid(name, "duplicate key", "'" + r.dup_key + "' appears twice " + r.dup_where);
-  if (r.root_type)
-    throw invalid(name, "header is not a JSON object", std::string("found a JSON ") + r.root_type);
+  if (r.dup_position != ~0ull) throw invalid(name, "duplicate key", "'" + r.dup_key + "' appears twice " + r.dup_where);
+  if (r.root_type) throw invalid(name, "header is not a JSON object", std::string("found a JSON ") + r.root_type);
   if (r.has_error) throw invalid(name, r.error_rule, r.error_details);
 
   SafetensorsFile f;
@@ -890,8 +899,8 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
   for (const Entry* e : by_off) {
     if (e->begin < pos)
       throw invalid(name, "overlapping data_offsets",
-                    "tensor '" + e->name + "' begins at " + std::to_string(e->begin) + " but tensor '" +
-                        prev->name + "' ends at " + std::to_string(pos));
+                    "tensor '" + e->name + "' begins at " + std::to_string(e->begin) + " but tensor '" + prev->name +
+                        "' ends at " + std::to_string(pos));
     if (e->begin > pos)
       throw invalid(name, "gap in data_offsets",
                     "tensor '" + e->name + "' begins at " + std::to_string(e->begin) + ", expected " +
@@ -903,8 +912,7 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
   if (pos != data_len)
     throw invalid(name, "file length mismatch",
                   "expected 8 + " + std::to_string(n) + " header + " + std::to_string(pos) +
-                      " data = " + std::to_string(8 + n + pos) + " bytes, file is " + std::to_string(size) +
-                      " bytes");
+                      " data = " + std::to_string(8 + n + pos) + " bytes, file is " + std::to_string(size) + " bytes");
   f.name_ = std::move(name);
   f.header_len_ = n;
   f.bytes_ = std::move(bytes);

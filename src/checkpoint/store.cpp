@@ -53,10 +53,14 @@ DirName parse_dir_name(const std::string& name) {
   if (j == i) return d;
   std::int64_t step = std::stoll(name.substr(i, j - i));
   std::string rest = name.substr(j);
-  if (rest.empty()) d.kind = DirKind::kStep;
-  else if (rest.rfind(".tmp-", 0) == 0) d.kind = DirKind::kTemp;
-  else if (rest.rfind(".trash-", 0) == 0) d.kind = DirKind::kTrash;
-  else return d;
+  if (rest.empty())
+    d.kind = DirKind::kStep;
+  else if (rest.rfind(".tmp-", 0) == 0)
+    d.kind = DirKind::kTemp;
+  else if (rest.rfind(".trash-", 0) == 0)
+    d.kind = DirKind::kTrash;
+  else
+    return d;
   d.step = step;
   return d;
 }
@@ -93,8 +97,8 @@ std::vector<std::string> fault_points(const SaveRequest& req) {
   std::vector<std::string> p = {"begin", "after_mkdir"};
   for (const auto& f : req.files) p.push_back("after_file:" + f.filename);
   if (req.remote.collect) p.push_back("after_remote_files");
-  for (const char* n : {"after_file:state.json", "after_manifest", "after_committed", "after_dir_fsync",
-                        "after_rename", "after_parent_fsync", "done"})
+  for (const char* n : {"after_file:state.json", "after_manifest", "after_committed", "after_dir_fsync", "after_rename",
+                        "after_parent_fsync", "done"})
     p.push_back(n);
   return p;
 }
@@ -108,15 +112,17 @@ std::optional<Fault> fault_from_env(const SaveRequest& req) {
   std::string s = env;
   auto colon = s.rfind(':');
   auto bad = [&](const std::string& why, std::string hint = {}) {
-    return Error(ErrorKind::kUsage, std::string(kFaultEnv) + "='" + printable(s) + "': " + why,
-                 hint.empty() ? "use <point>:<exit|sigkill> or <point>@<step>:<exit|sigkill> (docs/checkpoints.md)"
-                              : hint);
+    return Error(
+        ErrorKind::kUsage, std::string(kFaultEnv) + "='" + printable(s) + "': " + why,
+        hint.empty() ? "use <point>:<exit|sigkill> or <point>@<step>:<exit|sigkill> (docs/checkpoints.md)" : hint);
   };
   if (colon == std::string::npos) throw bad("missing ':<exit|sigkill>'");
   Fault f;
   std::string action = s.substr(colon + 1);
-  if (action == "sigkill") f.sigkill = true;
-  else if (action != "exit") throw bad("action '" + printable(action) + "' is not exit or sigkill");
+  if (action == "sigkill")
+    f.sigkill = true;
+  else if (action != "exit")
+    throw bad("action '" + printable(action) + "' is not exit or sigkill");
   f.point = s.substr(0, colon);
   auto at = f.point.rfind('@');
   if (at != std::string::npos) {
@@ -180,8 +186,7 @@ void Store::ensure_root() {
   // Create missing ancestors too, each made durable by fsyncing its parent.
   std::vector<stdfs::path> missing;
   std::error_code ec;
-  for (stdfs::path p = stdfs::absolute(root_); !p.empty() && !stdfs::exists(p, ec);
-       p = p.parent_path()) {
+  for (stdfs::path p = stdfs::absolute(root_); !p.empty() && !stdfs::exists(p, ec); p = p.parent_path()) {
     missing.push_back(p);
     if (p == p.parent_path()) break;
   }
@@ -189,8 +194,7 @@ void Store::ensure_root() {
     fs_->mkdir(it->string(), 0755);
     fs_->fsync_dir(it->parent_path().string());
   }
-  if (!stdfs::is_directory(root_, ec))
-    throw Error(ErrorKind::kIo, "checkpoint root " + root_ + " is not a directory");
+  if (!stdfs::is_directory(root_, ec)) throw Error(ErrorKind::kIo, "checkpoint root " + root_ + " is not a directory");
 }
 
 SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
@@ -203,8 +207,8 @@ SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
   std::set<std::string> names;
   for (const auto& f : req.files) {
     const std::string& n = f.filename;
-    if (n.empty() || n.find('/') != std::string::npos || n[0] == '.' || n == kState ||
-        n == kManifest || n == kCommitted)
+    if (n.empty() || n.find('/') != std::string::npos || n[0] == '.' || n == kState || n == kManifest ||
+        n == kCommitted)
       throw usage("invalid file name '" + n + "' (a plain name, not state.json/manifest.json/COMMITTED)");
     if (!names.insert(n).second) throw usage("file '" + n + "' given twice");
   }
@@ -277,10 +281,10 @@ SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
         std::error_code ec;
         const auto size = stdfs::file_size(join(tmp, n), ec);
         if (ec || size != rf.digest.size)
-          throw Error(ErrorKind::kIo, "remote file " + join(tmp, n) + (ec ? " is missing: " + ec.message()
-                                                                           : " has " + std::to_string(size) +
-                                                                                 " bytes, its writer reported " +
-                                                                                 std::to_string(rf.digest.size)));
+          throw Error(ErrorKind::kIo, "remote file " + join(tmp, n) +
+                                          (ec ? " is missing: " + ec.message()
+                                              : " has " + std::to_string(size) + " bytes, its writer reported " +
+                                                    std::to_string(rf.digest.size)));
         record(n, rf.digest);
       }
       point("after_remote_files");
@@ -352,10 +356,10 @@ struct FileCheck {
   std::string name, path, sha256;
   std::uint64_t size = 0;
   bool is_safetensors = false, is_state = false;
-  bool read = false;                      // the entry is well-formed and the file there: read and hash it
-  std::vector<std::string> problems;      // in the order found
-  std::optional<json> state;              // state.json, parsed, when it checks out so far
-  std::optional<SafetensorsFile> file;    // kept when asked to
+  bool read = false;                    // the entry is well-formed and the file there: read and hash it
+  std::vector<std::string> problems;    // in the order found
+  std::optional<json> state;            // state.json, parsed, when it checks out so far
+  std::optional<SafetensorsFile> file;  // kept when asked to
 };
 
 // Reads, hashes and parses one file (FileBytes::read overlaps the hashing with
@@ -623,8 +627,7 @@ class Inspector {
     if (!m.is_null() && !m.is_object()) problem("manifest.json is not a JSON object");
     if (!m.is_object()) return;
     if (m.value("format", json()) != json(kManifestFormat))
-      problem("manifest.json format is " + m.value("format", json()).dump() + ", expected \"" + kManifestFormat +
-              "\"");
+      problem("manifest.json format is " + m.value("format", json()).dump() + ", expected \"" + kManifestFormat + "\"");
     if (!m.contains("step") || !m["step"].is_number_integer())
       problem("manifest.json has no integer step");
     else if (dn_.step >= 0 && m["step"].get<std::int64_t>() != dn_.step)
@@ -718,8 +721,8 @@ class Inspector {
   Found in_;
   std::vector<std::string>* sink_ = &in_.v.problems;
   DirName dn_;
-  bool committed_ = false;   // an entry named COMMITTED is there (or cannot be told)
-  bool have_list_ = false;   // the manifest parsed and has a files list
+  bool committed_ = false;  // an entry named COMMITTED is there (or cannot be told)
+  bool have_list_ = false;  // the manifest parsed and has a files list
   std::set<std::string> listed_;
 };
 
@@ -731,9 +734,7 @@ Store::Inspection Store::inspect(const std::string& dir, bool keep_files) const 
   return out;
 }
 
-Store::Verification Store::verify(const std::string& step_dir) const {
-  return inspect(step_dir, false).v;
-}
+Store::Verification Store::verify(const std::string& step_dir) const { return inspect(step_dir, false).v; }
 
 namespace {
 struct Candidate {
@@ -814,8 +815,7 @@ std::vector<std::string> Store::remove_stale_temps() {
 
 std::vector<std::string> Store::apply_retention(int keep_last) {
   if (keep_last < 1)
-    throw Error(ErrorKind::kUsage, "checkpoint retention: keep_last must be >= 1, got " +
-                                       std::to_string(keep_last));
+    throw Error(ErrorKind::kUsage, "checkpoint retention: keep_last must be >= 1, got " + std::to_string(keep_last));
   std::vector<Candidate> steps;
   for (const Candidate& c : scan(root_))
     if (c.name.kind == DirKind::kStep) steps.push_back(c);

@@ -27,8 +27,9 @@ Runner setup_bundle(CLI::App& sub, const GlobalOptions&) {
                  "the signer's public key (SPKI PEM) the report must verify with (default: report.pub beside it, "
                  "which shows integrity, not who signed)");
   sub.add_flag("--json", *json_out, "print {bundle, files, inputs, bytes, seconds, key_id, warnings} on stdout");
-  sub.footer("Exit codes: 0 written, 3 the run does not verify or a file changed since it was signed, 2 usage, "
-             "1 file system. Reproduce it with `anchor reproduce DIR` (docs/report.md, \"Reproduction bundles\").");
+  sub.footer(
+      "Exit codes: 0 written, 3 the run does not verify or a file changed since it was signed, 2 usage, "
+      "1 file system. Reproduce it with `anchor reproduce DIR` (docs/report.md, \"Reproduction bundles\").");
   return [o, json_out]() {
     const auto r = pipeline::write_bundle(*o);
     for (const auto& w : r.warnings) std::cerr << "bundle: warn  " << w << "\n";

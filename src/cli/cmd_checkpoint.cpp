@@ -19,12 +19,11 @@ struct CheckpointOptions {
   bool json = false;
 };
 
-
 // A path may hold any byte; JSON only UTF-8: "dir" shows other bytes as \xNN
 // (the problems are valid UTF-8 already, Store::Verification).
 nlohmann::json to_json(const checkpoint::Store::Verification& v) {
-  return {{"dir", printable(v.dir)}, {"step", v.step}, {"state", v.state}, {"ok", v.ok},
-          {"bytes", v.bytes}, {"problems", v.problems}};
+  return {{"dir", printable(v.dir)}, {"step", v.step},        {"state", v.state}, {"ok", v.ok},
+          {"bytes", v.bytes},        {"problems", v.problems}};
 }
 
 int run_verify(const CheckpointOptions& o) {
@@ -76,9 +75,12 @@ int run_list(const CheckpointOptions& o) {
                 human_bytes(double(v.bytes)).c_str(), std::filesystem::path(v.dir).filename().c_str());
     for (const auto& p : v.problems) std::printf("%35s- %s\n", "", p.c_str());
   }
-  if (all.empty()) std::printf("(no checkpoints under %s)\n", o.dir.c_str());
-  else if (newest_marked) std::printf("* the step restore would pick\n");
-  else std::printf("no checkpoint verifies: restore would start from scratch\n");
+  if (all.empty())
+    std::printf("(no checkpoints under %s)\n", o.dir.c_str());
+  else if (newest_marked)
+    std::printf("* the step restore would pick\n");
+  else
+    std::printf("no checkpoint verifies: restore would start from scratch\n");
   return 0;
 }
 
@@ -89,8 +91,7 @@ Runner setup_checkpoint(CLI::App& sub, const GlobalOptions&) {
   sub.require_subcommand(1);
   CLI::App* verify = sub.add_subcommand(
       "verify", "Check one checkpoint directory completely; explains every problem (exit 3 if invalid)");
-  verify->add_option("dir", opts->dir, "a step directory, e.g. runs/<id>/checkpoints/step-00000002")
-      ->required();
+  verify->add_option("dir", opts->dir, "a step directory, e.g. runs/<id>/checkpoints/step-00000002")->required();
   verify->add_flag("--json", opts->json, "print the result as JSON on stdout (default: off)");
   CLI::App* list = sub.add_subcommand("list", "Show every step, temp and trash directory with its state");
   list->add_option("dir", opts->dir, "a checkpoint root, e.g. runs/<id>/checkpoints")->required();

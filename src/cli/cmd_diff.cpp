@@ -51,7 +51,8 @@ std::string shown(const nlohmann::json& v) { return v.is_null() ? "(absent)" : d
 // As written; a path written alike that resolves elsewhere, as it resolves.
 std::string shown(const config::Difference& d, bool past) {
   const nlohmann::json& v = past ? d.past : d.now;
-  if (d.past == d.now && !d.past_resolved.is_null()) return shown(v) + " (= " + shown(past ? d.past_resolved : d.now_resolved) + ")";
+  if (d.past == d.now && !d.past_resolved.is_null())
+    return shown(v) + " (= " + shown(past ? d.past_resolved : d.now_resolved) + ")";
   return shown(v);
 }
 
@@ -60,15 +61,15 @@ std::string shown(const config::Difference& d, bool past) {
 Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<DiffCliOptions>();
   sub.add_option("config", o->config, "the config about to run (YAML)")->required();
-  sub.add_option("report", o->report, "the past run: its report.json, report.intoto.json or run directory")
-      ->required();
+  sub.add_option("report", o->report, "the past run: its report.json, report.intoto.json or run directory")->required();
   sub.add_option("--set", o->sets, "override a config key as `anchor pilot --set` would (repeatable)");
   sub.add_flag("--json", o->json,
                "print {config, report, run_id, differences: [{key, past, now, past_resolved, now_resolved, "
                "decides_result}]}");
-  sub.footer("Exit codes: 0 nothing that decides the result differs, 3 something does, 2 usage or config error, "
-             "1 a file that cannot be read. "
-             "Inputs are compared by path, not by digest: `anchor reproduce REPORT` re-pins them.");
+  sub.footer(
+      "Exit codes: 0 nothing that decides the result differs, 3 something does, 2 usage or config error, "
+      "1 a file that cannot be read. "
+      "Inputs are compared by path, not by digest: `anchor reproduce REPORT` re-pins them.");
   return [o]() {
     const config::Config now = config::load(o->config, o->sets);
     const nlohmann::json report = read_report(o->report);
@@ -94,8 +95,8 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
                              2)
                 << std::endl;
     } else if (diffs.empty()) {
-      std::cout << "no differences: " << printable(o->config) << " is the config of run "
-                << text(report, "run_id") << "\n";
+      std::cout << "no differences: " << printable(o->config) << " is the config of run " << text(report, "run_id")
+                << "\n";
     } else {
       std::cout << "KEY  PAST RUN  THIS CONFIG\n";
       for (const auto& d : diffs)
@@ -103,8 +104,7 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
                   << (d.decides_result ? "" : "  (does not change the result)") << "\n";
     }
     std::fprintf(stderr, "anchor diff: %zu key(s) differ from run %s, %zu of them decide the result%s\n", diffs.size(),
-                 printable(text(report, "run_id")).c_str(), deciding,
-                 deciding ? "" : " (exit 0)");
+                 printable(text(report, "run_id")).c_str(), deciding, deciding ? "" : " (exit 0)");
     return static_cast<int>(deciding ? ExitCode::kVerification : ExitCode::kOk);
   };
 }

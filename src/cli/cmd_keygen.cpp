@@ -44,10 +44,8 @@ Runner setup_keygen(CLI::App& sub, const GlobalOptions&) {
   auto* dir = sub.add_option("-o,--out-dir", o->out_dir,
                              "write DIR/anchor.key (mode 0600) and DIR/anchor.pub (0644); "
                              "DIR is created (0700) when missing");
-  auto* priv = sub.add_option("--private", o->private_path,
-                              "private key path (PKCS#8 PEM, created mode 0600)");
-  sub.add_option("--public", o->public_path,
-                 "public key path (SPKI PEM, 0644); default: the private path with .pub")
+  auto* priv = sub.add_option("--private", o->private_path, "private key path (PKCS#8 PEM, created mode 0600)");
+  sub.add_option("--public", o->public_path, "public key path (SPKI PEM, 0644); default: the private path with .pub")
       ->needs(priv);
   dir->excludes(priv);
   sub.add_option("--passphrase-file", o->passphrase_file,
@@ -70,8 +68,7 @@ Runner setup_keygen(CLI::App& sub, const GlobalOptions&) {
       k.public_path = (std::filesystem::path(o->out_dir) / "anchor.pub").string();
     } else if (!o->private_path.empty()) {
       k.private_path = o->private_path;
-      k.public_path = o->public_path.empty() ? default_public_path(o->private_path)
-                                             : o->public_path;
+      k.public_path = o->public_path.empty() ? default_public_path(o->private_path) : o->public_path;
     } else {
       throw Error(ErrorKind::kUsage, "keygen: where should the keys go?",
                   "pass -o DIR, or --private PATH [--public PATH]");

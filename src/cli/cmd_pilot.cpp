@@ -64,11 +64,12 @@ Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
   sub.add_option("--run-dir", o->run_dir, "run directory (default: <run.output_dir>/<run-id>)");
   sub.add_option("--junit", o->junit_path, "also write a JUnit XML file: one test case per stage and check");
   sub.add_flag("--json", o->json_stdout, "print report.json on stdout");
-  sub.add_flag_callback("--no-cache", [o] { o->use_hash_cache = false; },
-                        "hash every input again instead of trusting the pin cache");
+  sub.add_flag_callback(
+      "--no-cache", [o] { o->use_hash_cache = false; }, "hash every input again instead of trusting the pin cache");
   auto nproc = std::make_shared<int>(0);
   sub.add_option("--nproc-per-node", *nproc,
-                 "start N ranks of each worker (DDP over Gloo on CPU, NCCL on GPUs; same as --set distributed.nproc_per_node=N)")
+                 "start N ranks of each worker (DDP over Gloo on CPU, NCCL on GPUs; same as --set "
+                 "distributed.nproc_per_node=N)")
       ->check(whole_number_at_least(1));
   auto start_from = std::make_shared<std::string>();
   sub.add_option("--start-from", *start_from,
@@ -90,7 +91,8 @@ Runner setup_worker(CLI::App& sub, const GlobalOptions&) {
   auto role = std::make_shared<std::string>();
   sub.add_option("--role", *role, "reference | resume")->required()->check(CLI::IsMember({"reference", "resume"}));
   sub.add_option("--run-dir", o->run_dir, "run directory")->required();
-  sub.add_flag_callback("--no-cache", [o] { o->use_hash_cache = false; }, "pin without the hash cache");
+  sub.add_flag_callback(
+      "--no-cache", [o] { o->use_hash_cache = false; }, "pin without the hash cache");
   return [o, role]() {
     o->role = *role == "reference" ? pipeline::WorkerRole::kReference : pipeline::WorkerRole::kResume;
     return cli::run_worker(*o);

@@ -29,23 +29,20 @@ struct PinCliOptions {
   int threads = 0;
 };
 
-
 // One line on stderr: what was pinned and how much came from the cache.
 void print_summary(const nlohmann::json& m, const std::string& verb) {
   const auto& h = m["hashing"];
   std::size_t shards = m["data"]["train"]["files"].size() + m["data"]["val"]["files"].size();
-  std::uint64_t data_bytes = m["data"]["train"]["bytes"].get<std::uint64_t>() +
-                             m["data"]["val"]["bytes"].get<std::uint64_t>();
+  std::uint64_t data_bytes =
+      m["data"]["train"]["bytes"].get<std::uint64_t>() + m["data"]["val"]["bytes"].get<std::uint64_t>();
   std::fprintf(stderr,
                "anchor pin: %s %zu data file(s) (%s), %zu model file(s), %zu shared libraries; "
                "config %s; read %zu file(s) (%s), %zu from cache, %d thread(s), %.2f s\n",
-               verb.c_str(), shards, human_bytes(double(data_bytes)).c_str(),
-               m["model"]["files"].size(), m["dependencies"]["shared_libraries"].size(),
-               m["config"]["digest"].get<std::string>().substr(0, 12).c_str(),
-               h["files_hashed"].get<std::size_t>(),
+               verb.c_str(), shards, human_bytes(double(data_bytes)).c_str(), m["model"]["files"].size(),
+               m["dependencies"]["shared_libraries"].size(),
+               m["config"]["digest"].get<std::string>().substr(0, 12).c_str(), h["files_hashed"].get<std::size_t>(),
                human_bytes(double(h["bytes_hashed"].get<std::uint64_t>())).c_str(),
-               h["files_cached"].get<std::size_t>(), h["threads"].get<int>(),
-               h["seconds"].get<double>());
+               h["files_cached"].get<std::size_t>(), h["threads"].get<int>(), h["seconds"].get<double>());
 }
 
 // The manifest pins the libraries of a process that trains (docs/manifest.md,
@@ -97,16 +94,14 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
                "hash every file and ask anchor-torch what it loads; neither read nor write the caches "
                "(hash-cache.json, process-facts.json in $ANCHOR_CACHE_DIR, else $XDG_CACHE_HOME/anchor, "
                "else ~/.cache/anchor)");
-  with_env(sub.add_option("--threads", o->threads,
-                          "hashing threads; 0 = one per CPU (default 0)")
+  with_env(sub.add_option("--threads", o->threads, "hashing threads; 0 = one per CPU (default 0)")
                ->check(whole_number_at_least(0)),
            "ANCHOR_HASH_THREADS");
   auto* as_json = sub.add_flag("--json", o->json,
                                "with --check: print {manifest, drifted, drift: [{what, old, new}]} as JSON on stdout "
                                "instead of the drift table");
   as_json->needs(check);
-  sub.add_flag("--no-progress", o->no_progress,
-               "never show the progress line (shown only on a terminal after 1 s)");
+  sub.add_flag("--no-progress", o->no_progress, "never show the progress line (shown only on a terminal after 1 s)");
   cfg->excludes(check);
   set->excludes(check);
 
@@ -123,9 +118,11 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
       config::Config c = config::load(o->config_file, o->overrides);
       if (!c.program.command.empty())
         throw Error(ErrorKind::kUsage,
-                    "pin: " + o->config_file + " pilots a program (program.command): its sources, Python packages and "
+                    "pin: " + o->config_file +
+                        " pilots a program (program.command): its sources, Python packages and "
                         "libraries are known only once it runs",
-                    "`anchor pilot " + o->config_file + "` pins them into <run dir>/manifest.json; check that one "
+                    "`anchor pilot " + o->config_file +
+                        "` pins them into <run dir>/manifest.json; check that one "
                         "later with `anchor pin --check <run dir>/manifest.json`");
       set_training_process(popts, c);
       nlohmann::json m = manifest::pin(c, popts);
@@ -149,11 +146,15 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
       // program had loaded are hashed again on disk, its sources and Python
       // distributions listed again; the versions torch reported stay as recorded.
       const nlohmann::json deps = old_m.value("dependencies", nlohmann::json::object());
-      const nlohmann::json exe = deps.is_object() ? deps.value("executable", nlohmann::json::object()) : nlohmann::json();
-      const nlohmann::json listed = deps.is_object() ? deps.value("shared_libraries", nlohmann::json::array()) : nlohmann::json();
+      const nlohmann::json exe =
+          deps.is_object() ? deps.value("executable", nlohmann::json::object()) : nlohmann::json();
+      const nlohmann::json listed =
+          deps.is_object() ? deps.value("shared_libraries", nlohmann::json::array()) : nlohmann::json();
       if (!exe.is_object() || !exe.contains("path") || !exe["path"].is_string() || !listed.is_array())
-        throw Error(ErrorKind::kConfig, o->check_manifest + ": dependencies.executable.path or "
-                                        "dependencies.shared_libraries is missing or mistyped",
+        throw Error(ErrorKind::kConfig,
+                    o->check_manifest +
+                        ": dependencies.executable.path or "
+                        "dependencies.shared_libraries is missing or mistyped",
                     "pass the manifest.json a program pilot wrote into its run directory");
       manifest::ProcessFacts facts;
       facts.runtime = manifest::runtime_versions();
@@ -178,7 +179,8 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
     if (o->json) {
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& d : drift) rows.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});
-      const nlohmann::json doc = {{"manifest", printable(o->check_manifest)}, {"drifted", drift.size()}, {"drift", rows}};
+      const nlohmann::json doc = {
+          {"manifest", printable(o->check_manifest)}, {"drifted", drift.size()}, {"drift", rows}};
       std::cout << dump_json(doc, 2) << std::endl;
     } else {
       std::cout << manifest::format_drift_table(drift) << std::flush;
@@ -188,8 +190,7 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
       std::fprintf(stderr, "anchor pin: %s: no drift\n", o->check_manifest.c_str());
       return 0;
     }
-    std::fprintf(stderr, "anchor pin: %s: %zu pin(s) drifted\n", o->check_manifest.c_str(),
-                 drift.size());
+    std::fprintf(stderr, "anchor pin: %s: %zu pin(s) drifted\n", o->check_manifest.c_str(), drift.size());
     return static_cast<int>(ExitCode::kVerification);
   };
 }

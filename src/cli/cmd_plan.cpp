@@ -45,8 +45,7 @@ std::string config_dir(const json& report) {
 
 Runner setup_plan(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<PlanCliOptions>();
-  sub.add_option("report", o->report,
-                 "the pilot's report.json, its signed report.intoto.json, or the run directory")
+  sub.add_option("report", o->report, "the pilot's report.json, its signed report.intoto.json, or the run directory")
       ->required();
   with_env(sub.add_option("--catalog", o->catalog,
                           "device catalog YAML; default: budget.catalog of the report's config, "
@@ -56,9 +55,10 @@ Runner setup_plan(CLI::App& sub, const GlobalOptions&) {
                  "override a key of the report's config, e.g. --set budget.nodes=4 "
                  "--set train.precision=bf16 (repeatable; default: none)");
   sub.add_flag("--json", o->json_out, "print the plan as JSON instead of tables (default: tables)");
-  sub.footer("Recomputes the plan from measured figures; nothing is run. The signature of a "
-             "report.intoto.json is not checked here (use anchor verify). Exit codes: 0 ok, "
-             "2 usage/config (bad report, catalog or --set), 1 runtime. docs/plan.md.");
+  sub.footer(
+      "Recomputes the plan from measured figures; nothing is run. The signature of a "
+      "report.intoto.json is not checked here (use anchor verify). Exit codes: 0 ok, "
+      "2 usage/config (bad report, catalog or --set), 1 runtime. docs/plan.md.");
 
   return [o]() {
     const json report = read_report(o->report);
@@ -67,8 +67,7 @@ Runner setup_plan(CLI::App& sub, const GlobalOptions&) {
                   "give a report written by `anchor pilot`");
     // The stored effective config, re-validated with the overrides on top.
     const config::Config cfg =
-        config::load_string(report["config"].dump(2), o->report + " (config)", o->sets,
-                            config_dir(report));
+        config::load_string(report["config"].dump(2), o->report + " (config)", o->sets, config_dir(report));
     const plan::Catalog catalog = plan::load_catalog(plan::find_catalog(cfg, o->catalog));
     const json p = plan::make_plan(report, catalog, cfg);
     if (o->json_out)

@@ -95,8 +95,8 @@ nlohmann::json load_report(const ReproduceOptions& o, Trust& trust) {
     trust.key = {{"path", std::filesystem::absolute(v.public_key_path).lexically_normal().string()},
                  {"key_id", v.key_id},
                  {"source", o.key.empty() ? kKeyBesideReport : "--key"}};
-    note() << "reproduce: the report verifies with key " << v.key_id << " ("
-              << trust.key["source"].get<std::string>() << ": " << trust.key["path"].get<std::string>() << ")\n";
+    note() << "reproduce: the report verifies with key " << v.key_id << " (" << trust.key["source"].get<std::string>()
+           << ": " << trust.key["path"].get<std::string>() << ")\n";
     // The payload of the bytes verify read and checked, not of another read.
     trust.sha256 = sha256_hex(v.envelope_text);
     auto env = report::envelope_from_json(v.envelope_text);
@@ -146,8 +146,8 @@ void check_bundle_places(const pipeline::OpenedBundle& b, const nlohmann::json& 
   try {
     want = pipeline::input_places(original.at("manifest"));
   } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::kVerification, std::string("the signed report's manifest cannot place its inputs (") +
-                                              e.what() + ")");
+    throw Error(ErrorKind::kVerification,
+                std::string("the signed report's manifest cannot place its inputs (") + e.what() + ")");
   }
   if (want.root != b.places.root || want.absolute != b.places.absolute)
     throw Error(ErrorKind::kVerification,
@@ -184,8 +184,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
       ->type_name("OLD=NEW");
   sub.add_flag("--allow-drift", o->allow_drift, "re-run even when pins drifted (the new report says so)");
   sub.add_flag("--allow-unsigned", o->allow_unsigned, "accept an unsigned report.json (loudly unverified)");
-  sub.add_flag_callback("--no-cache", [o] { o->use_cache = false; },
-                        "hash every input again instead of trusting the pin cache");
+  sub.add_flag_callback(
+      "--no-cache", [o] { o->use_cache = false; }, "hash every input again instead of trusting the pin cache");
   sub.add_flag("--json", o->json, "print the new report.json on stdout");
   sub.add_option("--junit", o->junit, "also write a JUnit XML file for the re-run");
   Runner body = [o_cli = o, &global]() {
@@ -197,7 +197,8 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     if (pipeline::is_bundle(o->report)) {
       bundle = pipeline::open_bundle(o->report);
       if (bundle->with_data && (!o->root.empty() || !o->map.empty()))
-        throw Error(ErrorKind::kUsage, "the bundle " + printable(bundle->dir) + " carries the run's inputs: --root and --map do not apply",
+        throw Error(ErrorKind::kUsage,
+                    "the bundle " + printable(bundle->dir) + " carries the run's inputs: --root and --map do not apply",
                     "drop them; they are for a bundle made without --with-data, or a report");
       note() << "reproduce: the bundle " << printable(bundle->dir) << " holds every file it lists, by digest\n";
       o->report = bundle->envelope;
@@ -225,8 +226,9 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     const nlohmann::json old_manifest = manifest::remap_manifest(original["manifest"], where);
     config::Config cfg = manifest::config_from_manifest(old_manifest);  // mapped once, there
     if (!where.empty())
-      note() << "reproduce: the config's directory " << printable(manifest::config_from_manifest(original["manifest"]).base_dir)
-             << " is read at " << printable(cfg.base_dir) << "\n";
+      note() << "reproduce: the config's directory "
+             << printable(manifest::config_from_manifest(original["manifest"]).base_dir) << " is read at "
+             << printable(cfg.base_dir) << "\n";
     if (!cfg.program.command.empty())
       throw Error(ErrorKind::kUsage,
                   "the report is a program pilot's (program.command): `anchor reproduce` does not re-run a program yet",
@@ -252,12 +254,15 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     try {
       new_manifest = manifest::pin(cfg, po);
     } catch (const Error& e) {
-      // An input not where the run had it (a file, or a pattern that matches none): say how to point at where it is now.
+      // An input not where the run had it (a file, or a pattern that matches none): say how to point at where it is
+      // now.
       const std::string what = e.what();
-      const bool input = what.rfind("data.", 0) == 0 || what.rfind("model.", 0) == 0 || what.find("matches no file") != std::string::npos;
+      const bool input = what.rfind("data.", 0) == 0 || what.rfind("model.", 0) == 0 ||
+                         what.find("matches no file") != std::string::npos;
       if (!input || (e.kind() != ErrorKind::kIo && e.kind() != ErrorKind::kConfig)) throw;
       throw Error(e.kind(), what,
-                  (e.hint().empty() ? std::string() : e.hint() + "; ") + "the run's relative inputs are read from its config directory " + printable(cfg.base_dir) +
+                  (e.hint().empty() ? std::string() : e.hint() + "; ") +
+                      "the run's relative inputs are read from its config directory " + printable(cfg.base_dir) +
                       (where.empty() ? std::string(" (as recorded)") : std::string()) +
                       ": if the tree moved or this is another machine, pass --root DIR (the directory that now holds "
                       "what that one held) and --map OLD=NEW for absolute paths; what is found there must match the "
@@ -287,19 +292,20 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
     po2.run_dir = o->run_dir;                // empty: runs/<run-id>
     po2.checkpoint_dir = o->checkpoint_dir;  // empty: <run dir>/checkpoints
     if (!cfg.checkpoint.dir.empty())
-      note() << "reproduce: the report's checkpoint.dir " << printable(cfg.checkpoint.dir) << " is not used; checkpoints go to "
-                << (o->checkpoint_dir.empty() ? "<run dir>/checkpoints (--checkpoint-dir to choose)" : o->checkpoint_dir)
-                << "\n";
+      note() << "reproduce: the report's checkpoint.dir " << printable(cfg.checkpoint.dir)
+             << " is not used; checkpoints go to "
+             << (o->checkpoint_dir.empty() ? "<run dir>/checkpoints (--checkpoint-dir to choose)" : o->checkpoint_dir)
+             << "\n";
     if (o->run_dir.empty() && cfg.run.output_dir != config::Config{}.run.output_dir)
-      note() << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir) << " is not used; the run goes under "
-                << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
+      note() << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir)
+             << " is not used; the run goes under " << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
     // The report's signing key is a path a report chose: never read. The
     // command line's key signs the re-run, else the per-user key.
     po2.signing_key = o->signing_key;
-    const std::string not_used = cfg.report.signing_key.empty() || cfg.report.signing_key == "none"
-                                     ? std::string()
-                                     : " (the report's report.signing_key " + printable(cfg.report.signing_key) +
-                                           " is not used)";
+    const std::string not_used =
+        cfg.report.signing_key.empty() || cfg.report.signing_key == "none"
+            ? std::string()
+            : " (the report's report.signing_key " + printable(cfg.report.signing_key) + " is not used)";
     if (o->signing_key == "none")
       std::cerr << "reproduce: the re-run is unsigned (--signing-key none)\n";
     else if (o->signing_key.empty())
@@ -322,10 +328,10 @@ Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
                       {"inputs_at", where.to_json()},
                       {"drift", drift_json}};
     note() << "reproduce: comparing "
-              << (po2.reproduce_bitwise ? std::string("bitwise (no drift, CPU)")
-                                        : "within the recorded tolerance " + std::to_string(cfg.pilot.tolerance) +
-                                              (drift.empty() ? " (GPU)" : " (pins drifted)"))
-              << "\n";
+           << (po2.reproduce_bitwise ? std::string("bitwise (no drift, CPU)")
+                                     : "within the recorded tolerance " + std::to_string(cfg.pilot.tolerance) +
+                                           (drift.empty() ? " (GPU)" : " (pins drifted)"))
+           << "\n";
     if (bundle) po2.reproduces["bundle"] = printable(bundle->dir);
     po2.catalog = o->catalog;
     po2.worker_binary = torch_binary();

@@ -27,8 +27,7 @@ struct VerifyCliOptions {
 
 Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<VerifyCliOptions>();
-  sub.add_option("report", o->report,
-                 "the signed report (runs/<id>/report.intoto.json) or its run directory")
+  sub.add_option("report", o->report, "the signed report (runs/<id>/report.intoto.json) or its run directory")
       ->required();
   with_env(sub.add_option("--key", o->key,
                           "the signer's SPKI PEM public key; default: report.pub beside the "
@@ -40,8 +39,9 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
   sub.add_flag("--json", o->json,
                "print the result as one JSON object on stdout: report, verified, key_id, checks, warnings, "
                "failures");
-  sub.footer("Exit codes: 0 every check holds, 3 verification failed (each failure named), "
-             "2 usage. Checks: docs/report.md.");
+  sub.footer(
+      "Exit codes: 0 every check holds, 3 verification failed (each failure named), "
+      "2 usage. Checks: docs/report.md.");
 
   return [o]() {
     report::VerifyOptions opts;
@@ -49,9 +49,9 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
     opts.check_files = !o->envelope_only;
     report::VerifyResult r = report::verify_envelope(o->report, opts);
     if (o->json) {
-      const nlohmann::json out = {{"report", printable(o->report)}, {"verified", r.ok},
-                                  {"key_id", r.key_id},            {"checks", r.checks},
-                                  {"warnings", r.warnings},        {"failures", r.failures}};
+      const nlohmann::json out = {
+          {"report", printable(o->report)}, {"verified", r.ok},      {"key_id", r.key_id}, {"checks", r.checks},
+          {"warnings", r.warnings},         {"failures", r.failures}};
       std::cout << dump_json(out, 2) << std::endl;
       return static_cast<int>(r.ok ? ExitCode::kOk : ExitCode::kVerification);
     }

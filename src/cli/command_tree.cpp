@@ -8,9 +8,7 @@
 namespace anchor::cli {
 namespace {
 
-bool internal(const CLI::App& app) {
-  return app.get_group().empty() || app.get_name().rfind("__", 0) == 0;
-}
+bool internal(const CLI::App& app) { return app.get_group().empty() || app.get_name().rfind("__", 0) == 0; }
 
 // CLI11 writes an IsMember check into the type name as "TEXT:{init,latest}".
 std::vector<std::string> choices_of(const CLI::Option& opt) {

@@ -11,8 +11,8 @@
 namespace anchor::cli {
 
 struct OptionInfo {
-  std::vector<std::string> names;    // "-q", "--quiet"; a positional: empty
-  std::string positional;            // a positional's name ("config"); else ""
+  std::vector<std::string> names;  // "-q", "--quiet"; a positional: empty
+  std::string positional;          // a positional's name ("config"); else ""
   std::string description;
   std::string envname;               // ANCHOR_LOG_LEVEL, or ""
   std::vector<std::string> choices;  // from an IsMember check: "init", "latest"

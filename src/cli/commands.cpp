@@ -32,8 +32,8 @@ namespace anchor::cli {
 
 CLI::Validator whole_number_at_least(long long least) {
   constexpr long long kMost = std::numeric_limits<int>::max();  // the options are ints
-  const std::string what = "a whole number of at least " + std::to_string(least) + " (and at most " +
-                           std::to_string(kMost) + ")";
+  const std::string what =
+      "a whole number of at least " + std::to_string(least) + " (and at most " + std::to_string(kMost) + ")";
   return CLI::Validator(
       [least, what](std::string& value) -> std::string {
         std::size_t used = 0;

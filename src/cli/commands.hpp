@@ -59,8 +59,6 @@ std::string version_text();
 CLI::Validator whole_number_at_least(long long least);
 
 // Binds an option to an ANCHOR_* environment variable too, and says so in --help.
-inline CLI::Option* with_env(CLI::Option* opt, const char* var) {
-  return opt->envname(var);
-}
+inline CLI::Option* with_env(CLI::Option* opt, const char* var) { return opt->envname(var); }
 
 }  // namespace anchor::cli

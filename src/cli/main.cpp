@@ -42,8 +42,9 @@ namespace anchor::cli {
 
 std::string version_text() {
   using namespace anchor::build;
-  std::string cuda = kLibTorchHasCuda ? std::string(", CUDA ") + (*kLibTorchCudaVersion ? kLibTorchCudaVersion : "(version unknown)")
-                                      : std::string(", CPU only");
+  std::string cuda = kLibTorchHasCuda
+                         ? std::string(", CUDA ") + (*kLibTorchCudaVersion ? kLibTorchCudaVersion : "(version unknown)")
+                         : std::string(", CPU only");
   return std::string("anchor ") + kVersion + " (" + kGitCommit + (kGitDirty ? ", with uncommitted changes" : "") +
          ")\nbuilt against LibTorch " + kLibTorchVersion + cuda + (kWithNccl ? ", NCCL backend" : ", no NCCL backend") +
          "\nbuild " + kBuildType + ", " + kCompiler +
@@ -111,8 +112,9 @@ int report_error(const anchor::Error& e) {
 int main(int argc, char** argv) {
   using namespace anchor;
   cli::remember_argv(argc, argv);
-  CLI::App app{"anchor: prove a training run on one node before the long run, "
-               "and leave a signed record of it"};
+  CLI::App app{
+      "anchor: prove a training run on one node before the long run, "
+      "and leave a signed record of it"};
   app.set_version_flag("--version", cli::version_text());
   app.require_subcommand(1);
   app.fallthrough();
@@ -122,7 +124,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
   bool quiet = false, verbose = false;
-  auto* quiet_flag = app.add_flag("-q,--quiet", quiet, "warnings and errors only on stderr (--log-level warn unless it is error or off)");
+  auto* quiet_flag = app.add_flag("-q,--quiet", quiet,
+                                  "warnings and errors only on stderr (--log-level warn unless it is error or off)");
   app.add_flag("-v,--verbose", verbose, "debug lines too (--log-level debug)")->excludes(quiet_flag);
 
   std::vector<std::pair<CLI::App*, cli::Runner>> runners;
@@ -130,9 +133,10 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
     runners.emplace_back(sub, cmd.setup(*sub, global));
   }
-  app.footer("Exit codes: 0 ok, 1 runtime failure, 2 usage or config error, "
-             "3 verification failed, 130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
-             "Docs: README.md and docs/ in the source tree.");
+  app.footer(
+      "Exit codes: 0 ok, 1 runtime failure, 2 usage or config error, "
+      "3 verification failed, 130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
+      "Docs: README.md and docs/ in the source tree.");
 
   try {
     app.parse(argc, argv);

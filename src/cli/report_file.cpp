@@ -37,8 +37,7 @@ nlohmann::json read_report(std::string path) {
     json statement = parse(env.payload);
     const json::json_pointer p("/predicate/report");
     if (statement.is_discarded() || !statement.contains(p) || !statement.at(p).is_object())
-      throw Error(ErrorKind::kUsage,
-                  "report " + path + ": the envelope's payload has no predicate.report object",
+      throw Error(ErrorKind::kUsage, "report " + path + ": the envelope's payload has no predicate.report object",
                   "give a report.intoto.json written by `anchor pilot`");
     return statement.at(p);
   }

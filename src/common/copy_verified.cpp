@@ -59,8 +59,8 @@ void copy_file(const std::string& src, const KnownFile& f, const std::string& ds
     const std::string digest = h.hex();
     if (n != f.size || digest != f.sha256)
       throw Error(ErrorKind::kVerification,
-                  "copy: " + printable(src) + " is not the file recorded (" + std::to_string(n) + " bytes, sha256 " + digest +
-                      "; recorded " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
+                  "copy: " + printable(src) + " is not the file recorded (" + std::to_string(n) + " bytes, sha256 " +
+                      digest + "; recorded " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
                   "something changed it after it was written; run the pilot again");
     fs.fsync(out, dst);
     // What verify_files reads next should come from the destination, not this process's page cache.
@@ -92,8 +92,9 @@ void verify_files(const std::string& dir, const std::vector<KnownFile>& files) {
     const auto d = sha256_file(path);
     if (d.size != f.size || d.sha256 != f.sha256)
       throw Error(ErrorKind::kVerification,
-                  "copy: " + printable(path) + " does not match what was copied (" + std::to_string(d.size) + " bytes, sha256 " +
-                      d.sha256 + "; expected " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
+                  "copy: " + printable(path) + " does not match what was copied (" + std::to_string(d.size) +
+                      " bytes, sha256 " + d.sha256 + "; expected " + std::to_string(f.size) + " bytes, " + f.sha256 +
+                      ")",
                   "the destination changed or lost the bytes: check the storage behind it, then copy again");
   }
 }
@@ -133,7 +134,8 @@ CopyResult copy_verified(const std::string& from, const std::vector<KnownFile>& 
     try {
       verify_files(tmp, files);
     } catch (const Error& e) {
-      throw Error(e.kind(), std::string(e.what()) + " (read back before publishing; " + printable(to) + " was not made)",
+      throw Error(e.kind(),
+                  std::string(e.what()) + " (read back before publishing; " + printable(to) + " was not made)",
                   e.hint());
     }
     r.verify_s = since(t1);

@@ -63,15 +63,15 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& what, const 
     if (e == EWOULDBLOCK)
       throw Error(ErrorKind::kUsage, what + " is in use by " + describe_holder(fd),
                   "two pilots must not write into one directory: wait for that pilot to end, or give this one "
-                  "another directory (its lock is " + path + "; the kernel frees it when that process ends)");
+                  "another directory (its lock is " +
+                      path + "; the kernel frees it when that process ends)");
     throw io_error("lock", path, e);
   }
-  const std::string who = nlohmann::json{{"pid", static_cast<long>(::getpid())},
-                                         {"host", proc::host_name()},
-                                         {"run_id", run_id},
-                                         {"since", utc_now()}}
-                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                          "\n";
+  const std::string who =
+      nlohmann::json{
+          {"pid", static_cast<long>(::getpid())}, {"host", proc::host_name()}, {"run_id", run_id}, {"since", utc_now()}}
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+      "\n";
   // Best effort: the lock holds whether or not the note about its holder is written.
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, who.data(), who.size(), 0);
   return lock;

@@ -10,8 +10,7 @@ namespace anchor {
 std::string errno_name(int err) {
   switch (err) {
 #define ANCHOR_ERRNO(e) \
-  case e:               \
-    return #e;
+  case e: return #e;
     ANCHOR_ERRNO(ENOSPC)
     ANCHOR_ERRNO(EIO)
     ANCHOR_ERRNO(ENOENT)
@@ -31,8 +30,7 @@ std::string errno_name(int err) {
     ANCHOR_ERRNO(ENXIO)
     ANCHOR_ERRNO(EAGAIN)
 #undef ANCHOR_ERRNO
-    default:
-      return "errno " + std::to_string(err);
+    default: return "errno " + std::to_string(err);
   }
 }
 
@@ -54,17 +52,12 @@ Error io_error(const std::string& op, const std::string& path, int err, std::str
 int exit_code_for(ErrorKind kind) noexcept {
   switch (kind) {
     case ErrorKind::kRuntime:
-    case ErrorKind::kIo:
-      return static_cast<int>(ExitCode::kRuntime);
+    case ErrorKind::kIo: return static_cast<int>(ExitCode::kRuntime);
     case ErrorKind::kUsage:
-    case ErrorKind::kConfig:
-      return static_cast<int>(ExitCode::kUsage);
-    case ErrorKind::kVerification:
-      return static_cast<int>(ExitCode::kVerification);
-    case ErrorKind::kInterrupted:
-      return static_cast<int>(ExitCode::kInterrupted);
-    case ErrorKind::kTerminated:
-      return static_cast<int>(ExitCode::kTerminated);
+    case ErrorKind::kConfig: return static_cast<int>(ExitCode::kUsage);
+    case ErrorKind::kVerification: return static_cast<int>(ExitCode::kVerification);
+    case ErrorKind::kInterrupted: return static_cast<int>(ExitCode::kInterrupted);
+    case ErrorKind::kTerminated: return static_cast<int>(ExitCode::kTerminated);
   }
   return 1;
 }

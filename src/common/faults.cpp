@@ -98,7 +98,8 @@ Item parse_item(const Variable& v, std::string_view item) {
 
 std::vector<Item> parse(std::string_view name, std::string_view value) {
   const Variable& v = variable(name);
-  if (v.points.empty()) throw std::logic_error(std::string(v.name) + " has a grammar of its own; " + v.reader + " reads it");
+  if (v.points.empty())
+    throw std::logic_error(std::string(v.name) + " has a grammar of its own; " + v.reader + " reads it");
   std::vector<Item> items;
   if (value.empty()) return items;
   for (std::size_t start = 0;;) {
@@ -112,8 +113,9 @@ std::vector<Item> parse(std::string_view name, std::string_view value) {
     start = comma + 1;
   }
   if (!v.list && items.size() > 1)
-    throw Error(ErrorKind::kUsage, std::string(v.name) + "='" + printable(value) + "' names " +
-                                       std::to_string(items.size()) + " faults; it takes one",
+    throw Error(ErrorKind::kUsage,
+                std::string(v.name) + "='" + printable(value) + "' names " + std::to_string(items.size()) +
+                    " faults; it takes one",
                 "use " + usages(v) + " (docs/development.md, \"Fault seams\")");
   return items;
 }

@@ -156,8 +156,7 @@ std::string random_suffix() {
   return std::string(buf, 8);
 }
 
-void atomic_write_file(const std::string& path, const std::string& content, FileSystem& fs,
-                       mode_t mode) {
+void atomic_write_file(const std::string& path, const std::string& content, FileSystem& fs, mode_t mode) {
   std::filesystem::path p(path);
   std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
   std::string tmp = dir + "/." + p.filename().string() + ".tmp-" + random_suffix();

@@ -33,8 +33,8 @@ void init(Level level) {
   if (!logger) {
     // NO_COLOR (no-color.org): set and not empty, no colour even on a terminal.
     const char* no_color = std::getenv("NO_COLOR");
-    logger = spdlog::stderr_color_mt("anchor", no_color && *no_color ? spdlog::color_mode::never
-                                                                      : spdlog::color_mode::automatic);
+    logger = spdlog::stderr_color_mt("anchor",
+                                     no_color && *no_color ? spdlog::color_mode::never : spdlog::color_mode::automatic);
     // A pilot worker whose live line the supervisor draws on the terminal
     // (ANCHOR_LIVE_PROGRESS, src/pipeline/progress.hpp): that line ends at
     // column 0, so each of the worker's lines first clears it.

@@ -142,7 +142,8 @@ std::string describe_exit(int status) {
     case SIGINT: return code + " (killed by SIGINT)";
     case SIGSEGV: return code + " (killed by SIGSEGV: a crash)";
     case SIGABRT: return code + " (killed by SIGABRT: an abort)";
-    case SIGBUS: return code + " (killed by SIGBUS: a memory-mapped file, a data shard perhaps, cut short while in use)";
+    case SIGBUS:
+      return code + " (killed by SIGBUS: a memory-mapped file, a data shard perhaps, cut short while in use)";
     case SIGPIPE: return code + " (killed by SIGPIPE)";
     case SIGHUP: return code + " (killed by SIGHUP)";
     default: return code + " (killed by signal " + std::to_string(status - 128) + ")";

@@ -33,8 +33,7 @@ Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
 Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
 
 void Sha256::update(const void* data, std::size_t len) {
-  if (len && EVP_DigestUpdate(ctx_, data, len) != 1)
-    throw Error(ErrorKind::kRuntime, "OpenSSL: SHA-256 update failed");
+  if (len && EVP_DigestUpdate(ctx_, data, len) != 1) throw Error(ErrorKind::kRuntime, "OpenSSL: SHA-256 update failed");
 }
 
 std::array<std::uint8_t, 32> Sha256::digest() {
@@ -73,14 +72,13 @@ bool is_sha256_hex(std::string_view s) {
   return true;
 }
 
-FileDigest sha256_file(const std::string& path,
-                       const std::function<void(std::uint64_t)>& progress) {
+FileDigest sha256_file(const std::string& path, const std::function<void(std::uint64_t)>& progress) {
   struct stat before {};
-  fs::UniqueFd file = fs::open_regular(
-      path, &before,
-      {"", ErrorKind::kIo,
-       "hash regular files only: name the files inside a directory (or a glob such as " + path +
-           "/*); devices, pipes and sockets are refused"});
+  fs::UniqueFd file =
+      fs::open_regular(path, &before,
+                       {"", ErrorKind::kIo,
+                        "hash regular files only: name the files inside a directory (or a glob such as " + path +
+                            "/*); devices, pipes and sockets are refused"});
   const int fd = file.get();
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 
@@ -102,8 +100,7 @@ FileDigest sha256_file(const std::string& path,
   struct stat after {};
   if (::fstat(fd, &after) != 0) throw io_error("stat", path, errno);
   if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
-      total != static_cast<std::uint64_t>(after.st_size)) {
+      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || total != static_cast<std::uint64_t>(after.st_size)) {
     throw Error(ErrorKind::kIo, "read " + printable(path) + ": the file changed while it was being hashed",
                 "wait until whatever writes it has finished, then pin again");
   }

@@ -44,8 +44,10 @@ Blas blas() {
 
 Blas bind_blas(int n) {
   if (n >= 1) {
-    if (auto set = symbol<void (*)(int)>("openblas_set_num_threads")) set(n);
-    else if (auto mkl = symbol<void (*)(int)>("MKL_Set_Num_Threads")) mkl(n);
+    if (auto set = symbol<void (*)(int)>("openblas_set_num_threads"))
+      set(n);
+    else if (auto mkl = symbol<void (*)(int)>("MKL_Set_Num_Threads"))
+      mkl(n);
   }
   return blas();
 }

@@ -18,8 +18,8 @@ std::size_t sequence_length(std::string_view s, std::size_t i) noexcept {
     return k < left && b(i + k) >= lo && b(i + k) <= hi;
   };
   if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;             // no overlong
-  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;       // no surrogates
+  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;        // no overlong
+  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;  // no surrogates
   if (c >= 0xE1 && c <= 0xEF) return cont(1) && cont(2) ? 3 : 0;
   if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;  // no overlong
   if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
@@ -80,8 +80,7 @@ nlohmann::json printable_json(const nlohmann::json& j) {
       for (const auto& v : j) out.push_back(printable_json(v));
       return out;
     }
-    default:
-      return j;
+    default: return j;
   }
 }
 
@@ -90,9 +89,12 @@ std::size_t json_depth(std::string_view text, std::size_t limit) {
   bool in_string = false, escaped = false;
   for (const char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -108,10 +110,9 @@ std::size_t json_depth(std::string_view text, std::size_t limit) {
 
 nlohmann::json parse_json(std::string_view text) {
   if (json_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
-    throw nlohmann::json::parse_error::create(101, 0,
-                                              "syntax error: arrays and objects nest deeper than " +
-                                                  std::to_string(kMaxJsonDepth) + " levels",
-                                              nullptr);
+    throw nlohmann::json::parse_error::create(
+        101, 0, "syntax error: arrays and objects nest deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+        nullptr);
   return nlohmann::json::parse(text);
 }
 

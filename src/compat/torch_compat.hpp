@@ -53,13 +53,15 @@ inline torch::Device resolve_device(const std::string& name) {
   if (n.rfind("cuda", 0) == 0) {
     if (!torch::cuda::is_available()) {
 #if defined(ANCHOR_WITH_CUDA)
-      throw Error(ErrorKind::kConfig, "device '" + name + "' requested, but this LibTorch (" + torch_version() +
-                                          ", built with CUDA) can use no device: " + cuda_unavailable_reason(),
+      throw Error(ErrorKind::kConfig,
+                  "device '" + name + "' requested, but this LibTorch (" + torch_version() +
+                      ", built with CUDA) can use no device: " + cuda_unavailable_reason(),
                   "check that nvidia-smi (or rocm-smi) lists a GPU and that CUDA_VISIBLE_DEVICES does not hide it; "
                   "on a machine without a GPU use device: cpu");
 #else
-      throw Error(ErrorKind::kConfig, "device '" + name + "' requested, but this LibTorch (" + torch_version() +
-                                          ") is built without CUDA/HIP: " + cuda_unavailable_reason(),
+      throw Error(ErrorKind::kConfig,
+                  "device '" + name + "' requested, but this LibTorch (" + torch_version() +
+                      ") is built without CUDA/HIP: " + cuda_unavailable_reason(),
                   "use device: cpu here, or build against a CUDA/ROCm LibTorch on a GPU node (docs/development.md)");
 #endif
     }

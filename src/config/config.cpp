@@ -28,7 +28,7 @@ const char* const kSetFile = "--set";
 
 struct Loc {
   std::string file;
-  int line = 0;    // 1-based; 0 = no position
+  int line = 0;  // 1-based; 0 = no position
   int column = 0;
 };
 
@@ -164,12 +164,10 @@ class Loader {
       return;
     }
     if (!root.IsDefined() || root.IsNull()) return;  // empty file: defaults (and missing keys)
-    if (second_document)
-      add(at(file_, *second_document), "", "more than one YAML document; a config is one document");
+    if (second_document) add(at(file_, *second_document), "", "more than one YAML document; a config is one document");
     if (!root.IsMap()) {
       add(at(file_, root.Mark()), "",
-          "expected a mapping of sections (" + join(schema::children("")) + "), got " +
-              describe_node(root));
+          "expected a mapping of sections (" + join(schema::children("")) + "), got " + describe_node(root));
       unreadable_ = true;  // nothing else can be checked meaningfully
       return;
     }
@@ -200,8 +198,7 @@ class Loader {
       }
       return;
     }
-    if (trim(text).empty() &&
-        (f->type() == schema::Type::kString || f->type() == schema::Type::kStringList)) {
+    if (trim(text).empty() && (f->type() == schema::Type::kString || f->type() == schema::Type::kStringList)) {
       // An empty value gets the checks '' or [] would get from the file:
       // `--set run.output_dir=` must not put run directories at /.
       where_[f->key] = loc;
@@ -270,26 +267,22 @@ class Loader {
     if (unreadable_) return;
     const Config& c = c_;
 
-    if (ok({"train.global_batch", "train.micro_batch", "train.grad_accum",
-            "distributed.nproc_per_node"}) &&
+    if (ok({"train.global_batch", "train.micro_batch", "train.grad_accum", "distributed.nproc_per_node"}) &&
         c.train.global_batch != 0) {
-      const std::int64_t derived = static_cast<std::int64_t>(c.train.micro_batch) *
-                                   c.train.grad_accum * c.distributed.nproc_per_node;
+      const std::int64_t derived =
+          static_cast<std::int64_t>(c.train.micro_batch) * c.train.grad_accum * c.distributed.nproc_per_node;
       if (c.train.global_batch != derived)
-        conflict({"train.global_batch", "train.micro_batch", "train.grad_accum",
-                  "distributed.nproc_per_node"},
+        conflict({"train.global_batch", "train.micro_batch", "train.grad_accum", "distributed.nproc_per_node"},
                  "train.global_batch is " + std::to_string(c.train.global_batch) +
                      " but train.micro_batch * train.grad_accum * distributed.nproc_per_node = " +
-                     std::to_string(c.train.micro_batch) + " * " +
-                     std::to_string(c.train.grad_accum) + " * " +
-                     std::to_string(c.distributed.nproc_per_node) + " = " +
-                     std::to_string(derived) + "; fix one of them or leave global_batch at 0");
+                     std::to_string(c.train.micro_batch) + " * " + std::to_string(c.train.grad_accum) + " * " +
+                     std::to_string(c.distributed.nproc_per_node) + " = " + std::to_string(derived) +
+                     "; fix one of them or leave global_batch at 0");
     }
     if (ok({"model.block_size", "data.seq_len"}) && c.model.block_size < c.data.seq_len)
       conflict({"data.seq_len", "model.block_size"},
                "data.seq_len " + std::to_string(c.data.seq_len) + " exceeds model.block_size " +
-                   std::to_string(c.model.block_size) +
-                   " (the model has no positions beyond block_size)");
+                   std::to_string(c.model.block_size) + " (the model has no positions beyond block_size)");
     if (ok({"model.source", "model.weights", "model.torchscript"})) {
       const auto& m = c.model;
       if (m.source == "safetensors" && m.weights.empty())
@@ -297,26 +290,26 @@ class Loader {
       if (m.source == "torchscript" && m.torchscript.empty())
         conflict({"model.source"}, "model.source is torchscript but model.torchscript is not set");
       if (m.source != "safetensors" && !m.weights.empty())
-        conflict({"model.weights"}, "model.weights is set but model.source is " + m.source +
-                                        " (set model.source: safetensors to use it)");
+        conflict({"model.weights"},
+                 "model.weights is set but model.source is " + m.source + " (set model.source: safetensors to use it)");
       if (m.source != "torchscript" && !m.torchscript.empty())
-        conflict({"model.torchscript"}, "model.torchscript is set but model.source is " +
-                                            m.source + " (set model.source: torchscript to use it)");
+        conflict({"model.torchscript"}, "model.torchscript is set but model.source is " + m.source +
+                                            " (set model.source: torchscript to use it)");
     }
     if (ok({"model.attention"}) && c.model.attention == "sdpa" && !build::kLibTorchHasSdpa)
       conflict({"model.attention"},
                std::string("model.attention sdpa needs LibTorch 2.0 or newer; this anchor is built against "
-                           "LibTorch ") + build::kLibTorchVersion +
+                           "LibTorch ") +
+                   build::kLibTorchVersion +
                    " (use manual, or auto, which is manual here; or build against PyTorch 2.x: make torch2)");
-    if (ok({"train.total_steps", "train.total_tokens"}) && c.train.total_steps != 0 &&
-        c.train.total_tokens != 0)
+    if (ok({"train.total_steps", "train.total_tokens"}) && c.train.total_steps != 0 && c.train.total_tokens != 0)
       conflict({"train.total_tokens", "train.total_steps"},
                "train.total_steps and train.total_tokens are both set; give the full run's "
                "length one way only");
     if (ok({"model.n_embd", "model.n_head"}) && c.model.n_embd % c.model.n_head != 0)
-      conflict({"model.n_embd", "model.n_head"},
-               "model.n_embd " + std::to_string(c.model.n_embd) +
-                   " is not divisible by model.n_head " + std::to_string(c.model.n_head));
+      conflict({"model.n_embd", "model.n_head"}, "model.n_embd " + std::to_string(c.model.n_embd) +
+                                                     " is not divisible by model.n_head " +
+                                                     std::to_string(c.model.n_head));
     if (ok({"data.format", "model.vocab_size", "model.source"}) && c.model.source != "torchscript") {
       if (c.data.format == "text" && c.model.vocab_size != 256)
         conflict({"model.vocab_size", "data.format"},
@@ -325,13 +318,12 @@ class Loader {
       if (c.data.format == "llmc" && c.model.vocab_size > 65536)
         conflict({"model.vocab_size", "data.format"},
                  "data.format llmc holds uint16 tokens (at most 65536 values) but "
-                 "model.vocab_size is " + std::to_string(c.model.vocab_size));
+                 "model.vocab_size is " +
+                     std::to_string(c.model.vocab_size));
     }
     if (ok({"train.precision", "device"}) && c.train.precision == "fp16" && c.device == "cpu")
-      conflict({"train.precision", "device"},
-               "train.precision fp16 needs a GPU; on device cpu use bf16 or fp32");
-    if (ok({"distributed.backend", "device"}) && c.distributed.backend == "nccl" &&
-        c.device == "cpu")
+      conflict({"train.precision", "device"}, "train.precision fp16 needs a GPU; on device cpu use bf16 or fp32");
+    if (ok({"distributed.backend", "device"}) && c.distributed.backend == "nccl" && c.device == "cpu")
       conflict({"distributed.backend", "device"},
                "distributed.backend nccl needs a GPU; on device cpu use gloo or auto");
     if (ok({"data.val", "data.val_fraction"}) && c.data.val.empty() && c.data.val_fraction == 0)
@@ -357,22 +349,17 @@ class Loader {
       conflict({"train.schedule.warmup_steps", "train.total_steps"},
                "train.schedule.warmup_steps " + std::to_string(c.train.schedule.warmup_steps) +
                    " exceeds train.total_steps " + std::to_string(c.train.total_steps));
-    if (ok({"pilot.memory_probe_micro_batch", "train.micro_batch"}) &&
-        c.pilot.memory_probe_micro_batch != 0 &&
+    if (ok({"pilot.memory_probe_micro_batch", "train.micro_batch"}) && c.pilot.memory_probe_micro_batch != 0 &&
         c.pilot.memory_probe_micro_batch >= c.train.micro_batch)
       conflict({"pilot.memory_probe_micro_batch", "train.micro_batch"},
-               "pilot.memory_probe_micro_batch " +
-                   std::to_string(c.pilot.memory_probe_micro_batch) +
-                   " must be smaller than train.micro_batch " +
-                   std::to_string(c.train.micro_batch) +
+               "pilot.memory_probe_micro_batch " + std::to_string(c.pilot.memory_probe_micro_batch) +
+                   " must be smaller than train.micro_batch " + std::to_string(c.train.micro_batch) +
                    " (the memory model needs a second, smaller point)");
-    if (ok({"train.activation_checkpointing", "model.n_layer", "model.source"}) &&
-        c.model.source != "torchscript" &&
+    if (ok({"train.activation_checkpointing", "model.n_layer", "model.source"}) && c.model.source != "torchscript" &&
         c.train.activation_checkpointing > c.model.n_layer)
       conflict({"train.activation_checkpointing", "model.n_layer"},
-               "train.activation_checkpointing " +
-                   std::to_string(c.train.activation_checkpointing) + " exceeds model.n_layer " +
-                   std::to_string(c.model.n_layer) + ": no block would be checkpointed");
+               "train.activation_checkpointing " + std::to_string(c.train.activation_checkpointing) +
+                   " exceeds model.n_layer " + std::to_string(c.model.n_layer) + ": no block would be checkpointed");
     if (ok({"train.activation_checkpointing", "model.source"}) && c.model.source == "torchscript" &&
         c.train.activation_checkpointing > 0)
       conflict({"train.activation_checkpointing", "model.source"},
@@ -418,8 +405,7 @@ class Loader {
       }
       if (name.find('.') != std::string::npos) {
         add(kloc, dotted,
-            "dotted keys are for --set; in a file nest them (" + parent_of(name) + ": {" +
-                last_part(name) + ": ...})");
+            "dotted keys are for --set; in a file nest them (" + parent_of(name) + ": {" + last_part(name) + ": ...})");
         continue;
       }
       if (const Field* f = schema::find(dotted)) {
@@ -430,8 +416,7 @@ class Loader {
           walk(v, dotted);
         } else if (!v.IsNull()) {  // "pilot:" with nothing under it is an empty section
           add(at(file_, v.Mark()), dotted,
-              "expected a mapping with keys (" + join(schema::children(dotted)) + "), got " +
-                  describe_node(v));
+              "expected a mapping with keys (" + join(schema::children(dotted)) + "), got " + describe_node(v));
         }
       } else {
         add(kloc, dotted, unknown_key_message(prefix, name));
@@ -479,11 +464,11 @@ class Loader {
   std::vector<Problem> problems_;
   std::map<std::string, Loc> where_;  // key or section -> where it was set
   std::set<std::string> bad_;         // keys whose value was rejected
-  bool unreadable_ = false;  // a syntax error or a document that is not a mapping
+  bool unreadable_ = false;           // a syntax error or a document that is not a mapping
 };
 
-Config load_text(const std::string& text, const std::string& name,
-                 const std::vector<std::string>& overrides, const std::string& base_dir) {
+Config load_text(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
+                 const std::string& base_dir) {
   Loader loader(name);
   loader.read_yaml(text);
   for (const auto& o : overrides) loader.apply_override(o);
@@ -505,8 +490,7 @@ std::string first_file(const std::vector<Problem>& problems) {
   return problems.empty() ? std::string("<config>") : problems.front().file;
 }
 
-const char* const kHint =
-    "see docs/config.md for every key, its type, default and allowed values";
+const char* const kHint = "see docs/config.md for every key, its type, default and allowed values";
 
 }  // namespace
 
@@ -518,12 +502,10 @@ std::string Problem::format() const {
   return out + message;
 }
 
-ConfigError::ConfigError(std::vector<Problem> problems)
-    : ConfigError(first_file(problems), std::move(problems)) {}
+ConfigError::ConfigError(std::vector<Problem> problems) : ConfigError(first_file(problems), std::move(problems)) {}
 
 ConfigError::ConfigError(const std::string& file, std::vector<Problem> problems)
-    : Error(ErrorKind::kConfig, summary(file, problems.size()), kHint),
-      problems_(std::move(problems)) {}
+    : Error(ErrorKind::kConfig, summary(file, problems.size()), kHint), problems_(std::move(problems)) {}
 
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   const std::string text = fs::read_file(path);  // Error kIo naming the path
@@ -533,8 +515,8 @@ Config load(const std::string& path, const std::vector<std::string>& overrides) 
   return c;
 }
 
-Config load_string(const std::string& yaml, const std::string& name,
-                   const std::vector<std::string>& overrides, const std::string& base_dir) {
+Config load_string(const std::string& yaml, const std::string& name, const std::vector<std::string>& overrides,
+                   const std::string& base_dir) {
   return load_text(yaml, name, overrides, base_dir);
 }
 
@@ -563,8 +545,7 @@ std::string to_yaml(const Config& c) {
       start = dot + 1;
     }
     std::size_t common = 0;
-    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common])
-      ++common;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common]) ++common;
     for (; open.size() > common; open.pop_back()) out << YAML::EndMap;
     for (std::size_t i = common; i + 1 < parts.size(); ++i) {
       out << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
@@ -590,8 +571,7 @@ std::string to_yaml(const Config& c) {
     if (nl == std::string::npos) break;
     pos = nl + 1;
   }
-  return "# anchor effective config (defaults < file < --set); digest " + digest(c) + "\n" +
-         spaced;
+  return "# anchor effective config (defaults < file < --set); digest " + digest(c) + "\n" + spaced;
 }
 
 Config from_json(const nlohmann::json& j, const std::string& base_dir) {
@@ -648,9 +628,8 @@ std::vector<Difference> diff(const nlohmann::json& past, const std::string& past
   // Both sides as a report holds them: strings through printable().
   const nlohmann::json current = printable_json(to_json(now)), defaults = printable_json(to_json(Config{}));
   const nlohmann::json::json_pointer command("/program/command");
-  const bool program = !now.program.command.empty() ||
-                       (past.is_object() && past.contains(command) && past.at(command).is_array() &&
-                        !past.at(command).empty());
+  const bool program = !now.program.command.empty() || (past.is_object() && past.contains(command) &&
+                                                        past.at(command).is_array() && !past.at(command).empty());
   // A past directory that is not absolute (or not known) says nothing about
   // where its relative paths were: they are compared as written.
   const bool resolve = !past_base_dir.empty() && stdfs::path(past_base_dir).is_absolute();

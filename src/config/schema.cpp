@@ -17,19 +17,18 @@ namespace {
 
 // "key", function returning a reference to the member of the same name. The
 // key is spelled once: the YAML path is the member path.
-#define ANCHOR_KEY(path) #path, +[](Config& c) -> decltype((c.path)) { return c.path; }
+#define ANCHOR_KEY(path) #path, +[](Config & c) -> decltype((c.path)) { return c.path; }
 
 std::string check_run_name(const std::string& s) {
   static const std::regex kName("[A-Za-z0-9_][A-Za-z0-9._-]{0,63}");
   // Length first: libstdc++'s regex recurses per character (found by fuzz_config).
   if (s.size() <= 64 && std::regex_match(s, kName)) return "";
-  return "'" + s + "' is not a usable run name: expected 1-64 characters of A-Z a-z 0-9 . _ - "
+  return "'" + s +
+         "' is not a usable run name: expected 1-64 characters of A-Z a-z 0-9 . _ - "
          "not starting with '.' or '-' (it becomes part of a directory name)";
 }
 
-std::string check_non_empty(const std::string& s) {
-  return s.empty() ? "must not be empty" : "";
-}
+std::string check_non_empty(const std::string& s) { return s.empty() ? "must not be empty" : ""; }
 
 std::string check_device(const std::string& s) {
   if (s == "cpu" || s == "cuda" || s == "rocm" || s == "auto") return "";
@@ -42,14 +41,15 @@ std::string check_container_digest(const std::string& s) {
   if (s.empty()) return "";
   const std::string prefix = "sha256:";
   if (s.compare(0, prefix.size(), prefix) != 0)
-    return "'" + s + "' is not an image digest: expected 'sha256:' followed by 64 lowercase "
+    return "'" + s +
+           "' is not an image digest: expected 'sha256:' followed by 64 lowercase "
            "hex characters (as `docker inspect --format '{{.Id}}'` prints), or empty";
   std::string hex = s.substr(prefix.size());
   if (is_sha256_hex(hex)) return "";
   if (hex.size() != 64)
-    return "'" + s + "' has " + std::to_string(hex.size()) +
-           " hex characters after 'sha256:', expected 64";
-  return "'" + s + "' is not an image digest: the 64 characters after 'sha256:' must be "
+    return "'" + s + "' has " + std::to_string(hex.size()) + " hex characters after 'sha256:', expected 64";
+  return "'" + s +
+         "' is not an image digest: the 64 characters after 'sha256:' must be "
          "lowercase hex (0-9a-f)";
 }
 
@@ -261,8 +261,7 @@ std::string describe(const YAML::Node& n) {
     case YAML::NodeType::Null: return "nothing (null)";
     case YAML::NodeType::Sequence: return "a list";
     case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar:
-      return (n.Tag() == "!" ? "the quoted string " : "") + quote(n.Scalar());
+    case YAML::NodeType::Scalar: return (n.Tag() == "!" ? "the quoted string " : "") + quote(n.Scalar());
     default: return "an undefined value";
   }
 }
@@ -350,8 +349,7 @@ std::string check_string(const Field& f, const std::string& s) {
   // Before anything quotes the value into a message: it would carry the NUL along.
   if (auto e = nul_problem(s); !e.empty()) return "the value " + e;
   if (auto e = utf8_problem(s); !e.empty()) return "the value " + e;
-  if (!f.allowed.empty() &&
-      std::find(f.allowed.begin(), f.allowed.end(), s) == f.allowed.end()) {
+  if (!f.allowed.empty() && std::find(f.allowed.begin(), f.allowed.end(), s) == f.allowed.end()) {
     std::string msg = quote(s) + " is not allowed; allowed: ";
     for (std::size_t i = 0; i < f.allowed.size(); ++i) msg += (i ? ", " : "") + f.allowed[i];
     return msg;
@@ -474,8 +472,8 @@ std::string type_name(Type t) {
 std::string constraint_text(const Field& f) {
   std::string out;
   if (f.lo && f.hi) {
-    out = (f.lo->inclusive ? ">= " : "> ") + num_text(f.lo->value) + " and " +
-          (f.hi->inclusive ? "<= " : "< ") + num_text(f.hi->value);
+    out = (f.lo->inclusive ? ">= " : "> ") + num_text(f.lo->value) + " and " + (f.hi->inclusive ? "<= " : "< ") +
+          num_text(f.hi->value);
   } else if (f.lo) {
     out = (f.lo->inclusive ? ">= " : "> ") + num_text(f.lo->value);
   } else if (f.hi) {
@@ -503,8 +501,7 @@ std::string default_text(const Field& f) {
 
 std::string assign(const Field& f, Config& c, const YAML::Node& value, YAML::Mark* where) {
   if (value.IsNull())
-    return "missing value: " + expected(f.type()) + " (remove the key to use the default " +
-           default_text(f) + ")";
+    return "missing value: " + expected(f.type()) + " (remove the key to use the default " + default_text(f) + ")";
   if (f.type() == Type::kStringList) {
     auto& dst = std::get<Ref<std::vector<std::string>>>(f.ref)(c);
     if (!value.IsSequence()) return expected(f.type()) + ", got " + describe(value);
@@ -594,9 +591,8 @@ std::string markdown_row(const Field& f) {
   if (f.path == PathKind::kCwdRelative) meaning += " Relative to the current directory.";
   std::string allowed = constraint_text(f);
   if (allowed.empty()) allowed = "any";
-  return "| `" + f.key + "` | " + type + " | " +
-         (f.required ? std::string("required") : "`" + default_text(f) + "`") + " | " +
-         allowed + " | " + meaning + " | " + f.used_by + " |";
+  return "| `" + f.key + "` | " + type + " | " + (f.required ? std::string("required") : "`" + default_text(f) + "`") +
+         " | " + allowed + " | " + meaning + " | " + f.used_by + " |";
 }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {

@@ -23,8 +23,8 @@ template <class T>
 using Ref = T& (*)(Config&);
 
 // The order of the alternatives is the order of Type.
-using AnyRef = std::variant<Ref<bool>, Ref<int>, Ref<std::int64_t>, Ref<std::uint64_t>,
-                            Ref<double>, Ref<std::string>, Ref<std::vector<std::string>>>;
+using AnyRef = std::variant<Ref<bool>, Ref<int>, Ref<std::int64_t>, Ref<std::uint64_t>, Ref<double>, Ref<std::string>,
+                            Ref<std::vector<std::string>>>;
 enum class Type { kBool, kInt, kInt64, kUInt64, kDouble, kString, kStringList };
 
 // How a path-valued key is resolved.
@@ -47,31 +47,62 @@ struct Field {
   Field(const char* key, T& (*ref)(Config&), const char* doc, const char* used_by)
       : key(key), ref(ref), doc(doc), used_by(used_by) {}
 
-  std::string key;      // dotted path, e.g. "train.optimizer.lr"
+  std::string key;  // dotted path, e.g. "train.optimizer.lr"
   AnyRef ref;
   std::string doc;      // meaning, for docs/config.md (no '|')
   std::string used_by;  // which feature/issue reads it
   std::optional<Bound> lo, hi;
   std::vector<std::string> allowed;  // enum values; empty = any
   StringCheck check = nullptr;
-  std::string check_doc;             // what `check` accepts, for docs and messages
-  std::string why;                   // the reason behind a bound, appended to its message
+  std::string check_doc;  // what `check` accepts, for docs and messages
+  std::string why;        // the reason behind a bound, appended to its message
   bool required = false;
   PathKind path = PathKind::kNone;
 
   Type type() const { return static_cast<Type>(ref.index()); }
 
   // Fluent setters used to build the table.
-  Field& at_least(double v) { lo = Bound{v, true}; return *this; }
-  Field& above(double v) { lo = Bound{v, false}; return *this; }
-  Field& at_most(double v) { hi = Bound{v, true}; return *this; }
-  Field& below(double v) { hi = Bound{v, false}; return *this; }
-  Field& one_of(std::vector<std::string> v) { allowed = std::move(v); return *this; }
-  Field& checked(StringCheck f, const char* d) { check = f; check_doc = d; return *this; }
-  Field& because(const char* w) { why = w; return *this; }
-  Field& is_required() { required = true; return *this; }
-  Field& config_relative() { path = PathKind::kConfigRelative; return *this; }
-  Field& cwd_relative() { path = PathKind::kCwdRelative; return *this; }
+  Field& at_least(double v) {
+    lo = Bound{v, true};
+    return *this;
+  }
+  Field& above(double v) {
+    lo = Bound{v, false};
+    return *this;
+  }
+  Field& at_most(double v) {
+    hi = Bound{v, true};
+    return *this;
+  }
+  Field& below(double v) {
+    hi = Bound{v, false};
+    return *this;
+  }
+  Field& one_of(std::vector<std::string> v) {
+    allowed = std::move(v);
+    return *this;
+  }
+  Field& checked(StringCheck f, const char* d) {
+    check = f;
+    check_doc = d;
+    return *this;
+  }
+  Field& because(const char* w) {
+    why = w;
+    return *this;
+  }
+  Field& is_required() {
+    required = true;
+    return *this;
+  }
+  Field& config_relative() {
+    path = PathKind::kConfigRelative;
+    return *this;
+  }
+  Field& cwd_relative() {
+    path = PathKind::kCwdRelative;
+    return *this;
+  }
 };
 
 // Every key, grouped so that each section's keys are contiguous (to_yaml
@@ -83,7 +114,7 @@ bool is_section(const std::string& dotted);
 // Direct child names of a section ("" is the top level), in table order.
 std::vector<std::string> children(const std::string& section);
 
-std::string type_name(Type t);        // "integer", "list of strings", ...
+std::string type_name(Type t);                // "integer", "list of strings", ...
 std::string constraint_text(const Field& f);  // "≥ 1", "one of: a, b", "" when none
 nlohmann::json get_json(const Field& f, const Config& c);
 // The default as docs show it (JSON text: 64, "runs", [], true).

@@ -43,16 +43,16 @@ std::shared_ptr<const Shard> Shard::open(const std::string& path, Format format,
   std::shared_ptr<Shard> s(new Shard());
   s->path_ = path;
   if (format == Format::kText && vocab_size < 256)
-    throw shard_error(path, "text is read as bytes and needs model.vocab_size >= 256 (found " +
-                                std::to_string(vocab_size) + ")");
+    throw shard_error(
+        path, "text is read as bytes and needs model.vocab_size >= 256 (found " + std::to_string(vocab_size) + ")");
   struct stat st {};
   // A FIFO or device named as a shard is refused here instead of blocking
   // the open (or reading forever); one descriptor for the check and the map.
   fs::UniqueFd file = fs::open_regular(path, &st, {"data shard", ErrorKind::kConfig, {}});
   const auto file_size = static_cast<std::size_t>(st.st_size);
   if (format == Format::kLlmc && file_size < kLlmcHeaderBytes) {
-    throw shard_error(path, "file is " + std::to_string(file_size) +
-                                " bytes, shorter than the 1024-byte llm.c header (short file)");
+    throw shard_error(
+        path, "file is " + std::to_string(file_size) + " bytes, shorter than the 1024-byte llm.c header (short file)");
   }
   if (file_size == 0) return s;  // empty text: no windows (mmap refuses length 0)
   void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, file.get(), 0);
@@ -74,8 +74,8 @@ std::shared_ptr<const Shard> Shard::open(const std::string& path, Format format,
   std::int32_t header[256];
   std::memcpy(header, map, sizeof header);
   if (header[0] != kLlmcMagic)
-    throw shard_error(path, "bad magic " + std::to_string(header[0]) + " (expected " +
-                                std::to_string(kLlmcMagic) + ")");
+    throw shard_error(path,
+                      "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(kLlmcMagic) + ")");
   if (header[1] != kLlmcVersion)
     throw shard_error(path, "unsupported version " + std::to_string(header[1]) + " (expected 1)");
   if (header[2] < 0) throw shard_error(path, "negative token count " + std::to_string(header[2]));
@@ -88,9 +88,8 @@ std::shared_ptr<const Shard> Shard::open(const std::string& path, Format format,
   s->n_tokens_ = n;
   for (std::size_t i = 0; i < n; ++i) {
     if (s->tokens_[i] >= vocab_size)
-      throw shard_error(path, "token " + std::to_string(s->tokens_[i]) + " at index " +
-                                  std::to_string(i) + " is >= model.vocab_size " +
-                                  std::to_string(vocab_size));
+      throw shard_error(path, "token " + std::to_string(s->tokens_[i]) + " at index " + std::to_string(i) +
+                                  " is >= model.vocab_size " + std::to_string(vocab_size));
   }
   random_access();
   return s;
@@ -131,8 +130,8 @@ WindowSet::WindowSet(std::vector<std::shared_ptr<const Shard>> shards, int seq_l
 }
 
 void WindowSet::copy_window(std::size_t i, std::uint16_t* out) const {
-  if (i >= size()) throw std::out_of_range("WindowSet::copy_window: window " + std::to_string(i) + " of " +
-                                           std::to_string(size()));
+  if (i >= size())
+    throw std::out_of_range("WindowSet::copy_window: window " + std::to_string(i) + " of " + std::to_string(size()));
   const std::size_t g = begin_ + i;
   // The last shard whose first window is <= g (shards without windows share their successor's first_).
   const auto s = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end() - 1, g) - first_.begin()) - 1;
@@ -174,15 +173,14 @@ const std::vector<std::uint32_t>& Sampler::permutation(std::uint64_t epoch) cons
 
 std::size_t Sampler::window(std::uint64_t g) const { return permutation(g / n_)[g % n_]; }
 
-std::uint64_t global_sample_index(std::int64_t step, int micro, int rank, int b, int micro_batch,
-                                  int grad_accum, int world_size) {
-  const auto global_batch =
-      static_cast<std::uint64_t>(micro_batch) * static_cast<std::uint64_t>(grad_accum) *
-      static_cast<std::uint64_t>(world_size);
-  const auto within = (static_cast<std::uint64_t>(micro) * static_cast<std::uint64_t>(world_size) +
-                       static_cast<std::uint64_t>(rank)) *
-                          static_cast<std::uint64_t>(micro_batch) +
-                      static_cast<std::uint64_t>(b);
+std::uint64_t global_sample_index(std::int64_t step, int micro, int rank, int b, int micro_batch, int grad_accum,
+                                  int world_size) {
+  const auto global_batch = static_cast<std::uint64_t>(micro_batch) * static_cast<std::uint64_t>(grad_accum) *
+                            static_cast<std::uint64_t>(world_size);
+  const auto within =
+      (static_cast<std::uint64_t>(micro) * static_cast<std::uint64_t>(world_size) + static_cast<std::uint64_t>(rank)) *
+          static_cast<std::uint64_t>(micro_batch) +
+      static_cast<std::uint64_t>(b);
   return static_cast<std::uint64_t>(step) * global_batch + within;
 }
 
@@ -197,16 +195,15 @@ Dataset::Dataset(const DataSpec& spec) {
     auto n_val = static_cast<std::size_t>(static_cast<double>(all.size()) * spec.val_fraction + 0.5);
     if (n_val == 0 || n_val >= all.size())
       throw Error(ErrorKind::kConfig,
-                  "data.val_fraction " + std::to_string(spec.val_fraction) + " of " +
-                      std::to_string(all.size()) + " windows leaves no train or no validation data",
+                  "data.val_fraction " + std::to_string(spec.val_fraction) + " of " + std::to_string(all.size()) +
+                      " windows leaves no train or no validation data",
                   "give data.val files, or more data, or another val_fraction");
     train_ = all.slice(0, all.size() - n_val);
     val_ = all.slice(all.size() - n_val, all.size());
   } else {
     train_ = std::move(all);
     val_ = WindowSet(open_all(spec.val_files), spec.seq_len);
-    if (val_.size() == 0)
-      throw Error(ErrorKind::kConfig, "validation data is shorter than data.seq_len + 1 tokens");
+    if (val_.size() == 0) throw Error(ErrorKind::kConfig, "validation data is shorter than data.seq_len + 1 tokens");
   }
   sampler_ = std::make_unique<Sampler>(spec.seed, train_.size());
 }

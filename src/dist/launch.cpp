@@ -69,8 +69,10 @@ std::string LaunchEnv::describe() const {
   std::string s = "rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " (local " +
                   std::to_string(local_rank) + "/" + std::to_string(local_world_size) + ") via " +
                   launcher_name(launcher) + ", store " + master_addr + ":" + std::to_string(master_port);
-  if (agent_store) s += " (agent's, " + store_prefix() + ")";
-  else if (store_server()) s += " (hosted here)";
+  if (agent_store)
+    s += " (agent's, " + store_prefix() + ")";
+  else if (store_server())
+    s += " (hosted here)";
   return s;
 }
 
@@ -92,8 +94,8 @@ EnvLookup map_env(const std::map<std::string, std::string>& vars) {
 
 namespace {
 
-void check_world(LaunchEnv& e, const std::string& rank_v, const std::string& world_v,
-                 const std::string& local_rank_v, const std::string& local_world_v) {
+void check_world(LaunchEnv& e, const std::string& rank_v, const std::string& world_v, const std::string& local_rank_v,
+                 const std::string& local_world_v) {
   if (e.world_size < 1) bad(world_v + " is 0", "a world has at least one rank");
   if (e.rank >= e.world_size)
     bad(rank_v + "=" + std::to_string(e.rank) + " is not below " + world_v + "=" + std::to_string(e.world_size),
@@ -116,13 +118,17 @@ void read_master(LaunchEnv& e, const EnvLookup& env, const std::optional<std::st
                  const std::optional<int>& fallback_port, const std::string& who) {
   auto addr = env("MASTER_ADDR");
   auto port = env("MASTER_PORT");
-  if (addr && !addr->empty()) e.master_addr = *addr;
-  else if (fallback_addr && !fallback_addr->empty()) e.master_addr = *fallback_addr;
+  if (addr && !addr->empty())
+    e.master_addr = *addr;
+  else if (fallback_addr && !fallback_addr->empty())
+    e.master_addr = *fallback_addr;
   else if (e.distributed())
     bad(who + " gives a world of " + std::to_string(e.world_size) + " ranks but no MASTER_ADDR",
         "export MASTER_ADDR (the host of rank 0) for every rank");
-  if (port) e.master_port = parse_int("MASTER_PORT", *port);
-  else if (fallback_port) e.master_port = *fallback_port;
+  if (port)
+    e.master_port = parse_int("MASTER_PORT", *port);
+  else if (fallback_port)
+    e.master_port = *fallback_port;
   else if (e.distributed())
     bad(who + " gives a world of " + std::to_string(e.world_size) + " ranks but no MASTER_PORT",
         "export MASTER_PORT (a free TCP port on rank 0's host) for every rank");
@@ -157,9 +163,12 @@ LaunchEnv detect_launch(const EnvLookup& env) {
     check_world(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
     read_master(e, env, std::nullopt, std::nullopt, "torchrun's environment");
     if (auto a = env("TORCHELASTIC_USE_AGENT_STORE")) {
-      if (*a == "True" || *a == "true" || *a == "1") e.agent_store = true;
-      else if (*a == "False" || *a == "false" || *a == "0" || a->empty()) e.agent_store = false;
-      else bad("TORCHELASTIC_USE_AGENT_STORE='" + *a + "' is neither True nor False", "fix the launcher's environment");
+      if (*a == "True" || *a == "true" || *a == "1")
+        e.agent_store = true;
+      else if (*a == "False" || *a == "false" || *a == "0" || a->empty())
+        e.agent_store = false;
+      else
+        bad("TORCHELASTIC_USE_AGENT_STORE='" + *a + "' is neither True nor False", "fix the launcher's environment");
     }
     if (auto r = env("TORCHELASTIC_RESTART_COUNT")) e.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", *r);
     return e;
@@ -179,11 +188,15 @@ LaunchEnv detect_launch(const EnvLookup& env) {
       bad("SLURM_PROCID/SLURM_NTASKS give " + std::to_string(e.world_size) + " tasks but SLURM_LOCALID is unset",
           "run under srun, which sets SLURM_LOCALID");
     e.local_rank = localid ? parse_int("SLURM_LOCALID", *localid) : 0;
-    if (auto per = env("SLURM_NTASKS_PER_NODE")) e.local_world_size = parse_slurm_count("SLURM_NTASKS_PER_NODE", *per);
-    else if (auto tpn = env("SLURM_TASKS_PER_NODE")) e.local_world_size = parse_slurm_count("SLURM_TASKS_PER_NODE", *tpn);
+    if (auto per = env("SLURM_NTASKS_PER_NODE"))
+      e.local_world_size = parse_slurm_count("SLURM_NTASKS_PER_NODE", *per);
+    else if (auto tpn = env("SLURM_TASKS_PER_NODE"))
+      e.local_world_size = parse_slurm_count("SLURM_TASKS_PER_NODE", *tpn);
     else if (e.world_size > 1)
-      bad("Slurm gives " + std::to_string(e.world_size) + " tasks but neither SLURM_NTASKS_PER_NODE nor "
-          "SLURM_TASKS_PER_NODE", "run under srun, or pass --ntasks-per-node");
+      bad("Slurm gives " + std::to_string(e.world_size) +
+              " tasks but neither SLURM_NTASKS_PER_NODE nor "
+              "SLURM_TASKS_PER_NODE",
+          "run under srun, or pass --ntasks-per-node");
     check_world(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
     // The store port: MASTER_PORT, else one derived from the job id so that two
     // jobs sharing a node do not collide, in 20000..29999: below Linux's
@@ -334,13 +347,14 @@ DistFault dist_fault(const EnvLookup& env) {
   const auto items = faults::parse("ANCHOR_DIST_FAULT", *v);
   if (items.empty()) return f;
   const auto& item = items.front();
-  f.point = item.point == "sigkill"      ? DistFault::Point::kStep
+  f.point = item.point == "sigkill"        ? DistFault::Point::kStep
             : item.point == "sigkill_save" ? DistFault::Point::kSave
                                            : DistFault::Point::kRendezvous;
   if (item.args[0] > std::numeric_limits<int>::max())
-    throw Error(ErrorKind::kUsage, "ANCHOR_DIST_FAULT='" + printable(*v) + "': rank " + std::to_string(item.args[0]) +
-                                       " is past any world size",
-                "name a rank of the worker");
+    throw Error(
+        ErrorKind::kUsage,
+        "ANCHOR_DIST_FAULT='" + printable(*v) + "': rank " + std::to_string(item.args[0]) + " is past any world size",
+        "name a rank of the worker");
   f.rank = static_cast<int>(item.args[0]);
   f.step = item.args.size() > 1 ? item.args[1] : -1;
   return f;

@@ -101,9 +101,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeo
     return base;
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kRuntime,
-                "rendezvous: " + env.describe() + ": cannot " +
-                    (env.store_server() ? "host" : "reach") + " the store at " + where + " within " +
-                    std::to_string(timeout_s) + " s: " + compat::message_of(e),
+                "rendezvous: " + env.describe() + ": cannot " + (env.store_server() ? "host" : "reach") +
+                    " the store at " + where + " within " + std::to_string(timeout_s) + " s: " + compat::message_of(e),
                 env.store_server() ? "is MASTER_PORT already in use (a static torchrun rendezvous hosts it: "
                                      "TORCHELASTIC_USE_AGENT_STORE=True)?"
                                    : "is rank 0 running and MASTER_ADDR/MASTER_PORT the same for every rank?");
@@ -135,7 +134,8 @@ std::string Store::wait_get(const std::string& k, const std::string& who_hosts) 
     try {
       there = impl_->store->check({k});
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::kRuntime, "store: " + who_hosts + " is gone (waiting for '" + k + "'): " + compat::message_of(e),
+      throw Error(ErrorKind::kRuntime,
+                  "store: " + who_hosts + " is gone (waiting for '" + k + "'): " + compat::message_of(e),
                   "look at that process's output");
     }
     if (there) {
@@ -228,8 +228,9 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, double timeout_s, const std::st
   impl_->timeout_s = timeout_s;
   impl_->backend = backend;
   if (backend != "gloo" && !(backend == "nccl" && nccl_available()))
-    throw Error(ErrorKind::kConfig, "distributed: backend '" + backend + "' is not available in this build (LibTorch " +
-                                        TORCH_VERSION + "; gloo" + (nccl_available() ? ", nccl" : "") + ")",
+    throw Error(ErrorKind::kConfig,
+                "distributed: backend '" + backend + "' is not available in this build (LibTorch " + TORCH_VERSION +
+                    "; gloo" + (nccl_available() ? ", nccl" : "") + ")",
                 "use distributed.backend: auto or gloo");
   const auto t0 = Clock::now();
   c10::intrusive_ptr<c10d::Store> base = connect_store(env, timeout_s);
@@ -276,19 +277,17 @@ void ProcessGroup::fail(const std::string& what, const std::string& cause) {
       return s;
     };
     if (!silent.empty())
-      diagnosis = std::string(silent.size() == 1 ? "rank " : "ranks ") + list(silent) +
-                  " did not answer (dead or hung)";
+      diagnosis =
+          std::string(silent.size() == 1 ? "rank " : "ranks ") + list(silent) + " did not answer (dead or hung)";
     else
       diagnosis = "every other rank (" + list(reported) + ") reported the failure too";
   } catch (const std::exception&) {
-    diagnosis = impl_->env.agent_store
-                    ? "the torchrun agent's store is unreachable"
-                    : "rank 0 (the store's host) did not answer (dead or hung)";
+    diagnosis = impl_->env.agent_store ? "the torchrun agent's store is unreachable"
+                                       : "rank 0 (the store's host) did not answer (dead or hung)";
   }
   throw Error(ErrorKind::kRuntime,
-              "distributed: " + what + " failed on rank " + std::to_string(me) + "/" + std::to_string(size()) +
-                  ": " + diagnosis + " (timeout " + std::to_string(static_cast<int>(impl_->timeout_s)) +
-                  " s): " + cause,
+              "distributed: " + what + " failed on rank " + std::to_string(me) + "/" + std::to_string(size()) + ": " +
+                  diagnosis + " (timeout " + std::to_string(static_cast<int>(impl_->timeout_s)) + " s): " + cause,
               "look at that rank's log; every rank stops rather than hang");
 }
 
@@ -380,8 +379,8 @@ std::vector<std::string> ProcessGroup::exchange(const std::string& k, const std:
   return out;
 }
 
-GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Tensor>& params,
-                                  std::int64_t bucket_bytes, std::int64_t step) {
+GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Tensor>& params, std::int64_t bucket_bytes,
+                                  std::int64_t step) {
   GradSyncStats st;
   const auto t0 = Clock::now();
   torch::NoGradGuard no_grad;
@@ -406,8 +405,8 @@ GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Ten
     std::vector<torch::Tensor> flat;
     for (std::size_t k = i; k < j; ++k) flat.push_back(grads[k].reshape({-1}));
     auto bucket = torch::cat(flat);
-    pg.allreduce_sum(bucket, "gradient all-reduce (bucket " + std::to_string(st.buckets) + ", step " +
-                                 std::to_string(step) + ")");
+    pg.allreduce_sum(
+        bucket, "gradient all-reduce (bucket " + std::to_string(st.buckets) + ", step " + std::to_string(step) + ")");
     bucket.mul_(inv);
     std::int64_t off = 0;
     for (std::size_t k = i; k < j; ++k) {

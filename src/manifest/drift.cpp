@@ -70,8 +70,8 @@ std::map<std::string, const json*> index_by(const json* arr, const char* key) {
 }
 
 // Per-file comparison of two file lists keyed by `key`; returns rows added.
-std::size_t cmp_files(std::vector<Drift>& out, const std::string& prefix, const json* a,
-                      const json* b, const char* key) {
+std::size_t cmp_files(std::vector<Drift>& out, const std::string& prefix, const json* a, const json* b,
+                      const char* key) {
   auto ia = index_by(a, key);
   auto ib = index_by(b, key);
   std::set<std::string> names;
@@ -82,8 +82,10 @@ std::size_t cmp_files(std::vector<Drift>& out, const std::string& prefix, const 
     auto fa = ia.find(name);
     auto fb = ib.find(name);
     std::string what = prefix + " " + name;
-    if (fb == ib.end()) out.push_back({what, short_file(*fa->second), "(removed)"});
-    else if (fa == ia.end()) out.push_back({what, "(added)", short_file(*fb->second)});
+    if (fb == ib.end())
+      out.push_back({what, short_file(*fa->second), "(removed)"});
+    else if (fa == ia.end())
+      out.push_back({what, "(added)", short_file(*fb->second)});
     else if (!same_content(*fa->second, *fb->second))
       out.push_back({what, short_file(*fa->second), short_file(*fb->second)});
   }
@@ -109,8 +111,7 @@ std::string basename_of(const std::string& p) {
 // about the run's inputs. A changed digest of one loaded on both sides still counts.
 bool on_demand_library(const std::string& path) {
   std::string base = basename_of(path);
-  for (const char* prefix : {"libnss_", "libnsl", "libresolv", "libcuda.so", "libnvidia-",
-                             "libnvidia-ml.so"})
+  for (const char* prefix : {"libnss_", "libnsl", "libresolv", "libcuda.so", "libnvidia-", "libnvidia-ml.so"})
     if (base.rfind(prefix, 0) == 0) return true;
   return path.find("/gconv/") != std::string::npos;
 }
@@ -125,10 +126,8 @@ std::vector<Drift> compare(const json& o, const json& n) {
   // when no shard explains the difference.
   for (const char* split : {"train", "val"}) {
     std::string prefix = std::string("data.") + split;
-    std::size_t rows = cmp_files(out, prefix, at(o, {"data", split, "files"}),
-                                 at(n, {"data", split, "files"}), "path");
-    if (rows == 0) cmp(out, prefix + " set digest", at(o, {"data", split, "digest"}),
-                       at(n, {"data", split, "digest"}));
+    std::size_t rows = cmp_files(out, prefix, at(o, {"data", split, "files"}), at(n, {"data", split, "files"}), "path");
+    if (rows == 0) cmp(out, prefix + " set digest", at(o, {"data", split, "digest"}), at(n, {"data", split, "digest"}));
   }
 
   // Model: source and each file by role (weights, torchscript).
@@ -152,8 +151,7 @@ std::vector<Drift> compare(const json& o, const json& n) {
       for (const auto& k : keys) {
         auto ia = fa.find(k);
         auto ib = fb.find(k);
-        cmp(out, "config " + k, ia == fa.end() ? nullptr : &ia->second,
-            ib == fb.end() ? nullptr : &ib->second);
+        cmp(out, "config " + k, ia == fa.end() ? nullptr : &ia->second, ib == fb.end() ? nullptr : &ib->second);
       }
     }
   }
@@ -164,15 +162,14 @@ std::vector<Drift> compare(const json& o, const json& n) {
     for (const json* s : {at(o, {"seeds"}), at(n, {"seeds"})})
       if (s && s->is_object())
         for (const auto& [k, _] : s->items()) keys.insert(k);
-    for (const auto& k : keys)
-      cmp(out, "seeds." + k, at(o, {"seeds", k.c_str()}), at(n, {"seeds", k.c_str()}));
+    for (const auto& k : keys) cmp(out, "seeds." + k, at(o, {"seeds", k.c_str()}), at(n, {"seeds", k.c_str()}));
   }
 
   // Dependency versions.
   for (const char* k : {"version", "git_commit", "git_dirty", "build_type"})
     cmp_path(out, std::string("dependencies.anchor.") + k, o, n, {"dependencies", "anchor", k});
-  for (const char* k : {"libtorch", "cuda_runtime", "cuda_driver", "cudnn", "nccl", "hip_runtime",
-                        "miopen", "compiler", "glibc"})
+  for (const char* k :
+       {"libtorch", "cuda_runtime", "cuda_driver", "cudnn", "nccl", "hip_runtime", "miopen", "compiler", "glibc"})
     cmp_path(out, std::string("dependencies.") + k, o, n, {"dependencies", k});
   for (const char* k : {"pretty_name", "sysname", "release", "machine"})
     cmp_path(out, std::string("dependencies.os.") + k, o, n, {"dependencies", "os", k});
@@ -207,7 +204,8 @@ std::vector<Drift> compare(const json& o, const json& n) {
     {
       const json* a = at(o, {"program", "interpreter"});
       const json* b = at(n, {"program", "interpreter"});
-      if (!(a && b && same_content(*a, *b))) out.push_back({"program interpreter", a ? short_file(*a) : "(absent)", b ? short_file(*b) : "(absent)"});
+      if (!(a && b && same_content(*a, *b)))
+        out.push_back({"program interpreter", a ? short_file(*a) : "(absent)", b ? short_file(*b) : "(absent)"});
     }
     auto dists = [](const json* arr) {
       std::map<std::string, const json*> m;
@@ -236,8 +234,10 @@ std::vector<Drift> compare(const json& o, const json& n) {
       auto fa = da2.find(name);
       auto fb = db2.find(name);
       const std::string what = "python package " + name;
-      if (fb == db2.end()) out.push_back({what, show_dist(*fa->second), "(removed)"});
-      else if (fa == da2.end()) out.push_back({what, "(added)", show_dist(*fb->second)});
+      if (fb == db2.end())
+        out.push_back({what, show_dist(*fa->second), "(removed)"});
+      else if (fa == da2.end())
+        out.push_back({what, "(added)", show_dist(*fb->second)});
       else if (show_dist(*fa->second) != show_dist(*fb->second))
         out.push_back({what, show_dist(*fa->second), show_dist(*fb->second)});
     }
@@ -261,8 +261,7 @@ std::vector<Drift> compare(const json& o, const json& n) {
     std::size_t na = a && a->is_array() ? a->size() : 0;
     std::size_t nb = b && b->is_array() ? b->size() : 0;
     for (std::size_t i = 0; i < std::max(na, nb); ++i)
-      cmp(out, "device.devices[" + std::to_string(i) + "]", i < na ? &(*a)[i] : nullptr,
-          i < nb ? &(*b)[i] : nullptr);
+      cmp(out, "device.devices[" + std::to_string(i) + "]", i < na ? &(*a)[i] : nullptr, i < nb ? &(*b)[i] : nullptr);
   }
   for (const char* k : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
     cmp_path(out, std::string("device.visible_devices.") + k, o, n, {"device", "visible_devices", k});

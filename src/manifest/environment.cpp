@@ -40,8 +40,7 @@ bool is_shared_object(const std::string& path) {
   auto slash = path.rfind('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   auto pos = base.find(".so");
-  return pos != std::string::npos &&
-         (pos + 3 == base.size() || base[pos + 3] == '.');  // libx.so or libx.so.1.2
+  return pos != std::string::npos && (pos + 3 == base.size() || base[pos + 3] == '.');  // libx.so or libx.so.1.2
 }
 
 std::string exe_path_of(const std::string& proc_dir) {
@@ -53,9 +52,7 @@ std::string exe_path_of(const std::string& proc_dir) {
 }
 
 // "12.4" from CUDA's 12040-style integers.
-std::string cuda_style_version(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
+std::string cuda_style_version(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
 template <typename Fn>
 Fn loaded_symbol(const char* name) {
@@ -86,8 +83,7 @@ std::vector<LoadedLibrary> loaded_shared_libraries(int pid) {
     if (path.empty() || path[0] != '/') continue;
     bool deleted = false;
     const std::string kDeleted = " (deleted)";
-    if (path.size() > kDeleted.size() &&
-        path.compare(path.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
+    if (path.size() > kDeleted.size() && path.compare(path.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
       deleted = true;
       path.resize(path.size() - kDeleted.size());
     }
@@ -100,8 +96,7 @@ std::vector<LoadedLibrary> loaded_shared_libraries(int pid) {
   std::vector<LoadedLibrary> out;
   for (auto& [path, lib] : libs) {
     struct stat st {};
-    if (!lib.deleted && ::stat(path.c_str(), &st) == 0 &&
-        static_cast<std::uint64_t>(st.st_ino) != mapped_inode[path])
+    if (!lib.deleted && ::stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_ino) != mapped_inode[path])
       lib.replaced_since_load = true;
     out.push_back(lib);
   }
@@ -112,7 +107,7 @@ namespace {
 
 // The search path dlinfo reports for one handle, added to `out`.
 void add_search_dirs(void* handle, std::set<std::string>& out) {
-  Dl_serinfo size {};
+  Dl_serinfo size{};
   if (::dlinfo(handle, RTLD_DI_SERINFOSIZE, &size) != 0 || size.dls_size < sizeof(Dl_serinfo)) return;
   std::vector<std::max_align_t> buf(size.dls_size / sizeof(std::max_align_t) + 1);
   auto* info = reinterpret_cast<Dl_serinfo*>(buf.data());
@@ -181,8 +176,7 @@ nlohmann::json runtime_versions() {
   // GPU runtimes: ask the libraries this process has loaded, if any. A CPU
   // LibTorch loads none of them, so these read "none" there.
   using IntGetter = int (*)(int*);
-  std::string cuda_rt = "none", cuda_drv = "none", cudnn = "none", nccl = "none", hip = "none",
-              miopen = "none";
+  std::string cuda_rt = "none", cuda_drv = "none", cudnn = "none", nccl = "none", hip = "none", miopen = "none";
   int v = 0;
   if (auto f = loaded_symbol<IntGetter>("cudaRuntimeGetVersion"); f && f(&v) == 0 && v > 0)
     cuda_rt = cuda_style_version(v);
@@ -191,18 +185,15 @@ nlohmann::json runtime_versions() {
   if (auto f = loaded_symbol<std::size_t (*)()>("cudnnGetVersion"); f) {
     std::size_t c = f();
     if (c >= 10000)  // cuDNN >= 9: major*10000 + minor*100 + patch
-      cudnn = std::to_string(c / 10000) + "." + std::to_string((c % 10000) / 100) + "." +
-              std::to_string(c % 100);
+      cudnn = std::to_string(c / 10000) + "." + std::to_string((c % 10000) / 100) + "." + std::to_string(c % 100);
     else if (c > 0)  // cuDNN 8: major*1000 + minor*100 + patch
-      cudnn = std::to_string(c / 1000) + "." + std::to_string((c % 1000) / 100) + "." +
-              std::to_string(c % 100);
+      cudnn = std::to_string(c / 1000) + "." + std::to_string((c % 1000) / 100) + "." + std::to_string(c % 100);
   }
   if (auto f = loaded_symbol<IntGetter>("ncclGetVersion"); f && f(&v) == 0 && v > 0) {
     // NCCL >= 2.9: major*10000 + minor*100 + patch; older: major*1000 + minor*100 + patch.
-    nccl = v >= 10000 ? std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." +
-                            std::to_string(v % 100)
-                      : std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 100) + "." +
-                            std::to_string(v % 100);
+    nccl = v >= 10000
+               ? std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100)
+               : std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 100) + "." + std::to_string(v % 100);
   }
   if (auto f = loaded_symbol<IntGetter>("hipRuntimeGetVersion"); f && f(&v) == 0 && v > 0)
     hip = std::to_string(v);  // HIP_VERSION encoding: major*10^7 + minor*10^5 + patch
@@ -229,8 +220,9 @@ std::string validate_container_digest(const std::string& value, const std::strin
   }
   if (!ok)
     throw Error(ErrorKind::kConfig,
-                source + ": '" + value + "' is not a container image digest: expected 'sha256:' "
-                "followed by 64 lowercase hex characters",
+                source + ": '" + value +
+                    "' is not a container image digest: expected 'sha256:' "
+                    "followed by 64 lowercase hex characters",
                 "take it from `docker inspect --format '{{index .RepoDigests 0}}' IMAGE` (the part "
                 "after '@'), or `skopeo inspect docker://IMAGE | jq -r .Digest`");
   return value;
@@ -327,10 +319,10 @@ nlohmann::json container_info(const std::string& config_digest, bool required, c
     if (!env_digest.empty()) {
       validate_container_digest(env_digest, "ANCHOR_CONTAINER_DIGEST");
       if (env_digest != config_digest)
-        throw Error(ErrorKind::kConfig,
-                    "container digest: container.digest is " + config_digest +
-                        " but ANCHOR_CONTAINER_DIGEST is " + env_digest,
-                    "the two must name the same image; unset one of them");
+        throw Error(
+            ErrorKind::kConfig,
+            "container digest: container.digest is " + config_digest + " but ANCHOR_CONTAINER_DIGEST is " + env_digest,
+            "the two must name the same image; unset one of them");
     }
   } else if (!env_digest.empty()) {
     digest = validate_container_digest(env_digest, "ANCHOR_CONTAINER_DIGEST");
@@ -359,9 +351,10 @@ nlohmann::json container_info(const std::string& config_digest, bool required, c
   j["required"] = required;
   j["containerised"] = containerised;
   j["evidence"] = evidence;
-  j["detected"] = detected.digest.empty()
-                      ? nlohmann::json(nullptr)
-                      : nlohmann::json{{"digest", detected.digest}, {"source", detected.source}, {"image", detected.image}};
+  j["detected"] =
+      detected.digest.empty()
+          ? nlohmann::json(nullptr)
+          : nlohmann::json{{"digest", detected.digest}, {"source", detected.source}, {"image", detected.image}};
   return j;
 }
 
@@ -428,8 +421,7 @@ nlohmann::json device_info(const std::string& configured_device) {
         int dev = 0;
         char buf[256] = {0};
         std::size_t bytes = 0;
-        if (get(&dev, i) != 0 || name(buf, sizeof buf - 1, dev) != 0 || mem(&bytes, dev) != 0)
-          continue;
+        if (get(&dev, i) != 0 || name(buf, sizeof buf - 1, dev) != 0 || mem(&bytes, dev) != 0) continue;
         devices.push_back({{"index", i}, {"name", std::string(buf)}, {"memory_total_bytes", bytes}});
       }
     }

@@ -37,7 +37,8 @@ std::string HashCache::default_file() {
     if (!home.empty()) dir = home + "/.cache/anchor";
   }
   if (dir.empty())
-    throw Error(ErrorKind::kConfig, "hash cache: no cache directory (ANCHOR_CACHE_DIR, XDG_CACHE_HOME and HOME are all unset)",
+    throw Error(ErrorKind::kConfig,
+                "hash cache: no cache directory (ANCHOR_CACHE_DIR, XDG_CACHE_HOME and HOME are all unset)",
                 "set ANCHOR_CACHE_DIR, or pass --no-cache");
   return dir + "/hash-cache.json";
 }
@@ -46,8 +47,8 @@ std::map<std::string, HashCache::Entry> HashCache::parse(const std::string& text
   std::map<std::string, Entry> out;
   *ok = false;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kCacheFormat ||
-      !j.contains("entries") || !j["entries"].is_object())
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kCacheFormat || !j.contains("entries") ||
+      !j["entries"].is_object())
     return out;
   for (const auto& [path, e] : j["entries"].items()) {
     if (!e.is_object()) return {};
@@ -57,12 +58,11 @@ std::map<std::string, HashCache::Entry> HashCache::parse(const std::string& text
     const auto& ino = e.find("inode");
     const auto& dev = e.find("dev");
     if (sha == e.end() || size == e.end() || mtime == e.end() || ino == e.end() || dev == e.end() ||
-        !sha->is_string() || !size->is_number_unsigned() || !mtime->is_number_integer() ||
-        !ino->is_number_unsigned() || !dev->is_number_unsigned() ||
-        !is_sha256_hex(sha->get<std::string>()))
+        !sha->is_string() || !size->is_number_unsigned() || !mtime->is_number_integer() || !ino->is_number_unsigned() ||
+        !dev->is_number_unsigned() || !is_sha256_hex(sha->get<std::string>()))
       return {};
-    out[path] = Entry{size->get<std::uint64_t>(), mtime->get<std::int64_t>(),
-                      ino->get<std::uint64_t>(), dev->get<std::uint64_t>(), sha->get<std::string>()};
+    out[path] = Entry{size->get<std::uint64_t>(), mtime->get<std::int64_t>(), ino->get<std::uint64_t>(),
+                      dev->get<std::uint64_t>(), sha->get<std::string>()};
   }
   *ok = true;
   return out;
@@ -94,8 +94,10 @@ HashCache::HashCache(std::string file) : file_(std::move(file)) {
   entries_ = parse(*text, &ok);
   if (!ok) {
     loaded_ok_ = false;
-    ANCHOR_LOG_WARN("pin", "hash cache {} is corrupt or not an anchor hash cache; ignoring it "
-                    "(it is rewritten on the next pin)", file_);
+    ANCHOR_LOG_WARN("pin",
+                    "hash cache {} is corrupt or not an anchor hash cache; ignoring it "
+                    "(it is rewritten on the next pin)",
+                    file_);
   }
 }
 
@@ -104,8 +106,7 @@ std::optional<std::string> HashCache::lookup(const FileKey& key) const {
   auto it = entries_.find(key.path);
   if (it == entries_.end()) return std::nullopt;
   const Entry& e = it->second;
-  if (e.size != key.size || e.mtime_ns != key.mtime_ns || e.inode != key.inode || e.dev != key.dev)
-    return std::nullopt;
+  if (e.size != key.size || e.mtime_ns != key.mtime_ns || e.inode != key.inode || e.dev != key.dev) return std::nullopt;
   return e.sha256;
 }
 
@@ -130,18 +131,15 @@ void HashCache::save() {
     merged = parse(*text, &ok);
   }
   for (const auto& [p, e] : entries_) merged.emplace(p, e);  // fill what the file lacks
-  for (const auto& [p, e] : dirty_) merged[p] = e;            // ours win
+  for (const auto& [p, e] : dirty_) merged[p] = e;           // ours win
   // Drop entries that can no longer hit (file gone or changed) so the cache
   // does not grow without bound.
   for (auto it = merged.begin(); it != merged.end();) {
     struct stat st {};
     const Entry& e = it->second;
-    bool live = ::stat(it->first.c_str(), &st) == 0 &&
-                static_cast<std::uint64_t>(st.st_size) == e.size &&
-                static_cast<std::uint64_t>(st.st_ino) == e.inode &&
-                static_cast<std::uint64_t>(st.st_dev) == e.dev &&
-                static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
-                    e.mtime_ns;
+    bool live = ::stat(it->first.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == e.size &&
+                static_cast<std::uint64_t>(st.st_ino) == e.inode && static_cast<std::uint64_t>(st.st_dev) == e.dev &&
+                static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec == e.mtime_ns;
     it = live ? std::next(it) : merged.erase(it);
   }
   nlohmann::json entries = nlohmann::json::object();
@@ -150,8 +148,7 @@ void HashCache::save() {
     // key as it is (and \xNN would not find the file again). Such a file is
     // hashed on every pin instead; everything else is cached as before.
     if (!is_valid_utf8(p)) continue;
-    entries[p] = {{"sha256", e.sha256}, {"size", e.size}, {"mtime_ns", e.mtime_ns},
-                  {"inode", e.inode}, {"dev", e.dev}};
+    entries[p] = {{"sha256", e.sha256}, {"size", e.size}, {"mtime_ns", e.mtime_ns}, {"inode", e.inode}, {"dev", e.dev}};
   }
   nlohmann::json j = {{"format", kCacheFormat}, {"entries", std::move(entries)}};
 

@@ -81,8 +81,10 @@ FileKey identify(const std::string& path, RealDirs* dirs = nullptr) {
   if ((!lstat_first || is_link || st.st_mode == 0) && ::stat(path.c_str(), &st) != 0) {
     int err = errno;
     std::string hint;
-    if (err == ELOOP) hint = "a symbolic link in the path points back at itself; fix the link";
-    else if (err == ENOENT) hint = "check the path (relative paths are resolved against the config file's directory)";
+    if (err == ELOOP)
+      hint = "a symbolic link in the path points back at itself; fix the link";
+    else if (err == ENOENT)
+      hint = "check the path (relative paths are resolved against the config file's directory)";
     throw io_error("stat", path, err, hint);
   }
   if (S_ISDIR(st.st_mode))
@@ -110,13 +112,11 @@ bool same_identity(const FileKey& a, const FileKey& b) {
   return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode && a.dev == b.dev;
 }
 
-
 // Prints "hashing 1.2 GiB / 3.4 GiB (35%)" on stderr after the first second,
 // only when stderr is a terminal; clears the line when done.
 class ProgressLine {
  public:
-  ProgressLine(bool enabled, std::uint64_t total, const std::atomic<std::uint64_t>& done)
-      : total_(total), done_(done) {
+  ProgressLine(bool enabled, std::uint64_t total, const std::atomic<std::uint64_t>& done) : total_(total), done_(done) {
     if (enabled && total > 0 && ::isatty(STDERR_FILENO)) thread_ = std::thread([this] { loop(); });
   }
   ~ProgressLine() { finish(); }
@@ -163,8 +163,7 @@ int default_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const HashOptions& opts,
-                                   HashStats* stats) {
+std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const HashOptions& opts, HashStats* stats) {
   auto t0 = std::chrono::steady_clock::now();
   HashStats st;
 
@@ -247,11 +246,9 @@ std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const H
         job.sha256 = d.sha256;
         FileKey after = identify(job.key.path);
         if (!same_identity(after, job.key) || d.size != job.key.size)
-          throw Error(ErrorKind::kIo,
-                      "read " + job.key.path + ": the file changed while it was being hashed",
+          throw Error(ErrorKind::kIo, "read " + job.key.path + ": the file changed while it was being hashed",
                       "wait until whatever writes it has finished, then pin again");
-        if (opts.cache && job.key.mtime_ns < started - kRacyWindowNs)
-          opts.cache->store(job.key, job.sha256);
+        if (opts.cache && job.key.mtime_ns < started - kRacyWindowNs) opts.cache->store(job.key, job.sha256);
       } catch (...) {
         job.error = std::current_exception();
       }

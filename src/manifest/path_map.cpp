@@ -52,12 +52,14 @@ std::pair<std::string, std::string> parse_prefix_mapping(const std::string& text
                 "name the recorded directory and where it is now, e.g. --map /data/old=/mnt/new");
   const std::string from = text.substr(0, eq), to = text.substr(eq + 1);
   if (from[0] != '/')
-    throw Error(ErrorKind::kUsage, "--map '" + printable(text) + "': OLD must be an absolute path as the run recorded it",
+    throw Error(ErrorKind::kUsage,
+                "--map '" + printable(text) + "': OLD must be an absolute path as the run recorded it",
                 "relative inputs follow the config's directory: use --root DIR for those");
   const std::string new_dir = normal(stdfs::absolute(to).string());
   // NEW is spliced into the config's paths and patterns: UTF-8 (config paths are JSON text), no glob characters.
   if (!is_valid_utf8(new_dir) || new_dir.find_first_of("*?[") != std::string::npos)
-    throw Error(ErrorKind::kUsage, "--map '" + printable(text) + "': NEW is not UTF-8 or holds a glob character (* ? [)",
+    throw Error(ErrorKind::kUsage,
+                "--map '" + printable(text) + "': NEW is not UTF-8 or holds a glob character (* ? [)",
                 "move or link the inputs to a directory whose path is plain UTF-8");
   return {normal(from), new_dir};
 }

@@ -88,8 +88,7 @@ std::vector<Named> expand_data(const config::Config& cfg, const std::vector<std:
 }
 
 nlohmann::json file_entry(const std::string& written, const HashResult& r) {
-  return {{"path", written}, {"resolved", r.resolved}, {"size", r.size}, {"sha256", r.sha256},
-          {"cached", r.cached}};
+  return {{"path", written}, {"resolved", r.resolved}, {"size", r.size}, {"sha256", r.sha256}, {"cached", r.cached}};
 }
 
 // A model file the config names, and its role (weights, torchscript).
@@ -147,7 +146,8 @@ Hashed hash_everything(const ConfigFiles& files, const ProcessFacts& facts, cons
     inputs.push_back({libs[i].path, "shared library"});
   }
   h.exe_index = inputs.size();
-  inputs.push_back({facts.executable, facts.source == "program" ? "the program's executable" : "the anchor executable"});
+  inputs.push_back(
+      {facts.executable, facts.source == "program" ? "the program's executable" : "the anchor executable"});
 
   std::optional<HashCache> cache;
   if (opts.use_cache) {
@@ -185,8 +185,11 @@ nlohmann::json data_split(const std::vector<Named>& files, const std::vector<std
     pairs.emplace_back(r.sha256, n.written);
     bytes += r.size;
   }
-  return nlohmann::json{{"patterns", patterns}, {"files", std::move(arr)},
-                        {"count", files.size()}, {"bytes", bytes}, {"digest", set_digest(pairs)}};
+  return nlohmann::json{{"patterns", patterns},
+                        {"files", std::move(arr)},
+                        {"count", files.size()},
+                        {"bytes", bytes},
+                        {"digest", set_digest(pairs)}};
 }
 
 nlohmann::json data_section(const config::Config& cfg, const ConfigFiles& files, const Hashed& h, std::size_t& k) {
@@ -196,18 +199,21 @@ nlohmann::json data_section(const config::Config& cfg, const ConfigFiles& files,
   data["train"] = data_split(files.train, cfg.data.train, h.results, k);
   data["val"] = data_split(files.val, cfg.data.val, h.results, k);
   data["val"]["split_from_train"] = cfg.data.val.empty();
-  data["val"]["val_fraction"] = cfg.data.val.empty() ? nlohmann::json(cfg.data.val_fraction)
-                                                     : nlohmann::json(nullptr);
+  data["val"]["val_fraction"] = cfg.data.val.empty() ? nlohmann::json(cfg.data.val_fraction) : nlohmann::json(nullptr);
   return data;
 }
 
 nlohmann::json model_section(const config::Config& cfg, const ConfigFiles& files, const Hashed& h, std::size_t& k) {
   nlohmann::json model;
   model["source"] = cfg.model.source;
-  model["arch"] = {{"arch", cfg.model.arch},           {"n_layer", cfg.model.n_layer},
-                   {"n_head", cfg.model.n_head},       {"n_embd", cfg.model.n_embd},
-                   {"vocab_size", cfg.model.vocab_size}, {"block_size", cfg.model.block_size},
-                   {"dropout", cfg.model.dropout},     {"bias", cfg.model.bias}};
+  model["arch"] = {{"arch", cfg.model.arch},
+                   {"n_layer", cfg.model.n_layer},
+                   {"n_head", cfg.model.n_head},
+                   {"n_embd", cfg.model.n_embd},
+                   {"vocab_size", cfg.model.vocab_size},
+                   {"block_size", cfg.model.block_size},
+                   {"dropout", cfg.model.dropout},
+                   {"bias", cfg.model.bias}};
   model["files"] = nlohmann::json::array();
   for (const auto& mf : files.model) {
     nlohmann::json e = file_entry(mf.named.written, h.results[k++]);
@@ -221,8 +227,7 @@ nlohmann::json model_section(const config::Config& cfg, const ConfigFiles& files
 nlohmann::json seeds_section(const config::Config& cfg, const PinOptions& opts) {
   const std::uint64_t root = cfg.run.seed;
   nlohmann::json seeds = {{"root", root}};
-  for (const char* purpose : {"init", "data", "dropout", "eval"})
-    seeds[purpose] = config::derive_seed(root, purpose);
+  for (const char* purpose : {"init", "data", "dropout", "eval"}) seeds[purpose] = config::derive_seed(root, purpose);
   // Each rank's own stream (config::dropout_purpose); rank 0's is "dropout".
   const int ranks = opts.world_size > 0 ? opts.world_size : std::max(1, cfg.distributed.nproc_per_node);
   nlohmann::json per_rank = nlohmann::json::array();
@@ -315,8 +320,7 @@ config::Config config_from_manifest(const nlohmann::json& m) {
                 "pass a manifest.json written by `anchor pin`");
   std::string format = m["format"].get<std::string>();
   if (format != kFormat)
-    throw Error(ErrorKind::kConfig,
-                "unsupported manifest format '" + format + "' (this anchor reads " + kFormat + ")",
+    throw Error(ErrorKind::kConfig, "unsupported manifest format '" + format + "' (this anchor reads " + kFormat + ")",
                 "re-pin with this anchor, or use the anchor version that wrote it");
   if (!m.contains("config") || !m["config"].is_object() || !m["config"].contains("effective"))
     throw Error(ErrorKind::kConfig, "manifest has no config.effective section",

@@ -71,8 +71,8 @@ std::int64_t newest_change_ns(const nlohmann::json& j) {
 // cache's "racy clean" rule, docs/manifest.md, "The hash cache").
 constexpr std::int64_t kRacyWindowNs = 100'000'000;
 bool settled(const nlohmann::json& key) {
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return newest_change_ns(key) < now - kRacyWindowNs;
 }
 
@@ -174,9 +174,10 @@ nlohmann::json cache_key(const std::string& binary, const std::string& device, c
   for (const auto& l : facts.libraries) libs.push_back({printable(l.path), identity(l.path)});
   nlohmann::json dirs = nlohmann::json::array();
   for (const auto& d : facts.search_dirs) add_dir(dirs, d);
-  return {{"binary", printable(binary)}, {"binary_identity", identity(binary)}, {"device", printable(device)},
-          {"env", loader_env()}, {"cwd", cwd_if_relative()}, {"loader_files", files}, {"libraries", libs},
-          {"search_dirs", dirs}};
+  return {{"binary", printable(binary)}, {"binary_identity", identity(binary)},
+          {"device", printable(device)}, {"env", loader_env()},
+          {"cwd", cwd_if_relative()},    {"loader_files", files},
+          {"libraries", libs},           {"search_dirs", dirs}};
 }
 
 std::string entry_name(const std::string& binary, const std::string& device) {
@@ -196,7 +197,8 @@ nlohmann::json read_cache(const std::string& file, bool warn = true) {
   if (::lstat(file.c_str(), &st) != 0) return nlohmann::json::object();
   try {
     // The file a symlink there names counts: stat, not lstat (fs::read_file refuses what is not a regular file).
-    if (::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uintmax_t>(st.st_size) > kMaxCacheBytes)
+    if (::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<std::uintmax_t>(st.st_size) > kMaxCacheBytes)
       throw std::runtime_error(std::to_string(st.st_size) + " bytes, more than a process-facts cache holds");
     const nlohmann::json j = parse_json(fs::read_file(file));
     if (!j.is_object() || j.value("format", "") != kCacheFormat || !j.contains("entries") || !j["entries"].is_object())
@@ -216,8 +218,8 @@ nlohmann::json read_cache(const std::string& file, bool warn = true) {
 // Stores `entry` under `name`, merged into the file as it is now (another pin
 // may have written since we read it), keeping the newest kMaxCacheEntries.
 void write_cache(const std::string& file, const std::string& name, nlohmann::json entry) {
-  entry["written_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch()).count();
+  entry["written_ns"] =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   nlohmann::json entries = read_cache(file, /*warn=*/false);  // the lookup said so already
   entries[name] = std::move(entry);
   if (entries.size() > kMaxCacheEntries) {  // keep the newest
@@ -238,7 +240,9 @@ void write_cache(const std::string& file, const std::string& name, nlohmann::jso
 }
 
 nlohmann::json this_build() {
-  return {{"version", build::kVersion}, {"git_commit", build::kGitCommit}, {"git_dirty", build::kGitDirty},
+  return {{"version", build::kVersion},
+          {"git_commit", build::kGitCommit},
+          {"git_dirty", build::kGitDirty},
           {"build_type", build::kBuildType}};
 }
 
@@ -256,8 +260,11 @@ ProcessFacts probe(const std::string& binary, const std::string& device) {
   const auto t0 = std::chrono::steady_clock::now();
   if (::access(binary.c_str(), X_OK) != 0) {
     const int e = errno;
-    throw Error(ErrorKind::kRuntime, "pin: cannot start " + printable(binary) + " to read the libraries a process "
-                                     "that trains loads: " + std::strerror(e),
+    throw Error(ErrorKind::kRuntime,
+                "pin: cannot start " + printable(binary) +
+                    " to read the libraries a process "
+                    "that trains loads: " +
+                    std::strerror(e),
                 "anchor-torch is built and installed next to anchor; rebuild with `make build`");
   }
   proc::RunResult r;
@@ -270,8 +277,9 @@ ProcessFacts probe(const std::string& binary, const std::string& device) {
   const std::string what = printable(binary) + " __process-facts";
   if (r.status != 0)
     throw Error(ErrorKind::kRuntime, what + " " + proc::describe_exit(r.status),
-                "run `" + what + " --device " + printable(device) + "` to see its error; anchor and anchor-torch "
-                "must come from one build");
+                "run `" + what + " --device " + printable(device) +
+                    "` to see its error; anchor and anchor-torch "
+                    "must come from one build");
   // The last line with the prefix: a library may print lines of its own.
   std::string answer;
   std::size_t at = 0;
@@ -283,8 +291,8 @@ ProcessFacts probe(const std::string& binary, const std::string& device) {
     at = end + 1;
   }
   if (answer.empty())
-    throw Error(ErrorKind::kRuntime, what + " printed no answer (no line starting with \"" +
-                                         std::string(kProcessFactsLine) + "\")",
+    throw Error(ErrorKind::kRuntime,
+                what + " printed no answer (no line starting with \"" + std::string(kProcessFactsLine) + "\")",
                 "anchor and anchor-torch must come from one build");
   nlohmann::json j;
   try {
@@ -330,8 +338,11 @@ nlohmann::json to_json(const ProcessFacts& f) {
     set_path_field(e, "path", d);
     dirs.push_back(std::move(e));
   }
-  nlohmann::json j = {{"format", kFactsFormat}, {"runtime", printable_json(f.runtime)},
-                      {"device", printable_json(f.device)}, {"libraries", libs}, {"search_dirs", dirs},
+  nlohmann::json j = {{"format", kFactsFormat},
+                      {"runtime", printable_json(f.runtime)},
+                      {"device", printable_json(f.device)},
+                      {"libraries", libs},
+                      {"search_dirs", dirs},
                       {"build", printable_json(f.build)}};
   set_path_field(j, "executable", f.executable);
   return j;
@@ -410,7 +421,8 @@ ProcessFacts training_process_facts(const std::string& binary, const std::string
         if (cache_key(binary, device, cached) == (*it)["key"])
           hit = std::move(cached);
         else
-          ANCHOR_LOG_DEBUG("pin", "process-facts cache: {} or what it loads changed; asking it again", printable(binary));
+          ANCHOR_LOG_DEBUG("pin", "process-facts cache: {} or what it loads changed; asking it again",
+                           printable(binary));
       } catch (const Error& e) {
         ANCHOR_LOG_WARN("pin", "{}; asking anchor-torch again", e.what());
       }
@@ -434,8 +446,9 @@ ProcessFacts training_process_facts(const std::string& binary, const std::string
     if (stable)
       write_cache(file, name, {{"key", std::move(key)}, {"facts", to_json(probed)}});
     else
-      ANCHOR_LOG_DEBUG("pin", "process facts not cached: a library or the loader changed while they were read, or "
-                              "less than 100 ms ago");
+      ANCHOR_LOG_DEBUG("pin",
+                       "process facts not cached: a library or the loader changed while they were read, or "
+                       "less than 100 ms ago");
     return probed;
   }();
   // The devices as they are now: the driver API needs no LibTorch, and a

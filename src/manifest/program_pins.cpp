@@ -70,9 +70,9 @@ std::vector<PythonDistribution> scan_distributions(const std::vector<std::string
 }
 
 json hash_section(const std::vector<std::string>& command, const std::string& cwd, const std::string& root,
-                  std::vector<std::string> sources, const std::string& executable, const std::vector<std::string>& sys_path,
-                  std::vector<PythonDistribution> dists, const std::string& dists_error, const json& runtime,
-                  const PinOptions& opts) {
+                  std::vector<std::string> sources, const std::string& executable,
+                  const std::vector<std::string>& sys_path, std::vector<PythonDistribution> dists,
+                  const std::string& dists_error, const json& runtime, const PinOptions& opts) {
   std::sort(sources.begin(), sources.end());
   sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
   std::vector<HashInput> inputs;
@@ -91,7 +91,8 @@ json hash_section(const std::vector<std::string>& command, const std::string& cw
   json src = json::array();
   std::set<std::string> dirs;
   for (std::size_t i = 0; i < sources.size(); ++i) {
-    src.push_back({{"path", printable(rel_to(sources[i], root))}, {"size", results[i].size}, {"sha256", results[i].sha256}});
+    src.push_back(
+        {{"path", printable(rel_to(sources[i], root))}, {"size", results[i].size}, {"sha256", results[i].sha256}});
     dirs.insert(printable(rel_to(stdfs::path(sources[i]).parent_path().string(), root)));
   }
   // The root itself is "" relative to itself.
@@ -123,7 +124,8 @@ json hash_section(const std::vector<std::string>& command, const std::string& cw
           {"root", printable(root)},
           {"sources", src},
           {"source_dirs", dir_list},
-          {"interpreter", {{"path", printable(executable)}, {"size", results[exe_at].size}, {"sha256", results[exe_at].sha256}}},
+          {"interpreter",
+           {{"path", printable(executable)}, {"size", results[exe_at].size}, {"sha256", results[exe_at].sha256}}},
           {"python", py},
           {"runtime", runtime}};
 }
@@ -185,8 +187,9 @@ nlohmann::json repin_program(const nlohmann::json& old, const PinOptions& opts) 
       if (e.path().extension() == ".py" && e.is_regular_file(ec)) sources.push_back(e.path().string());
   }
   std::error_code ec;
-  sources.erase(std::remove_if(sources.begin(), sources.end(), [&](const std::string& s) { return !stdfs::exists(s, ec); }),
-                sources.end());
+  sources.erase(
+      std::remove_if(sources.begin(), sources.end(), [&](const std::string& s) { return !stdfs::exists(s, ec); }),
+      sources.end());
   const json py = old.value("python", json::object());
   const auto sys_path = strings_of(py, "sys_path");
   const json interp = old.value("interpreter", json::object());

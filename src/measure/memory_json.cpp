@@ -3,8 +3,8 @@
 namespace anchor::measure {
 
 nlohmann::json memory_json(const TensorMemory& m, const ProcMemory& proc) {
-  nlohmann::json j = {{"allocated_bytes", m.allocated_bytes}, {"peak_allocated_bytes", m.peak_allocated_bytes},
-                      {"source", m.source}};
+  nlohmann::json j = {
+      {"allocated_bytes", m.allocated_bytes}, {"peak_allocated_bytes", m.peak_allocated_bytes}, {"source", m.source}};
   if (m.reserved_bytes >= 0) {
     j["reserved_bytes"] = m.reserved_bytes;
     j["peak_reserved_bytes"] = m.peak_reserved_bytes;

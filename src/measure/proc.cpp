@@ -17,8 +17,10 @@ ProcMemory read_proc_memory(int pid) {
   std::string key;
   while (in >> key) {
     std::uint64_t kb = 0;
-    if (key == "VmRSS:" && in >> kb) m.rss_bytes = kb * 1024;
-    else if (key == "VmHWM:" && in >> kb) m.hwm_bytes = kb * 1024;
+    if (key == "VmRSS:" && in >> kb)
+      m.rss_bytes = kb * 1024;
+    else if (key == "VmHWM:" && in >> kb)
+      m.hwm_bytes = kb * 1024;
     in.ignore(1 << 16, '\n');
   }
   return m;

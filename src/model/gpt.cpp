@@ -20,8 +20,8 @@ GptOptions GptOptions::from(const config::ModelConfig& m) {
     throw Error(ErrorKind::kConfig,
                 "model.attention sdpa needs LibTorch 2.0 or newer; this is " + compat::torch_version(),
                 "use model.attention: manual (or auto), or build against PyTorch 2.x (make torch2)");
-  o.attention = m.attention == "sdpa" || (m.attention == "auto" && compat::kHasSdpa) ? Attention::kSdpa
-                                                                                    : Attention::kManual;
+  o.attention =
+      m.attention == "sdpa" || (m.attention == "auto" && compat::kHasSdpa) ? Attention::kSdpa : Attention::kManual;
   o.n_layer = m.n_layer;
   o.n_head = m.n_head;
   o.n_embd = m.n_embd;
@@ -79,8 +79,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 }
 
 GptImpl::GptImpl(const GptOptions& o) : o_(o) {
-  if (o.n_embd % o.n_head != 0)
-    throw Error(ErrorKind::kConfig, "model.n_embd must be divisible by model.n_head");
+  if (o.n_embd % o.n_head != 0) throw Error(ErrorKind::kConfig, "model.n_embd must be divisible by model.n_head");
   wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.n_embd));
   wpe = register_module("wpe", torch::nn::Embedding(o.block_size, o.n_embd));
   drop = register_module("drop", torch::nn::Dropout(o.dropout));
@@ -115,8 +114,8 @@ void GptImpl::init_weights() {
 torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   const auto T = idx.size(1);
   if (T > o_.block_size)
-    throw Error(ErrorKind::kConfig, "sequence length " + std::to_string(T) +
-                                        " exceeds model.block_size " + std::to_string(o_.block_size));
+    throw Error(ErrorKind::kConfig,
+                "sequence length " + std::to_string(T) + " exceeds model.block_size " + std::to_string(o_.block_size));
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop->forward(wte->forward(idx) + wpe->forward(pos));
   int n = 0;  // blocks counted from 1: with every = N, blocks N, 2N, ... are recomputed
@@ -239,8 +238,7 @@ void load_gpt2_safetensors(Gpt& model, const std::string& path) {
     std::vector<std::int64_t> want = p.value().sizes().vec();
     if (is_conv1d(n) && want.size() == 2) std::swap(want[0], want[1]);
     if (e.shape != want) {
-      problems.push_back(n + ": expected shape " + shape_str(want) + " from the config, found " +
-                         shape_str(e.shape));
+      problems.push_back(n + ": expected shape " + shape_str(want) + " from the config, found " + shape_str(e.shape));
       continue;
     }
     auto t = torch::from_blob(const_cast<std::uint8_t*>(file.data(e)), e.shape,
@@ -249,8 +247,8 @@ void load_gpt2_safetensors(Gpt& model, const std::string& path) {
     p.value().copy_(t.to(p.value().dtype()));
   }
   if (!problems.empty()) {
-    std::string msg = "weights " + path + " do not match the model config (" +
-                      std::to_string(problems.size()) + " problems):";
+    std::string msg =
+        "weights " + path + " do not match the model config (" + std::to_string(problems.size()) + " problems):";
     for (const auto& pr : problems) msg += "\n  " + pr;
     throw Error(ErrorKind::kConfig, msg, sizes_hint(by_name));
   }

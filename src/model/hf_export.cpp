@@ -62,17 +62,17 @@ nlohmann::json gpt2_config(const GptOptions& o) {
       {"n_embd", o.n_embd},
       {"n_layer", o.n_layer},
       {"n_head", o.n_head},
-      {"n_inner", nullptr},                   // 4 n_embd, as the built-in MLP
-      {"activation_function", "gelu_new"},    // GELU's tanh approximation
+      {"n_inner", nullptr},                 // 4 n_embd, as the built-in MLP
+      {"activation_function", "gelu_new"},  // GELU's tanh approximation
       {"resid_pdrop", o.dropout},
       {"embd_pdrop", o.dropout},
       {"attn_pdrop", o.dropout},
       {"layer_norm_epsilon", 1e-5},
       {"initializer_range", 0.02},
-      {"scale_attn_weights", true},           // 1/sqrt(head dim)
+      {"scale_attn_weights", true},  // 1/sqrt(head dim)
       {"scale_attn_by_inverse_layer_idx", false},
       {"reorder_and_upcast_attn", false},
-      {"tie_word_embeddings", true},          // the LM head is wte
+      {"tie_word_embeddings", true},  // the LM head is wte
       {"use_cache", true},
       {"dtype", "float32"},
       {"bos_token_id", nullptr},
@@ -106,8 +106,8 @@ HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& pa
       // torch's Linear weight is [out, in]: the bias GPT-2 needs is [out], zero.
       t = torch::zeros({by_name.at(name.substr(0, name.size() - 5) + ".weight").size(0)}, torch::kFloat32);
     } else {
-      throw Error(ErrorKind::kRuntime, "export: the model has no parameter " + name +
-                                           " (only the built-in GPT exports in GPT-2's layout)");
+      throw Error(ErrorKind::kRuntime,
+                  "export: the model has no parameter " + name + " (only the built-in GPT exports in GPT-2's layout)");
     }
     tensors.push_back(checkpoint::tensor_ref(name, t, keep));
   }
@@ -127,7 +127,8 @@ HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& pa
       out.files.push_back({name, d.size, d.sha256});
       out.bytes += d.size;
     };
-    record("model.safetensors", checkpoint::write_safetensors(fs, tmp + "/model.safetensors", tensors, {{"format", "pt"}}));
+    record("model.safetensors",
+           checkpoint::write_safetensors(fs, tmp + "/model.safetensors", tensors, {{"format", "pt"}}));
     keep.clear();
     auto json_file = [&](const std::string& name, const nlohmann::json& j) {
       const std::string text = j.dump(2) + "\n";

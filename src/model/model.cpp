@@ -24,9 +24,7 @@ namespace {
 class BuiltinGpt final : public Model {
  public:
   explicit BuiltinGpt(Gpt gpt) : gpt_(std::move(gpt)) {}
-  torch::OrderedDict<std::string, torch::Tensor> named_parameters() const override {
-    return gpt_->named_parameters();
-  }
+  torch::OrderedDict<std::string, torch::Tensor> named_parameters() const override { return gpt_->named_parameters(); }
   torch::OrderedDict<std::string, torch::Tensor> named_buffers() const override { return gpt_->named_buffers(); }
   torch::Tensor loss(const torch::Tensor& x, const torch::Tensor& y) override { return gpt_->loss(x, y); }
   void train(bool on) override { gpt_->train(on); }
@@ -48,10 +46,11 @@ std::unique_ptr<Model> make_model(const config::Config& cfg) {
   const int every = cfg.train.activation_checkpointing;
   if (cfg.model.source == "torchscript") {
     if (every > 0)
-      throw Error(ErrorKind::kConfig,
-                  "train.activation_checkpointing " + std::to_string(every) +
-                      " is set but model.source is torchscript: anchor cannot see the blocks inside a TorchScript module",
-                  "set train.activation_checkpointing: 0 (a TorchScript module runs as it was saved)");
+      throw Error(
+          ErrorKind::kConfig,
+          "train.activation_checkpointing " + std::to_string(every) +
+              " is set but model.source is torchscript: anchor cannot see the blocks inside a TorchScript module",
+          "set train.activation_checkpointing: 0 (a TorchScript module runs as it was saved)");
     return load_torchscript(config::resolve_path(cfg, cfg.model.torchscript), cfg.data.seq_len);
   }
   Gpt gpt(GptOptions::from(cfg.model));

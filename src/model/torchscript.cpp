@@ -13,8 +13,9 @@
 namespace anchor::model {
 namespace {
 
-const char* const kContract = "docs/models.md: forward(self, inputs: Tensor, targets: Tensor) -> Tensor returning "
-                              "the mean loss as a 0-dim tensor, saved with torch.jit.script(model).save(path)";
+const char* const kContract =
+    "docs/models.md: forward(self, inputs: Tensor, targets: Tensor) -> Tensor returning "
+    "the mean loss as a 0-dim tensor, saved with torch.jit.script(model).save(path)";
 
 [[noreturn]] void contract_error(const std::string& path, const std::string& why, const std::string& hint = kContract) {
   throw Error(ErrorKind::kConfig, "model.torchscript '" + path + "': " + why, hint);
@@ -49,9 +50,7 @@ class TorchScriptModel final : public Model {
 
   void train(bool on) override { m_.train(on); }
   void to(const torch::Device& d) override { m_.to(d); }
-  double flops_per_token(int /*seq_len*/) const override {
-    return 6.0 * static_cast<double>(num_parameters());
-  }
+  double flops_per_token(int /*seq_len*/) const override { return 6.0 * static_cast<double>(num_parameters()); }
   std::string flops_note() const override {
     return "estimated as 6N (N = all parameters): anchor does not look inside a TorchScript module, so attention "
            "and embedding lookups are not counted separately";
@@ -68,8 +67,10 @@ class TorchScriptModel final : public Model {
       std::ostringstream os;
       os << "forward returned a tensor of shape " << t.sizes() << " for inputs of shape " << x.sizes()
          << ", not a scalar loss";
-      contract_error(path_, os.str(), std::string("reduce it to the mean loss (e.g. F.cross_entropy(..., "
-                                                  "reduction='mean')); ") + kContract);
+      contract_error(path_, os.str(),
+                     std::string("reduce it to the mean loss (e.g. F.cross_entropy(..., "
+                                 "reduction='mean')); ") +
+                         kContract);
     }
     if (!t.is_floating_point())
       contract_error(path_, std::string("forward returned a ") + c10::toString(t.scalar_type()) +
@@ -100,8 +101,10 @@ void check_signature(const torch::jit::Module& m, const std::string& path) {
   if (schema.returns().size() != 1 || !is_tensor_type(schema.returns()[0].type())) {
     std::ostringstream os;
     os << "forward returns ";
-    if (schema.returns().size() == 1) os << schema.returns()[0].type()->str();
-    else os << schema.returns().size() << " values";
+    if (schema.returns().size() == 1)
+      os << schema.returns()[0].type()->str();
+    else
+      os << schema.returns().size() << " values";
     os << ", not a Tensor";
     contract_error(path, os.str(), std::string("return only the scalar loss; ") + kContract);
   }

@@ -99,11 +99,11 @@ nlohmann::json measure_activation_checkpointing(const config::Config& cfg) {
   char ms[64];
   std::snprintf(ms, sizeof ms, "%+.2f ms", added * 1e3);
   const int blocks = every > 0 ? cfg.model.n_layer / every : 0;
-  const std::string trade = "recomputing " + std::to_string(blocks) + " of " + std::to_string(cfg.model.n_layer) +
-                            " blocks (every " + std::to_string(every) + ") saves " + human_bytes(static_cast<double>(saved)) + " (" +
-                            percent(static_cast<double>(saved), static_cast<double>(without_mem.peak_bytes)) +
-                            ") of peak tensor memory per step and costs " + ms + " (" +
-                            percent(added, without_s) + ") of step time";
+  const std::string trade =
+      "recomputing " + std::to_string(blocks) + " of " + std::to_string(cfg.model.n_layer) + " blocks (every " +
+      std::to_string(every) + ") saves " + human_bytes(static_cast<double>(saved)) + " (" +
+      percent(static_cast<double>(saved), static_cast<double>(without_mem.peak_bytes)) +
+      ") of peak tensor memory per step and costs " + ms + " (" + percent(added, without_s) + ") of step time";
   ANCHOR_LOG_INFO("activation_checkpointing", "{}", trade);
   return {{"every", every},
           {"blocks_checkpointed", blocks},
@@ -115,7 +115,9 @@ nlohmann::json measure_activation_checkpointing(const config::Config& cfg) {
           {"source", with_mem.source},
           {"peak_allocated_bytes", {{"with", with_mem.peak_bytes}, {"without", without_mem.peak_bytes}}},
           {"memory_saved_bytes", saved},
-          {"memory_saved_percent", without_mem.peak_bytes > 0 ? 100.0 * static_cast<double>(saved) / static_cast<double>(without_mem.peak_bytes) : 0.0},
+          {"memory_saved_percent",
+           without_mem.peak_bytes > 0 ? 100.0 * static_cast<double>(saved) / static_cast<double>(without_mem.peak_bytes)
+                                      : 0.0},
           {"step_seconds", {{"with", with_s}, {"without", without_s}}},
           {"time_added_seconds", added},
           {"time_added_percent", without_s > 0 ? 100.0 * added / without_s : 0.0},

@@ -53,7 +53,8 @@ Verified read_verified(const std::string& envelope_text) {
     for (const auto& s : statement.at("subject"))
       v.subjects[s.at("name").get<std::string>()] = s.at("digest").at("sha256").get<std::string>();
   } catch (const json::exception& e) {
-    throw Error(ErrorKind::kVerification, "the signed statement is not one anchor writes (" + std::string(e.what()) + ")",
+    throw Error(ErrorKind::kVerification,
+                "the signed statement is not one anchor writes (" + std::string(e.what()) + ")",
                 "a bundle carries only a run anchor signed");
   }
   if (!v.report.is_object())
@@ -159,7 +160,8 @@ std::size_t most_up_of(config::Config cfg, const std::vector<Input>& inputs) {  
   for (const auto& in : inputs) take(in.written);
   for (const auto& f : config::schema::fields()) {
     if (f.path != config::schema::PathKind::kConfigRelative) continue;
-    if (const auto* one = std::get_if<config::schema::Ref<std::string>>(&f.ref)) take((*one)(cfg));
+    if (const auto* one = std::get_if<config::schema::Ref<std::string>>(&f.ref))
+      take((*one)(cfg));
     else if (const auto* many = std::get_if<config::schema::Ref<std::vector<std::string>>>(&f.ref))
       for (const auto& p : (*many)(cfg)) take(p);
   }
@@ -169,7 +171,7 @@ std::size_t most_up_of(config::Config cfg, const std::vector<Input>& inputs) {  
 // The inputs as the files the bundle gets, and where a reproduction finds them.
 struct PlacedInputs {
   std::vector<fs::KnownFile> files;
-  std::string root;      // relative to the bundle; empty: no relative input
+  std::string root;  // relative to the bundle; empty: no relative input
   bool absolute = false;
 };
 
@@ -253,9 +255,10 @@ std::string directory_within(const std::string& dir, const json& j, const char* 
   // directory holds no input when they all live beside it), but what is there
   // of it is plain.
   if (entry_at(dir, s, stdfs::file_type::directory) == Entry::kNotPlain)
-    throw Error(ErrorKind::kUsage, file + ": inputs." + key + " (" + printable(s) +
-                                       ") is not a plain directory of the bundle (a symbolic link?)",
-                "a bundle holds only the files `anchor bundle` wrote");
+    throw Error(
+        ErrorKind::kUsage,
+        file + ": inputs." + key + " (" + printable(s) + ") is not a plain directory of the bundle (a symbolic link?)",
+        "a bundle holds only the files `anchor bundle` wrote");
   return s;
 }
 
@@ -271,16 +274,18 @@ std::vector<fs::KnownFile> listed_files(const json& j, const std::string& dir, c
       throw Error(ErrorKind::kUsage, file + " lists a file without a name, size and SHA-256");
     const std::string name = f["name"].get<std::string>();
     if (!fs::is_name_within(name))
-      throw Error(ErrorKind::kUsage, file + " lists '" + printable(name) + "', which is not a relative path within the directory",
+      throw Error(ErrorKind::kUsage,
+                  file + " lists '" + printable(name) + "', which is not a relative path within the directory",
                   "a bundle holds only what `anchor bundle` wrote; copy it again from where it was made");
     files.push_back({name, f["size"].get<std::uint64_t>(), f["sha256"].get<std::string>(), ""});
   }
   for (const auto& f : files) {
     const Entry e = entry_at(dir, f.name);
     if (e == Entry::kNotPlain)
-      throw Error(ErrorKind::kUsage,
-                  "the bundle's " + printable(f.name) + " is not a regular file in a plain directory (a symbolic link?)",
-                  "a bundle holds only the files `anchor bundle` wrote");
+      throw Error(
+          ErrorKind::kUsage,
+          "the bundle's " + printable(f.name) + " is not a regular file in a plain directory (a symbolic link?)",
+          "a bundle holds only the files `anchor bundle` wrote");
     if (e == Entry::kMissing)
       throw Error(ErrorKind::kVerification, "the bundle lost " + printable(f.name) + " (bundle.json lists it)",
                   "copy the whole bundle again from where it was made");
@@ -331,7 +336,8 @@ BundleResult write_bundle(const BundleOptions& opts) {
   const bool is_dir = stdfs::is_directory(opts.run, ec);
   const std::string envelope = is_dir ? (stdfs::path(opts.run) / report::kEnvelopeFile).string() : opts.run;
   if (!stdfs::exists(envelope, ec))
-    throw Error(ErrorKind::kUsage, printable(opts.run) + " holds no " + report::kEnvelopeFile + ": only a signed run can be bundled",
+    throw Error(ErrorKind::kUsage,
+                printable(opts.run) + " holds no " + report::kEnvelopeFile + ": only a signed run can be bundled",
                 "give the run directory of a signed pilot (one not run with report.signing_key: none)");
 
   report::VerifyOptions vo;
@@ -348,14 +354,17 @@ BundleResult write_bundle(const BundleOptions& opts) {
   r.key_id = v.key_id;
   r.warnings = v.warnings;
   const Verified signed_run = read_verified(v.envelope_text);
-  const std::string run_dir = stdfs::path(envelope).parent_path().empty() ? "." : stdfs::path(envelope).parent_path().string();
+  const std::string run_dir =
+      stdfs::path(envelope).parent_path().empty() ? "." : stdfs::path(envelope).parent_path().string();
 
   json listed = json::array();
   std::vector<fs::KnownFile> files;
   // The envelope as it verified (the copy is checked against these bytes), and its key.
   files.push_back({report::kEnvelopeFile, v.envelope_text.size(), sha256_hex(v.envelope_text), envelope});
-  listed.push_back({{"name", report::kEnvelopeFile}, {"size", v.envelope_text.size()},
-                    {"sha256", sha256_hex(v.envelope_text)}, {"role", "report envelope"}});
+  listed.push_back({{"name", report::kEnvelopeFile},
+                    {"size", v.envelope_text.size()},
+                    {"sha256", sha256_hex(v.envelope_text)},
+                    {"role", "report envelope"}});
   files.push_back(known(report::kPublicKeyFile, v.public_key_path, "public key", listed));
   for (const char* name : kSignedFiles) {
     const auto it = signed_run.subjects.find(name);
@@ -385,8 +394,9 @@ BundleResult write_bundle(const BundleOptions& opts) {
     files.push_back({"catalog.yaml", d.size, want, path});
     listed.push_back({{"name", "catalog.yaml"}, {"size", d.size}, {"sha256", want}, {"role", "catalog"}});
   } else {
-    r.warnings.push_back("the report records no device catalog (a run before anchor recorded it, or one with no "
-                         "plan): the bundle carries none, and a reproduction plans with the catalog it finds");
+    r.warnings.push_back(
+        "the report records no device catalog (a run before anchor recorded it, or one with no "
+        "plan): the bundle carries none, and a reproduction plans with the catalog it finds");
   }
 
   json inputs = nullptr;
@@ -431,7 +441,8 @@ BundleResult write_bundle(const BundleOptions& opts) {
   } catch (const Error& e) {
     stdfs::remove(staged, ec);
     // A copy that did not read back at the destination is the storage's fault, not the run's.
-    if (e.kind() != ErrorKind::kVerification || std::string(e.what()).find("read back before publishing") != std::string::npos)
+    if (e.kind() != ErrorKind::kVerification ||
+        std::string(e.what()).find("read back before publishing") != std::string::npos)
       throw;
     // A source that is not what was signed: the run's file, or an input, changed since.
     throw Error(e.kind(), std::string(e.what()) + "; it changed since the run was signed",
@@ -474,7 +485,8 @@ OpenedBundle open_bundle(const std::string& dir) {
   while (b.dir.size() > 1 && b.dir.back() == '/') b.dir.pop_back();
   const std::string file = b.dir + "/" + kBundleFile;
   if (entry_at(b.dir, kBundleFile) != Entry::kRegular)
-    throw Error(ErrorKind::kUsage, printable(file) + " is not a regular file", "give the directory `anchor bundle` wrote");
+    throw Error(ErrorKind::kUsage, printable(file) + " is not a regular file",
+                "give the directory `anchor bundle` wrote");
   struct stat st {};
   if (::stat(file.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) > kMostBundleJson)
     throw Error(ErrorKind::kUsage, printable(file) + " is larger than any bundle.json anchor writes");
@@ -487,7 +499,8 @@ OpenedBundle open_bundle(const std::string& dir) {
   if (!j.is_object() || !j.contains("format") || j["format"] != json(kBundleFormat))
     throw Error(ErrorKind::kUsage,
                 printable(file) + " is not an " + kBundleFormat + " bundle (format " +
-                    (j.is_object() && j.contains("format") ? printable(j["format"].dump()) : std::string("missing")) + ")",
+                    (j.is_object() && j.contains("format") ? printable(j["format"].dump()) : std::string("missing")) +
+                    ")",
                 "this anchor reads " + std::string(kBundleFormat) + "; a newer bundle needs a newer anchor");
   // What bundle.json says about itself first (exit 2), then what it lists (missing: exit 3).
   if (j.contains("with_data") && !j["with_data"].is_boolean())
@@ -513,7 +526,7 @@ OpenedBundle open_bundle(const std::string& dir) {
   b.public_key = b.dir + "/" + report::kPublicKeyFile;
   if (has("catalog.yaml")) b.catalog = b.dir + "/catalog.yaml";
   check_inputs_listed(b.dir, names);  // with or without data: nothing unlisted under inputs/
-  fs::verify_files(b.dir, files);      // then every byte: a changed or truncated file is exit 3
+  fs::verify_files(b.dir, files);     // then every byte: a changed or truncated file is exit 3
   return b;
 }
 

@@ -34,7 +34,8 @@ struct Checker {
   bool close(double a, double b) const { return within_tolerance(a, b, tol); }
 
   // Differing tensors between two state digests, at most 5 named.
-  static std::string differing_tensors(const train::StateDigest& a, const train::StateDigest& b, const std::string& group) {
+  static std::string differing_tensors(const train::StateDigest& a, const train::StateDigest& b,
+                                       const std::string& group) {
     std::vector<std::string> names;
     const std::string prefix = group + "/";
     std::set<std::string> keys;
@@ -43,9 +44,12 @@ struct Checker {
     for (const auto& k : keys) {
       if (k.rfind(prefix, 0) != 0) continue;
       const auto ia = a.tensors.find(k), ib = b.tensors.find(k);
-      if (ia == a.tensors.end()) names.push_back(k.substr(prefix.size()) + " (missing in reference)");
-      else if (ib == b.tensors.end()) names.push_back(k.substr(prefix.size()) + " (missing after restore)");
-      else if (ia->second != ib->second) names.push_back(k.substr(prefix.size()));
+      if (ia == a.tensors.end())
+        names.push_back(k.substr(prefix.size()) + " (missing in reference)");
+      else if (ib == b.tensors.end())
+        names.push_back(k.substr(prefix.size()) + " (missing after restore)");
+      else if (ia->second != ib->second)
+        names.push_back(k.substr(prefix.size()));
     }
     std::string out;
     for (size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
@@ -106,8 +110,8 @@ struct Checker {
             "reference scale " + num(a.loss_scale) + (a.skipped ? " (skipped)" : "") + ", resumed " +
                 num(b.loss_scale) + (b.skipped ? " (skipped)" : ""),
             "scaler");
-      for (const auto& [f, x, y] : {std::tuple<const char*, double, double>{"loss", a.loss, b.loss},
-                                    {"grad_norm", a.grad_norm, b.grad_norm}}) {
+      for (const auto& [f, x, y] :
+           {std::tuple<const char*, double, double>{"loss", a.loss, b.loss}, {"grad_norm", a.grad_norm, b.grad_norm}}) {
         const bool ok = close(x, y);
         add(at + ": " + f, ok, ok ? "equal (" + num(x) + ")" : "reference " + num(x) + ", resumed " + num(y),
             f == std::string("loss") ? "loss" : "gradients");
@@ -172,7 +176,8 @@ Verdict compare_resume(const WorkerResult& ref, const WorkerResult& res, double 
     const double a = *ref.eval_loss, b = *res.eval_loss;
     const bool ok = c.close(a, b);
     c.add("eval after restore", ok,
-          ok ? "equal (" + Checker::num(a) + ")" : "before save " + Checker::num(a) + ", after restore " + Checker::num(b),
+          ok ? "equal (" + Checker::num(a) + ")"
+             : "before save " + Checker::num(a) + ", after restore " + Checker::num(b),
           "eval");
   }
   // 3. The resumed steps follow the reference step by step.
@@ -182,8 +187,8 @@ Verdict compare_resume(const WorkerResult& ref, const WorkerResult& res, double 
 
   Verdict v = std::move(c.v);
   // Root causes first (state that was restored wrongly), then their consequences.
-  static const std::vector<std::string> kOrder = {"step", "rng", "optimizer", "scaler", "model", "lr_schedule",
-                                                  "data_cursor", "eval", "loss",      "gradients"};
+  static const std::vector<std::string> kOrder = {"step",        "rng",         "optimizer", "scaler", "model",
+                                                  "lr_schedule", "data_cursor", "eval",      "loss",   "gradients"};
   std::vector<std::string> diverged;
   for (const auto& s : kOrder)
     if (std::find(v.diverged.begin(), v.diverged.end(), s) != v.diverged.end()) diverged.push_back(s);

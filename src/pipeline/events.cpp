@@ -43,8 +43,8 @@ double StageTimer::elapsed() const {
 
 nlohmann::json StageTimer::end(nlohmann::json figures) {
   nlohmann::json rec = {{"stage", name_}, {"status", "passed"}, {"seconds", elapsed()}, {"figures", figures}};
-  emit_event({{"stage", name_}, {"event", "end"}, {"time", utc_now()}, {"status", "passed"},
-              {"seconds", rec["seconds"]}});
+  emit_event(
+      {{"stage", name_}, {"event", "end"}, {"time", utc_now()}, {"status", "passed"}, {"seconds", rec["seconds"]}});
   return rec;
 }
 

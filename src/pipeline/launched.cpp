@@ -76,8 +76,9 @@ class StoreNodes : public PilotNodes {
     if (std::filesystem::canonical(ckpt_dir) != std::filesystem::path(run_dir) / "checkpoints")
       marks.push_back(ckpt_dir + "/" + kNonceFile);
     for (const auto& m : marks) fs::atomic_write_file(m, nonce);
-    store_.set("pilot/run_dir", json{{"run_dir", run_dir}, {"ckpt_dir", marks.size() > 1 ? ckpt_dir : std::string()},
-                                     {"nonce", nonce}}.dump());
+    store_.set(
+        "pilot/run_dir",
+        json{{"run_dir", run_dir}, {"ckpt_dir", marks.size() > 1 ? ckpt_dir : std::string()}, {"nonce", nonce}}.dump());
     ANCHOR_LOG_INFO("pilot", "{} nodes: waiting for every node to see {}", count(), run_dir);
     const auto deadline = after(timeout_s_);
     std::vector<json> answers(static_cast<std::size_t>(count()));
@@ -103,7 +104,9 @@ class StoreNodes : public PilotNodes {
                     answers[static_cast<std::size_t>(k)].value("hint", ""));
   }
 
-  void start(const std::string& group, int port) override { store_.set(group_key(group, "start"), std::to_string(port)); }
+  void start(const std::string& group, int port) override {
+    store_.set(group_key(group, "start"), std::to_string(port));
+  }
   void kill(const std::string& group) override { store_.set(group_key(group, "kill"), "1"); }
 
   std::vector<RemoteRank> collect(const std::string& group, bool stop) override {
@@ -195,13 +198,15 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
   if (problem.empty() && !ckpt_dir.empty())  // checkpoint.dir outside the run directory: checked too
     problem = nonce_problem(hide ? ckpt_dir + "-hidden" : ckpt_dir, shared.value("nonce", ""));
   if (!problem.empty()) {
-    const std::string what = "run directory " + run_dir + " is not visible on node " + std::to_string(node) + " (rank " +
-                             std::to_string(launch.rank) + ", host " + host + "): " + problem +
+    const std::string what = "run directory " + run_dir + " is not visible on node " + std::to_string(node) +
+                             " (rank " + std::to_string(launch.rank) + ", host " + host + "): " + problem +
                              "; the pilot over several nodes needs one filesystem for its run directory and "
                              "checkpoints (every rank writes into rank 0's save)";
-    const std::string hint = "put the run on a path every node mounts: --run-dir, run.output_dir or checkpoint.dir on "
-                             "a shared filesystem";
-    store.set("pilot/node/" + std::to_string(node), dump_json(json{{"ok", false}, {"host", host}, {"error", what}, {"hint", hint}}));
+    const std::string hint =
+        "put the run on a path every node mounts: --run-dir, run.output_dir or checkpoint.dir on "
+        "a shared filesystem";
+    store.set("pilot/node/" + std::to_string(node),
+              dump_json(json{{"ok", false}, {"host", host}, {"error", what}, {"hint", hint}}));
     read_verdict(store);
     throw Error(ErrorKind::kConfig, what, hint);
   }
@@ -219,8 +224,8 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
       so.env = dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr,
                                        std::stoi(port));
       so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (src/pipeline/progress.hpp): plain step lines
-      std::vector<std::string> argv = {binary, "--log-level", opts.log_level, "__worker", "--role", group, "--run-dir",
-                                       run_dir};
+      std::vector<std::string> argv = {binary,   "--log-level", opts.log_level, "__worker",
+                                       "--role", group,         "--run-dir",    run_dir};
       if (!opts.use_hash_cache) argv.push_back("--no-cache");
       pids.push_back(proc::spawn(argv, so).pid);
     }
@@ -241,9 +246,9 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
           statuses.push_back({{"rank", base + static_cast<int>(i)}, {"status", status}, {"killed", bool(killed[i])}});
         }
         if (left == 0) break;
-        if (!kill_sent && (store.try_get(group_key(group, "kill"), kSupervisor) ||
-                           store.try_get(group_key(group, "stop"), kSupervisor) ||
-                           store.try_get("pilot/exit", kSupervisor))) {
+        if (!kill_sent &&
+            (store.try_get(group_key(group, "kill"), kSupervisor) ||
+             store.try_get(group_key(group, "stop"), kSupervisor) || store.try_get("pilot/exit", kSupervisor))) {
           for (std::size_t i = 0; i < pids.size(); ++i)
             if (!done[i]) {
               ::kill(pids[i], SIGKILL);

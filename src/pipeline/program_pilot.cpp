@@ -45,19 +45,19 @@ struct Launch {
   std::vector<std::string> argv;  // argv[0] absolute
   std::string cwd;                // absolute
   std::map<std::string, std::string> env;
-  std::string dir;                // <run dir>/program: specs and events
+  std::string dir;  // <run dir>/program: specs and events
 };
 
 // What one worker (all its ranks) did.
 struct Outcome {
-  int status = -1;          // the worker's status: rank 0's, or the first failing rank's
+  int status = -1;  // the worker's status: rank 0's, or the first failing rank's
   int failed_rank = 0;
   bool killed_by_us = false;
-  std::string error;        // the program's own account, or how it ended
-  std::map<int, pp::WorkerLog> logs;  // per rank
+  std::string error;                               // the program's own account, or how it ended
+  std::map<int, pp::WorkerLog> logs;               // per rank
   std::vector<manifest::LoadedLibrary> libraries;  // rank 0's, read at its kill window
-  std::string executable;   // rank 0's /proc/<pid>/exe at its kill window
-  std::vector<std::uint64_t> peak_rss;  // per rank: VmHWM as last read while it ran
+  std::string executable;                          // rank 0's /proc/<pid>/exe at its kill window
+  std::vector<std::uint64_t> peak_rss;             // per rank: VmHWM as last read while it ran
   double seconds = 0;
 };
 
@@ -180,7 +180,7 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
   const std::string spec_path = l.dir + "/" + name + ".spec.json";
   fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
   std::error_code ec;
-  std::filesystem::remove(spec.events, ec);  // a reused run directory's
+  std::filesystem::remove(spec.events, ec);     // a reused run directory's
   const int port = dist::free_loopback_port();  // also for one rank: concurrent pilots must not collide
   std::vector<proc::Child> ranks;
   for (int r = 0; r < p.nproc; ++r) {
@@ -213,7 +213,8 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
       w.peak_rss[r] = std::max(w.peak_rss[r], measure::read_proc_memory(python_pid(static_cast<int>(r))).hwm_bytes);
   };
   const auto t0 = Clock::now();
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s));
+  const auto deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s));
   std::vector<std::optional<int>> ended(ranks.size());
   pp::EventReader reader(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(p.nproc));
   std::optional<Clock::time_point> stop_others_at;  // a rank failed: the others get a grace, then SIGKILL
@@ -233,7 +234,8 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
     w.killed_by_us = true;
     json pids = json::array();
     for (const auto& ch : ranks) pids.push_back(ch.pid);
-    p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point}}, "supervisor");
+    p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point}},
+                    "supervisor");
   };
   std::map<int, std::uint64_t> lines;  // per rank
   const std::string letter = spec.role == pp::Role::kReference ? "A" : spec.role == pp::Role::kResume ? "B" : "probe";
@@ -243,8 +245,9 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
   auto follow = [&] {
     for (auto& e : reader.poll()) {
       if (e.rank >= p.nproc)
-        throw Error(ErrorKind::kRuntime, printable(spec.events) + ": a line of rank " + std::to_string(e.rank) +
-                                             " from a worker of " + std::to_string(p.nproc) + " rank(s)",
+        throw Error(ErrorKind::kRuntime,
+                    printable(spec.events) + ": a line of rank " + std::to_string(e.rank) + " from a worker of " +
+                        std::to_string(p.nproc) + " rank(s)",
                     "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
       const std::string who = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "");
       if (++lines[e.rank] > max_lines_per_rank(spec.stop_at))
@@ -303,7 +306,8 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
         all = false;
         continue;
       }
-      if (*ended[r] != 0 && !w.killed_by_us && !stop_others_at) stop_others_at = Clock::now() + std::chrono::seconds(10);
+      if (*ended[r] != 0 && !w.killed_by_us && !stop_others_at)
+        stop_others_at = Clock::now() + std::chrono::seconds(10);
     }
     if (all) break;
     if (g_signal) {
@@ -338,7 +342,8 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
     }
   if (w.error.empty() && w.status != 0 && !w.killed_by_us)
     w.error = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(w.failed_rank) : "") + " " +
-              proc::describe_exit(w.status) + " (its output is above; its events are in " + printable(spec.events) + ")";
+              proc::describe_exit(w.status) + " (its output is above; its events are in " + printable(spec.events) +
+              ")";
   return w;
 }
 
@@ -387,12 +392,14 @@ json model_json(const pp::Hello& h) {
   } else if (s.n_layer && s.n_embd) {
     m["flops_per_token"] = 6.0 * n + 12.0 * static_cast<double>(*s.n_layer) * static_cast<double>(*s.n_embd) *
                                          static_cast<double>(s.seq_len);
-    m["flops_source"] = "6 x parameters + 12 x n_layer x n_embd x seq_len (PaLM appendix B; the program's n_layer "
-                        "and n_embd)";
+    m["flops_source"] =
+        "6 x parameters + 12 x n_layer x n_embd x seq_len (PaLM appendix B; the program's n_layer "
+        "and n_embd)";
   } else {
     m["flops_per_token"] = 6.0 * n;
-    m["flops_source"] = "6 x parameters; the attention term is left out (pass n_layer and n_embd to "
-                        "anchor_pilot.shape)";
+    m["flops_source"] =
+        "6 x parameters; the attention term is left out (pass n_layer and n_embd to "
+        "anchor_pilot.shape)";
   }
   return m;
 }
@@ -417,9 +424,14 @@ json memory_point(const pp::StepMemoryLine& sm, int rank, std::int64_t micro_bat
                   const std::string& from) {
   json peak;
   if (sm.peak_bytes) peak = std::max<std::int64_t>(0, *sm.peak_bytes - held_outside_the_step(sm));
-  return {{"micro_batch", micro_batch}, {"seq_len", seq_len}, {"peak_allocated_bytes", peak},
+  return {{"micro_batch", micro_batch},
+          {"seq_len", seq_len},
+          {"peak_allocated_bytes", peak},
           {"raw_peak_bytes", sm.peak_bytes ? json(*sm.peak_bytes) : json()},
-          {"excluded_bytes", held_outside_the_step(sm)}, {"device", sm.device}, {"rank", rank}, {"from", from}};
+          {"excluded_bytes", held_outside_the_step(sm)},
+          {"device", sm.device},
+          {"rank", rank},
+          {"from", from}};
 }
 
 // The step_memory line of the rank whose step peaked highest, and that rank (the
@@ -442,7 +454,8 @@ std::pair<int, const pp::StepMemoryLine*> highest_step_memory(const Outcome& o) 
 // measurements: the step (median over the reference's steps after the first,
 // which warms up), memory per stage, the save and restore, from rank 0; the
 // plan's memory points from the rank whose step peaked highest.
-json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step, const json& probe_points) {
+json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step,
+                  const json& probe_points) {
   const auto& ref = a.logs.at(0);
   const auto& res = b.logs.at(0);
   std::vector<double> secs, waits, computes, tokens;
@@ -487,8 +500,9 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
   for (const auto* w : {&a, &b})
     for (std::size_t r = 0; r < w->peak_rss.size(); ++r)
       peaks.push_back({{"worker", w == &a ? "reference" : "resume"}, {"rank", r}, {"peak_rss_bytes", w->peak_rss[r]}});
-  m["memory"] = {{"source", "peak RSS (VmHWM) of every rank, read by anchor while it ran; and the program's own "
-                            "memory lines (Pilot.memory(stage): device allocated/reserved/total on CUDA)"},
+  m["memory"] = {{"source",
+                  "peak RSS (VmHWM) of every rank, read by anchor while it ran; and the program's own "
+                  "memory lines (Pilot.memory(stage): device allocated/reserved/total on CUDA)"},
                  {"peak_rss", peaks},
                  {"stages", mem}};
   // The plan's memory model: the reference's second step at the declared shape, and the probe's points.
@@ -498,26 +512,32 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
     json points = json::array({memory_point(sm, mem_rank, shape->micro_batch, shape->seq_len, "reference")});
     for (const auto& pt : probe_points) points.push_back(pt);
     const std::int64_t excluded = held_outside_the_step(sm);
-    m["memory"]["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
-                            (p.nproc <= 1    ? std::string()
-                             : from_highest ? " (of the rank whose peak was highest: rank " + std::to_string(mem_rank) + ")"
-                                            : std::string(" (rank 0's: no rank reported a peak)")) +
-                            (excluded ? ", less what each process held before its first step beyond its parameters "
-                                        "(excluded_bytes: interpreter, libraries, data)"
-                                      : "");
+    m["memory"]["source"] =
+        sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
+        (p.nproc <= 1   ? std::string()
+         : from_highest ? " (of the rank whose peak was highest: rank " + std::to_string(mem_rank) + ")"
+                        : std::string(" (rank 0's: no rank reported a peak)")) +
+        (excluded ? ", less what each process held before its first step beyond its parameters "
+                    "(excluded_bytes: interpreter, libraries, data)"
+                  : "");
     m["memory"]["precision"] = shape->precision;
     m["memory"]["points"] = points;
-    m["memory"]["state_bytes"] = {{"parameters", sm.parameters_bytes}, {"gradients", sm.gradients_bytes},
-                                  {"optimizer", sm.optimizer_bytes}};
+    m["memory"]["state_bytes"] = {
+        {"parameters", sm.parameters_bytes}, {"gradients", sm.gradients_bytes}, {"optimizer", sm.optimizer_bytes}};
     m["memory"]["baseline_bytes"] = sm.baseline_bytes ? json(*sm.baseline_bytes - excluded) : json();
-    m["memory"]["stage_sources"] = "peak RSS (VmHWM) of every rank read by anchor while it ran; the program's "
-                                   "memory lines (Pilot.memory(stage))";
+    m["memory"]["stage_sources"] =
+        "peak RSS (VmHWM) of every rank read by anchor while it ran; the program's "
+        "memory lines (Pilot.memory(stage))";
   }
   if (const auto* s = ref.checkpoint("save", "end", save_step); s && s->bytes && s->seconds)
-    m["checkpoint_save"] = {{"step", save_step}, {"bytes", *s->bytes}, {"seconds", *s->seconds},
+    m["checkpoint_save"] = {{"step", save_step},
+                            {"bytes", *s->bytes},
+                            {"seconds", *s->seconds},
                             {"gb_per_s", *s->seconds > 0 ? *s->bytes / *s->seconds / 1e9 : 0.0}};
   if (const auto* r = res.checkpoint("restore", "end", save_step); r && r->bytes && r->seconds)
-    m["checkpoint_restore"] = {{"step", save_step}, {"bytes", *r->bytes}, {"seconds", *r->seconds},
+    m["checkpoint_restore"] = {{"step", save_step},
+                               {"bytes", *r->bytes},
+                               {"seconds", *r->seconds},
                                {"gb_per_s", *r->seconds > 0 ? *r->bytes / *r->seconds / 1e9 : 0.0},
                                {"includes", "reading, verifying every SHA-256 and load_state_dict of every component"}};
   return m;
@@ -529,8 +549,11 @@ json program_section(const Pilot& p, const Launch& l, const Outcome& a) {
   if (a.logs.count(0) && a.logs.at(0).hello) {
     const auto& h = *a.logs.at(0).hello;
     j["anchor_pilot"] = h.anchor_pilot;
-    j["versions"] = {{"torch", h.versions.torch}, {"cuda", h.versions.cuda}, {"cudnn", h.versions.cudnn},
-                     {"nccl", h.versions.nccl}, {"python", h.versions.python}};
+    j["versions"] = {{"torch", h.versions.torch},
+                     {"cuda", h.versions.cuda},
+                     {"cudnn", h.versions.cudnn},
+                     {"nccl", h.versions.nccl},
+                     {"python", h.versions.python}};
   }
   return j;
 }
@@ -539,7 +562,8 @@ json torn_temps(const std::string& ckpt_dir) {
   json torn = json::array();
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(ckpt_dir, ec))
-    if (e.path().filename().string().find(".tmp-") != std::string::npos) torn.push_back(printable(e.path().filename().string()));
+    if (e.path().filename().string().find(".tmp-") != std::string::npos)
+      torn.push_back(printable(e.path().filename().string()));
   return torn;
 }
 
@@ -596,23 +620,27 @@ Step reference(Run& r) {
   const Outcome& a = r.a;
   p.report.set_section("program", program_section(p, r.l, a));
   if (!a.killed_by_us) {
-    const std::string why = !a.error.empty() ? a.error
-                            : worker_name(pp::Role::kReference) + " exited with status " + std::to_string(a.status) +
-                                  " before its kill window (the save of step " + std::to_string(r.last) +
-                                  "): does the loop call Pilot.maybe_save(step) every step, up to pilot.stop_at?";
+    const std::string why =
+        !a.error.empty() ? a.error
+                         : worker_name(pp::Role::kReference) + " exited with status " + std::to_string(a.status) +
+                               " before its kill window (the save of step " + std::to_string(r.last) +
+                               "): does the loop call Pilot.maybe_save(step) every step, up to pilot.stop_at?";
     return fail(p, "reference", 1, why);
   }
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   for (int rank = 0; rank < p.nproc; ++rank)
     if (!a.logs.count(rank) || !a.logs.at(rank).hello)
-      return fail(p, "reference", 1, "worker A rank " + std::to_string(rank) + " never said hello (is it using anchor_pilot?)");
+      return fail(p, "reference", 1,
+                  "worker A rank " + std::to_string(rank) + " never said hello (is it using anchor_pilot?)");
   const auto& ref = a.logs.at(0);
   json fig = {{"steps", ref.steps.size()}, {"ranks", p.nproc}};
   if (!ref.steps.empty() && ref.steps.back().loss.known) fig["loss"] = ref.steps.back().loss.value;
   p.report.add_stage(worker_stage("reference", a, fig));
   if (const auto* s = ref.checkpoint("save", "end", r.k); s && s->bytes && s->seconds)
-    p.report.add_stage({{"stage", "checkpoint_save"}, {"status", "passed"}, {"seconds", *s->seconds},
+    p.report.add_stage({{"stage", "checkpoint_save"},
+                        {"status", "passed"},
+                        {"seconds", *s->seconds},
                         {"figures", {{"step", r.k}, {"bytes", *s->bytes}, {"seconds", *s->seconds}}}});
   return std::nullopt;
 }
@@ -714,10 +742,13 @@ Step resume(Run& r) {
   // having reported what it restored: that is the verdict's to name (exit 3), not a runtime failure.
   if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", 1, r.b.error);
   for (int rank = 0; rank < p.nproc; ++rank)
-    if (!r.b.logs.count(rank)) return fail(p, "resume", 1, "worker B rank " + std::to_string(rank) + " reported nothing");
+    if (!r.b.logs.count(rank))
+      return fail(p, "resume", 1, "worker B rank " + std::to_string(rank) + " reported nothing");
   const auto& res = r.b.logs.at(0);
   if (const auto* c = res.checkpoint("restore", "end", r.k); c && c->bytes && c->seconds)
-    p.report.add_stage({{"stage", "restore"}, {"status", "passed"}, {"seconds", *c->seconds},
+    p.report.add_stage({{"stage", "restore"},
+                        {"status", "passed"},
+                        {"seconds", *c->seconds},
                         {"figures", {{"step", r.k}, {"bytes", *c->bytes}, {"seconds", *c->seconds}}}});
   json fig = {{"steps", res.steps.size()}, {"ranks", p.nproc}};
   if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
@@ -793,26 +824,34 @@ Step memory_probe(Run& r) {
       return interrupted_exit(p);
     }
     const std::string at = "(micro_batch " + std::to_string(pmb) + ", seq_len " + std::to_string(pT) + ")";
-    const std::string hint = "; the program declared probe=True in anchor_pilot.shape(): it must build its model "
-                             "and data with the shape it returns, or pass probe=False";
+    const std::string hint =
+        "; the program declared probe=True in anchor_pilot.shape(): it must build its model "
+        "and data with the shape it returns, or pass probe=False";
     if (o.status != 0) return failed(1, "the memory probe at " + at + ": " + o.error + hint);
     const auto [rank, sm] = highest_step_memory(o);
     if (!sm)
-      return failed(1, "the memory probe at " + at + " reported no step_memory line with a peak (it must run 2 "
-                       "steps, calling Pilot.step each)" + hint);
+      return failed(1, "the memory probe at " + at +
+                           " reported no step_memory line with a peak (it must run 2 "
+                           "steps, calling Pilot.step each)" +
+                           hint);
     // Sizes are below 2^31 each (the hello's check): their product is exact in a long double.
     const long double expected = static_cast<long double>(pmb) * pT * h.shape->grad_accum;
     for (const auto& [k, log] : o.logs)
       for (const auto& st : log.steps)
         if (st.tokens && static_cast<long double>(*st.tokens) != expected)
-          return failed(1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) + " tokens at step " +
-                               std::to_string(st.step) + (o.logs.size() > 1 ? " on rank " + std::to_string(k) : "") +
-                               ", not " + fmt_count(expected) + hint);
+          return failed(1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) +
+                               " tokens at step " + std::to_string(st.step) +
+                               (o.logs.size() > 1 ? " on rank " + std::to_string(k) : "") + ", not " +
+                               fmt_count(expected) + hint);
     r.probe_points.push_back(memory_point(*sm, rank, pmb, pT, tag));
-    figures.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_bytes", *sm->peak_bytes}, {"rank", rank},
+    figures.push_back({{"micro_batch", pmb},
+                       {"seq_len", pT},
+                       {"peak_bytes", *sm->peak_bytes},
+                       {"rank", rank},
                        {"seconds", o.seconds}});
   }
-  p.report.add_stage({{"stage", "memory_probe"}, {"status", "passed"},
+  p.report.add_stage({{"stage", "memory_probe"},
+                      {"status", "passed"},
                       {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
                       {"figures", {{"points", figures}}}});
   return std::nullopt;
@@ -828,13 +867,15 @@ Step make_plan(Run& r) {
   std::string why;
   std::optional<plan::Measured> m;
   if (!h.shape) {
-    why = "the program did not declare its step's shape: call anchor_pilot.shape(micro_batch=..., seq_len=...) "
-          "before building its model (docs/program.md, \"The plan\")";
+    why =
+        "the program did not declare its step's shape: call anchor_pilot.shape(micro_batch=..., seq_len=...) "
+        "before building its model (docs/program.md, \"The plan\")";
   } else if (!p.catalog_problem.empty()) {
     why = "the device catalog: " + p.catalog_problem;
   } else if (!r.a.logs.at(0).step_memory) {
-    why = "worker A sent no step_memory line (it reports the peak of the second step: does the program call "
-          "Pilot.step every step?)";
+    why =
+        "worker A sent no step_memory line (it reports the peak of the second step: does the program call "
+        "Pilot.step every step?)";
   } else {
     try {
       m = plan::measured_from_report(p.report.json());
@@ -851,8 +892,7 @@ Step make_plan(Run& r) {
     p.stage("plan", [&] {
       auto plan = plan::make_plan(*m, p.catalog, p.cfg);
       p.report.set_plan(plan);
-      return json{{"recommendation", plan.value("recommendation", json())},
-                  {"memory_points", m->memory_points.size()}};
+      return json{{"recommendation", plan.value("recommendation", json())}, {"memory_points", m->memory_points.size()}};
     });
   } catch (const Error& e) {
     return fail(p, "plan", exit_code_for(e.kind()), with_hint(e));
@@ -864,7 +904,8 @@ Step make_plan(Run& r) {
 
 int run_program_pilot(Pilot& p) {
   Run r(p);
-  p.planned_stages = {"reference", "checkpoint_save", "pin", "kill", "restore", "resume", "compare", "memory_probe", "plan"};
+  p.planned_stages = {"reference", "checkpoint_save", "pin",          "kill", "restore",
+                      "resume",    "compare",         "memory_probe", "plan"};
   r.k = p.cfg.pilot.steps_before_save;
   r.last = r.k + p.cfg.pilot.steps_after_resume;
   for (auto step : {prepare, reference, pin, resume})
@@ -876,9 +917,9 @@ int run_program_pilot(Pilot& p) {
   }
   for (auto step : {memory_probe, make_plan})
     if (Step end = step(r)) return *end;
-  p.report.set_outcome("passed", 0, "the program's resume matches its uninterrupted run (" +
-                                        r.verdict["mode"].get<std::string>() + ", " + std::to_string(p.nproc) + " rank" +
-                                        (p.nproc > 1 ? "s" : "") + ")");
+  p.report.set_outcome("passed", 0,
+                       "the program's resume matches its uninterrupted run (" + r.verdict["mode"].get<std::string>() +
+                           ", " + std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
   return passed(p);
 }
 

@@ -92,8 +92,9 @@ Hello parse_hello(const JsonFields& f) {
     sh.flops_per_token = s.optional_number("flops_per_token");
     sh.probe = s.boolean("probe");
     auto size_ok = [](std::int64_t n) { return n >= 1 && n < (std::int64_t{1} << 31); };
-    if (!size_ok(sh.micro_batch) || !size_ok(sh.seq_len) || !size_ok(sh.grad_accum) || !size_ok(sh.n_layer.value_or(1)) ||
-        !size_ok(sh.n_embd.value_or(1)) || !(sh.flops_per_token.value_or(1) > 0 && sh.flops_per_token.value_or(1) < 1e30))
+    if (!size_ok(sh.micro_batch) || !size_ok(sh.seq_len) || !size_ok(sh.grad_accum) ||
+        !size_ok(sh.n_layer.value_or(1)) || !size_ok(sh.n_embd.value_or(1)) ||
+        !(sh.flops_per_token.value_or(1) > 0 && sh.flops_per_token.value_or(1) < 1e30))
       throw bad("\"hello\".shape " + dump_json(f.need("shape")) +
                 " has a size outside 1 .. 2^31-1 or FLOPs not in (0, 1e30)");
     if (sh.precision != "fp32" && sh.precision != "bf16" && sh.precision != "fp16")
@@ -261,7 +262,8 @@ Event parse_event(const std::string& line) {
     e.type = JsonFields(j, "").str("type");
     const JsonFields f(j, "\"" + printable(e.type) + "\"");
     const std::int64_t rank = f.integer("rank");
-    if (rank < 0 || rank > 1'000'000) throw bad("\"" + printable(e.type) + "\".rank is " + std::to_string(rank) + ", not a rank");
+    if (rank < 0 || rank > 1'000'000)
+      throw bad("\"" + printable(e.type) + "\".rank is " + std::to_string(rank) + ", not a rank");
     e.rank = static_cast<int>(rank);
     e.time = f.number("time");
     e.body = parse_body(e.type, f);
@@ -285,7 +287,8 @@ std::vector<Event> EventReader::poll() {
   const std::uint64_t end = static_cast<std::uint64_t>(st.st_size);
   char buf[65536];
   while (offset_ < end) {
-    const ssize_t n = ::read(fd.get(), buf, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, end - offset_)));
+    const ssize_t n =
+        ::read(fd.get(), buf, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, end - offset_)));
     if (n < 0) {
       if (errno == EINTR) continue;
       throw io_error("read", path_, errno);
@@ -320,15 +323,24 @@ void WorkerLog::add(const Event& e) {
   std::visit(
       [&](const auto& b) {
         using T = std::decay_t<decltype(b)>;
-        if constexpr (std::is_same_v<T, Hello>) hello = b;
-        else if constexpr (std::is_same_v<T, StepLine>) steps.push_back(b);
-        else if constexpr (std::is_same_v<T, EvalLine>) evals.push_back(b);
-        else if constexpr (std::is_same_v<T, DigestsLine>) digests.push_back(b);
-        else if constexpr (std::is_same_v<T, CheckpointLine>) checkpoints.push_back(b);
-        else if constexpr (std::is_same_v<T, MemoryLine>) memory.push_back(b);
-        else if constexpr (std::is_same_v<T, StepMemoryLine>) step_memory = b;
-        else if constexpr (std::is_same_v<T, ErrorLine>) errors.push_back(b);
-        else if constexpr (std::is_same_v<T, ProgramLine>) program = b;
+        if constexpr (std::is_same_v<T, Hello>)
+          hello = b;
+        else if constexpr (std::is_same_v<T, StepLine>)
+          steps.push_back(b);
+        else if constexpr (std::is_same_v<T, EvalLine>)
+          evals.push_back(b);
+        else if constexpr (std::is_same_v<T, DigestsLine>)
+          digests.push_back(b);
+        else if constexpr (std::is_same_v<T, CheckpointLine>)
+          checkpoints.push_back(b);
+        else if constexpr (std::is_same_v<T, MemoryLine>)
+          memory.push_back(b);
+        else if constexpr (std::is_same_v<T, StepMemoryLine>)
+          step_memory = b;
+        else if constexpr (std::is_same_v<T, ErrorLine>)
+          errors.push_back(b);
+        else if constexpr (std::is_same_v<T, ProgramLine>)
+          program = b;
       },
       e.body);
 }
@@ -351,11 +363,12 @@ namespace {
 
 // The first component whose digest differs (in kComponentOrder, then the rest
 // by name), or "" when they are all equal.
-Check compare_state(const std::string& name, const DigestsLine* ref, const DigestsLine* res, const std::string& ref_what,
-                    const std::string& res_what) {
+Check compare_state(const std::string& name, const DigestsLine* ref, const DigestsLine* res,
+                    const std::string& ref_what, const std::string& res_what) {
   Check c{name, false, "", ""};
   if (!ref || !res) {
-    c.detail = std::string(!ref ? "the reference reports no digests " + ref_what : "the resumed run reports no digests " + res_what) +
+    c.detail = std::string(!ref ? "the reference reports no digests " + ref_what
+                                : "the resumed run reports no digests " + res_what) +
                " (hint: the program must save through anchor_pilot: Pilot.maybe_save(step) at the steps anchor asks)";
     return c;
   }
@@ -364,7 +377,8 @@ Check compare_state(const std::string& name, const DigestsLine* ref, const Diges
   std::vector<std::string> rest;
   for (const auto* line : {ref, res})
     for (const auto& [n, _] : line->components)
-      if (std::find(names.begin(), names.end(), n) == names.end() && std::find(rest.begin(), rest.end(), n) == rest.end())
+      if (std::find(names.begin(), names.end(), n) == names.end() &&
+          std::find(rest.begin(), rest.end(), n) == rest.end())
         rest.push_back(n);
   std::sort(rest.begin(), rest.end());
   names.insert(names.end(), rest.begin(), rest.end());
@@ -448,9 +462,10 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
     if (v.cause.empty()) v.cause.push_back("steps");
   }
   // 3. The state at the last step.
-  Check last = compare_state("state at step " + std::to_string(last_step), ref.digests_at("save", last_step),
-                             res.digests_at("save", last_step), "at its (killed) save of step " + std::to_string(last_step),
-                             "at its save of step " + std::to_string(last_step));
+  Check last =
+      compare_state("state at step " + std::to_string(last_step), ref.digests_at("save", last_step),
+                    res.digests_at("save", last_step), "at its (killed) save of step " + std::to_string(last_step),
+                    "at its save of step " + std::to_string(last_step));
   if (!last.ok && tolerance > 0 && !last.component.empty()) {
     // Within a tolerance the state after R steps is not expected to be bitwise the same: said, not failed.
     last.ok = true;

@@ -40,7 +40,7 @@ struct Spec {
   std::uint64_t seed = 0;
   bool deterministic = true;
   std::int64_t digests_every = 0;
-  std::optional<std::int64_t> kill_in_save;     // the save anchor kills (rank 0 waits in it after its first file)
+  std::optional<std::int64_t> kill_in_save;  // the save anchor kills (rank 0 waits in it after its first file)
   std::optional<std::pair<std::int64_t, std::int64_t>> probe;  // role probe: (micro_batch, seq_len) to run at
 };
 nlohmann::json to_json(const Spec& s);
@@ -86,7 +86,7 @@ struct EvalLine {
 };
 struct DigestsLine {
   std::optional<std::int64_t> step;
-  std::string when;                                          // step | save | restore | final
+  std::string when;                                             // step | save | restore | final
   std::vector<std::pair<std::string, std::string>> components;  // name -> SHA-256, as written
   const std::string* find(const std::string& name) const;
 };
@@ -126,8 +126,8 @@ struct ProgramLine {
   std::string distributions_error;  // the helper could not list them
 };
 
-using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, StepMemoryLine,
-                          ErrorLine, ProgramLine>;
+using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, StepMemoryLine, ErrorLine,
+                          ProgramLine>;
 struct Event {
   std::string type;
   int rank = 0;

@@ -186,7 +186,8 @@ void StageWatch::draw(Clock::time_point now) {
     line += step_figures(*step_);
     // The ETA as of the step, less the time since: it counts down between steps.
     if (step_->eta_s)
-      line += ", ETA " + seconds_text(std::max(0.0, *step_->eta_s - std::chrono::duration<double>(now - step_at_).count()));
+      line +=
+          ", ETA " + seconds_text(std::max(0.0, *step_->eta_s - std::chrono::duration<double>(now - step_at_).count()));
   }
   line += ", " + seconds_text(std::chrono::duration<double>(now - t0_).count()) + " so far";
   const std::size_t cols = terminal_columns();

@@ -148,8 +148,8 @@ std::string line_chart(const std::string& id, const std::string& title, const st
     o << "\"/>";
     if (shown.size() <= kMaxDots)
       for (const auto& [x, y] : shown)
-        o << "<circle cx=\"" << px(X(x)) << "\" cy=\"" << px(Y(y)) << "\" r=\"2.5\" fill=\"" << s.color
-          << "\"><title>" << esc(s.name) << ": step " << num(x, 10) << ", " << num(y, 6) << "</title></circle>";
+        o << "<circle cx=\"" << px(X(x)) << "\" cy=\"" << px(Y(y)) << "\" r=\"2.5\" fill=\"" << s.color << "\"><title>"
+          << esc(s.name) << ": step " << num(x, 10) << ", " << num(y, 6) << "</title></circle>";
     o << "<rect x=\"" << px(legend_x) << "\" y=\"" << kH - kBottom - 16 << "\" width=\"12\" height=\"4\" fill=\""
       << s.color << "\"/><text class=\"legend\" x=\"" << px(legend_x + 16) << "\" y=\"" << kH - kBottom - 11 << "\">"
       << esc(s.name) << "</text>";
@@ -244,8 +244,8 @@ std::string training_charts(const json& report) {
   const bool program = field(report, "program").is_object();
   const double first = program ? 0 : 1;
   const json& steps = field(report, "steps");
-  const json a = worker_a_steps(report), b = field(steps, "resume").is_array() ? field(steps, "resume")
-                                                                                : field(steps, "resumed");
+  const json a = worker_a_steps(report),
+             b = field(steps, "resume").is_array() ? field(steps, "resume") : field(steps, "resumed");
   std::vector<Marker> markers;
   const json& resume = field(report, "resume");
   if (const auto saved = number(field(resume, "saved_step")))
@@ -306,10 +306,9 @@ std::string memory_chart(const json& report) {
     }
   }
   const auto total = number(field(mem, "device_total_bytes"));
-  const std::string title = "Peak memory per stage (" + std::string(total ? "against the device's " +
-                                                                                detail::bytes_text(*total)
-                                                                          : "no device total: a CPU run") +
-                            ")";
+  const std::string title =
+      "Peak memory per stage (" +
+      std::string(total ? "against the device's " + detail::bytes_text(*total) : "no device total: a CPU run") + ")";
   return bar_chart("memory", title, bars, {kColourMemory}, "MB", 1e6, total.value_or(0), "device total");
 }
 
@@ -351,8 +350,9 @@ std::string timeline(const json& trace) {
   o << "<svg class=\"chart\" data-chart=\"timeline\" viewBox=\"0 0 " << kW << " " << px(h)
     << "\" role=\"img\" aria-label=\"stage time line\">";
   for (const auto& [pid, row_no] : lane)
-    o << "<text class=\"tick\" x=\"" << left - 6 << "\" y=\"" << px(top + row * row_no + 17) << "\" text-anchor=\"end\">"
-      << esc(names.count(pid) ? names[pid] : "process " + std::to_string(pid)) << "</text>";
+    o << "<text class=\"tick\" x=\"" << left - 6 << "\" y=\"" << px(top + row * row_no + 17)
+      << "\" text-anchor=\"end\">" << esc(names.count(pid) ? names[pid] : "process " + std::to_string(pid))
+      << "</text>";
   const char* palette[] = {"#3d9fb0", "#e0a458", "#6a994e", "#8d6e63", "#5c7cab", "#b56576"};
   std::map<std::string, int> color_of;
   for (const auto* e : spans) {
@@ -360,9 +360,8 @@ std::string timeline(const json& trace) {
     const std::string name = field(*e, "name").is_string() ? field(*e, "name").get<std::string>() : "stage";
     const double ts = *number(field(*e, "ts")), dur = *number(field(*e, "dur"));
     const auto c = color_of.emplace(name, static_cast<int>(color_of.size())).first->second;
-    const std::string status = field(field(*e, "args"), "status").is_string()
-                                   ? field(field(*e, "args"), "status").get<std::string>()
-                                   : "";
+    const std::string status =
+        field(field(*e, "args"), "status").is_string() ? field(field(*e, "args"), "status").get<std::string>() : "";
     o << "<rect class=\"span\" x=\"" << px(X(ts)) << "\" y=\"" << px(top + row * row_no + 4) << "\" width=\""
       << px(std::max(1.0, X(ts + dur) - X(ts))) << "\" height=\"" << row - 8 << "\" fill=\""
       << (status == "passed" || status.empty() ? palette[c % 6] : "#9e2a2b") << "\"><title>" << esc(name) << ": "
@@ -375,9 +374,8 @@ std::string timeline(const json& trace) {
   for (const auto* e : moments) {
     if (*number(field(*e, "ts")) < begin || *number(field(*e, "ts")) > end) continue;
     const double x = X(*number(field(*e, "ts")));
-    o << "<line class=\"marker\" x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << top << "\" y2=\""
-      << px(h - 24) << "\"/><text class=\"marker-label\" x=\"" << px(x + 3) << "\" y=\"" << px(h - 12)
-      << "\">SIGKILL</text>";
+    o << "<line class=\"marker\" x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << top << "\" y2=\"" << px(h - 24)
+      << "\"/><text class=\"marker-label\" x=\"" << px(x + 3) << "\" y=\"" << px(h - 12) << "\">SIGKILL</text>";
   }
   o << "<text class=\"tick\" x=\"" << left << "\" y=\"" << px(h - 2) << "\">0 s</text><text class=\"tick\" x=\""
     << kW - right << "\" y=\"" << px(h - 2) << "\" text-anchor=\"end\">" << num((end - begin) / 1e6)
@@ -398,9 +396,12 @@ std::string table(const json& rows, const std::vector<std::pair<const char*, con
     for (const auto& c : columns) {
       const json& v = field(r, c.first);
       o << "<td>";
-      if (v.is_boolean()) o << (v.get<bool>() ? "yes" : "NO");
-      else if (std::string(c.first) == "seconds" && number(v)) o << num(*number(v), 3) << " s";
-      else if (!v.is_null()) o << text(v);
+      if (v.is_boolean())
+        o << (v.get<bool>() ? "yes" : "NO");
+      else if (std::string(c.first) == "seconds" && number(v))
+        o << num(*number(v), 3) << " s";
+      else if (!v.is_null())
+        o << text(v);
       o << "</td>";
     }
     o << "</tr>";
@@ -437,8 +438,10 @@ std::string markdown_section(const std::string& md) {
       o << "<li>" << esc(line.substr(2)) << "</li>";
     } else {
       close();
-      if (line.rfind("## ", 0) == 0) o << "<h2>" << esc(line.substr(3)) << "</h2>";
-      else if (!line.empty()) o << "<p>" << esc(line) << "</p>";
+      if (line.rfind("## ", 0) == 0)
+        o << "<h2>" << esc(line.substr(3)) << "</h2>";
+      else if (!line.empty())
+        o << "<p>" << esc(line) << "</p>";
     }
   }
   close();
@@ -474,9 +477,9 @@ std::string report_html(const json& report, const json& trace) {
   o << "<p class=\"meta\">" << text(field(report, "created_at")) << " to " << text(field(report, "finished_at"))
     << " &middot; config " << text(field(report, "config_path")) << " &middot; device " << text(field(report, "device"))
     << " &middot; "
-    << (field(report, "signed") == true ? "signed by key " + text(field(report, "signer_key_id")) +
-                                              " (report.intoto.json)"
-                                        : "<b>UNSIGNED</b>: " + text(field(report, "unsigned_reason")))
+    << (field(report, "signed") == true
+            ? "signed by key " + text(field(report, "signer_key_id")) + " (report.intoto.json)"
+            : "<b>UNSIGNED</b>: " + text(field(report, "unsigned_reason")))
     << "</p>";
   o << "<div class=\"verdict " << esc(status) << "\" id=\"verdict\"><b>" << esc(status.empty() ? "unknown" : status)
     << "</b>: " << text(field(report, "message")) << "</div>";
@@ -489,8 +492,9 @@ std::string report_html(const json& report, const json& trace) {
     << (profiled ? "<a href=\"profile.json\">profile.json</a> (LibTorch's profile of one step, the same way), " : "")
     << "<code>events.jsonl</code>.</p>";
 
-  o << "<h2>Stages</h2>" << table(field(report, "stages"), {{"stage", "stage"}, {"status", "status"},
-                                                            {"seconds", "seconds"}, {"error", "error"}});
+  o << "<h2>Stages</h2>"
+    << table(field(report, "stages"),
+             {{"stage", "stage"}, {"status", "status"}, {"seconds", "seconds"}, {"error", "error"}});
   o << timeline(trace);
 
   o << "<h2>Resume</h2>";

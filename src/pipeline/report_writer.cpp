@@ -33,8 +33,8 @@ std::string xml_escape(const std::string& raw) {
   std::string out;
   std::string text = printable(raw);
   // U+FFFE and U+FFFF are valid UTF-8 but not XML 1.0 characters: as text.
-  for (const auto& [bad, shown] : {std::pair<std::string, std::string>{"\xef\xbf\xbe", "\\uFFFE"},
-                                   {"\xef\xbf\xbf", "\\uFFFF"}})
+  for (const auto& [bad, shown] :
+       {std::pair<std::string, std::string>{"\xef\xbf\xbe", "\\uFFFE"}, {"\xef\xbf\xbf", "\\uFFFF"}})
     for (std::size_t at = text.find(bad); at != std::string::npos; at = text.find(bad, at + shown.size()))
       text.replace(at, bad.size(), shown);
   for (char c : text) {
@@ -83,8 +83,8 @@ void testcase(std::ostream& os, const std::string& classname, const std::string&
   if (!seconds.empty()) os << " time=\"" << seconds << "\"";
   os << ">";
   if (failure)
-    os << "<failure type=\"" << type << "\" message=\"" << xml_escape(headline(*failure)) << "\">" << xml_escape(*failure)
-       << "</failure>";
+    os << "<failure type=\"" << type << "\" message=\"" << xml_escape(headline(*failure)) << "\">"
+       << xml_escape(*failure) << "</failure>";
   if (skipped) os << "<skipped message=\"" << xml_escape(*skipped) << "\"/>";
   os << "</testcase>\n";
 }
@@ -102,23 +102,30 @@ std::string stage_figure(const nlohmann::json& s) {
   os << std::setprecision(5);
   const std::string name = s.value("stage", "");
   if (name == "precision" && f.contains("verdict"))
-    os << f.value("precision", "") << " vs fp32: " << f["verdict"].get<std::string>() << ", loss rel " << std::setprecision(2)
-       << f.value("loss_rel_diff", 0.0) << ", grad norm rel " << f.value("grad_norm_rel_diff", 0.0);
-  else if (f.contains("loss")) os << "loss " << f["loss"].get<double>();
-  else if (f.contains("tokens_per_s")) os << std::fixed << std::setprecision(0) << f["tokens_per_s"].get<double>() << " tok/s";
+    os << f.value("precision", "") << " vs fp32: " << f["verdict"].get<std::string>() << ", loss rel "
+       << std::setprecision(2) << f.value("loss_rel_diff", 0.0) << ", grad norm rel "
+       << f.value("grad_norm_rel_diff", 0.0);
+  else if (f.contains("loss"))
+    os << "loss " << f["loss"].get<double>();
+  else if (f.contains("tokens_per_s"))
+    os << std::fixed << std::setprecision(0) << f["tokens_per_s"].get<double>() << " tok/s";
   else if (f.contains("bytes") && f.contains("seconds"))
-    os << std::fixed << std::setprecision(2) << f["bytes"].get<double>() / 1e6 << " MB in " << f["seconds"].get<double>() << " s";
-  else if (name == "kill" && f.contains("torn_checkpoints")) os << "SIGKILL, " << f["torn_checkpoints"].size() << " torn save left";
-  else if (name == "restore" && f.contains("step")) os << "step " << f["step"] << ", skipped " << f["skipped"].size();
-  else if (f.contains("verdict")) os << f["verdict"].get<std::string>() << " (" << f["mode"].get<std::string>() << ")";
+    os << std::fixed << std::setprecision(2) << f["bytes"].get<double>() / 1e6 << " MB in "
+       << f["seconds"].get<double>() << " s";
+  else if (name == "kill" && f.contains("torn_checkpoints"))
+    os << "SIGKILL, " << f["torn_checkpoints"].size() << " torn save left";
+  else if (name == "restore" && f.contains("step"))
+    os << "step " << f["step"] << ", skipped " << f["skipped"].size();
+  else if (f.contains("verdict"))
+    os << f["verdict"].get<std::string>() << " (" << f["mode"].get<std::string>() << ")";
   else if (f.contains("parameters"))
     os << f["parameters"] << " params"
        << (f.value("attention", "module") != "module" ? ", " + f["attention"].get<std::string>() + " attention"
-                                                       : std::string())
+                                                      : std::string())
        << (f.value("start_from", "init") == "latest" ? ", from step " + f["start_step"].dump() : std::string());
   else if (f.contains("memory_saved_bytes") && f.contains("time_added_percent"))
-    os << std::fixed << std::setprecision(1) << f["memory_saved_percent"].get<double>() << "% memory saved, " << std::showpos
-       << f["time_added_percent"].get<double>() << "% time";
+    os << std::fixed << std::setprecision(1) << f["memory_saved_percent"].get<double>() << "% memory saved, "
+       << std::showpos << f["time_added_percent"].get<double>() << "% time";
   return os.str();
 }
 
@@ -134,9 +141,12 @@ std::string fmt_bytes(const nlohmann::json& v) {
   const double b = v.get<double>();
   std::ostringstream os;
   os << std::fixed << std::setprecision(2);
-  if (b >= 1e9) os << b / 1e9 << " GB";
-  else if (b >= 1e6) os << b / 1e6 << " MB";
-  else os << b / 1e3 << " kB";
+  if (b >= 1e9)
+    os << b / 1e9 << " GB";
+  else if (b >= 1e6)
+    os << b / 1e6 << " MB";
+  else
+    os << b / 1e3 << " kB";
   return os.str();
 }
 
@@ -158,10 +168,11 @@ void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
   if (!m.is_object()) return;
   md << "\n## Measurements\n\n| what | figure |\n|---|---|\n";
   if (const auto step = at(m, "/step"); step.is_object()) {
-    md << "| measured step | " << fmt_number(at(step, "/seconds")) << " s: compute " << fmt_number(at(step, "/compute_s"))
-       << " s, data wait " << fmt_number(at(step, "/data_wait_s"), 4) << " s (" << fmt_number(at(step, "/stall_percent"), 2)
-       << "% stalled)";
-    if (at(step, "/comm_s").is_number() && at(step, "/world_size").is_number() && at(step, "/world_size").get<double>() > 1)
+    md << "| measured step | " << fmt_number(at(step, "/seconds")) << " s: compute "
+       << fmt_number(at(step, "/compute_s")) << " s, data wait " << fmt_number(at(step, "/data_wait_s"), 4) << " s ("
+       << fmt_number(at(step, "/stall_percent"), 2) << "% stalled)";
+    if (at(step, "/comm_s").is_number() && at(step, "/world_size").is_number() &&
+        at(step, "/world_size").get<double>() > 1)
       md << ", communication " << fmt_number(at(step, "/comm_s")) << " s";
     md << "; micro-batch " << text_of(at(step, "/micro_batch")) << " x grad_accum " << text_of(at(step, "/grad_accum"))
        << ", " << text_of(at(step, "/tokens")) << " tokens |\n";
@@ -170,20 +181,21 @@ void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
        << " rank(s); MFU estimate " << fmt_number(at(step, "/mfu_estimate"), 3) << " |\n";
   }
   if (const auto mem = at(m, "/memory"); mem.is_object()) {
-    md << "| peak memory, measured step | allocated " << fmt_bytes(at(mem, "/step/peak_allocated_bytes")) << ", reserved "
-       << fmt_bytes(at(mem, "/step/peak_reserved_bytes")) << ", device total " << fmt_bytes(at(mem, "/device_total_bytes"))
-       << " (" << text_of(at(mem, "/source")) << ") |\n";
+    md << "| peak memory, measured step | allocated " << fmt_bytes(at(mem, "/step/peak_allocated_bytes"))
+       << ", reserved " << fmt_bytes(at(mem, "/step/peak_reserved_bytes")) << ", device total "
+       << fmt_bytes(at(mem, "/device_total_bytes")) << " (" << text_of(at(mem, "/source")) << ") |\n";
     if (const auto sb = at(mem, "/state_bytes"); sb.is_object())
-      md << "| state | parameters " << fmt_bytes(at(sb, "/parameters")) << ", gradients " << fmt_bytes(at(sb, "/gradients"))
-         << ", optimizer " << fmt_bytes(at(sb, "/optimizer")) << " |\n";
+      md << "| state | parameters " << fmt_bytes(at(sb, "/parameters")) << ", gradients "
+         << fmt_bytes(at(sb, "/gradients")) << ", optimizer " << fmt_bytes(at(sb, "/optimizer")) << " |\n";
   }
   for (const char* io : {"checkpoint_save", "restore"})
     if (const auto c = at(m, std::string("/") + io); c.is_object()) {
-      md << "| " << (std::string(io) == "restore" ? "restore" : "checkpoint save") << " | " << fmt_bytes(at(c, "/bytes"))
-         << " in " << fmt_number(at(c, "/seconds")) << " s (" << fmt_number(at(c, "/gb_per_s"), 2) << " GB/s)";
+      md << "| " << (std::string(io) == "restore" ? "restore" : "checkpoint save") << " | "
+         << fmt_bytes(at(c, "/bytes")) << " in " << fmt_number(at(c, "/seconds")) << " s ("
+         << fmt_number(at(c, "/gb_per_s"), 2) << " GB/s)";
       if (at(c, "/model_build_s").is_number())
-        md << "; model build " << fmt_number(at(c, "/model_build_s")) << " s, load " << fmt_number(at(c, "/load_state_s"))
-           << " s, state digest " << fmt_number(at(c, "/state_digest_s")) << " s";
+        md << "; model build " << fmt_number(at(c, "/model_build_s")) << " s, load "
+           << fmt_number(at(c, "/load_state_s")) << " s, state digest " << fmt_number(at(c, "/state_digest_s")) << " s";
       md << " |\n";
     }
   // The profile of a step at the configured shape (worker B's last resumed step; docs/report.md, "profile.json").
@@ -192,7 +204,8 @@ void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
       if (prof.contains("file"))
         md << "| profile of a step | " << text_of(at(prof, "/file")) << ": " << text_of(at(prof, "/events"))
            << " spans of one step at micro-batch " << text_of(at(prof, "/micro_batch")) << " x "
-           << text_of(at(prof, "/seq_len")) << " tokens; " << text_of(at(prof, "/profiler")) << "; open it in ui.perfetto.dev |\n";
+           << text_of(at(prof, "/seq_len")) << " tokens; " << text_of(at(prof, "/profiler"))
+           << "; open it in ui.perfetto.dev |\n";
       else
         md << "| profile of a step | none: " << text_of(at(prof, prof.contains("skipped") ? "/skipped" : "/error"))
            << " |\n";
@@ -240,8 +253,9 @@ void write_environment_md(std::ostream& md, const nlohmann::json& j) {
   md << "- threads: run.threads " << text_of(at(man, "/threads/run_threads")) << " (intra-op "
      << text_of(at(man, "/threads/intra_op")) << ", inter-op " << text_of(at(man, "/threads/inter_op")) << ", BLAS "
      << text_of(at(man, "/threads/blas/library")) << " " << text_of(at(man, "/threads/blas/threads")) << ")\n";
-  md << "- container: " << (at(man, "/container/digest").is_string() ? at(man, "/container/digest").get<std::string>()
-                                                                      : std::string("no digest"))
+  md << "- container: "
+     << (at(man, "/container/digest").is_string() ? at(man, "/container/digest").get<std::string>()
+                                                  : std::string("no digest"))
      << "\n- the manifest's SHA-256: " << text_of(at(j, "/manifest_sha256")) << " (every pinned input and library)\n";
 }
 
@@ -280,12 +294,14 @@ namespace {
 // The loss scaler: every skipped step, and the scale saved vs restored.
 nlohmann::json loss_scaler_section(const WorkerResult& ref, const WorkerResult& res) {
   nlohmann::json skipped = nlohmann::json::array();
-  for (const auto& [part, steps] : {std::pair<const char*, const std::vector<train::StepRecord>*>{"train", &ref.train_steps},
-                                    {"reference", &ref.reference_steps},
-                                    {"resume", &res.resume_steps}})
+  for (const auto& [part, steps] :
+       {std::pair<const char*, const std::vector<train::StepRecord>*>{"train", &ref.train_steps},
+        {"reference", &ref.reference_steps},
+        {"resume", &res.resume_steps}})
     for (const auto& st : *steps)
       if (st.skipped)
-        skipped.push_back({{"part", part}, {"step", st.step}, {"loss_scale", st.loss_scale}, {"nonfinite_grad", st.nonfinite_grad}});
+        skipped.push_back(
+            {{"part", part}, {"step", st.step}, {"loss_scale", st.loss_scale}, {"nonfinite_grad", st.nonfinite_grad}});
   return {{"enabled", ref.loss_scaler_enabled},
           {"skipped_steps", skipped},
           {"saved_scale", ref.saved_state.value().loss_scale},
@@ -325,7 +341,8 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
   j_["steps"] = {{"train", train::steps_json(ref.train_steps)},
                  {"reference", train::steps_json(ref.reference_steps)},
                  {"resume", train::steps_json(res.resume_steps)}};
-  j_["eval"] = {{"before_save", ref.eval_loss.value()}, {"after_restore", res.eval_loss.value()},
+  j_["eval"] = {{"before_save", ref.eval_loss.value()},
+                {"after_restore", res.eval_loss.value()},
                 {"perplexity", std::exp(ref.eval_loss.value())}};
   j_["resume"] = verdict;
   j_["resume"]["saved_step"] = ref.saved_step.value();
@@ -350,8 +367,11 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
     if (n == "checkpoint_save")
       m["checkpoint_save"] = {{"bytes", f["bytes"]}, {"seconds", f["seconds"]}, {"gb_per_s", f["gb_per_s"]}};
     if (n == "restore")
-      m["restore"] = {{"bytes", f.value("bytes", 0)}, {"seconds", f.value("seconds", 0.0)}, {"gb_per_s", f.value("gb_per_s", 0.0)},
-                      {"model_build_s", f.value("model_build_s", 0.0)}, {"load_state_s", f.value("load_state_s", 0.0)},
+      m["restore"] = {{"bytes", f.value("bytes", 0)},
+                      {"seconds", f.value("seconds", 0.0)},
+                      {"gb_per_s", f.value("gb_per_s", 0.0)},
+                      {"model_build_s", f.value("model_build_s", 0.0)},
+                      {"load_state_s", f.value("load_state_s", 0.0)},
                       {"state_digest_s", f.value("state_digest_s", 0.0)}};
   }
   const auto& step_mem = ref.step_memory;
@@ -361,17 +381,17 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
                  {"state_bytes", ref.state_bytes.to_json()},
                  {"stages", stages},
                  {"points", nlohmann::json::array()},
-                 {"device_total_bytes", step_mem.contains("device_total_bytes") ? step_mem["device_total_bytes"] : nlohmann::json()},
-                 {"workers", {{"reference", {{"rss_bytes", ref.rss_bytes}, {"peak_rss_bytes", ref.peak_rss_bytes}}},
-                              {"resume", {{"rss_bytes", res.rss_bytes}, {"peak_rss_bytes", res.peak_rss_bytes}}}}}};
+                 {"device_total_bytes",
+                  step_mem.contains("device_total_bytes") ? step_mem["device_total_bytes"] : nlohmann::json()},
+                 {"workers",
+                  {{"reference", {{"rss_bytes", ref.rss_bytes}, {"peak_rss_bytes", ref.peak_rss_bytes}}},
+                   {"resume", {{"rss_bytes", res.rss_bytes}, {"peak_rss_bytes", res.peak_rss_bytes}}}}}};
   j_["measurements"] = m;
 }
 
 void Report::set_precision(const nlohmann::json& v) { j_["precision"] = v; }
 
-void Report::set_memory_points(const nlohmann::json& points) {
-  j_["measurements"]["memory"]["points"] = points;
-}
+void Report::set_memory_points(const nlohmann::json& points) { j_["measurements"]["memory"]["points"] = points; }
 
 void Report::set_activation_checkpointing(const nlohmann::json& figures) {
   j_["measurements"]["activation_checkpointing"] = figures;
@@ -393,11 +413,11 @@ void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run
         unverified.push_back({{"dir", rel}, {"step", v.step}, {"state", v.state}, {"problems", v.problems}});
       continue;
     }
-    list.push_back({{"dir", rel},
-                    {"step", v.step},
-                    {"manifest_sha256", sha256_file((dir / "manifest.json").string()).sha256}});
+    list.push_back(
+        {{"dir", rel}, {"step", v.step}, {"manifest_sha256", sha256_file((dir / "manifest.json").string()).sha256}});
   }
-  std::sort(list.begin(), list.end(), [](const nlohmann::json& a, const nlohmann::json& b) { return a["step"] < b["step"]; });
+  std::sort(list.begin(), list.end(),
+            [](const nlohmann::json& a, const nlohmann::json& b) { return a["step"] < b["step"]; });
   j_["checkpoints"] = list;
   if (!unverified.empty()) j_["unverified_checkpoints"] = unverified;
 }
@@ -460,36 +480,42 @@ void Report::write(const std::string& run_dir) const {
     md << "\n## Resume\n\nVerdict: " << j_["resume"].value("verdict", "") << " (" << j_["resume"].value("mode", "")
        << ")\n\n";
     for (const auto& c : j_["resume"]["checks"])
-      if (!c["ok"].get<bool>()) md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
+      if (!c["ok"].get<bool>())
+        md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
   }
   if (j_.contains("precision")) {
     const auto& p = j_["precision"];
-    md << "\n## Precision\n\n" << p.value("precision", "") << " vs " << p.value("reference", "fp32") << " on the step "
-       << p.value("step", 0) << " from the same state: **" << p.value("verdict", "") << "** (tolerance "
-       << p.value("tolerance", 0.0) << ")\n\n";
+    md << "\n## Precision\n\n"
+       << p.value("precision", "") << " vs " << p.value("reference", "fp32") << " on the step " << p.value("step", 0)
+       << " from the same state: **" << p.value("verdict", "") << "** (tolerance " << p.value("tolerance", 0.0)
+       << ")\n\n";
     for (const auto& n : p.value("non_finite", nlohmann::json::array()))
       md << "- NON-FINITE " << n.value("what", "") << " " << n.value("tensor", "") << "\n";
     if (p.contains("loss")) {
       md << "| value | fp32 | " << p.value("precision", "") << " | relative difference |\n|---|---|---|---|\n";
       md << "| loss | " << p["loss"]["fp32"].get<double>() << " | " << p["loss"]["value"].get<double>() << " | "
          << p["loss"]["rel_diff"].get<double>() << (p["loss"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
-      md << "| global gradient norm | " << p["grad_norm"]["fp32"].get<double>() << " | " << p["grad_norm"]["value"].get<double>()
-         << " | " << p["grad_norm"]["rel_diff"].get<double>() << (p["grad_norm"]["flagged"].get<bool>() ? " FLAGGED" : "")
-         << " |\n";
+      md << "| global gradient norm | " << p["grad_norm"]["fp32"].get<double>() << " | "
+         << p["grad_norm"]["value"].get<double>() << " | " << p["grad_norm"]["rel_diff"].get<double>()
+         << (p["grad_norm"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
       const auto& params = p["parameters"];
       const bool any_flag = !params["flagged"].empty();
-      md << "\n" << (any_flag ? "Parameters whose gradient norm differs beyond the tolerance:" : "Largest per-parameter gradient-norm differences (none beyond the tolerance):")
-         << "\n\n| parameter | grad norm fp32 | grad norm | relative difference | relative error |\n|---|---|---|---|---|\n";
+      md << "\n"
+         << (any_flag ? "Parameters whose gradient norm differs beyond the tolerance:"
+                      : "Largest per-parameter gradient-norm differences (none beyond the tolerance):")
+         << "\n\n| parameter | grad norm fp32 | grad norm | relative difference | relative error "
+            "|\n|---|---|---|---|---|\n";
       for (const auto& x : any_flag ? params["flagged"] : params["largest"])
         md << "| " << x["name"].get<std::string>() << " | " << x["grad_norm_fp32"].get<double>() << " | "
-           << x["grad_norm"].get<double>() << " | " << x["rel_diff"].get<double>() << " | " << x["rel_error"].get<double>() << " |\n";
+           << x["grad_norm"].get<double>() << " | " << x["rel_diff"].get<double>() << " | "
+           << x["rel_error"].get<double>() << " |\n";
     }
   }
   if (j_.contains("loss_scaler") && j_["loss_scaler"].value("enabled", false)) {
     const auto& ls = j_["loss_scaler"];
     md << "\n## Loss scaler\n\nScale saved " << ls["saved_scale"].get<double>() << ", restored "
-       << ls["restored_scale"].get<double>() << ", final " << ls["final_scale"].get<double>() << ". Skipped steps: "
-       << (ls["skipped_steps"].empty() ? "none" : "") << "\n\n";
+       << ls["restored_scale"].get<double>() << ", final " << ls["final_scale"].get<double>()
+       << ". Skipped steps: " << (ls["skipped_steps"].empty() ? "none" : "") << "\n\n";
     for (const auto& st : ls["skipped_steps"])
       md << "- step " << st["step"].dump() << " (" << st["part"].get<std::string>() << "): inf/NaN gradient in "
          << st["nonfinite_grad"].get<std::string>() << " at scale " << st["loss_scale"].dump() << "\n";
@@ -501,8 +527,9 @@ void Report::write(const std::string& run_dir) const {
        << (nodes ? " on " + std::to_string(d.value("nodes", 1)) + " nodes" : std::string())
        << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string()))
        << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
-       << "| rank |" << (nodes ? " node | host |" : "") << " optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|"
-       << (nodes ? "---|---|" : "") << "---|---|---|---|---|\n";
+       << "| rank |" << (nodes ? " node | host |" : "")
+       << " optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|" << (nodes ? "---|---|" : "")
+       << "---|---|---|---|---|\n";
     for (const auto& r : d["per_rank"]) {
       md << "| " << r.value("rank", 0) << " | ";
       if (nodes) md << r.value("node", 0) << " | " << r.value("host", "") << " | ";
@@ -516,8 +543,8 @@ void Report::write(const std::string& run_dir) const {
          << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
   }
   if (j_.contains("measurements") && j_["measurements"].contains("activation_checkpointing"))
-    md << "\n## Activation checkpointing\n\n" << j_["measurements"]["activation_checkpointing"].value("trade", "")
-       << "\n";
+    md << "\n## Activation checkpointing\n\n"
+       << j_["measurements"]["activation_checkpointing"].value("trade", "") << "\n";
   write_measurements_md(md, j_);
   write_environment_md(md, j_);
   if (j_.contains("plan") && j_["plan"].is_object()) {
@@ -587,8 +614,9 @@ std::string junit_xml(const nlohmann::json& r, const std::vector<std::string>& p
     ++tests;
     ++skipped;
     const std::string why = !stopped_in.empty() ? "not run: the pilot stopped in stage " + stopped_in
-                            : status == "passed" || status.empty() ? std::string("not run by this pilot")
-                                                                   : "not run: the pilot " + status + " (" + message + ")";
+                            : status == "passed" || status.empty()
+                                ? std::string("not run by this pilot")
+                                : "not run: the pilot " + status + " (" + message + ")";
     testcase(cases, "anchor.pilot.stage", name, "", nullptr, "", &why);
   }
   if (r.contains("resume") && r["resume"].contains("checks"))

@@ -48,19 +48,23 @@ nlohmann::json compare_reports(const nlohmann::json& a, const nlohmann::json& b,
       figure(at + ": grad_norm", sa[i]["grad_norm"], sb[i]["grad_norm"]);
       figure(at + ": learning rate", sa[i]["lr"], sb[i]["lr"]);
       if (sa[i].contains("loss_scale") || sb[i].contains("loss_scale"))
-        figure(at + ": loss scale", sa[i].value("loss_scale", nlohmann::json(1.0)), sb[i].value("loss_scale", nlohmann::json(1.0)));
+        figure(at + ": loss scale", sa[i].value("loss_scale", nlohmann::json(1.0)),
+               sb[i].value("loss_scale", nlohmann::json(1.0)));
       add(at + ": batch", sa[i]["batch_digest"] == sb[i]["batch_digest"],
-          sa[i]["batch_digest"] == sb[i]["batch_digest"] ? "same input tokens" : "different input tokens (data changed)");
+          sa[i]["batch_digest"] == sb[i]["batch_digest"] ? "same input tokens"
+                                                         : "different input tokens (data changed)");
     }
   }
   const auto ea = a.value("eval", nlohmann::json::object()), eb = b.value("eval", nlohmann::json::object());
   figure("eval before save", ea.value("before_save", nlohmann::json()), eb.value("before_save", nlohmann::json()));
-  figure("eval after restore", ea.value("after_restore", nlohmann::json()), eb.value("after_restore", nlohmann::json()));
+  figure("eval after restore", ea.value("after_restore", nlohmann::json()),
+         eb.value("after_restore", nlohmann::json()));
   // The precision validation (docs/precision.md): the low-precision side's loss and gradient norm.
   if (a.contains("precision") || b.contains("precision")) {
     const auto pa = a.value("precision", nlohmann::json::object()), pb = b.value("precision", nlohmann::json::object());
     add("precision verdict", pa.value("verdict", "") == pb.value("verdict", ""),
-        "original " + pa.value("verdict", std::string("none")) + ", re-run " + pb.value("verdict", std::string("none")));
+        "original " + pa.value("verdict", std::string("none")) + ", re-run " +
+            pb.value("verdict", std::string("none")));
     for (const char* v : {"loss", "grad_norm"})
       figure(std::string("precision: ") + v, pa.value(v, nlohmann::json::object()).value("value", nlohmann::json()),
              pb.value(v, nlohmann::json::object()).value("value", nlohmann::json()));
@@ -68,7 +72,8 @@ nlohmann::json compare_reports(const nlohmann::json& a, const nlohmann::json& b,
   const auto ra = a.value("resume", nlohmann::json::object()), rb = b.value("resume", nlohmann::json::object());
   add("resume verdict", ra.value("verdict", "") == rb.value("verdict", ""),
       "original " + ra.value("verdict", std::string("?")) + ", re-run " + rb.value("verdict", std::string("?")));
-  const auto da = ra.value("state_digests", nlohmann::json::object()), db = rb.value("state_digests", nlohmann::json::object());
+  const auto da = ra.value("state_digests", nlohmann::json::object()),
+             db = rb.value("state_digests", nlohmann::json::object());
   for (auto it = da.begin(); it != da.end(); ++it)
     for (const char* g : {"model", "optimizer", "rng", "scaler"}) {
       // Reports from before the loss scaler have no "scaler" group: compared only when both have it.

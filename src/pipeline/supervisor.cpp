@@ -77,15 +77,16 @@ std::string make_run_id(const std::string& name) {
 struct WorkerOutcome {
   int status = -1;
   bool killed_by_us = false;
-  std::string open_stage;   // a stage that started and did not end
-  int failed_rank = 0;      // the rank whose status this is
-  std::string error;        // the worker's own account of its failure ("error" event)
-  std::string remote;       // several nodes: the other nodes' ranks that failed on their own
+  std::string open_stage;  // a stage that started and did not end
+  int failed_rank = 0;     // the rank whose status this is
+  std::string error;       // the worker's own account of its failure ("error" event)
+  std::string remote;      // several nodes: the other nodes' ranks that failed on their own
 };
 
 // "rank 3 (node 1, host b)": how a stage error names a rank of another node.
 std::string rank_on_node(const RemoteRank& r) {
-  return "rank " + std::to_string(r.rank) + " (node " + std::to_string(r.node) + (r.host.empty() ? "" : ", " + r.host) + ")";
+  return "rank " + std::to_string(r.rank) + " (node " + std::to_string(r.node) + (r.host.empty() ? "" : ", " + r.host) +
+         ")";
 }
 
 // A failed worker's account (`why`), with the other nodes' failed ranks added
@@ -118,11 +119,13 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     proc::SpawnOptions so;
     so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
     so.die_with_parent = true;
-    if (nodes) so.env = dist::placed_launch_env(r, nproc, r, local, nodes->master_addr(), port);
-    else if (nproc > 1) so.env = dist::self_launch_env(r, nproc, port);
+    if (nodes)
+      so.env = dist::placed_launch_env(r, nproc, r, local, nodes->master_addr(), port);
+    else if (nproc > 1)
+      so.env = dist::self_launch_env(r, nproc, port);
     so.env[kLiveProgressEnv] = live ? "1" : "0";
-    std::vector<std::string> argv = {p.worker_binary, "--log-level", p.opts.log_level, "__worker", "--role", name,
-                                     "--run-dir", p.run_dir};
+    std::vector<std::string> argv = {p.worker_binary, "--log-level", p.opts.log_level, "__worker",
+                                     "--role",        name,          "--run-dir",      p.run_dir};
     if (!p.opts.use_hash_cache) argv.push_back("--no-cache");
     ranks.push_back(proc::spawn(argv, so));
   }
@@ -156,7 +159,8 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
       if (ended[r] && *ended[r] != 0 && dead < 0) {
         dead = static_cast<int>(r);
         dead_at = std::chrono::steady_clock::now();
-        p.events->write({{"event", "rank_ended"}, {"worker", name}, {"rank", dead}, {"status", *ended[r]}}, "supervisor");
+        p.events->write({{"event", "rank_ended"}, {"worker", name}, {"rank", dead}, {"status", *ended[r]}},
+                        "supervisor");
       }
     }
     if (dead < 0 || !w.error.empty() || std::chrono::steady_clock::now() - dead_at < grace) return;
@@ -230,8 +234,12 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
         w.killed_by_us = true;
         watch.ended();
         if (nodes) nodes->kill(name);  // and every other node's ranks, relayed through the store
-        p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pid", child.pid}, {"pids", pids},
-                         {"point", ev.value("point", "")}, {"nodes", nodes ? nodes->count() : 1}},
+        p.events->write({{"stage", "kill"},
+                         {"event", "sigkill_sent"},
+                         {"pid", child.pid},
+                         {"pids", pids},
+                         {"point", ev.value("point", "")},
+                         {"nodes", nodes ? nodes->count() : 1}},
                         "supervisor");
       }
     }
@@ -262,8 +270,8 @@ WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
     try {
       nlohmann::json remote = nlohmann::json::array();
       for (const auto& rr : nodes->collect(name, (w.status != 0 && !w.killed_by_us) || g_signal)) {
-        remote.push_back({{"rank", rr.rank}, {"node", rr.node}, {"host", rr.host}, {"status", rr.status},
-                          {"killed", rr.killed}});
+        remote.push_back(
+            {{"rank", rr.rank}, {"node", rr.node}, {"host", rr.host}, {"status", rr.status}, {"killed", rr.killed}});
         if (rr.status == 0 || rr.killed || w.killed_by_us) continue;
         const std::string said = rank_on_node(rr) + " " + proc::describe_exit(rr.status);
         w.remote += (w.remote.empty() ? "" : "; ") + said;
@@ -336,8 +344,9 @@ int passed(Pilot& p) {
     summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
   p.report.print_summary(summary_stream(p));
   if (const auto& rj = p.report.json(); rj.contains("reproduction"))  // `anchor reproduce`: its verdict, last
-    summary_stream(p) << "  reproduced: the re-run matches " << printable(rj["reproduces"].value("report", std::string()))
-                      << " (" << rj["reproduction"].value("mode", std::string()) << ")\n";
+    summary_stream(p) << "  reproduced: the re-run matches "
+                      << printable(rj["reproduces"].value("report", std::string())) << " ("
+                      << rj["reproduction"].value("mode", std::string()) << ")\n";
   return static_cast<int>(ExitCode::kOk);
 }
 
@@ -345,9 +354,9 @@ int interrupted_exit(Pilot& p) {
   const int sig = static_cast<int>(g_signal);
   p.events->write({{"event", "interrupted"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}, "supervisor");
   const int code = static_cast<int>(sig == SIGINT ? ExitCode::kInterrupted : ExitCode::kTerminated);
-  p.report.set_outcome("interrupted", code,
-                       "interrupted by " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                           "; only committed checkpoints are kept");
+  p.report.set_outcome(
+      "interrupted", code,
+      "interrupted by " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + "; only committed checkpoints are kept");
   publish(p);
   ANCHOR_LOG_WARN("pilot", "interrupted; report written to {}/report.json", p.run_dir);
   return code;
@@ -378,9 +387,13 @@ std::string causes(const nlohmann::json& verdict) {
 }  // namespace
 
 nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc) {
-  nlohmann::json f = {{"verdict", verdict["verdict"]}, {"mode", verdict["mode"]},     {"cause", verdict["cause"]},
-                      {"world_size", nproc},           {"per_rank", verdict["per_rank"]}};
-  if (verdict["verdict"] != "match") f["failed"] = "resume does not match the uninterrupted run: " + causes(verdict) + " diverged";
+  nlohmann::json f = {{"verdict", verdict["verdict"]},
+                      {"mode", verdict["mode"]},
+                      {"cause", verdict["cause"]},
+                      {"world_size", nproc},
+                      {"per_rank", verdict["per_rank"]}};
+  if (verdict["verdict"] != "match")
+    f["failed"] = "resume does not match the uninterrupted run: " + causes(verdict) + " diverged";
   return f;
 }
 
@@ -393,7 +406,8 @@ int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
   if (list_checks)
     for (const auto& c : verdict["checks"])
       if (!c["ok"].get<bool>())
-        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
+        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(),
+                     c["detail"].get<std::string>().c_str());
   std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
   return static_cast<int>(ExitCode::kVerification);
 }
@@ -453,7 +467,6 @@ void choose_copy_to(Pilot& p) {
                 "on the local disk instead)");
 }
 
-
 // Creates the run directory and takes the locks of it and of checkpoint.dir
 // (fs::DirLock) before anything is written or removed in either: another
 // pilot's stale-temp cleanup or retention would otherwise delete this one's
@@ -500,9 +513,9 @@ struct BuiltinRun {
   Pilot& p;
   const PilotOptions& opts;
   WorkerOutcome a, b;
-  WorkerResult ref, res;   // work/reference.json, work/resume.json (rank 0)
+  WorkerResult ref, res;                           // work/reference.json, work/resume.json (rank 0)
   std::vector<WorkerResult> ref_ranks, res_ranks;  // ranks 1..n-1, read and checked once
-  nlohmann::json verdict;  // the comparison
+  nlohmann::json verdict;                          // the comparison
 };
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
@@ -551,16 +564,17 @@ void choose_signing_key(Pilot& p) {
   p.signing_key = user.private_path;
   // Once per machine and user: a warning, so that -q keeps it.
   if (user.created)
-    ANCHOR_LOG_WARN("report", "created your signing key {} (key id {}); reports are signed with it unless "
-                              "report.signing_key names another key or is none. Others verify them with {}",
+    ANCHOR_LOG_WARN("report",
+                    "created your signing key {} (key id {}); reports are signed with it unless "
+                    "report.signing_key names another key or is none. Others verify them with {}",
                     user.private_path, user.key_id, user.public_path);
 }
 
 void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
   if (!p.cfg.program.command.empty()) {
-    const char* what = opts.baseline ? "`anchor reproduce` of a program pilot"
-                       : opts.nodes || launched_world > 0 ? "a program pilot under torchrun/srun or on several nodes"
+    const char* what = opts.baseline                        ? "`anchor reproduce` of a program pilot"
+                       : opts.nodes || launched_world > 0   ? "a program pilot under torchrun/srun or on several nodes"
                        : p.cfg.pilot.start_from == "latest" ? "pilot.start_from latest with program.command"
                                                             : nullptr;
     if (what)
@@ -579,7 +593,8 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   // Read by its absolute path, which the plan records with the bytes' digest
   // (a bundle carries exactly that catalog; reproducing one uses it: opts.catalog).
   auto load = [&] {
-    return plan::load_catalog(std::filesystem::absolute(plan::find_catalog(p.cfg, opts.catalog)).lexically_normal().string());
+    return plan::load_catalog(
+        std::filesystem::absolute(plan::find_catalog(p.cfg, opts.catalog)).lexically_normal().string());
   };
   if (p.cfg.program.command.empty()) {
     p.catalog = load();
@@ -608,7 +623,8 @@ void open_run(Pilot& p, const PilotOptions& opts) {
   // or one that stops before worker B's last step, has none): never signed as this run's. Nor are its
   // envelopes this run's: an unsigned or failed run must not sit beside an earlier signature.
   // Nor its export of the final weights (worker B writes this run's, when it gets there).
-  for (const char* earlier : {"profile.json", report::kEnvelopeFile, report::kProvenanceFile, report::kModelSignatureFile, "export"}) {
+  for (const char* earlier :
+       {"profile.json", report::kEnvelopeFile, report::kProvenanceFile, report::kModelSignatureFile, "export"}) {
     std::error_code stale;
     std::filesystem::remove_all(p.run_dir + "/" + earlier, stale);  // a link itself, never what it names
   }
@@ -661,7 +677,8 @@ Step before_workers(BuiltinRun& r) {
   // 3. Pinning happens in worker A, before it trains: the manifest's libraries
   //    and runtime versions are those of the process that trains, and this
   //    supervisor never loads LibTorch. `anchor reproduce` pinned already.
-  if (r.opts.pinned_manifest) fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*r.opts.pinned_manifest, 2));
+  if (r.opts.pinned_manifest)
+    fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*r.opts.pinned_manifest, 2));
   if (g_signal) return interrupted_exit(p);
   p.report.set_start({{"from", p.cfg.pilot.start_from}});
   if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
@@ -672,7 +689,8 @@ Step before_workers(BuiltinRun& r) {
 // non-finite tensors when that is where it stopped.
 std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
   std::string why = with_remote(
-      a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window" : a.error, a);
+      a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window" : a.error,
+      a);
   if (a.error.empty() && a.open_stage == "precision" && p.report.json().contains("precision"))
     for (const auto& n : p.report.json()["precision"].value("non_finite", nlohmann::json::array()))
       why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.value("what", "") + " " +
@@ -683,7 +701,8 @@ std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
 // The results of ranks 1.. of a worker (rank 0's is read apart: it carries the stages).
 std::vector<WorkerResult> read_other_ranks(const Pilot& p, const char* role) {
   std::vector<WorkerResult> out;
-  for (int rank = 1; rank < p.nproc; ++rank) out.push_back(read_worker_result(work::result(p.run_dir, role, rank), role));
+  for (int rank = 1; rank < p.nproc; ++rank)
+    out.push_back(read_worker_result(work::result(p.run_dir, role, rank), role));
   return out;
 }
 
@@ -691,17 +710,20 @@ std::vector<WorkerResult> read_other_ranks(const Pilot& p, const char* role) {
 Step reference_worker(BuiltinRun& r) {
   Pilot& p = r.p;
   const std::string start_json = work::start(p.run_dir);  // worker A writes it when it starts from a checkpoint
-  std::filesystem::remove(start_json);                             // not a reused run directory's
+  std::filesystem::remove(start_json);                    // not a reused run directory's
   r.a = run_worker_process(p, WorkerRole::kReference);
   const WorkerOutcome& a = r.a;
   p.report.set_start(std::filesystem::exists(start_json) ? read_json(start_json)
                                                          : nlohmann::json{{"from", p.cfg.pilot.start_from}});
-  if (std::filesystem::exists(p.run_dir + "/manifest.json")) p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
+  if (std::filesystem::exists(p.run_dir + "/manifest.json"))
+    p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
   if (g_signal) return interrupted_exit(p);
   // The numerical validation of train.precision, passed or not (docs/precision.md).
-  if (std::filesystem::exists(work::precision(p.run_dir))) p.report.set_precision(read_json(work::precision(p.run_dir)));
+  if (std::filesystem::exists(work::precision(p.run_dir)))
+    p.report.set_precision(read_json(work::precision(p.run_dir)));
   if (!a.killed_by_us)
-    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status), reference_failure(p, a));
+    return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status),
+                reference_failure(p, a));
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   try {
@@ -715,7 +737,8 @@ Step reference_worker(BuiltinRun& r) {
     // Every rank's RNG at the start: after a world-size change some are re-derived (docs/checkpoints.md).
     auto start = r.ref.start;
     start["rng_restore_per_rank"] = nlohmann::json::array({start.value("rng_restore", nlohmann::json())});
-    for (const auto& o : r.ref_ranks) start["rng_restore_per_rank"].push_back(o.start.value("rng_restore", nlohmann::json()));
+    for (const auto& o : r.ref_ranks)
+      start["rng_restore_per_rank"].push_back(o.start.value("rng_restore", nlohmann::json()));
     p.report.set_start(start);
   }
   // 5. The kill left a torn save on disk: the evidence that restore must skip it.
@@ -792,9 +815,11 @@ Step distributed_section(BuiltinRun& r) {
       row["comm_s"] = rj.train_steps.back().comm_s;  // the measured step
       ranks.push_back(row);
     }
-    p.report.set_distributed({{"strategy", p.cfg.distributed.strategy}, {"world_size", p.nproc},
+    p.report.set_distributed({{"strategy", p.cfg.distributed.strategy},
+                              {"world_size", p.nproc},
                               {"backend", r.ref.backend},
-                              {"nodes", p.opts.nodes ? p.opts.nodes->count() : 1}, {"per_rank", ranks},
+                              {"nodes", p.opts.nodes ? p.opts.nodes->count() : 1},
+                              {"per_rank", ranks},
                               {"rng_restore", r.res.rng_restore}});
   }
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
@@ -817,10 +842,12 @@ Step probe_and_plan(BuiltinRun& r) {
   nlohmann::json points = nlohmann::json::array();
   if (p.nproc == 1) {
     const auto& sm = r.ref.step_memory;
-    points.push_back({{"micro_batch", p.cfg.train.micro_batch}, {"seq_len", p.cfg.data.seq_len},
+    points.push_back({{"micro_batch", p.cfg.train.micro_batch},
+                      {"seq_len", p.cfg.data.seq_len},
                       {"peak_allocated_bytes", sm.value("peak_allocated_bytes", nlohmann::json())},
                       {"peak_reserved_bytes", sm.value("peak_reserved_bytes", nlohmann::json(-1))},
-                      {"state_bytes", r.ref.state_bytes.to_json()}, {"from", "reference"}});
+                      {"state_bytes", r.ref.state_bytes.to_json()},
+                      {"from", "reference"}});
   }
   for (const auto& pt : probe.memory_points) points.push_back(pt);
   p.report.set_memory_points(points);
@@ -850,22 +877,25 @@ Step reproduce_compare(BuiltinRun& r) {
       if (!c["ok"].get<bool>() && ++n <= 5) differing += (differing.empty() ? "" : ", ") + c["name"].get<std::string>();
     if (n > 5) differing += " and " + std::to_string(n - 5) + " more";
     nlohmann::json f = {{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
-    if (repro["verdict"] != "reproduced") f["failed"] = "the re-run differs from the report it reproduces: " + differing;
+    if (repro["verdict"] != "reproduced")
+      f["failed"] = "the re-run differs from the report it reproduces: " + differing;
     return f;
   });
   const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
   p.report.set_reproduction(reproduces, repro);
   if (repro["verdict"] == "reproduced") return std::nullopt;
-  p.report.set_outcome("failed", 3, "not reproduced: the re-run differs from the report it reproduces (" +
-                                        std::to_string(repro["differences"].get<int>()) + " differences, " +
-                                        repro["mode"].get<std::string>() + ")");
+  p.report.set_outcome("failed", 3,
+                       "not reproduced: the re-run differs from the report it reproduces (" +
+                           std::to_string(repro["differences"].get<int>()) + " differences, " +
+                           repro["mode"].get<std::string>() + ")");
   publish(p);
   for (const auto& c : repro["checks"])
     if (!c["ok"].get<bool>())
-      std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(), c["detail"].get<std::string>().c_str());
+      std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(),
+                   c["detail"].get<std::string>().c_str());
   p.report.print_summary(summary_stream(p));  // its last line: not reproduced, and how many differ
-  summary_stream(p) << "  not reproduced: " << differing << (repro["differences"].get<int>() == 1 ? " differs" : " differ")
-                    << "\n";
+  summary_stream(p) << "  not reproduced: " << differing
+                    << (repro["differences"].get<int>() == 1 ? " differs" : " differ") << "\n";
   return static_cast<int>(ExitCode::kVerification);
 }
 
@@ -901,8 +931,20 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   if (!p.cfg.program.command.empty()) return run_program_pilot(p);
 
   BuiltinRun r(p, opts);
-  p.planned_stages = {"pin",     "load",    "train",   "eval",         "checkpoint_save", "reference", "kill",
-                      "restore", "eval_after_restore", "resume", "export", "compare", "memory_probe", "plan"};
+  p.planned_stages = {"pin",
+                      "load",
+                      "train",
+                      "eval",
+                      "checkpoint_save",
+                      "reference",
+                      "kill",
+                      "restore",
+                      "eval_after_restore",
+                      "resume",
+                      "export",
+                      "compare",
+                      "memory_probe",
+                      "plan"};
   if (!p.copy_to.empty()) p.planned_stages.insert(p.planned_stages.begin() + 11, "copy_off");
   for (auto step : {before_workers, reference_worker, resume_worker, compare_workers, distributed_section,
                     probe_and_plan, reproduce_compare})
@@ -910,7 +952,8 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
 
   // 11. Outcome, report, summary.
   if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, false);
-  p.report.set_outcome("passed", 0, "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
+  p.report.set_outcome("passed", 0,
+                       "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
   return passed(p);
 }
 

@@ -49,7 +49,7 @@ struct Pilot {
   config::Config cfg;
   PilotOptions opts;
   std::string run_id, run_dir, ckpt_dir;
-  std::string copy_to;  // export.copy_to resolved; empty: no copy_off (always, under reproduce)
+  std::string copy_to;              // export.copy_to resolved; empty: no copy_off (always, under reproduce)
   fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
   std::unique_ptr<EventLog> events;
   Report report;
@@ -57,8 +57,8 @@ struct Pilot {
   std::string unsigned_reason;  // why signing_key is empty ("report.signing_key is none")
   plan::Catalog catalog;
   std::string catalog_problem;  // a program pilot's catalog that did not load: its plan says so
-  int nproc = 1;            // ranks of the reference and resume workers (distributed.nproc_per_node)
-  std::string worker_binary;  // anchor-torch (or this binary when it has LibTorch)
+  int nproc = 1;                // ranks of the reference and resume workers (distributed.nproc_per_node)
+  std::string worker_binary;    // anchor-torch (or this binary when it has LibTorch)
   // The stages this pilot runs, in order: the JUnit file lists those it did not reach as skipped.
   std::vector<std::string> planned_stages;
 

@@ -26,8 +26,10 @@ std::optional<double> event_time(const nlohmann::json& e) {
   const std::string& s = it->get_ref<const std::string&>();
   std::tm tm{};
   int ms = 0, used = 0;
-  if (s.size() != 24 || std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                                    &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &used) != 7 || used != 24)
+  if (s.size() != 24 ||
+      std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &ms, &used) != 7 ||
+      used != 24)
     return std::nullopt;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
@@ -59,9 +61,7 @@ std::string integer_text(const nlohmann::json& e, const char* key) {
 // Stage and kill events come only from anchor's own processes: a user
 // program's lines keep their fields (events.jsonl holds them as written), and
 // one saying "stage" or "sigkill_sent" must not draw a stage or a kill.
-bool anchors_own(const std::string& source) {
-  return source == "supervisor" || source.rfind("worker-", 0) == 0;
-}
+bool anchors_own(const std::string& source) { return source == "supervisor" || source.rfind("worker-", 0) == 0; }
 std::string str(const nlohmann::json& e, const char* key) {
   auto it = e.find(key);
   return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -79,34 +79,52 @@ std::string process_label(const std::string& source) {
 
 struct Builder {
   nlohmann::json out = nlohmann::json::array();
-  std::map<std::string, int> pids;          // source -> trace pid, in order of appearance
+  std::map<std::string, int> pids;           // source -> trace pid, in order of appearance
   std::map<std::pair<int, int>, bool> tids;  // (pid, rank) seen
-  std::map<int, double> last_ts;            // pid -> its last event's time (µs)
+  std::map<int, double> last_ts;             // pid -> its last event's time (µs)
   // Open stages: (pid, rank, stage) -> start time (µs).
   std::map<std::tuple<int, int, std::string>, double> open;
   std::map<std::tuple<int, int, std::string, std::string>, double> open_ckpt;  // a program's saves/restores
-  std::optional<double> t0;  // Unix seconds of the first event
+  std::optional<double> t0;                                                    // Unix seconds of the first event
 
   int pid_of(const std::string& source) {
     auto [it, added] = pids.emplace(source, static_cast<int>(pids.size()) + 1);
     if (added)
-      out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", it->second}, {"tid", 0},
+      out.push_back({{"ph", "M"},
+                     {"name", "process_name"},
+                     {"pid", it->second},
+                     {"tid", 0},
                      {"args", {{"name", process_label(source)}}}});
     return it->second;
   }
   void thread(int pid, int rank) {
     if (tids.emplace(std::make_pair(pid, rank), true).second)
-      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", rank},
+      out.push_back({{"ph", "M"},
+                     {"name", "thread_name"},
+                     {"pid", pid},
+                     {"tid", rank},
                      {"args", {{"name", "rank " + std::to_string(rank)}}}});
   }
   void span(int pid, int rank, const std::string& name, const char* cat, double ts, double dur,
             nlohmann::json args = nlohmann::json::object()) {
-    out.push_back({{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid}, {"tid", rank}, {"ts", ts},
-                   {"dur", std::max(0.0, dur)}, {"args", std::move(args)}});
+    out.push_back({{"ph", "X"},
+                   {"name", name},
+                   {"cat", cat},
+                   {"pid", pid},
+                   {"tid", rank},
+                   {"ts", ts},
+                   {"dur", std::max(0.0, dur)},
+                   {"args", std::move(args)}});
   }
   void instant(int pid, int rank, const std::string& name, double ts, nlohmann::json args, bool global = false) {
-    out.push_back({{"ph", "i"}, {"name", name}, {"cat", "event"}, {"pid", pid}, {"tid", rank}, {"ts", ts},
-                   {"s", global ? "g" : "t"}, {"args", std::move(args)}});
+    out.push_back({{"ph", "i"},
+                   {"name", name},
+                   {"cat", "event"},
+                   {"pid", pid},
+                   {"tid", rank},
+                   {"ts", ts},
+                   {"s", global ? "g" : "t"},
+                   {"args", std::move(args)}});
   }
 
   void add(nlohmann::json e, double when) {
@@ -143,16 +161,20 @@ struct Builder {
     if (type == "step") {
       const double dur = (num(e, "data_wait_s") + num(e, "compute_s")) * 1e6;
       span(pid, rank, "step " + integer_text(e, "step"), "step", ts - dur, dur,
-           {{"loss", e.value("loss", nlohmann::json())}, {"data_wait_s", num(e, "data_wait_s")},
+           {{"loss", e.value("loss", nlohmann::json())},
+            {"data_wait_s", num(e, "data_wait_s")},
             {"compute_s", num(e, "compute_s")}});
       if (e.contains("loss") && e["loss"].is_number())
-        out.push_back({{"ph", "C"}, {"name", "loss"}, {"pid", pid}, {"tid", rank}, {"ts", ts},
+        out.push_back({{"ph", "C"},
+                       {"name", "loss"},
+                       {"pid", pid},
+                       {"tid", rank},
+                       {"ts", ts},
                        {"args", {{"rank " + std::to_string(rank), e["loss"]}}}});
       return;
     }
     if (type == "checkpoint") {
-      const std::string op = str(e, "op").empty() ? std::string("checkpoint") : str(e, "op"),
-                        phase = str(e, "phase");
+      const std::string op = str(e, "op").empty() ? std::string("checkpoint") : str(e, "op"), phase = str(e, "phase");
       const std::string step = integer_text(e, "step");
       const std::string name = op + " step " + step;
       if (phase == "begin") {

@@ -59,9 +59,9 @@ struct WorkerContext {
   config::Config cfg;
   std::string run_dir;
   std::string ckpt_dir;
-  std::string run_id;                    // recorded in the state.json of every checkpoint this run saves
-  std::string copy_to;                   // the supervisor's export.copy_to; empty: no copy_off
-  dist::LaunchEnv env;                   // rank and world (one rank: the defaults)
+  std::string run_id;                      // recorded in the state.json of every checkpoint this run saves
+  std::string copy_to;                     // the supervisor's export.copy_to; empty: no copy_off
+  dist::LaunchEnv env;                     // rank and world (one rank: the defaults)
   std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
   std::string device;                      // this rank's device (dist::rank_device); empty: cfg.device
   train::RestoreFaults faults;             // ANCHOR_PILOT_FAULT, read once on every rank (a typo fails every rank)
@@ -92,7 +92,9 @@ WorkerContext load_context(const WorkerOptions& opts) {
 class StageMemory {
  public:
   explicit StageMemory(std::string device) : device_(std::move(device)) { measure::reset_peak(device_); }
-  nlohmann::json read() const { return measure::memory_json(measure::tensor_memory(device_), measure::read_proc_memory()); }
+  nlohmann::json read() const {
+    return measure::memory_json(measure::tensor_memory(device_), measure::read_proc_memory());
+  }
 
  private:
   std::string device_;
@@ -220,7 +222,9 @@ std::optional<checkpoint::SaveResult> save_checkpoint(WorkerContext& ctx, train:
 }
 
 nlohmann::json save_figures(const checkpoint::SaveResult& s) {
-  return {{"dir", s.dir}, {"bytes", s.bytes}, {"seconds", s.seconds},
+  return {{"dir", s.dir},
+          {"bytes", s.bytes},
+          {"seconds", s.seconds},
           {"gb_per_s", s.seconds > 0 ? static_cast<double>(s.bytes) / s.seconds / 1e9 : 0.0}};
 }
 
@@ -262,10 +266,13 @@ void bind_threads(int n, bool deterministic) {
 // What is in effect, for the manifest.
 nlohmann::json threads_json(int configured) {
   const auto blas = threads::blas();
-  return {{"run_threads", configured}, {"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
-          {"blas", {{"library", blas.library.empty() ? nlohmann::json() : nlohmann::json(blas.library)},
-                    {"threads", blas.threads >= 0 ? nlohmann::json(blas.threads) : nlohmann::json()},
-                    {"reproducible", blas.reproducible.empty() ? nlohmann::json() : nlohmann::json(blas.reproducible)}}}};
+  return {{"run_threads", configured},
+          {"intra_op", at::get_num_threads()},
+          {"inter_op", at::get_num_interop_threads()},
+          {"blas",
+           {{"library", blas.library.empty() ? nlohmann::json() : nlohmann::json(blas.library)},
+            {"threads", blas.threads >= 0 ? nlohmann::json(blas.threads) : nlohmann::json()},
+            {"reproducible", blas.reproducible.empty() ? nlohmann::json() : nlohmann::json(blas.reproducible)}}}};
 }
 
 // Pins the run before anything trains, in the process that trains: the
@@ -288,10 +295,10 @@ void pin_stage(WorkerContext& ctx, bool use_cache) {
     fs::atomic_write_file(path, m.dump(2));
   }
   ctx.out.stages.push_back(pin.end({{"manifest", "manifest.json"},
-                                       {"manifest_sha256", sha256_hex(m.dump(2))},
-                                       {"reused", reused},
-                                       {"shared_libraries", m["dependencies"]["shared_libraries"].size()},
-                                       {"files_hashed", m["hashing"].value("files_hashed", 0)}}));
+                                    {"manifest_sha256", sha256_hex(m.dump(2))},
+                                    {"reused", reused},
+                                    {"shared_libraries", m["dependencies"]["shared_libraries"].size()},
+                                    {"files_hashed", m["hashing"].value("files_hashed", 0)}}));
 }
 
 // ---- pilot.start_from latest (docs/pilot.md, "Starting from a checkpoint") ----
@@ -301,8 +308,8 @@ void pin_stage(WorkerContext& ctx, bool use_cache) {
 // rank, read from files of data.format). Any other difference is allowed and
 // reported (a restart may change the learning rate, the ranks, the batch split).
 bool refuses_start(const std::string& key) {
-  static const char* kKeys[] = {"model.source", "model.arch", "model.n_layer", "model.n_head", "model.n_embd",
-                                "model.vocab_size", "model.block_size", "model.bias", "run.seed", "data.format"};
+  static const char* kKeys[] = {"model.source",     "model.arch",       "model.n_layer", "model.n_head", "model.n_embd",
+                                "model.vocab_size", "model.block_size", "model.bias",    "run.seed",     "data.format"};
   for (const char* k : kKeys)
     if (key == k) return true;
   return false;
@@ -354,8 +361,10 @@ std::vector<std::string> model_mismatches(train::Trainer& t, const checkpoint::S
   };
   for (const auto& [name, sh] : model) {
     auto it = ckpt.find(name);
-    if (it == ckpt.end()) out.push_back(name + " is not in the checkpoint");
-    else if (it->second != sh) out.push_back(name + " is " + shape(it->second) + " in the checkpoint, " + shape(sh) + " in the model");
+    if (it == ckpt.end())
+      out.push_back(name + " is not in the checkpoint");
+    else if (it->second != sh)
+      out.push_back(name + " is " + shape(it->second) + " in the checkpoint, " + shape(sh) + " in the model");
   }
   for (const auto& [name, sh] : ckpt)
     if (!model.count(name)) out.push_back(name + " " + shape(sh) + " is in the checkpoint, not in the model");
@@ -390,10 +399,12 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
     skipped_text += "; " + printable(std::filesystem::path(s.dir).filename().string()) + ": " + s.reason;
   }
   if (!loaded)
-    throw Error(ErrorKind::kVerification,
-                "pilot.start_from latest: no checkpoint in " + ctx.ckpt_dir + " is committed and verifies" + skipped_text,
-                "`anchor checkpoint list " + ctx.ckpt_dir + "` shows every problem; put back a good copy of the "
-                "checkpoint, or start from initialisation (pilot.start_from init) with an empty checkpoint.dir");
+    throw Error(
+        ErrorKind::kVerification,
+        "pilot.start_from latest: no checkpoint in " + ctx.ckpt_dir + " is committed and verifies" + skipped_text,
+        "`anchor checkpoint list " + ctx.ckpt_dir +
+            "` shows every problem; put back a good copy of the "
+            "checkpoint, or start from initialisation (pilot.start_from init) with an empty checkpoint.dir");
   // Every state.json field used here, type-checked (a bad one: exit 3 naming it), and every
   // file's format: a newer anchor's checkpoint is named as such, not as a misfit.
   const train::SavedState st = train::read_saved_state(loaded->state, loaded->dir + "/state.json");
@@ -410,8 +421,8 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   if (!skipped.empty())
     ANCHOR_LOG_WARN("pilot", "starting from {}: newer checkpoint directories do not verify and are passed over{}",
                     loaded->dir, skipped_text);
-  const auto diffs = st.config.is_object() ? config_differences(st.config, config::to_json(ctx.cfg))
-                                           : nlohmann::json::array();
+  const auto diffs =
+      st.config.is_object() ? config_differences(st.config, config::to_json(ctx.cfg)) : nlohmann::json::array();
   start["config_differences"] = diffs;
   if (ctx.env.rank == 0) fs::atomic_write_file(work::start(ctx.run_dir), dump_json(start, 2));
 
@@ -437,21 +448,25 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
                     d["checkpoint"].dump(), d["config"].dump());
   // The pilot saves step S+K (committed) and S+K+R (killed): never onto an existing directory.
   const auto& p = ctx.cfg.pilot;
-  for (const std::int64_t s : {loaded->step + p.steps_before_save, loaded->step + p.steps_before_save + p.steps_after_resume}) {
+  for (const std::int64_t s :
+       {loaded->step + p.steps_before_save, loaded->step + p.steps_before_save + p.steps_after_resume}) {
     const std::string dir = ctx.ckpt_dir + "/" + checkpoint::step_dir_name(s);
     if (!std::filesystem::exists(dir)) continue;
     std::string why;
     for (const auto& sk : skipped_list)
       if (sk.dir == dir) why = " (it does not verify: " + sk.reason + ")";
     throw Error(ErrorKind::kConfig,
-                "pilot.start_from latest: starting from step " + std::to_string(loaded->step) + ", the pilot would save step " +
-                    std::to_string(s) + " into " + dir + ", which exists" + why,
-                "the pilot never saves over a checkpoint directory: move " + dir + " out of checkpoint.dir (`anchor "
-                "checkpoint verify " + dir + "` shows what is wrong with it), or change pilot.steps_before_save");
+                "pilot.start_from latest: starting from step " + std::to_string(loaded->step) +
+                    ", the pilot would save step " + std::to_string(s) + " into " + dir + ", which exists" + why,
+                "the pilot never saves over a checkpoint directory: move " + dir +
+                    " out of checkpoint.dir (`anchor "
+                    "checkpoint verify " +
+                    dir + "` shows what is wrong with it), or change pilot.steps_before_save");
   }
   t.restore(*loaded);
   const auto d = t.state_digest();
-  start["restored_state"] = {{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
+  start["restored_state"] = {
+      {"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
   start["rng_restore"] = t.rng_restore();
   ANCHOR_LOG_INFO("pilot", "worker A starts from {} (step {}, saved by {} rank(s))", loaded->dir, loaded->step,
                   start["world_size"].get<int>());
@@ -469,24 +484,28 @@ std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cac
   StageMemory load_mem("cpu");
   auto tp = make_trainer(ctx);
   auto& t = *tp;
-  const nlohmann::json start = ctx.cfg.pilot.start_from == "latest" ? restore_start(ctx, t)
-                                                                    : nlohmann::json{{"from", "init"}};
+  const nlohmann::json start =
+      ctx.cfg.pilot.start_from == "latest" ? restore_start(ctx, t) : nlohmann::json{{"from", "init"}};
   ctx.out.start = start;
-  ctx.out.model = {{"parameters", t.num_parameters()}, {"n_layer", ctx.cfg.model.n_layer},
-                      {"n_head", ctx.cfg.model.n_head}, {"n_embd", ctx.cfg.model.n_embd},
-                      {"vocab_size", ctx.cfg.model.vocab_size}, {"seq_len", ctx.cfg.data.seq_len},
-                      {"flops_per_token", t.flops_per_token()}, {"source", ctx.cfg.model.source},
-                      {"flops_per_token_note", t.model().flops_note()},
-                      {"attention", t.model().attention()}};
+  ctx.out.model = {{"parameters", t.num_parameters()},
+                   {"n_layer", ctx.cfg.model.n_layer},
+                   {"n_head", ctx.cfg.model.n_head},
+                   {"n_embd", ctx.cfg.model.n_embd},
+                   {"vocab_size", ctx.cfg.model.vocab_size},
+                   {"seq_len", ctx.cfg.data.seq_len},
+                   {"flops_per_token", t.flops_per_token()},
+                   {"source", ctx.cfg.model.source},
+                   {"flops_per_token_note", t.model().flops_note()},
+                   {"attention", t.model().attention()}};
   ctx.out.stages.push_back(load.end({{"parameters", t.num_parameters()},
-                                        {"attention", t.model().attention()},
-                                        {"device", t.device()},
-                                        {"train_windows", t.dataset().train().size()},
-                                        {"val_windows", t.dataset().val().size()},
-                                        {"threads", ctx.cfg.run.threads},
-                                        {"start_from", start["from"]},
-                                        {"start_step", t.step()},
-                                        {"memory", load_mem.read()}}));
+                                     {"attention", t.model().attention()},
+                                     {"device", t.device()},
+                                     {"train_windows", t.dataset().train().size()},
+                                     {"val_windows", t.dataset().val().size()},
+                                     {"threads", ctx.cfg.run.threads},
+                                     {"start_from", start["from"]},
+                                     {"start_step", t.step()},
+                                     {"memory", load_mem.read()}}));
   ctx.out.loss_scaler_enabled = t.loss_scaler().enabled();
   return tp;
 }
@@ -513,12 +532,12 @@ void precision_stage(WorkerContext& ctx, train::Trainer& t) {
     ANCHOR_LOG_WARN("precision", "{} differs from fp32 beyond pilot.precision_tolerance {} (report.json precision)",
                     ctx.cfg.train.precision, p.precision_tolerance);
   ctx.out.stages.push_back(prec.end({{"precision", ctx.cfg.train.precision},
-                                        {"verdict", verdict},
-                                        {"loss_rel_diff", v["loss"]["rel_diff"]},
-                                        {"grad_norm_rel_diff", v["grad_norm"]["rel_diff"]},
-                                        {"max_param_rel_diff", v["parameters"]["max_rel_diff"]},
-                                        {"flagged", v["parameters"]["flagged"].size()},
-                                        {"tolerance", p.precision_tolerance}}));
+                                     {"verdict", verdict},
+                                     {"loss_rel_diff", v["loss"]["rel_diff"]},
+                                     {"grad_norm_rel_diff", v["grad_norm"]["rel_diff"]},
+                                     {"max_param_rel_diff", v["parameters"]["max_rel_diff"]},
+                                     {"flagged", v["parameters"]["flagged"].size()},
+                                     {"tolerance", p.precision_tolerance}}));
 }
 
 // K steps; the last one is the measured step: full optimizer state exists
@@ -540,15 +559,14 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
   steps.push_back(last);
   const double step_s = last.compute_s + last.data_wait_s;
   ctx.out.matmul_flops = measure::measured_matmul_flops(dev);
-  ctx.out.stages.push_back(
-      train.end({{"steps", p.steps_before_save},
-                 {"first_step", steps.front().step},
-                 {"measured_step", last.step},
-                 {"step_seconds", step_s},
-                 {"tokens_per_s", step_s > 0 ? static_cast<double>(last.tokens) / step_s : 0.0},
-                 {"world_size", ctx.env.world_size},
-                 {"comm_s", last.comm_s},
-                 {"memory", ctx.out.step_memory}}));
+  ctx.out.stages.push_back(train.end({{"steps", p.steps_before_save},
+                                      {"first_step", steps.front().step},
+                                      {"measured_step", last.step},
+                                      {"step_seconds", step_s},
+                                      {"tokens_per_s", step_s > 0 ? static_cast<double>(last.tokens) / step_s : 0.0},
+                                      {"world_size", ctx.env.world_size},
+                                      {"comm_s", last.comm_s},
+                                      {"memory", ctx.out.step_memory}}));
 }
 
 double eval_stage(WorkerContext& ctx, train::Trainer& t) {
@@ -557,8 +575,10 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   StageMemory eval_mem(t.device());
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval");
   ctx.out.eval_loss = eval_loss;
-  ctx.out.stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)},
-                                        {"batches", p.eval_batches}, {"memory", eval_mem.read()}}));
+  ctx.out.stages.push_back(eval.end({{"loss", eval_loss},
+                                     {"perplexity", std::exp(eval_loss)},
+                                     {"batches", p.eval_batches},
+                                     {"memory", eval_mem.read()}}));
   return eval_loss;
 }
 
@@ -612,8 +632,9 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
 
   StageTimer ref("reference");
   const auto& pilot = ctx.cfg.pilot;
-  ctx.out.reference_steps = run_steps(
-      t, pilot.steps_after_resume, progress(ctx, "A", t.step() - pilot.steps_before_save, t.step() + pilot.steps_after_resume));
+  ctx.out.reference_steps =
+      run_steps(t, pilot.steps_after_resume,
+                progress(ctx, "A", t.step() - pilot.steps_before_save, t.step() + pilot.steps_after_resume));
   ctx.out.final_state = t.digest();
   ctx.out.stages.push_back(ref.end({{"steps", ctx.cfg.pilot.steps_after_resume}}));
   write_result(ctx, "reference");
@@ -661,9 +682,14 @@ void copy_off_stage(WorkerContext& ctx, const model::HfExport& exported) {
   for (const auto& f : exported.files) files.push_back({f.name, f.size, f.sha256, ""});
   const std::string to = ctx.copy_to + "/" + (ctx.run_id.empty() ? std::string("export") : ctx.run_id);
   const auto r = fs::copy_verified(ctx.run_dir + "/export", files, to);
-  ctx.out.stages.push_back(stage.end({{"to", printable(to)}, {"files", files.size()}, {"bytes", r.bytes},
-                                      {"seconds", r.copy_s}, {"verify_s", r.verify_s}, {"verified", true},
-                                      {"gb_per_s", r.copy_s > 0 ? static_cast<double>(r.bytes) / r.copy_s / 1e9 : 0.0}}));
+  ctx.out.stages.push_back(
+      stage.end({{"to", printable(to)},
+                 {"files", files.size()},
+                 {"bytes", r.bytes},
+                 {"seconds", r.copy_s},
+                 {"verify_s", r.verify_s},
+                 {"verified", true},
+                 {"gb_per_s", r.copy_s > 0 ? static_cast<double>(r.bytes) / r.copy_s / 1e9 : 0.0}}));
 }
 
 // The resumed run's final weights in Hugging Face's GPT-2 layout, in
@@ -671,7 +697,8 @@ void copy_off_stage(WorkerContext& ctx, const model::HfExport& exported) {
 void export_stage(WorkerContext& ctx, train::Trainer& t) {
   if (!ctx.cfg.exporting.hf) return;
   if (t.model().kind() != "builtin") {
-    ANCHOR_LOG_INFO("export", "not exported: a TorchScript module has no GPT-2 layout (export.hf applies to the built-in GPT)");
+    ANCHOR_LOG_INFO("export",
+                    "not exported: a TorchScript module has no GPT-2 layout (export.hf applies to the built-in GPT)");
     return;
   }
   StageTimer stage("export");
@@ -681,10 +708,15 @@ void export_stage(WorkerContext& ctx, train::Trainer& t) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& f : files.files) list.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});
   const double loss = export_check_loss(t.model(), ctx.cfg.model, t.device());
-  ctx.out.stages.push_back(stage.end({{"dir", "export"}, {"layout", "huggingface-gpt2"}, {"files", list},
-                                      {"bytes", files.bytes}, {"seconds", seconds},
-                                      {"gb_per_s", seconds > 0 ? static_cast<double>(files.bytes) / seconds / 1e9 : 0.0},
-                                      {"check_loss", loss}, {"step", t.step()}}));
+  ctx.out.stages.push_back(
+      stage.end({{"dir", "export"},
+                 {"layout", "huggingface-gpt2"},
+                 {"files", list},
+                 {"bytes", files.bytes},
+                 {"seconds", seconds},
+                 {"gb_per_s", seconds > 0 ? static_cast<double>(files.bytes) / seconds / 1e9 : 0.0},
+                 {"check_loss", loss},
+                 {"step", t.step()}}));
   if (!ctx.copy_to.empty()) copy_off_stage(ctx, files);
 }
 
@@ -704,8 +736,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   StageMemory restore_mem(t.device());
   checkpoint::Store store(ctx.ckpt_dir);
   auto loaded = store.restore_newest();
-  if (!loaded)
-    throw Error(ErrorKind::kVerification, "no committed checkpoint that verifies in " + ctx.ckpt_dir);
+  if (!loaded) throw Error(ErrorKind::kVerification, "no committed checkpoint that verifies in " + ctx.ckpt_dir);
   const double read_s = restore.elapsed() - build_s;
   const auto& faults = ctx.faults;
   if (faults.any()) ANCHOR_LOG_WARN("restore", "fault injection active (ANCHOR_PILOT_FAULT): this run must fail");
@@ -720,11 +751,17 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   ctx.out.rng_restore = t.rng_restore();
   const double digest_s = restore.elapsed() - build_s - read_s - load_s;
   std::uint64_t restored_bytes = 0;
-  for (const auto& f : loaded->manifest.value("files", nlohmann::json::array())) restored_bytes += f.value("size", 0ull);
-  stages.push_back(restore.end({{"step", loaded->step}, {"dir", printable(loaded->dir)}, {"skipped", skipped},
-                                {"bytes", restored_bytes}, {"seconds", read_s},
+  for (const auto& f : loaded->manifest.value("files", nlohmann::json::array()))
+    restored_bytes += f.value("size", 0ull);
+  stages.push_back(restore.end({{"step", loaded->step},
+                                {"dir", printable(loaded->dir)},
+                                {"skipped", skipped},
+                                {"bytes", restored_bytes},
+                                {"seconds", read_s},
                                 {"gb_per_s", read_s > 0 ? static_cast<double>(restored_bytes) / read_s / 1e9 : 0.0},
-                                {"model_build_s", build_s}, {"load_state_s", load_s}, {"state_digest_s", digest_s},
+                                {"model_build_s", build_s},
+                                {"load_state_s", load_s},
+                                {"state_digest_s", digest_s},
                                 {"memory", restore_mem.read()}}));
 
   StageTimer eval("eval_after_restore");
@@ -763,7 +800,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
 // warning with the reason in the figures, never the pilot's failure; the
 // step's own failure is the pilot's, as any step's.
 struct Profiled {
-  nlohmann::json trace;   // the Chrome trace: an array of events (legacy) or {traceEvents: [...]} (Kineto)
+  nlohmann::json trace;  // the Chrome trace: an array of events (legacy) or {traceEvents: [...]} (Kineto)
   std::size_t events = 0;
   std::string profiler;
 };
@@ -913,9 +950,9 @@ train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlo
     if (!p) throw Error(ErrorKind::kRuntime, failed);
     const std::string compact = dump_json(p->trace) + "\n";  // a third of the profiler's indented text
     fs::atomic_write_file(file, compact);
-    figures = {{"file", "profile.json"}, {"events", p->events}, {"seconds", seconds}, {"bytes", compact.size()},
-               {"step", step.step}, {"micro_batch", ctx.cfg.train.micro_batch}, {"seq_len", ctx.cfg.data.seq_len},
-               {"profiler", p->profiler}};
+    figures = {{"file", "profile.json"},          {"events", p->events},    {"seconds", seconds},
+               {"bytes", compact.size()},         {"step", step.step},      {"micro_batch", ctx.cfg.train.micro_batch},
+               {"seq_len", ctx.cfg.data.seq_len}, {"profiler", p->profiler}};
     if (!no_kineto.empty()) figures["kineto"] = no_kineto;
   } catch (const std::exception& e) {
     ANCHOR_LOG_WARN("profile", "no profile of a step: {}", compat::message_of(e));
@@ -975,14 +1012,18 @@ int run_probe(WorkerContext& ctx) {
         r = t.train_step();
         mem = m.read();
       }
-      out.push_back({{"micro_batch", pmb}, {"seq_len", pT}, {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
+      out.push_back({{"micro_batch", pmb},
+                     {"seq_len", pT},
+                     {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
                      {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)},
-                     {"state_bytes", t.state_bytes().to_json()}, {"from", "probe"},
+                     {"state_bytes", t.state_bytes().to_json()},
+                     {"from", "probe"},
                      {"seconds", r.compute_s + r.data_wait_s}});
     }
   }
   ctx.out.memory_points = out;
-  ctx.out.stages.push_back(probe.end({{"points", out.size()}, {"model_build_s", build_s}, {"optimizer_state_s", state_s}}));
+  ctx.out.stages.push_back(
+      probe.end({{"points", out.size()}, {"model_build_s", build_s}, {"optimizer_state_s", state_s}}));
   if (ctx.cfg.train.activation_checkpointing > 0) {
     StageTimer ac("activation_ckpt");
     ctx.out.activation_checkpointing = measure_activation_checkpointing(ctx.cfg);

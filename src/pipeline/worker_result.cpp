@@ -170,9 +170,10 @@ WorkerResult read_worker_result(const std::string& path, const std::string& role
     throw Error(ErrorKind::kRuntime, "worker result " + printable(path) + ": " + printable(e.what()), hint);
   }
   if (r.role != role)
-    throw Error(ErrorKind::kRuntime,
-                "worker result " + printable(path) + " is the " + r.role + " worker's, expected the " + role + " worker's",
-                hint);
+    throw Error(
+        ErrorKind::kRuntime,
+        "worker result " + printable(path) + " is the " + r.role + " worker's, expected the " + role + " worker's",
+        hint);
   return r;
 }
 

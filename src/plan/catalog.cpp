@@ -65,8 +65,7 @@ class Loader {
           auto [it, fresh] = seen.emplace(dev.name, d["name"].Mark().line + 1);
           if (!fresh)
             add(d["name"].Mark(), where + ".name",
-                "duplicate device name '" + dev.name + "' (first on line " +
-                    std::to_string(it->second) + ")");
+                "duplicate device name '" + dev.name + "' (first on line " + std::to_string(it->second) + ")");
         }
         cat.devices.push_back(std::move(dev));
       }
@@ -81,13 +80,12 @@ class Loader {
   Device device(const YAML::Node& d, const std::string& where) {
     Device dev;
     keys(d, where,
-         {"name", "platform", "memory_gb", "bf16_tflops", "memory_bandwidth_tbps", "interconnect",
-          "price_per_gpu_hour", "notes"});
+         {"name", "platform", "memory_gb", "bf16_tflops", "memory_bandwidth_tbps", "interconnect", "price_per_gpu_hour",
+          "notes"});
     dev.name = required_str(d, "name", where);
     dev.platform = required_str(d, "platform", where);
     if (!dev.platform.empty() && dev.platform != "cuda" && dev.platform != "rocm")
-      add(d["platform"].Mark(), where + ".platform",
-          "'" + dev.platform + "' is not one of: cuda, rocm");
+      add(d["platform"].Mark(), where + ".platform", "'" + dev.platform + "' is not one of: cuda, rocm");
     dev.memory_gb = positive(d, "memory_gb", where);
     dev.bf16_tflops = positive(d, "bf16_tflops", where);
     dev.memory_bandwidth_tbps = positive(d, "memory_bandwidth_tbps", where);
@@ -105,8 +103,7 @@ class Loader {
       add(d.Mark(), where + ".price_per_gpu_hour",
           "missing (a mapping: term_7_day, term_30_day; example prices are fine)");
     } else if (!pr.IsMap()) {
-      add(pr.Mark(), where + ".price_per_gpu_hour",
-          "expected a mapping with keys (term_7_day, term_30_day)");
+      add(pr.Mark(), where + ".price_per_gpu_hour", "expected a mapping with keys (term_7_day, term_30_day)");
     } else {
       keys(pr, where + ".price_per_gpu_hour", {"term_7_day", "term_30_day"});
       dev.price_7_day = positive(pr, "term_7_day", where + ".price_per_gpu_hour");
@@ -153,8 +150,7 @@ class Loader {
       return 0;
     }
     if (!n.IsScalar()) {
-      add(n.Mark(), key, "expected a number > 0, got a " +
-                             std::string(n.IsMap() ? "mapping" : "list"));
+      add(n.Mark(), key, "expected a number > 0, got a " + std::string(n.IsMap() ? "mapping" : "list"));
       return 0;
     }
     const std::string& s = n.Scalar();
@@ -193,8 +189,8 @@ class Loader {
 };
 
 std::string error_text(const std::string& file, const std::vector<Problem>& problems) {
-  std::string out = "catalog " + file + " has " + std::to_string(problems.size()) +
-                    (problems.size() == 1 ? " problem" : " problems");
+  std::string out =
+      "catalog " + file + " has " + std::to_string(problems.size()) + (problems.size() == 1 ? " problem" : " problems");
   for (const auto& p : problems) out += "\n  " + p.format();
   return out;
 }
@@ -242,8 +238,6 @@ std::string find_catalog(const config::Config& cfg, const std::string& explicit_
               "shipped one (docs/plan.md)");
 }
 
-Catalog load_catalog(const std::string& path) {
-  return load_catalog_string(fs::read_file(path), path);
-}
+Catalog load_catalog(const std::string& path) { return load_catalog_string(fs::read_file(path), path); }
 
 }  // namespace anchor::plan

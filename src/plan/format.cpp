@@ -16,9 +16,7 @@ std::string f(double v, int digits) {
   return os.str();
 }
 
-double d(const json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
-}
+double d(const json& j, const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0; }
 
 std::string s(const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return "-";
@@ -49,45 +47,42 @@ std::string format_plan(const nlohmann::json& p) {
   o << "Measured on " << s(me, "device") << " (memory: " << s(me, "memory_source") << "): step "
     << seconds(d(me, "step_seconds")) << ", " << f(d(me, "tokens_per_s"), 0) << " tokens/s, stall "
     << f(d(me, "stall_percent"), 1) << "%, " << f(d(me, "achieved_tflops"), 4) << " TFLOP/s, checkpoint "
-    << bytes(d(me, "checkpoint_save_bytes")) << " in " << seconds(d(me, "checkpoint_save_seconds"))
-    << "\n\n";
+    << bytes(d(me, "checkpoint_save_bytes")) << " in " << seconds(d(me, "checkpoint_save_seconds")) << "\n\n";
 
   const json& mm = p["memory_model"];
   o << "Memory model: " << s(mm, "formula") << "\n";
-  o << "  fixed " << bytes(d(mm, "fixed_bytes")) << " = state " << bytes(d(mm["state_bytes"], "total"))
-    << " (params " << bytes(d(mm["state_bytes"], "parameters")) << ", grads "
-    << bytes(d(mm["state_bytes"], "gradients")) << ", optimizer "
-    << bytes(d(mm["state_bytes"], "optimizer")) << ") + other fixed "
+  o << "  fixed " << bytes(d(mm, "fixed_bytes")) << " = state " << bytes(d(mm["state_bytes"], "total")) << " (params "
+    << bytes(d(mm["state_bytes"], "parameters")) << ", grads " << bytes(d(mm["state_bytes"], "gradients"))
+    << ", optimizer " << bytes(d(mm["state_bytes"], "optimizer")) << ") + other fixed "
     << bytes(d(mm, "other_fixed_bytes")) << "\n";
-  o << "  a = " << f(d(mm, "a_bytes_per_token"), 2) << " B/token, b = "
-    << f(d(mm, "b_bytes_per_token_per_seq"), 4) << " B/token/position (measured in "
-    << s(mm, "measured_precision") << ")\n";
+  o << "  a = " << f(d(mm, "a_bytes_per_token"), 2) << " B/token, b = " << f(d(mm, "b_bytes_per_token_per_seq"), 4)
+    << " B/token/position (measured in " << s(mm, "measured_precision") << ")\n";
   if (!s(mm, "note").empty() && s(mm, "note") != "-") o << "  note: " << s(mm, "note") << "\n";
-  o << "  " << std::left << std::setw(8) << "mb" << std::setw(8) << "T" << std::setw(14) << "measured"
-    << std::setw(14) << "fitted" << "residual\n";
+  o << "  " << std::left << std::setw(8) << "mb" << std::setw(8) << "T" << std::setw(14) << "measured" << std::setw(14)
+    << "fitted"
+    << "residual\n";
   for (const auto& pt : mm["points"])
-    o << "  " << std::setw(8) << s(pt, "micro_batch") << std::setw(8) << s(pt, "seq_len")
-      << std::setw(14) << bytes(d(pt, "measured_bytes")) << std::setw(14)
-      << bytes(d(pt, "fitted_bytes")) << f(d(pt, "residual_bytes"), 0) << " B\n";
+    o << "  " << std::setw(8) << s(pt, "micro_batch") << std::setw(8) << s(pt, "seq_len") << std::setw(14)
+      << bytes(d(pt, "measured_bytes")) << std::setw(14) << bytes(d(pt, "fitted_bytes"))
+      << f(d(pt, "residual_bytes"), 0) << " B\n";
 
   const json& t = p["target"];
-  o << "\nTarget: micro_batch " << s(t, "micro_batch") << ", seq_len " << s(t, "seq_len")
-    << ", grad_accum " << s(t, "grad_accum") << ", " << s(t, "precision") << ", "
-    << s(t, "nodes") << " node(s) x " << s(t, "gpus_per_node") << " GPUs, headroom "
-    << f(d(t, "headroom") * 100, 0) << "%, " << f(d(t, "long_run_steps"), 0) << " steps\n\n";
+  o << "\nTarget: micro_batch " << s(t, "micro_batch") << ", seq_len " << s(t, "seq_len") << ", grad_accum "
+    << s(t, "grad_accum") << ", " << s(t, "precision") << ", " << s(t, "nodes") << " node(s) x "
+    << s(t, "gpus_per_node") << " GPUs, headroom " << f(d(t, "headroom") * 100, 0) << "%, "
+    << f(d(t, "long_run_steps"), 0) << " steps\n\n";
 
-  o << "  " << std::setw(16) << "device" << std::setw(6) << "fits" << std::setw(9) << "strategy"
-    << std::setw(7) << "degree" << std::setw(12) << "peak" << std::setw(9) << "max mb"
-    << std::setw(12) << "step (est)" << std::setw(11) << "comm/step" << std::setw(9) << "days"
-    << std::setw(13) << "7-day cost" << "30-day cost\n";
+  o << "  " << std::setw(16) << "device" << std::setw(6) << "fits" << std::setw(9) << "strategy" << std::setw(7)
+    << "degree" << std::setw(12) << "peak" << std::setw(9) << "max mb" << std::setw(12) << "step (est)" << std::setw(11)
+    << "comm/step" << std::setw(9) << "days" << std::setw(13) << "7-day cost"
+    << "30-day cost\n";
   for (const auto& dv : p["devices"]) {
-    o << "  " << std::setw(16) << s(dv, "name") << std::setw(6)
-      << (dv.value("fits", false) ? "yes" : "NO") << std::setw(9) << s(dv, "strategy")
-      << std::setw(7) << s(dv, "sharding_degree") << std::setw(12)
-      << bytes(d(dv, "predicted_peak_bytes")) << std::setw(9) << s(dv, "max_micro_batch")
-      << std::setw(12) << seconds(d(dv, "projected_step_seconds")) << std::setw(11)
-      << seconds(d(dv, "comm_seconds_per_step")) << std::setw(9) << f(d(dv, "days"), 2)
-      << std::setw(13) << f(d(dv, "cost_7_day"), 0) << f(d(dv, "cost_30_day"), 0) << "\n";
+    o << "  " << std::setw(16) << s(dv, "name") << std::setw(6) << (dv.value("fits", false) ? "yes" : "NO")
+      << std::setw(9) << s(dv, "strategy") << std::setw(7) << s(dv, "sharding_degree") << std::setw(12)
+      << bytes(d(dv, "predicted_peak_bytes")) << std::setw(9) << s(dv, "max_micro_batch") << std::setw(12)
+      << seconds(d(dv, "projected_step_seconds")) << std::setw(11) << seconds(d(dv, "comm_seconds_per_step"))
+      << std::setw(9) << f(d(dv, "days"), 2) << std::setw(13) << f(d(dv, "cost_7_day"), 0) << f(d(dv, "cost_30_day"), 0)
+      << "\n";
   }
   o << "\n";
   for (const auto& dv : p["devices"]) o << "  " << s(dv, "name") << ": " << s(dv, "decision") << "\n";
@@ -97,25 +92,23 @@ std::string format_plan(const nlohmann::json& p) {
   if (r["device"].is_null()) {
     o << "none. " << s(r, "why") << "\n";
   } else {
-    o << s(r, "gpus") << " x " << s(r, "device") << ", " << s(r, "strategy") << " (degree "
-      << s(r, "sharding_degree") << "), " << f(d(r, "days"), 2) << " days, term " << s(r, "term")
-      << ", cost " << f(d(r, "cost"), 0) << " (" << s(r, "cheaper_term") << " terms)\n  "
-      << s(r, "why") << "\n";
+    o << s(r, "gpus") << " x " << s(r, "device") << ", " << s(r, "strategy") << " (degree " << s(r, "sharding_degree")
+      << "), " << f(d(r, "days"), 2) << " days, term " << s(r, "term") << ", cost " << f(d(r, "cost"), 0) << " ("
+      << s(r, "cheaper_term") << " terms)\n  " << s(r, "why") << "\n";
   }
 
   if (p["budget"].is_object()) {
     const json& b = p["budget"];
-    o << "\nBudget on " << s(b, "device") << " (" << s(b, "currency") << ", prices "
-      << s(b, "prices_are") << "):\n";
+    o << "\nBudget on " << s(b, "device") << " (" << s(b, "currency") << ", prices " << s(b, "prices_are") << "):\n";
     for (const auto& it : b["items"])
-      o << "  " << std::setw(16) << s(it, "name") << std::right << std::setw(12)
-        << f(d(it, "hours"), 3) << " h  " << std::left << s(it, "detail") << "\n";
-    o << "  " << std::setw(16) << "total" << std::right << std::setw(12) << f(d(b, "hours"), 3)
-      << " h" << std::left << "  -> " << f(d(b, "days"), 2) << " days with "
-      << f(d(b, "margin") * 100, 0) << "% margin: " << s(b, "term") << " term\n";
+      o << "  " << std::setw(16) << s(it, "name") << std::right << std::setw(12) << f(d(it, "hours"), 3) << " h  "
+        << std::left << s(it, "detail") << "\n";
+    o << "  " << std::setw(16) << "total" << std::right << std::setw(12) << f(d(b, "hours"), 3) << " h" << std::left
+      << "  -> " << f(d(b, "days"), 2) << " days with " << f(d(b, "margin") * 100, 0) << "% margin: " << s(b, "term")
+      << " term\n";
     o << "  7-day: " << s(b, "terms_7_day") << " term(s) = " << f(d(b, "cost_7_day"), 0)
-      << "; 30-day: " << s(b, "terms_30_day") << " term(s) = " << f(d(b, "cost_30_day"), 0)
-      << "; expected restarts " << f(d(b, "expected_restarts"), 2) << "\n";
+      << "; 30-day: " << s(b, "terms_30_day") << " term(s) = " << f(d(b, "cost_30_day"), 0) << "; expected restarts "
+      << f(d(b, "expected_restarts"), 2) << "\n";
     if (b.contains("note")) o << "  " << s(b, "note") << "\n";
   }
 
@@ -125,8 +118,7 @@ std::string format_plan(const nlohmann::json& p) {
       o << "\nROCm qualification for " << s(dv, "name") << ": " << s(q, "status") << "\n";
       o << "  custom ops/kernels: " << s(q, "custom_ops_note") << "\n";
       for (const auto& pk : q["packages"]) o << "  package: " << pk.get<std::string>() << "\n";
-      for (const auto& ex : q["exercised_by_pilot"])
-        o << "  exercised: " << ex.get<std::string>() << "\n";
+      for (const auto& ex : q["exercised_by_pilot"]) o << "  exercised: " << ex.get<std::string>() << "\n";
     }
 
   if (!p["warnings"].empty()) {

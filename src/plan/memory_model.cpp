@@ -17,8 +17,7 @@ using Real = long double;
 // (1, mb*T, mb*T*T), and QR (unlike the normal equations) does not square the
 // condition number, so three points give the exact solution. Returns false
 // when a column is (numerically) dependent on the ones before it.
-bool least_squares(std::vector<std::array<Real, 3>> x, std::vector<Real> y, int n,
-                   std::array<Real, 3>& coef) {
+bool least_squares(std::vector<std::array<Real, 3>> x, std::vector<Real> y, int n, std::array<Real, 3>& coef) {
   const std::size_t m = x.size();
   std::array<Real, 3> scale{1, 1, 1};
   for (int j = 0; j < n; ++j) {
@@ -62,8 +61,7 @@ bool least_squares(std::vector<std::array<Real, 3>> x, std::vector<Real> y, int 
 }
 
 std::string point_text(const MemoryPoint& p) {
-  return "(micro_batch " + std::to_string(p.micro_batch) + ", seq_len " +
-         std::to_string(p.seq_len) + ")";
+  return "(micro_batch " + std::to_string(p.micro_batch) + ", seq_len " + std::to_string(p.seq_len) + ")";
 }
 
 }  // namespace
@@ -106,8 +104,7 @@ MemoryFit fit_memory(const std::vector<MemoryPoint>& points) {
   for (const auto& p : points) {
     if (p.micro_batch < 1 || p.seq_len < 1 || !(p.peak_bytes >= 0) || !std::isfinite(p.peak_bytes))
       throw Error(ErrorKind::kUsage,
-                  "memory model: point " + point_text(p) + " has peak " +
-                      std::to_string(p.peak_bytes) +
+                  "memory model: point " + point_text(p) + " has peak " + std::to_string(p.peak_bytes) +
                       "; micro_batch and seq_len must be >= 1 and the peak a finite byte count >= 0",
                   hint);
     seq_lens.insert(p.seq_len);
@@ -129,8 +126,9 @@ MemoryFit fit_memory(const std::vector<MemoryPoint>& points) {
   if (!full) {
     fit.quadratic = false;
     if (points.size() < 3)
-      fit.note = "2 points: linear model fixed + a*mb*T (the seq_len^2 attention term is not "
-                 "separated; predictions at other sequence lengths are less certain)";
+      fit.note =
+          "2 points: linear model fixed + a*mb*T (the seq_len^2 attention term is not "
+          "separated; predictions at other sequence lengths are less certain)";
     else if (seq_lens.size() < 2)
       fit.note = "every point has seq_len " + std::to_string(*seq_lens.begin()) +
                  ": linear model fixed + a*mb*T (the seq_len^2 term needs points at two "
@@ -140,8 +138,7 @@ MemoryFit fit_memory(const std::vector<MemoryPoint>& points) {
     c = {0, 0, 0};
     if (token_counts.size() < 2 || !least_squares(x, y, 2, c))
       throw Error(ErrorKind::kUsage,
-                  "memory model: every point has the same token count mb*T = " +
-                      std::to_string(*token_counts.begin()) +
+                  "memory model: every point has the same token count mb*T = " + std::to_string(*token_counts.begin()) +
                       "; the fixed part cannot be separated from activations",
                   hint);
   }
@@ -153,14 +150,13 @@ MemoryFit fit_memory(const std::vector<MemoryPoint>& points) {
     fit.predicted.push_back(pred);
     fit.residual.push_back(pred - p.peak_bytes);
     if (p.peak_bytes > 0)
-      fit.max_relative_residual =
-          std::max(fit.max_relative_residual, std::fabs(pred - p.peak_bytes) / p.peak_bytes);
+      fit.max_relative_residual = std::max(fit.max_relative_residual, std::fabs(pred - p.peak_bytes) / p.peak_bytes);
   }
   return fit;
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> probe_shapes(std::int64_t micro_batch, std::int64_t seq_len,
-                                                               std::int64_t probe_micro_batch) {
+                                                                std::int64_t probe_micro_batch) {
   const std::int64_t small_mb = probe_micro_batch > 0 && probe_micro_batch < micro_batch
                                     ? probe_micro_batch
                                     : std::max<std::int64_t>(1, micro_batch / 4);
@@ -173,9 +169,9 @@ std::vector<std::pair<std::int64_t, std::int64_t>> probe_shapes(std::int64_t mic
 MemoryFit fit_memory_one_point(const MemoryPoint& p, double fixed_bytes) {
   if (p.micro_batch < 1 || p.seq_len < 1 || !(p.peak_bytes >= 0) || !std::isfinite(p.peak_bytes) ||
       !std::isfinite(fixed_bytes))
-    throw Error(ErrorKind::kUsage,
-                "memory model: point " + point_text(p) + " has peak " + std::to_string(p.peak_bytes) +
-                    "; micro_batch and seq_len must be >= 1 and the peak a finite byte count >= 0");
+    throw Error(ErrorKind::kUsage, "memory model: point " + point_text(p) + " has peak " +
+                                       std::to_string(p.peak_bytes) +
+                                       "; micro_batch and seq_len must be >= 1 and the peak a finite byte count >= 0");
   MemoryFit fit;
   fit.quadratic = false;
   const double tokens = static_cast<double>(p.micro_batch) * static_cast<double>(p.seq_len);
@@ -198,20 +194,15 @@ MemoryModel::MemoryModel(MemoryFit fit, StateBytes state, Precision measured, in
 namespace {
 // Autocast keeps a low-precision copy of each fp32 weight it casts (2 bytes
 // per 4-byte parameter) for the duration of the forward/backward.
-double cast_copy(const StateBytes& s, Precision p) {
-  return p == Precision::kFp32 ? 0.0 : s.parameters / 2.0;
-}
+double cast_copy(const StateBytes& s, Precision p) { return p == Precision::kFp32 ? 0.0 : s.parameters / 2.0; }
 }  // namespace
 
-double MemoryModel::other_fixed() const {
-  return fit_.fixed - state_.total() - cast_copy(state_, measured_);
-}
+double MemoryModel::other_fixed() const { return fit_.fixed - state_.total() - cast_copy(state_, measured_); }
 
 MemoryBreakdown MemoryModel::predict(const MemoryTarget& t) const {
   if (t.zero_stage < 0 || t.zero_stage > 3 || t.degree < 1)
-    throw Error(ErrorKind::kUsage,
-                "memory model: ZeRO stage " + std::to_string(t.zero_stage) + " over degree " +
-                    std::to_string(t.degree) + "; the stage is 0..3 and the degree >= 1");
+    throw Error(ErrorKind::kUsage, "memory model: ZeRO stage " + std::to_string(t.zero_stage) + " over degree " +
+                                       std::to_string(t.degree) + "; the stage is 0..3 and the degree >= 1");
   const double d = t.zero_stage == 0 ? 1.0 : static_cast<double>(t.degree);
   MemoryBreakdown b;
   b.optimizer = state_.optimizer / (t.zero_stage >= 1 ? d : 1.0);
@@ -222,10 +213,8 @@ MemoryBreakdown MemoryModel::predict(const MemoryTarget& t) const {
   b.cast_weights = cast_copy(state_, t.precision) / (t.zero_stage >= 3 ? d : 1.0);
   const double scale = activation_element_bytes(t.precision) / activation_element_bytes(measured_);
   const double tokens = static_cast<double>(t.micro_batch) * static_cast<double>(t.seq_len);
-  b.activations = scale * (fit_.per_token * tokens +
-                           fit_.per_token_seq * tokens * static_cast<double>(t.seq_len));
-  b.total = b.parameters + b.gradients + b.optimizer + b.other_fixed + b.cast_weights +
-            b.gather_buffer + b.activations;
+  b.activations = scale * (fit_.per_token * tokens + fit_.per_token_seq * tokens * static_cast<double>(t.seq_len));
+  b.total = b.parameters + b.gradients + b.optimizer + b.other_fixed + b.cast_weights + b.gather_buffer + b.activations;
   return b;
 }
 

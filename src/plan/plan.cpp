@@ -29,8 +29,7 @@ const json& at(const json& j, const std::string& pointer) {
 double num(const json& j, const std::string& pointer) {
   const json& v = at(j, pointer);
   if (!v.is_number())
-    throw Error(ErrorKind::kUsage,
-                "report: " + pointer.substr(1) + " is " + v.dump() + ", expected a number",
+    throw Error(ErrorKind::kUsage, "report: " + pointer.substr(1) + " is " + v.dump() + ", expected a number",
                 kReportHint);
   return v.get<double>();
 }
@@ -38,8 +37,7 @@ double num(const json& j, const std::string& pointer) {
 double positive(const json& j, const std::string& pointer) {
   const double v = num(j, pointer);
   if (!(v > 0))
-    throw Error(ErrorKind::kUsage,
-                "report: " + pointer.substr(1) + " is " + std::to_string(v) + ", expected > 0",
+    throw Error(ErrorKind::kUsage, "report: " + pointer.substr(1) + " is " + std::to_string(v) + ", expected > 0",
                 kReportHint);
   return v;
 }
@@ -69,10 +67,10 @@ std::vector<int> divisors_from_2(int n) {
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 json breakdown_json(const MemoryBreakdown& b) {
-  return {{"parameters", b.parameters},       {"gradients", b.gradients},
-          {"optimizer", b.optimizer},         {"other_fixed", b.other_fixed},
-          {"cast_weights", b.cast_weights},   {"gather_buffer", b.gather_buffer},
-          {"activations", b.activations},     {"total", b.total}};
+  return {{"parameters", b.parameters},     {"gradients", b.gradients},
+          {"optimizer", b.optimizer},       {"other_fixed", b.other_fixed},
+          {"cast_weights", b.cast_weights}, {"gather_buffer", b.gather_buffer},
+          {"activations", b.activations},   {"total", b.total}};
 }
 
 std::string fixed(double v, int digits) {
@@ -88,11 +86,10 @@ std::string fixed(double v, int digits) {
 
 double comm_bytes_per_step(int stage, int world, int degree, double g, int grad_accum) {
   if (world < 1 || degree < 1 || world % degree != 0 || stage < 0 || stage > 3 || grad_accum < 1)
-    throw Error(ErrorKind::kUsage,
-                "comm volume: stage " + std::to_string(stage) + ", world " +
-                    std::to_string(world) + ", degree " + std::to_string(degree) +
-                    ", grad_accum " + std::to_string(grad_accum) +
-                    "; need stage 0..3, degree dividing world, grad_accum >= 1");
+    throw Error(ErrorKind::kUsage, "comm volume: stage " + std::to_string(stage) + ", world " + std::to_string(world) +
+                                       ", degree " + std::to_string(degree) + ", grad_accum " +
+                                       std::to_string(grad_accum) +
+                                       "; need stage 0..3, degree dividing world, grad_accum >= 1");
   const double ga = grad_accum;
   if (stage == 0) {
     const double n = world;
@@ -134,8 +131,7 @@ nlohmann::json make_budget(const BudgetInput& in) {
   total_s += item("preprocess", in.preprocess_hours * 3600.0, "budget.preprocess_hours");
   const double train_s = in.steps * in.compute_s_per_step;
   total_s += item("training_steps", train_s,
-                  fixed(in.steps, 0) + " steps x " + fixed(in.compute_s_per_step, 4) +
-                      " s (compute + communication)");
+                  fixed(in.steps, 0) + " steps x " + fixed(in.compute_s_per_step, 4) + " s (compute + communication)");
   const double data_s = in.steps * in.data_wait_s_per_step;
   total_s += item("data_loading", data_s,
                   fixed(in.steps, 0) + " steps x " + fixed(in.data_wait_s_per_step, 4) +
@@ -145,31 +141,29 @@ nlohmann::json make_budget(const BudgetInput& in) {
   total_s += item("eval", eval_s, fixed(evals, 0) + " evals x " + fixed(in.eval_s, 3) + " s");
 
   const double work_s = train_s + data_s + eval_s;
-  const double mtbf_s = in.failures_per_day > 0
-                            ? kSecondsPerDay / (in.failures_per_day * std::max(1, in.nodes))
-                            : std::numeric_limits<double>::infinity();
+  const double mtbf_s = in.failures_per_day > 0 ? kSecondsPerDay / (in.failures_per_day * std::max(1, in.nodes))
+                                                : std::numeric_limits<double>::infinity();
   const double tau = young_daly_interval_s(in.save_s, mtbf_s);
   double checkpoints = 0;
   if (work_s > 0) checkpoints = std::isinf(tau) ? 1.0 : std::max(1.0, std::ceil(work_s / tau));
   const double ckpt_s = checkpoints * in.save_s;
-  total_s += item("checkpoints", ckpt_s,
-                  fixed(checkpoints, 0) + " saves x " + fixed(in.save_s, 3) +
-                      " s (measured), every " +
-                      (std::isinf(tau) ? std::string("run (no failures expected)")
-                                       : fixed(tau / 3600.0, 2) + " h (Young/Daly)"));
+  total_s += item(
+      "checkpoints", ckpt_s,
+      fixed(checkpoints, 0) + " saves x " + fixed(in.save_s, 3) + " s (measured), every " +
+          (std::isinf(tau) ? std::string("run (no failures expected)") : fixed(tau / 3600.0, 2) + " h (Young/Daly)"));
   const double exposed_days = (work_s + ckpt_s) / kSecondsPerDay;
   const double restarts = exposed_days * in.failures_per_day * std::max(1, in.nodes);
   const double lost_s = std::min(tau, work_s) / 2.0;
   const double restart_s = restarts * (in.restart_minutes * 60.0 + lost_s);
   total_s += item("restarts", restart_s,
-                  fixed(restarts, 2) + " expected x (" + fixed(in.restart_minutes, 1) +
-                      " min restart + " + fixed(lost_s / 60.0, 1) + " min lost work)");
+                  fixed(restarts, 2) + " expected x (" + fixed(in.restart_minutes, 1) + " min restart + " +
+                      fixed(lost_s / 60.0, 1) + " min lost work)");
   // Copies off the node at the pilot's measured copy_off rate when there is one, else budget.egress_gbps.
   const bool measured_egress = in.egress_measured_gbps > 0;
   const double egress = measured_egress ? in.egress_measured_gbps : in.egress_gbps;
-  const std::string at = " at " + fixed(egress, 2) + " Gbit/s" +
-                         (measured_egress ? " (measured: the pilot's copy_off to export.copy_to)"
-                                          : " (budget.egress_gbps, assumed)");
+  const std::string at =
+      " at " + fixed(egress, 2) + " Gbit/s" +
+      (measured_egress ? " (measured: the pilot's copy_off to export.copy_to)" : " (budget.egress_gbps, assumed)");
   total_s += item("export", in.export_gb * 8.0 / egress, fixed(in.export_gb, 1) + " GB" + at);
   const double copy_gb = in.checkpoint_bytes / 1e9;
   total_s += item("copy_off_node", work_s > 0 ? copy_gb * 8.0 / egress : 0.0,
@@ -201,9 +195,8 @@ nlohmann::json make_budget(const BudgetInput& in) {
   b["cost_30_day"] = cost30;
   b["cheaper_term"] = cost7 <= cost30 ? "7-day" : "30-day";
   if (days > 30.0)
-    b["note"] = "the run is longer than 30 days (" + fixed(days, 1) +
-                " days with margin): it needs " + fixed(terms30, 0) +
-                " consecutive 30-day terms or more GPUs";
+    b["note"] = "the run is longer than 30 days (" + fixed(days, 1) + " days with margin): it needs " +
+                fixed(terms30, 0) + " consecutive 30-day terms or more GPUs";
   return b;
 }
 
@@ -221,13 +214,11 @@ void read_memory(const json& r, Measured& m) {
   m.memory_source = at(r, "/measurements/memory/source").get<std::string>();
   m.precision = parse_precision(at(r, "/measurements/memory/precision").get<std::string>());
   const json& pts = at(r, "/measurements/memory/points");
-  if (!pts.is_array())
-    throw Error(ErrorKind::kUsage, "report: measurements.memory.points is not a list", kReportHint);
+  if (!pts.is_array()) throw Error(ErrorKind::kUsage, "report: measurements.memory.points is not a list", kReportHint);
   for (std::size_t i = 0; i < pts.size(); ++i) {
     const std::string p = "/measurements/memory/points/" + std::to_string(i);
     m.memory_points.push_back({static_cast<std::int64_t>(num(r, p + "/micro_batch")),
-                               static_cast<std::int64_t>(num(r, p + "/seq_len")),
-                               num(r, p + "/peak_allocated_bytes")});
+                               static_cast<std::int64_t>(num(r, p + "/seq_len")), num(r, p + "/peak_allocated_bytes")});
   }
   m.state.parameters = num(r, "/measurements/memory/state_bytes/parameters");
   m.state.gradients = num(r, "/measurements/memory/state_bytes/gradients");
@@ -253,8 +244,7 @@ void read_program_model(const json& r, Measured& m) {
   for (const char* k : {"micro_batch", "seq_len", "grad_accum", "n_layer", "n_embd"})
     if (optional_num(r, std::string("/measurements/model/") + k, 1) > kMaxSize)
       throw Error(ErrorKind::kUsage, std::string("report: measurements.model.") + k + " is above 2^31", kReportHint);
-  if (m.grad_accum < 1)
-    throw Error(ErrorKind::kUsage, "report: measurements.model.grad_accum is below 1", kReportHint);
+  if (m.grad_accum < 1) throw Error(ErrorKind::kUsage, "report: measurements.model.grad_accum is below 1", kReportHint);
 }
 
 }  // namespace
@@ -311,8 +301,8 @@ MemoryModel memory_model(const Measured& m) {
     // Before the first step a program holds its parameters and whatever else
     // it built (interpreter, libraries, data): that part is fixed too.
     const double before = m.baseline_bytes ? std::max(0.0, *m.baseline_bytes - m.state.parameters) : 0.0;
-    return MemoryModel(fit_memory_one_point(m.memory_points[0], m.state.total() + before), m.state,
-                       m.precision, m.n_layer);
+    return MemoryModel(fit_memory_one_point(m.memory_points[0], m.state.total() + before), m.state, m.precision,
+                       m.n_layer);
   }
   return MemoryModel(fit_memory(m.memory_points), m.state, m.precision, m.n_layer);
 }
@@ -331,8 +321,9 @@ json rocm_checklist(const config::Config& cfg, const Measured& m) {
   json ops = json::array();
   std::string ops_note;
   if (m.program) {
-    ops_note = "the program's own code (program.command): any custom op, extension or kernel it or its "
-               "packages call needs a ROCm build; anchor does not inspect it: list them before renting";
+    ops_note =
+        "the program's own code (program.command): any custom op, extension or kernel it or its "
+        "packages call needs a ROCm build; anchor does not inspect it: list them before renting";
   } else if (cfg.model.source == "torchscript") {
     ops_note = "model.source is torchscript (" + cfg.model.torchscript +
                "): any custom op or kernel the module calls needs a ROCm build; anchor does not "
@@ -345,31 +336,30 @@ json rocm_checklist(const config::Config& cfg, const Measured& m) {
   c["custom_ops_note"] = ops_note;
   const std::string ran = m.libtorch.empty() ? std::string("unknown") : m.libtorch;
   c["packages"] = json::array(
-      {m.program ? "PyTorch 2.x built for ROCm (HIP), matching the node's ROCm release (the pilot ran torch " + ran + ")"
-                 : "LibTorch 2.x built for ROCm (HIP), matching the node's ROCm release (the pilot ran LibTorch " +
-                       ran + ")",
+      {m.program
+           ? "PyTorch 2.x built for ROCm (HIP), matching the node's ROCm release (the pilot ran torch " + ran + ")"
+           : "LibTorch 2.x built for ROCm (HIP), matching the node's ROCm release (the pilot ran LibTorch " + ran + ")",
        "RCCL (ships with ROCm; ProcessGroupNCCL uses it under HIP) for multi-GPU",
        "amdgpu kernel driver and rocm-smi (device memory and health reports)",
        m.program ? "the program's Python packages built for ROCm where they ship native code"
                  : "anchor built against that LibTorch (ROCm exposes the GPU as device 'cuda' in LibTorch)"});
   if (m.program)
-    c["exercised_by_pilot"] = json::array(
-        {"the program's forward, backward and optimizer step", "checkpoint save and restore through anchor_pilot "
-                                                                "(safetensors) with bitwise resume"});
+    c["exercised_by_pilot"] = json::array({"the program's forward, backward and optimizer step",
+                                           "checkpoint save and restore through anchor_pilot "
+                                           "(safetensors) with bitwise resume"});
   else
-    c["exercised_by_pilot"] = json::array(
-        {"model forward and backward: embedding, layer norm, linear/matmul, causal softmax "
-         "attention, GELU, dropout, cross-entropy",
-         "AdamW step with global grad-norm clipping",
-         "eval (forward only)", "checkpoint save and restore (safetensors) with bitwise resume"});
+    c["exercised_by_pilot"] =
+        json::array({"model forward and backward: embedding, layer norm, linear/matmul, causal softmax "
+                     "attention, GELU, dropout, cross-entropy",
+                     "AdamW step with global grad-norm clipping", "eval (forward only)",
+                     "checkpoint save and restore (safetensors) with bitwise resume"});
   c["pilot_stages_passed"] = m.stages_passed;
   c["pilot_device"] = m.device;
   c["qualified"] = m.device == "rocm";
-  c["status"] = m.device == "rocm"
-                    ? "the pilot ran on ROCm: these ops were exercised there"
-                    : "not qualified: the pilot ran on " + m.device +
-                          "; run `anchor pilot` on an MI300X node (device: rocm) with the same "
-                          "config before committing to it";
+  c["status"] = m.device == "rocm" ? "the pilot ran on ROCm: these ops were exercised there"
+                                   : "not qualified: the pilot ran on " + m.device +
+                                         "; run `anchor pilot` on an MI300X node (device: rocm) with the same "
+                                         "config before committing to it";
   return c;
 }
 
@@ -385,8 +375,7 @@ std::vector<const Device*> devices_to_plan(const Catalog& catalog, const config:
     if (!d) {
       std::string names;
       for (const auto& c : catalog.devices) names += (names.empty() ? "" : ", ") + c.name;
-      throw Error(ErrorKind::kUsage,
-                  "budget.devices names '" + n + "', which is not in catalog " + catalog.path,
+      throw Error(ErrorKind::kUsage, "budget.devices names '" + n + "', which is not in catalog " + catalog.path,
                   "the catalog has: " + names);
     }
     devices.push_back(d);
@@ -404,7 +393,7 @@ struct Target {
   double tokens_per_gpu_step = 0, fpt = 0;
   double run_tokens = 0, long_steps = 0, evals = 0;
   double config_global_batch = 0, planned_global_batch = 0;  // sequences per optimizer step
-  double epochs = 0;  // passes over the training data; 0: its size is not known
+  double epochs = 0;                                         // passes over the training data; 0: its size is not known
   std::string run_length;
 };
 
@@ -510,19 +499,20 @@ json target_json(const Target& t, const config::Config& cfg) {
 
 json measured_json(const Measured& m) {
   json j = {{"device", m.device},
-          {"memory_source", m.memory_source},
-          {"step_seconds", m.step_seconds},
-          {"step_tokens", m.step_tokens},
-          {"tokens_per_s", m.tokens_per_s},
-          {"data_wait_s", m.data_wait_s},
-          {"stall_percent", m.stall_percent},
-          {"flops_per_token", m.flops_per_token},
-          {"flops_source", m.flops_source},
-          {"achieved_tflops", m.flops_per_token * m.tokens_per_s / 1e12},
-          {"checkpoint_save_bytes", m.save_bytes},
-          {"checkpoint_save_seconds", m.save_seconds},
-          {"note", "measured by the pilot on " + m.device + "; every other figure in this plan is an "
-                   "estimate derived from these and the catalog"}};
+            {"memory_source", m.memory_source},
+            {"step_seconds", m.step_seconds},
+            {"step_tokens", m.step_tokens},
+            {"tokens_per_s", m.tokens_per_s},
+            {"data_wait_s", m.data_wait_s},
+            {"stall_percent", m.stall_percent},
+            {"flops_per_token", m.flops_per_token},
+            {"flops_source", m.flops_source},
+            {"achieved_tflops", m.flops_per_token * m.tokens_per_s / 1e12},
+            {"checkpoint_save_bytes", m.save_bytes},
+            {"checkpoint_save_seconds", m.save_seconds},
+            {"note", "measured by the pilot on " + m.device +
+                         "; every other figure in this plan is an "
+                         "estimate derived from these and the catalog"}};
   if (m.copy_off_seconds > 0) {
     j["copy_off_bytes"] = m.copy_off_bytes;
     j["copy_off_seconds"] = m.copy_off_seconds;
@@ -541,25 +531,26 @@ json memory_model_json(const Measured& m, const MemoryModel& mm, json& warnings)
                       {"residual_bytes", fit.residual[i]}});
   if (!fit.note.empty()) warnings.push_back("memory model: " + fit.note);
   if (fit.per_token < 0 || fit.per_token_seq < 0)
-    warnings.push_back("memory model: a fitted activation coefficient is negative (noisy points?); "
-                       "predictions far from the measured points are unreliable");
-  return {{"formula", fit.quadratic ? "peak = fixed + a*(mb*T) + b*(mb*T*T)"
-                                    : "peak = fixed + a*(mb*T)  (linear model)"},
-          {"quadratic", fit.quadratic},
-          {"note", fit.note},
-          {"points_measured", m.memory_points.size()},
-          {"fixed_bytes", fit.fixed},
-          {"a_bytes_per_token", fit.per_token},
-          {"b_bytes_per_token_per_seq", fit.per_token_seq},
-          {"measured_precision", precision_name(m.precision)},
-          {"state_bytes",
-           {{"parameters", mm.state().parameters},
-            {"gradients", mm.state().gradients},
-            {"optimizer", mm.state().optimizer},
-            {"total", mm.state().total()}}},
-          {"other_fixed_bytes", mm.other_fixed()},
-          {"points", points},
-          {"max_relative_residual", fit.max_relative_residual}};
+    warnings.push_back(
+        "memory model: a fitted activation coefficient is negative (noisy points?); "
+        "predictions far from the measured points are unreliable");
+  return {
+      {"formula", fit.quadratic ? "peak = fixed + a*(mb*T) + b*(mb*T*T)" : "peak = fixed + a*(mb*T)  (linear model)"},
+      {"quadratic", fit.quadratic},
+      {"note", fit.note},
+      {"points_measured", m.memory_points.size()},
+      {"fixed_bytes", fit.fixed},
+      {"a_bytes_per_token", fit.per_token},
+      {"b_bytes_per_token_per_seq", fit.per_token_seq},
+      {"measured_precision", precision_name(m.precision)},
+      {"state_bytes",
+       {{"parameters", mm.state().parameters},
+        {"gradients", mm.state().gradients},
+        {"optimizer", mm.state().optimizer},
+        {"total", mm.state().total()}}},
+      {"other_fixed_bytes", mm.other_fixed()},
+      {"points", points},
+      {"max_relative_residual", fit.max_relative_residual}};
 }
 
 // The first stage and degree that fits (replicated first), or the most sharded tried.
@@ -601,9 +592,8 @@ Sharding choose_sharding(const MemoryModel& mm, const Target& t, double capacity
 std::string decision_text(const Sharding& s, const Device& d, const Target& t, double capacity) {
   const Choice& c = s.chosen;
   if (c.fits && c.stage == 0)
-    return "replicated state + activations " + fixed(gib(c.peak.total), 2) + " GiB <= " +
-           fixed(gib(capacity), 2) + " GiB usable (" + fixed(100 * (1 - t.headroom), 0) + "% of " +
-           fixed(d.memory_gb, 0) + " GB)";
+    return "replicated state + activations " + fixed(gib(c.peak.total), 2) + " GiB <= " + fixed(gib(capacity), 2) +
+           " GiB usable (" + fixed(100 * (1 - t.headroom), 0) + "% of " + fixed(d.memory_gb, 0) + " GB)";
   if (c.fits)
     return "replicated (DDP) needs " + fixed(gib(s.considered[0]["predicted_peak_bytes"].get<double>()), 2) +
            " GiB > " + fixed(gib(capacity), 2) + " GiB usable; " + strategy_name(c.stage, t.world) + " over " +
@@ -673,7 +663,8 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   bi.preprocess_hours = cfg.budget.preprocess_hours;
   bi.export_gb = cfg.budget.export_gb;
   bi.egress_gbps = cfg.budget.egress_gbps;
-  if (m.copy_off_bytes > 0 && m.copy_off_seconds > 0) bi.egress_measured_gbps = m.copy_off_bytes * 8.0 / 1e9 / m.copy_off_seconds;
+  if (m.copy_off_bytes > 0 && m.copy_off_seconds > 0)
+    bi.egress_measured_gbps = m.copy_off_bytes * 8.0 / 1e9 / m.copy_off_seconds;
   bi.margin = cfg.budget.margin;
   bi.price_7_day = d.price_7_day;
   bi.price_30_day = d.price_30_day;
@@ -712,8 +703,8 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
   if (!have_best) {
     out["recommendation"] = {
         {"device", nullptr},
-        {"why", "no catalog device fits the target even fully sharded (ZeRO-3 over all " +
-                    std::to_string(t.world) + " GPUs); lower the micro-batch or the sequence length, "
+        {"why", "no catalog device fits the target even fully sharded (ZeRO-3 over all " + std::to_string(t.world) +
+                    " GPUs); lower the micro-batch or the sequence length, "
                     "use activation checkpointing, or plan more GPUs (budget.nodes)"}};
     out["budget"] = nullptr;
     return;
@@ -732,8 +723,8 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
       {"term", b["term"]},
       {"cost", best_cost},
       {"cheaper_term", b["cheaper_term"]},
-      {"why", "the fitting device with the lowest cost for the whole run (" +
-                  b["cheaper_term"].get<std::string>() + " terms, example prices); ties go to "
+      {"why", "the fitting device with the lowest cost for the whole run (" + b["cheaper_term"].get<std::string>() +
+                  " terms, example prices); ties go to "
                   "the lower cost per token"}};
   out["budget"] = b;
 }
@@ -741,24 +732,29 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
 // Assumptions, stated with the numbers they use.
 json assumptions_of(const Measured& m, const Target& t) {
   json a = json::array();
-  a.push_back("MEASURED: step time, tokens/s, data wait, peak memory points, state bytes "
-              "and checkpoint save time come from the pilot on " + m.device +
-              " (memory source: " + m.memory_source + ")");
+  a.push_back(
+      "MEASURED: step time, tokens/s, data wait, peak memory points, state bytes "
+      "and checkpoint save time come from the pilot on " +
+      m.device + " (memory source: " + m.memory_source + ")");
   if (m.program)
     a.push_back("the program's shape: micro_batch " + std::to_string(t.mb) + ", seq_len " + std::to_string(t.seq) +
                 ", grad_accum " + std::to_string(t.ga) + ", precision " + precision_name(t.prec) +
                 " as it reported them (anchor_pilot.shape); FLOPs per token: " + m.flops_source);
-  a.push_back("ESTIMATE: projected step time = tokens per GPU step x FLOPs per token / "
-              "(catalog peak x assumed MFU " + fixed(kAssumedMfu, 2) +
-              "); the pilot's own step time is not scaled (its device is not in the "
-              "catalog); the measured device reached " +
-              fixed(m.flops_per_token * m.tokens_per_s / 1e12, 4) + " TFLOP/s");
+  a.push_back(
+      "ESTIMATE: projected step time = tokens per GPU step x FLOPs per token / "
+      "(catalog peak x assumed MFU " +
+      fixed(kAssumedMfu, 2) +
+      "); the pilot's own step time is not scaled (its device is not in the "
+      "catalog); the measured device reached " +
+      fixed(m.flops_per_token * m.tokens_per_s / 1e12, 4) + " TFLOP/s");
   if (m.n_layer > 0 && m.n_embd > 0)
-    a.push_back("FLOPs per token at seq_len T = measured flops_per_token + 12 x n_layer x "
-                "n_embd x (T - measured T) (the attention term)");
+    a.push_back(
+        "FLOPs per token at seq_len T = measured flops_per_token + 12 x n_layer x "
+        "n_embd x (T - measured T) (the attention term)");
   if (t.prec == Precision::kFp32)
-    a.push_back("precision fp32: peak taken as half the catalog's dense bf16 figure "
-                "(TF32 tensor-core rate on A100/H100/H200/MI300X)");
+    a.push_back(
+        "precision fp32: peak taken as half the catalog's dense bf16 figure "
+        "(TF32 tensor-core rate on A100/H100/H200/MI300X)");
   if (t.prec != m.precision)
     a.push_back(std::string("precision ") + precision_name(t.prec) + " vs measured " + precision_name(m.precision) +
                 ": activations scale by " +
@@ -767,41 +763,49 @@ json assumptions_of(const Measured& m, const Target& t) {
   if (t.prec != Precision::kFp32)
     a.push_back("autocast " + std::string(precision_name(t.prec)) +
                 " keeps a 2-byte copy of every fp32 weight during the step: + parameters/2 bytes (cast_weights)");
-  a.push_back("sharding: ZeRO-1 divides optimizer state by the degree, ZeRO-2 also "
-              "gradients, ZeRO-3/FSDP also parameters (+ one layer's gathered "
-              "parameters, parameters / n_layer); the other fixed part is not sharded");
+  a.push_back(
+      "sharding: ZeRO-1 divides optimizer state by the degree, ZeRO-2 also "
+      "gradients, ZeRO-3/FSDP also parameters (+ one layer's gathered "
+      "parameters, parameters / n_layer); the other fixed part is not sharded");
   if (m.n_layer < 1)
-    a.push_back("n_layer unknown (the program did not give it to anchor_pilot.shape): the ZeRO-3 gather buffer is "
-                "taken as all the parameters, a pessimistic bound");
+    a.push_back(
+        "n_layer unknown (the program did not give it to anchor_pilot.shape): the ZeRO-3 gather buffer is "
+        "taken as all the parameters, a pessimistic bound");
   a.push_back("device memory: catalog memory_gb x 10^9 bytes, of which budget.headroom " + fixed(t.headroom, 2) +
               " is kept free (CUDA/HIP context, fragmentation)");
-  a.push_back("communication: ring collectives at the catalog's per-GPU interconnect "
-              "bandwidth, bandwidth term only, not overlapped with compute (an upper "
-              "bound on its cost in the step, a lower bound on its own duration)");
+  a.push_back(
+      "communication: ring collectives at the catalog's per-GPU interconnect "
+      "bandwidth, bandwidth term only, not overlapped with compute (an upper "
+      "bound on its cost in the step, a lower bound on its own duration)");
   if (t.nodes > 1)
-    a.push_back("nodes > 1: the catalog has no inter-node network figure; communication "
-                "uses the intra-node interconnect and is OPTIMISTIC");
+    a.push_back(
+        "nodes > 1: the catalog has no inter-node network figure; communication "
+        "uses the intra-node interconnect and is OPTIMISTIC");
   a.push_back("data-parallel scaling: the long run processes " +
               (t.run_length.empty() ? std::string("0 tokens") : t.run_length) + " over " + std::to_string(t.world) +
               " GPUs (budget.nodes x budget.gpus_per_node), each at the configured micro_batch x grad_accum; "
               "ideal scaling apart from the communication above");
-  a.push_back("data wait per step = measured data wait per token x tokens per GPU step "
-              "(the target node's loader assumed as fast as the pilot's)");
+  a.push_back(
+      "data wait per step = measured data wait per token x tokens per GPU step "
+      "(the target node's loader assumed as fast as the pilot's)");
   a.push_back("checkpoints: measured save time of the full state (" + fixed(m.save_bytes / 1e6, 3) + " MB in " +
               fixed(m.save_seconds, 3) +
               " s) on the target's storage; interval sqrt(2 x save_s x MTBF), MTBF = "
               "1 day / (budget.failures_per_day x budget.nodes); each restart costs "
               "budget.restart_minutes + half an interval of lost work");
-  a.push_back(m.copy_off_seconds > 0
-                  ? "copies off the node (budget.export_gb, the final checkpoint) at the pilot's measured copy_off rate (" +
-                        fixed(m.copy_off_bytes / 1e6, 3) + " MB in " + fixed(m.copy_off_seconds, 3) +
-                        " s to export.copy_to, written, fsynced and read back): the long run's copies go there too"
-                  : std::string("copies off the node (budget.export_gb, the final checkpoint) at budget.egress_gbps, "
-                                "assumed: set export.copy_to to measure it"));
-  a.push_back("eval: pilot.eval_batches x micro_batch x seq_len tokens forward-only "
-              "(1/3 of training FLOPs) every budget.eval_every_steps configured steps");
-  a.push_back("prices: the catalog's EXAMPLE per-GPU-hour prices; a term is paid in "
-              "full (7 x 24 or 30 x 24 hours per GPU per term)");
+  a.push_back(
+      m.copy_off_seconds > 0
+          ? "copies off the node (budget.export_gb, the final checkpoint) at the pilot's measured copy_off rate (" +
+                fixed(m.copy_off_bytes / 1e6, 3) + " MB in " + fixed(m.copy_off_seconds, 3) +
+                " s to export.copy_to, written, fsynced and read back): the long run's copies go there too"
+          : std::string("copies off the node (budget.export_gb, the final checkpoint) at budget.egress_gbps, "
+                        "assumed: set export.copy_to to measure it"));
+  a.push_back(
+      "eval: pilot.eval_batches x micro_batch x seq_len tokens forward-only "
+      "(1/3 of training FLOPs) every budget.eval_every_steps configured steps");
+  a.push_back(
+      "prices: the catalog's EXAMPLE per-GPU-hour prices; a term is paid in "
+      "full (7 x 24 or 30 x 24 hours per GPU per term)");
   return a;
 }
 

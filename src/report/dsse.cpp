@@ -27,8 +27,7 @@ std::string base64_encode(std::string_view data) {
   // EVP_EncodeBlock writes 4 characters per 3 bytes plus a terminating NUL.
   std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
   int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(data.data()),
-                          static_cast<int>(data.size()));
+                          reinterpret_cast<const unsigned char*>(data.data()), static_cast<int>(data.size()));
   out.resize(static_cast<std::size_t>(n));
   return out;
 }
@@ -49,8 +48,7 @@ std::optional<std::string> base64_decode(std::string_view text) {
     if (pad) return std::nullopt;  // data after padding
     if (c == '-') c = '+';
     if (c == '_') c = '/';
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '+' || c == '/';
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/';
     if (!ok) return std::nullopt;
     in += c;
   }
@@ -66,8 +64,7 @@ std::optional<std::string> base64_decode(std::string_view text) {
   if (in.empty()) return std::string();
   std::string out(in.size() / 4 * 3, '\0');
   int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
+                          reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
   if (n < 0 || static_cast<std::size_t>(n) != out.size()) return std::nullopt;
   // EVP_DecodeBlock counts the zero bytes that padding stands for: drop them.
   out.resize(out.size() - pad);
@@ -81,11 +78,9 @@ std::string sign(const Key& private_key, std::string_view data) {
     throw openssl_error("start ECDSA signature");
   std::size_t len = 0;
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-  if (EVP_DigestSign(ctx.get(), nullptr, &len, p, data.size()) != 1)
-    throw openssl_error("size ECDSA signature");
+  if (EVP_DigestSign(ctx.get(), nullptr, &len, p, data.size()) != 1) throw openssl_error("size ECDSA signature");
   std::string sig(len, '\0');
-  if (EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(sig.data()), &len, p,
-                     data.size()) != 1)
+  if (EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(sig.data()), &len, p, data.size()) != 1)
     throw openssl_error("ECDSA signature");
   sig.resize(len);  // DER length varies (70-72 bytes for P-256)
   return sig;
@@ -96,15 +91,13 @@ bool verify(const Key& public_key, std::string_view data, std::string_view der_s
   if (!ctx) throw openssl_error("allocate digest context");
   if (EVP_DigestVerifyInit(ctx.get(), nullptr, EVP_sha256(), nullptr, public_key.get()) != 1)
     throw openssl_error("start ECDSA verification");
-  int rc = EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(der_sig.data()),
-                            der_sig.size(), reinterpret_cast<const unsigned char*>(data.data()),
-                            data.size());
+  int rc = EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(der_sig.data()), der_sig.size(),
+                            reinterpret_cast<const unsigned char*>(data.data()), data.size());
   ERR_clear_error();  // a bad signature leaves a reason on the queue
   return rc == 1;
 }
 
-Envelope sign_envelope(const Key& private_key, const std::string& payload_type,
-                       const std::string& payload) {
+Envelope sign_envelope(const Key& private_key, const std::string& payload_type, const std::string& payload) {
   Envelope env;
   env.payload_type = payload_type;
   env.payload = payload;
@@ -117,8 +110,7 @@ std::string envelope_to_json(const Envelope& env) {
   j["payloadType"] = env.payload_type;
   j["payload"] = base64_encode(env.payload);
   j["signatures"] = nlohmann::ordered_json::array();
-  for (const auto& s : env.signatures)
-    j["signatures"].push_back({{"keyid", s.keyid}, {"sig", base64_encode(s.sig)}});
+  for (const auto& s : env.signatures) j["signatures"].push_back({{"keyid", s.keyid}, {"sig", base64_encode(s.sig)}});
   return j.dump(2) + "\n";
 }
 
@@ -147,8 +139,7 @@ Envelope envelope_from_json(const std::string& text) {
   if (!j.contains("payloadType") || !j["payloadType"].is_string())
     throw schema_error("\"payloadType\" is missing or not a string");
   env.payload_type = j["payloadType"].get<std::string>();
-  if (!j.contains("payload") || !j["payload"].is_string())
-    throw schema_error("\"payload\" is missing or not a string");
+  if (!j.contains("payload") || !j["payload"].is_string()) throw schema_error("\"payload\" is missing or not a string");
   auto payload = base64_decode(j["payload"].get<std::string>());
   if (!payload) throw schema_error("\"payload\" is not base64");
   env.payload = std::move(*payload);

@@ -59,17 +59,16 @@ void require_p256(const Key& key, const std::string& what) {
   char group[64] = {0};
   size_t len = 0;
   bool ok = EVP_PKEY_is_a(key.get(), "EC") &&
-            EVP_PKEY_get_utf8_string_param(key.get(), OSSL_PKEY_PARAM_GROUP_NAME, group,
-                                           sizeof group, &len) == 1 &&
+            EVP_PKEY_get_utf8_string_param(key.get(), OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof group, &len) == 1 &&
             (std::strcmp(group, "prime256v1") == 0 || std::strcmp(group, "P-256") == 0);
   ERR_clear_error();
   if (!ok)
-    throw Error(ErrorKind::kUsage,
-                what + ": not an ECDSA P-256 key (found " +
-                    (EVP_PKEY_get0_type_name(key.get()) ? EVP_PKEY_get0_type_name(key.get())
-                                                        : std::string("unknown type")) +
-                    (len ? std::string(" on curve ") + group : std::string()) + ")",
-                "anchor signs with ECDSA P-256 only; create a key with `anchor keygen`");
+    throw Error(
+        ErrorKind::kUsage,
+        what + ": not an ECDSA P-256 key (found " +
+            (EVP_PKEY_get0_type_name(key.get()) ? EVP_PKEY_get0_type_name(key.get()) : std::string("unknown type")) +
+            (len ? std::string(" on curve ") + group : std::string()) + ")",
+        "anchor signs with ECDSA P-256 only; create a key with `anchor keygen`");
 }
 
 // PEM text from a secure-memory BIO (its buffer is cleared when freed).
@@ -167,8 +166,7 @@ std::string resolve_passphrase(const std::string& passphrase_file) {
     std::string pass = content.substr(0, content.find('\n'));
     if (!pass.empty() && pass.back() == '\r') pass.pop_back();
     if (pass.empty()) {
-      throw Error(ErrorKind::kUsage,
-                  "passphrase file " + passphrase_file + ": empty first line",
+      throw Error(ErrorKind::kUsage, "passphrase file " + passphrase_file + ": empty first line",
                   "put the passphrase on the file's first line");
     }
     return pass;
@@ -190,8 +188,7 @@ std::string private_key_pem(const Key& key, const std::string& passphrase) {
   // PEM_write_bio_PKCS8PrivateKey takes a non-const buffer; it only reads it.
   std::string pass = passphrase;
   Wipe wipe{pass};
-  int ok = PEM_write_bio_PKCS8PrivateKey(bio.get(), key.get(), cipher,
-                                         pass.empty() ? nullptr : pass.data(),
+  int ok = PEM_write_bio_PKCS8PrivateKey(bio.get(), key.get(), cipher, pass.empty() ? nullptr : pass.data(),
                                          static_cast<int>(pass.size()), nullptr, nullptr);
   if (ok != 1) throw openssl_error("encode PKCS#8 private key");
   return bio_to_string(bio.get());
@@ -219,13 +216,11 @@ KeygenResult write_keypair(const KeygenOptions& opts) {
   if (opts.private_path.empty() || opts.public_path.empty())
     throw Error(ErrorKind::kUsage, "keygen: both a private and a public key path are needed");
   if (opts.private_path == opts.public_path)
-    throw Error(ErrorKind::kUsage, "keygen: private and public key paths are the same (" +
-                                       opts.private_path + ")");
+    throw Error(ErrorKind::kUsage, "keygen: private and public key paths are the same (" + opts.private_path + ")");
   if (!opts.force) {
     for (const auto* path : {&opts.private_path, &opts.public_path}) {
       std::error_code ec;
-      if (std::filesystem::symlink_status(*path, ec).type() !=
-          std::filesystem::file_type::not_found)
+      if (std::filesystem::symlink_status(*path, ec).type() != std::filesystem::file_type::not_found)
         throw Error(ErrorKind::kUsage, *path + ": already exists; refusing to overwrite a key",
                     "pass --force to replace it, or choose another path");
     }
@@ -346,8 +341,7 @@ Key load_private_key(const std::string& path, const std::string& passphrase) {
       throw Error(ErrorKind::kUsage, "private key " + path + ": encrypted, and no passphrase given",
                   std::string("set ") + kPassphraseEnv + " or pass --passphrase-file FILE");
     if (ctx.asked)
-      throw Error(ErrorKind::kUsage,
-                  "private key " + path + ": cannot decrypt it (wrong passphrase?)",
+      throw Error(ErrorKind::kUsage, "private key " + path + ": cannot decrypt it (wrong passphrase?)",
                   std::string("check ") + kPassphraseEnv + " or the --passphrase-file");
     throw Error(ErrorKind::kUsage, "private key " + path + ": not a PEM private key",
                 "give the PKCS#8 PEM file written by `anchor keygen` (the .key, not the .pub)");
@@ -373,8 +367,6 @@ Key parse_public_key_pem(const std::string& pem, const std::string& what) {
   return key;
 }
 
-Key load_public_key(const std::string& path) {
-  return parse_public_key_pem(fs::read_file(path), "public key " + path);
-}
+Key load_public_key(const std::string& path) { return parse_public_key_pem(fs::read_file(path), "public key " + path); }
 
 }  // namespace anchor::report

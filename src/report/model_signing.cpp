@@ -21,7 +21,8 @@ std::vector<std::string> parts(const std::string& name) {
 
 std::string raw_digest(const std::string& hex) {
   std::string raw;
-  for (std::size_t i = 0; i < hex.size(); i += 2) raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (std::size_t i = 0; i < hex.size(); i += 2)
+    raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return raw;
 }
 
@@ -34,7 +35,8 @@ std::string raw_digest(const std::string& hex) {
 
 nlohmann::ordered_json model_signing_statement(const std::string& model_name, std::vector<ModelFile> files) {
   // model_signing orders its manifest by path (component by component), not by string.
-  std::sort(files.begin(), files.end(), [](const ModelFile& a, const ModelFile& b) { return parts(a.name) < parts(b.name); });
+  std::sort(files.begin(), files.end(),
+            [](const ModelFile& a, const ModelFile& b) { return parts(a.name) < parts(b.name); });
   std::string digests;
   nlohmann::ordered_json resources = nlohmann::ordered_json::array();
   for (const auto& f : files) {
@@ -59,7 +61,8 @@ nlohmann::ordered_json model_signing_statement(const std::string& model_name, st
 std::string sigstore_bundle_to_json(const Envelope& env, const std::string& public_key_pem) {
   nlohmann::ordered_json b = {
       {"mediaType", kSigstoreBundleMediaType},
-      {"verificationMaterial", {{"publicKey", {{"hint", sha256_hex(public_key_pem)}}}, {"tlogEntries", nlohmann::json::array()}}},
+      {"verificationMaterial",
+       {{"publicKey", {{"hint", sha256_hex(public_key_pem)}}}, {"tlogEntries", nlohmann::json::array()}}},
       {"dsseEnvelope", nlohmann::ordered_json::parse(envelope_to_json(env))}};
   return b.dump(2) + "\n";
 }

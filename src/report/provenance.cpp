@@ -34,8 +34,7 @@ std::string string_at(const json& j, const char* key) {
 bool is_hex64(const std::string& s) {
   if (s.size() != 64) return false;
   for (char c : s)
-    if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c)))
-      return false;
+    if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c))) return false;
   return true;
 }
 
@@ -69,7 +68,8 @@ ordered_json descriptor(const std::string& name, const std::string& uri, const s
 // A pinned file record ({path, resolved, size, sha256}) as a descriptor named
 // by the path as written, with where it was found as its file URI.
 ordered_json file_descriptor(const json& f, ordered_json annotations) {
-  if (f.contains("size") && f["size"].is_number_integer() && f["size"].get<std::int64_t>() >= 0) annotations["size"] = f["size"];
+  if (f.contains("size") && f["size"].is_number_integer() && f["size"].get<std::int64_t>() >= 0)
+    annotations["size"] = f["size"];
   const std::string resolved = string_at(f, "resolved");
   return descriptor(string_at(f, "path"), resolved.empty() ? "" : file_uri(resolved), string_at(f, "sha256"),
                     std::move(annotations));
@@ -91,7 +91,8 @@ void add_model_and_data(const json& manifest, ordered_json& deps) {
 void add_runtime(const json& manifest, ordered_json& deps) {
   const json* dependencies = object_at(manifest, "dependencies");
   if (!dependencies) return;
-  for (const char* lib : {"libtorch", "cuda_runtime", "cuda_driver", "cudnn", "nccl", "hip_runtime", "miopen", "glibc"}) {
+  for (const char* lib :
+       {"libtorch", "cuda_runtime", "cuda_driver", "cudnn", "nccl", "hip_runtime", "miopen", "glibc"}) {
     const std::string version = string_at(*dependencies, lib);
     if (!version.empty() && version != "none")
       deps.push_back(descriptor("", "pkg:generic/" + std::string(lib) + "@" + percent_encode(version, false), ""));
@@ -121,13 +122,14 @@ void add_program(const json& manifest, ordered_json& deps) {
     if (const json* dists = array_at(*python, "distributions"))
       for (const auto& d : *dists) {
         std::string name = string_at(d, "name");
-        for (char& c : name) c = c == '_' || c == '.' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        for (char& c : name)
+          c = c == '_' || c == '.' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         if (name.empty()) continue;
         // The digest is of the distribution's installed RECORD (or METADATA), not of a wheel.
-        deps.push_back(descriptor("", "pkg:pypi/" + percent_encode(name, false) + "@" +
-                                          percent_encode(string_at(d, "version"), false),
-                                  string_at(d, "record_sha256"),
-                                  {{"input", "python distribution"}, {"digest_of", string_at(d, "pinned_by")}}));
+        deps.push_back(descriptor(
+            "", "pkg:pypi/" + percent_encode(name, false) + "@" + percent_encode(string_at(d, "version"), false),
+            string_at(d, "record_sha256"),
+            {{"input", "python distribution"}, {"digest_of", string_at(d, "pinned_by")}}));
       }
 }
 

@@ -70,7 +70,8 @@ std::vector<std::string> run_files(const std::string& run_dir) {
     return stdfs::symlink_status(p, e).type() == stdfs::file_type::regular;
   };
   std::error_code ec;
-  for (const char* name : {"report.md", "report.html", "manifest.json", "config.json", "events.jsonl", "trace.json", "profile.json"})
+  for (const char* name :
+       {"report.md", "report.html", "manifest.json", "config.json", "events.jsonl", "trace.json", "profile.json"})
     if (regular(root / name)) out.push_back(name);
   // work/ (the workers' results) and export/ (the final weights, docs/models.md "Export"): the
   // names anchor could have written there (valid UTF-8, not hidden), one level deep.
@@ -79,7 +80,8 @@ std::vector<std::string> run_files(const std::string& run_dir) {
     std::vector<std::string> files;
     for (stdfs::directory_iterator it(root / sub, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
-      if (name.front() != '.' && is_valid_utf8(name) && regular(it->path())) files.push_back(std::string(sub) + "/" + name);
+      if (name.front() != '.' && is_valid_utf8(name) && regular(it->path()))
+        files.push_back(std::string(sub) + "/" + name);
     }
     if (ec) throw io_error("list", (root / sub).string(), ec.value());
     std::sort(files.begin(), files.end());
@@ -89,8 +91,7 @@ std::vector<std::string> run_files(const std::string& run_dir) {
 }
 
 std::string normalise_sha256(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (s.rfind("sha256:", 0) == 0) s.erase(0, 7);
   return s;
 }
@@ -110,8 +111,7 @@ std::vector<Subject> collect_subjects(const std::string& run_dir) {
   std::vector<Subject> out;
   stdfs::path root(run_dir);
   out.push_back({kReportFile, sha256_file((root / kReportFile).string()).sha256});
-  for (const auto& name : detail::run_files(run_dir))
-    out.push_back({name, sha256_file((root / name).string()).sha256});
+  for (const auto& name : detail::run_files(run_dir)) out.push_back({name, sha256_file((root / name).string()).sha256});
   for (const auto& c : detail::claimed_checkpoints(run_dir)) {
     // A directory that says it is committed but does not verify was changed
     // or damaged after its commit: never signed, and never silently left out.
@@ -119,8 +119,7 @@ std::vector<Subject> collect_subjects(const std::string& run_dir) {
       std::string why;
       for (const auto& p : c.problems) why += (why.empty() ? "" : "; ") + p;
       throw Error(ErrorKind::kVerification,
-                  "checkpoint " + printable((root / c.dir).string()) +
-                      " holds COMMITTED but does not verify: " + why,
+                  "checkpoint " + printable((root / c.dir).string()) + " holds COMMITTED but does not verify: " + why,
                   "the checkpoint was changed or damaged after it was committed; it must not be signed. "
                   "`anchor checkpoint verify` on it shows every problem; move it out of the run directory "
                   "or put back a good copy, then sign again");
@@ -145,22 +144,19 @@ nlohmann::ordered_json build_statement(const std::string& run_dir, const std::st
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(ErrorKind::kRuntime, report_path + ": not valid JSON (" + e.what() + ")");
   }
-  if (!report.is_object())
-    throw Error(ErrorKind::kRuntime, report_path + ": not a JSON object");
+  if (!report.is_object()) throw Error(ErrorKind::kRuntime, report_path + ": not a JSON object");
 
   nlohmann::ordered_json st;
   st["_type"] = kStatementType;
   st["subject"] = nlohmann::ordered_json::array();
-  for (const auto& s : subjects)
-    st["subject"].push_back({{"name", s.name}, {"digest", {{"sha256", s.sha256}}}});
+  for (const auto& s : subjects) st["subject"].push_back({{"name", s.name}, {"digest", {{"sha256", s.sha256}}}});
   st["predicateType"] = kPredicateType;
   st["predicate"]["report"] = std::move(report);
   st["predicate"]["signer"] = {{"key_id", key_id}, {"algorithm", kSigningAlgorithm}};
   return st;
 }
 
-SignResult sign_run(const std::string& run_dir, const std::string& private_key_path,
-                    const SignOptions& opts) {
+SignResult sign_run(const std::string& run_dir, const std::string& private_key_path, const SignOptions& opts) {
   std::string passphrase = resolve_passphrase(opts.passphrase_file);
   Key key = load_private_key(private_key_path, passphrase);
   if (!passphrase.empty()) OPENSSL_cleanse(passphrase.data(), passphrase.size());
@@ -188,21 +184,21 @@ SignResult sign_run(const std::string& run_dir, const std::string& private_key_p
   const nlohmann::ordered_json provenance =
       build_provenance(nlohmann::json::parse(env.payload), sha256_hex(envelope_text));
   r.provenance_path = (root / kProvenanceFile).string();
-  fs::atomic_write_file(r.provenance_path,
-                        envelope_to_json(sign_envelope(key, kInTotoPayloadType, provenance.dump())));
+  fs::atomic_write_file(r.provenance_path, envelope_to_json(sign_envelope(key, kInTotoPayloadType, provenance.dump())));
   // The export, signed for OpenSSF Model Signing's own verifier (report/model_signing.hpp).
   const std::vector<ModelFile> model = model_files_of(nlohmann::json::parse(st["subject"].dump()));
   if (!model.empty()) {
     const auto statement = model_signing_statement(kModelDir, model);
     r.model_signature_path = (root / kModelSignatureFile).string();
-    fs::atomic_write_file(r.model_signature_path,
-                          sigstore_bundle_to_json(sign_envelope(key, kInTotoPayloadType, statement.dump()),
-                                                  public_key_pem(key)));
+    fs::atomic_write_file(
+        r.model_signature_path,
+        sigstore_bundle_to_json(sign_envelope(key, kInTotoPayloadType, statement.dump()), public_key_pem(key)));
   }
-  ANCHOR_LOG_INFO("report", "signed {} ({} subjects), {} (SLSA Provenance v1){} with key {}", r.envelope_path,
-                  r.subjects, r.provenance_path,
-                  r.model_signature_path.empty() ? "" : " and " + r.model_signature_path + " (OpenSSF Model Signing of export/)",
-                  r.key_id);
+  ANCHOR_LOG_INFO(
+      "report", "signed {} ({} subjects), {} (SLSA Provenance v1){} with key {}", r.envelope_path, r.subjects,
+      r.provenance_path,
+      r.model_signature_path.empty() ? "" : " and " + r.model_signature_path + " (OpenSSF Model Signing of export/)",
+      r.key_id);
   return r;
 }
 

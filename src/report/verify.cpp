@@ -29,9 +29,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string failure(const std::string& name, const std::string& detail) {
-  return name + ": " + detail;
-}
+std::string failure(const std::string& name, const std::string& detail) { return name + ": " + detail; }
 
 // A subject name must stay inside the run directory: relative, no "..".
 bool safe_relative(const std::string& name) {
@@ -58,8 +56,7 @@ Statement parse_statement(const std::string& payload, std::vector<std::string>& 
   try {
     st.doc = parse_json(payload);
   } catch (const json::parse_error& e) {
-    out.push_back(failure("payload-encoding",
-                          std::string("the payload is not JSON (") + e.what() + ")"));
+    out.push_back(failure("payload-encoding", std::string("the payload is not JSON (") + e.what() + ")"));
     return st;
   }
   if (!st.doc.is_object()) {
@@ -87,8 +84,7 @@ Statement parse_statement(const std::string& payload, std::vector<std::string>& 
       }
       std::string name = s["name"].get<std::string>();
       if (!safe_relative(name)) {
-        schema(where + ".name \"" + name +
-               "\" is not a relative path inside the run directory");
+        schema(where + ".name \"" + name + "\" is not a relative path inside the run directory");
         continue;
       }
       if (!seen.insert(name).second) {
@@ -96,8 +92,7 @@ Statement parse_statement(const std::string& payload, std::vector<std::string>& 
         continue;
       }
       if (!s.contains("digest") || !s["digest"].is_object() || !s["digest"].contains("sha256") ||
-          !s["digest"]["sha256"].is_string() ||
-          !is_sha256_hex(s["digest"]["sha256"].get<std::string>())) {
+          !s["digest"]["sha256"].is_string() || !is_sha256_hex(s["digest"]["sha256"].get<std::string>())) {
         schema(where + " (" + name + "): digest.sha256 must be 64 lowercase hex characters");
         continue;
       }
@@ -121,8 +116,7 @@ Statement parse_statement(const std::string& payload, std::vector<std::string>& 
   else
     st.report = &p["report"];
   if (!p.contains("signer") || !p["signer"].is_object() || !p["signer"].contains("key_id") ||
-      !p["signer"]["key_id"].is_string() ||
-      !is_sha256_hex(p["signer"]["key_id"].get<std::string>())) {
+      !p["signer"]["key_id"].is_string() || !is_sha256_hex(p["signer"]["key_id"].get<std::string>())) {
     schema("predicate.signer.key_id must be 64 lowercase hex characters");
   } else {
     st.signer_key_id = p["signer"]["key_id"].get<std::string>();
@@ -155,8 +149,7 @@ struct FileFindings {
   std::string payload_disagrees;
 };
 
-FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
-                           VerifyResult& r) {
+FileFindings check_run_dir(const std::string& run_dir, const Statement& st, VerifyResult& r) {
   FileFindings f;
   stdfs::path root(run_dir);
   auto note_disagreement = [&](const std::string& why) {
@@ -177,8 +170,7 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
     try {
       std::string disk = sha256_file(path).sha256;
       if (disk != s.sha256) {
-        f.failures.push_back(failure("subject-changed", s.name + ": sha256 on disk " + disk +
-                                                            ", signed " + s.sha256));
+        f.failures.push_back(failure("subject-changed", s.name + ": sha256 on disk " + disk + ", signed " + s.sha256));
         note_disagreement("the digest it gives for " + s.name + " is not the file's");
       } else {
         ++matched;
@@ -188,8 +180,7 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
     }
   }
   if (!st.subjects.empty() && matched == st.subjects.size())
-    r.checks.push_back("subjects: all " + std::to_string(matched) +
-                       " files match their signed sha256");
+    r.checks.push_back("subjects: all " + std::to_string(matched) + " files match their signed sha256");
 
   // 2. report.json equals the report inside the statement.
   std::string report_path = (root / kReportFile).string();
@@ -198,18 +189,17 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
     try {
       json disk = parse_json(fs::read_file(report_path));
       if (disk != *st.report) {
-        f.failures.push_back(failure(
-            "report-mismatch", std::string(kReportFile) +
-                                   " on disk differs from predicate.report in the signed "
-                                   "statement at " + diff_paths(*st.report, disk)));
-        note_disagreement("its predicate.report differs from report.json at " +
-                          diff_paths(*st.report, disk));
+        f.failures.push_back(failure("report-mismatch", std::string(kReportFile) +
+                                                            " on disk differs from predicate.report in the signed "
+                                                            "statement at " +
+                                                            diff_paths(*st.report, disk)));
+        note_disagreement("its predicate.report differs from report.json at " + diff_paths(*st.report, disk));
       } else {
         r.checks.push_back("report: report.json equals predicate.report");
       }
     } catch (const json::parse_error& e) {
-      f.failures.push_back(failure("report-mismatch", std::string(kReportFile) +
-                                                          " on disk is not JSON (" + e.what() + ")"));
+      f.failures.push_back(
+          failure("report-mismatch", std::string(kReportFile) + " on disk is not JSON (" + e.what() + ")"));
     } catch (const Error& e) {
       f.failures.push_back(failure("subject-unreadable", e.what()));
     }
@@ -227,17 +217,16 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
     std::error_code ec;
     if (!stdfs::exists(root / name, ec)) continue;  // already reported as subject-missing
     if (!stdfs::exists(dir / "COMMITTED", ec)) {
-      f.failures.push_back(failure("checkpoint-mismatch",
-                                   rel_dir + ": signed as a checkpoint but has no COMMITTED file"));
+      f.failures.push_back(
+          failure("checkpoint-mismatch", rel_dir + ": signed as a checkpoint but has no COMMITTED file"));
       continue;
     }
     try {
       auto committed = detail::committed_sha256(fs::read_file((dir / "COMMITTED").string()));
       std::string disk = sha256_file((root / name).string()).sha256;
       if (committed && *committed != disk) {
-        f.failures.push_back(failure("checkpoint-mismatch",
-                                     rel_dir + "/COMMITTED names manifest sha256 " + *committed +
-                                         " but manifest.json has " + disk));
+        f.failures.push_back(failure("checkpoint-mismatch", rel_dir + "/COMMITTED names manifest sha256 " + *committed +
+                                                                " but manifest.json has " + disk));
         continue;
       }
       ++committed_ok;
@@ -284,13 +273,15 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
                        " signed checkpoints matches its manifest (size and sha256)");
   for (const auto& name : detail::run_files(run_dir))
     if (!subject_names.count(name))
-      r.warnings.push_back(name + " is in the run directory but not signed: nothing vouches for it "
-                                  "(written after signing, or signed by an older anchor)");
+      r.warnings.push_back(name +
+                           " is in the run directory but not signed: nothing vouches for it "
+                           "(written after signing, or signed by an older anchor)");
   for (const auto& c : claimed) {
     if (subject_names.count(c.dir + "/manifest.json")) continue;
     if (c.verified) {
-      r.warnings.push_back(c.dir + " was committed but is not a subject: it is not covered by "
-                                   "the signature (written after signing?)");
+      r.warnings.push_back(c.dir +
+                           " was committed but is not a subject: it is not covered by "
+                           "the signature (written after signing?)");
     } else {
       std::string why;
       for (const auto& p : c.problems) why += (why.empty() ? "" : "; ") + p;
@@ -306,10 +297,11 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
     for (const auto& c : (*st.report)["checkpoints"]) {
       if (!c.is_object()) continue;
       std::string dir;
-      if (c.contains("dir") && c["dir"].is_string()) dir = c["dir"].get<std::string>();
-      else if (c.contains("path") && c["path"].is_string()) dir = c["path"].get<std::string>();
-      if (dir.empty() || !c.contains("manifest_sha256") || !c["manifest_sha256"].is_string())
-        continue;
+      if (c.contains("dir") && c["dir"].is_string())
+        dir = c["dir"].get<std::string>();
+      else if (c.contains("path") && c["path"].is_string())
+        dir = c["path"].get<std::string>();
+      if (dir.empty() || !c.contains("manifest_sha256") || !c["manifest_sha256"].is_string()) continue;
       if (c.contains("committed") && c["committed"] == false) continue;
       ++listed;
       stdfs::path d(dir);
@@ -318,8 +310,7 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
         stdfs::path rel = stdfs::relative(d, root, ec);
         if (!ec && !rel.empty() && *rel.begin() != "..") d = rel;
       }
-      stdfs::path manifest =
-          (d.filename() == "manifest.json" ? d : d / "manifest.json").lexically_normal();
+      stdfs::path manifest = (d.filename() == "manifest.json" ? d : d / "manifest.json").lexically_normal();
       // A checkpoint directory configured outside the run directory cannot be
       // a subject; report.json's manifest_sha256 (signed with report.json)
       // still ties its manifest to the signature.
@@ -328,16 +319,16 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
       std::string want = detail::normalise_sha256(c["manifest_sha256"].get<std::string>());
       std::error_code ec;
       if (!stdfs::exists(on_disk, ec)) {
-        f.failures.push_back(failure("checkpoint-mismatch", "report.json lists " + dir + ", but " +
-                                                                manifest.string() + " is missing"));
+        f.failures.push_back(
+            failure("checkpoint-mismatch", "report.json lists " + dir + ", but " + manifest.string() + " is missing"));
         continue;
       }
       try {
         std::string disk = sha256_file(on_disk.string()).sha256;
         if (disk != want) {
-          f.failures.push_back(failure("checkpoint-mismatch",
-                                       "report.json lists " + dir + " with manifest sha256 " +
-                                           want + ", but " + manifest.string() + " has " + disk));
+          f.failures.push_back(failure("checkpoint-mismatch", "report.json lists " + dir + " with manifest sha256 " +
+                                                                  want + ", but " + manifest.string() + " has " +
+                                                                  disk));
           continue;
         }
       } catch (const Error& e) {
@@ -345,22 +336,23 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
         continue;
       }
       if (inside && !subject_names.count(manifest.generic_string())) {
-        f.failures.push_back(failure("checkpoint-mismatch",
-                                     "report.json lists " + dir + ", but " +
-                                         manifest.generic_string() + " is not a signed subject"));
+        f.failures.push_back(
+            failure("checkpoint-mismatch",
+                    "report.json lists " + dir + ", but " + manifest.generic_string() + " is not a signed subject"));
         continue;
       }
       if (!inside) {
         // Its files are checked against that manifest here, as 3b does for
         // the signed checkpoints inside the run directory.
-        const auto v = checkpoint::Store(on_disk.parent_path().parent_path().string()).verify(on_disk.parent_path().string());
+        const auto v =
+            checkpoint::Store(on_disk.parent_path().parent_path().string()).verify(on_disk.parent_path().string());
         if (!v.ok) {
-          for (const auto& problem : v.problems)
-            f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
+          for (const auto& problem : v.problems) f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
           continue;
         }
-        r.warnings.push_back(dir + " is outside the run directory: its manifest is covered by "
-                                   "report.json's manifest_sha256 (and its files by the manifest), not as a subject");
+        r.warnings.push_back(dir +
+                             " is outside the run directory: its manifest is covered by "
+                             "report.json's manifest_sha256 (and its files by the manifest), not as a subject");
       }
       ++agree;
     }
@@ -372,15 +364,13 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
   // 5. The run's pinned manifest.json is the one report.json records
   //    ("manifest_sha256" of the file, "manifest" its content). Not a subject:
   //    it is signed through report.json.
-  if (st.report && st.report->contains("manifest_sha256") &&
-      (*st.report)["manifest_sha256"].is_string()) {
+  if (st.report && st.report->contains("manifest_sha256") && (*st.report)["manifest_sha256"].is_string()) {
     std::string want = detail::normalise_sha256((*st.report)["manifest_sha256"].get<std::string>());
     std::string path = (root / "manifest.json").string();
     std::error_code ec;
     if (!stdfs::exists(path, ec)) {
-      f.failures.push_back(failure("manifest-mismatch",
-                                   "report.json records manifest.json with sha256 " + want +
-                                       ", but manifest.json is missing"));
+      f.failures.push_back(failure("manifest-mismatch", "report.json records manifest.json with sha256 " + want +
+                                                            ", but manifest.json is missing"));
     } else {
       try {
         std::string text = fs::read_file(path);
@@ -388,21 +378,18 @@ FileFindings check_run_dir(const std::string& run_dir, const Statement& st,
         bool ok = true;
         if (disk != want) {
           ok = false;
-          f.failures.push_back(failure("manifest-mismatch",
-                                       "manifest.json: sha256 on disk " + disk +
-                                           ", report.json records " + want));
+          f.failures.push_back(
+              failure("manifest-mismatch", "manifest.json: sha256 on disk " + disk + ", report.json records " + want));
         } else if (st.report->contains("manifest") && (*st.report)["manifest"].is_object() &&
                    parse_json(text) != (*st.report)["manifest"]) {
           ok = false;
-          f.failures.push_back(failure(
-              "manifest-mismatch",
-              "manifest.json differs from report.json's \"manifest\" at " +
-                  diff_paths((*st.report)["manifest"], parse_json(text))));
+          f.failures.push_back(
+              failure("manifest-mismatch", "manifest.json differs from report.json's \"manifest\" at " +
+                                               diff_paths((*st.report)["manifest"], parse_json(text))));
         }
         if (ok) r.checks.push_back("manifest: manifest.json is the one report.json records");
       } catch (const json::parse_error& e) {
-        f.failures.push_back(
-            failure("manifest-mismatch", std::string("manifest.json is not JSON (") + e.what() + ")"));
+        f.failures.push_back(failure("manifest-mismatch", std::string("manifest.json is not JSON (") + e.what() + ")"));
       } catch (const Error& e) {
         f.failures.push_back(failure("subject-unreadable", e.what()));
       }
@@ -420,7 +407,8 @@ void check_provenance(const std::string& run_dir, const Key& key, const json& st
   const std::string path = (stdfs::path(run_dir) / kProvenanceFile).string();
   std::error_code ec;
   if (stdfs::symlink_status(path, ec).type() == stdfs::file_type::not_found) {
-    r.warnings.push_back(std::string("no ") + kProvenanceFile + " beside the report: the run has no SLSA "
+    r.warnings.push_back(std::string("no ") + kProvenanceFile +
+                         " beside the report: the run has no SLSA "
                          "provenance (signed by an anchor before it wrote one, or copied without it)");
     return;
   }
@@ -469,10 +457,13 @@ void check_model_signature(const std::string& run_dir, const Key& key, const jso
   const std::vector<ModelFile> files = model_files_of(statement.value("subject", json::array()));
   std::error_code ec;
   const auto type = stdfs::symlink_status(path, ec).type();
-  auto fail = [&](const std::string& detail) { r.failures.push_back(failure("model-signature", path + ": " + detail)); };
+  auto fail = [&](const std::string& detail) {
+    r.failures.push_back(failure("model-signature", path + ": " + detail));
+  };
   if (type == stdfs::file_type::not_found) {
     if (!files.empty())
-      r.warnings.push_back(std::string("no ") + kModelSignatureFile + " beside the report: export/ is not signed for "
+      r.warnings.push_back(std::string("no ") + kModelSignatureFile +
+                           " beside the report: export/ is not signed for "
                            "OpenSSF Model Signing (signed by an anchor before it wrote one, or copied without it)");
     return;
   }
@@ -521,8 +512,7 @@ void check_model_signature(const std::string& run_dir, const Key& key, const jso
 
 }  // namespace
 
-VerifyResult verify_envelope(const std::string& envelope_path,
-                             const std::string& public_key_path) {
+VerifyResult verify_envelope(const std::string& envelope_path, const std::string& public_key_path) {
   VerifyOptions opts;
   opts.public_key_path = public_key_path;
   return verify_envelope(envelope_path, opts);
@@ -530,9 +520,7 @@ VerifyResult verify_envelope(const std::string& envelope_path,
 
 VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts) {
   VerifyResult r;
-  auto fail = [&](const std::string& name, const std::string& detail) {
-    r.failures.push_back(failure(name, detail));
-  };
+  auto fail = [&](const std::string& name, const std::string& detail) { r.failures.push_back(failure(name, detail)); };
 
   // The envelope (a run directory means its report.intoto.json).
   std::string env_path = path;
@@ -540,8 +528,9 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
   if (stdfs::is_directory(path, ec)) {
     env_path = (stdfs::path(path) / kEnvelopeFile).string();
     if (!stdfs::exists(env_path, ec)) {
-      fail("unsigned", path + " has no " + kEnvelopeFile +
-                           ": the run was not signed (report.signing_key: none, or its signing failed: see its report.json)");
+      fail("unsigned",
+           path + " has no " + kEnvelopeFile +
+               ": the run was not signed (report.signing_key: none, or its signing failed: see its report.json)");
       return r;
     }
   }
@@ -563,11 +552,9 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
     r.failures.push_back(msg);
     return r;
   }
-  r.checks.push_back("envelope: DSSE JSON with " + std::to_string(env.signatures.size()) +
-                     " signature(s)");
-  std::string run_dir = stdfs::path(env_path).has_parent_path()
-                            ? stdfs::path(env_path).parent_path().string()
-                            : std::string(".");
+  r.checks.push_back("envelope: DSSE JSON with " + std::to_string(env.signatures.size()) + " signature(s)");
+  std::string run_dir =
+      stdfs::path(env_path).has_parent_path() ? stdfs::path(env_path).parent_path().string() : std::string(".");
 
   // The key: --key, else report.pub beside the envelope.
   Key key;
@@ -576,14 +563,13 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
     std::string beside = (stdfs::path(run_dir) / kPublicKeyFile).string();
     if (stdfs::exists(beside, ec)) {
       key_path = beside;
-      r.warnings.push_back(
-          "no --key given: checked against " + beside +
-          ", the key stored with the run. That shows the run is intact and was signed by the "
-          "key it carries, not WHO signed it; pass --key with the signer's public key (or "
-          "compare the key id below with the one you expect)");
+      r.warnings.push_back("no --key given: checked against " + beside +
+                           ", the key stored with the run. That shows the run is intact and was signed by the "
+                           "key it carries, not WHO signed it; pass --key with the signer's public key (or "
+                           "compare the key id below with the one you expect)");
     } else {
-      fail("no-key", "no --key given and no " + std::string(kPublicKeyFile) + " beside " +
-                         env_path + "; pass --key PUB (the signer's SPKI PEM public key)");
+      fail("no-key", "no --key given and no " + std::string(kPublicKeyFile) + " beside " + env_path +
+                         "; pass --key PUB (the signer's SPKI PEM public key)");
     }
   }
   if (!key_path.empty()) {
@@ -604,26 +590,24 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
   bool type_ok = env.payload_type == kInTotoPayloadType;
   std::string type_failure;
   if (!type_ok)
-    type_failure = std::string("expected \"") + kInTotoPayloadType + "\", found \"" +
-                   env.payload_type + "\"";
+    type_failure = std::string("expected \"") + kInTotoPayloadType + "\", found \"" + env.payload_type + "\"";
   bool sig_failed = false;
   std::vector<std::string> sig_failures;
   if (env.signatures.empty()) {
     sig_failures.push_back(failure("unsigned", "the envelope carries no signature"));
   } else if (key) {
     if (verify_envelope_signature(env, key)) {
-      r.checks.push_back("signature: valid ECDSA P-256/SHA-256 over the DSSE PAE, key " +
-                         r.key_id);
+      r.checks.push_back("signature: valid ECDSA P-256/SHA-256 over the DSSE PAE, key " + r.key_id);
       if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id)
         sig_failures.push_back(failure(
-            "key-id-mismatch", "the signature verifies with key " + r.key_id +
-                                   ", but predicate.signer.key_id names " + st.signer_key_id));
+            "key-id-mismatch",
+            "the signature verifies with key " + r.key_id + ", but predicate.signer.key_id names " + st.signer_key_id));
     } else if (!type_ok) {
       Envelope as_signed = env;
       as_signed.payload_type = kInTotoPayloadType;
       if (verify_envelope_signature(as_signed, key))
-        type_failure += " (the signature is over \"" + std::string(kInTotoPayloadType) +
-                        "\": the type was changed after signing)";
+        type_failure +=
+            " (the signature is over \"" + std::string(kInTotoPayloadType) + "\": the type was changed after signing)";
       else
         sig_failed = true;
     } else {
@@ -632,39 +616,37 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
   }
 
   if (st.parsed && statement_failures.empty())
-    r.checks.push_back(std::string("statement: in-toto Statement v1, predicateType ") +
-                       kPredicateType);
+    r.checks.push_back(std::string("statement: in-toto Statement v1, predicateType ") + kPredicateType);
 
   // The run directory.
   FileFindings files;
   if (opts.check_files && st.parsed)
     files = check_run_dir(run_dir, st, r);
   else if (!opts.check_files)
-    r.warnings.push_back("run directory not checked (--envelope-only): subjects and the "
-                         "report/manifest agreement were not compared with files");
+    r.warnings.push_back(
+        "run directory not checked (--envelope-only): subjects and the "
+        "report/manifest agreement were not compared with files");
 
   // Name the signature failure: wrong key, tampered payload, or bad signature.
   if (sig_failed) {
     std::string with = "key " + r.key_id + " (" + key_path + ")";
     if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id) {
-      sig_failures.push_back(failure(
-          "wrong-key", "the signature does not verify with " + with +
-                           "; the payload says it was signed by key " + st.signer_key_id +
-                           ": use that signer's public key, or the envelope was re-signed"));
+      sig_failures.push_back(failure("wrong-key", "the signature does not verify with " + with +
+                                                      "; the payload says it was signed by key " + st.signer_key_id +
+                                                      ": use that signer's public key, or the envelope was re-signed"));
     } else if (!st.parsed || !statement_failures.empty() || !files.payload_disagrees.empty()) {
-      std::string why = !st.parsed ? "it is not a JSON statement"
+      std::string why = !st.parsed                    ? "it is not a JSON statement"
                         : !statement_failures.empty() ? "it breaks the statement schema"
                                                       : files.payload_disagrees;
-      sig_failures.push_back(failure(
-          "payload-tampered", "the signature does not verify over this payload with " + with +
-                                  ", and " + why + ": the payload was changed after signing"));
+      sig_failures.push_back(failure("payload-tampered", "the signature does not verify over this payload with " +
+                                                             with + ", and " + why +
+                                                             ": the payload was changed after signing"));
     } else {
-      sig_failures.push_back(failure(
-          "bad-signature",
-          "the signature does not verify over the payload with " + with +
-              (opts.check_files ? "; the payload agrees with the run directory, so the "
-                                  "signature itself was altered (or made over other bytes)"
-                                : "; the payload or the signature was altered")));
+      sig_failures.push_back(
+          failure("bad-signature", "the signature does not verify over the payload with " + with +
+                                       (opts.check_files ? "; the payload agrees with the run directory, so the "
+                                                           "signature itself was altered (or made over other bytes)"
+                                                         : "; the payload or the signature was altered")));
     }
   }
 
@@ -675,8 +657,7 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
   if (opts.check_files && r.failures.empty() && key) {
     check_provenance(run_dir, key, st.doc, text, r);
     check_model_signature(run_dir, key, st.doc, r);
-  }
-  else if (opts.check_files && stdfs::exists(stdfs::path(run_dir) / kProvenanceFile, ec))
+  } else if (opts.check_files && stdfs::exists(stdfs::path(run_dir) / kProvenanceFile, ec))
     r.warnings.push_back(std::string(kProvenanceFile) + " not checked: the report itself did not verify");
   r.ok = r.failures.empty();
   return r;

@@ -110,16 +110,21 @@ nlohmann::json compare_precision(const PrecisionSide& a, const PrecisionSide& b,
     sq_a += na * na;
     sq_b += nb * nb;
     double err = 0;  // ||g_low - g_fp32|| / ||g_fp32||: how far the direction moved too
-    if (ga.defined() && gb.defined())
-    {
+    if (ga.defined() && gb.defined()) {
       const double d = norm_of(gb.detach().to(torch::kFloat64) - ga.detach().to(torch::kFloat64));
       err = na > 0 ? d / na : d;
     }
-    params.push_back({{"name", name}, {"grad_norm_fp32", na}, {"grad_norm", nb},
-                      {"rel_diff", rel_diff(na, nb)}, {"rel_error", err}, {"flagged", rel_diff(na, nb) > tol}});
+    params.push_back({{"name", name},
+                      {"grad_norm_fp32", na},
+                      {"grad_norm", nb},
+                      {"rel_diff", rel_diff(na, nb)},
+                      {"rel_error", err},
+                      {"flagged", rel_diff(na, nb) > tol}});
   }
   const double ga = std::sqrt(sq_a), gb = std::sqrt(sq_b);
-  out["loss"] = {{"fp32", a.loss}, {"value", b.loss}, {"rel_diff", rel_diff(a.loss, b.loss)},
+  out["loss"] = {{"fp32", a.loss},
+                 {"value", b.loss},
+                 {"rel_diff", rel_diff(a.loss, b.loss)},
                  {"flagged", rel_diff(a.loss, b.loss) > tol}};
   out["grad_norm"] = {{"fp32", ga}, {"value", gb}, {"rel_diff", rel_diff(ga, gb)}, {"flagged", rel_diff(ga, gb) > tol}};
 
@@ -135,7 +140,8 @@ nlohmann::json compare_precision(const PrecisionSide& a, const PrecisionSide& b,
   double max_rel = 0;
   for (const auto& p : params) max_rel = std::max(max_rel, p["rel_diff"].get<double>());
   out["parameters"] = {{"count", params.size()}, {"max_rel_diff", max_rel}, {"largest", largest}, {"flagged", flagged}};
-  const bool any_flag = out["loss"]["flagged"].get<bool>() || out["grad_norm"]["flagged"].get<bool>() || !flagged.empty();
+  const bool any_flag =
+      out["loss"]["flagged"].get<bool>() || out["grad_norm"]["flagged"].get<bool>() || !flagged.empty();
   out["verdict"] = any_flag ? "flagged" : "ok";
   return out;
 }
@@ -181,7 +187,8 @@ nlohmann::json Trainer::validate_precision(double tolerance) {
     return s;
   };
   const auto a = side(Precision::kFp32, "fp32", false);
-  const auto b = side(precision_, std::string(precision_name(precision_)) + (precision_ == Precision::kFp32 ? "" : " autocast"), true);
+  const auto b = side(
+      precision_, std::string(precision_name(precision_)) + (precision_ == Precision::kFp32 ? "" : " autocast"), true);
   replay_rng();
   opt_->zero_grad();
   NamedTensors params;

@@ -7,12 +7,18 @@
 namespace anchor::train {
 
 nlohmann::json StepRecord::to_json() const {
-  nlohmann::json j = {{"step", step},           {"loss", loss},
-                      {"grad_norm", grad_norm}, {"lr", lr},
-                      {"batch_digest", batch_digest}, {"data_wait_s", data_wait_s},
-                      {"compute_s", compute_s}, {"comm_s", comm_s},
-                      {"replica_check_s", replica_check_s}, {"tokens", tokens},
-                      {"loss_scale", loss_scale}, {"skipped", skipped}};
+  nlohmann::json j = {{"step", step},
+                      {"loss", loss},
+                      {"grad_norm", grad_norm},
+                      {"lr", lr},
+                      {"batch_digest", batch_digest},
+                      {"data_wait_s", data_wait_s},
+                      {"compute_s", compute_s},
+                      {"comm_s", comm_s},
+                      {"replica_check_s", replica_check_s},
+                      {"tokens", tokens},
+                      {"loss_scale", loss_scale},
+                      {"skipped", skipped}};
   if (!nonfinite_grad.empty()) j["nonfinite_grad"] = nonfinite_grad;
   return j;
 }

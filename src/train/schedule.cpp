@@ -19,8 +19,8 @@ double lr_at(const config::TrainConfig& t, std::int64_t step, std::int64_t total
 
 std::int64_t total_steps(const config::Config& c, int world_size) {
   if (c.train.total_steps > 0) return c.train.total_steps;
-  const std::int64_t per_step = static_cast<std::int64_t>(c.train.micro_batch) * c.train.grad_accum *
-                                world_size * c.data.seq_len;
+  const std::int64_t per_step =
+      static_cast<std::int64_t>(c.train.micro_batch) * c.train.grad_accum * world_size * c.data.seq_len;
   if (c.train.total_tokens > 0 && per_step > 0) return std::max<std::int64_t>(1, c.train.total_tokens / per_step);
   return 1;
 }

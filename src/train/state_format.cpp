@@ -55,8 +55,10 @@ nlohmann::json state_json(const StateFields& f, nlohmann::json extra) {
   s["data_cursor"] = {{"kind", "pure(seed, step, rank)"}, {"next_step", f.step}};
   s["lr_schedule"] = {{"kind", f.schedule}, {"next_lr", f.next_lr}, {"total_steps", f.total_steps}};
   s["precision"] = f.precision;
-  s["loss_scale"] = {{"enabled", f.loss_scale_enabled}, {"scale", f.scale},
-                     {"growth_tracker", f.growth_tracker}, {"skipped_steps", f.skipped_steps}};
+  s["loss_scale"] = {{"enabled", f.loss_scale_enabled},
+                     {"scale", f.scale},
+                     {"growth_tracker", f.growth_tracker},
+                     {"skipped_steps", f.skipped_steps}};
   s["world_size"] = f.world_size;
   s["strategy"] = f.strategy;
   s["threads"] = f.threads;
@@ -108,7 +110,8 @@ SavedState read_saved_state(const nlohmann::json& state, const std::string& file
   using nlohmann::json;
   const std::string where = printable(file);
   if (!state.is_object())
-    throw Error(ErrorKind::kVerification, where + ": is a JSON " + std::string(state.type_name()) + ", expected an object",
+    throw Error(ErrorKind::kVerification,
+                where + ": is a JSON " + std::string(state.type_name()) + ", expected an object",
                 "the checkpoint's state.json is damaged or was not written by anchor; restore from another checkpoint");
   struct Rule {
     const char* field;

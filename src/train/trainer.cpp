@@ -33,9 +33,7 @@ namespace anchor::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 using checkpoint::tensor_ref;
 
@@ -49,8 +47,7 @@ std::string tensor_digest(const torch::Tensor& t) {
   return h.hex();
 }
 
-torch::Tensor view_of(const checkpoint::SafetensorsFile& f, const std::string& file,
-                      const std::string& name) {
+torch::Tensor view_of(const checkpoint::SafetensorsFile& f, const std::string& file, const std::string& name) {
   const auto* e = f.find(name);
   if (!e)
     throw Error(ErrorKind::kVerification, "checkpoint " + file + " has no tensor '" + name + "'",
@@ -62,8 +59,8 @@ torch::Tensor view_of(const checkpoint::SafetensorsFile& f, const std::string& f
 void copy_into(torch::Tensor& dst, const torch::Tensor& src, const std::string& what) {
   if (dst.sizes() != src.sizes() || dst.scalar_type() != src.scalar_type()) {
     std::ostringstream os;
-    os << what << ": checkpoint has " << c10::toString(src.scalar_type()) << src.sizes()
-       << ", the model expects " << c10::toString(dst.scalar_type()) << dst.sizes();
+    os << what << ": checkpoint has " << c10::toString(src.scalar_type()) << src.sizes() << ", the model expects "
+       << c10::toString(dst.scalar_type()) << dst.sizes();
     throw Error(ErrorKind::kVerification, os.str(), "restore with the config the checkpoint was saved with");
   }
   dst.copy_(src);
@@ -71,8 +68,7 @@ void copy_into(torch::Tensor& dst, const torch::Tensor& src, const std::string& 
 
 const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, const std::string& name) {
   auto it = c.files.find(name);
-  if (it == c.files.end())
-    throw Error(ErrorKind::kVerification, "checkpoint " + c.dir + " has no " + name);
+  if (it == c.files.end()) throw Error(ErrorKind::kVerification, "checkpoint " + c.dir + " has no " + name);
   return it->second;
 }
 
@@ -166,9 +162,9 @@ double Trainer::flops_per_token() const { return model_->flops_per_token(cfg_.da
 
 void Trainer::set_step_shape(int micro_batch, int seq_len) {
   if (micro_batch < 1 || seq_len < 1 || static_cast<std::size_t>(seq_len) + 1 > window_buf_.size())
-    throw Error(ErrorKind::kConfig,
-                "a step shape of micro-batch " + std::to_string(micro_batch) + " x seq_len " + std::to_string(seq_len) +
-                    " is not one this trainer can take (seq_len 1.." + std::to_string(window_buf_.size() - 1) + ")");
+    throw Error(ErrorKind::kConfig, "a step shape of micro-batch " + std::to_string(micro_batch) + " x seq_len " +
+                                        std::to_string(seq_len) + " is not one this trainer can take (seq_len 1.." +
+                                        std::to_string(window_buf_.size() - 1) + ")");
   cfg_.train.micro_batch = micro_batch;
   cfg_.data.seq_len = seq_len;
 }
@@ -206,8 +202,10 @@ double Trainer::forward_backward(Precision p, double scale, StepRecord& r, Sha25
       AutocastGuard autocast(p, device_.is_cuda());  // the forward only; backward outside it
       loss = model_->loss(x, y) / static_cast<double>(cfg_.train.grad_accum);
     }
-    if (scale == 1.0) loss.backward();
-    else (loss * scale).backward();
+    if (scale == 1.0)
+      loss.backward();
+    else
+      (loss * scale).backward();
     loss_sum += loss.item<double>();
     r.compute_s += seconds_since(t1);
     r.tokens += x.numel();
@@ -250,8 +248,8 @@ StepRecord Trainer::train_step() {
           if (p.param.grad().defined()) p.param.grad().mul_(1.0 / r.loss_scale);
       }
       ZeroSyncStats zs;
-      r.grad_norm = zero_sync_and_clip(*pg_, *opt_, owner_, strategy_, bucket_bytes_, step_,
-                                       cfg_.train.optimizer.grad_clip, &zs);
+      r.grad_norm =
+          zero_sync_and_clip(*pg_, *opt_, owner_, strategy_, bucket_bytes_, step_, cfg_.train.optimizer.grad_clip, &zs);
       sync_s = zs.seconds;
     }
     auto t3 = Clock::now();
@@ -293,8 +291,10 @@ StepRecord Trainer::train_step() {
       const auto bad = non_finite_names(grads);
       if (!bad.empty()) r.nonfinite_grad = bad.front();
     }
-    if (sharded) zero_optimizer_step(*opt_, owner_, rank_, r.lr);
-    else opt_->step(r.lr);
+    if (sharded)
+      zero_optimizer_step(*opt_, owner_, rank_, r.lr);
+    else
+      opt_->step(r.lr);
   }
   compat::synchronize(device_);  // the step's time and peak memory include its optimizer kernels
   r.compute_s += seconds_since(t2);
@@ -370,7 +370,8 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   const auto add_adamw = [&keep](checkpoint::FileContent& file, const std::string& param, const AdamW::State& s) {
     file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvg), s.exp_avg, keep));
     file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvgSq), s.exp_avg_sq, keep));
-    file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kStep), torch::tensor(s.step, torch::kInt64), keep));
+    file.tensors.push_back(
+        tensor_ref(adamw_tensor(param, AdamWTensor::kStep), torch::tensor(s.step, torch::kInt64), keep));
   };
   checkpoint::FileContent model_file{kModelFile, {}, {{"format", kModelFileFormat}}};
   for (const auto& p : model_->named_parameters()) model_file.tensors.push_back(tensor_ref(p.key(), p.value(), keep));
@@ -385,20 +386,23 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
     one_rng_file.tensors.push_back(tensor_ref(kCudaGenerator, get_cuda_rng_state(device_.index()), keep));
 #endif
   // The loss scaler: scale as F64 so it restores bitwise.
-  checkpoint::FileContent scaler_file{kScalerFile, {}, {{"format", kScalerFileFormat},
-                                                        {"enabled", scaler_.enabled() ? "true" : "false"}}};
+  checkpoint::FileContent scaler_file{
+      kScalerFile, {}, {{"format", kScalerFileFormat}, {"enabled", scaler_.enabled() ? "true" : "false"}}};
   const auto& ss = scaler_.state();
   scaler_file.tensors.push_back(tensor_ref(kScalerScale, torch::tensor(ss.scale, torch::kFloat64), keep));
-  scaler_file.tensors.push_back(tensor_ref(kScalerGrowthTracker, torch::tensor(ss.growth_tracker, torch::kInt64), keep));
+  scaler_file.tensors.push_back(
+      tensor_ref(kScalerGrowthTracker, torch::tensor(ss.growth_tracker, torch::kInt64), keep));
   scaler_file.tensors.push_back(tensor_ref(kScalerSkippedSteps, torch::tensor(ss.skipped_steps, torch::kInt64), keep));
   if (world_ > 1) {
     // Per-rank files: what this rank writes into the shared save.
     if (rank_ == 0) req.files.push_back(std::move(model_file));
     if (pg_ && strategy_ != Strategy::kDdp) {
-      checkpoint::FileContent shard{optimizer_shard_file(rank_, world_), {}, {{"format", kOptimizerShardFileFormat},
-                                                                              {"rank", std::to_string(rank_)},
-                                                                              {"world_size", std::to_string(world_)},
-                                                                              {"partition", "whole-parameter"}}};
+      checkpoint::FileContent shard{optimizer_shard_file(rank_, world_),
+                                    {},
+                                    {{"format", kOptimizerShardFileFormat},
+                                     {"rank", std::to_string(rank_)},
+                                     {"world_size", std::to_string(world_)},
+                                     {"partition", "whole-parameter"}}};
       nlohmann::json index = nlohmann::json::object();
       const auto& ps = opt_->params();
       for (std::size_t i = 0; i < ps.size(); ++i) {
@@ -407,15 +411,16 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
         if (it == opt_->state().end()) continue;  // never stepped
         add_adamw(shard, ps[i].name, it->second);
         // Global name, global shape and offset of each piece (whole parameters: offset 0).
-        index[ps[i].name] = {{"global_shape", ps[i].param.sizes().vec()}, {"offset", 0},
-                             {"numel", ps[i].param.numel()}};
+        index[ps[i].name] = {
+            {"global_shape", ps[i].param.sizes().vec()}, {"offset", 0}, {"numel", ps[i].param.numel()}};
       }
       shard.metadata["index"] = index.dump();
       req.files.push_back(std::move(shard));
     } else if (rank_ == 0) {
       req.files.push_back(std::move(opt_file));
     }
-    checkpoint::FileContent f{rng_file(rank_, world_), {}, {{"format", kRngFileFormat}, {"rank", std::to_string(rank_)}}};
+    checkpoint::FileContent f{
+        rng_file(rank_, world_), {}, {{"format", kRngFileFormat}, {"rank", std::to_string(rank_)}}};
     f.tensors.push_back(tensor_ref(kCpuGenerator, get_cpu_rng_state(), keep));
     req.files.push_back(std::move(f));
   } else {
@@ -457,7 +462,7 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   if (!faults.drop_optimizer) {
     // optimizer.safetensors (one rank, DDP) or the optimizer-rank* shards of
     // any world size: every piece is looked up by its global name.
-    std::map<std::string, std::string> where;  // "<param>.step" -> file
+    std::map<std::string, std::string> where;     // "<param>.step" -> file
     std::map<std::string, nlohmann::json> index;  // shards: param -> {global_shape, offset, numel}
     bool any = false;
     for (const auto& [fname, f] : c.files) {
@@ -506,21 +511,26 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
       s.exp_avg = view(AdamWTensor::kExpAvg).to(device_, false, /*copy=*/true);
       s.exp_avg_sq = view(AdamWTensor::kExpAvgSq).to(device_, false, /*copy=*/true);
       s.step = view(AdamWTensor::kStep).item<std::int64_t>();
-      if (auto ix = index.find(p.name); ix != index.end() &&
-          (ix->second.value("offset", -1) != 0 || ix->second.at("global_shape").get<std::vector<std::int64_t>>() !=
-                                                       p.param.sizes().vec()))
+      if (auto ix = index.find(p.name);
+          ix != index.end() &&
+          (ix->second.value("offset", -1) != 0 ||
+           ix->second.at("global_shape").get<std::vector<std::int64_t>>() != p.param.sizes().vec()))
         throw Error(ErrorKind::kVerification,
                     "optimizer shard " + it->second + " holds " + p.name + " as " + ix->second.dump() +
                         ": only whole parameters (offset 0, the model's shape) can be restored",
                     "restore with the model config the checkpoint was saved with");
       if (s.exp_avg.sizes() != p.param.sizes() || s.exp_avg_sq.sizes() != p.param.sizes())
-        throw Error(ErrorKind::kVerification, "optimizer state " + p.name + " in " + it->second + " has the wrong shape");
+        throw Error(ErrorKind::kVerification,
+                    "optimizer state " + p.name + " in " + it->second + " has the wrong shape");
       state[p.name] = std::move(s);
     }
   }
   const int saved_world = saved.world_size;
-  rng_restore_ = {{"saved_world_size", saved_world}, {"world_size", world_}, {"carried", nlohmann::json::array()},
-                  {"rederived", nlohmann::json::array()}, {"dropped", nlohmann::json::array()}};
+  rng_restore_ = {{"saved_world_size", saved_world},
+                  {"world_size", world_},
+                  {"carried", nlohmann::json::array()},
+                  {"rederived", nlohmann::json::array()},
+                  {"dropped", nlohmann::json::array()}};
   for (int r = world_; r < saved_world; ++r) rng_restore_["dropped"].push_back(r);
   if (!faults.drop_rng) {
     if (rank_ < saved_world) {
@@ -534,10 +544,10 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
       rng_restore_["carried"].push_back(rank_);
     } else {
       // No saved stream for this rank: a fresh one from (run seed, step, rank).
-      const std::string from = "derive_seed(run.seed, \"dropout/step" + std::to_string(saved_step) + "/rank" +
-                               std::to_string(rank_) + "\")";
-      const auto seed = config::derive_seed(cfg_.run.seed, "dropout/step" + std::to_string(saved_step) + "/rank" +
-                                                               std::to_string(rank_));
+      const std::string from =
+          "derive_seed(run.seed, \"dropout/step" + std::to_string(saved_step) + "/rank" + std::to_string(rank_) + "\")";
+      const auto seed = config::derive_seed(
+          cfg_.run.seed, "dropout/step" + std::to_string(saved_step) + "/rank" + std::to_string(rank_));
       torch::manual_seed(seed);
       rng_restore_["rederived"].push_back({{"rank", rank_}, {"seed", seed}, {"from", from}});
       ANCHOR_LOG_WARN("restore", "world size {} -> {}: rank {} has no saved RNG stream; re-derived from {}",
@@ -553,8 +563,9 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
       s.skipped_steps = view_of(it->second, kScalerFile, kScalerSkippedSteps).item<std::int64_t>();
       if (scaler_.enabled()) scaler_.set_state(s);
     } else if (scaler_.enabled()) {
-      throw Error(ErrorKind::kVerification, "checkpoint " + c.dir + " has no scaler.safetensors, but loss scaling is on",
-                  "resume from a checkpoint saved with train.loss_scale on (a scaler restarting at init_scale diverges)");
+      throw Error(
+          ErrorKind::kVerification, "checkpoint " + c.dir + " has no scaler.safetensors, but loss scaling is on",
+          "resume from a checkpoint saved with train.loss_scale on (a scaler restarting at init_scale diverges)");
     }
   }
   step_ = saved_step + (faults.wrong_step ? 1 : 0);
@@ -624,9 +635,10 @@ StateDigest Trainer::digest() const {
   }
   Sha256 scaler_h;
   const auto& ss = scaler_.state();
-  for (const auto& [name, t] : {std::pair<const char*, torch::Tensor>{"scale", torch::tensor(ss.scale, torch::kFloat64)},
-                                {"growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64)},
-                                {"skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64)}}) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, torch::Tensor>{"scale", torch::tensor(ss.scale, torch::kFloat64)},
+        {"growth_tracker", torch::tensor(ss.growth_tracker, torch::kInt64)},
+        {"skipped_steps", torch::tensor(ss.skipped_steps, torch::kInt64)}}) {
     auto d = tensor_digest(t);
     tensors[std::string("scaler/") + name] = d;
     scaler_h.update(std::string(name) + ":" + d + "\n");

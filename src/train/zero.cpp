@@ -113,8 +113,9 @@ double zero_sync_and_clip(dist::ProcessGroup& pg, const AdamW& opt, const std::v
   for (int r = 0; r < pg.size(); ++r) {
     for (const auto& idx : owner_buckets(grads, owner, r, bucket_bytes)) {
       auto bucket = flatten(grads, idx);
-      pg.reduce_sum(bucket, r, "gradient reduce to rank " + std::to_string(r) + " (bucket " + std::to_string(nb) +
-                                   ", step " + std::to_string(step) + ")");
+      pg.reduce_sum(bucket, r,
+                    "gradient reduce to rank " + std::to_string(r) + " (bucket " + std::to_string(nb) + ", step " +
+                        std::to_string(step) + ")");
       if (r == me) {
         bucket.mul_(inv);
         unflatten(bucket, grads, idx);
@@ -168,8 +169,9 @@ double zero_broadcast_parameters(dist::ProcessGroup& pg, const AdamW& opt, const
   for (int r = 0; r < pg.size(); ++r)
     for (const auto& idx : owner_buckets(params, owner, r, bucket_bytes)) {
       auto bucket = flatten(params, idx);
-      pg.broadcast(bucket, r, "parameter broadcast from rank " + std::to_string(r) + " (bucket " +
-                                  std::to_string(nb++) + ", step " + std::to_string(step) + ")");
+      pg.broadcast(bucket, r,
+                   "parameter broadcast from rank " + std::to_string(r) + " (bucket " + std::to_string(nb++) +
+                       ", step " + std::to_string(step) + ")");
       if (r != pg.rank()) unflatten(bucket, params, idx);
     }
   return since(t0);

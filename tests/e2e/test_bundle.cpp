@@ -62,8 +62,8 @@ class Bundle : public ::testing::Test {
   }
   anchor::testing::AnchorRun reproduce(const std::string& what, const std::string& run,
                                        std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"reproduce", what, "--key", t_.str("keys/anchor.pub"), "--run-dir", t_.str(run),
-                                  "--signing-key", "none"};
+    std::vector<std::string> a = {"reproduce", what,        "--key",         t_.str("keys/anchor.pub"),
+                                  "--run-dir", t_.str(run), "--signing-key", "none"};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_anchor(a);
   }
@@ -79,7 +79,8 @@ TEST_F(Bundle, WithItsDataItReproducesBitwiseFromTheBundleAlone) {
   EXPECT_TRUE(stdfs::path(catalog_path).is_absolute()) << catalog_path;
   EXPECT_EQ(orig["plan"]["catalog"]["sha256"], anchor::sha256_file(catalog_path).sha256);
 
-  auto b = run_anchor({"bundle", t_.str("orig"), "-o", t_.str("made"), "--with-data", "--key", t_.str("keys/anchor.pub")});
+  auto b =
+      run_anchor({"bundle", t_.str("orig"), "-o", t_.str("made"), "--with-data", "--key", t_.str("keys/anchor.pub")});
   ASSERT_EQ(b.status, 0) << b.output;
   EXPECT_NE(b.output.find("2 of them the run's inputs"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("anchor reproduce " + t_.str("made")), std::string::npos) << b.output;
@@ -90,16 +91,17 @@ TEST_F(Bundle, WithItsDataItReproducesBitwiseFromTheBundleAlone) {
   EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/inputs/tree/data/train.txt")));
   EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/inputs/abs") + old_tree_ + "/data/val..txt"));
   EXPECT_EQ(anchor::sha256_file(t_.str("made/catalog.yaml")).sha256, orig["plan"]["catalog"]["sha256"]);
-  for (const char* f : {"report.intoto.json", "report.pub", "report.json", "manifest.json", "config.json",
-                        "provenance.intoto.json"})
+  for (const char* f :
+       {"report.intoto.json", "report.pub", "report.json", "manifest.json", "config.json", "provenance.intoto.json"})
     EXPECT_TRUE(stdfs::is_regular_file(t_.str("made/") + f)) << f;
   // No temporary is left beside it.
   for (const auto& e : stdfs::directory_iterator(t_.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   // Its envelope verifies alone with standard anchor verify.
-  EXPECT_EQ(run_anchor({"verify", t_.str("made/report.intoto.json"), "--envelope-only", "--key",
-                        t_.str("keys/anchor.pub")}).status,
-            0);
+  EXPECT_EQ(
+      run_anchor({"verify", t_.str("made/report.intoto.json"), "--envelope-only", "--key", t_.str("keys/anchor.pub")})
+          .status,
+      0);
 
   // Nothing of the original is where it was; the bundle itself moved.
   stdfs::rename(old_tree_, t_.str("gone-tree"));

@@ -111,9 +111,16 @@ TEST_F(BashCompletion, OffersAnOptionsChoicesAndFilesWhereAFileIsExpected) {
 
 // Every option `--help` lists is offered: the script comes from the same tree.
 TEST_F(BashCompletion, OffersEveryOptionThatHelpLists) {
-  for (const auto& cmd : std::vector<std::vector<std::string>>{
-           {"pilot"}, {"reproduce"}, {"pin"}, {"verify"}, {"config", "dump"}, {"checkpoint", "list"},
-        {"plan"}, {"diff"}, {"bundle"}, {"keygen"}}) {
+  for (const auto& cmd : std::vector<std::vector<std::string>>{{"pilot"},
+                                                               {"reproduce"},
+                                                               {"pin"},
+                                                               {"verify"},
+                                                               {"config", "dump"},
+                                                               {"checkpoint", "list"},
+                                                               {"plan"},
+                                                               {"diff"},
+                                                               {"bundle"},
+                                                               {"keygen"}}) {
     std::vector<std::string> args = cmd;
     args.push_back("--help");
     const std::string help = stdout_of(args);
@@ -153,7 +160,8 @@ TEST(ZshCompletion, RunsInZshAndOffersCommandsOptionsAndChoices) {
   ASSERT_EQ(syntax.status, 0) << syntax.out;
 
   const Words commands = zsh_complete(dir.str(), "anchor ");
-  EXPECT_TRUE(commands.count("pilot") && commands.count("reproduce") && commands.count("manpage")) << ::testing::PrintToString(commands);
+  EXPECT_TRUE(commands.count("pilot") && commands.count("reproduce") && commands.count("manpage"))
+      << ::testing::PrintToString(commands);
   for (const auto& w : commands) EXPECT_EQ(w.rfind("__", 0), std::string::npos) << w;
   const Words pilot = zsh_complete(dir.str(), "anchor pilot x.yaml --j");
   EXPECT_TRUE(pilot.count("--json") && pilot.count("--junit")) << ::testing::PrintToString(pilot);
@@ -191,8 +199,8 @@ TEST(ManPage, IsCleanRoffThatDocumentsEveryCommandAndOption) {
     }
     text += r.out[i];
   }
-  for (const char* want : {"anchor pilot", "anchor config check", "anchor checkpoint list", "--start-from", "--nproc-per-node",
-                           "ANCHOR_LOG_LEVEL", "EXIT STATUS", "143", "anchor completion"})
+  for (const char* want : {"anchor pilot", "anchor config check", "anchor checkpoint list", "--start-from",
+                           "--nproc-per-node", "ANCHOR_LOG_LEVEL", "EXIT STATUS", "143", "anchor completion"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text.substr(0, 3000);
   EXPECT_EQ(text.find("__worker"), std::string::npos);
   // Control: the linter sees a broken page.

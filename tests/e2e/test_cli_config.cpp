@@ -55,8 +55,7 @@ TEST_F(ConfigCli, BadConfigPrintsEveryProblemAndExits2) {
                                 "  precision: fp8\n");
   auto r = anchor_run({"config", "check", bad});
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("anchor: error: config " + bad + " has 3 problems"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("anchor: error: config " + bad + " has 3 problems"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(bad + ":2:12: run.threads: must be >= 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(bad + ":4:3: model.n_layr: unknown key 'n_layr' (did you mean "
                              "'model.n_layer'?)"),
@@ -78,8 +77,7 @@ TEST_F(ConfigCli, PilotConfigChecksOk) {
 TEST_F(ConfigCli, DumpReflectsSet) {
   auto plain = anchor_run({"config", "dump", kPilot, "--json"});
   ASSERT_EQ(plain.status, 0) << plain.out;
-  auto set = anchor_run({"config", "dump", kPilot, "--json", "--set", "train.micro_batch=8",
-                         "--set", "run.name=e2e"});
+  auto set = anchor_run({"config", "dump", kPilot, "--json", "--set", "train.micro_batch=8", "--set", "run.name=e2e"});
   ASSERT_EQ(set.status, 0) << set.out;
   auto j0 = nlohmann::json::parse(plain.out);
   auto j1 = nlohmann::json::parse(set.out);
@@ -96,8 +94,7 @@ TEST_F(ConfigCli, DumpReflectsSet) {
 TEST_F(ConfigCli, BadSetExits2) {
   auto r = anchor_run({"config", "dump", kPilot, "--set", "train.micro_bach=8"});
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("--set: train.micro_bach: unknown key (did you mean 'train.micro_batch'?)"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("--set: train.micro_bach: unknown key (did you mean 'train.micro_batch'?)"), std::string::npos)
       << r.out;
 }
 
@@ -111,8 +108,8 @@ TEST_F(ConfigCli, MissingFileIsRuntimeErrorNamingPath) {
 // Issue 14: `--set key=` skipped the checks, so `config check` passed an empty
 // device, precision and architecture.
 TEST_F(ConfigCli, EmptyOverridesAreCheckedByConfigCheck) {
-  auto r = anchor_run({"config", "check", kPilot, "--set", "device=", "--set", "train.precision=", "--set",
-                       "model.arch="});
+  auto r =
+      anchor_run({"config", "check", kPilot, "--set", "device=", "--set", "train.precision=", "--set", "model.arch="});
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("has 3 problems"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--set: device: '' is not a device"), std::string::npos) << r.out;

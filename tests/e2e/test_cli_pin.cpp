@@ -23,8 +23,8 @@ class PinCli : public ::testing::Test {
 
   void SetUp() override {
     stdfs::create_directories(dir / "data");
-    for (int i = 0; i < 3; ++i) write(dir / "data" / ("train-" + std::to_string(i) + ".bin"),
-                                       std::string(1000 + i, char('a' + i)));
+    for (int i = 0; i < 3; ++i)
+      write(dir / "data" / ("train-" + std::to_string(i) + ".bin"), std::string(1000 + i, char('a' + i)));
     write(dir / "data" / "val.bin", "validation bytes");
     write(dir / "pilot.yaml",
           "data:\n"
@@ -146,8 +146,7 @@ TEST_F(PinCli, ContainerDigestValidationAndPolicy) {
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("container.required"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("hint:"), std::string::npos) << r.out;
-  r = anchor("pin pilot.yaml --set container.required=true --set container.digest=sha256:" +
-             std::string(64, 'e'));
+  r = anchor("pin pilot.yaml --set container.required=true --set container.digest=sha256:" + std::string(64, 'e'));
   EXPECT_EQ(r.status, 0) << r.out;
 }
 

@@ -24,12 +24,8 @@ class PlanCli : public ::testing::Test {
   const stdfs::path& dir = tmp.path();
   std::string catalog = std::string(ANCHOR_SOURCE_DIR) + "/configs/catalog.yaml";
 
-  void SetUp() override {
-    write(dir / "report.json", anchor::plan::synthetic::synthetic_report().dump(2));
-  }
-  static void write(const stdfs::path& p, const std::string& text) {
-    std::ofstream(p, std::ios::binary) << text;
-  }
+  void SetUp() override { write(dir / "report.json", anchor::plan::synthetic::synthetic_report().dump(2)); }
+  static void write(const stdfs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
   anchor::proc::RunResult run(std::vector<std::string> args) {
     args.insert(args.begin(), ANCHOR_BINARY);
     anchor::proc::SpawnOptions o;
@@ -40,8 +36,8 @@ class PlanCli : public ::testing::Test {
 };
 
 TEST_F(PlanCli, JsonPlanFromReportWithOverrides) {
-  auto r = run({"plan", (dir / "report.json").string(), "--catalog", catalog, "--json",
-                "--set", "budget.nodes=2", "--set", "train.precision=bf16"});
+  auto r = run({"plan", (dir / "report.json").string(), "--catalog", catalog, "--json", "--set", "budget.nodes=2",
+                "--set", "train.precision=bf16"});
   ASSERT_EQ(r.status, 0) << r.out;
   json p = json::parse(r.out);
   EXPECT_EQ(p["target"]["nodes"], 2);
@@ -59,8 +55,7 @@ TEST_F(PlanCli, JsonPlanFromReportWithOverrides) {
   for (const auto& d : q["devices"])
     if (d["platform"] == "rocm") {
       rocm = true;
-      EXPECT_NE(d["rocm_qualification"]["custom_ops_note"].get<std::string>().find("none"),
-                std::string::npos);
+      EXPECT_NE(d["rocm_qualification"]["custom_ops_note"].get<std::string>().find("none"), std::string::npos);
       EXPECT_FALSE(d["rocm_qualification"]["qualified"].get<bool>());
     }
   EXPECT_TRUE(rocm);
@@ -81,8 +76,7 @@ TEST_F(PlanCli, TableFromADsseEnvelope) {
 }
 
 TEST_F(PlanCli, BadOverrideAndBadCatalogExitTwo) {
-  auto r = run({"plan", (dir / "report.json").string(), "--catalog", catalog, "--set",
-                "budget.nodes=zero"});
+  auto r = run({"plan", (dir / "report.json").string(), "--catalog", catalog, "--set", "budget.nodes=zero"});
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("budget.nodes"), std::string::npos) << r.out;
   write(dir / "cat.yaml", "devices:\n  - name: X\n    speed: 3\n");

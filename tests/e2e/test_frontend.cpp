@@ -100,16 +100,16 @@ TEST(FrontEnd, ManifestPinsTheGpuRuntimeVersionsTorchReports) {
   const auto deps = nlohmann::json::parse(anchor::fs::read_file(t.str("manifest.json")))["dependencies"];
   anchor::proc::SpawnOptions o;
   o.merge_stderr = false;
-  const auto py = anchor::proc::run_capture(
-      {ANCHOR_TEST_PYTHON, "-c",
-       "import torch\n"
-       "c = torch.backends.cudnn.version() if torch.version.cuda else None\n"
-       "n = torch.cuda.nccl.version() if torch.version.cuda else None\n"
-       "print(torch.__version__)\n"
-       "print(torch.version.cuda or 'none')\n"
-       "print('%d.%d.%d' % (c // 10000, c % 10000 // 100, c % 100) if c else 'none')\n"
-       "print('.'.join(map(str, n)) if n else 'none')\n"},
-      o);
+  const auto py =
+      anchor::proc::run_capture({ANCHOR_TEST_PYTHON, "-c",
+                                 "import torch\n"
+                                 "c = torch.backends.cudnn.version() if torch.version.cuda else None\n"
+                                 "n = torch.cuda.nccl.version() if torch.version.cuda else None\n"
+                                 "print(torch.__version__)\n"
+                                 "print(torch.version.cuda or 'none')\n"
+                                 "print('%d.%d.%d' % (c // 10000, c % 10000 // 100, c % 100) if c else 'none')\n"
+                                 "print('.'.join(map(str, n)) if n else 'none')\n"},
+                                o);
   ASSERT_EQ(py.status, 0) << py.out;
   std::istringstream in(py.out);
   std::string torch_version, cuda, cudnn, nccl;
@@ -128,7 +128,8 @@ TEST(FrontEnd, PilotManifestPinsTheProcessThatTrains) {
   ASSERT_EQ(r.status, 0) << r.output;
   auto m = nlohmann::json::parse(anchor::fs::read_file(t.str("run") + "/manifest.json"));
   EXPECT_TRUE(pins_library(m, "libtorch_cpu")) << "worker A pins its own libraries, LibTorch among them";
-  EXPECT_EQ(std::filesystem::path(m["dependencies"]["executable"]["path"].get<std::string>()).filename(), "anchor-torch");
+  EXPECT_EQ(std::filesystem::path(m["dependencies"]["executable"]["path"].get<std::string>()).filename(),
+            "anchor-torch");
   auto report = nlohmann::json::parse(anchor::fs::read_file(t.str("run") + "/report.json"));
   EXPECT_EQ(report["manifest"], m) << "the report embeds the manifest worker A wrote";
   EXPECT_EQ(report["stages"][0]["stage"], "pin");
@@ -274,7 +275,8 @@ std::string run_on_a_terminal(const std::vector<std::string>& args, const std::m
   char buf[4096];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd pfd{master, POLLIN, 0};
     const int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
     if (ready < 0 && errno == EINTR) continue;
@@ -284,9 +286,12 @@ std::string run_on_a_terminal(const std::vector<std::string>& args, const std::m
       break;
     }
     const ssize_t n = ::read(master, buf, sizeof buf);
-    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
-    else if (n < 0 && errno == EINTR) continue;
-    else break;  // EIO: the child closed the terminal
+    if (n > 0)
+      out.append(buf, static_cast<std::size_t>(n));
+    else if (n < 0 && errno == EINTR)
+      continue;
+    else
+      break;  // EIO: the child closed the terminal
   }
   ::close(master);
   int status = 0;
@@ -329,8 +334,10 @@ TEST(FrontEnd, QuietKeepsWarningsAndErrorsOnly) {
     std::error_code ec;
     std::filesystem::remove_all(t.path() / "run", ec);
     // An unsigned run: its UNSIGNED warning is the warning -q must keep.
-    const std::vector<std::string> args = {"pilot", kPilot, "--run-dir", (t.path() / "run").string(), "--set",
-                                           "pilot.start_from=latest", "--set", "report.signing_key=none"};
+    const std::vector<std::string> args = {"pilot",     kPilot,
+                                           "--run-dir", (t.path() / "run").string(),
+                                           "--set",     "pilot.start_from=latest",
+                                           "--set",     "report.signing_key=none"};
     flags.insert(flags.end(), args.begin(), args.end());
     return run_anchor(flags, env);
   };
@@ -372,12 +379,14 @@ TEST(FrontEnd, CommandLineConventions) {
   EXPECT_EQ(typo.output.find("__worker"), std::string::npos) << "internal commands are not offered: " << typo.output;
   auto far = run_anchor({"--log-level", "warn", "frobnicate"});
   EXPECT_EQ(far.status, 2) << far.output;
-  EXPECT_NE(far.output.find("unknown command 'frobnicate'\n"), std::string::npos) << "nothing is near it: " << far.output;
+  EXPECT_NE(far.output.find("unknown command 'frobnicate'\n"), std::string::npos)
+      << "nothing is near it: " << far.output;
 
   auto zero = run_anchor({"pilot", kPilot, "--nproc-per-node", "0"});
   EXPECT_EQ(zero.status, 2) << zero.output;
-  EXPECT_NE(zero.output.find("--nproc-per-node: must be a whole number of at least 1 (and at most 2147483647), got '0'"),
-            std::string::npos)
+  EXPECT_NE(
+      zero.output.find("--nproc-per-node: must be a whole number of at least 1 (and at most 2147483647), got '0'"),
+      std::string::npos)
       << zero.output;
   auto huge = run_anchor({"pilot", kPilot, "--nproc-per-node", "3000000000"});
   EXPECT_EQ(huge.status, 2) << huge.output;
@@ -410,7 +419,8 @@ TEST(FrontEnd, CommandLineConventions) {
       << version.output;
   EXPECT_NE(version.output.find(anchor::build::kLibTorchHasCuda ? ", CUDA " : ", CPU only"), std::string::npos)
       << version.output;
-  EXPECT_NE(version.output.find(std::string("build ") + anchor::build::kBuildType), std::string::npos) << version.output;
+  EXPECT_NE(version.output.find(std::string("build ") + anchor::build::kBuildType), std::string::npos)
+      << version.output;
   // The commit is read when the binary is built, not when the build was configured.
   auto head = anchor::proc::run_capture({"/usr/bin/git", "-C", ANCHOR_SOURCE_DIR, "rev-parse", "HEAD"});
   const std::string commit = head.status == 0 ? head.out.substr(0, head.out.find('\n')) : "unknown";

@@ -27,8 +27,8 @@ class Installed : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
     prefix_ = std::make_unique<TempDir>("install");
-    auto r = anchor::proc::run_capture({ANCHOR_CMAKE, "--install", ANCHOR_BUILD_DIR, "--prefix", prefix_->str()},
-                                       merged());
+    auto r =
+        anchor::proc::run_capture({ANCHOR_CMAKE, "--install", ANCHOR_BUILD_DIR, "--prefix", prefix_->str()}, merged());
     install_status_ = r.status;
     install_output_ = r.out;
   }
@@ -139,8 +139,10 @@ void finds_the_catalog_beside_its_binary() {
   // stage run and the plan made) passes it, anything else does not.
   ASSERT_TRUE(r.status == 0 || r.status == 3) << r.out;
   const auto report = Installed::only_report(cwd.str());
-  if (r.status == 3) EXPECT_EQ(report["resume"]["verdict"], "mismatch") << r.out;
-  else EXPECT_EQ(report["status"], "passed");
+  if (r.status == 3)
+    EXPECT_EQ(report["resume"]["verdict"], "mismatch") << r.out;
+  else
+    EXPECT_EQ(report["status"], "passed");
   EXPECT_TRUE(report["plan"].contains("recommendation")) << report["plan"].dump(2).substr(0, 2000);
 
   // Negative control: the same run without the installed catalog is refused before it trains.
@@ -182,7 +184,8 @@ void ships_the_python_helper() {
   const auto at = [](const std::string& rel) { return Installed::at(rel); };
   EXPECT_TRUE(stdfs::is_regular_file(at("share/anchor/python/pyproject.toml")));
   auto r = anchor::proc::run_capture(
-      {ANCHOR_TEST_PYTHON, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import anchor_pilot; print(anchor_pilot.__file__)",
+      {ANCHOR_TEST_PYTHON, "-c",
+       "import sys; sys.path.insert(0, sys.argv[1]); import anchor_pilot; print(anchor_pilot.__file__)",
        at("share/anchor/python")},
       Installed::merged());
   EXPECT_EQ(r.status, 0) << r.out;

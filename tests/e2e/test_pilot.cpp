@@ -31,12 +31,12 @@ const std::string kPilot = source_path("configs/pilot.yaml");
 
 // xmllint's verdict on a JUnit file against Jenkins' xunit schema: "" when it validates.
 std::string junit_schema_problems(const std::string& path) {
-  auto r = anchor::proc::run_capture({"/usr/bin/xmllint", "--noout", "--schema", source_path("tests/support/junit-10.xsd"), path},
-                                     [] {
-                                       anchor::proc::SpawnOptions o;
-                                       o.merge_stderr = true;
-                                       return o;
-                                     }());
+  auto r = anchor::proc::run_capture(
+      {"/usr/bin/xmllint", "--noout", "--schema", source_path("tests/support/junit-10.xsd"), path}, [] {
+        anchor::proc::SpawnOptions o;
+        o.merge_stderr = true;
+        return o;
+      }());
   return r.status == 0 ? "" : "xmllint exit " + std::to_string(r.status) + ":\n" + r.out;
 }
 
@@ -55,7 +55,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("passed: resume matches the uninterrupted run (bitwise)"), std::string::npos) << r.output;
   // Step lines say whose step and how far: worker A runs to 4, the resumed B from 2 to 4.
-  for (const char* line : {"[train_step] A step 1/4 loss=", "[train_step] A step 4/4 loss=", "[train_step] B step 3/4 loss="})
+  for (const char* line :
+       {"[train_step] A step 1/4 loss=", "[train_step] A step 4/4 loss=", "[train_step] B step 3/4 loss="})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
   EXPECT_EQ(r.output.find("[train_step] B step 2/4"), std::string::npos) << "B starts after the saved step 2";
 
@@ -88,9 +89,9 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   // Every stage ran and was logged as it happened, including the real SIGKILL.
   std::vector<std::string> stages;
   for (const auto& s : report["stages"]) stages.push_back(s["stage"]);
-  EXPECT_EQ(stages, (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save", "reference", "kill",
-                                              "restore", "eval_after_restore", "resume", "export", "compare",
-                                              "memory_probe", "plan"}));
+  EXPECT_EQ(stages,
+            (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save", "reference", "kill", "restore",
+                                      "eval_after_restore", "resume", "export", "compare", "memory_probe", "plan"}));
   bool sigkill_logged = false;
   int starts = 0, ends = 0;
   for (const auto& e : read_events(t.str("run/events.jsonl"))) {
@@ -105,7 +106,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   const auto& m = report["measurements"];
   EXPECT_GT(m["step"]["tokens_per_s"].get<double>(), 0);
   EXPECT_EQ(m["memory"]["source"], "counting_allocator");
-  EXPECT_GT(m["memory"]["step"]["peak_allocated_bytes"].get<double>(), m["memory"]["state_bytes"]["parameters"].get<double>());
+  EXPECT_GT(m["memory"]["step"]["peak_allocated_bytes"].get<double>(),
+            m["memory"]["state_bytes"]["parameters"].get<double>());
   ASSERT_EQ(m["memory"]["points"].size(), 3u);
   // The configured shape's point is worker A's measured step; the probe measured a quarter of the
   // micro-batch and half the sequence (plan::probe_shapes).
@@ -135,13 +137,20 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_NE(md.find("Recommendation: " + recommended + ", "), std::string::npos) << md;
   // The measurements and the environment, in words (report.json has every figure).
   const std::vector<std::string> md_parts = {
-      "\n## Measurements\n", "| measured step | ", " tokens/s per rank, ", "| peak memory, measured step | allocated ",
-      "| checkpoint save | ", "| restore | ", "; model build ", "| validation loss | ",
-      "\n## Environment\n", "- anchor " + std::string(anchor::build::kVersion) + " (commit ",
+      "\n## Measurements\n",
+      "| measured step | ",
+      " tokens/s per rank, ",
+      "| peak memory, measured step | allocated ",
+      "| checkpoint save | ",
+      "| restore | ",
+      "; model build ",
+      "| validation loss | ",
+      "\n## Environment\n",
+      "- anchor " + std::string(anchor::build::kVersion) + " (commit ",
       "- LibTorch " + report["manifest"]["dependencies"]["libtorch"].get<std::string>() + "; CUDA runtime ",
-      "- threads: run.threads 1 ", "- the manifest's SHA-256: " + report["manifest_sha256"].get<std::string>()};
-  for (const std::string& part : md_parts)
-    EXPECT_NE(md.find(part), std::string::npos) << part << "\n" << md;
+      "- threads: run.threads 1 ",
+      "- the manifest's SHA-256: " + report["manifest_sha256"].get<std::string>()};
+  for (const std::string& part : md_parts) EXPECT_NE(md.find(part), std::string::npos) << part << "\n" << md;
   EXPECT_EQ(md.find("n/a s"), std::string::npos) << "a figure the report has was not found:\n" << md;
   // Peak memory per stage, in the order the stages ran (rows of its own table, after its heading).
   const auto per_stage = md.find("Peak memory per stage");
@@ -157,7 +166,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
   EXPECT_NE(junit.find("skipped=\"0\""), std::string::npos) << junit;
   EXPECT_NE(junit.find("hostname=\""), std::string::npos) << junit;
-  EXPECT_NE(junit.find("timestamp=\"" + report["created_at"].get<std::string>().substr(0, 19) + "\""), std::string::npos)
+  EXPECT_NE(junit.find("timestamp=\"" + report["created_at"].get<std::string>().substr(0, 19) + "\""),
+            std::string::npos)
       << junit;
   EXPECT_EQ(junit.find("e-0"), std::string::npos) << "times are plain decimals: " << junit;
   // Negative control: the schema check sees a missing attribute the schema requires.
@@ -177,15 +187,18 @@ TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
     for (std::size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
     return n;
   };
-  const std::vector<std::string> args = {"pilot", kPilot, "--set", "pilot.steps_before_save=20", "--set",
-                                         "pilot.steps_after_resume=20", "--set", "report.signing_key=none"};
+  const std::vector<std::string> args = {"pilot", kPilot,
+                                         "--set", "pilot.steps_before_save=20",
+                                         "--set", "pilot.steps_after_resume=20",
+                                         "--set", "report.signing_key=none"};
   auto with = [&](std::vector<std::string> a, const std::string& run) {
     a.insert(a.end(), {"--run-dir", t.str(run)});
     return run_anchor(a);
   };
   auto quiet = with(args, "run");
   ASSERT_EQ(quiet.status, 0) << quiet.output;
-  const std::size_t a_lines = count(quiet.output, "[train_step] A step "), b_lines = count(quiet.output, "[train_step] B step ");
+  const std::size_t a_lines = count(quiet.output, "[train_step] A step "),
+                    b_lines = count(quiet.output, "[train_step] B step ");
   EXPECT_EQ(a_lines, 21u) << quiet.output;  // of 40 steps: the first, every 2nd, the last
   EXPECT_EQ(b_lines, 20u) << quiet.output;  // B runs 20 steps of its own: not more than 20, so every one
   EXPECT_NE(quiet.output.find("[train_step] A step 40/40 "), std::string::npos) << quiet.output;
@@ -212,8 +225,9 @@ TEST(Pilot, EachStageIsAnnouncedAndALongOneSaysHowLongSoFar) {
   };
   auto plain = with("plain", {}, "2");  // seconds at most, far below the default 30 s
   ASSERT_EQ(plain.status, 0) << plain.output;
-  for (const char* line : {"[stage] A: pin\n", "[stage] A: train\n", "[stage] A: checkpoint_save\n", "[stage] A: kill\n",
-                           "[stage] B: restore\n", "[stage] B: resume\n", "[stage] B: memory_probe\n"})
+  for (const char* line :
+       {"[stage] A: pin\n", "[stage] A: train\n", "[stage] A: checkpoint_save\n", "[stage] A: kill\n",
+        "[stage] B: restore\n", "[stage] B: resume\n", "[stage] B: memory_probe\n"})
     EXPECT_NE(plain.output.find(line), std::string::npos) << line << plain.output;
   EXPECT_EQ(plain.output.find("so far"), std::string::npos) << "the default interval is 30 s\n" << plain.output;
   EXPECT_EQ(plain.output.find('\x1b'), std::string::npos) << "no control sequence where stderr is not a terminal";
@@ -250,7 +264,8 @@ TEST(Pilot, EachStageIsAnnouncedAndALongOneSaysHowLongSoFar) {
   EXPECT_TRUE(std::regex_search(
       tty.out, std::regex("\r\x1b\\[K\\[stage\\] A: train, step [0-9]+/302, loss [0-9.]+, [0-9]+ tok/s, ETA [0-9]+ s, "
                           "[0-9]+ s so far\r")))
-      << "redrawn in place:\n" << tty.out.substr(0, 4000);
+      << "redrawn in place:\n"
+      << tty.out.substr(0, 4000);
   // The stage's last step stays as a plain line; the step lines are the live line's (the control: the pipe has them).
   EXPECT_TRUE(std::regex_search(tty.out, std::regex("\\[stage\\] A: train done in [0-9]+ s, step 300/302, loss ")))
       << tty.out.substr(0, 4000);
@@ -273,11 +288,13 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   auto rep1 = read_json(t.str("run1/report.json"));
   EXPECT_TRUE(rep1["signed"].get<bool>()) << rep1.dump(2);
-  EXPECT_NE(anchor::fs::read_file(t.str("run1/report.md")).find("Signed: yes, key " + rep1["signer_key_id"].get<std::string>()),
+  EXPECT_NE(anchor::fs::read_file(t.str("run1/report.md"))
+                .find("Signed: yes, key " + rep1["signer_key_id"].get<std::string>()),
             std::string::npos);
   auto v = run_anchor({"verify", t.str("run1"), "--key", pub});
   EXPECT_EQ(v.status, 0) << v.output;
-  EXPECT_NE(v.output.find("verified (key " + rep1["signer_key_id"].get<std::string>() + ")"), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("verified (key " + rep1["signer_key_id"].get<std::string>() + ")"), std::string::npos)
+      << v.output;
   // SLSA Provenance v1 beside it, checked by verify and by the in-toto ecosystem's own Python code.
   EXPECT_NE(v.output.find("ok    provenance.intoto.json: SLSA Provenance v1 of this report"), std::string::npos)
       << v.output;
@@ -292,7 +309,8 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
   EXPECT_EQ(eco.status, 0) << eco.out;
   EXPECT_NE(eco.out.find("SLSA Provenance v1 with "), std::string::npos) << eco.out;
   // The export signed for OpenSSF Model Signing: anchor verify checks model.sig, and so does model_signing itself.
-  EXPECT_NE(v.output.find("ok    model.sig: OpenSSF Model Signing of export/ (2 files)"), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("ok    model.sig: OpenSSF Model Signing of export/ (2 files)"), std::string::npos)
+      << v.output;
   const auto ms = anchor::proc::run_capture(
       {std::string(ANCHOR_SOURCE_DIR) + "/scripts/torch2-python",
        std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/verify_model_signing.py", t.str("run1"), pub, key},
@@ -313,8 +331,8 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
   EXPECT_GT(exported["bytes"].get<double>(), 0);
   EXPECT_EQ(exported["step"], rep1["resume"]["restored_step"].get<int>() + 2);
   const auto hf = anchor::proc::run_capture(
-      {std::string(ANCHOR_SOURCE_DIR) + "/scripts/torch2-python", std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/hf_gpt2.py",
-       t.str("run1/export"), "--check-loss"},
+      {std::string(ANCHOR_SOURCE_DIR) + "/scripts/torch2-python",
+       std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/hf_gpt2.py", t.str("run1/export"), "--check-loss"},
       [] {
         anchor::proc::SpawnOptions o;
         o.merge_stderr = true;
@@ -352,13 +370,13 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
             std::string::npos);
   EXPECT_EQ(run_anchor({"verify", t.str("run3"), "--key", pub}).status, 3);
   // Nowhere to keep a key (no HOME, no XDG_CONFIG_HOME): refused before any run, with the ways out.
-  auto homeless = anchor::proc::run_capture(
-      {"/usr/bin/env", "-u", "HOME", "-u", "XDG_CONFIG_HOME", ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run4")},
-      [] {
-        anchor::proc::SpawnOptions o;
-        o.merge_stderr = true;
-        return o;
-      }());
+  auto homeless = anchor::proc::run_capture({"/usr/bin/env", "-u", "HOME", "-u", "XDG_CONFIG_HOME", ANCHOR_BINARY,
+                                             "pilot", kPilot, "--run-dir", t.str("run4")},
+                                            [] {
+                                              anchor::proc::SpawnOptions o;
+                                              o.merge_stderr = true;
+                                              return o;
+                                            }());
   EXPECT_EQ(homeless.status, 2) << homeless.out;
   EXPECT_NE(homeless.out.find("no place for your signing key"), std::string::npos) << homeless.out;
   EXPECT_NE(homeless.out.find("report.signing_key: none"), std::string::npos) << homeless.out;
@@ -442,8 +460,10 @@ TEST(Pilot, ResumeIsBitwiseForSeveralSeedsAndSeedsMatter) {
 TEST(Pilot, RunThreadsSizesEveryPoolOfTheWorker) {
   for (int threads : {1, 2}) {
     TempDir t("threads");
-    auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "run.threads=" + std::to_string(threads)});
-    ASSERT_TRUE(r.status == 0 || (r.status == 3 && read_json(t.str("run/report.json"))["resume"]["verdict"] == "mismatch"))
+    auto r =
+        run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "run.threads=" + std::to_string(threads)});
+    ASSERT_TRUE(r.status == 0 ||
+                (r.status == 3 && read_json(t.str("run/report.json"))["resume"]["verdict"] == "mismatch"))
         << r.output;
     const json m = read_json(t.str("run/manifest.json"));
     EXPECT_EQ(m["threads"]["run_threads"], threads);
@@ -536,7 +556,8 @@ TEST_P(PilotNegativeControl, ABrokenRestoreIsCaughtAndNamed) {
   const std::string compare_case = junit.substr(at, junit.find("</testcase>", at) - at);
   EXPECT_NE(compare_case.find("<failure type=\"stage\""), std::string::npos) << compare_case;
   EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
-  EXPECT_NE(junit.find("skipped=\"0\""), std::string::npos) << "the built-in pilot runs every stage, then judges: " << junit;
+  EXPECT_NE(junit.find("skipped=\"0\""), std::string::npos)
+      << "the built-in pilot runs every stage, then judges: " << junit;
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, PilotNegativeControl,
@@ -600,8 +621,8 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
 // built without CUDA (Debian's), or with CUDA and no device here (torch2).
 TEST(Pilot, CudaWithoutAUsableGpuIsAConfigErrorBeforeTraining) {
   TempDir t("pilot-nogpu");
-  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "device=cuda"},
-                      {{"CUDA_VISIBLE_DEVICES", ""}});
+  auto r =
+      run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "device=cuda"}, {{"CUDA_VISIBLE_DEVICES", ""}});
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("device 'cuda' requested"), std::string::npos) << r.output;
   if (anchor::build::kLibTorchHasCuda) {
@@ -693,7 +714,8 @@ TEST(PilotRunDir, AReusedRunDirectorysEventsAndSignatureAreTheNewRunsOnly) {
   auto starts = [&] {
     std::size_t n = 0;
     std::istringstream in(anchor::fs::read_file(t.str("run/events.jsonl")));
-    for (std::string line; std::getline(in, line);) n += nlohmann::json::parse(line).value("event", "") == "worker_started";
+    for (std::string line; std::getline(in, line);)
+      n += nlohmann::json::parse(line).value("event", "") == "worker_started";
     return n;
   };
   // The first run signed (the suite's per-user key), the second not.
@@ -704,8 +726,8 @@ TEST(PilotRunDir, AReusedRunDirectorysEventsAndSignatureAreTheNewRunsOnly) {
   ASSERT_TRUE(std::filesystem::exists(t.str("run/report.intoto.json")));
   ASSERT_TRUE(std::filesystem::exists(t.str("run/provenance.intoto.json")));
   std::vector<std::string> fresh = args;  // the first run's checkpoints stay where they are
-  fresh.insert(fresh.end(), {"--set", "checkpoint.dir=" + t.str("ckpt2"), "--set", "report.signing_key=none",
-                             "--set", "export.hf=false"});
+  fresh.insert(fresh.end(), {"--set", "checkpoint.dir=" + t.str("ckpt2"), "--set", "report.signing_key=none", "--set",
+                             "export.hf=false"});
   ASSERT_TRUE(std::filesystem::exists(t.str("run/export/model.safetensors")));
   const auto again = run_anchor(fresh);
   ASSERT_EQ(again.status, 0) << again.output;
@@ -716,8 +738,7 @@ TEST(PilotRunDir, AReusedRunDirectorysEventsAndSignatureAreTheNewRunsOnly) {
   EXPECT_FALSE(std::filesystem::exists(t.str("run/export"))) << "the first run's weights are not this run's";
   std::size_t trains = 0;
   const nlohmann::json trace = read_json(t.str("run/trace.json"));
-  for (const auto& e : trace["traceEvents"])
-    trains += e.value("name", "") == "train" && e.value("ph", "") == "X";
+  for (const auto& e : trace["traceEvents"]) trains += e.value("name", "") == "train" && e.value("ph", "") == "X";
   EXPECT_EQ(trains, 1u) << "one train stage in the trace";
 }
 
@@ -749,8 +770,8 @@ TEST(PilotExport, CopiedOffTheNodeVerifiedAndTheRateTheBudgetUses) {
                 it["detail"].get<std::string>().find("(measured: the pilot's copy_off") != std::string::npos;
   EXPECT_TRUE(measured) << report["plan"]["budget"].dump(2);
 
-  const auto missing = run_anchor({"pilot", kPilot, "--run-dir", t.str("run2"), "--set",
-                                   "export.copy_to=" + t.str("not-mounted")});
+  const auto missing =
+      run_anchor({"pilot", kPilot, "--run-dir", t.str("run2"), "--set", "export.copy_to=" + t.str("not-mounted")});
   EXPECT_EQ(missing.status, 2) << missing.output;
   EXPECT_NE(missing.output.find("export.copy_to " + t.str("not-mounted") + " is not a directory"), std::string::npos)
       << missing.output;

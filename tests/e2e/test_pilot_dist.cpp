@@ -26,7 +26,6 @@ const std::string kPilot = source_path("configs/pilot.yaml");
 
 using anchor::testing::read_json;
 
-
 TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
   TempDir t("pilot2");
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"});
@@ -65,8 +64,8 @@ TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
 
   // One committed checkpoint: model and optimizer once (replicated), an RNG file per rank.
   const std::string c = t.str("run/checkpoints/step-00000002/");
-  for (const char* f : {"COMMITTED", "model.safetensors", "optimizer.safetensors",
-                        "rng-rank00000-of-00002.safetensors", "rng-rank00001-of-00002.safetensors"})
+  for (const char* f : {"COMMITTED", "model.safetensors", "optimizer.safetensors", "rng-rank00000-of-00002.safetensors",
+                        "rng-rank00001-of-00002.safetensors"})
     EXPECT_TRUE(std::filesystem::exists(c + f)) << f;
   EXPECT_FALSE(std::filesystem::exists(c + "rng.safetensors"));
   // Data sharded by rank (different batches), parameters replicated (equal digests).
@@ -119,9 +118,9 @@ TEST(PilotDist, ReplicasAreComparedBeforeTheSaveAndADivergedRankIsNamed) {
   EXPECT_EQ(report["status"], "failed");
   EXPECT_FALSE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/COMMITTED")));
   // ZeRO too: its broadcast at the end of a step does not hide a divergence made after it.
-  auto z = run_anchor({"pilot", kPilot, "--run-dir", t.str("zero1"), "--nproc-per-node", "2", "--set",
-                       "distributed.strategy=zero1"},
-                      {{"ANCHOR_PILOT_FAULT", "diverge_replica"}});
+  auto z = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("zero1"), "--nproc-per-node", "2", "--set", "distributed.strategy=zero1"},
+      {{"ANCHOR_PILOT_FAULT", "diverge_replica"}});
   ASSERT_EQ(z.status, 3) << z.output;
   EXPECT_NE(z.output.find("the parameters of rank(s) 1 differ from rank 0's"), std::string::npos) << z.output;
 
@@ -148,8 +147,16 @@ class PilotTorchrun : public ::testing::TestWithParam<bool> {};
 
 TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
   TempDir t("pilottr");
-  std::vector<std::string> argv = {ANCHOR_TEST_PYTHON, "-m", "torch.distributed.run", "--no_python",
-                                   "--nproc_per_node", "2", "--redirects", "1", "--tee", "1"};
+  std::vector<std::string> argv = {ANCHOR_TEST_PYTHON,
+                                   "-m",
+                                   "torch.distributed.run",
+                                   "--no_python",
+                                   "--nproc_per_node",
+                                   "2",
+                                   "--redirects",
+                                   "1",
+                                   "--tee",
+                                   "1"};
   if (GetParam()) {
     // What --standalone sets up, on a free port: --standalone always takes
     // 29400, which any other torchrun on the machine may hold.
@@ -163,7 +170,8 @@ TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
     argv.push_back("--master_port");
     argv.push_back(std::to_string(anchor::dist::free_loopback_port()));
   }
-  for (const auto& a : {std::string(ANCHOR_BINARY), std::string("pilot"), kPilot, std::string("--run-dir"), t.str("run")})
+  for (const auto& a :
+       {std::string(ANCHOR_BINARY), std::string("pilot"), kPilot, std::string("--run-dir"), t.str("run")})
     argv.push_back(a);
   anchor::proc::SpawnOptions o;
   o.merge_stderr = true;
@@ -188,9 +196,9 @@ INSTANTIATE_TEST_SUITE_P(Rendezvous, PilotTorchrun, ::testing::Values(false, tru
 TEST(PilotDist, KillingOneRankMidStepEndsEveryRankWithAnErrorNamingIt) {
   TempDir t("pilot2kill");
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set",
-                       "distributed.timeout_s=30"},
-                      {{"ANCHOR_DIST_FAULT", "sigkill:1:1"}});
+  auto r = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set", "distributed.timeout_s=30"},
+      {{"ANCHOR_DIST_FAULT", "sigkill:1:1"}});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("rank 1 kills itself in step 1"), std::string::npos) << r.output;
@@ -210,9 +218,9 @@ TEST(PilotDist, KillingOneRankMidStepEndsEveryRankWithAnErrorNamingIt) {
 TEST(PilotDist, ARankKilledBeforeTheRendezvousIsNamedWithinSecondsNotTheTimeout) {
   TempDir t("pilot2rdv");
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set",
-                       "distributed.timeout_s=120"},
-                      {{"ANCHOR_DIST_FAULT", "sigkill_rendezvous:1"}});
+  auto r = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set", "distributed.timeout_s=120"},
+      {{"ANCHOR_DIST_FAULT", "sigkill_rendezvous:1"}});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "pilot ended " << s << " s after its start (rendezvous timeout 120 s)\n";
   EXPECT_EQ(r.status, 1) << r.output;
@@ -232,9 +240,9 @@ TEST(PilotDist, ARankKilledBeforeTheRendezvousIsNamedWithinSecondsNotTheTimeout)
 // rank 0 and the signal, not just a status number.
 TEST(PilotDist, KillingRankZeroNamesItAndTheSignal) {
   TempDir t("pilot2kill0");
-  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set",
-                       "distributed.timeout_s=30"},
-                      {{"ANCHOR_DIST_FAULT", "sigkill:0:1"}});
+  auto r = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2", "--set", "distributed.timeout_s=30"},
+      {{"ANCHOR_DIST_FAULT", "sigkill:0:1"}});
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("worker A rank 0 exited with status 137 (killed by SIGKILL) in stage train"),
             std::string::npos)
@@ -247,7 +255,8 @@ TEST(PilotDist, AnUnknownDistFaultIsRefused) {
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"},
                       {{"ANCHOR_DIST_FAULT", "sigkil:1:1"}});
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("ANCHOR_DIST_FAULT item 'sigkil:1:1': unknown point 'sigkil'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ANCHOR_DIST_FAULT item 'sigkil:1:1': unknown point 'sigkil'"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("use sigkill:<rank>:<step>, sigkill_save:<rank>:<step> or sigkill_rendezvous:<rank>"),
             std::string::npos)
       << r.output;

@@ -50,8 +50,8 @@ class TorchScriptPilot : public ::testing::Test {
   }
   static std::string module(const std::string& name) { return dir_->str(name + ".pt"); }
   static std::vector<std::string> pilot_args(const std::string& pt, const std::string& run_dir) {
-    return {"pilot", kPilot, "--run-dir", run_dir, "--set", "model.source=torchscript",
-            "--set", "model.torchscript=" + pt};
+    return {
+        "pilot", kPilot, "--run-dir", run_dir, "--set", "model.source=torchscript", "--set", "model.torchscript=" + pt};
   }
 
   static TempDir* dir_;
@@ -116,14 +116,13 @@ TEST_P(TorchScriptContract, BrokenContractIsAConfigErrorNamingFileAndProblem) {
   EXPECT_NE(r.output.find("docs/models.md"), std::string::npos) << "the hint points at the contract\n" << r.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modules, TorchScriptContract,
-    ::testing::Values(BadModule{"no_targets", "forward takes 1 argument(s)"},
-                      BadModule{"non_scalar", "not a scalar loss"},
-                      BadModule{"tuple_return", "not a Tensor"},
-                      BadModule{"frozen", "no trainable parameters"},
-                      BadModule{"pickled", "cannot load it as a TorchScript module"}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Modules, TorchScriptContract,
+                         ::testing::Values(BadModule{"no_targets", "forward takes 1 argument(s)"},
+                                           BadModule{"non_scalar", "not a scalar loss"},
+                                           BadModule{"tuple_return", "not a Tensor"},
+                                           BadModule{"frozen", "no trainable parameters"},
+                                           BadModule{"pickled", "cannot load it as a TorchScript module"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ActivationCheckpointingPilot, ResumesBitwiseAndReportsTheTrade) {
   TempDir t("ackpt");

@@ -61,9 +61,12 @@ std::vector<NodeRun> run_together(const std::vector<std::vector<std::string>>& a
 
 // The variables srun or torchrun give launched process `rank` of 2, one per node.
 std::map<std::string, std::string> node_env(int rank, int port) {
-  return {{"RANK", std::to_string(rank)},       {"WORLD_SIZE", "2"},
-          {"LOCAL_RANK", "0"},                  {"LOCAL_WORLD_SIZE", "1"},
-          {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(port)},
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", "2"},
+          {"LOCAL_RANK", "0"},
+          {"LOCAL_WORLD_SIZE", "1"},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
           {"TORCHELASTIC_USE_AGENT_STORE", "False"}};
 }
 
@@ -138,9 +141,13 @@ TEST(PilotMultinode, TwoSrunStyleNodesShareTheSupervisorsRunDirectory) {
   std::vector<std::map<std::string, std::string>> envs;
   for (int node = 0; node < 2; ++node) {
     argvs.push_back({ANCHOR_BINARY, "pilot", kPilot, "--set", "run.output_dir=" + t.str("runs")});
-    envs.push_back({{"SLURM_PROCID", std::to_string(node)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
-                    {"SLURM_NTASKS_PER_NODE", "1"}, {"SLURM_NODEID", std::to_string(node)},
-                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+    envs.push_back({{"SLURM_PROCID", std::to_string(node)},
+                    {"SLURM_NTASKS", "2"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_NTASKS_PER_NODE", "1"},
+                    {"SLURM_NODEID", std::to_string(node)},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port}});
   }
   auto r = run_together(argvs, envs);
   ASSERT_EQ(r[0].status, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
@@ -160,10 +167,27 @@ TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
   const std::string port = std::to_string(anchor::dist::free_loopback_port());
   std::vector<std::vector<std::string>> argvs;
   for (int node = 0; node < 2; ++node) {
-    std::vector<std::string> a = {ANCHOR_TEST_PYTHON, "-m", "torch.distributed.run", "--no_python", "--nnodes", "2",
-                                  "--node_rank", std::to_string(node), "--nproc_per_node", "1", "--master_addr",
-                                  "127.0.0.1", "--master_port", port, "--redirects", "1", "--tee", "1",
-                                  ANCHOR_BINARY, "pilot", kPilot};
+    std::vector<std::string> a = {ANCHOR_TEST_PYTHON,
+                                  "-m",
+                                  "torch.distributed.run",
+                                  "--no_python",
+                                  "--nnodes",
+                                  "2",
+                                  "--node_rank",
+                                  std::to_string(node),
+                                  "--nproc_per_node",
+                                  "1",
+                                  "--master_addr",
+                                  "127.0.0.1",
+                                  "--master_port",
+                                  port,
+                                  "--redirects",
+                                  "1",
+                                  "--tee",
+                                  "1",
+                                  ANCHOR_BINARY,
+                                  "pilot",
+                                  kPilot};
     if (node == 0) {
       a.push_back("--run-dir");
       a.push_back(t.str("run"));
@@ -230,9 +254,10 @@ TEST(PilotMultinode, WhenTheSupervisorsSideFailsTheAgentStopsItsRanks) {
   const auto t0 = std::chrono::steady_clock::now();
   auto e0 = node_env(0, port);
   e0["ANCHOR_DIST_FAULT"] = "sigkill:0:1";
-  auto r = run_together({{ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=60"},
-                         {ANCHOR_BINARY, "pilot", kPilot, "--set", "distributed.timeout_s=60"}},
-                        {e0, node_env(1, port)});
+  auto r =
+      run_together({{ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=60"},
+                    {ANCHOR_BINARY, "pilot", kPilot, "--set", "distributed.timeout_s=60"}},
+                   {e0, node_env(1, port)});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "two-node pilot with a dead rank 0 ended after " << s << " s (timeout 60 s)\n";
   EXPECT_EQ(r[0].status, 1) << r[0].out;
@@ -255,19 +280,22 @@ TEST(PilotMultinode, WhenTheSupervisorsSideFailsTheAgentStopsItsRanks) {
 TEST(PilotMultinode, ANodeThatNeverComesIsNamedAfterTheTimeout) {
   TempDir t("pilotmnalone");
   const int port = anchor::dist::free_loopback_port();
-  auto r = anchor::testing::run_anchor(
-      {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=2"}, node_env(0, port));
+  auto r = anchor::testing::run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=2"},
+                                       node_env(0, port));
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("node 1 (rank 1) did not answer within 2 s (distributed.timeout_s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("node 1 (rank 1) did not answer within 2 s (distributed.timeout_s)"), std::string::npos)
+      << r.output;
   EXPECT_EQ(read_json(t.str("run/report.json"))["status"], "failed");
 }
 
 TEST(PilotMultinode, UnevenNodesAreRefused) {
   TempDir t("pilotmnuneven");
-  auto r = anchor::testing::run_anchor({"pilot", kPilot, "--run-dir", t.str("run")},
-                                       {{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", "0"},
-                                        {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                                        {"MASTER_PORT", "29500"}});
+  auto r = anchor::testing::run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"RANK", "0"},
+                                                                                      {"WORLD_SIZE", "3"},
+                                                                                      {"LOCAL_RANK", "0"},
+                                                                                      {"LOCAL_WORLD_SIZE", "2"},
+                                                                                      {"MASTER_ADDR", "127.0.0.1"},
+                                                                                      {"MASTER_PORT", "29500"}});
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("3 ranks do not fill nodes of 2 evenly"), std::string::npos) << r.output;
 }

@@ -53,8 +53,11 @@ std::vector<std::string> scaler_args(const TempDir& t) {
   // K = 2, R = 2, growth after 2 clean steps: step 1 is skipped (inf), the
   // scale halves; steps 2 and 3 are clean and it grows back at step 3, after
   // the checkpoint of step 2.
-  return {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "train.precision=bf16", "--set",
-          "train.loss_scale.enabled=true", "--set", "train.loss_scale.growth_interval=2"};
+  return {"pilot",     kPilot,
+          "--run-dir", t.str("run"),
+          "--set",     "train.precision=bf16",
+          "--set",     "train.loss_scale.enabled=true",
+          "--set",     "train.loss_scale.growth_interval=2"};
 }
 
 TEST(PilotPrecision, InjectedInfIsSkippedBacksOffAndTheScalerSurvivesTheKill) {
@@ -83,7 +86,8 @@ TEST(PilotPrecision, InjectedInfIsSkippedBacksOffAndTheScalerSurvivesTheKill) {
   EXPECT_EQ(ls["final_scale"], 65536.0);  // grew after 2 clean steps, in the resumed run too
   ASSERT_EQ(ls["skipped_steps"].size(), 1u);
   EXPECT_EQ(ls["skipped_steps"][0]["step"], 1);
-  EXPECT_EQ(report["resume"]["state_digests"]["saved"]["scaler"], report["resume"]["state_digests"]["restored"]["scaler"]);
+  EXPECT_EQ(report["resume"]["state_digests"]["saved"]["scaler"],
+            report["resume"]["state_digests"]["restored"]["scaler"]);
   const auto md = anchor::fs::read_file(t.str("run/report.md"));
   EXPECT_NE(md.find("## Loss scaler"), std::string::npos) << md;
 }

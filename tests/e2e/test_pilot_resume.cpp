@@ -33,7 +33,8 @@ const std::string kPilot = source_path("configs/pilot.yaml");
 // `anchor pilot` on configs/pilot.yaml with checkpoint.dir = ckpt and extra arguments.
 anchor::testing::AnchorRun pilot(const TempDir& t, const std::string& run, const std::vector<std::string>& extra,
                                  const std::map<std::string, std::string>& env = {}) {
-  std::vector<std::string> args = {"pilot", kPilot, "--run-dir", t.str(run), "--set", "checkpoint.dir=" + t.str("ckpt")};
+  std::vector<std::string> args = {"pilot",    kPilot,  "--run-dir",
+                                   t.str(run), "--set", "checkpoint.dir=" + t.str("ckpt")};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_anchor(args, env);
 }
@@ -54,7 +55,9 @@ std::vector<std::string> step_dirs(const TempDir& t) {
 }
 
 // The state groups a report records for one moment (model, optimizer, RNG, step).
-json groups(const json& d) { return {{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}}; }
+json groups(const json& d) {
+  return {{"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
+}
 
 // The issue's scenario: a 2-rank pilot commits step 2; the next one, started
 // from it, loses rank 1 in its save of step 4 (no COMMITTED), and another loses
@@ -63,8 +66,8 @@ json groups(const json& d) { return {{"model", d["model"]}, {"optimizer", d["opt
 // says where it started.
 TEST(PilotStartFromLatest, AfterARankKilledInASaveTheNextPilotStartsFromTheLastCommittedStep) {
   TempDir t("startdist");
-  const std::vector<std::string> two = {"--nproc-per-node", "2", "--set", "distributed.strategy=zero1", "--set",
-                                        "distributed.timeout_s=20"};
+  const std::vector<std::string> two = {"--nproc-per-node",           "2",     "--set",
+                                        "distributed.strategy=zero1", "--set", "distributed.timeout_s=20"};
   auto r1 = pilot(t, "run1", two);
   ASSERT_EQ(r1.status, 0) << r1.output;
   ASSERT_TRUE(committed(t, 2));
@@ -268,8 +271,9 @@ TEST(PilotStartFromLatest, TwoRanksStartFromAOneRankCheckpoint) {
   ASSERT_EQ(r1.status, 0) << r1.output;
   const auto manifest2 = anchor::sha256_file(t.str("ckpt/step-00000002/manifest.json")).sha256;
   // keep_last 1: A's commit of step 4 retires the start checkpoint; B restores step 4 and never needs it.
-  auto r2 = pilot(t, "run2", {"--start-from", "latest", "--nproc-per-node", "2", "--set", "distributed.strategy=zero2",
-                              "--set", "distributed.timeout_s=20", "--set", "checkpoint.keep_last=1"});
+  auto r2 = pilot(t, "run2",
+                  {"--start-from", "latest", "--nproc-per-node", "2", "--set", "distributed.strategy=zero2", "--set",
+                   "distributed.timeout_s=20", "--set", "checkpoint.keep_last=1"});
   ASSERT_EQ(r2.status, 0) << r2.output;
   const auto rep = read_json(t.str("run2/report.json"));
   const auto& st = rep["start"];
@@ -325,9 +329,21 @@ TEST(PilotStartFromLatest, PassesOverStepsThatDoNotVerifyWhateverTheyHold) {
     ASSERT_EQ(::mkfifo(opt4.c_str(), 0644), 0);
   }
 
-  std::vector<std::string> args = {"/usr/bin/timeout", "-s", "KILL", "600", ANCHOR_BINARY, "pilot", kPilot,
-                                   "--run-dir", t.str("run3"), "--set", "checkpoint.dir=" + t.str("ckpt"),
-                                   "--start-from", "latest", "--set", "pilot.steps_before_save=3"};
+  std::vector<std::string> args = {"/usr/bin/timeout",
+                                   "-s",
+                                   "KILL",
+                                   "600",
+                                   ANCHOR_BINARY,
+                                   "pilot",
+                                   kPilot,
+                                   "--run-dir",
+                                   t.str("run3"),
+                                   "--set",
+                                   "checkpoint.dir=" + t.str("ckpt"),
+                                   "--start-from",
+                                   "latest",
+                                   "--set",
+                                   "pilot.steps_before_save=3"};
   anchor::proc::SpawnOptions o;
   o.merge_stderr = true;
   auto r3 = anchor::proc::run_capture(args, o);
@@ -378,7 +394,8 @@ TEST(PilotStartFromLatest, WorkingDirectoryThatIsNotUtf8) {
     anchor::proc::SpawnOptions o;
     o.merge_stderr = true;
     return anchor::proc::run_capture(
-        {"/bin/sh", "-c", "cd \"$W\" && exec /usr/bin/timeout -s KILL 600 \"$ANCHOR\" pilot configs/pilot.yaml " + args},
+        {"/bin/sh", "-c",
+         "cd \"$W\" && exec /usr/bin/timeout -s KILL 600 \"$ANCHOR\" pilot configs/pilot.yaml " + args},
         [&] {
           o.env["W"] = w.string();
           o.env["ANCHOR"] = ANCHOR_BINARY;

@@ -47,7 +47,7 @@ SrunRun srun(const SlurmCluster& c, const std::vector<std::string>& srun_args, c
   return {r.status, r.out, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
-#define SKIP_WITHOUT_SLURM()                                                       \
+#define SKIP_WITHOUT_SLURM() \
   if (const auto why = SlurmCluster::unavailable_reason(); !why.empty()) GTEST_SKIP() << why
 
 // srun -n 2 on one node: both tasks are Slurm ranks (SLURM_PROCID 0/1,
@@ -62,11 +62,13 @@ TEST(PilotSlurm, SrunTwoTasksOnOneNodePassWithBitwiseResumePerRank) {
   ASSERT_EQ(r.status, 0) << r.output << cluster.logs();
   // Rank 0 saw Slurm's variables, not a self-launch; the port is 20000 + job id % 10000.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(rank 0/2 \(local 0/2\) via slurm, store 127\.0\.0\.1:(\d+))")))
+  ASSERT_TRUE(
+      std::regex_search(r.output, m, std::regex(R"(rank 0/2 \(local 0/2\) via slurm, store 127\.0\.0\.1:(\d+))")))
       << r.output;
   const int port = std::stoi(m[1]);
   EXPECT_EQ(port, anchor::dist::kSlurmPortBase + cluster.first_job_id() % anchor::dist::kSlurmPortSpan);
-  EXPECT_NE(r.output.find("rank 0 runs the pilot with 2 ranks; waiting for its verdict"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 runs the pilot with 2 ranks; waiting for its verdict"), std::string::npos)
+      << r.output;
 
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["status"], "passed");
@@ -84,8 +86,7 @@ TEST(PilotSlurm, ARankKilledMidStepEndsTheJobWithinTheTimeout) {
   SKIP_WITHOUT_SLURM();
   TempDir t("slurm1kill");
   SlurmCluster cluster(t.path() / "cluster", 1);
-  auto r = srun(cluster, {"-n", "2"},
-                {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=30"},
+  auto r = srun(cluster, {"-n", "2"}, {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "distributed.timeout_s=30"},
                 {{"ANCHOR_DIST_FAULT", "sigkill:1:1"}});
   std::cout << "srun ended " << r.seconds << " s after its start (timeout 30 s)\n";
   EXPECT_EQ(r.status, 1) << r.output;
@@ -148,12 +149,14 @@ TEST(PilotSlurm, AcrossTwoNodesTheNextPilotStartsFromTheLastCommittedStep) {
   ASSERT_EQ(first.status, 0) << first.output;
   ASSERT_TRUE(std::filesystem::exists(t.str("ckpt/step-00000002/COMMITTED")));
 
-  auto refused = srun(cluster, two_nodes, {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs0"), "--set", ckpt});
+  auto refused =
+      srun(cluster, two_nodes, {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs0"), "--set", ckpt});
   EXPECT_EQ(refused.status, 2) << refused.output;
   EXPECT_NE(refused.output.find("already holds"), std::string::npos) << refused.output;
 
-  auto next = srun(cluster, two_nodes,
-                   {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs2"), "--set", ckpt, "--start-from", "latest"});
+  auto next =
+      srun(cluster, two_nodes,
+           {"pilot", kPilot, "--set", "run.output_dir=" + t.str("runs2"), "--set", ckpt, "--start-from", "latest"});
   std::cout << "restart across 2 nodes: " << next.seconds << " s\n";
   ASSERT_EQ(next.status, 0) << next.output;
   std::vector<std::filesystem::path> runs;

@@ -21,9 +21,7 @@ using testing::sh_quote;
 using testing::slurp;
 using testing::spit;
 
-std::string anchor_cmd(const std::string& args) {
-  return sh_quote(ANCHOR_BINARY) + " " + args;
-}
+std::string anchor_cmd(const std::string& args) { return sh_quote(ANCHOR_BINARY) + " " + args; }
 
 class ReportCliTest : public testing::RunDirTest {
  protected:
@@ -32,8 +30,7 @@ class ReportCliTest : public testing::RunDirTest {
     sign_run(run_, priv_);
   }
   proc::RunResult verify(const std::string& extra = {}) {
-    return sh(anchor_cmd("verify " + sh_quote(envelope()) + " --key " + sh_quote(pub_) + " " +
-                         extra));
+    return sh(anchor_cmd("verify " + sh_quote(envelope()) + " --key " + sh_quote(pub_) + " " + extra));
   }
   void expect_fails_with(const std::string& name, const std::string& what = {}) {
     auto r = verify();
@@ -140,8 +137,8 @@ TEST_F(ReportCliTest, KeygenPrintsTheKeyIdAndRefusesToOverwrite) {
   EXPECT_EQ(file_mode(dir), 0700u);
   EXPECT_EQ(file_mode(dir + "/anchor.key"), 0600u);
   EXPECT_EQ(file_mode(dir + "/anchor.pub") & ~0644u, 0u);
-  auto der = sh("/usr/bin/openssl pkey -pubin -in " + sh_quote(dir + "/anchor.pub") +
-                " -outform DER | /usr/bin/sha256sum");
+  auto der =
+      sh("/usr/bin/openssl pkey -pubin -in " + sh_quote(dir + "/anchor.pub") + " -outform DER | /usr/bin/sha256sum");
   ASSERT_EQ(der.status, 0) << der.out;
   EXPECT_EQ(der.out.substr(0, 64), id);
 
@@ -176,8 +173,7 @@ TEST_F(ReportCliTest, KeygenWithPassphraseFileEncryptsAndSignsAfterwards) {
   SignOptions so;
   so.passphrase_file = pass;
   sign_run(run_, key, so);
-  auto v = sh(anchor_cmd("verify " + sh_quote(envelope()) + " --key " +
-                         sh_quote((root_ / "enc.pub").string())));
+  auto v = sh(anchor_cmd("verify " + sh_quote(envelope()) + " --key " + sh_quote((root_ / "enc.pub").string())));
   EXPECT_EQ(v.status, 0) << v.out;
   // Negative control: the old key no longer matches the re-signed report.
   EXPECT_EQ(verify().status, 3);

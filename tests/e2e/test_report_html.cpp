@@ -24,7 +24,8 @@ using nlohmann::json;
 
 json browse(const std::string& page, const std::string& workdir) {
   anchor::proc::SpawnOptions o;
-  auto r = anchor::proc::run_capture({"/usr/bin/python3", source_path("tests/support/html_check.py"), page, workdir}, o);
+  auto r =
+      anchor::proc::run_capture({"/usr/bin/python3", source_path("tests/support/html_check.py"), page, workdir}, o);
   EXPECT_EQ(r.status, 0) << r.out;
   const json j = json::parse(r.out, nullptr, false);
   EXPECT_FALSE(j.is_discarded()) << r.out;
@@ -88,7 +89,8 @@ TEST_F(ReportHtml, NegativeControlsAFetchIsAConsoleMessageAndUndrawnSeriesHaveNo
   // the other bars stay): none of the workers' colours is painted, the memory bars still are.
   std::string undrawn = page;
   for (const std::string tag : {"<polyline", "<circle"})
-    for (std::size_t p; (p = undrawn.find(tag)) != std::string::npos;) undrawn.replace(p, tag.size(), "<x-" + tag.substr(1));
+    for (std::size_t p; (p = undrawn.find(tag)) != std::string::npos;)
+      undrawn.replace(p, tag.size(), "<x-" + tag.substr(1));
   anchor::fs::atomic_write_file(dir_->str("undrawn.html"), undrawn);
   const json b = browse(dir_->str("undrawn.html"), dir_->str("browse-undrawn"));
   EXPECT_EQ(chart(b, "loss")["polylines"], 0) << b.dump();
@@ -99,8 +101,8 @@ TEST_F(ReportHtml, NegativeControlsAFetchIsAConsoleMessageAndUndrawnSeriesHaveNo
 
 // Worker B's last resumed step runs under LibTorch's profiler: profile.json
 // is a Chrome trace of its operators, linked from both reports, and the
-// step's numbers still equal worker A's (the verdict is bitwise). Kineto's where LibTorch has it (PyPI's 2.x: an object with
-// traceEvents), the legacy profiler's otherwise (Debian's 1.13: an array).
+// step's numbers still equal worker A's (the verdict is bitwise). Kineto's where LibTorch has it (PyPI's 2.x: an object
+// with traceEvents), the legacy profiler's otherwise (Debian's 1.13: an array).
 TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
   const json profile = read_json(run("profile.json"));
   const json manifest = read_json(run("manifest.json"));
@@ -129,7 +131,8 @@ TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
   ASSERT_TRUE(fig.is_object()) << report["stages"].dump();
   EXPECT_EQ(fig["file"], "profile.json");
   const auto& cfg = report["config"];
-  EXPECT_EQ(fig["step"], cfg["pilot"]["steps_before_save"].get<int>() + cfg["pilot"]["steps_after_resume"].get<int>() - 1)
+  EXPECT_EQ(fig["step"],
+            cfg["pilot"]["steps_before_save"].get<int>() + cfg["pilot"]["steps_after_resume"].get<int>() - 1)
       << "worker B's last step (0-based)";
   EXPECT_EQ(report["resume"]["verdict"], "match");
   EXPECT_EQ(report["resume"]["mode"], "bitwise");
@@ -163,7 +166,8 @@ TEST_F(ReportHtml, TraceJsonHasEveryStageOfEveryProcessAndBothFilesAreSigned) {
   EXPECT_TRUE(sigkill);
 
   std::set<std::string> subjects;
-  const json statement = json::parse(*anchor::report::base64_decode(read_json(run("report.intoto.json"))["payload"].get<std::string>()));
+  const json statement =
+      json::parse(*anchor::report::base64_decode(read_json(run("report.intoto.json"))["payload"].get<std::string>()));
   for (const auto& s : statement["subject"]) subjects.insert(s["name"].get<std::string>());
   EXPECT_TRUE(subjects.count("report.html") && subjects.count("trace.json") && subjects.count("profile.json"))
       << statement["subject"].dump();

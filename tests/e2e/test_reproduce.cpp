@@ -57,8 +57,9 @@ TEST_F(Reproduce, ReproducesBitwiseAndLinksTheOriginal) {
   // The recorded export.copy_to is not used: the original's copy is the only one.
   EXPECT_NE(r.output.find("export.copy_to of the recorded config is not used by a reproduction"), std::string::npos)
       << r.output;
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(t_.path() / "share"), std::filesystem::directory_iterator()),
-            1);
+  EXPECT_EQ(
+      std::distance(std::filesystem::directory_iterator(t_.path() / "share"), std::filesystem::directory_iterator()),
+      1);
   // The re-run is signed with the key the command line named and verifies on its own.
   EXPECT_EQ(run_anchor({"verify", t_.str("again/report.intoto.json"), "--key", t_.str("keys/anchor.pub")}).status, 0);
   // -q: the notes go, the verdict stays.
@@ -114,8 +115,9 @@ TEST(ReproduceElsewhere, RootAndMapFindTheInputsAndOnlyDigestsDecide) {
   std::filesystem::create_directories(old_tree + "/configs");
   std::filesystem::create_directories(old_tree + "/data");
   std::filesystem::copy_file(source_path("configs/pilot.yaml"), old_tree + "/configs/pilot.yaml");
-  std::filesystem::copy_file(source_path("data/tiny/train.txt"), old_tree + "/data/train.txt");  // relative in the config
-  std::filesystem::copy_file(source_path("data/tiny/val.txt"), old_tree + "/data/val.txt");      // absolute
+  std::filesystem::copy_file(source_path("data/tiny/train.txt"),
+                             old_tree + "/data/train.txt");                                  // relative in the config
+  std::filesystem::copy_file(source_path("data/tiny/val.txt"), old_tree + "/data/val.txt");  // absolute
   ASSERT_EQ(run_anchor({"keygen", "-o", t.str("keys")}).status, 0);
   auto p = run_anchor({"pilot", old_tree + "/configs/pilot.yaml", "--run-dir", t.str("orig"), "--set",
                        "data.train=[../data/train.txt]", "--set", "data.val=[" + old_tree + "/data/val.txt]", "--set",
@@ -123,8 +125,10 @@ TEST(ReproduceElsewhere, RootAndMapFindTheInputsAndOnlyDigestsDecide) {
   ASSERT_EQ(p.status, 0) << p.output;
   std::filesystem::rename(old_tree, new_tree);
   auto reproduce = [&](const std::string& run, std::vector<std::string> extra) {
-    std::vector<std::string> a = {"reproduce", t.str("orig/report.intoto.json"), "--key", t.str("keys/anchor.pub"),
-                                  "--run-dir", t.str(run), "--signing-key", "none"};
+    std::vector<std::string> a = {"reproduce",     t.str("orig/report.intoto.json"),
+                                  "--key",         t.str("keys/anchor.pub"),
+                                  "--run-dir",     t.str(run),
+                                  "--signing-key", "none"};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_anchor(a);
   };
@@ -293,8 +297,8 @@ TEST(ReproduceOutputs, WritesOnlyUnderItsOwnRunDirectoryAndSaysWhichKeyItTrusted
   EXPECT_TRUE(krep.value("signed", false)) << krep.dump(2);
   EXPECT_NE(krep.value("signer_key_id", ""), signer) << "the report's key signed the re-run";
   const char* xdg = std::getenv("XDG_CONFIG_HOME");
-  const std::string user_pub = (xdg && xdg[0] == '/' ? std::string(xdg) : std::string(std::getenv("HOME")) + "/.config") +
-                               "/anchor/anchor.pub";
+  const std::string user_pub =
+      (xdg && xdg[0] == '/' ? std::string(xdg) : std::string(std::getenv("HOME")) + "/.config") + "/anchor/anchor.pub";
   auto uv = run_anchor({"verify", (runs[0] / "report.intoto.json").string(), "--key", user_pub});
   EXPECT_EQ(uv.status, 0) << uv.output;
   EXPECT_TRUE(std::filesystem::exists(t.str("again/report.intoto.json")));
@@ -306,10 +310,9 @@ namespace {
 
 // `anchor diff CONFIG REPORT`: the config about to run against a real past run.
 TEST_F(Reproduce, DiffNamesWhatAConfigChangesAgainstThePastRun) {
-  const std::vector<std::string> same = {"--set", "data.train=[" + t_.str("train.txt") + "]", "--set",
-                                         "data.val=[" + t_.str("val.txt") + "]", "--set",
-                                         "report.signing_key=" + t_.str("keys/anchor.key"), "--set",
-                                         "export.copy_to=" + t_.str("share")};
+  const std::vector<std::string> same = {
+      "--set", "data.train=[" + t_.str("train.txt") + "]",        "--set", "data.val=[" + t_.str("val.txt") + "]",
+      "--set", "report.signing_key=" + t_.str("keys/anchor.key"), "--set", "export.copy_to=" + t_.str("share")};
   auto args = [&](std::vector<std::string> extra, const std::string& report) {
     std::vector<std::string> a = {"diff", source_path("configs/pilot.yaml"), report};
     a.insert(a.end(), same.begin(), same.end());

@@ -35,19 +35,22 @@ class Gpu : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string text;
-    for (int i = 0; text.size() < 400000; ++i) text += "a gpu step of the pilot " + std::to_string(i * 7919 % 1000) + ". ";
+    for (int i = 0; text.size() < 400000; ++i)
+      text += "a gpu step of the pilot " + std::to_string(i * 7919 % 1000) + ". ";
     std::ofstream(dir_.str("train.txt")) << text;
   }
   config::Config cfg(const std::string& train_extra, const std::string& model_extra = "") const {
-    return config::load_string("run: {seed: 7, threads: 1}\n"
-                               "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 64, dropout: 0.1" +
-                                   model_extra + "}\n"
-                                                 "data: {train: [" +
-                                   dir_.str("train.txt") +
-                                   "], seq_len: 64, val_fraction: 0.1}\n"
-                                   "train: {micro_batch: 4, grad_accum: 1, total_steps: 100" +
-                                   train_extra + "}\ndevice: cuda\n",
-                               "gpu.yaml");
+    return config::load_string(
+        "run: {seed: 7, threads: 1}\n"
+        "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 64, dropout: 0.1" +
+            model_extra +
+            "}\n"
+            "data: {train: [" +
+            dir_.str("train.txt") +
+            "], seq_len: 64, val_fraction: 0.1}\n"
+            "train: {micro_batch: 4, grad_accum: 1, total_steps: 100" +
+            train_extra + "}\ndevice: cuda\n",
+        "gpu.yaml");
   }
   TempDir dir_{"gpu"};
 };
@@ -102,7 +105,8 @@ TEST_F(Gpu, StepMemoryIsTheCachingAllocatorsOwn) {
 // forward and gradients as the written-out attention within fp32 tolerance.
 TEST_F(Gpu, SdpaMatchesManualAttentionOnCuda) {
   ANCHOR_SKIP_WITHOUT_GPU();
-  if (!compat::kHasSdpa) GTEST_SKIP() << "LibTorch " << compat::torch_version() << " has no scaled_dot_product_attention";
+  if (!compat::kHasSdpa)
+    GTEST_SKIP() << "LibTorch " << compat::torch_version() << " has no scaled_dot_product_attention";
   auto run = [&](const std::string& attention) {
     auto c = cfg("", ", dropout: 0, attention: " + attention);
     torch::manual_seed(11);
@@ -125,13 +129,15 @@ TEST_F(Gpu, SdpaMatchesManualAttentionOnCuda) {
 TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
   ANCHOR_SKIP_WITHOUT_GPU();
   auto peak = [&](int mb, int seq) {
-    auto c = config::load_string("run: {seed: 7, threads: 1}\n"
-                                 "model: {n_layer: 4, n_head: 8, n_embd: 512, block_size: 1024, dropout: 0.1}\n"
-                                 "data: {train: [" + dir_.str("train.txt") + "], seq_len: " + std::to_string(seq) +
-                                     ", val_fraction: 0.1}\n"
-                                     "train: {micro_batch: " + std::to_string(mb) +
-                                     ", grad_accum: 1, total_steps: 100}\ndevice: cuda\n",
-                                 "mem.yaml");
+    auto c = config::load_string(
+        "run: {seed: 7, threads: 1}\n"
+        "model: {n_layer: 4, n_head: 8, n_embd: 512, block_size: 1024, dropout: 0.1}\n"
+        "data: {train: [" +
+            dir_.str("train.txt") + "], seq_len: " + std::to_string(seq) +
+            ", val_fraction: 0.1}\n"
+            "train: {micro_batch: " +
+            std::to_string(mb) + ", grad_accum: 1, total_steps: 100}\ndevice: cuda\n",
+        "mem.yaml");
     train::Trainer t(c);
     t.train_step();  // optimizer state appears
     measure::reset_peak(t.device());
@@ -146,16 +152,21 @@ TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
   for (auto [mb, seq] : std::vector<std::pair<int, int>>{{16, 512}, {4, 1024}}) {
     const double measured = peak(mb, seq), predicted = fit.predict(mb, seq);
     const double err = (predicted - measured) / measured;
-    points.push_back({{"micro_batch", mb}, {"seq_len", seq}, {"predicted_bytes", predicted},
-                      {"measured_bytes", measured}, {"error", err}});
+    points.push_back({{"micro_batch", mb},
+                      {"seq_len", seq},
+                      {"predicted_bytes", predicted},
+                      {"measured_bytes", measured},
+                      {"error", err}});
     EXPECT_LE(std::abs(err), 0.10) << "micro_batch " << mb << ", seq_len " << seq;
   }
-  std::printf("ANCHOR_GPU_CHECK %s\n", nlohmann::json({{"check", "memory_model"}, {"quadratic", fit.quadratic},
-                                                         {"attention", model::attention_name(model::GptOptions::from(
-                                                                           config::ModelConfig{}).attention)},
-                                                         {"held_out", points}})
-                                           .dump()
-                                           .c_str());
+  std::printf(
+      "ANCHOR_GPU_CHECK %s\n",
+      nlohmann::json({{"check", "memory_model"},
+                      {"quadratic", fit.quadratic},
+                      {"attention", model::attention_name(model::GptOptions::from(config::ModelConfig{}).attention)},
+                      {"held_out", points}})
+          .dump()
+          .c_str());
 }
 
 // The probe's steps on one trainer (its AdamW state created without a step,
@@ -165,13 +176,15 @@ TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
 TEST_F(Gpu, TheProbesStepsOnOneTrainerEqualFreshTrainersSecondSteps) {
   ANCHOR_SKIP_WITHOUT_GPU();
   const auto cfg = [&](int mb, int seq) {
-    return config::load_string("run: {seed: 7, threads: 1}\n"
-                               "model: {n_layer: 2, n_head: 4, n_embd: 128, block_size: 256}\n"
-                               "data: {train: [" + dir_.str("train.txt") + "], seq_len: " + std::to_string(seq) +
-                                   ", val_fraction: 0.1}\n"
-                                   "train: {micro_batch: " + std::to_string(mb) +
-                                   ", grad_accum: 2, total_steps: 100}\ndevice: cuda\n",
-                               "probe.yaml");
+    return config::load_string(
+        "run: {seed: 7, threads: 1}\n"
+        "model: {n_layer: 2, n_head: 4, n_embd: 128, block_size: 256}\n"
+        "data: {train: [" +
+            dir_.str("train.txt") + "], seq_len: " + std::to_string(seq) +
+            ", val_fraction: 0.1}\n"
+            "train: {micro_batch: " +
+            std::to_string(mb) + ", grad_accum: 2, total_steps: 100}\ndevice: cuda\n",
+        "probe.yaml");
   };
   const auto fresh_second_step = [&](int mb, int seq) {
     train::Trainer t(cfg(mb, seq));
@@ -216,8 +229,8 @@ TEST_F(Gpu, OneRankNcclGroupAllReduces) {
 // the allocator's figures in the report, and the GPU runtime pins.
 TEST_F(Gpu, DefaultPilotPassesOnCuda) {
   ANCHOR_SKIP_WITHOUT_GPU();
-  const auto run = anchor::testing::run_anchor(
-      {"pilot", anchor::testing::source_path("configs/pilot.yaml"), "--set", "device=cuda", "--run-dir", dir_.str("run")});
+  const auto run = anchor::testing::run_anchor({"pilot", anchor::testing::source_path("configs/pilot.yaml"), "--set",
+                                                "device=cuda", "--run-dir", dir_.str("run")});
   ASSERT_EQ(run.status, 0) << run.output;
   const auto report = anchor::testing::read_json(dir_.path() / "run" / "report.json");
   EXPECT_EQ(report["status"], "passed") << report.dump(2);

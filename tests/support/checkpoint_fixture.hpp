@@ -28,8 +28,7 @@ inline float tensor_value(std::int64_t step, std::int64_t i) {
 }
 
 // Buffers are kept (keyed by step and size) until tensor_cache().clear().
-inline std::map<std::tuple<std::int64_t, std::int64_t, int>, std::unique_ptr<std::vector<float>>>&
-tensor_cache() {
+inline std::map<std::tuple<std::int64_t, std::int64_t, int>, std::unique_ptr<std::vector<float>>>& tensor_cache() {
   static std::map<std::tuple<std::int64_t, std::int64_t, int>, std::unique_ptr<std::vector<float>>> cache;
   return cache;
 }

@@ -25,9 +25,12 @@ int main(int argc, char** argv) {
   long steps = 0;
   int keep = 2;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--mib")) mib = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atol(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--keep")) keep = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--mib"))
+      mib = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atol(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--keep"))
+      keep = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "ckpt_saver: unknown option %s\n", argv[i]);
       return 2;

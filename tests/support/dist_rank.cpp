@@ -47,11 +47,16 @@ int main(int argc, char** argv) {
       continue;
     }
     int k = std::stoi(argv[i + 1]);
-    if (a == "--die-at-step") die = k;
-    else if (a == "--hang-at-step") hang = k;
-    else if (a == "--perturb-at-step") perturb = k;
-    else if (a == "--save-at") save_at.push_back(k);
-    else if (a == "--restore") restore = k != 0;
+    if (a == "--die-at-step")
+      die = k;
+    else if (a == "--hang-at-step")
+      hang = k;
+    else if (a == "--perturb-at-step")
+      perturb = k;
+    else if (a == "--save-at")
+      save_at.push_back(k);
+    else if (a == "--restore")
+      restore = k != 0;
   }
   try {
     auto cfg = config::load(argv[1]);
@@ -76,8 +81,10 @@ int main(int argc, char** argv) {
         std::ofstream(out + ".saved" + std::to_string(t.step()) + ".json") << t.state_digest().dump(2);
         std::vector<torch::Tensor> keep;
         auto req = t.save_request(keep, nlohmann::json::object());
-        if (pg) train::save_distributed(*pg, store, std::move(req));
-        else store.save(req);
+        if (pg)
+          train::save_distributed(*pg, store, std::move(req));
+        else
+          store.save(req);
       }
       if (env.rank == 1 && s == die) ::raise(SIGKILL);
       if (env.rank == 1 && s == hang)

@@ -22,8 +22,8 @@ inline std::string no_gpu_reason() {
 
 }  // namespace anchor::testing
 
-#define ANCHOR_SKIP_WITHOUT_GPU()                                        \
-  do {                                                                   \
+#define ANCHOR_SKIP_WITHOUT_GPU()                                          \
+  do {                                                                     \
     const std::string anchor_no_gpu_ = ::anchor::testing::no_gpu_reason(); \
-    if (!anchor_no_gpu_.empty()) GTEST_SKIP() << anchor_no_gpu_;         \
+    if (!anchor_no_gpu_.empty()) GTEST_SKIP() << anchor_no_gpu_;           \
   } while (0)

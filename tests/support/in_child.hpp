@@ -20,7 +20,7 @@ struct ChildOutcome {
   bool timed_out = false;  // killed at the deadline: the call blocked
   bool threw = false;      // it threw anchor::Error
   ErrorKind kind = ErrorKind::kRuntime;
-  std::string text;        // the Error's what() and "\nhint: " and its hint, or what f returned
+  std::string text;  // the Error's what() and "\nhint: " and its hint, or what f returned
   double seconds = 0;
 };
 

@@ -23,8 +23,7 @@ inline nlohmann::json read_json(const std::filesystem::path& path) {
 }
 
 // Runs `anchor args...` from the source directory with extra environment.
-inline AnchorRun run_anchor(const std::vector<std::string>& args,
-                            const std::map<std::string, std::string>& env = {}) {
+inline AnchorRun run_anchor(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
   std::vector<std::string> argv = {ANCHOR_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   proc::SpawnOptions o;

@@ -42,8 +42,9 @@ class SlurmCluster {
     if (::geteuid() != 0) return "the private Slurm cluster runs its daemons as root, and this test is not root";
     for (const char* p : {"munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo"})
       if (find_program(p).empty())
-        return std::string(p) + " is not installed (scripts/install-deps.sh installs munge, slurmctld, slurmd, "
-                                "slurm-client)";
+        return std::string(p) +
+               " is not installed (scripts/install-deps.sh installs munge, slurmctld, slurmd, "
+               "slurm-client)";
     return "";
   }
 
@@ -79,9 +80,8 @@ class SlurmCluster {
          << "FirstJobId=" << first_job_id_ << "\n";
     std::string names;
     for (int n = 1; n <= nodes; ++n) {
-      conf << "NodeName=n" << n << " NodeHostname=" << host << " NodeAddr=127.0.0.1 Port="
-           << dist::free_loopback_port() << " CPUs=" << std::max(1u, std::thread::hardware_concurrency())
-           << " State=UNKNOWN\n";
+      conf << "NodeName=n" << n << " NodeHostname=" << host << " NodeAddr=127.0.0.1 Port=" << dist::free_loopback_port()
+           << " CPUs=" << std::max(1u, std::thread::hardware_concurrency()) << " State=UNKNOWN\n";
       names += (n > 1 ? "," : "") + std::string("n") + std::to_string(n);
     }
     conf << "PartitionName=anchor Nodes=" << names << " Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n";

@@ -27,7 +27,9 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
-  std::string str(const std::string& child = "") const { return child.empty() ? path_.string() : (path_ / child).string(); }
+  std::string str(const std::string& child = "") const {
+    return child.empty() ? path_.string() : (path_ / child).string();
+  }
 
  private:
   std::filesystem::path path_;

@@ -22,9 +22,9 @@ namespace anchor::checkpoint {
 
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
 
-const char* dtype_name(DType d);                          // "F32"
+const char* dtype_name(DType d);                           // "F32"
 std::optional<DType> dtype_from_name(std::string_view s);  // nullopt when unknown
-std::size_t dtype_size(DType d);                          // bytes per element
+std::size_t dtype_size(DType d);                           // bytes per element
 
 // The largest header the reader accepts (a guard against absurd allocations).
 constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
@@ -47,8 +47,7 @@ struct TensorRef {
 // size, negative dimension) before touching the disk, and Error(kIo) naming
 // the path and errno when the file system fails; on failure the partial file
 // is unlinked (best effort).
-FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path,
-                             const std::vector<TensorRef>& tensors,
+FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const std::vector<TensorRef>& tensors,
                              const std::map<std::string, std::string>& metadata = {});
 
 // The serialized bytes of a safetensors file (what write_safetensors writes).
@@ -80,9 +79,7 @@ class FileBytes {
   // changes size while it is read).
   static FileBytes read(const std::string& path, FileDigest* digest);
 
-  const std::uint8_t* data() const {
-    return map_ ? base_ : reinterpret_cast<const std::uint8_t*>(str_.data());
-  }
+  const std::uint8_t* data() const { return map_ ? base_ : reinterpret_cast<const std::uint8_t*>(str_.data()); }
   std::size_t size() const { return map_ ? size_ : str_.size(); }
 
  private:

@@ -54,7 +54,7 @@ struct RemoteFiles {
 struct SaveRequest {
   std::int64_t step = 0;
   std::vector<FileContent> files;
-  RemoteFiles remote;  // empty: every file is written by this process
+  RemoteFiles remote;    // empty: every file is written by this process
   nlohmann::json state;  // written as state.json; the store sets "step" (a different "step" is an error)
 };
 
@@ -80,9 +80,9 @@ constexpr int kFaultExitCode = 86;
 constexpr const char* kFaultEnv = "ANCHOR_FAULT";
 
 struct SaveResult {
-  std::string dir;         // <root>/step-NNNNNNNN
-  double seconds = 0;      // wall time of the save
-  std::uint64_t bytes = 0; // every file written, manifest and COMMITTED included
+  std::string dir;          // <root>/step-NNNNNNNN
+  double seconds = 0;       // wall time of the save
+  std::uint64_t bytes = 0;  // every file written, manifest and COMMITTED included
 };
 
 // "step-00000002"
@@ -134,7 +134,7 @@ class Store {
     // "unreadable" (the directory or an entry could not be examined: the
     // problem names the errno), "temporary", "trash".
     std::string state;
-    std::uint64_t bytes = 0;            // total size of the regular files in the dir
+    std::uint64_t bytes = 0;  // total size of the regular files in the dir
   };
   // Checks one checkpoint directory completely and collects every problem.
   // Reads only regular files (fs::open_regular): a FIFO or device in the

@@ -44,7 +44,8 @@ inline torch::ScalarType torch_dtype(DType d) {
 inline TensorRef tensor_ref(const std::string& name, const torch::Tensor& t, std::vector<torch::Tensor>& keep) {
   keep.push_back(t.detach().to(torch::kCPU).contiguous());
   const auto& c = keep.back();
-  return TensorRef{name, dtype_of(c.scalar_type()), c.sizes().vec(), c.data_ptr(), static_cast<std::size_t>(c.nbytes())};
+  return TensorRef{name, dtype_of(c.scalar_type()), c.sizes().vec(), c.data_ptr(),
+                   static_cast<std::size_t>(c.nbytes())};
 }
 
 }  // namespace anchor::checkpoint

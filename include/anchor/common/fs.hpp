@@ -64,8 +64,8 @@ class FaultInjectingFs : public FileSystem {
 // Writes `content` to `path` atomically: a sibling temp file created with
 // O_EXCL, written, fsynced, renamed over `path`, then the directory fsynced.
 // On any failure the temp file is removed and `path` is left as it was.
-void atomic_write_file(const std::string& path, const std::string& content,
-                       FileSystem& fs = real_fs(), mode_t mode = 0644);
+void atomic_write_file(const std::string& path, const std::string& content, FileSystem& fs = real_fs(),
+                       mode_t mode = 0644);
 
 // Reads a whole regular file (opened through open_regular, common/unique_fd.hpp:
 // a FIFO, socket, device or directory is refused at once instead of blocking

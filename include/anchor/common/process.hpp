@@ -28,8 +28,8 @@ struct SpawnOptions {
   bool capture_stdout = false;             // pipe the child's stdout to Child::stdout_fd
   bool merge_stderr = false;               // with capture_stdout: stderr into the same pipe
   bool new_process_group = false;
-  bool die_with_parent = false;            // PR_SET_PDEATHSIG(SIGKILL): no orphaned workers
-  std::string cwd;                         // the child's working directory; "" -> this process's
+  bool die_with_parent = false;  // PR_SET_PDEATHSIG(SIGKILL): no orphaned workers
+  std::string cwd;               // the child's working directory; "" -> this process's
 };
 
 struct Child {

@@ -41,7 +41,6 @@ struct FileDigest {
 // called with bytes read so far. Throws Error (kIo) naming the path when the
 // file cannot be opened or read, is not a regular file, or changes size or
 // mtime while it is hashed.
-FileDigest sha256_file(const std::string& path,
-                       const std::function<void(std::uint64_t)>& progress = {});
+FileDigest sha256_file(const std::string& path, const std::function<void(std::uint64_t)>& progress = {});
 
 }  // namespace anchor

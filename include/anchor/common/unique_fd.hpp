@@ -40,9 +40,9 @@ class UniqueFd {
 
 // How open_regular names the file and classifies a file that is not regular.
 struct OpenRegular {
-  std::string what;                  // "private key", "data shard": named in messages; empty: none
-  ErrorKind kind = ErrorKind::kIo;   // kind of the "not a regular file" error
-  std::string hint;                  // replaces the default hint of that error
+  std::string what;                 // "private key", "data shard": named in messages; empty: none
+  ErrorKind kind = ErrorKind::kIo;  // kind of the "not a regular file" error
+  std::string hint;                 // replaces the default hint of that error
 };
 
 // Opens `path` read-only (O_CLOEXEC) without blocking and returns the

@@ -20,32 +20,32 @@ namespace anchor::config {
 
 struct RunConfig {
   std::string name = "pilot";
-  std::string output_dir = "runs";      // run directories go under it: <output_dir>/<run-id>/
-  std::uint64_t seed = 1234;            // root seed; every other seed derives from it
-  bool deterministic = true;            // deterministic algorithms; bitwise resume on CPU
-  int threads = 2;                      // intra-op threads; recorded (results depend on it)
+  std::string output_dir = "runs";  // run directories go under it: <output_dir>/<run-id>/
+  std::uint64_t seed = 1234;        // root seed; every other seed derives from it
+  bool deterministic = true;        // deterministic algorithms; bitwise resume on CPU
+  int threads = 2;                  // intra-op threads; recorded (results depend on it)
 };
 
 struct ModelConfig {
-  std::string source = "builtin";       // builtin | safetensors | torchscript
-  std::string arch = "gpt";             // built-in family
+  std::string source = "builtin";  // builtin | safetensors | torchscript
+  std::string arch = "gpt";        // built-in family
   int n_layer = 2;
   int n_head = 4;
   int n_embd = 64;
   int vocab_size = 256;
-  int block_size = 64;                  // maximum positions (>= data.seq_len)
+  int block_size = 64;  // maximum positions (>= data.seq_len)
   double dropout = 0.1;
   bool bias = true;
-  std::string attention = "auto";       // auto | sdpa | manual (built-in GPT; docs/models.md)
-  std::string weights;                  // source=safetensors: HF GPT-2 layout file
-  std::string torchscript;              // source=torchscript: module file
+  std::string attention = "auto";  // auto | sdpa | manual (built-in GPT; docs/models.md)
+  std::string weights;             // source=safetensors: HF GPT-2 layout file
+  std::string torchscript;         // source=torchscript: module file
 };
 
 struct DataConfig {
-  std::string format = "text";          // text (bytes, vocab 256) | llmc (uint16 token shards)
-  std::vector<std::string> train;       // files or globs (required)
-  std::vector<std::string> val;         // files or globs; empty -> split off val_fraction
-  double val_fraction = 0.1;            // used when val is empty
+  std::string format = "text";     // text (bytes, vocab 256) | llmc (uint16 token shards)
+  std::vector<std::string> train;  // files or globs (required)
+  std::vector<std::string> val;    // files or globs; empty -> split off val_fraction
+  double val_fraction = 0.1;       // used when val is empty
   int seq_len = 64;
 };
 
@@ -56,17 +56,17 @@ struct OptimizerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  double grad_clip = 1.0;               // max global grad norm; 0 disables
+  double grad_clip = 1.0;  // max global grad norm; 0 disables
 };
 
 struct ScheduleConfig {
-  std::string kind = "cosine";          // cosine | constant
+  std::string kind = "cosine";  // cosine | constant
   std::int64_t warmup_steps = 100;
-  double min_lr_ratio = 0.1;            // final lr = lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio
 };
 
 struct LossScaleConfig {
-  std::string enabled = "auto";         // auto (fp16 only) | true | false
+  std::string enabled = "auto";  // auto (fp16 only) | true | false
   double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
@@ -74,81 +74,81 @@ struct LossScaleConfig {
 };
 
 struct TrainConfig {
-  int micro_batch = 4;                  // sequences per micro-step per rank
-  int grad_accum = 1;                   // micro-steps per optimizer step
-  std::int64_t global_batch = 0;        // sequences per step across ranks; 0 -> derived
-  std::int64_t total_steps = 0;         // the full run's length (one of steps/tokens)
+  int micro_batch = 4;            // sequences per micro-step per rank
+  int grad_accum = 1;             // micro-steps per optimizer step
+  std::int64_t global_batch = 0;  // sequences per step across ranks; 0 -> derived
+  std::int64_t total_steps = 0;   // the full run's length (one of steps/tokens)
   std::int64_t total_tokens = 0;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
-  std::string precision = "fp32";       // fp32 | bf16 | fp16
-  int activation_checkpointing = 0;     // 0 = none; N = every N blocks
+  std::string precision = "fp32";    // fp32 | bf16 | fp16
+  int activation_checkpointing = 0;  // 0 = none; N = every N blocks
   LossScaleConfig loss_scale;
 };
 
 struct PilotConfig {
-  int steps_before_save = 2;            // K (>= 2: the measured step has full optimizer state)
-  int steps_after_resume = 2;           // R
+  int steps_before_save = 2;   // K (>= 2: the measured step has full optimizer state)
+  int steps_after_resume = 2;  // R
   int eval_batches = 2;
-  double tolerance = 0.0;               // relative tolerance when bitwise is not expected (GPU)
-  double precision_tolerance = 0.05;    // fp32 vs low-precision relative difference flagged above it
-  int memory_probe_micro_batch = 0;     // second micro-batch for the memory fit; 0 -> micro_batch/4 (plan::probe_shapes)
-  std::string start_from = "init";      // init | latest: worker A starts from the newest committed checkpoint
+  double tolerance = 0.0;             // relative tolerance when bitwise is not expected (GPU)
+  double precision_tolerance = 0.05;  // fp32 vs low-precision relative difference flagged above it
+  int memory_probe_micro_batch = 0;   // second micro-batch for the memory fit; 0 -> micro_batch/4 (plan::probe_shapes)
+  std::string start_from = "init";    // init | latest: worker A starts from the newest committed checkpoint
 };
 
 struct DistributedConfig {
   int nproc_per_node = 1;
-  std::string backend = "auto";         // auto | gloo | nccl
-  std::string strategy = "ddp";         // ddp | zero1 | zero2
+  std::string backend = "auto";  // auto | gloo | nccl
+  std::string strategy = "ddp";  // ddp | zero1 | zero2
   double timeout_s = 300;
   double bucket_mb = 25;
 };
 
 struct CheckpointConfig {
-  std::string dir;                      // empty -> <run dir>/checkpoints
-  int keep_last = 3;                    // retention; never deletes the newest valid one
+  std::string dir;    // empty -> <run dir>/checkpoints
+  int keep_last = 3;  // retention; never deletes the newest valid one
 };
 
 struct ReportConfig {
-  std::string signing_key;              // PKCS#8 PEM private key; empty: the per-user key; "none": unsigned
-  std::string public_key;               // optional SPKI PEM, for verify
+  std::string signing_key;  // PKCS#8 PEM private key; empty: the per-user key; "none": unsigned
+  std::string public_key;   // optional SPKI PEM, for verify
 };
 
 // YAML section `export` (Config::exporting: `export` is a C++ keyword).
 struct ExportConfig {
-  bool hf = true;                       // the built-in GPT's final weights in GPT-2's layout, <run dir>/export
-  std::string copy_to;                  // a directory off the node: the export copied to <copy_to>/<run id>, verified
+  bool hf = true;       // the built-in GPT's final weights in GPT-2's layout, <run dir>/export
+  std::string copy_to;  // a directory off the node: the export copied to <copy_to>/<run id>, verified
 };
 
 struct ContainerConfig {
-  std::string digest;                   // sha256:<64 hex>; or ANCHOR_CONTAINER_DIGEST
-  bool required = false;                // fail the pin when no digest is known
+  std::string digest;     // sha256:<64 hex>; or ANCHOR_CONTAINER_DIGEST
+  bool required = false;  // fail the pin when no digest is known
 };
 
 struct BudgetConfig {
-  std::string catalog;                  // empty -> configs/catalog.yaml shipped with anchor
-  std::vector<std::string> devices;     // catalog names to plan for; empty -> all
-  double headroom = 0.1;                // fraction of device memory kept free
-  double failures_per_day = 0.5;        // expected interruptions per node-day (Young/Daly)
+  std::string catalog;               // empty -> configs/catalog.yaml shipped with anchor
+  std::vector<std::string> devices;  // catalog names to plan for; empty -> all
+  double headroom = 0.1;             // fraction of device memory kept free
+  double failures_per_day = 0.5;     // expected interruptions per node-day (Young/Daly)
   double restart_minutes = 10;
   double download_gb = 0;
   double preprocess_hours = 0;
   double export_gb = 0;
   double egress_gbps = 1.0;
   double ingress_gbps = 1.0;
-  double eval_every_steps = 0;          // 0 -> no periodic eval in the long run
+  double eval_every_steps = 0;  // 0 -> no periodic eval in the long run
   int nodes = 1;
   int gpus_per_node = 8;
-  double margin = 0.2;                  // schedule margin on top of the estimate
+  double margin = 0.2;  // schedule margin on top of the estimate
 };
 
 // The user's own training program as the pilot's worker (issue 15;
 // docs/program.md). Empty command: the built-in trainer.
 struct ProgramConfig {
-  std::vector<std::string> command;     // argv, started once per rank as worker A and worker B
-  std::string cwd;                      // working directory; empty -> the config file's directory
-  std::vector<std::string> env;         // NAME=VALUE added to (or replacing in) its environment
-  double timeout_s = 3600;              // a worker running longer is killed and the pilot fails
+  std::vector<std::string> command;  // argv, started once per rank as worker A and worker B
+  std::string cwd;                   // working directory; empty -> the config file's directory
+  std::vector<std::string> env;      // NAME=VALUE added to (or replacing in) its environment
+  double timeout_s = 3600;           // a worker running longer is killed and the pilot fails
 };
 
 struct Config {
@@ -157,19 +157,19 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   PilotConfig pilot;
-  std::string device = "cpu";           // cpu | cuda | cuda:N | rocm | auto
+  std::string device = "cpu";  // cpu | cuda | cuda:N | rocm | auto
   DistributedConfig distributed;
   CheckpointConfig checkpoint;
   ReportConfig report;
-  ExportConfig exporting;               // `export`
+  ExportConfig exporting;  // `export`
   ContainerConfig container;
   BudgetConfig budget;
   ProgramConfig program;
 
   // Where it came from; not part of to_json/digest (the same effective config
   // loaded from two places has one digest).
-  std::string source_path;              // the YAML file as given to load() ("" otherwise)
-  std::string base_dir;                 // absolute; relative input paths resolve against it
+  std::string source_path;  // the YAML file as given to load() ("" otherwise)
+  std::string base_dir;     // absolute; relative input paths resolve against it
 };
 
 // One problem found while loading: where it is and what is wrong.
@@ -178,10 +178,10 @@ struct Config {
 // has line 0 too.
 struct Problem {
   std::string file;
-  int line = 0;                         // 1-based; 0 when unknown (e.g. a --set override)
+  int line = 0;  // 1-based; 0 when unknown (e.g. a --set override)
   int column = 0;
-  std::string key;                      // dotted path, e.g. "train.micro_batch"
-  std::string message;                  // what is wrong and what is allowed
+  std::string key;      // dotted path, e.g. "train.micro_batch"
+  std::string message;  // what is wrong and what is allowed
   // "file:line:col: key: message"; "file: key: message" when line is 0;
   // the key part is left out when key is empty (a YAML syntax error).
   std::string format() const;
@@ -209,8 +209,7 @@ Config load(const std::string& path, const std::vector<std::string>& overrides =
 // The same from text; `name` is used in problems. base_dir is `base_dir`, or
 // the current directory when empty; source_path stays empty.
 Config load_string(const std::string& yaml, const std::string& name = "<string>",
-                   const std::vector<std::string>& overrides = {},
-                   const std::string& base_dir = "");
+                   const std::vector<std::string>& overrides = {}, const std::string& base_dir = "");
 
 // The effective config as JSON (every key, defaults filled in) and as YAML.
 // to_json is canonical: the same config always gives the same bytes from dump().

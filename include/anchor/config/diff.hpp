@@ -16,8 +16,8 @@ namespace anchor::config {
 // run"). Paths relative to a config's directory are compared resolved (each
 // against its own directory) and shown as written.
 struct Difference {
-  std::string key;              // "train.micro_batch"
-  nlohmann::json past, now;     // as written; null: the key is not in the past run's config (an older anchor)
+  std::string key;           // "train.micro_batch"
+  nlohmann::json past, now;  // as written; null: the key is not in the past run's config (an older anchor)
   nlohmann::json past_resolved, now_resolved;  // a config-relative path's, as each resolves; else null
   // false: budget.*, report.*, run.name, run.output_dir, checkpoint.keep_last,
   // checkpoint.dir unless pilot.start_from is latest; for a program pilot also

@@ -95,8 +95,8 @@ class Sampler {
 // Index of sample b of micro-step `micro` of optimizer step `step` on `rank`
 // in the global sample stream. Ranks interleave so that the global batch of a
 // step is the same set of windows whatever the world size.
-std::uint64_t global_sample_index(std::int64_t step, int micro, int rank, int b, int micro_batch,
-                                  int grad_accum, int world_size);
+std::uint64_t global_sample_index(std::int64_t step, int micro, int rank, int b, int micro_batch, int grad_accum,
+                                  int world_size);
 
 struct DataSpec {
   Format format = Format::kText;
@@ -105,7 +105,7 @@ struct DataSpec {
   double val_fraction = 0.1;
   int seq_len = 64;
   int vocab_size = 256;
-  std::uint64_t seed = 0;                // data-order seed
+  std::uint64_t seed = 0;  // data-order seed
 };
 
 // Train and validation windows plus the sampler; built once per worker.

@@ -52,7 +52,7 @@ class ProcessGroup {
 bool nccl_available();
 
 struct GradSyncStats {
-  double seconds = 0;      // wall time of the all-reduce (flatten, reduce, unflatten)
+  double seconds = 0;  // wall time of the all-reduce (flatten, reduce, unflatten)
   int buckets = 0;
   std::int64_t bytes = 0;  // gradient bytes reduced by this rank
 };
@@ -60,8 +60,8 @@ struct GradSyncStats {
 // DDP: every gradient averaged over the ranks, in buckets of at most
 // bucket_bytes (a tensor larger than a bucket is a bucket of its own). Bucket
 // order and contents are the parameter order: identical on every rank.
-GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Tensor>& grads,
-                                  std::int64_t bucket_bytes, std::int64_t step);
+GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Tensor>& grads, std::int64_t bucket_bytes,
+                                  std::int64_t step);
 
 // Exchanges `digest` (this rank's parameter digest after `step`) and throws
 // Error (kVerification) naming the ranks whose digest differs from rank 0's.

@@ -11,9 +11,9 @@ namespace anchor::manifest {
 
 // A shared library mapped into this process.
 struct LoadedLibrary {
-  std::string path;                 // as /proc/self/maps names it (canonical)
-  bool deleted = false;             // "(deleted)": replaced or removed on disk since it was loaded
-  bool replaced_since_load = false; // the path now names a different inode than the mapped one
+  std::string path;                  // as /proc/self/maps names it (canonical)
+  bool deleted = false;              // "(deleted)": replaced or removed on disk since it was loaded
+  bool replaced_since_load = false;  // the path now names a different inode than the mapped one
 };
 
 // Every shared object mapped into this process (/proc/self/maps), deduplicated,

@@ -19,9 +19,9 @@ namespace anchor::manifest {
 
 // Identity of a file's contents as the cache sees it.
 struct FileKey {
-  std::string path;              // canonical absolute path (realpath)
+  std::string path;  // canonical absolute path (realpath)
   std::uint64_t size = 0;
-  std::int64_t mtime_ns = 0;     // st_mtim as nanoseconds since the epoch
+  std::int64_t mtime_ns = 0;  // st_mtim as nanoseconds since the epoch
   std::uint64_t inode = 0;
   std::uint64_t dev = 0;
 };
@@ -82,7 +82,7 @@ struct HashResult {
   std::string resolved;  // canonical absolute path (symlinks followed)
   std::uint64_t size = 0;
   std::string sha256;
-  bool cached = false;   // digest came from the cache, the file was not read
+  bool cached = false;  // digest came from the cache, the file was not read
 };
 
 struct HashStats {
@@ -95,10 +95,10 @@ struct HashStats {
 };
 
 struct HashOptions {
-  int threads = 0;            // 0 -> std::thread::hardware_concurrency()
-  HashCache* cache = nullptr; // nullptr -> every file is read
-  bool progress = true;       // a progress line on stderr, only when stderr is a
-                              // terminal and hashing takes longer than 1 s
+  int threads = 0;             // 0 -> std::thread::hardware_concurrency()
+  HashCache* cache = nullptr;  // nullptr -> every file is read
+  bool progress = true;        // a progress line on stderr, only when stderr is a
+                               // terminal and hashing takes longer than 1 s
 };
 
 // Number of worker threads used when HashOptions::threads is 0.
@@ -112,8 +112,8 @@ int default_threads();
 // A file is stored in the cache only when its mtime is more than 100 ms older
 // than the moment its hashing started (a later write in the same mtime tick
 // could otherwise go unnoticed) and its identity did not change while hashed.
-std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs,
-                                   const HashOptions& opts = {}, HashStats* stats = nullptr);
+std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const HashOptions& opts = {},
+                                   HashStats* stats = nullptr);
 
 // The digest over a set of files: SHA-256 of the lines "<sha256>  <path>\n"
 // sorted bytewise, i.e. `sha256sum FILES | LC_ALL=C sort | sha256sum`.

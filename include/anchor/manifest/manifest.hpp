@@ -52,13 +52,13 @@ struct PythonDistribution {
 };
 struct ProgramPins {
   std::vector<std::string> command;
-  std::string cwd, root;                 // root: the main script's directory
-  std::vector<std::string> sources;      // absolute: the modules imported from under root
-  std::string executable;                // the interpreter (sys.executable, resolved)
+  std::string cwd, root;             // root: the main script's directory
+  std::vector<std::string> sources;  // absolute: the modules imported from under root
+  std::string executable;            // the interpreter (sys.executable, resolved)
   std::vector<std::string> sys_path;
   std::vector<PythonDistribution> distributions;
-  std::string distributions_error;       // the helper could not list them
-  std::string python, anchor_pilot;      // versions
+  std::string distributions_error;   // the helper could not list them
+  std::string python, anchor_pilot;  // versions
 };
 // The manifest's "program" section: every source file (path relative to root)
 // and the interpreter with size and SHA-256, every directory holding a source

@@ -18,7 +18,7 @@
 namespace anchor::manifest {
 
 struct PathMap {
-  std::string root;                                         // absolute; empty: the recorded config directory
+  std::string root;                                           // absolute; empty: the recorded config directory
   std::vector<std::pair<std::string, std::string>> prefixes;  // OLD -> NEW, absolute and normalised
   bool empty() const { return root.empty() && prefixes.empty(); }
   nlohmann::json to_json() const;  // for the reproduction's report

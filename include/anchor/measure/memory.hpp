@@ -21,9 +21,9 @@ struct TensorMemory {
   std::int64_t peak_allocated_bytes = 0;  // since the last reset_peak()
   std::int64_t reserved_bytes = -1;       // caching allocator (GPU); -1 on CPU
   std::int64_t peak_reserved_bytes = -1;
-  std::int64_t device_total_bytes = -1;   // GPU total memory; -1 on CPU
+  std::int64_t device_total_bytes = -1;  // GPU total memory; -1 on CPU
   std::int64_t device_free_bytes = -1;
-  std::string source;                     // "counting_allocator" | "cuda_caching_allocator"
+  std::string source;  // "counting_allocator" | "cuda_caching_allocator"
 };
 
 // The figures as the worker reports them (a stage's `memory`, the step's

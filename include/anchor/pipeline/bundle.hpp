@@ -78,13 +78,13 @@ InputPlaces input_places(const nlohmann::json& manifest);
 std::optional<std::pair<std::string, std::string>> recorded_catalog(const nlohmann::json& report);
 
 struct OpenedBundle {
-  std::string dir;             // absolute
-  std::string envelope;        // <dir>/report.intoto.json
-  std::string public_key;      // <dir>/report.pub
-  std::string catalog;         // <dir>/catalog.yaml; empty: the bundle carries none
+  std::string dir;         // absolute
+  std::string envelope;    // <dir>/report.intoto.json
+  std::string public_key;  // <dir>/report.pub
+  std::string catalog;     // <dir>/catalog.yaml; empty: the bundle carries none
   bool with_data = false;
-  manifest::PathMap inputs;    // with_data: where the run's inputs are inside the bundle
-  InputPlaces places;          // with_data: the same, as bundle.json names them (relative)
+  manifest::PathMap inputs;  // with_data: where the run's inputs are inside the bundle
+  InputPlaces places;        // with_data: the same, as bundle.json names them (relative)
 };
 
 // Reads bundle.json strictly (its format, every name a relative path inside

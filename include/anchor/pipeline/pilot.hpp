@@ -14,8 +14,8 @@ namespace anchor::pipeline {
 
 // A rank of a worker group that ran on another node (multi-node pilot).
 struct RemoteRank {
-  int rank = 0;         // global rank
-  int node = 0;         // node index (node 0 is the supervisor's)
+  int rank = 0;  // global rank
+  int node = 0;  // node index (node 0 is the supervisor's)
   std::string host;
   int status = -1;      // exit status, 128 + signal when killed by one
   bool killed = false;  // the node's agent SIGKILLed it (the relayed kill or a stop)
@@ -28,8 +28,8 @@ struct RemoteRank {
 class PilotNodes {
  public:
   virtual ~PilotNodes() = default;
-  virtual int count() const = 0;             // nodes, the supervisor's included
-  virtual int local_world_size() const = 0;  // ranks per node
+  virtual int count() const = 0;                // nodes, the supervisor's included
+  virtual int local_world_size() const = 0;     // ranks per node
   virtual std::string master_addr() const = 0;  // node 0's address: the workers' store
   virtual std::string host(int node) const = 0;
   // Publishes the run directory (and checkpoint directory) and has every
@@ -67,12 +67,12 @@ struct PilotOptions {
   // from the command line, signs (empty: the per-user key; "none": the run is
   // unsigned and says so).
   std::string signing_key;
-  std::string junit_path;              // --junit FILE
-  bool json_stdout = false;            // --json: the report on stdout
+  std::string junit_path;    // --junit FILE
+  bool json_stdout = false;  // --json: the report on stdout
   bool use_hash_cache = true;
-  std::string log_level = "info";      // passed on to the workers
-  std::string worker_binary;           // the workers' executable (anchor-torch); empty -> this one
-  std::string catalog;                 // the device catalog; empty -> plan::find_catalog (budget.catalog, ...)
+  std::string log_level = "info";  // passed on to the workers
+  std::string worker_binary;       // the workers' executable (anchor-torch); empty -> this one
+  std::string catalog;             // the device catalog; empty -> plan::find_catalog (budget.catalog, ...)
 
   // `anchor reproduce`: run this config instead of loading config_path, and
   // compare the results with `baseline` (a past report.json) stage by stage.
@@ -81,8 +81,8 @@ struct PilotOptions {
   // Already pinned for this config (reproduce): written as the run's manifest,
   // not re-hashed. Otherwise worker A pins, in the process that trains.
   const nlohmann::json* pinned_manifest = nullptr;
-  nlohmann::json reproduces;           // link to the report reproduced, its drift
-  bool reproduce_bitwise = true;       // no drift on CPU: bitwise; else the recorded tolerance
+  nlohmann::json reproduces;      // link to the report reproduced, its drift
+  bool reproduce_bitwise = true;  // no drift on CPU: bitwise; else the recorded tolerance
   // Under a multi-node launch: the other nodes (launched.cpp); null on one node.
   PilotNodes* nodes = nullptr;
 };
@@ -111,8 +111,8 @@ enum class WorkerRole { kReference, kResume };
 
 struct WorkerOptions {
   WorkerRole role = WorkerRole::kReference;
-  std::string run_dir;        // holds config.json (the effective config, the checkpoint directory) and work/
-  bool use_hash_cache = true; // the pin's hash cache (worker A, rank 0)
+  std::string run_dir;         // holds config.json (the effective config, the checkpoint directory) and work/
+  bool use_hash_cache = true;  // the pin's hash cache (worker A, rank 0)
 };
 
 // A worker: reads <run_dir>/config.json, runs its stages, reports events on

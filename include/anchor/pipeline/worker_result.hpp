@@ -28,22 +28,22 @@ struct WorkerResult {
   std::string role;  // reference | resume | probe
   std::int64_t pid = 0;
   int rank = 0, world_size = 1;
-  std::string backend;  // with several ranks: the process group's (gloo, nccl)
+  std::string backend;                             // with several ranks: the process group's (gloo, nccl)
   std::int64_t rss_bytes = 0, peak_rss_bytes = 0;  // the process, when it wrote the file
   // Stage records in order: {"stage", "status", "seconds", "figures"} (docs/report.md).
   nlohmann::json stages = nlohmann::json::array();
 
   // reference (worker A)
-  nlohmann::json start;   // where it started: {"from": "init"} or the restored checkpoint (docs/pilot.md)
-  nlohmann::json model;   // parameters, shape, flops_per_token, attention: report measurements.model
+  nlohmann::json start;  // where it started: {"from": "init"} or the restored checkpoint (docs/pilot.md)
+  nlohmann::json model;  // parameters, shape, flops_per_token, attention: report measurements.model
   bool loss_scaler_enabled = false;
-  nlohmann::json precision;  // the precision stage's verdict (docs/precision.md); null in fp32
+  nlohmann::json precision;                        // the precision stage's verdict (docs/precision.md); null in fp32
   std::vector<train::StepRecord> train_steps;      // the K steps; the last is the measured step
   std::vector<train::StepRecord> reference_steps;  // the R steps after the save
-  nlohmann::json step_memory;  // the measured step's memory reading (measure::memory_json)
+  nlohmann::json step_memory;                      // the measured step's memory reading (measure::memory_json)
   train::StateBytes state_bytes;
-  nlohmann::json sharding;     // several ranks: this rank's share next to DDP's (Trainer::sharding)
-  double matmul_flops = 0;     // a measured 512x512 matmul on the device, FLOP/s
+  nlohmann::json sharding;  // several ranks: this rank's share next to DDP's (Trainer::sharding)
+  double matmul_flops = 0;  // a measured 512x512 matmul on the device, FLOP/s
   std::optional<std::int64_t> saved_step;
   std::optional<train::StateDigest> saved_state;
 
@@ -52,8 +52,8 @@ struct WorkerResult {
   std::string restored_dir;
   nlohmann::json skipped = nlohmann::json::array();  // [{"dir", "reason"}]: checkpoints restore passed over
   std::optional<train::StateDigest> restored_state;
-  nlohmann::json rng_restore;  // Trainer::rng_restore
-  std::vector<train::StepRecord> resume_steps;     // the R steps after the restore
+  nlohmann::json rng_restore;                   // Trainer::rng_restore
+  std::vector<train::StepRecord> resume_steps;  // the R steps after the restore
 
   // both: the eval (before the save, after the restore) and the state after the R steps
   std::optional<double> eval_loss;

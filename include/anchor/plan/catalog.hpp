@@ -11,15 +11,15 @@
 namespace anchor::plan {
 
 struct Device {
-  std::string name;               // e.g. "H100-80GB-SXM"
-  std::string platform;           // cuda | rocm
-  double memory_gb = 0;           // device memory, 10^9 bytes
-  double bf16_tflops = 0;         // peak dense bf16 throughput, 10^12 FLOP/s
+  std::string name;                  // e.g. "H100-80GB-SXM"
+  std::string platform;              // cuda | rocm
+  double memory_gb = 0;              // device memory, 10^9 bytes
+  double bf16_tflops = 0;            // peak dense bf16 throughput, 10^12 FLOP/s
   double memory_bandwidth_tbps = 0;  // TB/s
-  std::string interconnect;       // e.g. "NVLink 4"
-  double interconnect_gbps = 0;   // GB/s per GPU (vendor figure)
-  double price_7_day = 0;         // per GPU-hour on a 7-day term (EXAMPLE)
-  double price_30_day = 0;        // per GPU-hour on a 30-day term (EXAMPLE)
+  std::string interconnect;          // e.g. "NVLink 4"
+  double interconnect_gbps = 0;      // GB/s per GPU (vendor figure)
+  double price_7_day = 0;            // per GPU-hour on a 7-day term (EXAMPLE)
+  double price_30_day = 0;           // per GPU-hour on a 30-day term (EXAMPLE)
   std::string currency = "USD";
   std::string notes;
 

@@ -41,13 +41,13 @@ const char* precision_name(Precision p);
 double activation_element_bytes(Precision p);
 
 struct MemoryFit {
-  double fixed = 0;        // bytes
-  double per_token = 0;    // a: bytes per (mb * T)
-  double per_token_seq = 0;  // b: bytes per (mb * T * T); 0 in the linear model
-  bool quadratic = true;   // false: the linear model (fixed + a * mb * T) was fitted
-  std::string note;        // why the linear model was used; "" for the full fit
-  std::vector<double> predicted;  // per input point, in input order
-  std::vector<double> residual;   // predicted - measured, bytes
+  double fixed = 0;                  // bytes
+  double per_token = 0;              // a: bytes per (mb * T)
+  double per_token_seq = 0;          // b: bytes per (mb * T * T); 0 in the linear model
+  bool quadratic = true;             // false: the linear model (fixed + a * mb * T) was fitted
+  std::string note;                  // why the linear model was used; "" for the full fit
+  std::vector<double> predicted;     // per input point, in input order
+  std::vector<double> residual;      // predicted - measured, bytes
   double max_relative_residual = 0;  // max |residual| / measured
 
   double predict(std::int64_t micro_batch, std::int64_t seq_len) const;
@@ -83,16 +83,16 @@ MemoryFit fit_memory_one_point(const MemoryPoint& point, double fixed_bytes);
 // (docs/plan.md, "Accuracy, measured"). The built-in probe and a program's
 // probe both take their shapes from here.
 std::vector<std::pair<std::int64_t, std::int64_t>> probe_shapes(std::int64_t micro_batch, std::int64_t seq_len,
-                                                               std::int64_t probe_micro_batch = 0);
+                                                                std::int64_t probe_micro_batch = 0);
 
 // What a target configuration is predicted to hold at peak, by part.
 struct MemoryBreakdown {
   double parameters = 0;
   double gradients = 0;
   double optimizer = 0;
-  double other_fixed = 0;     // fixed - measured state: workspaces, allocator slack, buffers
-  double cast_weights = 0;    // low-precision autocast copy of the weights
-  double gather_buffer = 0;   // ZeRO-3: one layer's gathered parameters
+  double other_fixed = 0;    // fixed - measured state: workspaces, allocator slack, buffers
+  double cast_weights = 0;   // low-precision autocast copy of the weights
+  double gather_buffer = 0;  // ZeRO-3: one layer's gathered parameters
   double activations = 0;
   double total = 0;
 };

@@ -36,8 +36,7 @@ inline constexpr double kAssumedMfu = 0.4;
 // 2*(r-1)/r * G/degree with r = world/degree. G = grad_bytes.
 // Throws Error (kUsage) when world < 1, degree < 1, degree does not divide
 // world, or stage is not 0..3.
-double comm_bytes_per_step(int zero_stage, int world, int degree, double grad_bytes,
-                           int grad_accum);
+double comm_bytes_per_step(int zero_stage, int world, int degree, double grad_bytes, int grad_accum);
 
 // Young's checkpoint interval sqrt(2 * save_seconds * mtbf_seconds).
 // Infinity when mtbf_seconds is infinite (no failures expected).
@@ -45,16 +44,16 @@ double young_daly_interval_s(double save_seconds, double mtbf_seconds);
 
 // The inputs of the run budget, all in base units (seconds, GB, Gbit/s).
 struct BudgetInput {
-  int world = 1;                  // GPUs: nodes * gpus_per_node
+  int world = 1;  // GPUs: nodes * gpus_per_node
   int nodes = 1;
   double steps = 0;               // optimizer steps of the long run
   double compute_s_per_step = 0;  // compute + communication per step
   double data_wait_s_per_step = 0;
-  double evals = 0;               // periodic evals in the whole run
-  double eval_s = 0;              // seconds per eval
-  double save_s = 0;              // seconds per checkpoint save (measured)
-  double checkpoint_bytes = 0;    // one full checkpoint
-  double failures_per_day = 0;    // per node-day
+  double evals = 0;             // periodic evals in the whole run
+  double eval_s = 0;            // seconds per eval
+  double save_s = 0;            // seconds per checkpoint save (measured)
+  double checkpoint_bytes = 0;  // one full checkpoint
+  double failures_per_day = 0;  // per node-day
   double restart_minutes = 0;
   double download_gb = 0;
   double ingress_gbps = 1;
@@ -65,7 +64,7 @@ struct BudgetInput {
   // 0: not measured, egress_gbps (assumed) times the copies off the node.
   double egress_measured_gbps = 0;
   double margin = 0;
-  double price_7_day = 0;         // per GPU-hour
+  double price_7_day = 0;  // per GPU-hour
   double price_30_day = 0;
 };
 
@@ -84,15 +83,15 @@ struct Measured {
   std::string device = "unknown";  // where the pilot ran: cpu, cuda, rocm
   std::string libtorch;            // the LibTorch (built-in) or torch (program) it ran; "" unknown
   std::vector<std::string> stages_passed;
-  bool program = false;            // the user's own program: the planned shape is the program's
+  bool program = false;  // the user's own program: the planned shape is the program's
 
   // The model.
   double parameters = 0;
-  int n_layer = 0;                 // 0: not known (a program that did not say)
-  double n_embd = 0;               // 0: not known
+  int n_layer = 0;                        // 0: not known (a program that did not say)
+  double n_embd = 0;                      // 0: not known
   std::optional<int> n_head, vocab_size;  // the built-in model's, checked against the planned config
-  double flops_per_token = 0;      // training FLOPs per token at seq_len
-  std::string flops_source;        // how flops_per_token was obtained
+  double flops_per_token = 0;             // training FLOPs per token at seq_len
+  std::string flops_source;               // how flops_per_token was obtained
 
   // The measured step's shape. The built-in's micro-batch is its config's (0 here).
   std::int64_t micro_batch = 0, seq_len = 0;
@@ -138,8 +137,7 @@ MemoryModel memory_model(const Measured& m);
 // is not in the catalog.
 nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config::Config& cfg);
 // make_plan(measured_from_report(report), catalog, cfg).
-nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog,
-                         const config::Config& cfg);
+nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog, const config::Config& cfg);
 
 // A readable rendering of make_plan's output (tables, then assumptions).
 std::string format_plan(const nlohmann::json& plan);

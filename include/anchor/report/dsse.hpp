@@ -43,8 +43,7 @@ struct Envelope {
 };
 
 // Signs PAE(payload_type, payload) and returns the envelope with one signature.
-Envelope sign_envelope(const Key& private_key, const std::string& payload_type,
-                       const std::string& payload);
+Envelope sign_envelope(const Key& private_key, const std::string& payload_type, const std::string& payload);
 
 // {"payloadType":..., "payload":<base64>, "signatures":[{"keyid":"","sig":<base64>}]}
 std::string envelope_to_json(const Envelope& env);

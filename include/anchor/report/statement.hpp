@@ -51,7 +51,7 @@ struct SignOptions {
 
 struct SignResult {
   std::string envelope_path;
-  std::string provenance_path;  // provenance.intoto.json (report/provenance.hpp)
+  std::string provenance_path;       // provenance.intoto.json (report/provenance.hpp)
   std::string model_signature_path;  // model.sig over export/ (report/model_signing.hpp); "" without an export
   std::string public_key_path;
   std::string key_id;
@@ -67,8 +67,7 @@ struct SignResult {
 // Throws Error: kUsage for a key that is refused (group/other-readable,
 // encrypted without a passphrase, not P-256), kIo for file system failures,
 // kVerification as collect_subjects. Logs paths and the key id only.
-SignResult sign_run(const std::string& run_dir, const std::string& private_key_path,
-                    const SignOptions& opts = {});
+SignResult sign_run(const std::string& run_dir, const std::string& private_key_path, const SignOptions& opts = {});
 
 struct VerifyOptions {
   // SPKI PEM public key. Empty: use report.pub beside the envelope, with a
@@ -101,7 +100,6 @@ struct VerifyResult {
 // throws for a bad envelope, key or run directory: every problem found becomes
 // a named entry in `failures`, and ok is true only when there is none.
 VerifyResult verify_envelope(const std::string& envelope_path, const VerifyOptions& opts);
-VerifyResult verify_envelope(const std::string& envelope_path,
-                             const std::string& public_key_path /* may be empty */);
+VerifyResult verify_envelope(const std::string& envelope_path, const std::string& public_key_path /* may be empty */);
 
 }  // namespace anchor::report

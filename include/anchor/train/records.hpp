@@ -13,19 +13,19 @@
 namespace anchor::train {
 
 struct StepRecord {
-  std::int64_t step = 0;        // the optimizer step this record is for (0-based)
-  double loss = 0;              // mean over micro-steps
-  double grad_norm = 0;         // before clipping
+  std::int64_t step = 0;  // the optimizer step this record is for (0-based)
+  double loss = 0;        // mean over micro-steps
+  double grad_norm = 0;   // before clipping
   double lr = 0;
-  std::string batch_digest;     // SHA-256 of the step's input tokens (the data cursor, checked)
-  double data_wait_s = 0;       // assembling batches
-  double compute_s = 0;         // forward, backward, optimizer
-  double comm_s = 0;            // DDP: gradient + loss all-reduce (0 on one rank)
-  double replica_check_s = 0;   // DDP: the parameter digest exchange after the step (0 in the pilot: it checks at saves)
+  std::string batch_digest;    // SHA-256 of the step's input tokens (the data cursor, checked)
+  double data_wait_s = 0;      // assembling batches
+  double compute_s = 0;        // forward, backward, optimizer
+  double comm_s = 0;           // DDP: gradient + loss all-reduce (0 on one rank)
+  double replica_check_s = 0;  // DDP: the parameter digest exchange after the step (0 in the pilot: it checks at saves)
   std::int64_t tokens = 0;
-  double loss_scale = 1;        // the loss scale this step's backward used (1: no scaling)
-  bool skipped = false;         // the loss scaler skipped the optimizer step (inf/NaN gradient)
-  std::string nonfinite_grad;   // the first parameter whose gradient was inf/NaN (skipped, or applied without a scaler)
+  double loss_scale = 1;       // the loss scale this step's backward used (1: no scaling)
+  bool skipped = false;        // the loss scaler skipped the optimizer step (inf/NaN gradient)
+  std::string nonfinite_grad;  // the first parameter whose gradient was inf/NaN (skipped, or applied without a scaler)
 
   nlohmann::json to_json() const;
   // Throws std::invalid_argument naming the first missing or mistyped field,
@@ -40,7 +40,7 @@ nlohmann::json steps_json(const std::vector<StepRecord>& steps);
 // over its tensors' digests by name, and one per tensor ("model/<name>",
 // "optimizer/<name>.<exp_avg|exp_avg_sq|step>", "scaler/<name>", "rng/<generator>").
 struct StateDigest {
-  std::string model;       // parameters, then buffers
+  std::string model;  // parameters, then buffers
   std::string optimizer;
   std::string rng;
   std::optional<std::string> scaler;  // absent in digests written before the loss scaler existed

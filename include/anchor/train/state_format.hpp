@@ -37,11 +37,11 @@ inline constexpr int kStateFormatVersion = 1;
 
 // The "format" tag in the __metadata__ of each safetensors file the trainer
 // writes; a restore refuses a file whose tag is another (check_file_formats).
-inline constexpr const char* kModelFileFormat = "anchor.model/v1";               // model.safetensors
-inline constexpr const char* kOptimizerFileFormat = "anchor.adamw/v1";           // optimizer.safetensors
+inline constexpr const char* kModelFileFormat = "anchor.model/v1";                 // model.safetensors
+inline constexpr const char* kOptimizerFileFormat = "anchor.adamw/v1";             // optimizer.safetensors
 inline constexpr const char* kOptimizerShardFileFormat = "anchor.adamw-shard/v1";  // optimizer-rank*-of-*
-inline constexpr const char* kRngFileFormat = "anchor.rng/v1";                   // rng.safetensors, rng-rank*-of-*
-inline constexpr const char* kScalerFileFormat = "anchor.loss_scaler/v1";        // scaler.safetensors
+inline constexpr const char* kRngFileFormat = "anchor.rng/v1";                     // rng.safetensors, rng-rank*-of-*
+inline constexpr const char* kScalerFileFormat = "anchor.loss_scaler/v1";          // scaler.safetensors
 
 // The tag a file of this name must carry; nullptr for a name the trainer does not write.
 const char* expected_file_format(const std::string& file_name);
@@ -78,17 +78,17 @@ std::optional<std::string> adamw_step_param(const std::string& tensor_name);
 // fields read_saved_state checks, with format_version kStateFormatVersion.
 struct StateFields {
   std::int64_t step = 0;
-  std::string schedule;           // train.schedule.kind
-  double next_lr = 0;             // the learning rate of step `step`
+  std::string schedule;  // train.schedule.kind
+  double next_lr = 0;    // the learning rate of step `step`
   std::int64_t total_steps = 0;
-  std::string precision;          // fp32 | bf16 | fp16
+  std::string precision;  // fp32 | bf16 | fp16
   bool loss_scale_enabled = false;
   double scale = 1;
   std::int64_t growth_tracker = 0, skipped_steps = 0;
   int world_size = 1;
-  std::string strategy = "ddp";   // ddp | zero1 | zero2
+  std::string strategy = "ddp";  // ddp | zero1 | zero2
   int threads = 1;
-  std::string libtorch;           // the version that saved it
+  std::string libtorch;  // the version that saved it
   std::string config_digest;
 };
 // `extra` (an object) with the trainer's fields set over it.
@@ -109,9 +109,9 @@ struct SavedState {
   std::int64_t step = 0;
   int world_size = 1;
   std::string strategy = "ddp";
-  std::string config_digest;         // "" when absent
-  nlohmann::json run_id;             // a string, or null when absent
-  nlohmann::json config;             // an object, or null when absent
+  std::string config_digest;  // "" when absent
+  nlohmann::json run_id;      // a string, or null when absent
+  nlohmann::json config;      // an object, or null when absent
 };
 
 // Checks every field the trainer writes that is present in `state` (step,

@@ -36,7 +36,8 @@ struct RestoreFaults {
   // Not a restore fault: with several ranks, rank 1 of worker A nudges one
   // parameter right before its first save, so the replica check there fails.
   bool diverge_replica = false;
-  static RestoreFaults from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step|drop_scaler|diverge_replica[,...]
+  static RestoreFaults
+  from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step|drop_scaler|diverge_replica[,...]
   bool any() const { return drop_rng || drop_optimizer || wrong_step || drop_scaler; }
 };
 
@@ -110,8 +111,7 @@ class Trainer {
   // optimizer.safetensors from rank 0 under DDP,
   // optimizer-rankRRRRR-of-WWWWW.safetensors (the parameters it owns) from
   // every rank under zero1/zero2.
-  checkpoint::SaveRequest save_request(std::vector<torch::Tensor>& keepalive,
-                                       const nlohmann::json& extra_state) const;
+  checkpoint::SaveRequest save_request(std::vector<torch::Tensor>& keepalive, const nlohmann::json& extra_state) const;
   // The RNG file this rank restores from: rng.safetensors on one rank.
   std::string rng_file_name() const;
   // Restores model, optimizer, RNG and step from a loaded checkpoint, saved at

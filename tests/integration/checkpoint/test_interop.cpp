@@ -27,8 +27,8 @@ TEST_F(Interop, PythonStdlibReadsCppCheckpoint) {
   for (std::int64_t i : {std::int64_t(0), std::int64_t(1), std::int64_t(996), n - 1})
     values[std::to_string(i)] = anchor::test::tensor_value(7, i);
   auto write_expect = [&](const nlohmann::json& v) {
-    nlohmann::json e = {{"file", "model.safetensors"}, {"tensor", "w"}, {"dtype", "F32"}, {"shape", {n}},
-                        {"values", v}};
+    nlohmann::json e = {
+        {"file", "model.safetensors"}, {"tensor", "w"}, {"dtype", "F32"}, {"shape", {n}}, {"values", v}};
     std::ofstream(dir_ / "expect.json") << e.dump();
   };
   write_expect(values);

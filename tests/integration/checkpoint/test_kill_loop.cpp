@@ -65,8 +65,10 @@ TEST_F(KillLoop, RestoreAlwaysFindsACommittedVerifiedStep) {
 
     ck::Store store(root());
     for (const auto& v : store.list())
-      if (v.state == "temporary") ++torn_saves;
-      else if (v.state == "trash") ++torn_deletes;
+      if (v.state == "temporary")
+        ++torn_saves;
+      else if (v.state == "trash")
+        ++torn_deletes;
     auto l = store.restore_newest();
     if (last_saved == 0) {
       // Killed before any save returned: whatever is there must not verify-fail.
@@ -88,8 +90,8 @@ TEST_F(KillLoop, RestoreAlwaysFindsACommittedVerifiedStep) {
       ASSERT_EQ(p[i], anchor::test::tensor_value(l->step, i)) << "tensor of another step";
     last_saved = l->step;
   }
-  std::printf("kill loop: %ld trials, %d kills of a live saver, %d left a torn save, %d a torn delete\n",
-              trials, kills_mid_save, torn_saves, torn_deletes);
+  std::printf("kill loop: %ld trials, %d kills of a live saver, %d left a torn save, %d a torn delete\n", trials,
+              kills_mid_save, torn_saves, torn_deletes);
   EXPECT_GE(kills_mid_save, trials / 2);  // the kills really landed on a live saver
   EXPECT_GT(torn_saves, 0);               // and some of them inside a save
   // Negative control: the same check does catch a torn newest checkpoint.

@@ -37,17 +37,19 @@ using Clock = std::chrono::steady_clock;
 
 class Ddp : public ::testing::Test {
  protected:
-  void SetUp() override {
-    anchor::testing::write_corpus(dir_ / "train.txt", "the ranks reduce the gradients");
-  }
+  void SetUp() override { anchor::testing::write_corpus(dir_ / "train.txt", "the ranks reduce the gradients"); }
 
   // dropout 0 unless asked: with dropout each rank draws its own masks (docs/distributed.md).
   std::string config(int micro_batch, double timeout_s = 60, double bucket_mb = 0.05, double dropout = 0.0) {
     auto p = dir_ / ("cfg-" + std::to_string(micro_batch) + "-" + std::to_string(dropout) + ".yaml");
     std::ofstream(p) << "run: {seed: 7, threads: 1}\n"
-                        "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: " << dropout << "}\n"
-                        "data: {train: [" << (dir_ / "train.txt").string() << "], seq_len: 32, val_fraction: 0.1}\n"
-                     << "train: {micro_batch: " << micro_batch << ", grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n"
+                        "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: "
+                     << dropout
+                     << "}\n"
+                        "data: {train: ["
+                     << (dir_ / "train.txt").string() << "], seq_len: 32, val_fraction: 0.1}\n"
+                     << "train: {micro_batch: " << micro_batch
+                     << ", grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n"
                      << "distributed: {timeout_s: " << timeout_s << ", bucket_mb: " << bucket_mb << "}\n";
     return p.string();
   }
@@ -127,8 +129,9 @@ TEST_F(Ddp, ReplicaCheckNamesTheRankThatDiverged) {
   auto two = run(config(2), 2, "div", {"--perturb-at-step", "1"});
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(two[static_cast<std::size_t>(r)].status, 3) << two[static_cast<std::size_t>(r)].out;
-    EXPECT_NE(two[static_cast<std::size_t>(r)].out.find("after step 1 the parameters of rank(s) 1 differ from rank 0's"),
-              std::string::npos)
+    EXPECT_NE(
+        two[static_cast<std::size_t>(r)].out.find("after step 1 the parameters of rank(s) 1 differ from rank 0's"),
+        std::string::npos)
         << two[static_cast<std::size_t>(r)].out;
   }
 }
@@ -151,8 +154,8 @@ TEST_F(Ddp, HungRankEndsTheOtherAfterTheTimeoutNamingIt) {
   EXPECT_NE(two[0].out.find("failed on rank 0/2: rank 1 did not answer (dead or hung)"), std::string::npos)
       << two[0].out;
   std::cout << "rank 0 ended " << two[0].seconds << " s after its start (timeout " << timeout << " s + grace)\n";
-  EXPECT_GE(two[0].seconds, timeout);              // it waited for the timeout: a hang, not a crash
-  EXPECT_LT(two[0].seconds, timeout + 5 + 30);     // timeout + grace (min(timeout, 5 s)) + start-up
+  EXPECT_GE(two[0].seconds, timeout);           // it waited for the timeout: a hang, not a crash
+  EXPECT_LT(two[0].seconds, timeout + 5 + 30);  // timeout + grace (min(timeout, 5 s)) + start-up
 }
 
 }  // namespace

@@ -46,20 +46,20 @@ std::vector<std::string> lines(const fsys::path& p) {
 
 class Zero : public ::testing::Test {
  protected:
-  void SetUp() override {
-    anchor::testing::write_corpus(dir_ / "train.txt", "the ranks shard the optimizer");
-  }
+  void SetUp() override { anchor::testing::write_corpus(dir_ / "train.txt", "the ranks shard the optimizer"); }
 
   // dropout 0 (the RNG streams change with the world size); grad_clip 0.05 so
   // that clipping by the global norm is exercised on every step.
   std::string config(const std::string& strategy, int micro_batch, double timeout_s = 60) {
     auto p = dir_ / ("cfg-" + strategy + "-" + std::to_string(micro_batch) + ".yaml");
-    std::ofstream(p) << "run: {seed: 7, threads: 1}\n"
-                        "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.0}\n"
-                        "data: {train: [" << (dir_ / "train.txt").string() << "], seq_len: 32, val_fraction: 0.1}\n"
-                     << "train: {micro_batch: " << micro_batch
-                     << ", grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}, optimizer: {grad_clip: 0.05}}\n"
-                     << "distributed: {timeout_s: " << timeout_s << ", bucket_mb: 0.05, strategy: " << strategy << "}\n";
+    std::ofstream(p)
+        << "run: {seed: 7, threads: 1}\n"
+           "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.0}\n"
+           "data: {train: ["
+        << (dir_ / "train.txt").string() << "], seq_len: 32, val_fraction: 0.1}\n"
+        << "train: {micro_batch: " << micro_batch
+        << ", grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}, optimizer: {grad_clip: 0.05}}\n"
+        << "distributed: {timeout_s: " << timeout_s << ", bucket_mb: 0.05, strategy: " << strategy << "}\n";
     return p.string();
   }
 
@@ -136,8 +136,10 @@ TEST_F(Zero, Zero1AndZero2EqualDdpBitwiseAndHoldLessOptimizerState) {
       } else {
         EXPECT_LT(ob, od);
         EXPECT_LE(ob, od * 6 / 10) << "the partition is badly balanced";
-        if (k == 1) EXPECT_EQ(gb, gd);  // ZeRO-1 keeps full gradients
-        else EXPECT_LT(gb, gd);         // ZeRO-2 keeps its shard's
+        if (k == 1)
+          EXPECT_EQ(gb, gd);  // ZeRO-1 keeps full gradients
+        else
+          EXPECT_LT(gb, gd);  // ZeRO-2 keeps its shard's
       }
     }
   EXPECT_EQ(opt_sum[1], read_json(dir_ / "ddp.rank0.sharding.json")["optimizer_bytes"].get<std::int64_t>());
@@ -227,7 +229,8 @@ TEST_F(Zero, ReshardTwoRanksToOne) {
 
   // Negative control: the same restore without the optimizer shards
   // (ANCHOR_PILOT_FAULT=drop_optimizer: fresh AdamW state) is far outside the bound.
-  ok(run(config("zero1", 4), 1, 2, "noopt", {"--ckpt", ck, "--restore", "1"}, {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
+  ok(run(config("zero1", 4), 1, 2, "noopt", {"--ckpt", ck, "--restore", "1"},
+         {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
   const double dn = max_diff(ref, read_floats(dir_ / "noopt.rank0")).abs;
   std::cout << "negative control (optimizer state dropped): max abs diff " << dn << "\n";
   EXPECT_GT(dn, 1e-4);
@@ -265,7 +268,8 @@ TEST_F(Zero, ReshardOneRankToTwo) {
     EXPECT_LE(d, 1e-6);
   }
   // Negative control: the 2 ranks restore the model but not the optimizer state.
-  ok(run(config("zero2", 2), 2, 2, "noopt", {"--ckpt", ck, "--restore", "1"}, {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
+  ok(run(config("zero2", 2), 2, 2, "noopt", {"--ckpt", ck, "--restore", "1"},
+         {{"ANCHOR_PILOT_FAULT", "drop_optimizer"}}));
   const double dn = max_diff(ref, read_floats(dir_ / "noopt.rank0")).abs;
   std::cout << "negative control (optimizer state dropped): max abs diff " << dn << "\n";
   EXPECT_GT(dn, 1e-4);

@@ -44,8 +44,8 @@ std::string reject(const std::string& bytes) {
 }
 
 TEST(DType, NamesSizesRoundTrip) {
-  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::I16,
-                  DType::I8, DType::U8, DType::BOOL}) {
+  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::I16, DType::I8,
+                  DType::U8, DType::BOOL}) {
     auto back = ck::dtype_from_name(ck::dtype_name(d));
     ASSERT_TRUE(back.has_value());
     EXPECT_EQ(*back, d);
@@ -122,8 +122,7 @@ TEST_F(SafetensorsIo, WriterRefusesExistingFileAndBadRequests) {
     }
     return std::string();
   };
-  EXPECT_EQ(msg({{"x", DType::F32, {2}, &x, 4}}),
-            "safetensors write: tensor 'x' F32 [2] needs 8 bytes, got 4");
+  EXPECT_EQ(msg({{"x", DType::F32, {2}, &x, 4}}), "safetensors write: tensor 'x' F32 [2] needs 8 bytes, got 4");
   EXPECT_EQ(msg({{"x", DType::F32, {1}, &x, 4}, {"x", DType::F32, {1}, &x, 4}}),
             "safetensors write: duplicate tensor name 'x'");
   EXPECT_EQ(msg({{"__metadata__", DType::F32, {1}, &x, 4}}),
@@ -177,8 +176,9 @@ TEST(SafetensorsStrict, TruncatedHeaderLength) {
 }
 
 TEST(SafetensorsStrict, HeaderLengthPastEndOfFile) {
-  EXPECT_EQ(reject(raw("{}", "", 100)),
-            "t.safetensors: header length past end of file: header length 100 needs 108 bytes but the file is 10 bytes");
+  EXPECT_EQ(
+      reject(raw("{}", "", 100)),
+      "t.safetensors: header length past end of file: header length 100 needs 108 bytes but the file is 10 bytes");
 }
 
 TEST(SafetensorsStrict, OversizedHeader) {
@@ -192,7 +192,8 @@ TEST(SafetensorsStrict, OversizedHeader) {
 // state per level until the syntax error at its end; nesting is cut at 64.
 TEST(SafetensorsStrict, DeepNestingIsRefusedAtOnce) {
   std::string m = reject(raw("{\"t\":" + std::string(10000000, '[')));
-  EXPECT_EQ(m, "t.safetensors: header is not valid JSON: arrays and objects nest deeper than 64 levels") << m.substr(0, 300);
+  EXPECT_EQ(m, "t.safetensors: header is not valid JSON: arrays and objects nest deeper than 64 levels")
+      << m.substr(0, 300);
   // Negative control: 60 levels inside a metadata-free value are only a schema error, not a nesting one.
   m = reject(raw("{\"t\":" + std::string(60, '[') + std::string(60, ']') + "}"));
   EXPECT_EQ(m.find("nest deeper"), std::string::npos) << m;
@@ -217,8 +218,9 @@ TEST(SafetensorsStrict, DuplicateKeys) {
 }
 
 TEST(SafetensorsStrict, MetadataMustBeStrings) {
-  EXPECT_EQ(reject(raw(R"({"__metadata__":{"a":1}})")),
-            "t.safetensors: __metadata__ is not an object of strings: value of 'a' is a JSON number, expected a string");
+  EXPECT_EQ(
+      reject(raw(R"({"__metadata__":{"a":1}})")),
+      "t.safetensors: __metadata__ is not an object of strings: value of 'a' is a JSON number, expected a string");
   EXPECT_EQ(reject(raw(R"({"__metadata__":["a"]})")),
             "t.safetensors: __metadata__ is not an object of strings: found a JSON array");
   EXPECT_EQ(reject(raw(R"({"__metadata__":{"a":null}})")),
@@ -227,7 +229,8 @@ TEST(SafetensorsStrict, MetadataMustBeStrings) {
 
 TEST(SafetensorsStrict, UnknownDtype) {
   EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F8","shape":[2],"data_offsets":[0,2]}})", "ab")),
-            "t.safetensors: unknown dtype: tensor 't' has dtype 'F8' (expected one of F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+            "t.safetensors: unknown dtype: tensor 't' has dtype 'F8' (expected one of F64 F32 F16 BF16 I64 I32 I16 I8 "
+            "U8 BOOL)");
   EXPECT_EQ(reject(raw(R"({"t":{"dtype":4,"shape":[2],"data_offsets":[0,2]}})", "ab")),
             "t.safetensors: unknown dtype: tensor 't' dtype is a JSON number");
 }
@@ -248,15 +251,18 @@ TEST(SafetensorsStrict, ShapeMustBeNonNegativeInts) {
             "t.safetensors: bad shape: tensor 't' shape [2.0] is not a list of non-negative integers");
   EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", std::string(8, 'a'))),
             "t.safetensors: bad shape: tensor 't' shape is a JSON string");
-  EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::string(8, 'a'))),
-            "t.safetensors: shape/byte-length mismatch: tensor 't' shape [4294967296, 4294967296] overflows");
+  EXPECT_EQ(
+      reject(raw(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::string(8, 'a'))),
+      "t.safetensors: shape/byte-length mismatch: tensor 't' shape [4294967296, 4294967296] overflows");
 }
 
 TEST(SafetensorsStrict, DataOffsetsForm) {
-  EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})")),
-            "t.safetensors: bad data_offsets: tensor 't' data_offsets [0] is not [begin, end] of non-negative integers");
-  EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[-1,7]}})")),
-            "t.safetensors: bad data_offsets: tensor 't' data_offsets [-1,7] is not [begin, end] of non-negative integers");
+  EXPECT_EQ(
+      reject(raw(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})")),
+      "t.safetensors: bad data_offsets: tensor 't' data_offsets [0] is not [begin, end] of non-negative integers");
+  EXPECT_EQ(
+      reject(raw(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[-1,7]}})")),
+      "t.safetensors: bad data_offsets: tensor 't' data_offsets [-1,7] is not [begin, end] of non-negative integers");
   EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})")),
             "t.safetensors: bad data_offsets: tensor 't' begin 8 > end 0");
 }
@@ -280,15 +286,17 @@ TEST(SafetensorsStrict, OverlapGapAndLength) {
   EXPECT_EQ(reject(raw("{" + a + "}", "123")),
             "t.safetensors: file length mismatch: expected 8 + 53 header + 4 data = 65 bytes, file is 64 bytes");
   // Two zero-length tensors at one offset are fine.
-  EXPECT_EQ(reject(raw(R"({"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"y":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})")), "");
+  EXPECT_EQ(
+      reject(raw(
+          R"({"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"y":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})")),
+      "");
 }
 
 TEST(SafetensorsStrict, EveryTruncationOfAValidFileIsRejected) {
   float v[3] = {1, 2, 3};
   std::string good = ck::serialize_safetensors({{"v", DType::F32, {3}, v, 12}}, {{"a", "b"}});
   ASSERT_EQ(reject(good), "");
-  for (std::size_t n = 0; n < good.size(); ++n)
-    EXPECT_NE(reject(good.substr(0, n)), "") << "truncated to " << n;
+  for (std::size_t n = 0; n < good.size(); ++n) EXPECT_NE(reject(good.substr(0, n)), "") << "truncated to " << n;
   EXPECT_NE(reject(good + "x"), "");
 }
 
@@ -330,8 +338,8 @@ std::pair<std::string, std::string> reject_full(const std::string& bytes, const 
 
 TEST(SafetensorsUtf8, InvalidBytesInTheHeaderGiveAMessageJsonCanHold) {
   const std::string t = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-  for (const std::string& header : {std::string("{\"t\xff\":{}}"),                    // in a key
-                                    std::string("{}\xff"),                              // after the object
+  for (const std::string& header : {std::string("{\"t\xff\":{}}"),                     // in a key
+                                    std::string("{}\xff"),                             // after the object
                                     std::string("{\"t\":{\"dtype\":\"F\xc3\x28\"}}"),  // bad continuation in a value
                                     std::string("{\"__metadata__\":{\"a\":\"\xed\xa0\x80\"}}"),  // a surrogate
                                     std::string("\xfe{}")}) {
@@ -404,8 +412,9 @@ TEST(SafetensorsStrict, SchemaErrorOfTheSmallestKeyIsReported) {
   EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":{"a":[1,"x"]}}})")),
             "t.safetensors: bad data_offsets: tensor 't' data_offsets {\"a\":[1,\"x\"]} is not [begin, end] of "
             "non-negative integers");
-  EXPECT_EQ(reject(raw(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8,9]}})")),
-            "t.safetensors: bad data_offsets: tensor 't' data_offsets [0,8,9] is not [begin, end] of non-negative integers");
+  EXPECT_EQ(
+      reject(raw(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8,9]}})")),
+      "t.safetensors: bad data_offsets: tensor 't' data_offsets [0,8,9] is not [begin, end] of non-negative integers");
   std::string long_shape = "[";
   for (int i = 0; i < 10000; ++i) long_shape += std::to_string(i) + ",";
   long_shape += "-1]";
@@ -420,8 +429,8 @@ TEST(SafetensorsStrict, SchemaErrorOfTheSmallestKeyIsReported) {
 // parses, or is rejected with a message JSON can hold.
 TEST(SafetensorsCorpus, EveryCorpusFileParsesOrGivesAMessageJsonCanHold) {
   int files = 0, bitflips = 0;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(ANCHOR_SOURCE_DIR) +
-                                                           "/tests/fuzz/corpus/safetensors")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(ANCHOR_SOURCE_DIR) + "/tests/fuzz/corpus/safetensors")) {
     ++files;
     const std::string name = e.path().filename().string();
     if (name.rfind("bitflip_", 0) == 0) ++bitflips;

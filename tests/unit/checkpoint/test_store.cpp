@@ -49,8 +49,8 @@ TEST_F(StoreTest, SaveWritesLayoutAndRestoreReadsItBack) {
   EXPECT_EQ(res.dir, root() + "/step-00000002");
   EXPECT_EQ(points, (std::vector<std::string>{"begin", "after_mkdir", "after_file:model.safetensors",
                                               "after_file:optimizer.safetensors", "after_file:state.json",
-                                              "after_manifest", "after_committed", "after_dir_fsync",
-                                              "after_rename", "after_parent_fsync", "done"}));
+                                              "after_manifest", "after_committed", "after_dir_fsync", "after_rename",
+                                              "after_parent_fsync", "done"}));
   std::filesystem::path d = res.dir;
   for (auto f : {"model.safetensors", "optimizer.safetensors", "state.json", "manifest.json", "COMMITTED"})
     EXPECT_TRUE(std::filesystem::exists(d / f)) << f;
@@ -201,8 +201,8 @@ TEST_F(StoreTest, ManyFilesAreCheckedInParallelAndTheirProblemsComeInManifestOrd
   const std::int64_t sizes[] = {1 << 20, 1000, 700000, 3, 1 << 19, 50};
   for (int f = 0; f < 6; ++f) {
     const auto& buf = anchor::test::tensor_buffer(4, sizes[f], 10 + f);
-    r.files.push_back({"part" + std::to_string(f) + ".safetensors",
-                       {{"t", DType::F32, {sizes[f]}, buf.data(), buf.size() * 4}}, {}});
+    r.files.push_back(
+        {"part" + std::to_string(f) + ".safetensors", {{"t", DType::F32, {sizes[f]}, buf.data(), buf.size() * 4}}, {}});
   }
   r.state = {{"lr", 0.5}};
   ck::Store store(root());
@@ -291,7 +291,8 @@ TEST_F(StoreTest, EveryByteFlipAndTruncationIsDetected) {
       ASSERT_EQ(l->step, 2) << name << " flip at " << p;
       ++trials;
     }
-    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(8), orig.size() / 2, orig.size() - 1}) {
+    for (std::size_t n :
+         {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(8), orig.size() / 2, orig.size() - 1}) {
       spit(d / name, orig.substr(0, n));
       ASSERT_FALSE(store.verify(d.string()).ok) << name << " truncated to " << n;
       ASSERT_EQ(store.restore_newest()->step, 2);
@@ -301,7 +302,7 @@ TEST_F(StoreTest, EveryByteFlipAndTruncationIsDetected) {
     ASSERT_FALSE(store.verify(d.string()).ok) << name << " extended";
     spit(d / name, orig);
     ASSERT_TRUE(store.verify(d.string()).ok) << name << " restored";  // negative control
-    std::filesystem::remove(d / name);  // a missing file
+    std::filesystem::remove(d / name);                                // a missing file
     ASSERT_FALSE(store.verify(d.string()).ok) << name << " missing";
     ASSERT_EQ(store.restore_newest()->step, 2);
     spit(d / name, orig);
@@ -323,11 +324,11 @@ TEST_F(StoreTest, InjectedFaultsLeavePreviousCheckpointIntact) {
   // Calls per save of make_request (root exists): creates 5 (2 safetensors,
   // state, manifest, COMMITTED), 5 fsyncs, fsync_dir: temp dir then root.
   std::vector<FaultCase> cases = {
-      {afs::Op::kWrite, 1, ENOSPC, "ENOSPC"},      {afs::Op::kWrite, 3, EIO, "EIO"},
-      {afs::Op::kWrite, 6, ENOSPC, "ENOSPC"},      {afs::Op::kFsync, 1, EIO, "EIO"},
-      {afs::Op::kFsync, 4, ENOSPC, "ENOSPC"},      {afs::Op::kFsync, 5, EIO, "EIO"},
-      {afs::Op::kCreate, 5, ENOSPC, "ENOSPC"},     {afs::Op::kMkdir, 1, ENOSPC, "ENOSPC"},
-      {afs::Op::kRename, 1, EIO, "EIO"},           {afs::Op::kFsyncDir, 1, EIO, "EIO"},
+      {afs::Op::kWrite, 1, ENOSPC, "ENOSPC"},  {afs::Op::kWrite, 3, EIO, "EIO"},
+      {afs::Op::kWrite, 6, ENOSPC, "ENOSPC"},  {afs::Op::kFsync, 1, EIO, "EIO"},
+      {afs::Op::kFsync, 4, ENOSPC, "ENOSPC"},  {afs::Op::kFsync, 5, EIO, "EIO"},
+      {afs::Op::kCreate, 5, ENOSPC, "ENOSPC"}, {afs::Op::kMkdir, 1, ENOSPC, "ENOSPC"},
+      {afs::Op::kRename, 1, EIO, "EIO"},       {afs::Op::kFsyncDir, 1, EIO, "EIO"},
       {afs::Op::kFsyncDir, 2, EIO, "EIO"},
   };
   for (bool resave : {false, true}) {
@@ -371,9 +372,9 @@ TEST_F(StoreTest, InjectedFaultsLeavePreviousCheckpointIntact) {
 }
 
 TEST_F(StoreTest, HookFailureAtEveryPointLeavesPreviousIntact) {
-  for (const char* at : {"begin", "after_mkdir", "after_file:model.safetensors", "after_file:state.json",
-                         "after_manifest", "after_committed", "after_dir_fsync", "after_rename",
-                         "after_parent_fsync"}) {
+  for (const char* at :
+       {"begin", "after_mkdir", "after_file:model.safetensors", "after_file:state.json", "after_manifest",
+        "after_committed", "after_dir_fsync", "after_rename", "after_parent_fsync"}) {
     SCOPED_TRACE(at);
     std::filesystem::remove_all(root());
     ck::Store store(root());
@@ -394,7 +395,9 @@ TEST_F(StoreTest, RealFullDiskViaRlimitFsize) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit rl {64 * 1024, 64 * 1024};
+    struct rlimit rl {
+      64 * 1024, 64 * 1024
+    };
     ::setrlimit(RLIMIT_FSIZE, &rl);
     int code = 10;
     try {
@@ -428,8 +431,8 @@ TEST_F(StoreTest, RemoveStaleTemps) {
   std::filesystem::create_directories(root() + "/unrelated");
   auto removed = store.remove_stale_temps();
   std::sort(removed.begin(), removed.end());
-  EXPECT_EQ(removed, (std::vector<std::string>{root() + "/step-00000001.trash-99",
-                                               root() + "/step-00000004.tmp-1234"}));
+  EXPECT_EQ(removed,
+            (std::vector<std::string>{root() + "/step-00000001.trash-99", root() + "/step-00000004.tmp-1234"}));
   EXPECT_TRUE(std::filesystem::exists(root() + "/unrelated"));
   EXPECT_TRUE(store.verify(root() + "/step-00000002").ok);
   EXPECT_TRUE(store.remove_stale_temps().empty());
@@ -502,9 +505,9 @@ TEST_F(StoreTest, FaultEnvParsing) {
 // the exit status and what is on disk.
 TEST_F(StoreTest, FaultEnvExitAndSigkillAtEachPoint) {
   for (const char* action : {"exit", "sigkill"}) {
-    for (const char* at : {"begin", "after_mkdir", "after_file:model.safetensors",
-                           "after_file:optimizer.safetensors", "after_file:state.json", "after_manifest",
-                           "after_committed", "after_dir_fsync", "after_rename", "after_parent_fsync", "done"}) {
+    for (const char* at : {"begin", "after_mkdir", "after_file:model.safetensors", "after_file:optimizer.safetensors",
+                           "after_file:state.json", "after_manifest", "after_committed", "after_dir_fsync",
+                           "after_rename", "after_parent_fsync", "done"}) {
       SCOPED_TRACE(std::string(at) + ":" + action);
       std::filesystem::remove_all(root());
       ck::Store store(root());
@@ -531,8 +534,8 @@ TEST_F(StoreTest, FaultEnvExitAndSigkillAtEachPoint) {
       }
       auto l = store.restore_newest();
       ASSERT_TRUE(l);
-      const bool committed = std::string(at).rfind("after_rename", 0) == 0 ||
-                             std::string(at) == "after_parent_fsync" || std::string(at) == "done";
+      const bool committed = std::string(at).rfind("after_rename", 0) == 0 || std::string(at) == "after_parent_fsync" ||
+                             std::string(at) == "done";
       EXPECT_EQ(l->step, committed ? 4 : 2);
       store.remove_stale_temps();
       auto r = store.save(make_request(4, 100));  // the next save of that step works
@@ -677,7 +680,8 @@ TEST_F(StoreHardeningTest, RootPathWithInvalidUtf8GivesPrintableProblems) {
   ASSERT_FALSE(v.ok);
   EXPECT_EQ(json_cannot_hold(v.problems), "");
   bool named = false;
-  for (const auto& p : v.problems) named = named || p.find("ck\\xff/step-00000004/model.safetensors") != std::string::npos;
+  for (const auto& p : v.problems)
+    named = named || p.find("ck\\xff/step-00000004/model.safetensors") != std::string::npos;
   EXPECT_TRUE(named) << joined(v.problems);
   auto l = store.restore_newest();
   ASSERT_TRUE(l);
@@ -778,11 +782,13 @@ TEST_F(StoreHardeningTest, FifoInPlaceOfAFileIsRefusedPromptly) {
                           ": is a FIFO (named pipe), not a regular file"),
               std::string::npos)
         << v.text;
-    auto l = anchor::test::in_child([&] {
-      std::string rows;
-      for (const auto& r : store.list()) rows += std::to_string(r.step) + " " + r.state + "\n";
-      return rows;
-    }, 10);
+    auto l = anchor::test::in_child(
+        [&] {
+          std::string rows;
+          for (const auto& r : store.list()) rows += std::to_string(r.step) + " " + r.state + "\n";
+          return rows;
+        },
+        10);
     ASSERT_FALSE(l.timed_out) << "list blocked on a FIFO " << name;
     EXPECT_EQ(l.text, "4 invalid\n2 committed\n");
     auto r = anchor::test::in_child([&] { return std::to_string(store.restore_newest()->step); }, 10);
@@ -816,12 +822,14 @@ TEST_F(StoreHardeningTest, UnreadableDirectoryIsListedAsUnreadable) {
   store.save(make_request(2, 100));
   const auto dir4 = store.save(make_request(4, 100)).dir;
   ASSERT_EQ(::chmod(dir4.c_str(), 0), 0);
-  auto r = anchor::test::in_child([&] {
-    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return std::string("setuid failed");
-    std::string rows;
-    for (const auto& v : store.list()) rows += std::to_string(v.step) + " " + v.state + ": " + joined(v.problems);
-    return rows;
-  }, 10);
+  auto r = anchor::test::in_child(
+      [&] {
+        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return std::string("setuid failed");
+        std::string rows;
+        for (const auto& v : store.list()) rows += std::to_string(v.step) + " " + v.state + ": " + joined(v.problems);
+        return rows;
+      },
+      10);
   ::chmod(dir4.c_str(), 0755);
   ASSERT_FALSE(r.timed_out);
   ASSERT_NE(r.text, "setuid failed");

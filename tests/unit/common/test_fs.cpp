@@ -85,10 +85,12 @@ TEST_F(FsTest, ReadersRefuseAFifoAtOnce) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   for (const char* reader : {"read_file", "sha256_file"}) {
     SCOPED_TRACE(reader);
-    auto r = anchor::test::in_child([&] {
-      if (std::string(reader) == "read_file") return fs::read_file(fifo);
-      return anchor::sha256_file(fifo).sha256;
-    }, 10);
+    auto r = anchor::test::in_child(
+        [&] {
+          if (std::string(reader) == "read_file") return fs::read_file(fifo);
+          return anchor::sha256_file(fifo).sha256;
+        },
+        10);
     ASSERT_FALSE(r.timed_out) << reader << " blocked on a FIFO";
     ASSERT_TRUE(r.threw) << r.text;
     EXPECT_EQ(r.kind, anchor::ErrorKind::kIo);

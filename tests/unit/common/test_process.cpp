@@ -26,7 +26,8 @@ TEST(FindOnPath, FindsAnExecutableOnPathOrInTheExtraDirectories) {
   std::ofstream(dir / "anchor-not-executable") << "data\n";
   std::filesystem::permissions(dir / "anchor-extra-tool", std::filesystem::perms::owner_all);
   EXPECT_EQ(proc::find_on_path("anchor-extra-tool"), "");
-  EXPECT_EQ(proc::find_on_path("anchor-extra-tool", "/nonexistent:" + dir.string()), (dir / "anchor-extra-tool").string());
+  EXPECT_EQ(proc::find_on_path("anchor-extra-tool", "/nonexistent:" + dir.string()),
+            (dir / "anchor-extra-tool").string());
   EXPECT_EQ(proc::find_on_path("anchor-not-executable", dir.string()), "");
   std::filesystem::remove_all(dir);
 }

@@ -16,8 +16,9 @@ using anchor::printable;
 using nlohmann::json;
 
 TEST(Utf8, ValidTextPassesUnchanged) {
-  for (const std::string& s : std::vector<std::string>{"", "plain/path/step-00000002", "caf\xc3\xa9", "\xe2\x82\xac 1", "\xf0\x9f\x98\x80",
-                              std::string("nul\0inside", 10), "tab\tand\nnewline"}) {
+  for (const std::string& s :
+       std::vector<std::string>{"", "plain/path/step-00000002", "caf\xc3\xa9", "\xe2\x82\xac 1", "\xf0\x9f\x98\x80",
+                                std::string("nul\0inside", 10), "tab\tand\nnewline"}) {
     EXPECT_TRUE(is_valid_utf8(s)) << s;
     EXPECT_EQ(printable(s), s);
   }
@@ -25,13 +26,13 @@ TEST(Utf8, ValidTextPassesUnchanged) {
 
 TEST(Utf8, InvalidBytesBecomeHexEscapes) {
   EXPECT_EQ(printable("ck\xff/step"), "ck\\xff/step");
-  EXPECT_EQ(printable("\x80"), "\\x80");                         // a lone continuation byte
-  EXPECT_EQ(printable("a\xc3"), "a\\xc3");                       // cut short at the end
-  EXPECT_EQ(printable("\xc3\x28"), "\\xc3(");                    // bad continuation: only the lead byte escaped
-  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");                // overlong '/'
-  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");       // a UTF-16 surrogate
+  EXPECT_EQ(printable("\x80"), "\\x80");                             // a lone continuation byte
+  EXPECT_EQ(printable("a\xc3"), "a\\xc3");                           // cut short at the end
+  EXPECT_EQ(printable("\xc3\x28"), "\\xc3(");                        // bad continuation: only the lead byte escaped
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");                    // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");           // a UTF-16 surrogate
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
-  EXPECT_EQ(printable("caf\xc3\xa9\xff"), "caf\xc3\xa9\\xff");   // valid sequences kept around it
+  EXPECT_EQ(printable("caf\xc3\xa9\xff"), "caf\xc3\xa9\\xff");       // valid sequences kept around it
   for (const char* bad : {"\xff", "\xc3\x28", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"})
     EXPECT_FALSE(is_valid_utf8(bad)) << printable(bad);
 }
@@ -94,7 +95,7 @@ TEST(Json, DepthCountsBracketsOutsideStrings) {
   EXPECT_EQ(anchor::json_depth("3", 64), 0u);
   EXPECT_EQ(anchor::json_depth(R"({"a": [1, {"b": []}]})", 64), 4u);
   EXPECT_EQ(anchor::json_depth(R"({"a": "[[[[{{{{", "b": "\"[["})", 64), 1u);  // inside strings, escapes honoured
-  EXPECT_EQ(anchor::json_depth(std::string(1000, '['), 64), 65u);             // stops past the limit
+  EXPECT_EQ(anchor::json_depth(std::string(1000, '['), 64), 65u);              // stops past the limit
 }
 
 TEST(Json, ParseRefusesDeepNestingAndAcceptsTheLimit) {

@@ -26,8 +26,7 @@ namespace cfg = anchor::config;
 const std::string kMinimal = "data:\n  train: [a.txt]\n";
 
 // The problems loading `yaml` gives (empty when it loads).
-std::vector<Problem> problems_of(const std::string& yaml,
-                                 const std::vector<std::string>& overrides = {}) {
+std::vector<Problem> problems_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   try {
     cfg::load_string(yaml, "t.yaml", overrides);
   } catch (const ConfigError& e) {
@@ -58,123 +57,110 @@ std::string hex64(char c) { return std::string(64, c); }
 std::vector<Rule> rules() {
   const std::string m = kMinimal;
   return {
-      {"UnknownTopLevelKey", m + "trian:\n  micro_batch: 8\n", "trian",
-       "did you mean 'train'?", m + "train:\n  micro_batch: 8\n"},
-      {"UnknownNestedKey", m + "train:\n  micro_bach: 8\n", "train.micro_bach",
-       "did you mean 'train.micro_batch'?", m + "train:\n  micro_batch: 8\n"},
-      {"KeyInWrongSection", m + "train:\n  lr: 0.1\n", "train.lr",
-       "did you mean 'train.optimizer.lr'?", m + "train:\n  optimizer:\n    lr: 0.1\n"},
+      {"UnknownTopLevelKey", m + "trian:\n  micro_batch: 8\n", "trian", "did you mean 'train'?",
+       m + "train:\n  micro_batch: 8\n"},
+      {"UnknownNestedKey", m + "train:\n  micro_bach: 8\n", "train.micro_bach", "did you mean 'train.micro_batch'?",
+       m + "train:\n  micro_batch: 8\n"},
+      {"KeyInWrongSection", m + "train:\n  lr: 0.1\n", "train.lr", "did you mean 'train.optimizer.lr'?",
+       m + "train:\n  optimizer:\n    lr: 0.1\n"},
       {"UnknownKeyListsAllowed", m + "pilot:\n  zzzz: 1\n", "pilot.zzzz",
        "'pilot' accepts: steps_before_save, steps_after_resume", m + "pilot:\n  eval_batches: 1\n"},
       {"DottedKeyInFile", m + "train.micro_batch: 8\n", "train.micro_batch", "dotted keys are for --set",
        m + "train: {micro_batch: 8}\n"},
       {"DuplicateKey", m + "train:\n  micro_batch: 8\n  micro_batch: 4\n", "train.micro_batch",
        "duplicate key (first on line 4)", m + "train:\n  micro_batch: 8\n"},
-      {"SectionIsScalar", m + "train: 5\n", "train", "expected a mapping with keys",
-       m + "train:\n"},
-      {"IntWrongType", m + "train:\n  micro_batch: four\n", "train.micro_batch",
-       "expected an integer, got 'four'", m + "train:\n  micro_batch: 4\n"},
-      {"IntQuoted", m + "train:\n  micro_batch: '4'\n", "train.micro_batch",
-       "got the quoted string '4'", m + "train:\n  micro_batch: 4\n"},
-      {"IntFractional", m + "train:\n  micro_batch: 4.5\n", "train.micro_batch",
-       "expected an integer", m + "train:\n  micro_batch: 4\n"},
-      {"IntScientificWhole", m + "train:\n  total_tokens: 2.5e-1\n", "train.total_tokens",
-       "expected an integer", m + "train:\n  total_tokens: 2.5e9\n"},
-      {"IntOutOfRange", m + "train:\n  micro_batch: 0\n", "train.micro_batch",
-       "must be >= 1, got 0", m + "train:\n  micro_batch: 1\n"},
-      {"Int32Overflow", m + "model:\n  n_layer: 3000000000\n", "model.n_layer",
-       "out of range for a 32-bit integer", m + "model:\n  n_layer: 3\n"},
-      {"IntIsList", m + "train:\n  micro_batch: [4]\n", "train.micro_batch",
-       "expected an integer, got a list", m + "train:\n  micro_batch: 4\n"},
+      {"SectionIsScalar", m + "train: 5\n", "train", "expected a mapping with keys", m + "train:\n"},
+      {"IntWrongType", m + "train:\n  micro_batch: four\n", "train.micro_batch", "expected an integer, got 'four'",
+       m + "train:\n  micro_batch: 4\n"},
+      {"IntQuoted", m + "train:\n  micro_batch: '4'\n", "train.micro_batch", "got the quoted string '4'",
+       m + "train:\n  micro_batch: 4\n"},
+      {"IntFractional", m + "train:\n  micro_batch: 4.5\n", "train.micro_batch", "expected an integer",
+       m + "train:\n  micro_batch: 4\n"},
+      {"IntScientificWhole", m + "train:\n  total_tokens: 2.5e-1\n", "train.total_tokens", "expected an integer",
+       m + "train:\n  total_tokens: 2.5e9\n"},
+      {"IntOutOfRange", m + "train:\n  micro_batch: 0\n", "train.micro_batch", "must be >= 1, got 0",
+       m + "train:\n  micro_batch: 1\n"},
+      {"Int32Overflow", m + "model:\n  n_layer: 3000000000\n", "model.n_layer", "out of range for a 32-bit integer",
+       m + "model:\n  n_layer: 3\n"},
+      {"IntIsList", m + "train:\n  micro_batch: [4]\n", "train.micro_batch", "expected an integer, got a list",
+       m + "train:\n  micro_batch: 4\n"},
       {"NullValue", m + "train:\n  micro_batch:\n", "train.micro_batch", "missing value",
        m + "train:\n  micro_batch: 2\n"},
-      {"BoolWrongType", m + "run:\n  deterministic: yes\n", "run.deterministic",
-       "expected a boolean (true or false)", m + "run:\n  deterministic: false\n"},
+      {"BoolWrongType", m + "run:\n  deterministic: yes\n", "run.deterministic", "expected a boolean (true or false)",
+       m + "run:\n  deterministic: false\n"},
       {"UIntNegative", m + "run:\n  seed: -1\n", "run.seed", "expected an unsigned integer",
        m + "run:\n  seed: 18446744073709551615\n"},
-      {"UIntTooLarge", m + "run:\n  seed: 18446744073709551616\n", "run.seed",
-       "larger than the largest 64-bit value", m + "run:\n  seed: 0\n"},
-      {"DoubleWrongType", m + "train:\n  optimizer:\n    lr: fast\n", "train.optimizer.lr",
-       "expected a number", m + "train:\n  optimizer:\n    lr: 3e-4\n"},
-      {"DoubleNotFinite", m + "train:\n  optimizer:\n    lr: .nan\n", "train.optimizer.lr",
-       "expected a number", m + "train:\n  optimizer:\n    lr: 1\n"},
-      {"DoubleExclusiveBound", m + "model:\n  dropout: 1.0\n", "model.dropout",
-       "must be >= 0 and < 1, got 1", m + "model:\n  dropout: 0.0\n"},
-      {"DoubleExclusiveLow", m + "train:\n  optimizer:\n    lr: 0\n", "train.optimizer.lr",
-       "must be > 0 and <= 10", m + "train:\n  optimizer:\n    lr: 1e-6\n"},
+      {"UIntTooLarge", m + "run:\n  seed: 18446744073709551616\n", "run.seed", "larger than the largest 64-bit value",
+       m + "run:\n  seed: 0\n"},
+      {"DoubleWrongType", m + "train:\n  optimizer:\n    lr: fast\n", "train.optimizer.lr", "expected a number",
+       m + "train:\n  optimizer:\n    lr: 3e-4\n"},
+      {"DoubleNotFinite", m + "train:\n  optimizer:\n    lr: .nan\n", "train.optimizer.lr", "expected a number",
+       m + "train:\n  optimizer:\n    lr: 1\n"},
+      {"DoubleExclusiveBound", m + "model:\n  dropout: 1.0\n", "model.dropout", "must be >= 0 and < 1, got 1",
+       m + "model:\n  dropout: 0.0\n"},
+      {"DoubleExclusiveLow", m + "train:\n  optimizer:\n    lr: 0\n", "train.optimizer.lr", "must be > 0 and <= 10",
+       m + "train:\n  optimizer:\n    lr: 1e-6\n"},
       {"EnumNotAllowed", m + "train:\n  precision: fp8\n", "train.precision",
        "'fp8' is not allowed; allowed: fp32, bf16, fp16", m + "train:\n  precision: bf16\n"},
-      {"EnumStrategy", m + "distributed:\n  strategy: fsdp\n", "distributed.strategy",
-       "allowed: ddp, zero1, zero2", m + "distributed:\n  strategy: zero2\n"},
-      {"Device", m + "device: gpu\n", "device", "allowed: cpu, cuda, cuda:N",
-       m + "device: cuda:1\n"},
+      {"EnumStrategy", m + "distributed:\n  strategy: fsdp\n", "distributed.strategy", "allowed: ddp, zero1, zero2",
+       m + "distributed:\n  strategy: zero2\n"},
+      {"Device", m + "device: gpu\n", "device", "allowed: cpu, cuda, cuda:N", m + "device: cuda:1\n"},
       {"DeviceIndex", m + "device: 'cuda:x'\n", "device", "is not a device", m + "device: auto\n"},
       {"RunName", m + "run:\n  name: a/b\n", "run.name", "not a usable run name",
        m + "run:\n  name: gpt2-small_v1.0\n"},
       {"OutputDirEmpty", m + "run:\n  output_dir: ''\n", "run.output_dir", "must not be empty",
        m + "run:\n  output_dir: /tmp/runs\n"},
       {"ContainerDigestPrefix", m + "container:\n  digest: " + hex64('a') + "\n", "container.digest",
-       "expected 'sha256:' followed by 64 lowercase hex",
-       m + "container:\n  digest: sha256:" + hex64('a') + "\n"},
-      {"ContainerDigestUpper", m + "container:\n  digest: sha256:" + hex64('A') + "\n",
-       "container.digest", "must be lowercase hex", m + "container:\n  digest: ''\n"},
+       "expected 'sha256:' followed by 64 lowercase hex", m + "container:\n  digest: sha256:" + hex64('a') + "\n"},
+      {"ContainerDigestUpper", m + "container:\n  digest: sha256:" + hex64('A') + "\n", "container.digest",
+       "must be lowercase hex", m + "container:\n  digest: ''\n"},
       {"ContainerDigestShort", m + "container:\n  digest: sha256:abc\n", "container.digest",
        "has 3 hex characters after 'sha256:', expected 64",
        m + "container:\n  digest: sha256:" + hex64('0') + "\n  required: true\n"},
-      {"StepsBeforeSave", m + "pilot:\n  steps_before_save: 1\n", "pilot.steps_before_save",
-       "full optimizer state", m + "pilot:\n  steps_before_save: 2\n"},
-      {"MissingTrain", "model:\n  n_layer: 2\n", "data.train", "missing required key",
-       "model:\n  n_layer: 2\n" + m},
-      {"EmptyTrain", "data:\n  train: []\n", "data.train", "at least one entry",
-       "data:\n  train: [x]\n"},
+      {"StepsBeforeSave", m + "pilot:\n  steps_before_save: 1\n", "pilot.steps_before_save", "full optimizer state",
+       m + "pilot:\n  steps_before_save: 2\n"},
+      {"MissingTrain", "model:\n  n_layer: 2\n", "data.train", "missing required key", "model:\n  n_layer: 2\n" + m},
+      {"EmptyTrain", "data:\n  train: []\n", "data.train", "at least one entry", "data:\n  train: [x]\n"},
       {"TrainNotList", "data:\n  train: a.txt\n", "data.train", "expected a list of strings",
        "data:\n  train:\n    - a.txt\n    - 'b/*.txt'\n"},
       {"TrainEmptyItem", "data:\n  train: [a.txt, '']\n", "data.train", "non-empty strings",
        "data:\n  train: [a.txt, b.txt]\n"},
-      {"TrainItemIsMap", "data:\n  train: [{a: 1}]\n", "data.train", "got a mapping",
-       "data:\n  train: [a]\n"},
-      {"GlobalBatch", m + "train:\n  micro_batch: 4\n  grad_accum: 2\n  global_batch: 16\n",
-       "train.global_batch", "4 * 2 * 1 = 8",
-       m + "train:\n  micro_batch: 4\n  grad_accum: 2\n  global_batch: 8\n"},
-      {"GlobalBatchRanks",
-       m + "train:\n  micro_batch: 4\n  global_batch: 4\ndistributed:\n  nproc_per_node: 2\n",
+      {"TrainItemIsMap", "data:\n  train: [{a: 1}]\n", "data.train", "got a mapping", "data:\n  train: [a]\n"},
+      {"GlobalBatch", m + "train:\n  micro_batch: 4\n  grad_accum: 2\n  global_batch: 16\n", "train.global_batch",
+       "4 * 2 * 1 = 8", m + "train:\n  micro_batch: 4\n  grad_accum: 2\n  global_batch: 8\n"},
+      {"GlobalBatchRanks", m + "train:\n  micro_batch: 4\n  global_batch: 4\ndistributed:\n  nproc_per_node: 2\n",
        "train.global_batch", "4 * 1 * 2 = 8",
        m + "train:\n  micro_batch: 4\n  global_batch: 8\ndistributed:\n  nproc_per_node: 2\n"},
       {"BlockSizeBelowSeqLen", "data:\n  seq_len: 128\n  train: [a.txt]\n", "data.seq_len",
-       "exceeds model.block_size 64",
-       "data:\n  seq_len: 128\n  train: [a.txt]\nmodel:\n  block_size: 128\n"},
-      {"SafetensorsNeedsWeights", m + "model:\n  source: safetensors\n", "model.source",
-       "model.weights is not set", m + "model:\n  source: safetensors\n  weights: w.safetensors\n"},
-      {"TorchscriptNeedsPath", m + "model:\n  source: torchscript\n", "model.source",
-       "model.torchscript is not set", m + "model:\n  source: torchscript\n  torchscript: m.pt\n"},
-      {"WeightsWithBuiltin", m + "model:\n  weights: w.safetensors\n", "model.weights",
-       "set model.source: safetensors", m + "model:\n  source: builtin\n"},
+       "exceeds model.block_size 64", "data:\n  seq_len: 128\n  train: [a.txt]\nmodel:\n  block_size: 128\n"},
+      {"SafetensorsNeedsWeights", m + "model:\n  source: safetensors\n", "model.source", "model.weights is not set",
+       m + "model:\n  source: safetensors\n  weights: w.safetensors\n"},
+      {"TorchscriptNeedsPath", m + "model:\n  source: torchscript\n", "model.source", "model.torchscript is not set",
+       m + "model:\n  source: torchscript\n  torchscript: m.pt\n"},
+      {"WeightsWithBuiltin", m + "model:\n  weights: w.safetensors\n", "model.weights", "set model.source: safetensors",
+       m + "model:\n  source: builtin\n"},
       {"TorchscriptWithBuiltin", m + "model:\n  torchscript: m.pt\n", "model.torchscript",
        "set model.source: torchscript", m + "model:\n  torchscript: ''\n"},
-      {"StepsAndTokens", m + "train:\n  total_steps: 100\n  total_tokens: 1000000\n",
-       "train.total_tokens", "both set", m + "train:\n  total_tokens: 1000000\n"},
-      {"EmbdDivisibleByHeads", m + "model:\n  n_embd: 66\n", "model.n_embd",
-       "not divisible by model.n_head 4", m + "model:\n  n_embd: 68\n"},
-      {"TextIsBytes", m + "model:\n  vocab_size: 50257\n", "model.vocab_size",
-       "data.format text is bytes", m + "model:\n  vocab_size: 256\n"},
-      {"LlmcIsUint16", "data:\n  format: llmc\n  train: [a.bin]\nmodel:\n  vocab_size: 70000\n",
-       "model.vocab_size", "uint16",
-       "data:\n  format: llmc\n  train: [a.bin]\nmodel:\n  vocab_size: 50257\n"},
+      {"StepsAndTokens", m + "train:\n  total_steps: 100\n  total_tokens: 1000000\n", "train.total_tokens", "both set",
+       m + "train:\n  total_tokens: 1000000\n"},
+      {"EmbdDivisibleByHeads", m + "model:\n  n_embd: 66\n", "model.n_embd", "not divisible by model.n_head 4",
+       m + "model:\n  n_embd: 68\n"},
+      {"TextIsBytes", m + "model:\n  vocab_size: 50257\n", "model.vocab_size", "data.format text is bytes",
+       m + "model:\n  vocab_size: 256\n"},
+      {"LlmcIsUint16", "data:\n  format: llmc\n  train: [a.bin]\nmodel:\n  vocab_size: 70000\n", "model.vocab_size",
+       "uint16", "data:\n  format: llmc\n  train: [a.bin]\nmodel:\n  vocab_size: 50257\n"},
       {"Fp16NeedsGpu", m + "train:\n  precision: fp16\n", "train.precision", "needs a GPU",
        m + "train:\n  precision: fp16\ndevice: cuda\n"},
-      {"NcclNeedsGpu", m + "distributed:\n  backend: nccl\n", "distributed.backend",
-       "needs a GPU", m + "distributed:\n  backend: nccl\ndevice: cuda:0\n"},
+      {"NcclNeedsGpu", m + "distributed:\n  backend: nccl\n", "distributed.backend", "needs a GPU",
+       m + "distributed:\n  backend: nccl\ndevice: cuda:0\n"},
       {"ValidationData", m + "  val_fraction: 0\n", "data.val_fraction", "needs validation data",
        "data:\n  train: [a]\n  val: [b]\n  val_fraction: 0\n"},
-      {"WarmupWithinRun", m + "train:\n  total_steps: 50\n", "train.total_steps",
-       "exceeds train.total_steps 50",
+      {"WarmupWithinRun", m + "train:\n  total_steps: 50\n", "train.total_steps", "exceeds train.total_steps 50",
        m + "train:\n  total_steps: 50\n  schedule:\n    warmup_steps: 5\n"},
-      {"MemoryProbeSmaller", m + "pilot:\n  memory_probe_micro_batch: 4\n",
-       "pilot.memory_probe_micro_batch", "must be smaller than train.micro_batch 4",
-       m + "pilot:\n  memory_probe_micro_batch: 2\n"},
-      {"ActivationCheckpointing", m + "train:\n  activation_checkpointing: 3\n",
-       "train.activation_checkpointing", "exceeds model.n_layer 2",
-       m + "train:\n  activation_checkpointing: 2\n"},
+      {"MemoryProbeSmaller", m + "pilot:\n  memory_probe_micro_batch: 4\n", "pilot.memory_probe_micro_batch",
+       "must be smaller than train.micro_batch 4", m + "pilot:\n  memory_probe_micro_batch: 2\n"},
+      {"ActivationCheckpointing", m + "train:\n  activation_checkpointing: 3\n", "train.activation_checkpointing",
+       "exceeds model.n_layer 2", m + "train:\n  activation_checkpointing: 2\n"},
       {"CheckpointingNeedsBuiltin",
        m + "model:\n  source: torchscript\n  torchscript: m.pt\ntrain:\n  activation_checkpointing: 1\n",
        "train.activation_checkpointing", "needs the built-in model",
@@ -229,13 +215,13 @@ TEST(ConfigLoad, AttentionSdpaNeedsALibTorchThatHasIt) {
 TEST(ConfigLoad, ThreeMistakesGiveThreeProblemsWithPositions) {
   const std::string yaml =
       "run:\n"
-      "  threads: 0\n"        // line 2: value at column 12
+      "  threads: 0\n"  // line 2: value at column 12
       "model:\n"
-      "  n_layr: 4\n"         // line 4: key at column 3
+      "  n_layr: 4\n"  // line 4: key at column 3
       "data:\n"
       "  train: [a.txt]\n"
       "train:\n"
-      "  precision: fp8\n";   // line 8: value at column 14
+      "  precision: fp8\n";  // line 8: value at column 14
   try {
     cfg::load_string(yaml, "bad.yaml");
     FAIL() << "expected ConfigError";
@@ -251,8 +237,7 @@ TEST(ConfigLoad, ThreeMistakesGiveThreeProblemsWithPositions) {
     EXPECT_EQ(p[1].column, 3);
     EXPECT_EQ(p[1].key, "model.n_layr");
     EXPECT_NE(p[1].message.find("did you mean 'model.n_layer'?"), std::string::npos);
-    EXPECT_EQ(p[2].format(),
-              "bad.yaml:8:14: train.precision: 'fp8' is not allowed; allowed: fp32, bf16, fp16");
+    EXPECT_EQ(p[2].format(), "bad.yaml:8:14: train.precision: 'fp8' is not allowed; allowed: fp32, bf16, fp16");
   }
 }
 
@@ -310,8 +295,8 @@ TEST(ConfigLoad, ParsesEveryType) {
 TEST(ConfigOverrides, PrecedenceDefaultsFileOverrides) {
   const std::string yaml = kMinimal + "train:\n  micro_batch: 2\n  grad_accum: 3\n";
   Config c = cfg::load_string(yaml, "t.yaml", {"train.grad_accum=5"});
-  EXPECT_EQ(c.train.micro_batch, 2);                 // file over default
-  EXPECT_EQ(c.train.grad_accum, 5);                  // override over file
+  EXPECT_EQ(c.train.micro_batch, 2);                             // file over default
+  EXPECT_EQ(c.train.grad_accum, 5);                              // override over file
   EXPECT_EQ(c.train.optimizer.lr, Config{}.train.optimizer.lr);  // default
   // Negative control: without the override the file's value stands.
   EXPECT_EQ(cfg::load_string(yaml).train.grad_accum, 3);
@@ -323,9 +308,9 @@ TEST(ConfigOverrides, LaterOverrideWins) {
 }
 
 TEST(ConfigOverrides, ListsStringsAndEmptyValues) {
-  Config c = cfg::load_string(kMinimal + "report:\n  signing_key: k.pem\n", "t.yaml",
-                              {"data.train=[x.txt, 'y/*.txt']", "report.signing_key=",
-                               "run.name=exp-1", "device=cuda:0", "model.dropout=0"});
+  Config c = cfg::load_string(
+      kMinimal + "report:\n  signing_key: k.pem\n", "t.yaml",
+      {"data.train=[x.txt, 'y/*.txt']", "report.signing_key=", "run.name=exp-1", "device=cuda:0", "model.dropout=0"});
   EXPECT_EQ(c.data.train, (std::vector<std::string>{"x.txt", "y/*.txt"}));
   EXPECT_EQ(c.report.signing_key, "");
   EXPECT_EQ(c.run.name, "exp-1");
@@ -337,12 +322,11 @@ TEST(ConfigOverrides, ListsStringsAndEmptyValues) {
 // `--set run.output_dir=` put run directories at / and `config check` passed
 // an empty device, precision or architecture.
 TEST(ConfigOverrides, EmptyOverridesOfStringKeysAreChecked) {
-  auto ps = problems_of(kMinimal, {"run.output_dir=", "device=", "train.precision=", "model.arch=",
-                                   "run.name=  "});
+  auto ps = problems_of(kMinimal, {"run.output_dir=", "device=", "train.precision=", "model.arch=", "run.name=  "});
   ASSERT_EQ(ps.size(), 5u) << dump(ps);
   const char* keys[] = {"run.output_dir", "device", "train.precision", "model.arch", "run.name"};
-  const char* needles[] = {"must not be empty", "is not a device", "allowed: fp32, bf16, fp16",
-                           "allowed: gpt", "not a usable run name"};
+  const char* needles[] = {"must not be empty", "is not a device", "allowed: fp32, bf16, fp16", "allowed: gpt",
+                           "not a usable run name"};
   for (std::size_t i = 0; i < ps.size(); ++i) {
     EXPECT_EQ(ps[i].file, "--set");
     EXPECT_EQ(ps[i].key, keys[i]);
@@ -380,12 +364,13 @@ TEST(ConfigOverrides, AnEmptyOverrideIsCheckedLikeAnExplicitEmptyValue) {
     if (!v.is_string() && !v.is_array()) continue;
     auto shortcut = problems_of(kMinimal, {key + "="});
     auto explicit_empty = problems_of(kMinimal, {key + "=" + (v.is_string() ? "''" : "[]")});
-    ASSERT_EQ(shortcut.size(), explicit_empty.size())
-        << key << "\n--set " << key << "=:\n" << dump(shortcut) << "explicit:\n" << dump(explicit_empty);
+    ASSERT_EQ(shortcut.size(), explicit_empty.size()) << key << "\n--set " << key << "=:\n"
+                                                      << dump(shortcut) << "explicit:\n"
+                                                      << dump(explicit_empty);
     for (std::size_t i = 0; i < shortcut.size(); ++i) {
       EXPECT_EQ(shortcut[i].key, explicit_empty[i].key);
-      EXPECT_EQ(shortcut[i].message.rfind(explicit_empty[i].message, 0), 0u)
-          << shortcut[i].format() << "\nvs\n" << explicit_empty[i].format();
+      EXPECT_EQ(shortcut[i].message.rfind(explicit_empty[i].message, 0), 0u) << shortcut[i].format() << "\nvs\n"
+                                                                             << explicit_empty[i].format();
     }
     if (!shortcut.empty()) ++refused;
   }
@@ -398,8 +383,8 @@ TEST(ConfigOverrides, OverrideCanSupplyRequiredKey) {
 }
 
 TEST(ConfigOverrides, ProblemsAreReportedAgainstSet) {
-  auto ps = problems_of(kMinimal, {"train.micro_bach=8", "train.micro_batch=x", "noequals",
-                                   "train=5", "data.train=", "trian.grad_accum=2"});
+  auto ps = problems_of(kMinimal, {"train.micro_bach=8", "train.micro_batch=x", "noequals", "train=5",
+                                   "data.train=", "trian.grad_accum=2"});
   ASSERT_EQ(ps.size(), 6u) << dump(ps);
   for (const auto& p : ps) {
     EXPECT_EQ(p.file, "--set");
@@ -415,8 +400,7 @@ TEST(ConfigOverrides, ProblemsAreReportedAgainstSet) {
 }
 
 TEST(ConfigOverrides, ContradictionsSeeTheMergedConfig) {
-  const std::string yaml =
-      kMinimal + "train:\n  micro_batch: 4\n  grad_accum: 2\n  global_batch: 8\n";
+  const std::string yaml = kMinimal + "train:\n  micro_batch: 4\n  grad_accum: 2\n  global_batch: 8\n";
   EXPECT_TRUE(problems_of(yaml).empty());
   auto ps = problems_of(yaml, {"train.micro_batch=8"});
   ASSERT_EQ(ps.size(), 1u) << dump(ps);
@@ -444,8 +428,10 @@ Config unusual_config() {
       "  val_fraction: 0.3333333333333333\n  seq_len: 48\n"
       "train:\n  total_tokens: 123456789\n  precision: bf16\n"
       "  optimizer: {lr: 3.0e-4, eps: 1e-12, beta2: 0.999}\n"
-      "device: cuda:3\ncontainer: {digest: 'sha256:" + hex64('f') + "', required: true}\n"
-      "budget:\n  devices: [A100-80GB]\n  headroom: 0.15\n",
+      "device: cuda:3\ncontainer: {digest: 'sha256:" +
+          hex64('f') +
+          "', required: true}\n"
+          "budget:\n  devices: [A100-80GB]\n  headroom: 0.15\n",
       "rt.yaml");
 }
 
@@ -471,8 +457,8 @@ TEST(ConfigSerialise, JsonIsNestedAndExcludesLocation) {
   EXPECT_EQ(j["device"], "cpu");
   EXPECT_FALSE(j.contains("source_path"));
   EXPECT_FALSE(j.contains("base_dir"));
-  for (const char* s : {"run", "model", "data", "train", "pilot", "device", "distributed",
-                        "checkpoint", "report", "export", "container", "budget", "program"})
+  for (const char* s : {"run", "model", "data", "train", "pilot", "device", "distributed", "checkpoint", "report",
+                        "export", "container", "budget", "program"})
     EXPECT_TRUE(j.contains(s)) << s;
   EXPECT_EQ(j.size(), 13u);
 }
@@ -514,10 +500,8 @@ TEST(ConfigDigest, IsSha256OfCanonicalJson) {
 
 TEST(ConfigDigest, StableAcrossSpellingAndLocation) {
   // Same effective config written differently, loaded from different places.
-  Config a = cfg::load_string("data:\n  train: [a.txt]\ntrain:\n  micro_batch: 4  # default\n",
-                              "a.yaml", {}, "/x");
-  Config b = cfg::load_string("# comment\ntrain: {micro_batch: 4}\ndata:\n  train:\n    - a.txt\n",
-                              "b.yaml", {}, "/y");
+  Config a = cfg::load_string("data:\n  train: [a.txt]\ntrain:\n  micro_batch: 4  # default\n", "a.yaml", {}, "/x");
+  Config b = cfg::load_string("# comment\ntrain: {micro_batch: 4}\ndata:\n  train:\n    - a.txt\n", "b.yaml", {}, "/y");
   EXPECT_EQ(cfg::digest(a), cfg::digest(b));
   EXPECT_EQ(cfg::digest(a), cfg::digest(cfg::from_json(cfg::to_json(a))));
   // Negative control.
@@ -536,12 +520,18 @@ TEST(ConfigDigest, ChangesWithEveryKey) {
   for (const auto& item : flat0.items()) {
     nlohmann::json flat = flat0;
     auto& v = flat[item.key()];
-    if (v.is_boolean()) v = !v.get<bool>();
-    else if (v.is_number_unsigned()) v = v.get<std::uint64_t>() + 1;
-    else if (v.is_number_integer()) v = v.get<std::int64_t>() + 1;
-    else if (v.is_number_float()) v = v.get<double>() + 1.0;
-    else if (v.is_string()) v = v.get<std::string>() + "x";
-    else if (v.is_null()) v = "x";  // an empty list flattens to null
+    if (v.is_boolean())
+      v = !v.get<bool>();
+    else if (v.is_number_unsigned())
+      v = v.get<std::uint64_t>() + 1;
+    else if (v.is_number_integer())
+      v = v.get<std::int64_t>() + 1;
+    else if (v.is_number_float())
+      v = v.get<double>() + 1.0;
+    else if (v.is_string())
+      v = v.get<std::string>() + "x";
+    else if (v.is_null())
+      v = "x";  // an empty list flattens to null
     ++leaves;
     nlohmann::json changed = flat.unflatten();
     EXPECT_NE(anchor::sha256_hex(changed.dump()), d0) << item.key();
@@ -564,9 +554,7 @@ TEST(ConfigSeeds, DerivedSeedsAreStableAndIndependent) {
 
 class ConfigFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::filesystem::create_directories(dir_ / "sub");
-  }
+  void SetUp() override { std::filesystem::create_directories(dir_ / "sub"); }
   std::string write(const std::string& rel, const std::string& text) {
     auto p = dir_ / rel;
     std::ofstream(p) << text;
@@ -613,8 +601,7 @@ TEST_F(ConfigFiles, ProblemsNameTheFile) {
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "config " + path + " has 1 problem");
     ASSERT_EQ(e.problems().size(), 1u);
-    EXPECT_EQ(e.problems()[0].format(),
-              path + ":4:16: train.micro_batch: must be >= 1, got 0");
+    EXPECT_EQ(e.problems()[0].format(), path + ":4:16: train.micro_batch: must be >= 1, got 0");
   }
 }
 
@@ -699,12 +686,12 @@ TEST(ConfigLoad, NonUtf8StringsAreProblems) {
 TEST(ConfigLoad, NulBytesInValuesAreProblemsAtTheirPosition) {
   const std::string yaml =
       "data:\n"
-      "  train: [a.txt, \"a\\0b.txt\"]\n"                          // line 2
-      "model: {source: safetensors, weights: \"w\\0.st\"}\n"       // line 3
+      "  train: [a.txt, \"a\\0b.txt\"]\n"                     // line 2
+      "model: {source: safetensors, weights: \"w\\0.st\"}\n"  // line 3
       "checkpoint:\n"
-      "  dir: \"ckpt\\0\"\n"                                        // line 5
-      "run: {output_dir: \"\\0runs\", name: \"a\\0\"}\n"           // line 6
-      "report: {signing_key: \"k.pem\\0/etc/passwd\"}\n";          // line 7
+      "  dir: \"ckpt\\0\"\n"                               // line 5
+      "run: {output_dir: \"\\0runs\", name: \"a\\0\"}\n"   // line 6
+      "report: {signing_key: \"k.pem\\0/etc/passwd\"}\n";  // line 7
   try {
     cfg::load_string(yaml, "nul.yaml");
     FAIL() << "expected problems";
@@ -712,8 +699,8 @@ TEST(ConfigLoad, NulBytesInValuesAreProblemsAtTheirPosition) {
     const auto& ps = e.problems();
     ASSERT_EQ(ps.size(), 6u) << e.what() << "\n" << dump(ps);
     const std::vector<std::tuple<std::string, int, int>> expected = {
-        {"data.train", 2, 18}, {"model.weights", 3, 39}, {"checkpoint.dir", 5, 8},
-        {"run.output_dir", 6, 19}, {"run.name", 6, 35}, {"report.signing_key", 7, 23}};
+        {"data.train", 2, 18},     {"model.weights", 3, 39}, {"checkpoint.dir", 5, 8},
+        {"run.output_dir", 6, 19}, {"run.name", 6, 35},      {"report.signing_key", 7, 23}};
     for (std::size_t i = 0; i < ps.size(); ++i) {
       EXPECT_EQ(ps[i].file, "nul.yaml");
       EXPECT_EQ(std::make_tuple(ps[i].key, ps[i].line, ps[i].column), expected[i]) << ps[i].format();
@@ -759,7 +746,6 @@ TEST(ConfigLoad, NulBytesAreRefusedFromSetAndJson) {
 }
 
 }  // namespace
-
 
 // program.command (issue 15): data.train is then optional (also as an empty
 // list, as to_json writes it), and program.env is NAME=VALUE without the
@@ -812,8 +798,8 @@ TEST(ConfigDiff, NamesEveryDifferingKeyAndWhetherItDecidesTheResult) {
   EXPECT_EQ(d[0].past, d[0].now);
   EXPECT_EQ(d[0].past_resolved, nlohmann::json::array({"/runs/a/data/train.bin"}));
   EXPECT_EQ(d[0].now_resolved, nlohmann::json::array({"/elsewhere/data/train.bin"}));
-  const auto same_file = cfg2::load_string("data:\n  train: [../a/data/./train.bin]\n  format: llmc\n", "b.yaml", {},
-                                           "/runs/b");
+  const auto same_file =
+      cfg2::load_string("data:\n  train: [../a/data/./train.bin]\n  format: llmc\n", "b.yaml", {}, "/runs/b");
   d = cfg2::diff(past_json, "/runs/a", same_file);
   for (const auto& x : d) EXPECT_NE(x.key, "data.train") << "resolves to the same file";
   // A key an older anchor did not write is absent in the past, not equal; at its default it decides nothing.

@@ -65,8 +65,7 @@ TEST(ConfigFilesInRepo, PilotIsTheTinyCpuDefault) {
   EXPECT_EQ(c.data.format, "text");
   EXPECT_EQ(c.data.train, std::vector<std::string>{"../data/tiny/train.txt"});
   EXPECT_EQ(c.data.val, std::vector<std::string>{"../data/tiny/val.txt"});
-  EXPECT_EQ(cfg::resolve_path(c, c.data.train[0]),
-            (kSource / "data/tiny/train.txt").lexically_normal().string());
+  EXPECT_EQ(cfg::resolve_path(c, c.data.train[0]), (kSource / "data/tiny/train.txt").lexically_normal().string());
   EXPECT_EQ(c.data.seq_len, 64);
   EXPECT_EQ(c.train.micro_batch, 4);
   EXPECT_EQ(c.train.grad_accum, 2);
@@ -89,8 +88,7 @@ TEST(ConfigSchema, KeysAreUniqueAndSectionsContiguous) {
     EXPECT_FALSE(fields[i].doc.empty()) << fields[i].key;
     EXPECT_FALSE(fields[i].used_by.empty()) << fields[i].key;
     EXPECT_EQ(fields[i].doc.find('|'), std::string::npos) << fields[i].key;
-    for (auto dot = fields[i].key.find('.'); dot != std::string::npos;
-         dot = fields[i].key.find('.', dot + 1)) {
+    for (auto dot = fields[i].key.find('.'); dot != std::string::npos; dot = fields[i].key.find('.', dot + 1)) {
       std::string section = fields[i].key.substr(0, dot);
       auto [it, fresh] = span.emplace(section, std::make_pair(i, i));
       if (!fresh) {

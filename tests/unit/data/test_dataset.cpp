@@ -160,8 +160,7 @@ TEST(Sampler, IsAPureFunctionAndAPermutationPerEpoch) {
   EXPECT_EQ(seen.size(), 50u) << "epoch 0 must visit every window once";
   EXPECT_TRUE(differs) << "another seed must give another order (negative control)";
   // Query b out of order (as a resumed run does): same answers.
-  for (std::uint64_t g : {120ull, 3ull, 77ull, 49ull, 50ull})
-    EXPECT_EQ(a.window(g), b.window(g)) << g;
+  for (std::uint64_t g : {120ull, 3ull, 77ull, 49ull, 50ull}) EXPECT_EQ(a.window(g), b.window(g)) << g;
   // Epoch 1 is a different permutation of the same windows.
   bool epoch_differs = false;
   for (std::uint64_t g = 0; g < 50; ++g) epoch_differs |= a.window(g) != a.window(g + 50);

@@ -33,9 +33,14 @@ void expect_error(const Vars& v, std::initializer_list<const char*> fragments) {
   }
 }
 
-const Vars kTorchrun{{"RANK", "1"},        {"WORLD_SIZE", "2"},       {"LOCAL_RANK", "1"},
-                     {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "29511"},
-                     {"TORCHELASTIC_USE_AGENT_STORE", "False"}, {"TORCHELASTIC_RESTART_COUNT", "0"}};
+const Vars kTorchrun{{"RANK", "1"},
+                     {"WORLD_SIZE", "2"},
+                     {"LOCAL_RANK", "1"},
+                     {"LOCAL_WORLD_SIZE", "2"},
+                     {"MASTER_ADDR", "10.0.0.5"},
+                     {"MASTER_PORT", "29511"},
+                     {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+                     {"TORCHELASTIC_RESTART_COUNT", "0"}};
 
 TEST(Launch, NothingSetIsOneProcess) {
   auto e = detect({});
@@ -119,8 +124,11 @@ TEST(Launch, TorchrunContradictions) {
   expect_error(v, {"LOCAL_RANK=1 exceeds RANK=0"});
 }
 
-const Vars kSlurm{{"SLURM_PROCID", "3"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "4"},
-                  {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"},
+const Vars kSlurm{{"SLURM_PROCID", "3"},
+                  {"SLURM_LOCALID", "1"},
+                  {"SLURM_NTASKS", "4"},
+                  {"SLURM_NTASKS_PER_NODE", "2"},
+                  {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"},
                   {"SLURM_JOB_ID", "123457"}};
 
 TEST(Launch, Slurm) {

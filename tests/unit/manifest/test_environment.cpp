@@ -24,8 +24,10 @@ class EnvGuard {
     if (had_) value_ = v;
   }
   ~EnvGuard() {
-    if (had_) ::setenv(name_, value_.c_str(), 1);
-    else ::unsetenv(name_);
+    if (had_)
+      ::setenv(name_, value_.c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
@@ -51,17 +53,15 @@ TEST(ContainerDigest, AcceptsSha256And64LowercaseHex) {
 }
 
 TEST(ContainerDigest, RejectsMalformedWithAClearConfigError) {
-  for (const std::string& bad : std::vector<std::string>{std::string(64, 'a'),                       // no prefix
-                          "sha256:" + std::string(63, 'a'),           // short
-                          "sha256:" + std::string(65, 'a'),           // long
-                          "sha256:" + std::string(64, 'A'),           // upper case
-                          "sha256:" + std::string(63, 'a') + "g",     // not hex
-                          "sha512:" + std::string(64, 'a'),           // wrong algorithm
-                          std::string("myimage:latest")}) {
+  for (const std::string& bad : std::vector<std::string>{std::string(64, 'a'),                    // no prefix
+                                                         "sha256:" + std::string(63, 'a'),        // short
+                                                         "sha256:" + std::string(65, 'a'),        // long
+                                                         "sha256:" + std::string(64, 'A'),        // upper case
+                                                         "sha256:" + std::string(63, 'a') + "g",  // not hex
+                                                         "sha512:" + std::string(64, 'a'),        // wrong algorithm
+                                                         std::string("myimage:latest")}) {
     std::string msg;
-    EXPECT_EQ(kind_of([&] { validate_container_digest(bad, "container.digest"); }, &msg),
-              ErrorKind::kConfig)
-        << bad;
+    EXPECT_EQ(kind_of([&] { validate_container_digest(bad, "container.digest"); }, &msg), ErrorKind::kConfig) << bad;
     EXPECT_NE(msg.find("container.digest"), std::string::npos) << msg;
     EXPECT_NE(msg.find("64 lowercase hex"), std::string::npos) << msg;
   }
@@ -142,8 +142,8 @@ TEST(ContainerInfo, ThePodmanImageIdIsDetectedAndRecordedButConfigAndEnvironment
   EXPECT_TRUE(detect_container_image(file).digest.empty());
   EXPECT_TRUE(container_info("", false, file)["detected"].is_null());
   // Buildah writes the same keys during a build (imageid: the FROM image's, not this one's): not taken.
-  anchor::fs::atomic_write_file(file, "engine=\"buildah-1.28.2\"\nimage=\"docker.io/library/debian:12\"\nimageid=\"" +
-                                          id + "\"\n");
+  anchor::fs::atomic_write_file(
+      file, "engine=\"buildah-1.28.2\"\nimage=\"docker.io/library/debian:12\"\nimageid=\"" + id + "\"\n");
   EXPECT_TRUE(detect_container_image(file).digest.empty());
   // Nor a file without the engine line, nor a FIFO there (not read: no hang).
   anchor::fs::atomic_write_file(file, "imageid=\"" + id + "\"\n");

@@ -129,9 +129,9 @@ TEST(SetDigest, EqualsSha256sumSortPipeline) {
   for (const char* n : {"b.bin", "a.bin", "sub/c.bin"}) write_file(dir.str(n), bytes(1000, n[0]));
   std::vector<std::pair<std::string, std::string>> files;
   for (const char* n : {"b.bin", "a.bin", "sub/c.bin"}) files.emplace_back(sha256sum_of(dir.str(n)), n);
-  auto r = proc::run_capture({"/bin/sh", "-c",
-                              "cd '" + dir.path().string() +
-                                  "' && sha256sum b.bin a.bin sub/c.bin | LC_ALL=C sort | sha256sum"});
+  auto r = proc::run_capture(
+      {"/bin/sh", "-c",
+       "cd '" + dir.path().string() + "' && sha256sum b.bin a.bin sub/c.bin | LC_ALL=C sort | sha256sum"});
   ASSERT_EQ(r.status, 0);
   EXPECT_EQ(set_digest(files), r.out.substr(0, 64));
   // Order of the input does not matter...
@@ -236,8 +236,7 @@ TEST_F(CacheTest, FreshlyWrittenFileIsNotCached) {
   // as with clock skew; a file written "just now" is the same case without the
   // scheduling race a loaded test machine would add) must not be cached.
   write_file(paths[0], bytes(50000, 100));
-  std::filesystem::last_write_time(
-      paths[0], std::filesystem::file_time_type::clock::now() + std::chrono::minutes(10));
+  std::filesystem::last_write_time(paths[0], std::filesystem::file_time_type::clock::now() + std::chrono::minutes(10));
   HashStats s;
   run(&s);
   auto b = run(&s);
@@ -285,8 +284,7 @@ TEST_F(CacheTest, PathThatIsNotUtf8IsHashedNotCached) {
 }
 
 TEST(HashCacheLocation, FollowsEnvironmentPrecedence) {
-  const char* saved[3] = {std::getenv("ANCHOR_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"),
-                          std::getenv("HOME")};
+  const char* saved[3] = {std::getenv("ANCHOR_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")};
   std::string keep[3];
   for (int i = 0; i < 3; ++i) keep[i] = saved[i] ? saved[i] : "";
   ::setenv("HOME", "/h", 1);
@@ -299,8 +297,10 @@ TEST(HashCacheLocation, FollowsEnvironmentPrecedence) {
   EXPECT_EQ(HashCache::default_file(), "/a/hash-cache.json");
   const char* names[3] = {"ANCHOR_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
   for (int i = 0; i < 3; ++i) {
-    if (saved[i]) ::setenv(names[i], keep[i].c_str(), 1);
-    else ::unsetenv(names[i]);
+    if (saved[i])
+      ::setenv(names[i], keep[i].c_str(), 1);
+    else
+      ::unsetenv(names[i]);
   }
 }
 

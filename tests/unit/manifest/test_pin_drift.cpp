@@ -213,10 +213,9 @@ TEST_F(PinTest, ContainerDigestChange) {
 
 TEST_F(PinTest, DependencyVersionsEachDrift) {
   json a = pin_now();
-  for (auto ptr : {"/dependencies/libtorch", "/dependencies/cuda_runtime", "/dependencies/nccl",
-                   "/dependencies/glibc", "/dependencies/compiler", "/dependencies/anchor/version",
-                   "/dependencies/anchor/git_commit", "/dependencies/os/pretty_name",
-                   "/dependencies/os/release"}) {
+  for (auto ptr : {"/dependencies/libtorch", "/dependencies/cuda_runtime", "/dependencies/nccl", "/dependencies/glibc",
+                   "/dependencies/compiler", "/dependencies/anchor/version", "/dependencies/anchor/git_commit",
+                   "/dependencies/os/pretty_name", "/dependencies/os/release"}) {
     json b = a;
     b[json::json_pointer(ptr)] = "changed";
     auto d = compare(a, b);

@@ -23,8 +23,8 @@
 
 namespace {
 
-using anchor::manifest::ProcessFacts;
 using anchor::manifest::process_facts_from_json;
+using anchor::manifest::ProcessFacts;
 using anchor::manifest::this_process_facts;
 using anchor::manifest::to_json;
 
@@ -93,7 +93,13 @@ TEST(ProcessFacts, ReaderRefusesWhatToJsonDoesNotWrite) {
       {"a version that is not a string", with("/runtime/libtorch", 1.13), "runtime.libtorch is 1.13"},
       {"a device that is a string", with("/device", "cpu"), "device is \"cpu\""},
       {"a hex path that is not hex", with("/executable_hex", "zz"), "executable_hex"},
-      {"no build", [&] { auto d = good; d.erase("build"); return d; }(), "build is missing"},
+      {"no build",
+       [&] {
+         auto d = good;
+         d.erase("build");
+         return d;
+       }(),
+       "build is missing"},
       {"a dirty flag that is a string", with("/build/git_dirty", "no"), "build.git_dirty is \"no\""},
       {"a search dir that is a number", with("/search_dirs", nlohmann::json::array({1})), "search_dirs[0] is 1"},
       {"not an object", nlohmann::json::array(), "the document is []"},
@@ -132,13 +138,15 @@ class FactsCache : public ::testing::Test {
     f.executable = str("anchor-torch");
     f.libraries.push_back({str("lib/libfake.so.1"), false, false});
     f.search_dirs = {str("lib"), str("lib2")};
-    f.build = {{"version", anchor::build::kVersion}, {"git_commit", anchor::build::kGitCommit},
-               {"git_dirty", anchor::build::kGitDirty}, {"build_type", anchor::build::kBuildType}};
+    f.build = {{"version", anchor::build::kVersion},
+               {"git_commit", anchor::build::kGitCommit},
+               {"git_dirty", anchor::build::kGitDirty},
+               {"build_type", anchor::build::kBuildType}};
     answer(to_json(f));
-    anchor::fs::atomic_write_file(str("anchor-torch"),
-                                  "#!/bin/sh\necho run >> '" + str("runs") + "'\nprintf 'a library says hello'\ncat '" +
-                                      str("answer") + "'\n",
-                                  anchor::fs::real_fs(), 0755);
+    anchor::fs::atomic_write_file(
+        str("anchor-torch"),
+        "#!/bin/sh\necho run >> '" + str("runs") + "'\nprintf 'a library says hello'\ncat '" + str("answer") + "'\n",
+        anchor::fs::real_fs(), 0755);
     settle();
   }
   void TearDown() override {
@@ -228,7 +236,8 @@ TEST_F(FactsCache, EachChangeAsksAgain) {
 // object put there does not.
 TEST_F(FactsCache, TheWorkingDirectoryCountsByItsSharedObjects) {
   ProcessFacts f = process_facts_from_json(
-      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
+      nlohmann::json::parse(
+          anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
       "test");
   f.search_dirs.push_back(".");
   answer(to_json(f));
@@ -292,7 +301,8 @@ TEST_F(FactsCache, AHostileCacheIsIgnoredAndRewritten) {
   survives("nested deep", std::string(10000, '[') + std::string(10000, ']'));
   survives("another format", R"({"format": "anchor.process-facts-cache/v9", "entries": {}})");
   nlohmann::json odd = {{"format", "anchor.process-facts-cache/v1"}, {"entries", nlohmann::json::object()}};
-  for (int i = 0; i < 20; ++i) odd["entries"]["e" + std::to_string(i)] = i % 2 ? nlohmann::json(i) : nlohmann::json{{"written_ns", "soon"}};
+  for (int i = 0; i < 20; ++i)
+    odd["entries"]["e" + std::to_string(i)] = i % 2 ? nlohmann::json(i) : nlohmann::json{{"written_ns", "soon"}};
   survives("20 odd entries (more than it keeps)", odd.dump());
   survives("larger than 16 MiB", std::string(17u << 20, ' '));
   nlohmann::json many = {{"format", "anchor.process-facts-cache/v1"}, {"entries", nlohmann::json::object()}};
@@ -306,7 +316,8 @@ TEST_F(FactsCache, AHostileCacheIsIgnoredAndRewritten) {
 
 TEST_F(FactsCache, AnotherBuildOrNoAnswerIsRefusedNamingIt) {
   ProcessFacts f = process_facts_from_json(
-      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
+      nlohmann::json::parse(
+          anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
       "test");
   f.build["git_commit"] = "0000000000000000000000000000000000000000";
   answer(to_json(f));
@@ -319,7 +330,8 @@ TEST_F(FactsCache, AnotherBuildOrNoAnswerIsRefusedNamingIt) {
   }
   // A cached answer from another build (anchor-torch rebuilt, the cache not): refused too.
   answer(to_json(process_facts_from_json(
-      nlohmann::json::parse(anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
+      nlohmann::json::parse(
+          anchor::fs::read_file(str("answer")).substr(1 + std::strlen(anchor::manifest::kProcessFactsLine))),
       "test")));
   {
     ProcessFacts good = f;

@@ -48,7 +48,7 @@ TEST_F(CountingAllocator, CountsKnownTensorSizesExactly) {
   EXPECT_EQ(before.source, "counting_allocator");
   measure::reset_peak("cpu");
   {
-    auto a = torch::empty({1000}, torch::kFloat32);   // 4000 bytes
+    auto a = torch::empty({1000}, torch::kFloat32);    // 4000 bytes
     auto b = torch::empty({10, 10}, torch::kFloat64);  // 800 bytes
     const auto during = measure::tensor_memory("cpu");
     EXPECT_EQ(during.allocated_bytes - before.allocated_bytes, 4800);
@@ -74,14 +74,17 @@ class MemoryPrediction : public CountingAllocator, public ::testing::WithParamIn
   }
 
   config::Config tiny(int micro_batch, int seq_len) {
-    return config::load_string("run: {threads: 1}\n"
-                                 "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 128, attention: " +
-                                     GetParam() + "}\n"
-                                 "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: " +
-                                     std::to_string(seq_len) + "}\n"
-                                 "train: {micro_batch: " + std::to_string(micro_batch) +
-                                     ", grad_accum: 2, total_steps: 100}\n",
-                                 "mem.yaml");
+    return config::load_string(
+        "run: {threads: 1}\n"
+        "model: {n_layer: 2, n_head: 4, n_embd: 64, block_size: 128, attention: " +
+            GetParam() +
+            "}\n"
+            "data: {train: [" +
+            (dir_ / "train.txt").string() + "], seq_len: " + std::to_string(seq_len) +
+            "}\n"
+            "train: {micro_batch: " +
+            std::to_string(micro_batch) + ", grad_accum: 2, total_steps: 100}\n",
+        "mem.yaml");
   }
   // A fresh trainer's second step (full optimizer state), peak reset before it:
   // how worker A measures its step at the configured shape.
@@ -122,7 +125,8 @@ TEST_P(MemoryPrediction, HeldOutConfigurationsWithinTenPercent) {
 
   std::printf("attention %s\n| micro_batch | seq_len | predicted MiB | measured MiB | error |\n|---|---|---|---|---|\n",
               GetParam().c_str());
-  for (auto [mb, T] : std::vector<std::pair<int, int>>{{8, 64}, {2, 64}, {4, 16}, {6, 48}, {3, 96}, {8, 128}, {2, 16}}) {
+  for (auto [mb, T] :
+       std::vector<std::pair<int, int>>{{8, 64}, {2, 64}, {4, 16}, {6, 48}, {3, 96}, {8, 128}, {2, 16}}) {
     const double measured = measure_peak(mb, T);
     const double predicted = fit.predict(mb, T);
     const double err = (predicted - measured) / measured;

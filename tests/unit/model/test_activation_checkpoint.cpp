@@ -167,12 +167,15 @@ class TrainerCheckpointing : public ::testing::Test {
     std::ofstream(dir_ / "train.txt") << text;
   }
   config::Config cfg(int every) const {
-    return config::load_string("run: {seed: 3, threads: 1}\n"
-                               "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.1}\n"
-                               "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: 32, val_fraction: 0.1}\n"
-                               "train: {micro_batch: 2, grad_accum: 2, total_steps: 10, activation_checkpointing: " +
-                                   std::to_string(every) + ", schedule: {warmup_steps: 1}}\n",
-                               "test.yaml");
+    return config::load_string(
+        "run: {seed: 3, threads: 1}\n"
+        "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.1}\n"
+        "data: {train: [" +
+            (dir_ / "train.txt").string() +
+            "], seq_len: 32, val_fraction: 0.1}\n"
+            "train: {micro_batch: 2, grad_accum: 2, total_steps: 10, activation_checkpointing: " +
+            std::to_string(every) + ", schedule: {warmup_steps: 1}}\n",
+        "test.yaml");
   }
   anchor::testing::TempDir tmp_{"ackpt"};
   const std::filesystem::path& dir_ = tmp_.path();

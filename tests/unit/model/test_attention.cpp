@@ -96,8 +96,8 @@ TEST(Attention, SdpaAgreesWithTheWrittenOutAttentionOnCpu) {
   const auto sdpa = forward_backward(model::GptOptions::from(model_cfg("sdpa")));
   const double loss_rel = std::abs(sdpa.loss - manual.loss) / std::abs(manual.loss);
   const double grad_rel = grad_rel_diff(sdpa, manual);
-  std::printf("sdpa vs manual on CPU: loss rel %.3g (tolerance %.0g), gradients rel %.3g (tolerance %.0g)\n",
-              loss_rel, kLossRelTol, grad_rel, kGradRelTol);
+  std::printf("sdpa vs manual on CPU: loss rel %.3g (tolerance %.0g), gradients rel %.3g (tolerance %.0g)\n", loss_rel,
+              kLossRelTol, grad_rel, kGradRelTol);
   EXPECT_LE(loss_rel, kLossRelTol);
   EXPECT_LE(grad_rel, kGradRelTol);
   // A twin of the manual pass is bitwise equal: the comparison sees only the kernel.

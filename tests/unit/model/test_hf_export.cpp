@@ -147,7 +147,8 @@ TEST(HfExport, AParameterGptTwoHasNoNameForIsRefused) {
 
 // tests/interop/hf_gpt2.py under the torch2 interpreter (transformers), its stderr with its stdout.
 proc::RunResult hf_gpt2(std::vector<std::string> args) {
-  args.insert(args.begin(), {anchor::testing::source_path("scripts/torch2-python"), anchor::testing::source_path("tests/interop/hf_gpt2.py")});
+  args.insert(args.begin(), {anchor::testing::source_path("scripts/torch2-python"),
+                             anchor::testing::source_path("tests/interop/hf_gpt2.py")});
   proc::SpawnOptions o;
   o.merge_stderr = true;
   return proc::run_capture(args, o);
@@ -202,8 +203,8 @@ TEST(HfExport, TransformersLoadsItWithTheSameLogits) {
   keep.clear();
   refs.clear();
   for (const auto& e : file.entries())
-    refs.push_back(checkpoint::tensor_ref(e.name, torch::from_blob(const_cast<std::uint8_t*>(file.data(e)), e.shape,
-                                                                   torch::kFloat32), keep));
+    refs.push_back(checkpoint::tensor_ref(
+        e.name, torch::from_blob(const_cast<std::uint8_t*>(file.data(e)), e.shape, torch::kFloat32), keep));
   refs.push_back(checkpoint::tensor_ref("h.0.attn.rotary", torch::zeros({2}), keep));
   stdfs::remove(tmp.path() / "wrong/model.safetensors");
   checkpoint::write_safetensors(fs::real_fs(), tmp.str("wrong/model.safetensors"), refs, {{"format", "pt"}});

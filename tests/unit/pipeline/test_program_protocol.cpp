@@ -91,14 +91,18 @@ TEST(ProgramProtocol, ParsesEveryLineTheHelperWrites) {
 TEST(ProgramProtocol, RefusesWhatTheHelperNeverWrites) {
   EXPECT_NE(error_of("not json").find("not a JSON line"), std::string::npos);
   EXPECT_NE(error_of("[1]").find("not a JSON object"), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"gossip","rank":0,"time":1})").find("unknown event type \"gossip\""), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"loss":1})").find("\"step\".step is missing"), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"step":"3"})").find("expected an integer"), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"step","rank":-1,"time":1,"step":3})").find("rank is -1, not a rank"), std::string::npos);
-  EXPECT_NE(error_of(digests("save", 2, "xyz", kB)).find("expected a SHA-256"), std::string::npos);
-  EXPECT_NE(error_of(R"({"type":"hello","rank":0,"time":1,"protocol":2,"role":"reference","world_size":1,"versions":{}})")
-                .find("speaks protocol 2; this anchor speaks protocol 1"),
+  EXPECT_NE(error_of(R"({"type":"gossip","rank":0,"time":1})").find("unknown event type \"gossip\""),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"loss":1})").find("\"step\".step is missing"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"step":"3"})").find("expected an integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"step","rank":-1,"time":1,"step":3})").find("rank is -1, not a rank"),
+            std::string::npos);
+  EXPECT_NE(error_of(digests("save", 2, "xyz", kB)).find("expected a SHA-256"), std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"type":"hello","rank":0,"time":1,"protocol":2,"role":"reference","world_size":1,"versions":{}})")
+          .find("speaks protocol 2; this anchor speaks protocol 1"),
+      std::string::npos);
   // Nesting deeper than anchor's limit is refused before nlohmann recurses into it.
   EXPECT_NE(error_of(std::string(100000, '[') + std::string(100000, ']')).find("not a JSON line"), std::string::npos);
 }
@@ -114,7 +118,9 @@ TEST(ProgramProtocol, ReaderFollowsAGrowingFileAndNamesTheBadLine) {
   auto got = r.poll();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(r.poll().empty());
-  out << line.substr(20) << "\n\n" << "{oops\n" << std::flush;
+  out << line.substr(20) << "\n\n"
+      << "{oops\n"
+      << std::flush;
   try {
     r.poll();
     FAIL() << "a bad line must be an error";
@@ -189,8 +195,10 @@ TEST(ProgramProtocol, HelloShapeAndStepMemory) {
       R"("versions":{"torch":"2.5.0","cuda":null,"cudnn":null,"nccl":null,"python":"3.11"},"parameters":10,)"
       R"("shape":{"micro_batch":4,"seq_len":32,"grad_accum":1,"precision":"bf16","n_layer":2,"n_embd":null,)"
       R"("flops_per_token":null,"probe":true}})";
-  auto w = log_of({hello, R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":1000,)"
-                          R"("peak_source":"VmHWM","baseline_bytes":400,"state":{"parameters":40,"gradients":40,"optimizer":80}})"});
+  auto w = log_of(
+      {hello,
+       R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":1000,)"
+       R"("peak_source":"VmHWM","baseline_bytes":400,"state":{"parameters":40,"gradients":40,"optimizer":80}})"});
   ASSERT_TRUE(w.hello && w.hello->shape);
   EXPECT_EQ(w.hello->shape->micro_batch, 4);
   EXPECT_EQ(w.hello->shape->precision, "bf16");
@@ -215,8 +223,9 @@ TEST(ProgramProtocol, HelloShapeAndStepMemory) {
   auto err = log_of({R"({"type":"error","rank":0,"time":3,"message":"RestoreError: x","kind":"RestoreError"})"});
   ASSERT_EQ(err.errors.size(), 1u);
   EXPECT_EQ(err.errors[0].kind, "RestoreError");
-  EXPECT_THROW(pp::parse_event(R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":-1,)"
-                               R"("peak_source":"x","baseline_bytes":null,"state":{"parameters":1,"gradients":1,"optimizer":0}})"),
+  EXPECT_THROW(pp::parse_event(
+                   R"({"type":"step_memory","rank":0,"time":2,"step":2,"device":"cpu","peak_bytes":-1,)"
+                   R"("peak_source":"x","baseline_bytes":null,"state":{"parameters":1,"gradients":1,"optimizer":0}})"),
                anchor::Error);
   EXPECT_THROW(pp::parse_event(with(R"("precision":"bf16")", R"("precision":"fp8")")), anchor::Error);
   EXPECT_THROW(pp::parse_event(with(R"("probe":true)", R"("probe":1)")), anchor::Error);
@@ -226,16 +235,16 @@ TEST(ProgramProtocol, HelloShapeAndStepMemory) {
 }
 
 TEST(ProgramProtocol, AStepReportedTwiceIsNotASecondStep) {
-  auto twice = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(3, "1.25"),
-                       digests("save", 4, kB, kA)});
+  auto twice = log_of(
+      {restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(3, "1.25"), digests("save", 4, kB, kA)});
   auto v = pp::compare(reference(), twice, 2, 4, 0.0);
   EXPECT_FALSE(v.match());
   EXPECT_NE(v.to_json().dump().find("reports step 3 twice"), std::string::npos);
 }
 
 TEST(ProgramProtocol, WithinATolerancetheLastStateIsReportedNotFailed) {
-  auto drifted = log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(4, "1.125"),
-                         digests("save", 4, kC, kA)});
+  auto drifted = log_of(
+      {restore_end(2), digests("restore", 2, kA, kB), step(3, "1.25"), step(4, "1.125"), digests("save", 4, kC, kA)});
   EXPECT_FALSE(pp::compare(reference(), drifted, 2, 4, 0.0).match());  // bitwise: the model differs
   auto v = pp::compare(reference(), drifted, 2, 4, 1e-6);
   EXPECT_TRUE(v.match()) << v.to_json().dump(2);

@@ -56,10 +56,10 @@ TEST(Progress, AboutTwentyStepLinesAWorkerShowTheFirstEveryNthAndTheLast) {
     for (std::int64_t done = start + 1; done <= end; ++done) n += rule.shown(done) ? 1 : 0;
     return n;
   };
-  EXPECT_EQ(count(0, 40), 21);     // the first, every 2nd, the last (40 is both)
-  EXPECT_EQ(count(20, 40), 20);    // 20 steps of its own: every one
+  EXPECT_EQ(count(0, 40), 21);   // the first, every 2nd, the last (40 is both)
+  EXPECT_EQ(count(20, 40), 20);  // 20 steps of its own: every one
   EXPECT_EQ(count(0, 5), 5);
-  EXPECT_EQ(count(0, 1000), 21);   // every 50th and the first
+  EXPECT_EQ(count(0, 1000), 21);  // every 50th and the first
   EXPECT_EQ(count(1000, 1003), 3);
   const StepLineRule rule(0, 1000);
   EXPECT_TRUE(rule.shown(1));
@@ -105,8 +105,10 @@ std::string on_a_pty(unsigned short cols, Draw draw) {
   ::dup2(saved, STDERR_FILENO);
   ::close(saved);
   ::close(slave);
-  if (term) ::setenv("TERM", saved_term.c_str(), 1);
-  else ::unsetenv("TERM");
+  if (term)
+    ::setenv("TERM", saved_term.c_str(), 1);
+  else
+    ::unsetenv("TERM");
   // Everything written is in the pty's buffer; read until the slave's close shows (EIO) or 5 s pass quiet.
   std::string out;
   char buf[4096];

@@ -154,7 +154,9 @@ TEST(Trace, BackToBackStagesDoNotOverlap) {
 TEST(Trace, ReadsNoMoreThanItsLineLimit) {
   std::string lines;
   for (int i = 0; i < 10; ++i)
-    lines += R"({"event":"x","source":"supervisor","time":"2026-12-03T06:12:5)" + std::to_string(i) + R"(.000Z"})" "\n";
+    lines += R"({"event":"x","source":"supervisor","time":"2026-12-03T06:12:5)" + std::to_string(i) +
+             R"(.000Z"})"
+             "\n";
   const json t = trace_of(lines, 4);
   EXPECT_EQ(t["otherData"]["truncated"], true);
   EXPECT_EQ(find(t, "i", "x").size(), 4u);
@@ -176,17 +178,30 @@ TEST(Trace, EventTimeReadsAnchorsAndAProgramsClocksAndNothingElse) {
 json small_report() {
   json steps_a = json::array(), steps_b = json::array();
   for (int s = 0; s < 4; ++s) {
-    json st = {{"step", s}, {"loss", 5.0 - 0.1 * s}, {"grad_norm", 1.0 + s}, {"lr", 1e-4 * (s + 1)},
-               {"data_wait_s", 0.001}, {"compute_s", 0.02}, {"comm_s", 0.0}};
+    json st = {{"step", s},
+               {"loss", 5.0 - 0.1 * s},
+               {"grad_norm", 1.0 + s},
+               {"lr", 1e-4 * (s + 1)},
+               {"data_wait_s", 0.001},
+               {"compute_s", 0.02},
+               {"comm_s", 0.0}};
     (s < 2 ? steps_a : steps_b).push_back(st);
   }
-  return {{"run_id", "pilot-1"}, {"status", "passed"}, {"message", "resume matches"},
+  return {{"run_id", "pilot-1"},
+          {"status", "passed"},
+          {"message", "resume matches"},
           {"stages", json::array({{{"stage", "train"}, {"status", "passed"}, {"seconds", 0.5}}})},
           {"steps", {{"train", steps_a}, {"reference", steps_b}, {"resume", steps_b}}},
-          {"resume", {{"verdict", "match"}, {"mode", "bitwise"}, {"saved_step", 2}, {"restored_step", 2},
-                      {"checks", json::array({{{"name", "model"}, {"ok", true}, {"detail", "equal"}}})}}},
-          {"measurements", {{"memory", {{"device_total_bytes", 80e9},
-                                        {"stages", {{"train", {{"peak_allocated_bytes", 1e9}, {"peak_reserved_bytes", 2e9}}}}}}}}}};
+          {"resume",
+           {{"verdict", "match"},
+            {"mode", "bitwise"},
+            {"saved_step", 2},
+            {"restored_step", 2},
+            {"checks", json::array({{{"name", "model"}, {"ok", true}, {"detail", "equal"}}})}}},
+          {"measurements",
+           {{"memory",
+             {{"device_total_bytes", 80e9},
+              {"stages", {{"train", {{"peak_allocated_bytes", 1e9}, {"peak_reserved_bytes", 2e9}}}}}}}}}};
 }
 
 std::size_t count(const std::string& s, const std::string& what) {
@@ -234,8 +249,13 @@ TEST(ReportHtml, ALongRunIsDrawnWithinBounds) {
   json r = small_report();
   json many = json::array();
   for (int s = 0; s < 1000; ++s)
-    many.push_back({{"step", s}, {"loss", 5.0 - s * 1e-3}, {"grad_norm", 1.0}, {"lr", 1e-4}, {"data_wait_s", 0.001},
-                    {"compute_s", 0.02}, {"comm_s", 0.0}});
+    many.push_back({{"step", s},
+                    {"loss", 5.0 - s * 1e-3},
+                    {"grad_norm", 1.0},
+                    {"lr", 1e-4},
+                    {"data_wait_s", 0.001},
+                    {"compute_s", 0.02},
+                    {"comm_s", 0.0}});
   r["steps"]["train"] = many;
   const std::string html = report_html(r, json());
   EXPECT_EQ(count(html, "worker A (uninterrupted): step "), 0u) << "no dots on a line of 400 points";
@@ -282,7 +302,8 @@ TEST(ReportHtml, AReportWithoutDataSaysSoInsteadOfDrawing) {
   odd["resume"]["saved_step"] = nullptr;
   std::string page;
   ASSERT_NO_THROW(page = report_html(odd, json::array()));
-  EXPECT_EQ(count(page, "worker A (uninterrupted): step "), 5u) << "A's two train steps on grad norm and lr, one on loss";
+  EXPECT_EQ(count(page, "worker A (uninterrupted): step "), 5u)
+      << "A's two train steps on grad norm and lr, one on loss";
 }
 
 // report.html and trace.json are views: one that cannot be written (here

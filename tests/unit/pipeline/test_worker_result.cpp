@@ -105,7 +105,9 @@ TEST(WorkerResult, EveryRoleReadsBackAsWritten) {
   WorkerResult probe;
   probe.role = "probe";
   probe.pid = 44;
-  probe.memory_points = json::array({{{"micro_batch", 4}, {"seq_len", 64}, {"peak_allocated_bytes", 1000},
+  probe.memory_points = json::array({{{"micro_batch", 4},
+                                      {"seq_len", 64},
+                                      {"peak_allocated_bytes", 1000},
                                       {"state_bytes", {{"parameters", 1}, {"gradients", 1}, {"optimizer", 2}}}}});
   for (const WorkerResult& r : {reference(), resume(), probe}) {
     const json written = r.to_json();
@@ -137,10 +139,12 @@ TEST(WorkerResult, ARefusedFileNamesTheField) {
   EXPECT_NE(refusal(v).find("saved_state is missing"), std::string::npos) << refusal(v);
   v = good;
   v["train_steps"][1]["loss"] = "4.9";
-  EXPECT_NE(refusal(v).find("train_steps[1].loss is \"4.9\", expected a finite number"), std::string::npos) << refusal(v);
+  EXPECT_NE(refusal(v).find("train_steps[1].loss is \"4.9\", expected a finite number"), std::string::npos)
+      << refusal(v);
   v = good;
   v["final_state"]["step"] = 18446744073709551615ull;
-  EXPECT_NE(refusal(v).find("final_state.step is 18446744073709551615, expected an integer below 2^63"), std::string::npos)
+  EXPECT_NE(refusal(v).find("final_state.step is 18446744073709551615, expected an integer below 2^63"),
+            std::string::npos)
       << refusal(v);
   v = good;
   v["eval_loss"] = nullptr;  // how JSON carries a NaN
@@ -188,7 +192,8 @@ TEST(WorkerResult, TheComparisonMatchesAndNamesWhatDiverged) {
   bad = resume();
   bad.resume_steps[0].loss = 4.8000001;
   EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 0.0).to_json()["cause"], json::array({"loss"}));
-  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 1e-6).to_json()["verdict"], "match") << "within the tolerance";
+  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 1e-6).to_json()["verdict"], "match")
+      << "within the tolerance";
 }
 
 // One tolerance rule for both kinds of worker (compare.hpp).

@@ -35,24 +35,22 @@ inline nlohmann::json synthetic_report() {
   r["config"] = config::to_json(synthetic_config());
   r["config_path"] = "";
   r["manifest"]["dependencies"]["libtorch"] = "1.13.0";
-  r["stages"] = nlohmann::json::array({{{"stage", "train"}, {"status", "passed"}},
-                                       {{"stage", "checkpoint_save"}, {"status", "passed"}}});
+  r["stages"] = nlohmann::json::array(
+      {{{"stage", "train"}, {"status", "passed"}}, {{"stage", "checkpoint_save"}, {"status", "passed"}}});
   auto& m = r["measurements"];
-  m["model"] = {{"parameters", 1000000000}, {"n_layer", 4},   {"n_head", 16},
-                {"n_embd", 2048},          {"vocab_size", 50304}, {"seq_len", 1000},
-                {"flops_per_token", 6e9}};
-  m["step"] = {{"seconds", 2.0},       {"tokens", 4000},      {"tokens_per_s", 2000.0},
-               {"data_wait_s", 0.0},    {"compute_s", 2.0},    {"stall_percent", 0.0},
-               {"micro_batch", 4},      {"grad_accum", 1},     {"world_size", 1}};
-  m["memory"] = {
-      {"source", "counting_allocator"},
-      {"precision", "fp32"},
-      {"state_bytes", {{"parameters", 4e9}, {"gradients", 4e9}, {"optimizer", 8e9}}},
-      {"points", nlohmann::json::array(
-                     {{{"micro_batch", 4}, {"seq_len", 1000}, {"peak_allocated_bytes", peak(4, 1000)}},
-                      {{"micro_batch", 2}, {"seq_len", 1000}, {"peak_allocated_bytes", peak(2, 1000)}},
-                      {{"micro_batch", 4}, {"seq_len", 500}, {"peak_allocated_bytes", peak(4, 500)}}})},
-      {"device_total_bytes", nullptr}};
+  m["model"] = {{"parameters", 1000000000}, {"n_layer", 4},    {"n_head", 16},          {"n_embd", 2048},
+                {"vocab_size", 50304},      {"seq_len", 1000}, {"flops_per_token", 6e9}};
+  m["step"] = {{"seconds", 2.0},     {"tokens", 4000},   {"tokens_per_s", 2000.0},
+               {"data_wait_s", 0.0}, {"compute_s", 2.0}, {"stall_percent", 0.0},
+               {"micro_batch", 4},   {"grad_accum", 1},  {"world_size", 1}};
+  m["memory"] = {{"source", "counting_allocator"},
+                 {"precision", "fp32"},
+                 {"state_bytes", {{"parameters", 4e9}, {"gradients", 4e9}, {"optimizer", 8e9}}},
+                 {"points", nlohmann::json::array(
+                                {{{"micro_batch", 4}, {"seq_len", 1000}, {"peak_allocated_bytes", peak(4, 1000)}},
+                                 {{"micro_batch", 2}, {"seq_len", 1000}, {"peak_allocated_bytes", peak(2, 1000)}},
+                                 {{"micro_batch", 4}, {"seq_len", 500}, {"peak_allocated_bytes", peak(4, 500)}}})},
+                 {"device_total_bytes", nullptr}};
   m["checkpoint_save"] = {{"bytes", 16e9}, {"seconds", 80.0}, {"gb_per_s", 0.2}};
   m["restore"] = {{"bytes", 16e9}, {"seconds", 40.0}, {"gb_per_s", 0.4}};
   return r;

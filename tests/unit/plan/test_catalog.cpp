@@ -131,13 +131,13 @@ TEST(Catalog, SyntaxErrorsAndWrongShapes) {
 
 TEST(Catalog, FindCatalogResolvesBudgetCatalogAgainstTheConfigDirectory) {
   const std::string configs = std::string(ANCHOR_SOURCE_DIR) + "/configs";
-  auto cfg = anchor::config::load_string("data: {train: [x.txt]}\nbudget: {catalog: catalog.yaml}\n",
-                                         "c.yaml", {}, configs);
+  auto cfg =
+      anchor::config::load_string("data: {train: [x.txt]}\nbudget: {catalog: catalog.yaml}\n", "c.yaml", {}, configs);
   EXPECT_EQ(find_catalog(cfg), configs + "/catalog.yaml");
   EXPECT_EQ(find_catalog(cfg, "/explicit.yaml"), "/explicit.yaml");
   // Negative control: a budget.catalog that does not exist is not picked.
-  auto missing = anchor::config::load_string(
-      "data: {train: [x.txt]}\nbudget: {catalog: nope.yaml}\n", "c.yaml", {}, "/nonexistent-dir");
+  auto missing = anchor::config::load_string("data: {train: [x.txt]}\nbudget: {catalog: nope.yaml}\n", "c.yaml", {},
+                                             "/nonexistent-dir");
   // Then ./configs/catalog.yaml, then <dir of this binary>/../share/anchor/catalog.yaml, then an error
   // naming every place tried.
   const std::string exe = anchor::proc::self_exe();

@@ -73,7 +73,7 @@ BudgetInput base_budget() {
   in.steps = 10000;
   in.compute_s_per_step = 0.5;  // 5000 s of training
   in.save_s = 60;
-  in.download_gb = 100;         // 800 Gbit at 1 Gbit/s = 800 s
+  in.download_gb = 100;  // 800 Gbit at 1 Gbit/s = 800 s
   in.ingress_gbps = 1;
   in.egress_gbps = 1;
   in.margin = 0.2;
@@ -100,7 +100,7 @@ TEST(Budget, NoFailuresHandWorked) {
 TEST(Budget, FailuresGiveYoungDalyCheckpointsAndRestarts) {
   BudgetInput in = base_budget();
   in.failures_per_day = 1;
-  in.nodes = 2;            // cluster MTBF = 86400 / 2 = 43200 s
+  in.nodes = 2;  // cluster MTBF = 86400 / 2 = 43200 s
   in.restart_minutes = 10;
   json b = make_budget(in);
   const double tau = std::sqrt(2 * 60.0 * 43200);  // 2276.84 s
@@ -145,7 +145,7 @@ TEST(Budget, TermBoundariesAndCosts) {
 
 TEST(Budget, MarginAndTransfers) {
   BudgetInput in = base_budget();
-  in.export_gb = 50;           // 400 Gbit at 2 Gbit/s = 200 s
+  in.export_gb = 50;  // 400 Gbit at 2 Gbit/s = 200 s
   in.egress_gbps = 2;
   in.checkpoint_bytes = 10e9;  // final checkpoint copied off: 80 Gbit / 2 = 40 s
   in.preprocess_hours = 1;
@@ -180,15 +180,13 @@ TEST(Budget, MarginAndTransfers) {
 //   ZeRO-3: 6 + 16/d (14, 10, 8; incl. 1e9 gather buffer and 1e9 other fixed).
 Catalog synthetic_catalog() {
   auto dev = [](const std::string& name, const std::string& gb) {
-    return "  - name: " + name +
-           "\n    platform: cuda\n    memory_gb: " + gb +
+    return "  - name: " + name + "\n    platform: cuda\n    memory_gb: " + gb +
            "\n    bf16_tflops: 100\n    memory_bandwidth_tbps: 1\n"
            "    interconnect: {name: link, gb_per_s: 100}\n"
            "    price_per_gpu_hour: {term_7_day: 2.0, term_30_day: 1.5}\n";
   };
-  return load_catalog_string("devices:\n" + dev("ddp-just-fits", "21.001") +
-                                 dev("ddp-just-misses", "20.999") + dev("zero2", "13") +
-                                 dev("zero3", "9") + dev("none", "4.5"),
+  return load_catalog_string("devices:\n" + dev("ddp-just-fits", "21.001") + dev("ddp-just-misses", "20.999") +
+                                 dev("zero2", "13") + dev("zero3", "9") + dev("none", "4.5"),
                              "synthetic");
 }
 
@@ -207,9 +205,9 @@ json program_report() {
   r["program"] = {{"command", {"python3", "train.py"}}, {"versions", {{"torch", "2.5.0"}}}};
   r["manifest"].erase("dependencies");
   auto& m = r["measurements"];
-  m["model"] = {{"parameters", 1000000000}, {"micro_batch", 2}, {"seq_len", 100}, {"grad_accum", 1},
-                {"n_layer", nullptr}, {"n_embd", nullptr}, {"flops_per_token", 6e9},
-                {"flops_source", "6 x parameters"}};
+  m["model"] = {
+      {"parameters", 1000000000}, {"micro_batch", 2},  {"seq_len", 100},         {"grad_accum", 1},
+      {"n_layer", nullptr},       {"n_embd", nullptr}, {"flops_per_token", 6e9}, {"flops_source", "6 x parameters"}};
   m["memory"]["points"] = json::array({{{"micro_batch", 2}, {"seq_len", 100}, {"peak_allocated_bytes", 17.2e9}}});
   m["memory"]["baseline_bytes"] = 4.1e9;  // the parameters + 0.1e9 held before the first step
   return r;
@@ -229,7 +227,8 @@ TEST(MakePlan, FromAProgramsMeasurements) {
   EXPECT_NEAR(p["memory_model"]["a_bytes_per_token"].get<double>(), 1.1e9 / 200, 1e-3);
   EXPECT_NEAR(device(p, "ddp-just-fits")["predicted_peak_bytes"].get<double>(), 17.2e9, 1e3);
   bool said = false;
-  for (const auto& w : p["warnings"]) said = said || w.get<std::string>().find("one measured point") != std::string::npos;
+  for (const auto& w : p["warnings"])
+    said = said || w.get<std::string>().find("one measured point") != std::string::npos;
   EXPECT_TRUE(said) << p["warnings"].dump();
   // No model.* mismatch warning: a program's model is not anchor's config.
   for (const auto& w : p["warnings"]) EXPECT_EQ(w.get<std::string>().find("model.* differs"), std::string::npos);
@@ -305,8 +304,7 @@ TEST(MakePlan, SaysWhenTheGlobalBatchChangesAndHowManyEpochs) {
 }
 
 TEST(MakePlan, DecisionsAtTheBoundaries) {
-  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
-                           synthetic::synthetic_config());
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
   EXPECT_NEAR(p["memory_model"]["fixed_bytes"].get<double>(), 17e9, 1e2);
   EXPECT_NEAR(p["memory_model"]["other_fixed_bytes"].get<double>(), 1e9, 1e2);
   EXPECT_NEAR(p["memory_model"]["a_bytes_per_token"].get<double>(), 1e6, 1e-3);
@@ -358,14 +356,12 @@ TEST(MakePlan, ZeroTwoIsChosenBeforeZeroThree) {
   EXPECT_NEAR(d["comm_bytes_per_step"].get<double>(), 7e9, 1);
   EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), 0.07, 1e-9);
   // Fully sharded ZeRO-3 costs 1.5x DDP: 3*7/8*G = 10.5e9 B.
-  const json p2 = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
-                            synthetic::synthetic_config());
+  const json p2 = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
   EXPECT_NEAR(device(p2, "zero3")["comm_bytes_per_step"].get<double>(), 10.5e9, 1);
 }
 
 TEST(MakePlan, StepTimeCommAndBudgetHandWorked) {
-  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
-                           synthetic::synthetic_config());
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
   const json& d = device(p, "ddp-just-fits");
   // DDP over 8, G = 4e9: 2 * 7/8 * 4e9 = 7e9 B at 100 GB/s = 0.07 s.
   EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), 0.07, 1e-9);
@@ -412,8 +408,7 @@ TEST(MakePlan, ErrorsNameWhatIsMissing) {
     FAIL();
   } catch (const anchor::Error& e) {
     EXPECT_EQ(e.kind(), anchor::ErrorKind::kUsage);
-    EXPECT_NE(std::string(e.what()).find("measurements/memory/points"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("measurements/memory/points"), std::string::npos) << e.what();
   }
   anchor::config::Config cfg = synthetic::synthetic_config();
   cfg.budget.devices = {"TPU-v9"};
@@ -421,8 +416,7 @@ TEST(MakePlan, ErrorsNameWhatIsMissing) {
 }
 
 TEST(MakePlan, FormatsATable) {
-  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(),
-                           synthetic::synthetic_config());
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
   const std::string t = format_plan(p);
   EXPECT_NE(t.find("Memory model"), std::string::npos);
   EXPECT_NE(t.find("ddp-just-misses"), std::string::npos);
@@ -441,7 +435,8 @@ TEST(MakePlan, SummarisesInAFewLinesAndSurvivesAPartialPlan) {
   EXPECT_NE(t.find("/runs/r1/report.md"), std::string::npos) << t;
   EXPECT_EQ(t.find("Assumptions"), std::string::npos) << t;
   EXPECT_LE(std::count(t.begin(), t.end(), '\n'), 5 + static_cast<long>(p["warnings"].size())) << t;
-  EXPECT_EQ(format_plan_summary({{"status", "not planned"}, {"why", "no shape"}}, "/r"), "Plan: not planned: no shape\n");
+  EXPECT_EQ(format_plan_summary({{"status", "not planned"}, {"why", "no shape"}}, "/r"),
+            "Plan: not planned: no shape\n");
   EXPECT_EQ(format_plan_summary(json::object(), "/r"), "Plan: not planned\n");
   const std::string partial = format_plan_summary({{"recommendation", {{"device", "X"}}}}, "/r");
   EXPECT_NE(partial.find("Plan: - x X"), std::string::npos) << partial;

@@ -47,9 +47,7 @@ inline std::string sh_quote(const std::string& s) {
 }
 
 // Runs a shell command line; returns (status, stdout+stderr).
-inline proc::RunResult sh(const std::string& cmd) {
-  return proc::run_capture({"/bin/sh", "-c", cmd + " 2>&1"});
-}
+inline proc::RunResult sh(const std::string& cmd) { return proc::run_capture({"/bin/sh", "-c", cmd + " 2>&1"}); }
 
 inline mode_t file_mode(const std::string& path) {
   struct stat st {};
@@ -61,8 +59,7 @@ class RunDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = stdfs::temp_directory_path() /
-            ("anchor-report-" + std::string(info->name()) + "-" + fs::random_suffix());
+    root_ = stdfs::temp_directory_path() / ("anchor-report-" + std::string(info->name()) + "-" + fs::random_suffix());
     stdfs::create_directories(root_);
     keys_ = (root_ / "keys").string();
     run_ = (root_ / "run").string();
@@ -101,8 +98,7 @@ class RunDirTest : public ::testing::Test {
     // Killed after COMMITTED, before the rename: still not a checkpoint.
     spit(torn + "/COMMITTED", sha256_file(torn + "/manifest.json").sha256 + "\n");
 
-    nlohmann::ordered_json run_manifest = {{"config_digest", std::string(64, 'd')},
-                                           {"seeds", {{"root", 1234}}}};
+    nlohmann::ordered_json run_manifest = {{"config_digest", std::string(64, 'd')}, {"seeds", {{"root", 1234}}}};
     spit(run_ + "/manifest.json", run_manifest.dump(2));
     nlohmann::ordered_json report = {
         {"manifest", run_manifest},
@@ -111,8 +107,7 @@ class RunDirTest : public ::testing::Test {
         {"run_id", "test-run"},
         {"verdict", "pass"},
         {"losses", {5.4123, 5.3987, 5.3871, 5.3702}},
-        {"checkpoints",
-         {{{"dir", "checkpoints/step-00000002"}, {"step", 2}, {"manifest_sha256", manifest_sha}}}},
+        {"checkpoints", {{{"dir", "checkpoints/step-00000002"}, {"step", 2}, {"manifest_sha256", manifest_sha}}}},
     };
     spit(run_ + "/report.json", report.dump(2) + "\n");
     // The run's other files a reader trusts (run_files in src/report/run_dir.hpp).
@@ -151,8 +146,7 @@ class RunDirTest : public ::testing::Test {
 inline bool has_failure(const std::vector<std::string>& failures, const std::string& name,
                         const std::string& what = {}) {
   for (const auto& f : failures)
-    if (f.rfind(name + ":", 0) == 0 && (what.empty() || f.find(what) != std::string::npos))
-      return true;
+    if (f.rfind(name + ":", 0) == 0 && (what.empty() || f.find(what) != std::string::npos)) return true;
   return false;
 }
 

@@ -52,8 +52,8 @@ TEST(Dsse, Base64KnownVectors) {
 TEST(Dsse, Base64RejectsGarbage) {
   EXPECT_FALSE(base64_decode("Zm9v!").has_value());
   EXPECT_FALSE(base64_decode("Zm 9v").has_value());
-  EXPECT_FALSE(base64_decode("Z").has_value());       // impossible length
-  EXPECT_FALSE(base64_decode("Zg==Zg==").has_value()); // data after padding
+  EXPECT_FALSE(base64_decode("Z").has_value());         // impossible length
+  EXPECT_FALSE(base64_decode("Zg==Zg==").has_value());  // data after padding
   EXPECT_FALSE(base64_decode("Z===").has_value());
   EXPECT_FALSE(base64_decode("Zm9v\n").has_value());
 }
@@ -105,11 +105,9 @@ TEST(Dsse, EnvelopeParseErrorsAreNamed) {
   EXPECT_EQ(parse_error("{\"payloadType\": ").rfind("malformed-json:", 0), 0u);
   EXPECT_EQ(parse_error("[1,2]").rfind("envelope-schema:", 0), 0u);
   EXPECT_NE(parse_error("{\"run_id\":\"x\"}").find("unsigned report.json"), std::string::npos);
-  EXPECT_NE(parse_error(R"({"payloadType":"t","payload":"%%%","signatures":[]})")
-                .find("\"payload\" is not base64"),
+  EXPECT_NE(parse_error(R"({"payloadType":"t","payload":"%%%","signatures":[]})").find("\"payload\" is not base64"),
             std::string::npos);
-  EXPECT_NE(parse_error(R"({"payloadType":"t","payload":"","signatures":[{"sig":7}]})")
-                .find("signatures[0].sig"),
+  EXPECT_NE(parse_error(R"({"payloadType":"t","payload":"","signatures":[{"sig":7}]})").find("signatures[0].sig"),
             std::string::npos);
 }
 

@@ -33,30 +33,26 @@ class InteropTest : public testing::RunDirTest {
   std::string openssl_b64_decode(const std::string& b64, const std::string& name) {
     std::string in = work_ + "/" + name + ".b64", out = work_ + "/" + name + ".bin";
     spit(in, b64);
-    auto r = sh(std::string(kOpenssl) + " base64 -d -A -in " + sh_quote(in) + " -out " +
-                sh_quote(out));
+    auto r = sh(std::string(kOpenssl) + " base64 -d -A -in " + sh_quote(in) + " -out " + sh_quote(out));
     EXPECT_EQ(r.status, 0) << r.out;
     return slurp(out);
   }
 
   // PAE written out by hand from the DSSE protocol text.
   static std::string hand_pae(const std::string& type, const std::string& body) {
-    return "DSSEv1 " + std::to_string(type.size()) + " " + type + " " +
-           std::to_string(body.size()) + " " + body;
+    return "DSSEv1 " + std::to_string(type.size()) + " " + type + " " + std::to_string(body.size()) + " " + body;
   }
 
-  proc::RunResult openssl_verify(const std::string& pub, const std::string& message,
-                                 const std::string& der_sig) {
+  proc::RunResult openssl_verify(const std::string& pub, const std::string& message, const std::string& der_sig) {
     spit(work_ + "/pae.bin", message);
     spit(work_ + "/sig.der", der_sig);
-    return sh(std::string(kOpenssl) + " dgst -sha256 -verify " + sh_quote(pub) +
-              " -signature " + sh_quote(work_ + "/sig.der") + " " + sh_quote(work_ + "/pae.bin"));
+    return sh(std::string(kOpenssl) + " dgst -sha256 -verify " + sh_quote(pub) + " -signature " +
+              sh_quote(work_ + "/sig.der") + " " + sh_quote(work_ + "/pae.bin"));
   }
 
   proc::RunResult python_verify(const std::string& env, const std::string& pub) {
-    return sh(std::string(kPython) + " " +
-              sh_quote(std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/verify_dsse.py") + " " +
-              sh_quote(env) + " " + sh_quote(pub));
+    return sh(std::string(kPython) + " " + sh_quote(std::string(ANCHOR_SOURCE_DIR) + "/tests/interop/verify_dsse.py") +
+              " " + sh_quote(env) + " " + sh_quote(pub));
   }
 
   std::string work_;
@@ -88,10 +84,9 @@ TEST_F(InteropTest, OpensslCommandLineVerifiesTheSignatureOverPae) {
 TEST_F(InteropTest, PythonCryptographyVerifiesTheEnvelope) {
   auto ok = python_verify(envelope(), pub_);
   ASSERT_EQ(ok.status, 0) << ok.out;
-  EXPECT_NE(ok.out.find("OK key " + key_id_ + ", " + std::to_string(kSubjects) + " subjects"), std::string::npos) << ok.out;
-  EXPECT_NE(ok.out.find(sha256_file(run_ + "/report.json").sha256 + " report.json"),
-            std::string::npos)
+  EXPECT_NE(ok.out.find("OK key " + key_id_ + ", " + std::to_string(kSubjects) + " subjects"), std::string::npos)
       << ok.out;
+  EXPECT_NE(ok.out.find(sha256_file(run_ + "/report.json").sha256 + " report.json"), std::string::npos) << ok.out;
 
   // Negative controls: wrong key; tampered payload.
   auto [other_priv, other_pub] = other_keypair();

@@ -68,8 +68,7 @@ TEST_F(KeysTest, KeygenWritesPkcs8AndSpkiWithTheRightModes) {
 
 TEST_F(KeysTest, KeyIdIsSha256OfTheDerSpkiAsOpensslPrintsIt) {
   std::string der = keys_ + "/pub.der";
-  auto r = sh("/usr/bin/openssl pkey -pubin -in " + sh_quote(pub_) + " -outform DER -out " +
-              sh_quote(der));
+  auto r = sh("/usr/bin/openssl pkey -pubin -in " + sh_quote(pub_) + " -outform DER -out " + sh_quote(der));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(key_id_, sha256_hex(slurp(der)));
   EXPECT_EQ(key_id(load_public_key(pub_)), key_id_);
@@ -139,8 +138,8 @@ TEST_F(KeysTest, PassphraseEncryptedKeyRoundTrip) {
 
   // openssl confirms PKCS#8 with AES-256-CBC (PBES2).
   spit(keys_ + "/pass.txt", k.passphrase + "\n");
-  auto o = sh("/usr/bin/openssl pkey -in " + sh_quote(k.private_path) + " -passin file:" +
-              sh_quote(keys_ + "/pass.txt") + " -noout");
+  auto o = sh("/usr/bin/openssl pkey -in " + sh_quote(k.private_path) +
+              " -passin file:" + sh_quote(keys_ + "/pass.txt") + " -noout");
   EXPECT_EQ(o.status, 0) << o.out;
   auto asn = sh("/usr/bin/openssl asn1parse -in " + sh_quote(k.private_path));
   EXPECT_NE(asn.out.find("aes-256-cbc"), std::string::npos) << asn.out;
@@ -163,8 +162,7 @@ TEST_F(KeysTest, PassphraseEncryptedKeyRoundTrip) {
   }
   // Right passphrase, from the file and from the environment.
   EXPECT_EQ(resolve_passphrase(keys_ + "/pass.txt"), k.passphrase);
-  EXPECT_EQ(key_id(load_private_key(k.private_path, resolve_passphrase(keys_ + "/pass.txt"))),
-            r.key_id);
+  EXPECT_EQ(key_id(load_private_key(k.private_path, resolve_passphrase(keys_ + "/pass.txt"))), r.key_id);
   {
     ScopedEnv set(kPassphraseEnv, k.passphrase.c_str());
     EXPECT_EQ(resolve_passphrase(""), k.passphrase);
@@ -193,19 +191,16 @@ TEST_F(KeysTest, OnlyP256KeysAreAccepted) {
     load_private_key(ed);
     FAIL() << "an ed25519 key was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not an ECDSA P-256 key"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not an ECDSA P-256 key"), std::string::npos) << e.what();
   }
   std::string p384 = keys_ + "/p384.key";
-  r = sh("/usr/bin/openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out " +
-         sh_quote(p384));
+  r = sh("/usr/bin/openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out " + sh_quote(p384));
   ASSERT_EQ(r.status, 0) << r.out;
   ASSERT_EQ(::chmod(p384.c_str(), 0600), 0);
   EXPECT_THROW(load_private_key(p384), Error);
   // A key made by the openssl command line (P-256) is accepted: a negative control.
   std::string p256 = keys_ + "/p256.key";
-  r = sh("/usr/bin/openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out " +
-         sh_quote(p256));
+  r = sh("/usr/bin/openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out " + sh_quote(p256));
   ASSERT_EQ(r.status, 0) << r.out;
   ASSERT_EQ(::chmod(p256.c_str(), 0600), 0);
   EXPECT_NO_THROW(load_private_key(p256));

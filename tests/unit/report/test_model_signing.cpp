@@ -26,7 +26,8 @@ using testing::spit;
 
 std::string raw(const std::string& hex) {
   std::string out;
-  for (std::size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (std::size_t i = 0; i < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
 }
 
@@ -94,7 +95,8 @@ TEST_F(ModelSignatureTest, SignRunWritesItOverTheSignedExportAndVerifyChecksIt) 
   ASSERT_EQ(st["predicate"]["resources"].size(), 3u);
   EXPECT_EQ(st["predicate"]["resources"][2]["name"], "model.safetensors");
   EXPECT_EQ(st["predicate"]["resources"][2]["digest"], sha256_file(run_ + "/export/model.safetensors").sha256);
-  EXPECT_EQ(json::parse(slurp(sig()))["verificationMaterial"]["publicKey"]["hint"], sha256_hex(slurp(run_ + "/report.pub")));
+  EXPECT_EQ(json::parse(slurp(sig()))["verificationMaterial"]["publicKey"]["hint"],
+            sha256_hex(slurp(run_ + "/report.pub")));
   VerifyResult r = verify_envelope(envelope(), pub_);
   EXPECT_TRUE(r.ok) << joined(r.failures);
   EXPECT_NE(joined(r.checks).find("model.sig: OpenSSF Model Signing of export/ (3 files)"), std::string::npos)
@@ -106,7 +108,8 @@ TEST_F(ModelSignatureTest, AnotherExportsStatementOrAnotherKeyIsRefused) {
   st["predicate"]["resources"][2]["digest"] = std::string(64, 'e');
   write_sig(st, priv_);  // the right key: only the content gives it away
   VerifyResult r = verify_envelope(envelope(), pub_);
-  EXPECT_TRUE(has_failure(r.failures, "model-signature", "does not sign the export/ this report signs")) << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "model-signature", "does not sign the export/ this report signs"))
+      << joined(r.failures);
   write_sig(statement(), other_keypair().first);
   r = verify_envelope(envelope(), pub_);
   EXPECT_TRUE(has_failure(r.failures, "model-signature", "public-key hint")) << joined(r.failures);

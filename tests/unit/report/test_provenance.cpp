@@ -29,22 +29,32 @@ const std::string kHexA(64, 'a'), kHexB(64, 'b'), kHexC(64, 'c'), kHexE(64, 'e')
 // part the provenance reads.
 json rich_statement() {
   json manifest = {
-      {"model", {{"files", {{{"role", "weights"}, {"path", "model.safetensors"}, {"resolved", "/m/model.safetensors"},
-                              {"size", 1024}, {"sha256", kHexA}}}}}},
-      {"data", {{"train", {{"files", {{{"path", "shards/a b.bin"}, {"resolved", "/d/shards/a b.bin"}, {"size", 8},
-                                       {"sha256", kHexB}}}}}},
-                {"val", {{"files", json::array()}}}}},
+      {"model",
+       {{"files",
+         {{{"role", "weights"},
+           {"path", "model.safetensors"},
+           {"resolved", "/m/model.safetensors"},
+           {"size", 1024},
+           {"sha256", kHexA}}}}}},
+      {"data",
+       {{"train",
+         {{"files",
+           {{{"path", "shards/a b.bin"}, {"resolved", "/d/shards/a b.bin"}, {"size", 8}, {"sha256", kHexB}}}}}},
+        {"val", {{"files", json::array()}}}}},
       {"seeds", {{"root", 1234}, {"init", 5}}},
       {"dependencies",
        {{"libtorch", "1.13.1"},
         {"cuda_runtime", "none"},
         {"executable", {{"path", "/opt/anchor/bin/anchor-torch"}, {"sha256", kHexC}}},
-        {"shared_libraries", {{{"path", "/usr/lib/libtorch_cpu.so"}, {"sha256", kHexE}},
-                              {{"path", "/gone/lib\xff.so"}, {"sha256", nullptr}, {"deleted", true}}}}}},
-      {"program", {{"sources", {{{"path", "train.py"}, {"sha256", kHexA}}}},
-                   {"interpreter", {{"path", "/usr/bin/python3.11"}, {"sha256", kHexB}}},
-                   {"python", {{"distributions", {{{"name", "Foo_Bar.baz"}, {"version", "1.0+cpu"},
-                                                   {"record_sha256", kHexC}, {"pinned_by", "RECORD"}}}}}}}},
+        {"shared_libraries",
+         {{{"path", "/usr/lib/libtorch_cpu.so"}, {"sha256", kHexE}},
+          {{"path", "/gone/lib\xff.so"}, {"sha256", nullptr}, {"deleted", true}}}}}},
+      {"program",
+       {{"sources", {{{"path", "train.py"}, {"sha256", kHexA}}}},
+        {"interpreter", {{"path", "/usr/bin/python3.11"}, {"sha256", kHexB}}},
+        {"python",
+         {{"distributions",
+           {{{"name", "Foo_Bar.baz"}, {"version", "1.0+cpu"}, {"record_sha256", kHexC}, {"pinned_by", "RECORD"}}}}}}}},
       {"container", {{"digest", "sha256:" + kHexE}, {"source", "env"}}},
   };
   json report = {{"run_id", "tiny-20261203-120000-abcd"},
@@ -193,8 +203,8 @@ TEST_F(ProvenanceSignTest, AnotherKeysOrAnotherEnvelopesProvenanceIsRefused) {
   // The report signed again (a new envelope, the same statement): the old provenance names the old envelope.
   write_provenance(p, priv_);
   ASSERT_TRUE(verify_envelope(envelope(), pub_).ok);
-  spit(envelope(), envelope_to_json(sign_envelope(load_private_key(priv_), kInTotoPayloadType,
-                                                  payload(envelope()).dump())));
+  spit(envelope(),
+       envelope_to_json(sign_envelope(load_private_key(priv_), kInTotoPayloadType, payload(envelope()).dump())));
   r = verify_envelope(envelope(), pub_);
   EXPECT_TRUE(has_failure(r.failures, "provenance", "/predicate/runDetails/byproducts/0/digest/sha256"))
       << joined(r.failures);

@@ -41,9 +41,7 @@ class SignVerifyTest : public testing::RunDirTest {
     spit(envelope(), envelope_to_json(env));
   }
 
-  json statement() {
-    return json::parse(*base64_decode(envelope_json()["payload"].get<std::string>()));
-  }
+  json statement() { return json::parse(*base64_decode(envelope_json()["payload"].get<std::string>())); }
 };
 
 TEST_F(SignVerifyTest, ValidRunVerifies) {
@@ -54,9 +52,9 @@ TEST_F(SignVerifyTest, ValidRunVerifies) {
   EXPECT_TRUE(r.warnings.empty()) << joined(r.warnings);
   // Every family of check reported as holding.
   std::string checks = joined(r.checks);
-  for (const char* what : {"signature:", "statement:", "subjects: all 7", "report: report.json",
-                           "checkpoints: 1", "checkpoint data: every file of the 1", "report/manifests: the 1",
-                           "manifest: manifest.json"})
+  for (const char* what :
+       {"signature:", "statement:", "subjects: all 7", "report: report.json", "checkpoints: 1",
+        "checkpoint data: every file of the 1", "report/manifests: the 1", "manifest: manifest.json"})
     EXPECT_NE(checks.find(what), std::string::npos) << what << "\n" << checks;
 }
 
@@ -67,7 +65,8 @@ TEST_F(SignVerifyTest, StatementNamesTheCommittedOutputsOnly) {
   ASSERT_EQ(st["subject"].size(), kSubjects) << st["subject"].dump();  // the torn .tmp- dir is left out
   EXPECT_EQ(st["subject"][0]["name"], "report.json");
   EXPECT_EQ(st["subject"][0]["digest"]["sha256"], sha256_file(run_ + "/report.json").sha256);
-  const std::vector<std::string> rest = {"report.md", "manifest.json", "config.json", "events.jsonl",
+  const std::vector<std::string> rest = {"report.md",           "manifest.json",
+                                         "config.json",         "events.jsonl",
                                          "work/reference.json", "checkpoints/step-00000002/manifest.json"};
   for (std::size_t i = 0; i < rest.size(); ++i) {
     EXPECT_EQ(st["subject"][i + 1]["name"], rest[i]);
@@ -157,8 +156,7 @@ TEST_F(SignVerifyTest, SwappedPayloadType) {
   VerifyResult r = verify_with(pub_);
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(has_failure(r.failures, "payload-type", "application/json")) << joined(r.failures);
-  EXPECT_TRUE(has_failure(r.failures, "payload-type", "changed after signing"))
-      << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "payload-type", "changed after signing")) << joined(r.failures);
   EXPECT_FALSE(has_failure(r.failures, "bad-signature")) << joined(r.failures);
 }
 
@@ -188,16 +186,14 @@ TEST_F(SignVerifyTest, ChangedManifestAlsoBreaksCommittedAndReport) {
   EXPECT_TRUE(has_failure(r.failures, "subject-changed", "checkpoints/step-00000002/manifest.json"))
       << joined(r.failures);
   EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "COMMITTED")) << joined(r.failures);
-  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "report.json lists"))
-      << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "report.json lists")) << joined(r.failures);
 }
 
 TEST_F(SignVerifyTest, RunManifestMustBeTheOneTheReportRecords) {
   spit(run_ + "/manifest.json", slurp(run_ + "/manifest.json") + "\n");
   VerifyResult r = verify_with(pub_);
   EXPECT_FALSE(r.ok);
-  EXPECT_TRUE(has_failure(r.failures, "manifest-mismatch", "manifest.json: sha256 on disk"))
-      << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "manifest-mismatch", "manifest.json: sha256 on disk")) << joined(r.failures);
   stdfs::remove(run_ + "/manifest.json");
   r = verify_with(pub_);
   EXPECT_TRUE(has_failure(r.failures, "manifest-mismatch", "missing")) << joined(r.failures);
@@ -313,8 +309,8 @@ TEST_F(SignVerifyTest, CheckpointDirOutsideTheRunIsTiedByTheReportDigest) {
   req.files.push_back({"model.safetensors", {{"w", checkpoint::DType::U8, {16}, kBytes, 16}}, {}});
   const std::string outside = checkpoint::Store((root_ / "ckpt-outside").string()).save(req).dir;
   json report = json::parse(slurp(run_ + "/report.json"));
-  report["checkpoints"].push_back({{"dir", "../ckpt-outside/step-00000002"},
-                                   {"manifest_sha256", sha256_file(outside + "/manifest.json").sha256}});
+  report["checkpoints"].push_back(
+      {{"dir", "../ckpt-outside/step-00000002"}, {"manifest_sha256", sha256_file(outside + "/manifest.json").sha256}});
   spit(run_ + "/report.json", report.dump(2));
   sign_run(run_, priv_);
   VerifyResult r = verify_with(pub_);
@@ -336,8 +332,7 @@ TEST_F(SignVerifyTest, CheckpointDirOutsideTheRunIsTiedByTheReportDigest) {
   spit(outside + "/manifest.json", "{\"files\": [1]}\n");
   r = verify_with(pub_);
   EXPECT_FALSE(r.ok);
-  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "../ckpt-outside/step-00000002"))
-      << joined(r.failures);
+  EXPECT_TRUE(has_failure(r.failures, "checkpoint-mismatch", "../ckpt-outside/step-00000002")) << joined(r.failures);
 }
 
 TEST_F(SignVerifyTest, CheckpointCommittedAfterSigningIsAWarningNotASubject) {
@@ -448,8 +443,9 @@ TEST_F(SignVerifyTest, VerifySaysACommittedStepThatDoesNotVerifyIsNoCheckpoint) 
   spit(late + "/COMMITTED", std::string(64, 'a') + "\n");
   VerifyResult r = verify_with(pub_);
   EXPECT_TRUE(r.ok) << joined(r.failures);
-  EXPECT_NE(joined(r.warnings).find("checkpoints/step-00000006 holds COMMITTED but does not verify "
-                                    "(manifest.json is missing)"),
+  EXPECT_NE(joined(r.warnings)
+                .find("checkpoints/step-00000006 holds COMMITTED but does not verify "
+                      "(manifest.json is missing)"),
             std::string::npos)
       << joined(r.warnings);
 }

@@ -116,7 +116,6 @@ TEST(Autocast, GuardLowersMatmulsInsideAndRestoresOnExit) {
   EXPECT_THROW(train::parse_precision("fp8"), Error);
 }
 
-
 train::PrecisionSide side(const std::string& label, double loss, std::vector<std::pair<std::string, torch::Tensor>> g) {
   train::PrecisionSide s;
   s.label = label;
@@ -157,7 +156,8 @@ TEST(PrecisionCheck, NonFiniteValuesFailWithTheTensorNamed) {
   EXPECT_EQ(v["non_finite"][0]["tensor"], "h.1.w");
   EXPECT_EQ(v["non_finite"][0]["what"], "bf16 autocast gradient");
 
-  v = train::compare_precision(side("fp32", std::nan(""), {{"h.0.w", w}}), side("bf16 autocast", 2.0, {{"h.0.w", w}}), 0.05);
+  v = train::compare_precision(side("fp32", std::nan(""), {{"h.0.w", w}}), side("bf16 autocast", 2.0, {{"h.0.w", w}}),
+                               0.05);
   EXPECT_EQ(v["verdict"], "non_finite");
   EXPECT_EQ(v["non_finite"][0]["tensor"], "loss");
   EXPECT_EQ(v["non_finite"][0]["what"], "fp32 loss");
@@ -175,18 +175,20 @@ class PrecisionTrainer : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string text;
-    for (int i = 0; text.size() < 20000; ++i) text += "the scaler keeps its state " + std::to_string(i * 7919 % 1000) + ". ";
+    for (int i = 0; text.size() < 20000; ++i)
+      text += "the scaler keeps its state " + std::to_string(i * 7919 % 1000) + ". ";
     std::ofstream(dir_ / "train.txt") << text;
   }
-  void TearDown() override {
-    ::unsetenv("ANCHOR_GRAD_FAULT");
-  }
+  void TearDown() override { ::unsetenv("ANCHOR_GRAD_FAULT"); }
   config::Config cfg(const std::string& extra) const {
-    const std::string yaml = "run: {seed: 7, threads: 1}\n"
-                             "model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 16, dropout: 0.1}\n"
-                             "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: 16, val_fraction: 0.1}\n"
-                             "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}, " +
-                             extra + "}\n";
+    const std::string yaml =
+        "run: {seed: 7, threads: 1}\n"
+        "model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 16, dropout: 0.1}\n"
+        "data: {train: [" +
+        (dir_ / "train.txt").string() +
+        "], seq_len: 16, val_fraction: 0.1}\n"
+        "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}, " +
+        extra + "}\n";
     return config::load_string(yaml, "test.yaml");
   }
   anchor::testing::TempDir tmp_{"precision"};
@@ -195,7 +197,8 @@ class PrecisionTrainer : public ::testing::Test {
 
 TEST_F(PrecisionTrainer, InjectedInfSkipsBacksOffGrowsAndTheScalerSurvivesACheckpointBitwise) {
   // A scale that is not a power of two, so a lossy round-trip would show.
-  auto c = cfg("precision: bf16, loss_scale: {enabled: \"true\", init_scale: 1000.3, backoff_factor: 0.3, growth_interval: 2}");
+  auto c = cfg(
+      "precision: bf16, loss_scale: {enabled: \"true\", init_scale: 1000.3, backoff_factor: 0.3, growth_interval: 2}");
   ::setenv("ANCHOR_GRAD_FAULT", "inf:1", 1);
   train::Trainer a(c);
   ASSERT_TRUE(a.loss_scaler().enabled());
@@ -282,6 +285,5 @@ TEST_F(PrecisionTrainer, ValidationComparesFp32WithBf16AndLeavesTheTrajectoryAlo
   EXPECT_EQ(same["loss"]["rel_diff"].get<double>(), 0.0) << same.dump(2);
   EXPECT_EQ(same["verdict"], "ok");
 }
-
 
 }  // namespace

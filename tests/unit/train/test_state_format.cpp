@@ -16,13 +16,13 @@ TEST(StateFormat, FileNamesAndTheirFormatTags) {
   EXPECT_EQ(rng_file(0, 1), "rng.safetensors");
   EXPECT_EQ(rng_file(1, 2), "rng-rank00001-of-00002.safetensors");
   EXPECT_EQ(optimizer_shard_file(3, 16), "optimizer-rank00003-of-00016.safetensors");
-  for (const auto& [name, tag] : std::vector<std::pair<std::string, const char*>>{
-           {kModelFile, kModelFileFormat},
-           {kOptimizerFile, kOptimizerFileFormat},
-           {optimizer_shard_file(0, 2), kOptimizerShardFileFormat},
-           {rng_file(0, 1), kRngFileFormat},
-           {rng_file(1, 2), kRngFileFormat},
-           {kScalerFile, kScalerFileFormat}})
+  for (const auto& [name, tag] :
+       std::vector<std::pair<std::string, const char*>>{{kModelFile, kModelFileFormat},
+                                                        {kOptimizerFile, kOptimizerFileFormat},
+                                                        {optimizer_shard_file(0, 2), kOptimizerShardFileFormat},
+                                                        {rng_file(0, 1), kRngFileFormat},
+                                                        {rng_file(1, 2), kRngFileFormat},
+                                                        {kScalerFile, kScalerFileFormat}})
     EXPECT_STREQ(expected_file_format(name), tag) << name;
   EXPECT_EQ(expected_file_format("state.json"), nullptr) << "not a tensor file of the trainer's";
   EXPECT_EQ(expected_file_format("model.safetensors.bak"), nullptr);
@@ -90,7 +90,8 @@ TEST(StateFormat, ANewerFormatVersionIsRefusedNamingBoth) {
     const std::string m = e.what();
     EXPECT_EQ(e.kind(), anchor::ErrorKind::kVerification);
     EXPECT_NE(m.find("format_version " + std::to_string(kStateFormatVersion + 1)), std::string::npos) << m;
-    EXPECT_NE(m.find("this anchor reads format_version " + std::to_string(kStateFormatVersion)), std::string::npos) << m;
+    EXPECT_NE(m.find("this anchor reads format_version " + std::to_string(kStateFormatVersion)), std::string::npos)
+        << m;
     EXPECT_NE(m.find("newer anchor"), std::string::npos) << m;
   }
 }

@@ -30,16 +30,19 @@ class TrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string text;
-    for (int i = 0; text.size() < 20000; ++i) text += "the pilot saves the state " + std::to_string(i * 7919 % 1000) + ". ";
+    for (int i = 0; text.size() < 20000; ++i)
+      text += "the pilot saves the state " + std::to_string(i * 7919 % 1000) + ". ";
     std::ofstream(dir_ / "train.txt") << text;
   }
 
-  config::Config cfg(const std::string& train =
-                         "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n") const {
-    const std::string yaml = "run: {seed: 7, threads: 1}\n"
-                             "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.1}\n"
-                             "data: {train: [" + (dir_ / "train.txt").string() + "], seq_len: 32, val_fraction: 0.1}\n"
-                             + train;
+  config::Config cfg(
+      const std::string& train =
+          "train: {micro_batch: 2, grad_accum: 2, total_steps: 100, schedule: {warmup_steps: 2}}\n") const {
+    const std::string yaml =
+        "run: {seed: 7, threads: 1}\n"
+        "model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, dropout: 0.1}\n"
+        "data: {train: [" +
+        (dir_ / "train.txt").string() + "], seq_len: 32, val_fraction: 0.1}\n" + train;
     return config::load_string(yaml, "test.yaml");
   }
   anchor::testing::TempDir tmp_{"train"};
@@ -53,10 +56,10 @@ TEST(Schedule, WarmupThenCosineToMin) {
   t.schedule.min_lr_ratio = 0.1;
   EXPECT_DOUBLE_EQ(train::lr_at(t, 0, 104), 0.25);
   EXPECT_DOUBLE_EQ(train::lr_at(t, 3, 104), 1.0);
-  EXPECT_DOUBLE_EQ(train::lr_at(t, 4, 104), 1.0);                      // cosine starts at the peak
-  EXPECT_NEAR(train::lr_at(t, 54, 104), 0.1 + 0.5 * 0.9, 1e-12);       // half way
-  EXPECT_NEAR(train::lr_at(t, 104, 104), 0.1, 1e-12);                  // the end
-  EXPECT_NEAR(train::lr_at(t, 500, 104), 0.1, 1e-12);                  // clamped past the end
+  EXPECT_DOUBLE_EQ(train::lr_at(t, 4, 104), 1.0);                 // cosine starts at the peak
+  EXPECT_NEAR(train::lr_at(t, 54, 104), 0.1 + 0.5 * 0.9, 1e-12);  // half way
+  EXPECT_NEAR(train::lr_at(t, 104, 104), 0.1, 1e-12);             // the end
+  EXPECT_NEAR(train::lr_at(t, 500, 104), 0.1, 1e-12);             // clamped past the end
   t.schedule.kind = "constant";
   EXPECT_DOUBLE_EQ(train::lr_at(t, 50, 104), 1.0);
 }
@@ -69,7 +72,8 @@ TEST(AdamW, MatchesTorchOptimAdamW) {
   oc.lr = 1e-2;
   oc.weight_decay = 0.1;
   train::AdamW ours({{"w", a, true}}, oc);
-  torch::optim::AdamW theirs({b}, torch::optim::AdamWOptions(oc.lr).betas({oc.beta1, oc.beta2}).eps(oc.eps).weight_decay(oc.weight_decay));
+  torch::optim::AdamW theirs(
+      {b}, torch::optim::AdamWOptions(oc.lr).betas({oc.beta1, oc.beta2}).eps(oc.eps).weight_decay(oc.weight_decay));
   for (int step = 0; step < 5; ++step) {
     auto g = torch::randn({8, 4});
     ours.zero_grad();
@@ -99,7 +103,9 @@ TEST(AdamW, ClipGradNormReturnsNormBeforeClipping) {
 }
 
 TEST_F(TrainTest, TrainingReducesLoss) {
-  auto c = cfg("train: {micro_batch: 2, grad_accum: 2, total_steps: 100, optimizer: {lr: 0.003}, schedule: {warmup_steps: 1}}\n");
+  auto c =
+      cfg("train: {micro_batch: 2, grad_accum: 2, total_steps: 100, optimizer: {lr: 0.003}, schedule: {warmup_steps: "
+          "1}}\n");
   train::Trainer t(c);
   const double before = t.evaluate(2);
   for (int i = 0; i < 15; ++i) t.train_step();
@@ -169,23 +175,29 @@ TEST_F(TrainTest, Gpt2SafetensorsLayoutLoadsAndShapeErrorsNameTheTensor) {
   for (auto& p : src->named_parameters()) {
     auto t = p.value().detach();
     const auto& n = p.key();
-    const bool conv = n.find(".weight") != std::string::npos && (n.find("c_attn") != std::string::npos ||
-                      n.find("c_proj") != std::string::npos || n.find("c_fc") != std::string::npos);
+    const bool conv = n.find(".weight") != std::string::npos &&
+                      (n.find("c_attn") != std::string::npos || n.find("c_proj") != std::string::npos ||
+                       n.find("c_fc") != std::string::npos);
     keep.push_back((conv ? t.t() : t).contiguous());
     refs.push_back({"transformer." + n, checkpoint::DType::F32, keep.back().sizes().vec(), keep.back().data_ptr(),
                     static_cast<size_t>(keep.back().nbytes())});
   }
   keep.push_back(torch::ones({1, 1, 32, 32}));
-  refs.push_back({"transformer.h.0.attn.bias", checkpoint::DType::F32, {1, 1, 32, 32}, keep.back().data_ptr(),
+  refs.push_back({"transformer.h.0.attn.bias",
+                  checkpoint::DType::F32,
+                  {1, 1, 32, 32},
+                  keep.back().data_ptr(),
                   static_cast<size_t>(keep.back().nbytes())});
   const auto path = (dir_ / "gpt2.safetensors").string();
   checkpoint::write_safetensors(fs::real_fs(), path, refs);
 
   torch::manual_seed(2);
   model::Gpt dst(model::GptOptions::from(c.model));
-  EXPECT_FALSE(torch::equal(dst->named_parameters()["h.0.attn.c_attn.weight"], src->named_parameters()["h.0.attn.c_attn.weight"]));
+  EXPECT_FALSE(torch::equal(dst->named_parameters()["h.0.attn.c_attn.weight"],
+                            src->named_parameters()["h.0.attn.c_attn.weight"]));
   model::load_gpt2_safetensors(dst, path);
-  for (auto& p : src->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), dst->named_parameters()[p.key()])) << p.key();
+  for (auto& p : src->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), dst->named_parameters()[p.key()])) << p.key();
 
   auto bigger = c.model;
   bigger.n_embd = 64;
@@ -223,7 +235,8 @@ TEST_F(TrainTest, StateJsonFieldOfTheWrongTypeIsAVerificationErrorNamingIt) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kVerification);
     const std::string w = e.what();
-    EXPECT_NE(w.find("step-00000001/state.json: field 'world_size' is a JSON string (\"2\"), expected an integer from 1 to 65536"),
+    EXPECT_NE(w.find("step-00000001/state.json: field 'world_size' is a JSON string (\"2\"), expected an integer from "
+                     "1 to 65536"),
               std::string::npos)
         << w;
     EXPECT_NE(w.find("field 'strategy' is a JSON number (3), expected a string"), std::string::npos) << w;
@@ -304,8 +317,10 @@ TEST_F(TrainTest, AFileOfAnotherFormatIsRefusedNamingItsTagAndTheOneThisAnchorRe
     auto req = a.save_request(keep, {});
     for (auto& f : req.files)
       if (f.filename == "model.safetensors") {
-        if (tag) f.metadata["format"] = *tag;
-        else f.metadata.erase("format");
+        if (tag)
+          f.metadata["format"] = *tag;
+        else
+          f.metadata.erase("format");
       }
     checkpoint::Store store((dir_ / dir).string());
     store.save(req);
@@ -321,7 +336,8 @@ TEST_F(TrainTest, AFileOfAnotherFormatIsRefusedNamingItsTagAndTheOneThisAnchorRe
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kVerification);
       const std::string w = e.what();
-      EXPECT_NE(w.find("/model.safetensors: format " + tag + ", and this anchor reads anchor.model/v1"), std::string::npos)
+      EXPECT_NE(w.find("/model.safetensors: format " + tag + ", and this anchor reads anchor.model/v1"),
+                std::string::npos)
           << w;
       EXPECT_EQ(w.find("newer anchor") != std::string::npos, tag.rfind("anchor.model/v", 0) == 0) << w;
     }
