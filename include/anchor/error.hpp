@@ -32,8 +32,8 @@ enum class ErrorKind {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, std::string what, std::string hint = {})
-      : std::runtime_error(std::move(what)), kind_(kind), hint_(std::move(hint)) {}
+  Error(ErrorKind kind, const std::string& what, std::string hint = {})
+      : std::runtime_error(what), kind_(kind), hint_(std::move(hint)) {}
 
   ErrorKind kind() const noexcept { return kind_; }
   const std::string& hint() const noexcept { return hint_; }

@@ -232,6 +232,96 @@ std::string read_fd_hashed(int fd, std::size_t size, const std::string& path, Fi
   return buf;
 }
 
+// FileBytes::read maps a file of this size or more (a huge page) instead of
+// reading it into a string.
+constexpr std::size_t kHugePage = 2u << 20;
+
+struct HugeMapping {
+  void* map;
+  std::size_t len;
+  std::uint8_t* base;  // inside map, 2 MiB-aligned, room for n bytes
+};
+
+// Anonymous memory for n bytes that starts on a huge page.
+HugeMapping map_huge_aligned(std::size_t n, const std::string& path) {
+  HugeMapping h{};
+  // Over-allocate by one huge page so the buffer can start 2 MiB-aligned.
+  h.len = ((n + kHugePage - 1) / kHugePage) * kHugePage + kHugePage;
+  void* m = ::mmap(nullptr, h.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw io_error("allocate buffer for", path, errno);
+  h.map = m;
+  const std::size_t misalign = reinterpret_cast<std::uintptr_t>(m) % kHugePage;
+  h.base = static_cast<std::uint8_t*>(m) + (misalign ? kHugePage - misalign : 0);
+#ifdef MADV_HUGEPAGE
+  ::madvise(h.base, h.len - kHugePage, MADV_HUGEPAGE);  // advice only: fine if refused
+#endif
+  return h;
+}
+
+// How far a buffer is filled, shared by the thread that reads into it and the
+// one that hashes behind it. `done` ends the hasher (also on a read error).
+struct FillState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t published = 0;
+  bool done = false;
+
+  void publish(std::size_t upto) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      published = upto;
+    }
+    cv.notify_one();
+  }
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      done = true;
+    }
+    cv.notify_one();
+  }
+};
+
+// Hashes `base` as far as `fill` publishes, until it is done.
+std::string hash_behind(const std::uint8_t* base, FillState& fill) {
+  Sha256 sha;
+  std::size_t at = 0;
+  for (;;) {
+    std::size_t upto;
+    bool fin;
+    {
+      std::unique_lock<std::mutex> lk(fill.mu);
+      fill.cv.wait(lk, [&] { return fill.published > at || fill.done; });
+      upto = fill.published;
+      fin = fill.done;
+    }
+    if (upto > at) sha.update(base + at, upto - at);
+    at = upto;
+    if (fin && at == upto) {
+      std::lock_guard<std::mutex> lk(fill.mu);
+      if (fill.published == at) break;
+    }
+  }
+  return sha.hex();
+}
+
+// Reads up to n bytes of fd into `base`, publishing each chunk to `fill`.
+// Returns how many it read: fewer when the file ended early.
+std::size_t read_publishing(int fd, std::uint8_t* base, std::size_t n, const std::string& path, FillState& fill) {
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t k = ::read(fd, base + got, std::min(4 * kChunk, n - got));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("read", path, errno);
+    }
+    if (k == 0) break;
+    got += static_cast<std::size_t>(k);
+    fill.publish(got);
+  }
+  return got;
+}
+
 }  // namespace
 
 std::string read_file_hashed(const std::string& path, FileDigest* digest) {
@@ -272,82 +362,30 @@ void FileBytes::release() {
 }
 
 FileBytes FileBytes::read(const std::string& path, FileDigest* digest) {
-  constexpr std::size_t kHuge = 2u << 20;
   struct stat st {};
   fs::UniqueFd file = fs::open_regular(path, &st);
   const int fd = file.get();
   const std::size_t n = static_cast<std::size_t>(st.st_size);
-  if (n < kHuge) return FileBytes(read_fd_hashed(fd, n, path, digest));
+  if (n < kHugePage) return FileBytes(read_fd_hashed(fd, n, path, digest));
 
   FileBytes b;
-  // Over-allocate by one huge page so the buffer can start 2 MiB-aligned.
-  b.map_len_ = ((n + kHuge - 1) / kHuge) * kHuge + kHuge;
-  void* m = ::mmap(nullptr, b.map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) throw io_error("allocate buffer for", path, errno);
-  b.map_ = m;
-  b.base_ = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(m) + kHuge - 1) &
-                                            ~static_cast<std::uintptr_t>(kHuge - 1));
-#ifdef MADV_HUGEPAGE
-  ::madvise(b.base_, b.map_len_ - kHuge, MADV_HUGEPAGE);  // advice only: fine if refused
-#endif
+  const HugeMapping m = map_huge_aligned(n, path);
+  b.map_ = m.map;
+  b.map_len_ = m.len;
+  b.base_ = m.base;
   // Read on this thread, hash on a second one that follows behind: the cost
-  // is max(read, hash) instead of their sum. `published` is how far the
-  // buffer is filled; `done` ends the hasher (also on a read error).
-  std::mutex mu;
-  std::condition_variable cv;
-  std::size_t published = 0;
-  bool done = false;
+  // is max(read, hash) instead of their sum.
+  FillState fill;
   std::future<std::string> hashed;
-  if (digest)
-    hashed = std::async(std::launch::async, [&] {
-      Sha256 sha;
-      std::size_t at = 0;
-      for (;;) {
-        std::size_t upto;
-        bool fin;
-        {
-          std::unique_lock<std::mutex> lk(mu);
-          cv.wait(lk, [&] { return published > at || done; });
-          upto = published;
-          fin = done;
-        }
-        if (upto > at) sha.update(b.base_ + at, upto - at);
-        at = upto;
-        if (fin && at == upto) {
-          std::lock_guard<std::mutex> lk(mu);
-          if (published == at) break;
-        }
-      }
-      return sha.hex();
-    });
-  auto finish = [&] {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      done = true;
-    }
-    cv.notify_one();
-  };
+  if (digest) hashed = std::async(std::launch::async, [&] { return hash_behind(b.base_, fill); });
   std::size_t got = 0;
   try {
-    while (got < n) {
-      ssize_t k = ::read(fd, b.base_ + got, std::min(4 * kChunk, n - got));
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        throw io_error("read", path, errno);
-      }
-      if (k == 0) break;
-      got += static_cast<std::size_t>(k);
-      {
-        std::lock_guard<std::mutex> lk(mu);
-        published = got;
-      }
-      cv.notify_one();
-    }
+    got = read_publishing(fd, b.base_, n, path, fill);
   } catch (...) {
-    finish();
+    fill.finish();
     throw;  // ~future joins the hasher
   }
-  finish();
+  fill.finish();
   std::string hex = digest ? hashed.get() : std::string();
   char extra;
   ssize_t more = ::read(fd, &extra, 1);
@@ -561,13 +599,14 @@ class HeaderParser {
         if (i) render_.put(",");
         render_.put(std::to_string(values[i]));
       }
-      render_.wrote.push_back(n > 0);
+      render_.wrote.push_back(static_cast<char>(n > 0));
     } else {
       render_.depth = stack_.size();
     }
   }
 
   void value(Kind kind);
+  void tensor_value(Kind kind);
   template <class Text>
   bool scalar(Kind kind, const Text& text) {
     value(kind);
@@ -691,32 +730,7 @@ void HeaderParser::value(Kind kind) {
         error(top_key_, meta_key_, "__metadata__ is not an object of strings",
               "value of '" + meta_key_ + "' is a JSON " + type_name(kind) + ", expected a string");
       return;
-    case Role::kTensor:
-      if (field_ == kDtype) {
-        if (kind == Kind::kString) {
-          t_.dtype_type = nullptr;
-          t_.dtype = std::move(*string_value_);
-        } else {
-          t_.dtype_type = type_name(kind);
-        }
-      } else if (field_ == kShapeField) {
-        t_.dims.clear();
-        t_.shape_ok = kind == Kind::kArray;
-        t_.shape_type = t_.shape_ok ? nullptr : type_name(kind);
-        if (t_.shape_ok)
-          next_role_ = Role::kShape;
-        else
-          start_render(t_.shape_text, false, t_.dims.data(), 0);
-      } else if (field_ == kOffsetsField) {
-        t_.n_offsets = 0;
-        t_.offsets_ok = kind == Kind::kArray;
-        t_.offsets_text.clear();
-        if (t_.offsets_ok)
-          next_role_ = Role::kOffsets;
-        else
-          start_render(t_.offsets_text, false, t_.offsets, 0);
-      }
-      return;
+    case Role::kTensor: tensor_value(kind); return;
     case Role::kShape:
       if (render_.out) return;  // already bad: the rest is only rendered
       if (kind == Kind::kUnsigned &&
@@ -737,6 +751,35 @@ void HeaderParser::value(Kind kind) {
       }
       return;
     case Role::kOther: return;
+  }
+}
+
+// The value of a tensor entry's field: dtype, shape or data_offsets (an
+// unknown field's value is skipped).
+void HeaderParser::tensor_value(Kind kind) {
+  if (field_ == kDtype) {
+    if (kind == Kind::kString) {
+      t_.dtype_type = nullptr;
+      t_.dtype = std::move(*string_value_);
+    } else {
+      t_.dtype_type = type_name(kind);
+    }
+  } else if (field_ == kShapeField) {
+    t_.dims.clear();
+    t_.shape_ok = kind == Kind::kArray;
+    t_.shape_type = t_.shape_ok ? nullptr : type_name(kind);
+    if (t_.shape_ok)
+      next_role_ = Role::kShape;
+    else
+      start_render(t_.shape_text, false, t_.dims.data(), 0);
+  } else if (field_ == kOffsetsField) {
+    t_.n_offsets = 0;
+    t_.offsets_ok = kind == Kind::kArray;
+    t_.offsets_text.clear();
+    if (t_.offsets_ok)
+      next_role_ = Role::kOffsets;
+    else
+      start_render(t_.offsets_text, false, t_.offsets, 0);
   }
 }
 
@@ -773,7 +816,9 @@ bool HeaderParser::close() {
 // A tensor entry is complete: check it in the order the tree-based parser did.
 void HeaderParser::finish_tensor() {
   const std::string& key = top_key_;
-  auto bad = [&](const char* rule, std::string details) { error(key, "", rule, "tensor '" + key + "'" + details); };
+  auto bad = [&](const char* rule, const std::string& details) {
+    error(key, "", rule, "tensor '" + key + "'" + details);
+  };
   if (t_.seen & kUnknownField)
     return bad("bad tensor entry", " has unknown field '" + t_.min_unknown + "' (expected dtype, shape, data_offsets)");
   if (!(t_.seen & kDtype)) return bad("bad tensor entry", " has no 'dtype'");
@@ -831,11 +876,9 @@ void permute(std::vector<T>& v, std::vector<std::uint32_t>& order) {
   }
 }
 
-}  // namespace
-
-SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
-  const std::uint64_t size = bytes.size();
-  const char* raw = reinterpret_cast<const char*>(bytes.data());
+// The header length a file of `size` bytes starts with (little-endian u64),
+// checked against the limit and the file's size.
+std::uint64_t header_length(const char* raw, std::uint64_t size, const std::string& name) {
   if (size < 8)
     throw invalid(name, "truncated header length",
                   "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
@@ -849,20 +892,24 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
     throw invalid(name, "header length past end of file",
                   "header length " + std::to_string(n) + " needs " + std::to_string(8 + n) + " bytes but the file is " +
                       std::to_string(size) + " bytes");
-  const std::uint64_t data_len = size - 8 - n;
+  return n;
+}
 
-  HeaderParser parser(n);
-  json::sax_parse(raw + 8, raw + 8 + n, &parser);
-  HeaderParser::Result& r = parser.result();
-  if (!r.syntax_error.empty()) throw invalid(name, "header is not valid JSON", r.syntax_error);
-
-  // Duplicate tensor names: sort by name (stable in file order; a writer
-  // that sorts, like ours, is already sorted), the first second occurrence in
-  // file order is the one reported, unless a duplicate inside a value came first.
+// The entries' indices sorted by name (stable in file order; a writer that
+// sorts, like ours, is already sorted).
+std::vector<std::uint32_t> name_order(const HeaderParser::Result& r) {
   std::vector<std::uint32_t> order(r.entries.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
   const auto by_name = [&](std::uint32_t a, std::uint32_t b) { return r.entries[a].name < r.entries[b].name; };
   if (!std::is_sorted(order.begin(), order.end(), by_name)) std::stable_sort(order.begin(), order.end(), by_name);
+  return order;
+}
+
+// What the parser found wrong, in this order: a duplicate key, a root that is
+// not an object, a bad entry.
+void check_header(const HeaderParser::Result& r, const std::vector<std::uint32_t>& order, const std::string& name) {
+  // Duplicate tensor names: the first second occurrence in file order is the
+  // one reported, unless a duplicate inside a value came first.
   std::uint64_t top_dup = ~0ull;
   std::string top_dup_key;
   for (std::size_t k = 1; k < order.size(); ++k) {
@@ -878,18 +925,16 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
   if (r.dup_position != ~0ull) throw invalid(name, "duplicate key", "'" + r.dup_key + "' appears twice " + r.dup_where);
   if (r.root_type) throw invalid(name, "header is not a JSON object", std::string("found a JSON ") + r.root_type);
   if (r.has_error) throw invalid(name, r.error_rule, r.error_details);
+}
 
-  SafetensorsFile f;
-  f.metadata_ = std::move(r.metadata);
-  std::vector<std::uint32_t>().swap(r.position);
-  permute(r.entries, order);
-  std::vector<std::uint32_t>().swap(order);
-  f.entries_ = std::move(r.entries);
-
-  // The tensors must tile [0, data_len) exactly: no gap, no overlap, no tail.
+// The tensors must tile [0, data_len) exactly: no gap, no overlap, no tail.
+void check_tiling(const std::vector<SafetensorsFile::Entry>& entries, std::uint64_t n, std::uint64_t size,
+                  const std::string& name) {
+  using Entry = SafetensorsFile::Entry;
+  const std::uint64_t data_len = size - 8 - n;
   std::vector<const Entry*> by_off;
-  by_off.reserve(f.entries_.size());
-  for (const auto& e : f.entries_) by_off.push_back(&e);
+  by_off.reserve(entries.size());
+  for (const auto& e : entries) by_off.push_back(&e);
   const auto off_less = [](const Entry* a, const Entry* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
   };
@@ -913,6 +958,29 @@ SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
     throw invalid(name, "file length mismatch",
                   "expected 8 + " + std::to_string(n) + " header + " + std::to_string(pos) +
                       " data = " + std::to_string(8 + n + pos) + " bytes, file is " + std::to_string(size) + " bytes");
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
+  const std::uint64_t size = bytes.size();
+  const char* raw = reinterpret_cast<const char*>(bytes.data());
+  const std::uint64_t n = header_length(raw, size, name);
+
+  HeaderParser parser(n);
+  json::sax_parse(raw + 8, raw + 8 + n, &parser);
+  HeaderParser::Result& r = parser.result();
+  if (!r.syntax_error.empty()) throw invalid(name, "header is not valid JSON", r.syntax_error);
+  std::vector<std::uint32_t> order = name_order(r);
+  check_header(r, order, name);
+
+  SafetensorsFile f;
+  f.metadata_ = std::move(r.metadata);
+  std::vector<std::uint32_t>().swap(r.position);
+  permute(r.entries, order);
+  std::vector<std::uint32_t>().swap(order);
+  f.entries_ = std::move(r.entries);
+  check_tiling(f.entries_, n, size, name);
   f.name_ = std::move(name);
   f.header_len_ = n;
   f.bytes_ = std::move(bytes);

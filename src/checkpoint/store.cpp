@@ -111,7 +111,7 @@ std::optional<Fault> fault_from_env(const SaveRequest& req) {
   if (!env || !*env) return std::nullopt;
   std::string s = env;
   auto colon = s.rfind(':');
-  auto bad = [&](const std::string& why, std::string hint = {}) {
+  auto bad = [&](const std::string& why, const std::string& hint = {}) {
     return Error(
         ErrorKind::kUsage, std::string(kFaultEnv) + "='" + printable(s) + "': " + why,
         hint.empty() ? "use <point>:<exit|sigkill> or <point>@<step>:<exit|sigkill> (docs/checkpoints.md)" : hint);
@@ -154,6 +154,148 @@ std::string errno_hint(const Error& e) {
     return "the storage reported an I/O error; check the device (dmesg). The previous "
            "checkpoint is intact";
   return e.hint().empty() ? "the previous checkpoint is intact" : e.hint();
+}
+
+// A file name a save may write: a plain name, not one of the store's own.
+bool is_plain_file_name(const std::string& n) {
+  return !(n.empty() || n.find('/') != std::string::npos || n[0] == '.' || n == kState || n == kManifest ||
+           n == kCommitted);
+}
+
+// The request's checks, in order, before anything touches the disk: the step,
+// the file names (collected into `names`), the state. Returns the state with
+// its "step".
+json validated_state(const SaveRequest& req, const std::string& prefix, std::set<std::string>& names) {
+  auto usage = [&](const std::string& why) { return Error(ErrorKind::kUsage, prefix + why); };
+  if (req.step < 0) throw usage("step must be >= 0");
+  for (const auto& f : req.files) {
+    const std::string& n = f.filename;
+    if (!is_plain_file_name(n))
+      throw usage("invalid file name '" + n + "' (a plain name, not state.json/manifest.json/COMMITTED)");
+    if (!names.insert(n).second) throw usage("file '" + n + "' given twice");
+  }
+  json state = req.state.is_null() ? json::object() : req.state;
+  if (!state.is_object()) throw usage("state must be a JSON object");
+  if (state.contains("step") && state["step"] != json(req.step))
+    throw usage("state.step is " + state["step"].dump() + ", expected " + std::to_string(req.step));
+  state["step"] = req.step;
+  return state;
+}
+
+// One save in progress: what its steps share.
+struct SaveRun {
+  SaveRun(fs::FileSystem& file_system, const SaveRequest& request, const Hook& on_point, std::string error_prefix)
+      : fs(file_system), req(request), hook(on_point), prefix(std::move(error_prefix)) {}
+
+  fs::FileSystem& fs;
+  const SaveRequest& req;
+  const Hook& hook;
+  std::string prefix;           // of every error message of this save
+  std::set<std::string> names;  // the files written so far, by name
+  std::optional<Fault> fault;
+  std::string final_dir;
+  std::string tmp;
+  bool tmp_created = false;
+  enum { kNone, kRenamed, kExchanged } placed = kNone;
+  json files = json::array();  // the manifest's entries
+  SaveResult res;
+
+  // A named point of the save: the hook, then the fault seam.
+  void point(const std::string& name) const {
+    if (hook) hook(name);
+    if (fault && fault->point == name && (!fault->step || *fault->step == req.step)) {
+      ANCHOR_LOG_WARN("checkpoint", "{}={}: {} at '{}' (fault seam)", kFaultEnv, std::getenv(kFaultEnv),
+                      fault->sigkill ? "SIGKILL" : "exit", name);
+      std::fflush(nullptr);
+      if (fault->sigkill) ::raise(SIGKILL);
+      ::_exit(kFaultExitCode);
+    }
+  }
+
+  void record(const std::string& name, const FileDigest& d) {
+    files.push_back({{"path", name}, {"size", d.size}, {"sha256", d.sha256}});
+    res.bytes += d.size;
+  }
+
+  // Undo a placement that is not durable, then drop the temp dir.
+  void cleanup() {
+    try {
+      if (placed == kExchanged) fs.exchange(tmp, final_dir);
+      if (placed == kRenamed) {
+        fs.rename(final_dir, tmp);
+        tmp_created = true;
+      }
+    } catch (const Error& undo) {
+      // step-N keeps the new, complete checkpoint; tmp may hold the previous
+      // one: leave it on disk rather than delete it here.
+      ANCHOR_LOG_ERROR("checkpoint", "undoing the placement of {} failed: {}", final_dir, undo.what());
+      tmp_created = false;
+    }
+    if (tmp_created) {
+      std::error_code ec;
+      stdfs::remove_all(tmp, ec);
+      if (ec) ANCHOR_LOG_WARN("checkpoint", "could not remove {}: {}", tmp, ec.message());
+    }
+  }
+};
+
+void write_request_files(SaveRun& run) {
+  for (const auto& f : run.req.files) {
+    run.record(f.filename, write_safetensors(run.fs, join(run.tmp, f.filename), f.tensors, f.metadata));
+    run.point("after_file:" + f.filename);
+  }
+}
+
+// The files other processes wrote into the temp dir: each name checked, each
+// size against what its writer reported.
+void record_remote_files(SaveRun& run) {
+  for (const auto& rf : run.req.remote.collect()) {
+    const std::string& n = rf.filename;
+    if (!is_plain_file_name(n) || !run.names.insert(n).second)
+      throw Error(ErrorKind::kUsage, "remote file name '" + n + "' is invalid or given twice");
+    std::error_code ec;
+    const auto size = stdfs::file_size(join(run.tmp, n), ec);
+    if (ec || size != rf.digest.size)
+      throw Error(ErrorKind::kIo, "remote file " + join(run.tmp, n) +
+                                      (ec ? " is missing: " + ec.message()
+                                          : " has " + std::to_string(size) + " bytes, its writer reported " +
+                                                std::to_string(rf.digest.size)));
+    run.record(n, rf.digest);
+  }
+  run.point("after_remote_files");
+}
+
+// state.json, manifest.json, COMMITTED, then the temp dir's fsync.
+void write_commit_files(SaveRun& run, const json& state) {
+  run.record(kState, write_bytes(run.fs, join(run.tmp, kState), state.dump(2) + "\n"));
+  run.point(std::string("after_file:") + kState);
+
+  json manifest = {{"format", kManifestFormat}, {"step", run.req.step}, {"files", run.files}};
+  const std::string mbytes = manifest.dump(2) + "\n";
+  FileDigest md = write_bytes(run.fs, join(run.tmp, kManifest), mbytes);
+  run.res.bytes += md.size;
+  run.point("after_manifest");
+  run.res.bytes += write_bytes(run.fs, join(run.tmp, kCommitted), md.sha256 + "\n").size;
+  run.point("after_committed");
+  run.fs.fsync_dir(run.tmp);
+  run.point("after_dir_fsync");
+}
+
+// The temp dir becomes step-N (exchanged with an existing one), then the
+// root's fsync makes that durable.
+void place_step_dir(SaveRun& run, const std::string& root) {
+  std::error_code ec;
+  if (stdfs::exists(stdfs::symlink_status(run.final_dir, ec))) {
+    run.fs.exchange(run.tmp, run.final_dir);  // tmp now holds the old step-N
+    run.placed = SaveRun::kExchanged;
+  } else {
+    run.fs.rename(run.tmp, run.final_dir);
+    run.placed = SaveRun::kRenamed;
+    run.tmp_created = false;
+  }
+  run.point("after_rename");
+  run.fs.fsync_dir(root);
+  run.point("after_parent_fsync");
 }
 
 std::uint64_t dir_bytes(const std::string& dir) {
@@ -199,141 +341,45 @@ void Store::ensure_root() {
 
 SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
   auto t0 = std::chrono::steady_clock::now();
-  const std::string prefix = "save checkpoint step " + std::to_string(req.step) + " in " + root_ + ": ";
-  auto usage = [&](const std::string& why) { return Error(ErrorKind::kUsage, prefix + why); };
-
+  SaveRun run(*fs_, req, hook, "save checkpoint step " + std::to_string(req.step) + " in " + root_ + ": ");
   // Validate the request before touching the disk.
-  if (req.step < 0) throw usage("step must be >= 0");
-  std::set<std::string> names;
-  for (const auto& f : req.files) {
-    const std::string& n = f.filename;
-    if (n.empty() || n.find('/') != std::string::npos || n[0] == '.' || n == kState || n == kManifest ||
-        n == kCommitted)
-      throw usage("invalid file name '" + n + "' (a plain name, not state.json/manifest.json/COMMITTED)");
-    if (!names.insert(n).second) throw usage("file '" + n + "' given twice");
-  }
-  json state = req.state.is_null() ? json::object() : req.state;
-  if (!state.is_object()) throw usage("state must be a JSON object");
-  if (state.contains("step") && state["step"] != json(req.step))
-    throw usage("state.step is " + state["step"].dump() + ", expected " + std::to_string(req.step));
-  state["step"] = req.step;
-  const std::optional<Fault> fault = fault_from_env(req);
+  const json state = validated_state(req, run.prefix, run.names);
+  run.fault = fault_from_env(req);
 
-  auto point = [&](const std::string& name) {
-    if (hook) hook(name);
-    if (fault && fault->point == name && (!fault->step || *fault->step == req.step)) {
-      ANCHOR_LOG_WARN("checkpoint", "{}={}: {} at '{}' (fault seam)", kFaultEnv, std::getenv(kFaultEnv),
-                      fault->sigkill ? "SIGKILL" : "exit", name);
-      std::fflush(nullptr);
-      if (fault->sigkill) ::raise(SIGKILL);
-      ::_exit(kFaultExitCode);
-    }
-  };
-
-  const std::string final_dir = join(root_, step_dir_name(req.step));
-  const std::string tmp = final_dir + ".tmp-" + fs::random_suffix();
-  bool tmp_created = false;
-  enum { kNone, kRenamed, kExchanged } placed = kNone;
-  SaveResult res;
-  auto cleanup = [&] {
-    // Undo a placement that is not durable, then drop the temp dir.
-    try {
-      if (placed == kExchanged) fs_->exchange(tmp, final_dir);
-      if (placed == kRenamed) {
-        fs_->rename(final_dir, tmp);
-        tmp_created = true;
-      }
-    } catch (const Error& undo) {
-      // step-N keeps the new, complete checkpoint; tmp may hold the previous
-      // one: leave it on disk rather than delete it here.
-      ANCHOR_LOG_ERROR("checkpoint", "undoing the placement of {} failed: {}", final_dir, undo.what());
-      tmp_created = false;
-    }
-    if (tmp_created) {
-      std::error_code ec;
-      stdfs::remove_all(tmp, ec);
-      if (ec) ANCHOR_LOG_WARN("checkpoint", "could not remove {}: {}", tmp, ec.message());
-    }
-  };
+  run.final_dir = join(root_, step_dir_name(req.step));
+  run.tmp = run.final_dir + ".tmp-" + fs::random_suffix();
   try {
-    point("begin");
+    run.point("begin");
     ensure_root();
-    fs_->mkdir(tmp, 0755);
-    tmp_created = true;
-    point("after_mkdir");
-    if (req.remote.announce) req.remote.announce(tmp);
+    fs_->mkdir(run.tmp, 0755);
+    run.tmp_created = true;
+    run.point("after_mkdir");
+    if (req.remote.announce) req.remote.announce(run.tmp);
 
-    json files = json::array();
-    auto record = [&](const std::string& name, const FileDigest& d) {
-      files.push_back({{"path", name}, {"size", d.size}, {"sha256", d.sha256}});
-      res.bytes += d.size;
-    };
-    for (const auto& f : req.files) {
-      record(f.filename, write_safetensors(*fs_, join(tmp, f.filename), f.tensors, f.metadata));
-      point("after_file:" + f.filename);
-    }
-    if (req.remote.collect) {
-      for (const auto& rf : req.remote.collect()) {
-        const std::string& n = rf.filename;
-        if (n.empty() || n.find('/') != std::string::npos || n[0] == '.' || n == kState || n == kManifest ||
-            n == kCommitted || !names.insert(n).second)
-          throw Error(ErrorKind::kUsage, "remote file name '" + n + "' is invalid or given twice");
-        std::error_code ec;
-        const auto size = stdfs::file_size(join(tmp, n), ec);
-        if (ec || size != rf.digest.size)
-          throw Error(ErrorKind::kIo, "remote file " + join(tmp, n) +
-                                          (ec ? " is missing: " + ec.message()
-                                              : " has " + std::to_string(size) + " bytes, its writer reported " +
-                                                    std::to_string(rf.digest.size)));
-        record(n, rf.digest);
-      }
-      point("after_remote_files");
-    }
-    record(kState, write_bytes(*fs_, join(tmp, kState), state.dump(2) + "\n"));
-    point(std::string("after_file:") + kState);
-
-    json manifest = {{"format", kManifestFormat}, {"step", req.step}, {"files", files}};
-    const std::string mbytes = manifest.dump(2) + "\n";
-    FileDigest md = write_bytes(*fs_, join(tmp, kManifest), mbytes);
-    res.bytes += md.size;
-    point("after_manifest");
-    res.bytes += write_bytes(*fs_, join(tmp, kCommitted), md.sha256 + "\n").size;
-    point("after_committed");
-    fs_->fsync_dir(tmp);
-    point("after_dir_fsync");
-
-    std::error_code ec;
-    if (stdfs::exists(stdfs::symlink_status(final_dir, ec))) {
-      fs_->exchange(tmp, final_dir);  // tmp now holds the old step-N
-      placed = kExchanged;
-    } else {
-      fs_->rename(tmp, final_dir);
-      placed = kRenamed;
-      tmp_created = false;
-    }
-    point("after_rename");
-    fs_->fsync_dir(root_);
-    point("after_parent_fsync");
+    write_request_files(run);
+    if (req.remote.collect) record_remote_files(run);
+    write_commit_files(run, state);
+    place_step_dir(run, root_);
   } catch (const Error& e) {
-    cleanup();
-    throw Error(e.kind(), prefix + e.what(), errno_hint(e));
+    run.cleanup();
+    throw Error(e.kind(), run.prefix + e.what(), errno_hint(e));
   } catch (...) {  // e.g. std::system_error from a thread or bad_alloc: same cleanup
-    cleanup();
+    run.cleanup();
     throw;
   }
 
-  if (placed == kExchanged) {
+  if (run.placed == SaveRun::kExchanged) {
     // The new step-N is durable; the old one sits at the temp name, which a
     // kill here leaves for remove_stale_temps.
     std::error_code ec;
-    stdfs::remove_all(tmp, ec);
-    if (ec) ANCHOR_LOG_WARN("checkpoint", "could not remove the replaced {}: {}", tmp, ec.message());
+    stdfs::remove_all(run.tmp, ec);
+    if (ec) ANCHOR_LOG_WARN("checkpoint", "could not remove the replaced {}: {}", run.tmp, ec.message());
   }
-  point("done");
-  res.dir = final_dir;
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ANCHOR_LOG_INFO("checkpoint", "saved {} ({} bytes, {:.3f} s)", final_dir, res.bytes, res.seconds);
-  return res;
+  run.point("done");
+  run.res.dir = run.final_dir;
+  run.res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ANCHOR_LOG_INFO("checkpoint", "saved {} ({} bytes, {:.3f} s)", run.final_dir, run.res.bytes, run.res.seconds);
+  return run.res;
 }
 
 namespace {

@@ -21,7 +21,7 @@ std::vector<std::string> g_argv;
 void remember_argv(int argc, char** argv) { g_argv.assign(argv, argv + argc); }
 
 std::string torch_binary() {
-  const std::string self = proc::self_exe();
+  std::string self = proc::self_exe();
   if (torch_in_process()) return self;
   return (std::filesystem::path(self).parent_path() / "anchor-torch").string();
 }

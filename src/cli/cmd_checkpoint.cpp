@@ -61,7 +61,7 @@ int run_list(const CheckpointOptions& o) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& v : all) j.push_back(to_json(v));
     std::cout << j.dump(2) << "\n";
-    return 0;
+    return static_cast<int>(ExitCode::kOk);
   }
   std::printf("%-10s %-12s %-11s %s\n", "STEP", "STATE", "SIZE", "DIRECTORY / PROBLEMS");
   bool newest_marked = false;
@@ -81,7 +81,7 @@ int run_list(const CheckpointOptions& o) {
     std::printf("* the step restore would pick\n");
   else
     std::printf("no checkpoint verifies: restore would start from scratch\n");
-  return 0;
+  return static_cast<int>(ExitCode::kOk);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ struct Visible {
   std::vector<const OptionInfo*> options;
 };
 
-void visit(const CommandInfo& c, std::vector<const OptionInfo*> inherited, std::vector<Visible>& out) {
+void visit(const CommandInfo& c, const std::vector<const OptionInfo*>& inherited, std::vector<Visible>& out) {
   Visible v{&c, {}};
   std::set<std::string> seen;
   for (const auto& o : c.options) {
@@ -331,14 +331,14 @@ Runner setup_completion(CLI::App& sub, const GlobalOptions&) {
   return [&sub, shell]() {
     const CommandInfo tree = command_tree(*sub.get_parent());
     std::cout << (*shell == "bash" ? bash_completion(tree, build::kVersion) : zsh_completion(tree, build::kVersion));
-    return 0;
+    return static_cast<int>(ExitCode::kOk);
   };
 }
 
 Runner setup_manpage(CLI::App& sub, const GlobalOptions&) {
   return [&sub]() {
     std::cout << man_page(command_tree(*sub.get_parent()), build::kVersion, build::kGitDate);
-    return 0;
+    return static_cast<int>(ExitCode::kOk);
   };
 }
 

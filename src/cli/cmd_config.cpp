@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
 #include "commands.hpp"
 
 namespace anchor::cli {
@@ -30,13 +31,13 @@ Runner setup_config(CLI::App& sub, const GlobalOptions&) {
     config::Config c = config::load(opts->file, opts->overrides);
     if (check->parsed()) {
       std::cout << opts->file << ": ok (config digest " << config::digest(c) << ")\n";
-      return 0;
+      return static_cast<int>(ExitCode::kOk);
     }
     if (opts->json)
       std::cout << config::to_json(c).dump(2) << "\n";
     else
       std::cout << config::to_yaml(c);
-    return 0;
+    return static_cast<int>(ExitCode::kOk);
   };
 }
 

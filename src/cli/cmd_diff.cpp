@@ -39,7 +39,7 @@ std::string text(const nlohmann::json& report, const char* key) {
 std::string past_base_dir(const nlohmann::json& report) {
   const nlohmann::json::json_pointer config("/manifest/config");
   if (report.contains(config) && report.at(config).is_object()) {
-    const std::string base = path_field(report.at(config), "base_dir");
+    std::string base = path_field(report.at(config), "base_dir");
     if (!base.empty()) return base;
   }
   const std::string path = text(report, "config_path");

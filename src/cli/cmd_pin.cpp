@@ -56,6 +56,142 @@ void set_training_process(manifest::PinOptions& popts, const config::Config& c) 
   popts.process = [use_cache, device] { return manifest::training_process_facts(torch_binary(), device, use_cache); };
 }
 
+// The options whose presence decides what `anchor pin` does.
+struct PinCliFlags {
+  CLI::Option* config;
+  CLI::Option* check;
+  CLI::Option* output;
+};
+
+PinCliFlags add_pin_options(CLI::App& sub, PinCliOptions& o) {
+  sub.description(
+      "Pin every input that decides the run (data and model digests, effective config, seeds, "
+      "dependency versions and loaded libraries, container, host and devices) into a manifest "
+      "(docs/manifest.md). With --check, re-pin against an existing manifest and print what "
+      "drifted (exit 3 when anything did).");
+  auto* cfg = sub.add_option("config", o.config_file, "config YAML to pin");
+  auto* check = sub.add_option("--check", o.check_manifest,
+                               "re-pin with the config stored in MANIFEST and print the drift "
+                               "table; exit 3 on drift, 0 otherwise")
+                    ->type_name("MANIFEST");
+  auto* set = sub.add_option("--set", o.overrides, "override a config key: --set data.seq_len=128");
+  auto* out = sub.add_option("-o,--output", o.output,
+                             "where to write the manifest (atomically); with --check, written "
+                             "only when given")
+                  ->capture_default_str();
+  sub.add_flag("--no-cache", o.no_cache,
+               "hash every file and ask anchor-torch what it loads; neither read nor write the caches "
+               "(hash-cache.json, process-facts.json in $ANCHOR_CACHE_DIR, else $XDG_CACHE_HOME/anchor, "
+               "else ~/.cache/anchor)");
+  with_env(sub.add_option("--threads", o.threads, "hashing threads; 0 = one per CPU (default 0)")
+               ->check(whole_number_at_least(0)),
+           "ANCHOR_HASH_THREADS");
+  auto* as_json = sub.add_flag("--json", o.json,
+                               "with --check: print {manifest, drifted, drift: [{what, old, new}]} as JSON on stdout "
+                               "instead of the drift table");
+  as_json->needs(check);
+  sub.add_flag("--no-progress", o.no_progress, "never show the progress line (shown only on a terminal after 1 s)");
+  cfg->excludes(check);
+  set->excludes(check);
+  return {cfg, check, out};
+}
+
+// anchor pin CONFIG: pins it into o.output.
+int pin_config(const PinCliOptions& o, bool config_given, manifest::PinOptions& popts) {
+  if (!config_given)
+    throw Error(ErrorKind::kUsage, "pin: give a CONFIG to pin, or --check MANIFEST",
+                "anchor pin configs/pilot.yaml   |   anchor pin --check manifest.json");
+  config::Config c = config::load(o.config_file, o.overrides);
+  if (!c.program.command.empty())
+    throw Error(ErrorKind::kUsage,
+                "pin: " + o.config_file +
+                    " pilots a program (program.command): its sources, Python packages and "
+                    "libraries are known only once it runs",
+                "`anchor pilot " + o.config_file +
+                    "` pins them into <run dir>/manifest.json; check that one "
+                    "later with `anchor pin --check <run dir>/manifest.json`");
+  set_training_process(popts, c);
+  nlohmann::json m = manifest::pin(c, popts);
+  fs::atomic_write_file(o.output, m.dump(2) + "\n");
+  print_summary(m, "pinned");
+  std::fprintf(stderr, "anchor pin: wrote %s\n", o.output.c_str());
+  return static_cast<int>(ExitCode::kOk);
+}
+
+// The manifest --check names, as a JSON object.
+nlohmann::json read_manifest(const std::string& path) {
+  std::string text = fs::read_file(path);
+  nlohmann::json old_m = json_depth(text, kMaxJsonDepth) > kMaxJsonDepth
+                             ? nlohmann::json(nlohmann::json::value_t::discarded)
+                             : nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (old_m.is_discarded() || !old_m.is_object())
+    throw Error(ErrorKind::kConfig, path + ": not a JSON document", "pass a manifest.json written by `anchor pin`");
+  return old_m;
+}
+
+// A program pilot's manifest: the libraries and the interpreter the
+// program had loaded are hashed again on disk, its sources and Python
+// distributions listed again; the versions torch reported stay as recorded.
+nlohmann::json repin_program_manifest(const std::string& path, const nlohmann::json& old_m, const config::Config& c,
+                                      manifest::PinOptions& popts) {
+  const nlohmann::json deps = old_m.value("dependencies", nlohmann::json::object());
+  const nlohmann::json exe = deps.is_object() ? deps.value("executable", nlohmann::json::object()) : nlohmann::json();
+  const nlohmann::json listed =
+      deps.is_object() ? deps.value("shared_libraries", nlohmann::json::array()) : nlohmann::json();
+  if (!exe.is_object() || !exe.contains("path") || !exe["path"].is_string() || !listed.is_array())
+    throw Error(ErrorKind::kConfig,
+                path +
+                    ": dependencies.executable.path or "
+                    "dependencies.shared_libraries is missing or mistyped",
+                "pass the manifest.json a program pilot wrote into its run directory");
+  manifest::ProcessFacts facts;
+  facts.runtime = manifest::runtime_versions();
+  facts.device = manifest::device_info(c.device);
+  for (const auto& l : listed)
+    if (l.is_object() && l.contains("path") && l["path"].is_string() &&
+        !(l.contains("deleted") && l["deleted"].is_boolean() && l["deleted"].get<bool>()))
+      facts.libraries.push_back({l["path"].get<std::string>(), false, false});
+  facts.executable = exe["path"].get<std::string>();
+  facts.source = "program";
+  popts.process = [facts] { return facts; };  // a copy: popts outlives this function
+  nlohmann::json new_m = manifest::pin(c, popts);
+  for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
+    if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
+  new_m["program"] = manifest::repin_program(old_m["program"], popts);
+  return new_m;
+}
+
+// anchor pin --check MANIFEST: re-pins with its config and prints the drift
+// (the table, or --json); exit 3 when anything drifted.
+int check_manifest(const PinCliOptions& o, bool output_given, manifest::PinOptions& popts) {
+  const nlohmann::json old_m = read_manifest(o.check_manifest);
+  config::Config c = manifest::config_from_manifest(old_m);
+  nlohmann::json new_m;
+  if (old_m.contains("program")) {
+    new_m = repin_program_manifest(o.check_manifest, old_m, c, popts);
+  } else {
+    set_training_process(popts, c);
+    new_m = manifest::pin(c, popts);
+  }
+  if (output_given) fs::atomic_write_file(o.output, new_m.dump(2) + "\n");
+  auto drift = manifest::compare(old_m, new_m);
+  if (o.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& d : drift) rows.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});
+    const nlohmann::json doc = {{"manifest", printable(o.check_manifest)}, {"drifted", drift.size()}, {"drift", rows}};
+    std::cout << dump_json(doc, 2) << std::endl;
+  } else {
+    std::cout << manifest::format_drift_table(drift) << std::flush;
+  }
+  print_summary(new_m, "re-pinned");
+  if (drift.empty()) {
+    std::fprintf(stderr, "anchor pin: %s: no drift\n", o.check_manifest.c_str());
+    return static_cast<int>(ExitCode::kOk);
+  }
+  std::fprintf(stderr, "anchor pin: %s: %zu pin(s) drifted\n", o.check_manifest.c_str(), drift.size());
+  return static_cast<int>(ExitCode::kVerification);
+}
+
 }  // namespace
 
 // anchor-torch __process-facts --device D: what pin needs of a process that
@@ -69,129 +205,20 @@ Runner setup_process_facts(CLI::App& sub, const GlobalOptions&) {
     const auto facts = manifest::this_process_facts(*device);
     // On a line of its own, whatever a library printed before it without a newline.
     std::cout << "\n" << manifest::kProcessFactsLine << dump_json(manifest::to_json(facts)) << "\n" << std::flush;
-    return 0;
+    return static_cast<int>(ExitCode::kOk);
   };
 }
 
 Runner setup_pin(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<PinCliOptions>();
-  sub.description(
-      "Pin every input that decides the run (data and model digests, effective config, seeds, "
-      "dependency versions and loaded libraries, container, host and devices) into a manifest "
-      "(docs/manifest.md). With --check, re-pin against an existing manifest and print what "
-      "drifted (exit 3 when anything did).");
-  auto* cfg = sub.add_option("config", o->config_file, "config YAML to pin");
-  auto* check = sub.add_option("--check", o->check_manifest,
-                               "re-pin with the config stored in MANIFEST and print the drift "
-                               "table; exit 3 on drift, 0 otherwise")
-                    ->type_name("MANIFEST");
-  auto* set = sub.add_option("--set", o->overrides, "override a config key: --set data.seq_len=128");
-  auto* out = sub.add_option("-o,--output", o->output,
-                             "where to write the manifest (atomically); with --check, written "
-                             "only when given")
-                  ->capture_default_str();
-  sub.add_flag("--no-cache", o->no_cache,
-               "hash every file and ask anchor-torch what it loads; neither read nor write the caches "
-               "(hash-cache.json, process-facts.json in $ANCHOR_CACHE_DIR, else $XDG_CACHE_HOME/anchor, "
-               "else ~/.cache/anchor)");
-  with_env(sub.add_option("--threads", o->threads, "hashing threads; 0 = one per CPU (default 0)")
-               ->check(whole_number_at_least(0)),
-           "ANCHOR_HASH_THREADS");
-  auto* as_json = sub.add_flag("--json", o->json,
-                               "with --check: print {manifest, drifted, drift: [{what, old, new}]} as JSON on stdout "
-                               "instead of the drift table");
-  as_json->needs(check);
-  sub.add_flag("--no-progress", o->no_progress, "never show the progress line (shown only on a terminal after 1 s)");
-  cfg->excludes(check);
-  set->excludes(check);
-
-  return [o, cfg, check, out]() {
+  const PinCliFlags flags = add_pin_options(sub, *o);
+  return [o, flags]() {
     manifest::PinOptions popts;
     popts.use_cache = !o->no_cache;
     popts.threads = o->threads;
     popts.progress = !o->no_progress && log::enabled(log::Level::kInfo);  // -q: no progress line either
-
-    if (check->count() == 0) {
-      if (cfg->count() == 0)
-        throw Error(ErrorKind::kUsage, "pin: give a CONFIG to pin, or --check MANIFEST",
-                    "anchor pin configs/pilot.yaml   |   anchor pin --check manifest.json");
-      config::Config c = config::load(o->config_file, o->overrides);
-      if (!c.program.command.empty())
-        throw Error(ErrorKind::kUsage,
-                    "pin: " + o->config_file +
-                        " pilots a program (program.command): its sources, Python packages and "
-                        "libraries are known only once it runs",
-                    "`anchor pilot " + o->config_file +
-                        "` pins them into <run dir>/manifest.json; check that one "
-                        "later with `anchor pin --check <run dir>/manifest.json`");
-      set_training_process(popts, c);
-      nlohmann::json m = manifest::pin(c, popts);
-      fs::atomic_write_file(o->output, m.dump(2) + "\n");
-      print_summary(m, "pinned");
-      std::fprintf(stderr, "anchor pin: wrote %s\n", o->output.c_str());
-      return 0;
-    }
-
-    std::string text = fs::read_file(o->check_manifest);
-    nlohmann::json old_m = json_depth(text, kMaxJsonDepth) > kMaxJsonDepth
-                               ? nlohmann::json(nlohmann::json::value_t::discarded)
-                               : nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (old_m.is_discarded() || !old_m.is_object())
-      throw Error(ErrorKind::kConfig, o->check_manifest + ": not a JSON document",
-                  "pass a manifest.json written by `anchor pin`");
-    config::Config c = manifest::config_from_manifest(old_m);
-    nlohmann::json new_m;
-    if (old_m.contains("program")) {
-      // A program pilot's manifest: the libraries and the interpreter the
-      // program had loaded are hashed again on disk, its sources and Python
-      // distributions listed again; the versions torch reported stay as recorded.
-      const nlohmann::json deps = old_m.value("dependencies", nlohmann::json::object());
-      const nlohmann::json exe =
-          deps.is_object() ? deps.value("executable", nlohmann::json::object()) : nlohmann::json();
-      const nlohmann::json listed =
-          deps.is_object() ? deps.value("shared_libraries", nlohmann::json::array()) : nlohmann::json();
-      if (!exe.is_object() || !exe.contains("path") || !exe["path"].is_string() || !listed.is_array())
-        throw Error(ErrorKind::kConfig,
-                    o->check_manifest +
-                        ": dependencies.executable.path or "
-                        "dependencies.shared_libraries is missing or mistyped",
-                    "pass the manifest.json a program pilot wrote into its run directory");
-      manifest::ProcessFacts facts;
-      facts.runtime = manifest::runtime_versions();
-      facts.device = manifest::device_info(c.device);
-      for (const auto& l : listed)
-        if (l.is_object() && l.contains("path") && l["path"].is_string() &&
-            !(l.contains("deleted") && l["deleted"].is_boolean() && l["deleted"].get<bool>()))
-          facts.libraries.push_back({l["path"].get<std::string>(), false, false});
-      facts.executable = exe["path"].get<std::string>();
-      facts.source = "program";
-      popts.process = [&] { return facts; };
-      new_m = manifest::pin(c, popts);
-      for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
-        if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
-      new_m["program"] = manifest::repin_program(old_m["program"], popts);
-    } else {
-      set_training_process(popts, c);
-      new_m = manifest::pin(c, popts);
-    }
-    if (out->count() > 0) fs::atomic_write_file(o->output, new_m.dump(2) + "\n");
-    auto drift = manifest::compare(old_m, new_m);
-    if (o->json) {
-      nlohmann::json rows = nlohmann::json::array();
-      for (const auto& d : drift) rows.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});
-      const nlohmann::json doc = {
-          {"manifest", printable(o->check_manifest)}, {"drifted", drift.size()}, {"drift", rows}};
-      std::cout << dump_json(doc, 2) << std::endl;
-    } else {
-      std::cout << manifest::format_drift_table(drift) << std::flush;
-    }
-    print_summary(new_m, "re-pinned");
-    if (drift.empty()) {
-      std::fprintf(stderr, "anchor pin: %s: no drift\n", o->check_manifest.c_str());
-      return 0;
-    }
-    std::fprintf(stderr, "anchor pin: %s: %zu pin(s) drifted\n", o->check_manifest.c_str(), drift.size());
-    return static_cast<int>(ExitCode::kVerification);
+    if (flags.check->count() == 0) return pin_config(*o, flags.config->count() > 0, popts);
+    return check_manifest(*o, flags.output->count() > 0, popts);
   };
 }
 

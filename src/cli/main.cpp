@@ -61,7 +61,7 @@ namespace {
 // (`anchor --log-lvl debug pilot` is about the option, not about "debug").
 std::string unknown_command(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+    std::string a = argv[i];
     if (a == "--log-level") {
       ++i;
       continue;
@@ -76,7 +76,7 @@ std::string unknown_command(int argc, char** argv) {
 }
 
 // "unknown command 'pilto' (did you mean 'pilot'?)", and the commands there are.
-int refuse_unknown_command(const std::string& word) {
+anchor::Error unknown_command_error(const std::string& word) {
   std::string nearest, names;
   std::size_t best = std::max<std::size_t>(2, word.size() / 3) + 1;
   for (const auto& c : anchor::cli::commands()) {
@@ -88,10 +88,10 @@ int refuse_unknown_command(const std::string& word) {
       nearest = c.name;
     }
   }
-  std::fprintf(stderr, "anchor: error: unknown command '%s'%s\n", anchor::printable(word).c_str(),
-               nearest.empty() ? "" : (" (did you mean '" + nearest + "'?)").c_str());
-  std::fprintf(stderr, "hint: the commands are %s; `anchor --help` says what each does\n", names.c_str());
-  return static_cast<int>(anchor::ExitCode::kUsage);
+  return anchor::Error(anchor::ErrorKind::kUsage,
+                       "unknown command '" + anchor::printable(word) + "'" +
+                           (nearest.empty() ? "" : " (did you mean '" + nearest + "'?)"),
+                       "the commands are " + names + "; `anchor --help` says what each does");
 }
 
 // "\033[K" in a worker whose live line the supervisor draws on this terminal
@@ -101,8 +101,12 @@ const char* clear_line() {
   return live && std::string(live) == "1" && ::isatty(STDERR_FILENO) == 1 ? "\033[K" : "";
 }
 
+// The one place a fatal error is printed: "anchor: error: <what>", a config's
+// problems one a line, "hint: <hint>"; returns the kind's exit code.
 int report_error(const anchor::Error& e) {
   std::fprintf(stderr, "%sanchor: error: %s\n", clear_line(), e.what());
+  if (const auto* config_error = dynamic_cast<const anchor::config::ConfigError*>(&e))
+    for (const auto& p : config_error->problems()) std::fprintf(stderr, "  %s\n", p.format().c_str());
   if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
   return anchor::exit_code_for(e.kind());
 }
@@ -141,10 +145,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (const std::string word = unknown_command(argc, argv); !word.empty()) return refuse_unknown_command(word);
+    if (const std::string word = unknown_command(argc, argv); !word.empty())
+      return report_error(unknown_command_error(word));
     int rc = app.exit(e);
     if (rc != 0) cli::write_junit_for_command_line_error(app, e.what());
-    return rc == 0 ? 0 : static_cast<int>(ExitCode::kUsage);
+    return static_cast<int>(rc == 0 ? ExitCode::kOk : ExitCode::kUsage);
   }
 
   // -q lowers --log-level/ANCHOR_LOG_LEVEL to warn, never raises it (error and off stay);
@@ -155,11 +160,6 @@ int main(int argc, char** argv) {
     log::init(log::parse_level(global.log_level));
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return finish(run());
-  } catch (const config::ConfigError& e) {
-    std::fprintf(stderr, "%sanchor: error: %s\n", clear_line(), e.what());
-    for (const auto& p : e.problems()) std::fprintf(stderr, "  %s\n", p.format().c_str());
-    if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
-    return exit_code_for(e.kind());
   } catch (const Error& e) {
     return report_error(e);
   } catch (const std::exception& e) {

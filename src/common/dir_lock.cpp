@@ -32,7 +32,7 @@ std::string describe_holder(int fd) {
   char buf[4096];
   ssize_t n;
   off_t at = 0;
-  while (text.size() < 64 * 1024 && (n = ::pread(fd, buf, sizeof buf, at)) > 0) {
+  while (text.size() < std::size_t{64} * 1024 && (n = ::pread(fd, buf, sizeof buf, at)) > 0) {
     text.append(buf, static_cast<std::size_t>(n));
     at += n;
   }

@@ -46,7 +46,7 @@ Error io_error(const std::string& op, const std::string& path, int err, std::str
     else if (err == ENOENT)
       hint = "check that the path exists and is spelled as intended";
   }
-  return Error(ErrorKind::kIo, std::move(msg), std::move(hint));
+  return Error(ErrorKind::kIo, msg, std::move(hint));
 }
 
 int exit_code_for(ErrorKind kind) noexcept {

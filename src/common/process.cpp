@@ -134,7 +134,7 @@ std::optional<int> try_wait(pid_t pid) {
 }
 
 std::string describe_exit(int status) {
-  const std::string code = "exited with status " + std::to_string(status);
+  std::string code = "exited with status " + std::to_string(status);
   if (status <= 128 || status >= 128 + 65) return code;
   switch (status - 128) {
     case SIGKILL: return code + " (killed by SIGKILL)";
@@ -172,7 +172,7 @@ std::string find_in_dirs(const std::string& tool, const std::string& dirs, const
   for (std::string dir; std::getline(ss, dir, ':');) {
     if (dir.empty()) continue;
     if (dir[0] != '/' && !base.empty()) dir = base + "/" + dir;
-    const std::string candidate = dir + "/" + tool;
+    std::string candidate = dir + "/" + tool;
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";

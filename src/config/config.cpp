@@ -266,7 +266,33 @@ class Loader {
   void cross_check() {
     if (unreadable_) return;
     const Config& c = c_;
+    check_batch_and_seq_len(c);
+    check_model_source(c);
+    check_length_and_shape(c);
+    check_device_and_val(c);
+    check_program_env(c);
+    check_steps_and_memory(c);
+  }
 
+  // Throws ConfigError when anything was found, else returns the config.
+  Config finish() {
+    // File positions in reading order, then file-level problems without a
+    // position, then the overrides (in the order given).
+    auto rank = [](const Problem& p) {
+      int group = p.file == kSetFile ? 2 : (p.line == 0 ? 1 : 0);
+      return std::make_tuple(group, p.line, p.column);
+    };
+    std::stable_sort(problems_.begin(), problems_.end(),
+                     [&](const Problem& a, const Problem& b) { return rank(a) < rank(b); });
+    if (!problems_.empty()) throw ConfigError(file_, problems_);
+    return c_;
+  }
+
+ private:
+  // The rules of cross_check, in its order (a conflict's place among equal
+  // positions follows it).
+  // The batch sizes agree; a sequence fits the model.
+  void check_batch_and_seq_len(const Config& c) {
     if (ok({"train.global_batch", "train.micro_batch", "train.grad_accum", "distributed.nproc_per_node"}) &&
         c.train.global_batch != 0) {
       const std::int64_t derived =
@@ -283,6 +309,10 @@ class Loader {
       conflict({"data.seq_len", "model.block_size"},
                "data.seq_len " + std::to_string(c.data.seq_len) + " exceeds model.block_size " +
                    std::to_string(c.model.block_size) + " (the model has no positions beyond block_size)");
+  }
+
+  // The model source and the files it needs; the attention LibTorch offers.
+  void check_model_source(const Config& c) {
     if (ok({"model.source", "model.weights", "model.torchscript"})) {
       const auto& m = c.model;
       if (m.source == "safetensors" && m.weights.empty())
@@ -302,6 +332,10 @@ class Loader {
                            "LibTorch ") +
                    build::kLibTorchVersion +
                    " (use manual, or auto, which is manual here; or build against PyTorch 2.x: make torch2)");
+  }
+
+  // The run's length, the heads, the vocabulary the data holds.
+  void check_length_and_shape(const Config& c) {
     if (ok({"train.total_steps", "train.total_tokens"}) && c.train.total_steps != 0 && c.train.total_tokens != 0)
       conflict({"train.total_tokens", "train.total_steps"},
                "train.total_steps and train.total_tokens are both set; give the full run's "
@@ -321,6 +355,10 @@ class Loader {
                  "model.vocab_size is " +
                      std::to_string(c.model.vocab_size));
     }
+  }
+
+  // What needs a GPU; validation data for the eval.
+  void check_device_and_val(const Config& c) {
     if (ok({"train.precision", "device"}) && c.train.precision == "fp16" && c.device == "cpu")
       conflict({"train.precision", "device"}, "train.precision fp16 needs a GPU; on device cpu use bf16 or fp32");
     if (ok({"distributed.backend", "device"}) && c.distributed.backend == "nccl" && c.device == "cpu")
@@ -330,6 +368,10 @@ class Loader {
       conflict({"data.val_fraction", "data.val"},
                "data.val is empty and data.val_fraction is 0: the pilot's eval needs "
                "validation data; list data.val files or set a val_fraction > 0");
+  }
+
+  // program.env: NAME=VALUE, and no name anchor sets itself.
+  void check_program_env(const Config& c) {
     if (ok({"program.env"}))
       for (const auto& e : c.program.env) {
         const auto eq = e.find('=');
@@ -344,6 +386,10 @@ class Loader {
           conflict({"program.env"}, "program.env sets " + e.substr(0, eq) +
                                         ", which anchor sets for each worker (docs/program.md, \"The contract\")");
       }
+  }
+
+  // Warmup, the memory probe and activation checkpointing against the run and the model.
+  void check_steps_and_memory(const Config& c) {
     if (ok({"train.schedule.warmup_steps", "train.total_steps"}) && c.train.total_steps > 0 &&
         c.train.schedule.warmup_steps > c.train.total_steps)
       conflict({"train.schedule.warmup_steps", "train.total_steps"},
@@ -367,21 +413,6 @@ class Loader {
                "inside a TorchScript module; set it to 0 with model.source torchscript");
   }
 
-  // Throws ConfigError when anything was found, else returns the config.
-  Config finish() {
-    // File positions in reading order, then file-level problems without a
-    // position, then the overrides (in the order given).
-    auto rank = [](const Problem& p) {
-      int group = p.file == kSetFile ? 2 : (p.line == 0 ? 1 : 0);
-      return std::make_tuple(group, p.line, p.column);
-    };
-    std::stable_sort(problems_.begin(), problems_.end(),
-                     [&](const Problem& a, const Problem& b) { return rank(a) < rank(b); });
-    if (!problems_.empty()) throw ConfigError(file_, problems_);
-    return c_;
-  }
-
- private:
   void add(const Loc& loc, const std::string& key, std::string message) {
     problems_.push_back(Problem{loc.file, loc.line, loc.column, key, std::move(message)});
   }
@@ -397,7 +428,7 @@ class Loader {
         add(kloc, prefix, "keys must be plain names, got " + describe_node(k));
         continue;
       }
-      const std::string name = k.Scalar();
+      const std::string& name = k.Scalar();
       const std::string dotted = prefix.empty() ? name : prefix + "." + name;
       if (auto [pos, fresh] = seen.emplace(name, kloc.line); !fresh) {
         add(kloc, dotted, "duplicate key (first on line " + std::to_string(pos->second) + ")");
@@ -639,7 +670,7 @@ std::vector<Difference> diff(const nlohmann::json& past, const std::string& past
     std::replace(pointer.begin(), pointer.end(), '.', '/');
     const nlohmann::json::json_pointer jp(pointer);
     const nlohmann::json was = past.is_object() && past.contains(jp) ? past.at(jp) : nlohmann::json();
-    const nlohmann::json is = current.at(jp);
+    const nlohmann::json& is = current.at(jp);
     const bool relative = resolve && f.path == schema::PathKind::kConfigRelative;
     // program.cwd empty is the config's directory: "." resolves to it.
     auto at_base = [&](const nlohmann::json& v, const std::string& base) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -187,12 +188,14 @@ std::uint64_t global_sample_index(std::int64_t step, int micro, int rank, int b,
 Dataset::Dataset(const DataSpec& spec) {
   auto open_all = [&](const std::vector<std::string>& files) {
     std::vector<std::shared_ptr<const Shard>> shards;
+    shards.reserve(files.size());
     for (const auto& f : files) shards.push_back(Shard::open(f, spec.format, spec.vocab_size));
     return shards;
   };
   WindowSet all(open_all(spec.train_files), spec.seq_len);
   if (spec.val_files.empty()) {
-    auto n_val = static_cast<std::size_t>(static_cast<double>(all.size()) * spec.val_fraction + 0.5);
+    // Rounded to nearest, halves up (val_fraction is in [0, 1): never negative).
+    auto n_val = static_cast<std::size_t>(std::llround(static_cast<double>(all.size()) * spec.val_fraction));
     if (n_val == 0 || n_val >= all.size())
       throw Error(ErrorKind::kConfig,
                   "data.val_fraction " + std::to_string(spec.val_fraction) + " of " + std::to_string(all.size()) +

@@ -386,7 +386,7 @@ GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Ten
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   grads.reserve(params.size());
-  for (auto p : params) {
+  for (const auto& p : params) {
     // A parameter no loss reached has no gradient: zeros, so every rank's buckets line up.
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     grads.push_back(p.grad());

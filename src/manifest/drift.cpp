@@ -116,56 +116,49 @@ bool on_demand_library(const std::string& path) {
   return path.find("/gconv/") != std::string::npos;
 }
 
-}  // namespace
-
-std::vector<Drift> compare(const json& o, const json& n) {
-  std::vector<Drift> out;
-  cmp_path(out, "format", o, n, {"format"});
-
-  // Data: each shard by its path as written, per split; the set digest only
-  // when no shard explains the difference.
+// Data: each shard by its path as written, per split; the set digest only
+// when no shard explains the difference.
+void compare_data(std::vector<Drift>& out, const json& o, const json& n) {
   for (const char* split : {"train", "val"}) {
     std::string prefix = std::string("data.") + split;
     std::size_t rows = cmp_files(out, prefix, at(o, {"data", split, "files"}), at(n, {"data", split, "files"}), "path");
     if (rows == 0) cmp(out, prefix + " set digest", at(o, {"data", split, "digest"}), at(n, {"data", split, "digest"}));
   }
+}
 
-  // Model: source and each file by role (weights, torchscript).
-  cmp_path(out, "model.source", o, n, {"model", "source"});
-  cmp_files(out, "model", at(o, {"model", "files"}), at(n, {"model", "files"}), "role");
-
-  // Config: the digest, then the keys that differ.
+// Config: the digest, then the keys that differ.
+void compare_config(std::vector<Drift>& out, const json& o, const json& n) {
   const json* da = at(o, {"config", "digest"});
   const json* db = at(n, {"config", "digest"});
-  if (!(da && db && *da == *db)) {
-    cmp(out, "config digest", da, db);
-    const json* ea = at(o, {"config", "effective"});
-    const json* eb = at(n, {"config", "effective"});
-    if (ea && eb) {
-      std::map<std::string, json> fa, fb;
-      flatten(*ea, "", fa);
-      flatten(*eb, "", fb);
-      std::set<std::string> keys;
-      for (const auto& [k, _] : fa) keys.insert(k);
-      for (const auto& [k, _] : fb) keys.insert(k);
-      for (const auto& k : keys) {
-        auto ia = fa.find(k);
-        auto ib = fb.find(k);
-        cmp(out, "config " + k, ia == fa.end() ? nullptr : &ia->second, ib == fb.end() ? nullptr : &ib->second);
-      }
-    }
+  if (da && db && *da == *db) return;
+  cmp(out, "config digest", da, db);
+  const json* ea = at(o, {"config", "effective"});
+  const json* eb = at(n, {"config", "effective"});
+  if (!ea || !eb) return;
+  std::map<std::string, json> fa, fb;
+  flatten(*ea, "", fa);
+  flatten(*eb, "", fb);
+  std::set<std::string> keys;
+  for (const auto& [k, _] : fa) keys.insert(k);
+  for (const auto& [k, _] : fb) keys.insert(k);
+  for (const auto& k : keys) {
+    auto ia = fa.find(k);
+    auto ib = fb.find(k);
+    cmp(out, "config " + k, ia == fa.end() ? nullptr : &ia->second, ib == fb.end() ? nullptr : &ib->second);
   }
+}
 
-  // Seeds: every purpose either side has.
-  {
-    std::set<std::string> keys;
-    for (const json* s : {at(o, {"seeds"}), at(n, {"seeds"})})
-      if (s && s->is_object())
-        for (const auto& [k, _] : s->items()) keys.insert(k);
-    for (const auto& k : keys) cmp(out, "seeds." + k, at(o, {"seeds", k.c_str()}), at(n, {"seeds", k.c_str()}));
-  }
+// Seeds: every purpose either side has.
+void compare_seeds(std::vector<Drift>& out, const json& o, const json& n) {
+  std::set<std::string> keys;
+  for (const json* s : {at(o, {"seeds"}), at(n, {"seeds"})})
+    if (s && s->is_object())
+      for (const auto& [k, _] : s->items()) keys.insert(k);
+  for (const auto& k : keys) cmp(out, "seeds." + k, at(o, {"seeds", k.c_str()}), at(n, {"seeds", k.c_str()}));
+}
 
-  // Dependency versions.
+// Dependency versions.
+void compare_dependencies(std::vector<Drift>& out, const json& o, const json& n) {
   for (const char* k : {"version", "git_commit", "git_dirty", "build_type"})
     cmp_path(out, std::string("dependencies.anchor.") + k, o, n, {"dependencies", "anchor", k});
   for (const char* k :
@@ -173,98 +166,121 @@ std::vector<Drift> compare(const json& o, const json& n) {
     cmp_path(out, std::string("dependencies.") + k, o, n, {"dependencies", k});
   for (const char* k : {"pretty_name", "sysname", "release", "machine"})
     cmp_path(out, std::string("dependencies.os.") + k, o, n, {"dependencies", "os", k});
+}
 
-  // Shared libraries, by path: a changed digest always counts; one side only
-  // counts unless the library is loaded on demand.
-  {
-    auto ia = index_by(at(o, {"dependencies", "shared_libraries"}), "path");
-    auto ib = index_by(at(n, {"dependencies", "shared_libraries"}), "path");
-    std::set<std::string> names;
-    for (const auto& [k, _] : ia) names.insert(k);
-    for (const auto& [k, _] : ib) names.insert(k);
-    for (const auto& name : names) {
-      auto fa = ia.find(name);
-      auto fb = ib.find(name);
-      std::string what = "library " + name;
-      if (fb == ib.end()) {
-        if (!on_demand_library(name)) out.push_back({what, short_file(*fa->second), "(not loaded)"});
-      } else if (fa == ia.end()) {
-        if (!on_demand_library(name)) out.push_back({what, "(not loaded)", short_file(*fb->second)});
-      } else if (!same_content(*fa->second, *fb->second)) {
-        out.push_back({what, short_file(*fa->second), short_file(*fb->second)});
-      }
+// Shared libraries, by path: a changed digest always counts; one side only
+// counts unless the library is loaded on demand.
+void compare_libraries(std::vector<Drift>& out, const json& o, const json& n) {
+  auto ia = index_by(at(o, {"dependencies", "shared_libraries"}), "path");
+  auto ib = index_by(at(n, {"dependencies", "shared_libraries"}), "path");
+  std::set<std::string> names;
+  for (const auto& [k, _] : ia) names.insert(k);
+  for (const auto& [k, _] : ib) names.insert(k);
+  for (const auto& name : names) {
+    auto fa = ia.find(name);
+    auto fb = ib.find(name);
+    std::string what = "library " + name;
+    if (fb == ib.end()) {
+      if (!on_demand_library(name)) out.push_back({what, short_file(*fa->second), "(not loaded)"});
+    } else if (fa == ia.end()) {
+      if (!on_demand_library(name)) out.push_back({what, "(not loaded)", short_file(*fb->second)});
+    } else if (!same_content(*fa->second, *fb->second)) {
+      out.push_back({what, short_file(*fa->second), short_file(*fb->second)});
     }
   }
+}
 
-  // A program pilot's program (docs/program.md, "What is pinned"): its
-  // sources by path, the interpreter, and each Python distribution by name and
-  // place (version and RECORD digest).
-  if (at(o, {"program"}) || at(n, {"program"})) {
-    cmp_files(out, "program source", at(o, {"program", "sources"}), at(n, {"program", "sources"}), "path");
-    {
-      const json* a = at(o, {"program", "interpreter"});
-      const json* b = at(n, {"program", "interpreter"});
-      if (!(a && b && same_content(*a, *b)))
-        out.push_back({"program interpreter", a ? short_file(*a) : "(absent)", b ? short_file(*b) : "(absent)"});
-    }
-    auto dists = [](const json* arr) {
-      std::map<std::string, const json*> m;
-      if (!arr || !arr->is_array()) return m;
-      for (const auto& d : *arr) {
-        const json* name = at(d, {"name"});
-        const json* dir = at(d, {"dist_info"});
-        if (!name || !name->is_string() || !dir || !dir->is_string()) continue;
-        const std::string place = dir->get<std::string>();
-        m.emplace(name->get<std::string>() + " (" + place.substr(0, place.rfind('/')) + ")", &d);
-      }
-      return m;
-    };
-    auto da2 = dists(at(o, {"program", "python", "distributions"}));
-    auto db2 = dists(at(n, {"program", "python", "distributions"}));
-    auto show_dist = [](const json& d) {
-      const json* v = at(d, {"version"});
-      const json* r = at(d, {"record_sha256"});
-      return (v && v->is_string() ? v->get<std::string>() : std::string("?")) + " " +
-             (r && r->is_string() ? r->get<std::string>().substr(0, 12) + "..." : std::string("(no RECORD)"));
-    };
-    std::set<std::string> names;
-    for (const auto& [k, _] : da2) names.insert(k);
-    for (const auto& [k, _] : db2) names.insert(k);
-    for (const auto& name : names) {
-      auto fa = da2.find(name);
-      auto fb = db2.find(name);
-      const std::string what = "python package " + name;
-      if (fb == db2.end())
-        out.push_back({what, show_dist(*fa->second), "(removed)"});
-      else if (fa == da2.end())
-        out.push_back({what, "(added)", show_dist(*fb->second)});
-      else if (show_dist(*fa->second) != show_dist(*fb->second))
-        out.push_back({what, show_dist(*fa->second), show_dist(*fb->second)});
-    }
-    for (const char* k : {"python", "anchor_pilot"})
-      cmp_path(out, std::string("program.runtime.") + k, o, n, {"program", "runtime", k});
+// A program's Python distributions keyed by name and place ("torch (/usr/lib/python3/site-packages)").
+std::map<std::string, const json*> python_distributions(const json* arr) {
+  std::map<std::string, const json*> m;
+  if (!arr || !arr->is_array()) return m;
+  for (const auto& d : *arr) {
+    const json* name = at(d, {"name"});
+    const json* dir = at(d, {"dist_info"});
+    if (!name || !name->is_string() || !dir || !dir->is_string()) continue;
+    const std::string place = dir->get<std::string>();
+    m.emplace(name->get<std::string>() + " (" + place.substr(0, place.rfind('/')) + ")", &d);
   }
+  return m;
+}
 
-  // Container.
-  cmp_path(out, "container.digest", o, n, {"container", "digest"});
-  cmp_path(out, "container.containerised", o, n, {"container", "containerised"});
+std::string show_distribution(const json& d) {
+  const json* v = at(d, {"version"});
+  const json* r = at(d, {"record_sha256"});
+  return (v && v->is_string() ? v->get<std::string>() : std::string("?")) + " " +
+         (r && r->is_string() ? r->get<std::string>().substr(0, 12) + "..." : std::string("(no RECORD)"));
+}
 
-  // Host and device facts (hostname is not one: the same hardware under
-  // another name computes the same result).
+// Each Python distribution by name and place (version and RECORD digest).
+void compare_distributions(std::vector<Drift>& out, const json& o, const json& n) {
+  auto da2 = python_distributions(at(o, {"program", "python", "distributions"}));
+  auto db2 = python_distributions(at(n, {"program", "python", "distributions"}));
+  std::set<std::string> names;
+  for (const auto& [k, _] : da2) names.insert(k);
+  for (const auto& [k, _] : db2) names.insert(k);
+  for (const auto& name : names) {
+    auto fa = da2.find(name);
+    auto fb = db2.find(name);
+    const std::string what = "python package " + name;
+    if (fb == db2.end())
+      out.push_back({what, show_distribution(*fa->second), "(removed)"});
+    else if (fa == da2.end())
+      out.push_back({what, "(added)", show_distribution(*fb->second)});
+    else if (show_distribution(*fa->second) != show_distribution(*fb->second))
+      out.push_back({what, show_distribution(*fa->second), show_distribution(*fb->second)});
+  }
+}
+
+// A program pilot's program (docs/program.md, "What is pinned"): its
+// sources by path, the interpreter, and each Python distribution by name and
+// place (version and RECORD digest).
+void compare_program(std::vector<Drift>& out, const json& o, const json& n) {
+  if (!at(o, {"program"}) && !at(n, {"program"})) return;
+  cmp_files(out, "program source", at(o, {"program", "sources"}), at(n, {"program", "sources"}), "path");
+  const json* a = at(o, {"program", "interpreter"});
+  const json* b = at(n, {"program", "interpreter"});
+  if (!(a && b && same_content(*a, *b)))
+    out.push_back({"program interpreter", a ? short_file(*a) : "(absent)", b ? short_file(*b) : "(absent)"});
+  compare_distributions(out, o, n);
+  for (const char* k : {"python", "anchor_pilot"})
+    cmp_path(out, std::string("program.runtime.") + k, o, n, {"program", "runtime", k});
+}
+
+// Host and device facts (hostname is not one: the same hardware under
+// another name computes the same result).
+void compare_host_and_device(std::vector<Drift>& out, const json& o, const json& n) {
   for (const char* k : {"cpu_model", "cpu_count", "memory_total_bytes"})
     cmp_path(out, std::string("host.") + k, o, n, {"host", k});
   for (const char* k : {"configured", "accelerator", "count"})
     cmp_path(out, std::string("device.") + k, o, n, {"device", k});
-  {
-    const json* a = at(o, {"device", "devices"});
-    const json* b = at(n, {"device", "devices"});
-    std::size_t na = a && a->is_array() ? a->size() : 0;
-    std::size_t nb = b && b->is_array() ? b->size() : 0;
-    for (std::size_t i = 0; i < std::max(na, nb); ++i)
-      cmp(out, "device.devices[" + std::to_string(i) + "]", i < na ? &(*a)[i] : nullptr, i < nb ? &(*b)[i] : nullptr);
-  }
+  const json* a = at(o, {"device", "devices"});
+  const json* b = at(n, {"device", "devices"});
+  std::size_t na = a && a->is_array() ? a->size() : 0;
+  std::size_t nb = b && b->is_array() ? b->size() : 0;
+  for (std::size_t i = 0; i < std::max(na, nb); ++i)
+    cmp(out, "device.devices[" + std::to_string(i) + "]", i < na ? &(*a)[i] : nullptr, i < nb ? &(*b)[i] : nullptr);
   for (const char* k : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
     cmp_path(out, std::string("device.visible_devices.") + k, o, n, {"device", "visible_devices", k});
+}
+
+}  // namespace
+
+std::vector<Drift> compare(const json& o, const json& n) {
+  std::vector<Drift> out;
+  cmp_path(out, "format", o, n, {"format"});
+  compare_data(out, o, n);
+  // Model: source and each file by role (weights, torchscript).
+  cmp_path(out, "model.source", o, n, {"model", "source"});
+  cmp_files(out, "model", at(o, {"model", "files"}), at(n, {"model", "files"}), "role");
+  compare_config(out, o, n);
+  compare_seeds(out, o, n);
+  compare_dependencies(out, o, n);
+  compare_libraries(out, o, n);
+  compare_program(out, o, n);
+  // Container.
+  cmp_path(out, "container.digest", o, n, {"container", "digest"});
+  cmp_path(out, "container.containerised", o, n, {"container", "containerised"});
+  compare_host_and_device(out, o, n);
   return out;
 }
 

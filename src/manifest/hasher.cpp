@@ -156,28 +156,25 @@ class ProgressLine {
   std::thread thread_;
 };
 
-}  // namespace
+// One distinct file to hash (or found in the cache).
+struct Job {
+  FileKey key;
+  std::string label;
+  std::string sha256;
+  bool cached = false;
+  std::exception_ptr error;
+};
 
-int default_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
-
-std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const HashOptions& opts, HashStats* stats) {
-  auto t0 = std::chrono::steady_clock::now();
-  HashStats st;
-
-  // Serial pass: identify every file (cheap) so errors come out in input
-  // order, and read each distinct file once.
-  struct Job {
-    FileKey key;
-    std::string label;
-    std::string sha256;
-    bool cached = false;
-    std::exception_ptr error;
-  };
+struct Jobs {
   std::vector<Job> jobs;
-  std::vector<std::size_t> job_of(inputs.size());
+  std::vector<std::size_t> job_of;  // the job of each input
+};
+
+// Serial pass: identify every file (cheap) so errors come out in input
+// order, and read each distinct file once.
+Jobs identify_inputs(const std::vector<HashInput>& inputs) {
+  Jobs js;
+  js.job_of.resize(inputs.size());
   std::unordered_map<std::string, std::size_t> by_path;
   RealDirs dirs;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -189,18 +186,22 @@ std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const H
     }
     auto it = by_path.find(k.path);
     if (it != by_path.end()) {
-      job_of[i] = it->second;
+      js.job_of[i] = it->second;
       continue;
     }
-    by_path.emplace(k.path, jobs.size());
-    job_of[i] = jobs.size();
-    jobs.push_back(Job{std::move(k), inputs[i].label, {}, false, nullptr});
+    by_path.emplace(k.path, js.jobs.size());
+    js.job_of[i] = js.jobs.size();
+    js.jobs.push_back(Job{std::move(k), inputs[i].label, {}, false, nullptr});
   }
+  return js;
+}
 
-  // Cache hits: still open the file, so an unreadable file fails now rather
-  // than later in a worker, but do not read it.
+// Cache hits: still open the file, so an unreadable file fails now rather
+// than later in a worker, but do not read it. Returns the jobs left to hash,
+// largest first, and adds their sizes to `todo_bytes`.
+std::vector<std::size_t> take_cache_hits(std::vector<Job>& jobs, const HashOptions& opts, HashStats& st,
+                                         std::uint64_t& todo_bytes) {
   std::vector<std::size_t> todo;
-  std::uint64_t todo_bytes = 0;
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     auto& job = jobs[j];
     if (opts.cache) {
@@ -224,47 +225,53 @@ std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const H
   // file picked up last.
   std::stable_sort(todo.begin(), todo.end(),
                    [&](std::size_t a, std::size_t b) { return jobs[a].key.size > jobs[b].key.size; });
+  return todo;
+}
 
-  int threads = opts.threads > 0 ? opts.threads : default_threads();
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(todo.size(), 1))));
-  st.threads = threads;
+// Hashes one file, counting its bytes into `done_bytes`; a failure is kept in
+// job.error for the caller to report in input order.
+void hash_job(Job& job, const HashOptions& opts, std::atomic<std::uint64_t>& done_bytes) {
+  try {
+    std::int64_t started = now_realtime_ns();
+    std::uint64_t last = 0;
+    FileDigest d = sha256_file(job.key.path, [&](std::uint64_t n) {
+      done_bytes.fetch_add(n - last, std::memory_order_relaxed);
+      last = n;
+    });
+    job.sha256 = d.sha256;
+    FileKey after = identify(job.key.path);
+    if (!same_identity(after, job.key) || d.size != job.key.size)
+      throw Error(ErrorKind::kIo, "read " + job.key.path + ": the file changed while it was being hashed",
+                  "wait until whatever writes it has finished, then pin again");
+    if (opts.cache && job.key.mtime_ns < started - kRacyWindowNs) opts.cache->store(job.key, job.sha256);
+  } catch (...) {
+    job.error = std::current_exception();
+  }
+}
 
+// Hashes the `todo` jobs on `threads` threads, the calling one among them.
+void hash_in_pool(std::vector<Job>& jobs, const std::vector<std::size_t>& todo, int threads, const HashOptions& opts,
+                  std::uint64_t todo_bytes) {
   std::atomic<std::uint64_t> done_bytes{0};
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (;;) {
       std::size_t t = next.fetch_add(1);
       if (t >= todo.size()) return;
-      Job& job = jobs[todo[t]];
-      try {
-        std::int64_t started = now_realtime_ns();
-        std::uint64_t last = 0;
-        FileDigest d = sha256_file(job.key.path, [&](std::uint64_t n) {
-          done_bytes.fetch_add(n - last, std::memory_order_relaxed);
-          last = n;
-        });
-        job.sha256 = d.sha256;
-        FileKey after = identify(job.key.path);
-        if (!same_identity(after, job.key) || d.size != job.key.size)
-          throw Error(ErrorKind::kIo, "read " + job.key.path + ": the file changed while it was being hashed",
-                      "wait until whatever writes it has finished, then pin again");
-        if (opts.cache && job.key.mtime_ns < started - kRacyWindowNs) opts.cache->store(job.key, job.sha256);
-      } catch (...) {
-        job.error = std::current_exception();
-      }
+      hash_job(jobs[todo[t]], opts, done_bytes);
     }
   };
-  {
-    ProgressLine progress(opts.progress, todo_bytes, done_bytes);
-    std::vector<std::thread> pool;
-    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
-    worker();  // the calling thread is one of the workers
-    for (auto& th : pool) th.join();
-  }
+  ProgressLine progress(opts.progress, todo_bytes, done_bytes);
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();  // the calling thread is one of the workers
+  for (auto& th : pool) th.join();
+}
 
-  // Report the first failure in input order, naming the config entry.
+// Report the first failure in input order, naming the config entry.
+void throw_first_failure(const std::vector<HashInput>& inputs, const Jobs& js) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Job& job = jobs[job_of[i]];
+    const Job& job = js.jobs[js.job_of[i]];
     if (!job.error) continue;
     try {
       std::rethrow_exception(job.error);
@@ -272,15 +279,38 @@ std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const H
       throw with_label(e, inputs[i].label);
     }
   }
+}
+
+}  // namespace
+
+int default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+std::vector<HashResult> hash_files(const std::vector<HashInput>& inputs, const HashOptions& opts, HashStats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  HashStats st;
+
+  Jobs js = identify_inputs(inputs);
+  std::uint64_t todo_bytes = 0;
+  const std::vector<std::size_t> todo = take_cache_hits(js.jobs, opts, st, todo_bytes);
+
+  int threads = opts.threads > 0 ? opts.threads : default_threads();
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<std::size_t>(todo.size(), 1))));
+  st.threads = threads;
+  hash_in_pool(js.jobs, todo, threads, opts, todo_bytes);
+
+  throw_first_failure(inputs, js);
   for (std::size_t t : todo) {
     ++st.files_hashed;
-    st.bytes_hashed += jobs[t].key.size;
+    st.bytes_hashed += js.jobs[t].key.size;
   }
 
   std::vector<HashResult> out;
   out.reserve(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Job& job = jobs[job_of[i]];
+    const Job& job = js.jobs[js.job_of[i]];
     out.push_back(HashResult{inputs[i].path, job.key.path, job.key.size, job.sha256, job.cached});
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

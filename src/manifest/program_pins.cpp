@@ -30,7 +30,7 @@ std::string rel_to(const std::string& path, const std::string& root) {
 std::string dist_record(const std::string& dist_info) {
   for (const char* f : {"RECORD", "METADATA", "PKG-INFO"}) {
     std::error_code ec;
-    const std::string p = dist_info + "/" + f;
+    std::string p = dist_info + "/" + f;
     if (stdfs::is_regular_file(p, ec)) return p;
   }
   return "";
@@ -76,6 +76,7 @@ json hash_section(const std::vector<std::string>& command, const std::string& cw
   std::sort(sources.begin(), sources.end());
   sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
   std::vector<HashInput> inputs;
+  inputs.reserve(sources.size() + 1 + dists.size());  // sources, the interpreter, a record each
   for (const auto& s : sources) inputs.push_back({s, "program source"});
   const std::size_t exe_at = inputs.size();
   inputs.push_back({executable, "the program's interpreter"});

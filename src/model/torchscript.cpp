@@ -25,7 +25,8 @@ bool is_tensor_type(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::
 
 class TorchScriptModel final : public Model {
  public:
-  TorchScriptModel(torch::jit::Module m, std::string path) : m_(std::move(m)), path_(std::move(path)) {}
+  // A Module is a handle to its object: the copy shares it (LibTorch 1.13's Module has no move constructor).
+  TorchScriptModel(const torch::jit::Module& m, std::string path) : m_(m), path_(std::move(path)) {}
 
   torch::OrderedDict<std::string, torch::Tensor> named_parameters() const override {
     torch::OrderedDict<std::string, torch::Tensor> out;
@@ -132,7 +133,7 @@ std::unique_ptr<Model> load_torchscript(const std::string& path, int probe_seq_l
                    "register the weights as nn.Parameter (nn.Linear, nn.Embedding, ...) with requires_grad=True "
                    "(docs/models.md)");
 
-  auto model = std::make_unique<TorchScriptModel>(std::move(m), path);
+  auto model = std::make_unique<TorchScriptModel>(m, path);
   if (probe_seq_len > 0) {
     // One call to see what forward returns, before any training: eval mode,
     // no graph, and the CPU generator as it was (the run's dropout stream

@@ -146,7 +146,8 @@ std::vector<std::string> tail_names(const std::string& base_dir, std::size_t mos
 
 // The most ".." any relative path the config names starts with: its inputs'
 // globs resolve from the root and must stay inside inputs/tree.
-std::size_t most_up_of(config::Config cfg, const std::vector<Input>& inputs) {  // a copy: Refs are non-const
+// `cfg` is not const only because the schema's Refs take a Config&: it is read, never changed.
+std::size_t most_up_of(config::Config& cfg, const std::vector<Input>& inputs) {
   std::size_t most = 0;
   auto take = [&](const std::string& p) {
     if (p.empty() || stdfs::path(p).is_absolute()) return;
@@ -176,7 +177,7 @@ struct PlacedInputs {
 };
 
 PlacedInputs place_inputs(const json& manifest) {
-  const config::Config cfg = manifest::config_from_manifest(manifest);
+  config::Config cfg = manifest::config_from_manifest(manifest);  // not const: most_up_of's schema Refs
   const std::vector<Input> inputs = inputs_of(manifest);
   const std::size_t most_up = most_up_of(cfg, inputs);
   const std::vector<std::string> base_tail = tail_names(cfg.base_dir, most_up);
@@ -247,7 +248,7 @@ Entry entry_at(const std::string& dir, const std::string& name, stdfs::file_type
 // link on the way, or "" when null.
 std::string directory_within(const std::string& dir, const json& j, const char* key, const std::string& file) {
   if (!j.contains(key) || j[key].is_null()) return "";
-  const std::string s = j[key].is_string() ? j[key].get<std::string>() : std::string();
+  std::string s = j[key].is_string() ? j[key].get<std::string>() : std::string();  // not const: returned by move
   if (!fs::is_name_within(s) || s.rfind("inputs/", 0) != 0)
     throw Error(ErrorKind::kUsage, file + ": inputs." + key + " is not a directory under inputs/",
                 "a bundle holds only what `anchor bundle` wrote; copy it again from where it was made");
@@ -328,14 +329,19 @@ void check_inputs_listed(const std::string& dir, const std::set<std::string>& na
                 "check its permissions; every file there is checked before a reproduction reads any");
 }
 
-}  // namespace
+// The run's envelope (the run directory's, or the file named); verified as
+// `anchor verify` does, with its files.
+struct VerifiedRun {
+  std::string envelope;
+  report::VerifyResult v;
+};
 
-BundleResult write_bundle(const BundleOptions& opts) {
-  const auto t0 = std::chrono::steady_clock::now();
+VerifiedRun verify_run(const BundleOptions& opts) {
   std::error_code ec;
   const bool is_dir = stdfs::is_directory(opts.run, ec);
-  const std::string envelope = is_dir ? (stdfs::path(opts.run) / report::kEnvelopeFile).string() : opts.run;
-  if (!stdfs::exists(envelope, ec))
+  VerifiedRun run;
+  run.envelope = is_dir ? (stdfs::path(opts.run) / report::kEnvelopeFile).string() : opts.run;
+  if (!stdfs::exists(run.envelope, ec))
     throw Error(ErrorKind::kUsage,
                 printable(opts.run) + " holds no " + report::kEnvelopeFile + ": only a signed run can be bundled",
                 "give the run directory of a signed pilot (one not run with report.signing_key: none)");
@@ -343,41 +349,49 @@ BundleResult write_bundle(const BundleOptions& opts) {
   report::VerifyOptions vo;
   vo.public_key_path = opts.key;
   vo.check_files = true;
-  const auto v = report::verify_envelope(envelope, vo);
-  if (!v.ok) {
+  run.v = report::verify_envelope(run.envelope, vo);
+  if (!run.v.ok) {
     std::string all;
-    for (const auto& f : v.failures) all += "\n  " + f;
+    for (const auto& f : run.v.failures) all += "\n  " + f;
     throw Error(ErrorKind::kVerification, "the run does not verify:" + all,
-                "`anchor verify " + printable(envelope) + "` says why; a bundle carries only a run that verifies");
+                "`anchor verify " + printable(run.envelope) + "` says why; a bundle carries only a run that verifies");
   }
-  BundleResult r;
-  r.key_id = v.key_id;
-  r.warnings = v.warnings;
-  const Verified signed_run = read_verified(v.envelope_text);
-  const std::string run_dir =
-      stdfs::path(envelope).parent_path().empty() ? "." : stdfs::path(envelope).parent_path().string();
+  return run;
+}
 
+// The files the bundle carries (with where each is copied from) and
+// bundle.json's list of them, in the same order.
+struct BundleFiles {
   json listed = json::array();
   std::vector<fs::KnownFile> files;
+};
+
+// The envelope, its key, the signed subjects the run has and its provenance.
+void add_run_files(const VerifiedRun& run, const Verified& signed_run, const std::string& run_dir, BundleFiles& out) {
+  const report::VerifyResult& v = run.v;
   // The envelope as it verified (the copy is checked against these bytes), and its key.
-  files.push_back({report::kEnvelopeFile, v.envelope_text.size(), sha256_hex(v.envelope_text), envelope});
-  listed.push_back({{"name", report::kEnvelopeFile},
-                    {"size", v.envelope_text.size()},
-                    {"sha256", sha256_hex(v.envelope_text)},
-                    {"role", "report envelope"}});
-  files.push_back(known(report::kPublicKeyFile, v.public_key_path, "public key", listed));
+  out.files.push_back({report::kEnvelopeFile, v.envelope_text.size(), sha256_hex(v.envelope_text), run.envelope});
+  out.listed.push_back({{"name", report::kEnvelopeFile},
+                        {"size", v.envelope_text.size()},
+                        {"sha256", sha256_hex(v.envelope_text)},
+                        {"role", "report envelope"}});
+  out.files.push_back(known(report::kPublicKeyFile, v.public_key_path, "public key", out.listed));
   for (const char* name : kSignedFiles) {
     const auto it = signed_run.subjects.find(name);
     if (it == signed_run.subjects.end()) continue;
     const auto d = sha256_file((stdfs::path(run_dir) / name).string());
-    files.push_back({name, d.size, it->second, (stdfs::path(run_dir) / name).string()});
-    listed.push_back({{"name", name}, {"size", d.size}, {"sha256", it->second}, {"role", "signed subject"}});
+    out.files.push_back({name, d.size, it->second, (stdfs::path(run_dir) / name).string()});
+    out.listed.push_back({{"name", name}, {"size", d.size}, {"sha256", it->second}, {"role", "signed subject"}});
   }
+  std::error_code ec;
   const std::string provenance = (stdfs::path(run_dir) / "provenance.intoto.json").string();
-  if (stdfs::exists(provenance, ec)) files.push_back(known("provenance.intoto.json", provenance, "provenance", listed));
+  if (stdfs::exists(provenance, ec))
+    out.files.push_back(known("provenance.intoto.json", provenance, "provenance", out.listed));
+}
 
-  // The catalog the plan's figures came from: the bytes whose digest the report records.
-  if (const auto catalog = recorded_catalog(signed_run.report)) {
+// The catalog the plan's figures came from: the bytes whose digest the report records.
+void add_catalog(const json& report, BundleFiles& out, std::vector<std::string>& warnings) {
+  if (const auto catalog = recorded_catalog(report)) {
     const auto& [path, want] = *catalog;
     FileDigest d;
     try {
@@ -391,41 +405,46 @@ BundleResult write_bundle(const BundleOptions& opts) {
                   "the catalog the run planned with, " + printable(path) + ", changed since (sha256 " + d.sha256 +
                       ", the report records " + want + ")",
                   "restore that catalog: the bundle carries the catalog the run used, by its signed digest");
-    files.push_back({"catalog.yaml", d.size, want, path});
-    listed.push_back({{"name", "catalog.yaml"}, {"size", d.size}, {"sha256", want}, {"role", "catalog"}});
+    out.files.push_back({"catalog.yaml", d.size, want, path});
+    out.listed.push_back({{"name", "catalog.yaml"}, {"size", d.size}, {"sha256", want}, {"role", "catalog"}});
   } else {
-    r.warnings.push_back(
+    warnings.push_back(
         "the report records no device catalog (a run before anchor recorded it, or one with no "
         "plan): the bundle carries none, and a reproduction plans with the catalog it finds");
   }
+}
 
-  json inputs = nullptr;
-  if (opts.with_data) {
-    if (!signed_run.report.contains("manifest") || !signed_run.report["manifest"].is_object())
-      throw Error(ErrorKind::kVerification, "the report has no manifest: its inputs are unknown");
-    PlacedInputs placed = place_inputs(signed_run.report["manifest"]);
-    for (auto& f : placed.files) {
-      listed.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}, {"role", "input"}});
-      files.push_back(std::move(f));
-      ++r.inputs;
-    }
-    inputs = {{"root", placed.root.empty() ? json(nullptr) : json(placed.root)},
-              {"absolute", placed.absolute ? json(kAbs) : json(nullptr)}};
+// --with-data: the run's inputs the manifest lists; returns bundle.json's
+// "inputs" (where a reproduction finds them) and counts them in `r`.
+json add_inputs(const json& report, BundleFiles& out, BundleResult& r) {
+  if (!report.contains("manifest") || !report["manifest"].is_object())
+    throw Error(ErrorKind::kVerification, "the report has no manifest: its inputs are unknown");
+  PlacedInputs placed = place_inputs(report["manifest"]);
+  for (auto& f : placed.files) {
+    out.listed.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}, {"role", "input"}});
+    out.files.push_back(std::move(f));
+    ++r.inputs;
   }
+  return {{"root", placed.root.empty() ? json(nullptr) : json(placed.root)},
+          {"absolute", placed.absolute ? json(kAbs) : json(nullptr)}};
+}
 
-  std::string out = opts.output.empty() ? default_output(signed_run.report) : opts.output;
+// The bundle's directory: -o DIR, else named after the run; never one that exists.
+std::string output_dir(const BundleOptions& opts, const json& report) {
+  std::string out = opts.output.empty() ? default_output(report) : opts.output;
   while (out.size() > 1 && out.back() == '/') out.pop_back();  // "made/" names the directory made
+  std::error_code ec;
   if (stdfs::exists(stdfs::symlink_status(out, ec)))
     throw Error(ErrorKind::kUsage, "the bundle " + printable(out) + " already exists",
                 "nothing is replaced: remove it, or name another directory with -o DIR");
-  json bundle = {{"format", kBundleFormat},
-                 {"run_id", string_member(signed_run.report, "run_id")},
-                 {"key_id", v.key_id},
-                 {"anchor", {{"version", build::kVersion}, {"git_commit", build::kGitCommit}}},
-                 {"with_data", opts.with_data},
-                 {"inputs", inputs},
-                 {"files", listed}};
-  // bundle.json travels with the rest: written beside the destination first, copied in, removed.
+  return out;
+}
+
+// bundle.json travels with the rest: written beside the destination first,
+// copied in with every other file, removed. Returns the bytes copied.
+std::uint64_t copy_with_bundle_json(const std::string& run_dir, const json& bundle, const std::string& out,
+                                    std::vector<fs::KnownFile>& files) {
+  std::error_code ec;
   const stdfs::path target(out);
   const std::string parent = target.has_parent_path() ? target.parent_path().string() : ".";
   const std::string staged = parent + "/." + target.filename().string() + ".bundle-json.tmp-" + fs::random_suffix();
@@ -435,9 +454,10 @@ BundleResult write_bundle(const BundleOptions& opts) {
                 "create it first (anchor does not: a missing mount would be filled on the local disk instead)");
   fs::atomic_write_file(staged, text);
   files.push_back({kBundleFile, text.size(), sha256_hex(text), staged});
+  std::uint64_t bytes = 0;
   try {
     const auto copied = fs::copy_verified(run_dir, files, out);
-    r.bytes = copied.bytes;
+    bytes = copied.bytes;
   } catch (const Error& e) {
     stdfs::remove(staged, ec);
     // A copy that did not read back at the destination is the storage's fault, not the run's.
@@ -453,8 +473,36 @@ BundleResult write_bundle(const BundleOptions& opts) {
     throw;
   }
   stdfs::remove(staged, ec);
+  return bytes;
+}
+
+}  // namespace
+
+BundleResult write_bundle(const BundleOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const VerifiedRun run = verify_run(opts);
+  BundleResult r;
+  r.key_id = run.v.key_id;
+  r.warnings = run.v.warnings;
+  const Verified signed_run = read_verified(run.v.envelope_text);
+  const std::string run_dir =
+      stdfs::path(run.envelope).parent_path().empty() ? "." : stdfs::path(run.envelope).parent_path().string();
+
+  BundleFiles carried;
+  add_run_files(run, signed_run, run_dir, carried);
+  add_catalog(signed_run.report, carried, r.warnings);
+  json inputs = nullptr;
+  if (opts.with_data) inputs = add_inputs(signed_run.report, carried, r);
+
+  const std::string out = output_dir(opts, signed_run.report);
+  json bundle = {
+      {"format", kBundleFormat},     {"run_id", string_member(signed_run.report, "run_id")},
+      {"key_id", run.v.key_id},      {"anchor", {{"version", build::kVersion}, {"git_commit", build::kGitCommit}}},
+      {"with_data", opts.with_data}, {"inputs", inputs},
+      {"files", carried.listed}};
+  r.bytes = copy_with_bundle_json(run_dir, bundle, out, carried.files);
   r.dir = out;
-  r.files = files.size() - 1;
+  r.files = carried.files.size() - 1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -176,20 +176,12 @@ std::string nonce_problem(const std::string& dir, const std::string& nonce) {
   return "";
 }
 
-// A node's agent (LOCAL_RANK 0 on a node other than rank 0's): for each
-// worker group it starts this node's ranks, SIGKILLs them on the relayed kill
-// or stop, and reports their statuses; then exits with the pilot's verdict.
-int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOptions& opts) {
-  const int node = launch.rank / launch.local_world_size;
-  const std::string host = proc::host_name();
-  ANCHOR_LOG_INFO("pilot", "{}: agent of node {} ({}): starts this node's ranks of each worker", launch.describe(),
-                  node, host);
-  auto [which, value] = wait_any(store, {"pilot/exit", "pilot/run_dir"});
-  if (which == 0) {
-    store.add("pilot/ack", 1);
-    return std::stoi(value);  // the pilot ended before its run directory (a config error): its code
-  }
-  const auto shared = json::parse(value);
+// Refuses a node that does not see the run: the supervisor's nonce must be in
+// the run directory (and checkpoint.dir when it lies outside it). Says so
+// through the store either way; on a refusal waits for the pilot's verdict,
+// then throws Error (kConfig).
+void check_run_visible(const dist::LaunchEnv& launch, dist::Store& store, int node, const std::string& host,
+                       const json& shared) {
   const std::string run_dir = shared.value("run_dir", "");
   // Fault injection (tests): this node looks for the run somewhere else, as a node without the shared mount would.
   const bool hide = !faults::read("ANCHOR_NODE_FAULT").empty();  // hide_run_dir, its one point (src/common/faults.cpp)
@@ -211,60 +203,92 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
     throw Error(ErrorKind::kConfig, what, hint);
   }
   store.set("pilot/node/" + std::to_string(node), json{{"ok", true}, {"host", host}}.dump());
+}
+
+// Starts this node's ranks (base .. base + local_world_size - 1) of a worker group.
+std::vector<pid_t> spawn_node_ranks(const dist::LaunchEnv& launch, const PilotOptions& opts, const std::string& binary,
+                                    const std::string& run_dir, const char* group, int base, int port) {
+  std::vector<pid_t> pids;
+  for (int lr = 0; lr < launch.local_world_size; ++lr) {
+    proc::SpawnOptions so;
+    so.die_with_parent = true;
+    so.env =
+        dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr, port);
+    so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (src/pipeline/progress.hpp): plain step lines
+    std::vector<std::string> argv = {binary,   "--log-level", opts.log_level, "__worker",
+                                     "--role", group,         "--run-dir",    run_dir};
+    if (!opts.use_hash_cache) argv.push_back("--no-cache");
+    pids.push_back(proc::spawn(argv, so).pid);
+  }
+  return pids;
+}
+
+// Waits for this node's ranks of a group, SIGKILLing them on the relayed kill
+// or stop (or the pilot's end); returns their statuses.
+json wait_node_ranks(dist::Store& store, const std::vector<pid_t>& pids, int node, const char* group, int base) {
+  json statuses = json::array();
+  std::vector<bool> done(pids.size(), false), killed(pids.size(), false);
+  bool kill_sent = false;
+  std::size_t left = pids.size();
+  try {
+    while (left > 0) {
+      for (std::size_t i = 0; i < pids.size(); ++i) {
+        int st = 0;
+        if (done[i] || ::waitpid(pids[i], &st, WNOHANG) != pids[i]) continue;
+        done[i] = true;
+        --left;
+        const int status = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+        statuses.push_back({{"rank", base + static_cast<int>(i)}, {"status", status}, {"killed", bool(killed[i])}});
+      }
+      if (left == 0) break;
+      if (!kill_sent &&
+          (store.try_get(group_key(group, "kill"), kSupervisor) ||
+           store.try_get(group_key(group, "stop"), kSupervisor) || store.try_get("pilot/exit", kSupervisor))) {
+        for (std::size_t i = 0; i < pids.size(); ++i)
+          if (!done[i]) {
+            ::kill(pids[i], SIGKILL);
+            killed[i] = true;
+          }
+        kill_sent = true;
+        ANCHOR_LOG_INFO("pilot", "node {}: SIGKILLed its ranks of the {} worker (relayed)", node, group);
+      }
+      pause_briefly();
+    }
+  } catch (const Error&) {
+    // The supervisor (or the store's host) is gone: no rank outlives it.
+    for (std::size_t i = 0; i < pids.size(); ++i)
+      if (!done[i]) ::kill(pids[i], SIGKILL);
+    throw;
+  }
+  return statuses;
+}
+
+// A node's agent (LOCAL_RANK 0 on a node other than rank 0's): for each
+// worker group it starts this node's ranks, SIGKILLs them on the relayed kill
+// or stop, and reports their statuses; then exits with the pilot's verdict.
+int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOptions& opts) {
+  const int node = launch.rank / launch.local_world_size;
+  const std::string host = proc::host_name();
+  ANCHOR_LOG_INFO("pilot", "{}: agent of node {} ({}): starts this node's ranks of each worker", launch.describe(),
+                  node, host);
+  auto [which, value] = wait_any(store, {"pilot/exit", "pilot/run_dir"});
+  if (which == 0) {
+    store.add("pilot/ack", 1);
+    return std::stoi(value);  // the pilot ended before its run directory (a config error): its code
+  }
+  const auto shared = json::parse(value);
+  const std::string run_dir = shared.value("run_dir", "");
+  check_run_visible(launch, store, node, host, shared);
 
   const std::string binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
   for (const char* group : kGroups) {
     auto [w, port] = wait_any(store, {"pilot/exit", group_key(group, "start")});
     if (w == 0) break;
     const int base = node * launch.local_world_size;
-    std::vector<pid_t> pids;
-    for (int lr = 0; lr < launch.local_world_size; ++lr) {
-      proc::SpawnOptions so;
-      so.die_with_parent = true;
-      so.env = dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr,
-                                       std::stoi(port));
-      so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (src/pipeline/progress.hpp): plain step lines
-      std::vector<std::string> argv = {binary,   "--log-level", opts.log_level, "__worker",
-                                       "--role", group,         "--run-dir",    run_dir};
-      if (!opts.use_hash_cache) argv.push_back("--no-cache");
-      pids.push_back(proc::spawn(argv, so).pid);
-    }
+    const std::vector<pid_t> pids = spawn_node_ranks(launch, opts, binary, run_dir, group, base, std::stoi(port));
     ANCHOR_LOG_INFO("pilot", "node {}: started ranks {}..{} of the {} worker", node, base,
                     base + launch.local_world_size - 1, group);
-    json statuses = json::array();
-    std::vector<bool> done(pids.size(), false), killed(pids.size(), false);
-    bool kill_sent = false;
-    std::size_t left = pids.size();
-    try {
-      while (left > 0) {
-        for (std::size_t i = 0; i < pids.size(); ++i) {
-          int st = 0;
-          if (done[i] || ::waitpid(pids[i], &st, WNOHANG) != pids[i]) continue;
-          done[i] = true;
-          --left;
-          const int status = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-          statuses.push_back({{"rank", base + static_cast<int>(i)}, {"status", status}, {"killed", bool(killed[i])}});
-        }
-        if (left == 0) break;
-        if (!kill_sent &&
-            (store.try_get(group_key(group, "kill"), kSupervisor) ||
-             store.try_get(group_key(group, "stop"), kSupervisor) || store.try_get("pilot/exit", kSupervisor))) {
-          for (std::size_t i = 0; i < pids.size(); ++i)
-            if (!done[i]) {
-              ::kill(pids[i], SIGKILL);
-              killed[i] = true;
-            }
-          kill_sent = true;
-          ANCHOR_LOG_INFO("pilot", "node {}: SIGKILLed its ranks of the {} worker (relayed)", node, group);
-        }
-        pause_briefly();
-      }
-    } catch (const Error&) {
-      // The supervisor (or the store's host) is gone: no rank outlives it.
-      for (std::size_t i = 0; i < pids.size(); ++i)
-        if (!done[i]) ::kill(pids[i], SIGKILL);
-      throw;
-    }
+    const json statuses = wait_node_ranks(store, pids, node, group, base);
     store.set(group_key(group, "node/" + std::to_string(node)), statuses.dump());
   }
   return read_verdict(store);

@@ -155,7 +155,8 @@ class ProgramSteps {
       ++timed_;
       shown.step_s = step_s;
       if (s.tokens && step_s > 0) shown.tokens_per_s = static_cast<double>(*s.tokens) / step_s;
-      shown.eta_s = spent_s_ / timed_ * static_cast<double>(std::max<std::int64_t>(0, end_ - s.step));
+      shown.eta_s =
+          spent_s_ / static_cast<double>(timed_) * static_cast<double>(std::max<std::int64_t>(0, end_ - s.step));
     }
     ANCHOR_LOG_AT(rule_->shown(shown.done) ? log::Level::kInfo : log::Level::kDebug, "train_step", "{}",
                   step_line(who_, shown));
@@ -170,13 +171,8 @@ class ProgramSteps {
   std::int64_t timed_ = 0;
 };
 
-// Starts the program once per rank with the spec, follows its events file,
-// SIGKILLs every rank at rank 0's kill window (reference), stops every rank
-// when one fails, the program runs past program.timeout_s, or the supervisor
-// is interrupted.
-// `tag` names its spec file and its events in events.jsonl (the role by default).
-Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std::string tag = "") {
-  const std::string name = tag.empty() ? pp::role_name(spec.role) : tag;
+// Writes the spec and starts the program once per rank with it, each in its own process group.
+std::vector<proc::Child> start_program_ranks(Pilot& p, const Launch& l, const pp::Spec& spec, const std::string& name) {
   const std::string spec_path = l.dir + "/" + name + ".spec.json";
   fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
   std::error_code ec;
@@ -193,158 +189,226 @@ Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, std:
     so.new_process_group = true;
     ranks.push_back(proc::spawn(l.argv, so));
   }
-  {
-    json pids = json::array();
-    for (const auto& c : ranks) pids.push_back(c.pid);
-    p.events->write({{"event", "worker_started"}, {"worker", name}, {"program", l.argv}, {"pids", pids}}, "supervisor");
+  json pids = json::array();
+  for (const auto& c : ranks) pids.push_back(c.pid);
+  p.events->write({{"event", "worker_started"}, {"worker", name}, {"program", l.argv}, {"pids", pids}}, "supervisor");
+  return ranks;
+}
+
+// One worker of the program once its ranks run (run_program_worker): follows
+// their events file, samples their memory, and stops them as the pilot needs.
+class ProgramRun {
+ public:
+  ProgramRun(Pilot& p, const pp::Spec& spec, std::string name, std::vector<proc::Child> ranks)
+      : p_(p),
+        spec_(spec),
+        name_(std::move(name)),
+        ranks_(std::move(ranks)),
+        t0_(Clock::now()),
+        deadline_(t0_ +
+                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s))),
+        ended_(ranks_.size()),
+        reader_(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(p.nproc)),
+        letter_(spec.role == pp::Role::kReference ? "A"
+                : spec.role == pp::Role::kResume  ? "B"
+                                                  : "probe"),
+        watch_(letter_, /*may_redraw=*/false),  // the program writes to the same terminal
+        steps_(letter_ + (p.nproc > 1 ? " rank 0" : ""), spec.stop_at) {
+    w_.peak_rss.assign(ranks_.size(), 0);
+    watch_.started(name_);
   }
-  Outcome w;
-  w.peak_rss.assign(ranks.size(), 0);
+
+  Outcome run() {
+    for (;;) {
+      guarded_follow();
+      watch_.tick();
+      if (!w_.killed_by_us) sample_rss();
+      if (all_ended()) break;
+      if (g_signal) {
+        stop_on_signal();
+        break;
+      }
+      if (stop_others_at_ && Clock::now() > *stop_others_at_) kill_all(ranks_, ended_, SIGKILL);
+      if (Clock::now() > deadline_ && !w_.killed_by_us) {
+        kill_all(ranks_, ended_, SIGKILL);
+        if (w_.error.empty())
+          w_.error = worker_name(spec_.role) + " ran past program.timeout_s (" + dump_json(p_.cfg.program.timeout_s) +
+                     " s) and was killed";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    guarded_follow();  // what it wrote last
+    return finish();
+  }
+
+ private:
   // The process that runs Python: the rank's own pid, or the interpreter a wrapper
   // (`uv run`, a shell script) started in the rank's process group, as its hello says.
-  auto python_pid = [&](int r) {
-    const auto& log = w.logs[r];
-    if (log.hello && log.hello->pid && ::getpgid(static_cast<pid_t>(*log.hello->pid)) == ranks[r].pid)
+  pid_t python_pid(int r) {
+    const auto& log = w_.logs[r];
+    if (log.hello && log.hello->pid && ::getpgid(static_cast<pid_t>(*log.hello->pid)) == ranks_[r].pid)
       return static_cast<pid_t>(*log.hello->pid);
-    return ranks[r].pid;
-  };
-  auto sample_rss = [&] {  // the peak RSS of every rank's Python, read by the supervisor as it runs
-    for (std::size_t r = 0; r < ranks.size(); ++r)
-      w.peak_rss[r] = std::max(w.peak_rss[r], measure::read_proc_memory(python_pid(static_cast<int>(r))).hwm_bytes);
-  };
-  const auto t0 = Clock::now();
-  const auto deadline =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s));
-  std::vector<std::optional<int>> ended(ranks.size());
-  pp::EventReader reader(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(p.nproc));
-  std::optional<Clock::time_point> stop_others_at;  // a rank failed: the others get a grace, then SIGKILL
-  std::optional<Clock::time_point> kill_at;  // rank 0 is in its kill window: kill once every rank said its save digests
-  std::string kill_point;
-  auto kill_now = [&] {
+    return ranks_[r].pid;
+  }
+
+  void sample_rss() {  // the peak RSS of every rank's Python, read by the supervisor as it runs
+    for (std::size_t r = 0; r < ranks_.size(); ++r)
+      w_.peak_rss[r] = std::max(w_.peak_rss[r], measure::read_proc_memory(python_pid(static_cast<int>(r))).hwm_bytes);
+  }
+
+  void kill_now() {
     // What the program loaded, while it still runs; then the real thing, on every rank.
     sample_rss();
     try {
       const pid_t py = python_pid(0);
-      w.libraries = manifest::loaded_shared_libraries(py);
-      w.executable = std::filesystem::read_symlink("/proc/" + std::to_string(py) + "/exe").string();
+      w_.libraries = manifest::loaded_shared_libraries(py);
+      w_.executable = std::filesystem::read_symlink("/proc/" + std::to_string(py) + "/exe").string();
     } catch (const std::exception& ex) {
       ANCHOR_LOG_WARN("pilot", "could not read the program's loaded libraries: {}", ex.what());
     }
-    kill_all(ranks, ended, SIGKILL);
-    w.killed_by_us = true;
+    kill_all(ranks_, ended_, SIGKILL);
+    w_.killed_by_us = true;
     json pids = json::array();
-    for (const auto& ch : ranks) pids.push_back(ch.pid);
-    p.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point}},
-                    "supervisor");
-  };
-  std::map<int, std::uint64_t> lines;  // per rank
-  const std::string letter = spec.role == pp::Role::kReference ? "A" : spec.role == pp::Role::kResume ? "B" : "probe";
-  StageWatch watch(letter, /*may_redraw=*/false);  // the program writes to the same terminal
-  watch.started(name);
-  ProgramSteps steps(letter + (p.nproc > 1 ? " rank 0" : ""), spec.stop_at);
-  auto follow = [&] {
-    for (auto& e : reader.poll()) {
-      if (e.rank >= p.nproc)
-        throw Error(ErrorKind::kRuntime,
-                    printable(spec.events) + ": a line of rank " + std::to_string(e.rank) + " from a worker of " +
-                        std::to_string(p.nproc) + " rank(s)",
-                    "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
-      const std::string who = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "");
-      if (++lines[e.rank] > max_lines_per_rank(spec.stop_at))
-        throw Error(ErrorKind::kRuntime,
-                    printable(spec.events) + ": " + who + " wrote more than " +
-                        std::to_string(max_lines_per_rank(spec.stop_at)) + " lines for a pilot of " +
-                        std::to_string(spec.stop_at) + " steps",
-                    "anchor_pilot writes a few lines per step; does the program call it in an inner loop, or write "
-                    "to the events file itself? (docs/program.md, \"The contract\")");
-      if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && s->step > spec.stop_at)
-        throw Error(ErrorKind::kRuntime,
-                    who + " reported step " + std::to_string(s->step) + ", past step " + std::to_string(spec.stop_at) +
-                        " where anchor asked it to stop",
-                    "end the training loop at pilot.stop_at: for step in range(start + 1, pilot.stop_at + 1) "
-                    "(docs/program.md, \"The Python helper\")");
-      if (e.type != "program") p.events->write(e.raw, "program-" + name);
-      w.logs[e.rank].add(e);
-      if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && e.rank == 0 && spec.role != pp::Role::kProbe)
-        steps.saw(*s);
-      if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w.error.empty())
-        w.error = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
-      const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
-      if (c && c->phase == "kill_window" && e.rank == 0 && spec.role == pp::Role::kReference && !kill_at) {
-        kill_at = Clock::now() + std::chrono::seconds(10);
-        kill_point = c->point;
-      }
+    for (const auto& ch : ranks_) pids.push_back(ch.pid);
+    p_.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point_}},
+                     "supervisor");
+  }
+
+  // Refuses a line the program had no business writing: another rank's, too many, a step past stop_at.
+  void check_line(const pp::Event& e, const std::string& who) {
+    if (++lines_[e.rank] > max_lines_per_rank(spec_.stop_at))
+      throw Error(ErrorKind::kRuntime,
+                  printable(spec_.events) + ": " + who + " wrote more than " +
+                      std::to_string(max_lines_per_rank(spec_.stop_at)) + " lines for a pilot of " +
+                      std::to_string(spec_.stop_at) + " steps",
+                  "anchor_pilot writes a few lines per step; does the program call it in an inner loop, or write "
+                  "to the events file itself? (docs/program.md, \"The contract\")");
+    if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && s->step > spec_.stop_at)
+      throw Error(ErrorKind::kRuntime,
+                  who + " reported step " + std::to_string(s->step) + ", past step " + std::to_string(spec_.stop_at) +
+                      " where anchor asked it to stop",
+                  "end the training loop at pilot.stop_at: for step in range(start + 1, pilot.stop_at + 1) "
+                  "(docs/program.md, \"The Python helper\")");
+  }
+
+  void take_line(const pp::Event& e) {
+    if (e.rank >= p_.nproc)
+      throw Error(ErrorKind::kRuntime,
+                  printable(spec_.events) + ": a line of rank " + std::to_string(e.rank) + " from a worker of " +
+                      std::to_string(p_.nproc) + " rank(s)",
+                  "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
+    const std::string who = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(e.rank) : "");
+    check_line(e, who);
+    if (e.type != "program") p_.events->write(e.raw, "program-" + name_);
+    w_.logs[e.rank].add(e);
+    if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && e.rank == 0 && spec_.role != pp::Role::kProbe)
+      steps_.saw(*s);
+    if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w_.error.empty())
+      w_.error =
+          worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
+    const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
+    if (c && c->phase == "kill_window" && e.rank == 0 && spec_.role == pp::Role::kReference && !kill_at_) {
+      kill_at_ = Clock::now() + std::chrono::seconds(10);
+      kill_point_ = c->point;
     }
+  }
+
+  void follow() {
+    for (auto& e : reader_.poll()) take_line(e);
     // Every rank reports its save's digests before it writes a file; rank 0 may be in its
     // kill window before another rank has said them (10 s at most, then the kill regardless).
-    if (kill_at && !w.killed_by_us) {
+    if (kill_at_ && !w_.killed_by_us) {
       bool all_said = true;
-      for (int r = 0; r < p.nproc; ++r)
-        if (!w.logs[r].digests_at("save", spec.stop_at)) all_said = false;
-      if (all_said || Clock::now() > *kill_at) kill_now();
+      for (int r = 0; r < p_.nproc; ++r)
+        if (!w_.logs[r].digests_at("save", spec_.stop_at)) all_said = false;
+      if (all_said || Clock::now() > *kill_at_) kill_now();
     }
-  };
+  }
+
   // A line anchor cannot read (or a file it cannot open) ends the worker: no rank is left running.
-  auto guarded_follow = [&] {
+  void guarded_follow() {
     try {
       follow();
     } catch (...) {
-      kill_all(ranks, ended, SIGKILL);
-      for (std::size_t r = 0; r < ranks.size(); ++r)
-        if (!ended[r]) ended[r] = proc::wait_exit(ranks[r].pid);
+      kill_all(ranks_, ended_, SIGKILL);
+      for (std::size_t r = 0; r < ranks_.size(); ++r)
+        if (!ended_[r]) ended_[r] = proc::wait_exit(ranks_[r].pid);
       throw;
     }
-  };
-  for (;;) {
-    guarded_follow();
-    watch.tick();
-    if (!w.killed_by_us) sample_rss();
+  }
+
+  // Reaps the ranks that ended; true once all have. The first failure gives the others a grace.
+  bool all_ended() {
     bool all = true;
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      if (!ended[r]) ended[r] = proc::try_wait(ranks[r].pid);
-      if (!ended[r]) {
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      if (!ended_[r]) ended_[r] = proc::try_wait(ranks_[r].pid);
+      if (!ended_[r]) {
         all = false;
         continue;
       }
-      if (*ended[r] != 0 && !w.killed_by_us && !stop_others_at)
-        stop_others_at = Clock::now() + std::chrono::seconds(10);
+      if (*ended_[r] != 0 && !w_.killed_by_us && !stop_others_at_)
+        stop_others_at_ = Clock::now() + std::chrono::seconds(10);
     }
-    if (all) break;
-    if (g_signal) {
-      // SIGTERM, as torchrun forwards it; a rank still there 10 s later gets SIGKILL.
-      kill_all(ranks, ended, SIGTERM);
-      const auto grace_end = Clock::now() + std::chrono::seconds(10);
-      for (bool left = true; left;) {
-        left = false;
-        for (std::size_t r = 0; r < ranks.size(); ++r)
-          if (!ended[r] && !(ended[r] = proc::try_wait(ranks[r].pid))) left = true;
-        if (left && Clock::now() > grace_end) kill_all(ranks, ended, SIGKILL);
-        if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      break;
-    }
-    if (stop_others_at && Clock::now() > *stop_others_at) kill_all(ranks, ended, SIGKILL);
-    if (Clock::now() > deadline && !w.killed_by_us) {
-      kill_all(ranks, ended, SIGKILL);
-      if (w.error.empty())
-        w.error = worker_name(spec.role) + " ran past program.timeout_s (" + dump_json(p.cfg.program.timeout_s) +
-                  " s) and was killed";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return all;
   }
-  guarded_follow();  // what it wrote last
-  w.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  w.status = *ended[0];
-  for (std::size_t r = 1; r < ranks.size(); ++r)
-    if (w.status == 0 && *ended[r] != 0) {
-      w.status = *ended[r];
-      w.failed_rank = static_cast<int>(r);
+
+  void stop_on_signal() {
+    // SIGTERM, as torchrun forwards it; a rank still there 10 s later gets SIGKILL.
+    kill_all(ranks_, ended_, SIGTERM);
+    const auto grace_end = Clock::now() + std::chrono::seconds(10);
+    for (bool left = true; left;) {
+      left = false;
+      for (std::size_t r = 0; r < ranks_.size(); ++r)
+        if (!ended_[r] && !(ended_[r] = proc::try_wait(ranks_[r].pid))) left = true;
+      if (left && Clock::now() > grace_end) kill_all(ranks_, ended_, SIGKILL);
+      if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-  if (w.error.empty() && w.status != 0 && !w.killed_by_us)
-    w.error = worker_name(spec.role) + (p.nproc > 1 ? " rank " + std::to_string(w.failed_rank) : "") + " " +
-              proc::describe_exit(w.status) + " (its output is above; its events are in " + printable(spec.events) +
-              ")";
-  return w;
+  }
+
+  // Every rank has ended: the worker's status is rank 0's, or the first failing rank's.
+  Outcome finish() {
+    w_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+    w_.status = *ended_[0];
+    for (std::size_t r = 1; r < ranks_.size(); ++r)
+      if (w_.status == 0 && *ended_[r] != 0) {
+        w_.status = *ended_[r];
+        w_.failed_rank = static_cast<int>(r);
+      }
+    if (w_.error.empty() && w_.status != 0 && !w_.killed_by_us)
+      w_.error = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
+                 proc::describe_exit(w_.status) + " (its output is above; its events are in " +
+                 printable(spec_.events) + ")";
+    return w_;
+  }
+
+  Pilot& p_;
+  const pp::Spec& spec_;
+  const std::string name_;
+  const std::vector<proc::Child> ranks_;
+  Outcome w_;
+  const Clock::time_point t0_;
+  const Clock::time_point deadline_;
+  std::vector<std::optional<int>> ended_;
+  pp::EventReader reader_;
+  std::optional<Clock::time_point> stop_others_at_;  // a rank failed: the others get a grace, then SIGKILL
+  std::optional<Clock::time_point>
+      kill_at_;  // rank 0 is in its kill window: kill once every rank said its save digests
+  std::string kill_point_;
+  std::map<int, std::uint64_t> lines_;  // per rank
+  const std::string letter_;
+  StageWatch watch_;
+  ProgramSteps steps_;
+};
+
+// Starts the program once per rank with the spec, follows its events file,
+// SIGKILLs every rank at rank 0's kill window (reference), stops every rank
+// when one fails, the program runs past program.timeout_s, or the supervisor
+// is interrupted.
+// `tag` names its spec file and its events in events.jsonl (the role by default).
+Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, const std::string& tag = "") {
+  const std::string name = tag.empty() ? pp::role_name(spec.role) : tag;
+  ProgramRun run(p, spec, name, start_program_ranks(p, l, spec, name));
+  return run.run();
 }
 
 // A worker's stage record from its own account (rank 0).
@@ -451,13 +515,9 @@ std::pair<int, const pp::StepMemoryLine*> highest_step_memory(const Outcome& o) 
   return best;
 }
 
-// measurements: the step (median over the reference's steps after the first,
-// which warms up), memory per stage, the save and restore, from rank 0; the
-// plan's memory points from the rank whose step peaked highest.
-json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step,
-                  const json& probe_points) {
-  const auto& ref = a.logs.at(0);
-  const auto& res = b.logs.at(0);
+// The step's figures from the reference's step lines: medians over its steps
+// after the first, which warms up.
+json step_figures(const Pilot& p, const pp::WorkerLog& ref) {
   std::vector<double> secs, waits, computes, tokens;
   for (std::size_t i = 1; i < ref.steps.size(); ++i) {
     const auto& s = ref.steps[i];
@@ -467,24 +527,21 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
     secs.push_back(*s.compute_s + s.data_wait_s.value_or(0));
     if (s.tokens) tokens.push_back(static_cast<double>(*s.tokens));
   }
-  json m;
   const double step_s = median(secs), tok = median(tokens);
-  m["step"] = {{"source", "the program's step lines (median over the reference's steps after the first)"},
-               {"steps_measured", secs.size()},
-               {"seconds", step_s},
-               {"data_wait_s", median(waits)},
-               {"compute_s", median(computes)},
-               {"stall_percent", step_s > 0 ? 100.0 * median(waits) / step_s : 0.0},
-               {"tokens", tokens.empty() ? json() : json(tok)},
-               {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s)},  // one rank's
-               {"tokens_per_s_all_ranks", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
-               {"world_size", p.nproc}};
-  if (ref.hello) m["model"] = model_json(*ref.hello);
-  auto [mem_rank, highest] = highest_step_memory(a);
-  const bool from_highest = highest != nullptr;
-  if (!highest && ref.step_memory) mem_rank = 0, highest = &*ref.step_memory;
-  // Where the program ran its step, as its step_memory line says (anchor's `device` key does not reach it).
-  if (highest) m["model"]["device"] = highest->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  return {{"source", "the program's step lines (median over the reference's steps after the first)"},
+          {"steps_measured", secs.size()},
+          {"seconds", step_s},
+          {"data_wait_s", median(waits)},
+          {"compute_s", median(computes)},
+          {"stall_percent", step_s > 0 ? 100.0 * median(waits) / step_s : 0.0},
+          {"tokens", tokens.empty() ? json() : json(tok)},
+          {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s)},  // one rank's
+          {"tokens_per_s_all_ranks", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
+          {"world_size", p.nproc}};
+}
+
+// The program's own memory lines (Pilot.memory(stage)), rank 0's of both workers.
+json memory_stage_lines(const pp::WorkerLog& ref, const pp::WorkerLog& res) {
   json mem = json::array();
   for (const auto* log : {&ref, &res})
     for (const auto& l : log->memory) {
@@ -496,10 +553,74 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
       if (l.total_bytes) e["device_total_bytes"] = *l.total_bytes;
       mem.push_back(std::move(e));
     }
+  return mem;
+}
+
+// Every rank's peak RSS as anchor read it, both workers'.
+json peak_rss_json(const Outcome& a, const Outcome& b) {
   json peaks = json::array();
   for (const auto* w : {&a, &b})
     for (std::size_t r = 0; r < w->peak_rss.size(); ++r)
       peaks.push_back({{"worker", w == &a ? "reference" : "resume"}, {"rank", r}, {"peak_rss_bytes", w->peak_rss[r]}});
+  return peaks;
+}
+
+// The plan's memory model into `memory`: the reference's second step at the
+// declared shape (from `sm`, rank `mem_rank`'s), and the probe's points.
+void add_memory_model(json& memory, const Pilot& p, const pp::Shape& shape, const pp::StepMemoryLine& sm, int mem_rank,
+                      bool from_highest, const json& probe_points) {
+  json points = json::array({memory_point(sm, mem_rank, shape.micro_batch, shape.seq_len, "reference")});
+  for (const auto& pt : probe_points) points.push_back(pt);
+  const std::int64_t excluded = held_outside_the_step(sm);
+  memory["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
+                     (p.nproc <= 1   ? std::string()
+                      : from_highest ? " (of the rank whose peak was highest: rank " + std::to_string(mem_rank) + ")"
+                                     : std::string(" (rank 0's: no rank reported a peak)")) +
+                     (excluded ? ", less what each process held before its first step beyond its parameters "
+                                 "(excluded_bytes: interpreter, libraries, data)"
+                               : "");
+  memory["precision"] = shape.precision;
+  memory["points"] = points;
+  memory["state_bytes"] = {
+      {"parameters", sm.parameters_bytes}, {"gradients", sm.gradients_bytes}, {"optimizer", sm.optimizer_bytes}};
+  memory["baseline_bytes"] = sm.baseline_bytes ? json(*sm.baseline_bytes - excluded) : json();
+  memory["stage_sources"] =
+      "peak RSS (VmHWM) of every rank read by anchor while it ran; the program's "
+      "memory lines (Pilot.memory(stage))";
+}
+
+// The save's (the reference's) and the restore's (the resume's) size and time, when they said them.
+void add_checkpoint_figures(json& m, const pp::WorkerLog& ref, const pp::WorkerLog& res, std::int64_t save_step) {
+  if (const auto* s = ref.checkpoint("save", "end", save_step); s && s->bytes && s->seconds)
+    m["checkpoint_save"] = {{"step", save_step},
+                            {"bytes", *s->bytes},
+                            {"seconds", *s->seconds},
+                            {"gb_per_s", *s->seconds > 0 ? static_cast<double>(*s->bytes) / *s->seconds / 1e9 : 0.0}};
+  if (const auto* r = res.checkpoint("restore", "end", save_step); r && r->bytes && r->seconds)
+    m["checkpoint_restore"] = {{"step", save_step},
+                               {"bytes", *r->bytes},
+                               {"seconds", *r->seconds},
+                               {"gb_per_s", *r->seconds > 0 ? static_cast<double>(*r->bytes) / *r->seconds / 1e9 : 0.0},
+                               {"includes", "reading, verifying every SHA-256 and load_state_dict of every component"}};
+}
+
+// measurements: the step (median over the reference's steps after the first,
+// which warms up), memory per stage, the save and restore, from rank 0; the
+// plan's memory points from the rank whose step peaked highest.
+json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step,
+                  const json& probe_points) {
+  const auto& ref = a.logs.at(0);
+  const auto& res = b.logs.at(0);
+  json m;
+  m["step"] = step_figures(p, ref);
+  if (ref.hello) m["model"] = model_json(*ref.hello);
+  auto [mem_rank, highest] = highest_step_memory(a);
+  const bool from_highest = highest != nullptr;
+  if (!highest && ref.step_memory) mem_rank = 0, highest = &*ref.step_memory;
+  // Where the program ran its step, as its step_memory line says (anchor's `device` key does not reach it).
+  if (highest) m["model"]["device"] = highest->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  json mem = memory_stage_lines(ref, res);
+  json peaks = peak_rss_json(a, b);
   m["memory"] = {{"source",
                   "peak RSS (VmHWM) of every rank, read by anchor while it ran; and the program's own "
                   "memory lines (Pilot.memory(stage): device allocated/reserved/total on CUDA)"},
@@ -507,39 +628,8 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
                  {"stages", mem}};
   // The plan's memory model: the reference's second step at the declared shape, and the probe's points.
   const auto* shape = ref.hello && ref.hello->shape ? &*ref.hello->shape : nullptr;
-  if (shape && highest) {
-    const auto& sm = *highest;
-    json points = json::array({memory_point(sm, mem_rank, shape->micro_batch, shape->seq_len, "reference")});
-    for (const auto& pt : probe_points) points.push_back(pt);
-    const std::int64_t excluded = held_outside_the_step(sm);
-    m["memory"]["source"] =
-        sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
-        (p.nproc <= 1   ? std::string()
-         : from_highest ? " (of the rank whose peak was highest: rank " + std::to_string(mem_rank) + ")"
-                        : std::string(" (rank 0's: no rank reported a peak)")) +
-        (excluded ? ", less what each process held before its first step beyond its parameters "
-                    "(excluded_bytes: interpreter, libraries, data)"
-                  : "");
-    m["memory"]["precision"] = shape->precision;
-    m["memory"]["points"] = points;
-    m["memory"]["state_bytes"] = {
-        {"parameters", sm.parameters_bytes}, {"gradients", sm.gradients_bytes}, {"optimizer", sm.optimizer_bytes}};
-    m["memory"]["baseline_bytes"] = sm.baseline_bytes ? json(*sm.baseline_bytes - excluded) : json();
-    m["memory"]["stage_sources"] =
-        "peak RSS (VmHWM) of every rank read by anchor while it ran; the program's "
-        "memory lines (Pilot.memory(stage))";
-  }
-  if (const auto* s = ref.checkpoint("save", "end", save_step); s && s->bytes && s->seconds)
-    m["checkpoint_save"] = {{"step", save_step},
-                            {"bytes", *s->bytes},
-                            {"seconds", *s->seconds},
-                            {"gb_per_s", *s->seconds > 0 ? *s->bytes / *s->seconds / 1e9 : 0.0}};
-  if (const auto* r = res.checkpoint("restore", "end", save_step); r && r->bytes && r->seconds)
-    m["checkpoint_restore"] = {{"step", save_step},
-                               {"bytes", *r->bytes},
-                               {"seconds", *r->seconds},
-                               {"gb_per_s", *r->seconds > 0 ? *r->bytes / *r->seconds / 1e9 : 0.0},
-                               {"includes", "reading, verifying every SHA-256 and load_state_dict of every component"}};
+  if (shape && highest) add_memory_model(m["memory"], p, *shape, *highest, mem_rank, from_highest, probe_points);
+  add_checkpoint_figures(m, ref, res, save_step);
   return m;
 }
 
@@ -765,6 +855,7 @@ void compare(Run& r) {
     // The program picks its device: bitwise unless pilot.tolerance says otherwise.
     const double tol = p.cfg.pilot.tolerance;
     std::vector<Verdict> ranks;
+    ranks.reserve(static_cast<std::size_t>(std::max(p.nproc, 0)));
     for (int rank = 0; rank < p.nproc; ++rank)
       ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol));
     json& v = r.verdict;
@@ -917,7 +1008,7 @@ int run_program_pilot(Pilot& p) {
   }
   for (auto step : {memory_probe, make_plan})
     if (Step end = step(r)) return *end;
-  p.report.set_outcome("passed", 0,
+  p.report.set_outcome("passed", static_cast<int>(ExitCode::kOk),
                        "the program's resume matches its uninterrupted run (" + r.verdict["mode"].get<std::string>() +
                            ", " + std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
   return passed(p);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <algorithm>
 #include <iomanip>
@@ -232,7 +233,14 @@ nlohmann::json to_json(const Spec& s) {
 bool Number::operator==(const Number& o) const {
   if (known != o.known) return false;
   if (!known) return true;
-  return std::memcmp(&value, &o.value, sizeof value) == 0 || value == o.value;  // +0 == -0 is not a difference
+  // The same bits (a NaN equals itself, though the parser makes NaN null), or
+  // equal values: +0 == -0 is not a difference. The bits are compared as an
+  // integer, not by memcmp: a double's object representation is not unique.
+  static_assert(sizeof(std::uint64_t) == sizeof value, "a double is 64 bits");
+  std::uint64_t bits = 0, other_bits = 0;
+  std::memcpy(&bits, &value, sizeof value);
+  std::memcpy(&other_bits, &o.value, sizeof o.value);
+  return bits == other_bits || value == o.value;
 }
 
 std::string Number::text() const {

@@ -49,7 +49,7 @@ nlohmann::json to_json(const Spec& s);
 struct Number {
   bool known = false;  // false: null
   double value = 0;
-  bool operator==(const Number& o) const;  // bitwise for known values; null == null
+  bool operator==(const Number& o) const;  // known: the same bits or equal (+0 == -0); null == null
   std::string text() const;                // "2.7725887298583984", "inf", "null"
 };
 

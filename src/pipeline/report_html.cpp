@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -96,7 +97,8 @@ constexpr double kW = 680, kH = 240, kLeft = 64, kRight = 16, kTop = 16, kBottom
 // each point), vertical markers, a legend. `id` names it for the page's test.
 std::string line_chart(const std::string& id, const std::string& title, const std::vector<Series>& series,
                        const std::string& xlabel, const std::string& ylabel, const std::vector<Marker>& markers = {}) {
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double x0 = kInf, x1 = -kInf, y0 = kInf, y1 = -kInf;
   for (const auto& s : series)
     for (const auto& [x, y] : s.points) {
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
@@ -273,9 +275,10 @@ std::string training_charts(const json& report) {
   std::vector<Bar> bars;
   for (std::size_t i = 0; i < split.size(); i += per) {
     const std::size_t n = std::min(per, split.size() - i);
+    const auto count = static_cast<double>(n);
     Split mean{split[i].step, 0, 0, 0};
     for (std::size_t j = i; j < i + n; ++j)
-      mean.data += split[j].data / n, mean.compute += split[j].compute / n, mean.comm += split[j].comm / n;
+      mean.data += split[j].data / count, mean.compute += split[j].compute / count, mean.comm += split[j].comm / count;
     bars.push_back({n == 1 ? "step " + num(mean.step, 10)
                            : "steps " + num(split[i].step, 10) + "-" + num(split[i + n - 1].step, 10) + " (mean)",
                     {{"data wait", mean.data}, {"compute", mean.compute}, {"communication", mean.comm}}});
@@ -421,7 +424,7 @@ std::string markdown_section(const std::string& md) {
     in_table = in_list = false;
   };
   while (std::getline(in, line)) {
-    if (line.rfind("|", 0) == 0) {
+    if (line.rfind('|', 0) == 0) {
       if (line.rfind("|---", 0) == 0) continue;
       if (!in_table) close(), o << "<table>", in_table = true;
       o << "<tr>";

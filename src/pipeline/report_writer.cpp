@@ -259,6 +259,123 @@ void write_environment_md(std::ostream& md, const nlohmann::json& j) {
      << "\n- the manifest's SHA-256: " << text_of(at(j, "/manifest_sha256")) << " (every pinned input and library)\n";
 }
 
+// report.md's title, outcome and stage table.
+void write_stages_md(std::ostream& md, const nlohmann::json& j) {
+  md << "# anchor pilot " << j.value("run_id", "") << "\n\n";
+  md << "**" << j.value("status", "") << "**: " << j.value("message", "") << "\n\n";
+  md << "| stage | status | time | figure |\n|---|---|---|---|\n";
+  for (const auto& s : j["stages"])
+    md << "| " << s.value("stage", "") << " | " << s.value("status", "") << " | "
+       << (s.contains("seconds") ? fmt_seconds(s["seconds"].get<double>()) : "") << " | " << stage_figure(s) << " |\n";
+}
+
+// Where the run started: initialisation, or the checkpoint it restored.
+void write_start_md(std::ostream& md, const nlohmann::json& st) {
+  md << "\n## Start\n\n";
+  if (st.value("from", "init") != "latest" || !st.contains("step")) {
+    md << (st.value("from", "init") == "latest" ? "From the newest committed checkpoint (none was restored).\n"
+                                                : "From initialisation (run.seed).\n");
+    return;
+  }
+  md << "From step " << st["step"].dump() << ": `" << st.value("dir", "") << "` (manifest sha256 "
+     << st.value("manifest_sha256", "") << "), written by run "
+     << (st["run_id"].is_string() ? st["run_id"].get<std::string>() : std::string("(not recorded)")) << " with "
+     << st.value("world_size", 1) << " rank(s), " << st.value("strategy", "") << ".\n";
+  for (const auto& sk : st.value("skipped", nlohmann::json::array()))
+    md << "- passed over " << sk.value("dir", "") << ": " << sk.value("reason", "") << "\n";
+  for (const auto& d : st.value("config_differences", nlohmann::json::array()))
+    md << "- config " << d.value("key", "") << ": " << d["checkpoint"].dump() << " in the checkpoint, "
+       << d["config"].dump() << " here" << (d.value("refused", false) ? " (REFUSED)" : "") << "\n";
+  const auto& rr = st.value("rng_restore", nlohmann::json::object());
+  if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
+    md << "- restored from " << rr.value("saved_world_size", 0) << " rank(s) to " << rr.value("world_size", 0)
+       << ": RNG re-derived " << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
+}
+
+void write_resume_md(std::ostream& md, const nlohmann::json& resume) {
+  md << "\n## Resume\n\nVerdict: " << resume.value("verdict", "") << " (" << resume.value("mode", "") << ")\n\n";
+  for (const auto& c : resume["checks"])
+    if (!c["ok"].get<bool>())
+      md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
+}
+
+// The loss, the global gradient norm and the parameters of the precision check, as a table.
+void write_precision_table_md(std::ostream& md, const nlohmann::json& p) {
+  md << "| value | fp32 | " << p.value("precision", "") << " | relative difference |\n|---|---|---|---|\n";
+  md << "| loss | " << p["loss"]["fp32"].get<double>() << " | " << p["loss"]["value"].get<double>() << " | "
+     << p["loss"]["rel_diff"].get<double>() << (p["loss"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
+  md << "| global gradient norm | " << p["grad_norm"]["fp32"].get<double>() << " | "
+     << p["grad_norm"]["value"].get<double>() << " | " << p["grad_norm"]["rel_diff"].get<double>()
+     << (p["grad_norm"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
+  const auto& params = p["parameters"];
+  const bool any_flag = !params["flagged"].empty();
+  md << "\n"
+     << (any_flag ? "Parameters whose gradient norm differs beyond the tolerance:"
+                  : "Largest per-parameter gradient-norm differences (none beyond the tolerance):")
+     << "\n\n| parameter | grad norm fp32 | grad norm | relative difference | relative error "
+        "|\n|---|---|---|---|---|\n";
+  for (const auto& x : any_flag ? params["flagged"] : params["largest"])
+    md << "| " << x["name"].get<std::string>() << " | " << x["grad_norm_fp32"].get<double>() << " | "
+       << x["grad_norm"].get<double>() << " | " << x["rel_diff"].get<double>() << " | " << x["rel_error"].get<double>()
+       << " |\n";
+}
+
+void write_precision_md(std::ostream& md, const nlohmann::json& p) {
+  md << "\n## Precision\n\n"
+     << p.value("precision", "") << " vs " << p.value("reference", "fp32") << " on the step " << p.value("step", 0)
+     << " from the same state: **" << p.value("verdict", "") << "** (tolerance " << p.value("tolerance", 0.0)
+     << ")\n\n";
+  for (const auto& n : p.value("non_finite", nlohmann::json::array()))
+    md << "- NON-FINITE " << n.value("what", "") << " " << n.value("tensor", "") << "\n";
+  if (p.contains("loss")) write_precision_table_md(md, p);
+}
+
+void write_loss_scaler_md(std::ostream& md, const nlohmann::json& ls) {
+  md << "\n## Loss scaler\n\nScale saved " << ls["saved_scale"].get<double>() << ", restored "
+     << ls["restored_scale"].get<double>() << ", final " << ls["final_scale"].get<double>()
+     << ". Skipped steps: " << (ls["skipped_steps"].empty() ? "none" : "") << "\n\n";
+  for (const auto& st : ls["skipped_steps"])
+    md << "- step " << st["step"].dump() << " (" << st["part"].get<std::string>() << "): inf/NaN gradient in "
+       << st["nonfinite_grad"].get<std::string>() << " at scale " << st["loss_scale"].dump() << "\n";
+}
+
+void write_ranks_md(std::ostream& md, const nlohmann::json& d) {
+  const bool nodes = d.value("nodes", 1) > 1;  // several nodes: which one each rank ran on
+  md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0) << " ranks"
+     << (nodes ? " on " + std::to_string(d.value("nodes", 1)) + " nodes" : std::string())
+     << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string()))
+     << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
+     << "| rank |" << (nodes ? " node | host |" : "")
+     << " optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|" << (nodes ? "---|---|" : "")
+     << "---|---|---|---|---|\n";
+  for (const auto& r : d["per_rank"]) {
+    md << "| " << r.value("rank", 0) << " | ";
+    if (nodes) md << r.value("node", 0) << " | " << r.value("host", "") << " | ";
+    md << r.value("optimizer_bytes", 0) << " | " << r.value("optimizer_bytes_ddp", 0) << " | "
+       << r.value("gradient_bytes", 0) << " | " << r.value("gradient_bytes_ddp", 0) << " | " << r.value("comm_s", 0.0)
+       << " |\n";
+  }
+  const auto& rr = d.value("rng_restore", nlohmann::json::object());
+  if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
+    md << "\nRestored from " << rr.value("saved_world_size", 0) << " ranks: RNG re-derived "
+       << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
+}
+
+// The plan (or why there is none), then whether the report is signed.
+void write_plan_and_signed_md(std::ostream& md, const nlohmann::json& j) {
+  if (j.contains("plan") && j["plan"].is_object()) {
+    const auto& plan = j["plan"];
+    if (plan.contains("recommendation"))  // the whole plan, as `anchor plan` prints it
+      md << "\n## Plan\n\n```text\n" << plan::format_plan(plan) << "```\n";
+    else if (plan.contains("why"))
+      md << "\n## Plan\n\nNot planned: " << plan.value("why", std::string()) << "\n";
+  }
+  md << "\nSigned: "
+     << (j.value("signed", false) ? "yes, key " + j.value("signer_key_id", std::string()) + " (report.intoto.json)"
+                                  : "NO: " + j.value("unsigned_reason", std::string("not signed")))
+     << "\n";
+}
+
 }  // namespace
 
 namespace detail {
@@ -448,116 +565,19 @@ void Report::set_unsigned(const std::string& why) {
 void Report::write(const std::string& run_dir) const {
   fs::atomic_write_file(run_dir + "/report.json", dump_json(j_, 2) + "\n");
   std::ostringstream md;
-  md << "# anchor pilot " << j_.value("run_id", "") << "\n\n";
-  md << "**" << j_.value("status", "") << "**: " << j_.value("message", "") << "\n\n";
-  md << "| stage | status | time | figure |\n|---|---|---|---|\n";
-  for (const auto& s : j_["stages"])
-    md << "| " << s.value("stage", "") << " | " << s.value("status", "") << " | "
-       << (s.contains("seconds") ? fmt_seconds(s["seconds"].get<double>()) : "") << " | " << stage_figure(s) << " |\n";
-  if (j_.contains("start")) {
-    const auto& st = j_["start"];
-    md << "\n## Start\n\n";
-    if (st.value("from", "init") != "latest" || !st.contains("step")) {
-      md << (st.value("from", "init") == "latest" ? "From the newest committed checkpoint (none was restored).\n"
-                                                  : "From initialisation (run.seed).\n");
-    } else {
-      md << "From step " << st["step"].dump() << ": `" << st.value("dir", "") << "` (manifest sha256 "
-         << st.value("manifest_sha256", "") << "), written by run "
-         << (st["run_id"].is_string() ? st["run_id"].get<std::string>() : std::string("(not recorded)")) << " with "
-         << st.value("world_size", 1) << " rank(s), " << st.value("strategy", "") << ".\n";
-      for (const auto& sk : st.value("skipped", nlohmann::json::array()))
-        md << "- passed over " << sk.value("dir", "") << ": " << sk.value("reason", "") << "\n";
-      for (const auto& d : st.value("config_differences", nlohmann::json::array()))
-        md << "- config " << d.value("key", "") << ": " << d["checkpoint"].dump() << " in the checkpoint, "
-           << d["config"].dump() << " here" << (d.value("refused", false) ? " (REFUSED)" : "") << "\n";
-      const auto& rr = st.value("rng_restore", nlohmann::json::object());
-      if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
-        md << "- restored from " << rr.value("saved_world_size", 0) << " rank(s) to " << rr.value("world_size", 0)
-           << ": RNG re-derived " << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
-    }
-  }
-  if (j_.contains("resume")) {
-    md << "\n## Resume\n\nVerdict: " << j_["resume"].value("verdict", "") << " (" << j_["resume"].value("mode", "")
-       << ")\n\n";
-    for (const auto& c : j_["resume"]["checks"])
-      if (!c["ok"].get<bool>())
-        md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
-  }
-  if (j_.contains("precision")) {
-    const auto& p = j_["precision"];
-    md << "\n## Precision\n\n"
-       << p.value("precision", "") << " vs " << p.value("reference", "fp32") << " on the step " << p.value("step", 0)
-       << " from the same state: **" << p.value("verdict", "") << "** (tolerance " << p.value("tolerance", 0.0)
-       << ")\n\n";
-    for (const auto& n : p.value("non_finite", nlohmann::json::array()))
-      md << "- NON-FINITE " << n.value("what", "") << " " << n.value("tensor", "") << "\n";
-    if (p.contains("loss")) {
-      md << "| value | fp32 | " << p.value("precision", "") << " | relative difference |\n|---|---|---|---|\n";
-      md << "| loss | " << p["loss"]["fp32"].get<double>() << " | " << p["loss"]["value"].get<double>() << " | "
-         << p["loss"]["rel_diff"].get<double>() << (p["loss"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
-      md << "| global gradient norm | " << p["grad_norm"]["fp32"].get<double>() << " | "
-         << p["grad_norm"]["value"].get<double>() << " | " << p["grad_norm"]["rel_diff"].get<double>()
-         << (p["grad_norm"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
-      const auto& params = p["parameters"];
-      const bool any_flag = !params["flagged"].empty();
-      md << "\n"
-         << (any_flag ? "Parameters whose gradient norm differs beyond the tolerance:"
-                      : "Largest per-parameter gradient-norm differences (none beyond the tolerance):")
-         << "\n\n| parameter | grad norm fp32 | grad norm | relative difference | relative error "
-            "|\n|---|---|---|---|---|\n";
-      for (const auto& x : any_flag ? params["flagged"] : params["largest"])
-        md << "| " << x["name"].get<std::string>() << " | " << x["grad_norm_fp32"].get<double>() << " | "
-           << x["grad_norm"].get<double>() << " | " << x["rel_diff"].get<double>() << " | "
-           << x["rel_error"].get<double>() << " |\n";
-    }
-  }
-  if (j_.contains("loss_scaler") && j_["loss_scaler"].value("enabled", false)) {
-    const auto& ls = j_["loss_scaler"];
-    md << "\n## Loss scaler\n\nScale saved " << ls["saved_scale"].get<double>() << ", restored "
-       << ls["restored_scale"].get<double>() << ", final " << ls["final_scale"].get<double>()
-       << ". Skipped steps: " << (ls["skipped_steps"].empty() ? "none" : "") << "\n\n";
-    for (const auto& st : ls["skipped_steps"])
-      md << "- step " << st["step"].dump() << " (" << st["part"].get<std::string>() << "): inf/NaN gradient in "
-         << st["nonfinite_grad"].get<std::string>() << " at scale " << st["loss_scale"].dump() << "\n";
-  }
-  if (j_.contains("distributed")) {
-    const auto& d = j_["distributed"];
-    const bool nodes = d.value("nodes", 1) > 1;  // several nodes: which one each rank ran on
-    md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0) << " ranks"
-       << (nodes ? " on " + std::to_string(d.value("nodes", 1)) + " nodes" : std::string())
-       << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string()))
-       << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
-       << "| rank |" << (nodes ? " node | host |" : "")
-       << " optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|" << (nodes ? "---|---|" : "")
-       << "---|---|---|---|---|\n";
-    for (const auto& r : d["per_rank"]) {
-      md << "| " << r.value("rank", 0) << " | ";
-      if (nodes) md << r.value("node", 0) << " | " << r.value("host", "") << " | ";
-      md << r.value("optimizer_bytes", 0) << " | " << r.value("optimizer_bytes_ddp", 0) << " | "
-         << r.value("gradient_bytes", 0) << " | " << r.value("gradient_bytes_ddp", 0) << " | " << r.value("comm_s", 0.0)
-         << " |\n";
-    }
-    const auto& rr = d.value("rng_restore", nlohmann::json::object());
-    if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
-      md << "\nRestored from " << rr.value("saved_world_size", 0) << " ranks: RNG re-derived "
-         << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
-  }
+  write_stages_md(md, j_);
+  if (j_.contains("start")) write_start_md(md, j_["start"]);
+  if (j_.contains("resume")) write_resume_md(md, j_["resume"]);
+  if (j_.contains("precision")) write_precision_md(md, j_["precision"]);
+  if (j_.contains("loss_scaler") && j_["loss_scaler"].value("enabled", false))
+    write_loss_scaler_md(md, j_["loss_scaler"]);
+  if (j_.contains("distributed")) write_ranks_md(md, j_["distributed"]);
   if (j_.contains("measurements") && j_["measurements"].contains("activation_checkpointing"))
     md << "\n## Activation checkpointing\n\n"
        << j_["measurements"]["activation_checkpointing"].value("trade", "") << "\n";
   write_measurements_md(md, j_);
   write_environment_md(md, j_);
-  if (j_.contains("plan") && j_["plan"].is_object()) {
-    const auto& plan = j_["plan"];
-    if (plan.contains("recommendation"))  // the whole plan, as `anchor plan` prints it
-      md << "\n## Plan\n\n```text\n" << plan::format_plan(plan) << "```\n";
-    else if (plan.contains("why"))
-      md << "\n## Plan\n\nNot planned: " << plan.value("why", std::string()) << "\n";
-  }
-  md << "\nSigned: "
-     << (j_.value("signed", false) ? "yes, key " + j_.value("signer_key_id", std::string()) + " (report.intoto.json)"
-                                   : "NO: " + j_.value("unsigned_reason", std::string("not signed")))
-     << "\n";
+  write_plan_and_signed_md(md, j_);
   fs::atomic_write_file(run_dir + "/report.md", md.str());
   // The trace, then the page that draws its stages (docs/report.md, "report.html" and "trace.json").
   // Views of report.json and events.jsonl: one that cannot be written (a full disk) is a warning,

@@ -101,197 +101,246 @@ std::string with_remote(std::string why, const WorkerOutcome& w) {
 // signal, an I/O error) is a runtime failure (1).
 int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 1; }
 
-// Starts a worker (nproc ranks of it for reference and resume: the self-launch,
-// docs/distributed.md), relays rank 0's events, and (for the reference)
-// SIGKILLs every rank in the kill window. Returns how it ended: rank 0's
-// status, or the first other rank's failure.
-WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) {
-  const std::string name = role == WorkerRole::kReference ? "reference" : "resume";
-  const int nproc = p.nproc;
-  PilotNodes* nodes = p.opts.nodes;  // several nodes: this one runs ranks 0 .. local_world_size - 1
-  const int local = nodes ? nodes->local_world_size() : nproc;
-  const int port = nproc > 1 ? (nodes ? dist::free_port() : dist::free_loopback_port()) : 0;
-  // The console's account of this worker (progress.hpp): on a terminal its live line.
-  StageWatch watch(role == WorkerRole::kReference ? "A" : "B", /*may_redraw=*/true);
-  const bool live = watch.live() && log::enabled(log::Level::kInfo);
-  std::vector<proc::Child> ranks;
-  for (int r = 0; r < local; ++r) {
-    proc::SpawnOptions so;
-    so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
-    so.die_with_parent = true;
-    if (nodes)
-      so.env = dist::placed_launch_env(r, nproc, r, local, nodes->master_addr(), port);
-    else if (nproc > 1)
-      so.env = dist::self_launch_env(r, nproc, port);
-    so.env[kLiveProgressEnv] = live ? "1" : "0";
-    std::vector<std::string> argv = {p.worker_binary, "--log-level", p.opts.log_level, "__worker",
-                                     "--role",        name,          "--run-dir",      p.run_dir};
-    if (!p.opts.use_hash_cache) argv.push_back("--no-cache");
-    ranks.push_back(proc::spawn(argv, so));
+// One worker's run (run_worker_process): its ranks, rank 0's events relayed,
+// and the other ranks watched while rank 0 speaks.
+class WorkerRun {
+ public:
+  WorkerRun(Pilot& p, WorkerRole role)
+      : p_(p),
+        role_(role),
+        name_(role == WorkerRole::kReference ? "reference" : "resume"),
+        nproc_(p.nproc),
+        nodes_(p.opts.nodes),
+        local_(nodes_ ? nodes_->local_world_size() : nproc_),
+        port_(nproc_ > 1 ? (nodes_ ? dist::free_port() : dist::free_loopback_port()) : 0),
+        watch_(role == WorkerRole::kReference ? "A" : "B", /*may_redraw=*/true),
+        grace_(std::min(p.cfg.distributed.timeout_s, 5.0) + 10.0) {}
+
+  WorkerOutcome run() {
+    spawn_ranks();
+    if (nodes_) nodes_->start(name_, port_);  // the other nodes start theirs
+    ended_.resize(ranks_.size());
+    relay_rank0();
+    watch_.stopped();  // a stage still open: the worker ended in it (what follows may log)
+    ::close(ranks_[0].stdout_fd);
+    reap_ranks();
+    if (nodes_) collect_remote_ranks();
+    return w_;
   }
-  {
+
+ private:
+  std::string who(int r) const {
+    return "worker " + std::string(role_ == WorkerRole::kReference ? "A" : "B") +
+           (nproc_ > 1 ? " rank " + std::to_string(r) + (nodes_ ? " (node 0, " + proc::host_name() + ")" : "") : "");
+  }
+
+  void spawn_ranks() {
+    // The console's account of this worker (progress.hpp): on a terminal its live line.
+    const bool live = watch_.live() && log::enabled(log::Level::kInfo);
+    for (int r = 0; r < local_; ++r) {
+      proc::SpawnOptions so;
+      so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
+      so.die_with_parent = true;
+      if (nodes_)
+        so.env = dist::placed_launch_env(r, nproc_, r, local_, nodes_->master_addr(), port_);
+      else if (nproc_ > 1)
+        so.env = dist::self_launch_env(r, nproc_, port_);
+      so.env[kLiveProgressEnv] = live ? "1" : "0";
+      std::vector<std::string> argv = {p_.worker_binary, "--log-level", p_.opts.log_level, "__worker",
+                                       "--role",         name_,         "--run-dir",       p_.run_dir};
+      if (!p_.opts.use_hash_cache) argv.push_back("--no-cache");
+      ranks_.push_back(proc::spawn(argv, so));
+    }
     nlohmann::json pids = nlohmann::json::array();
-    for (const auto& c : ranks) pids.push_back(c.pid);
-    p.events->write({{"event", "worker_started"}, {"worker", name}, {"binary", p.worker_binary}, {"pids", pids}},
-                    "supervisor");
+    for (const auto& c : ranks_) pids.push_back(c.pid);
+    p_.events->write({{"event", "worker_started"}, {"worker", name_}, {"binary", p_.worker_binary}, {"pids", pids}},
+                     "supervisor");
   }
-  if (nodes) nodes->start(name, port);  // the other nodes start theirs
-  auto& child = ranks[0];
-  WorkerOutcome w;
+
   // The other ranks, watched while rank 0 speaks: one that dies where rank 0
   // cannot notice (before the rendezvous, in a store wait) would leave it
   // waiting out the whole timeout. After a grace that outlasts rank 0's own
   // diagnosis (a collective with a dead peer fails at once, then rank 0 waits
   // up to min(timeout, 5 s) for the others' accounts: ProcessGroup::fail),
   // every rank is stopped and the dead one named, with how it ended.
-  std::vector<std::optional<int>> ended(ranks.size());
-  int dead = -1;
-  std::chrono::steady_clock::time_point dead_at;
-  const auto grace = std::chrono::duration<double>(std::min(p.cfg.distributed.timeout_s, 5.0) + 10.0);
-  auto who = [&](int r) {
-    return "worker " + std::string(role == WorkerRole::kReference ? "A" : "B") +
-           (nproc > 1 ? " rank " + std::to_string(r) + (nodes ? " (node 0, " + proc::host_name() + ")" : "") : "");
-  };
-  auto watch_other_ranks = [&] {
-    for (std::size_t r = 1; r < ranks.size(); ++r) {
-      if (ended[r] || w.killed_by_us) continue;
-      ended[r] = proc::try_wait(ranks[r].pid);
-      if (ended[r] && *ended[r] != 0 && dead < 0) {
-        dead = static_cast<int>(r);
-        dead_at = std::chrono::steady_clock::now();
-        p.events->write({{"event", "rank_ended"}, {"worker", name}, {"rank", dead}, {"status", *ended[r]}},
-                        "supervisor");
+  void watch_other_ranks() {
+    for (std::size_t r = 1; r < ranks_.size(); ++r) {
+      if (ended_[r] || w_.killed_by_us) continue;
+      ended_[r] = proc::try_wait(ranks_[r].pid);
+      if (ended_[r] && *ended_[r] != 0 && dead_ < 0) {
+        dead_ = static_cast<int>(r);
+        dead_at_ = std::chrono::steady_clock::now();
+        p_.events->write({{"event", "rank_ended"}, {"worker", name_}, {"rank", dead_}, {"status", *ended_[r]}},
+                         "supervisor");
       }
     }
-    if (dead < 0 || !w.error.empty() || std::chrono::steady_clock::now() - dead_at < grace) return;
-    w.error = who(dead) + " " + proc::describe_exit(*ended[dead]) + " while rank 0 was " +
-              (w.open_stage.empty() ? std::string("starting (rendezvous)") : "in stage " + w.open_stage) +
-              "; every rank of the worker was stopped";
-    w.failed_rank = dead;
-    for (std::size_t r = 0; r < ranks.size(); ++r)
-      if (!ended[r]) ::kill(ranks[r].pid, SIGKILL);
-  };
-  std::string buf;
-  char chunk[4096];
-  for (;;) {
-    if (g_signal) {  // a signal that came outside poll() (during a read, or the events' handling)
-      for (const auto& c : ranks) ::kill(c.pid, SIGTERM);
-      break;
-    }
-    watch.tick();
-    pollfd pfd{child.stdout_fd, POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, ranks.size() > 1 ? 100 : watch.poll_ms());
-    if (ready < 0 && errno == EINTR) {
-      if (g_signal) {
-        for (const auto& c : ranks) ::kill(c.pid, SIGTERM);
+    if (dead_ < 0 || !w_.error.empty() || std::chrono::steady_clock::now() - dead_at_ < grace_) return;
+    w_.error = who(dead_) + " " + proc::describe_exit(*ended_[dead_]) + " while rank 0 was " +
+               (w_.open_stage.empty() ? std::string("starting (rendezvous)") : "in stage " + w_.open_stage) +
+               "; every rank of the worker was stopped";
+    w_.failed_rank = dead_;
+    for (std::size_t r = 0; r < ranks_.size(); ++r)
+      if (!ended_[r]) ::kill(ranks_[r].pid, SIGKILL);
+  }
+
+  void terminate_ranks() {
+    for (const auto& c : ranks_) ::kill(c.pid, SIGTERM);
+  }
+
+  // Reads rank 0's stdout until it closes or a signal comes, handling each line.
+  void relay_rank0() {
+    const int fd = ranks_[0].stdout_fd;
+    std::string buf;
+    char chunk[4096];
+    for (;;) {
+      if (g_signal) {  // a signal that came outside poll() (during a read, or the events' handling)
+        terminate_ranks();
         break;
       }
-      continue;
-    }
-    if (ranks.size() > 1) watch_other_ranks();
-    if (ready == 0) continue;
-    ssize_t n = ::read(child.stdout_fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    buf.append(chunk, static_cast<size_t>(n));
-    size_t nl;
-    while ((nl = buf.find('\n')) != std::string::npos) {
-      std::string line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      if (line.rfind(kEventPrefix, 0) != 0) {
-        watch.erase();
-        std::fprintf(stderr, "%s\n", line.c_str());  // a worker's stray stdout: keep it visible
-        continue;
-      }
-      auto ev = nlohmann::json::parse(line.substr(std::strlen(kEventPrefix)), nullptr, false);
-      if (ev.is_discarded()) continue;
-      // A step for the live line: the console's only (events.jsonl is the same with or without a terminal).
-      if (auto shown = step_shown_from(ev)) {
-        watch.step(*shown);
-        continue;
-      }
-      p.events->write(ev, "worker-" + name);
-      const std::string evname = ev.value("event", "");
-      if (evname == "start") {
-        w.open_stage = ev.value("stage", "");
-        watch.started(w.open_stage);
-      }
-      if (evname == "end") {
-        w.open_stage.clear();
-        watch.ended();
-      }
-      if (evname == "error" && w.error.empty()) {
-        w.error = ev.value("message", "");
-        if (!ev.value("hint", "").empty()) w.error += " (hint: " + ev.value("hint", "") + ")";
-      }
-      if (evname == "kill_window" && role == WorkerRole::kReference) {
-        // The real thing: SIGKILL in the middle of a save, nothing cooperative; every rank.
-        nlohmann::json pids = nlohmann::json::array();
-        for (const auto& c : ranks) {
-          ::kill(c.pid, SIGKILL);
-          pids.push_back(c.pid);
+      watch_.tick();
+      pollfd pfd{fd, POLLIN, 0};
+      const int ready = ::poll(&pfd, 1, ranks_.size() > 1 ? 100 : watch_.poll_ms());
+      if (ready < 0 && errno == EINTR) {
+        if (g_signal) {
+          terminate_ranks();
+          break;
         }
-        w.killed_by_us = true;
-        watch.ended();
-        if (nodes) nodes->kill(name);  // and every other node's ranks, relayed through the store
-        p.events->write({{"stage", "kill"},
-                         {"event", "sigkill_sent"},
-                         {"pid", child.pid},
-                         {"pids", pids},
-                         {"point", ev.value("point", "")},
-                         {"nodes", nodes ? nodes->count() : 1}},
-                        "supervisor");
+        continue;
+      }
+      if (ranks_.size() > 1) watch_other_ranks();
+      if (ready == 0) continue;
+      ssize_t n = ::read(fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      buf.append(chunk, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = buf.find('\n')) != std::string::npos) {
+        std::string line = buf.substr(0, nl);
+        buf.erase(0, nl + 1);
+        handle_line(line);
       }
     }
   }
-  watch.stopped();  // a stage still open: the worker ended in it (what follows may log)
-  ::close(child.stdout_fd);
-  w.status = proc::wait_exit(child.pid);
-  // Rank 0 failed: the others are stopped or failing (every collective has a
-  // timeout), but one hung outside a collective would never end: stop them all.
-  if (w.status != 0 && !w.killed_by_us)
-    for (std::size_t r = 1; r < ranks.size(); ++r)
-      if (!ended[r]) ::kill(ranks[r].pid, SIGKILL);
-  for (std::size_t r = 1; r < ranks.size(); ++r) {
-    const int st = ended[r] ? *ended[r] : proc::wait_exit(ranks[r].pid);
-    if (w.status == 0 && st != 0) {
-      w.status = st;
-      w.failed_rank = static_cast<int>(r);
+
+  void handle_line(const std::string& line) {
+    if (line.rfind(kEventPrefix, 0) != 0) {
+      watch_.erase();
+      std::fprintf(stderr, "%s\n", line.c_str());  // a worker's stray stdout: keep it visible
+      return;
     }
+    auto ev = nlohmann::json::parse(line.substr(std::strlen(kEventPrefix)), nullptr, false);
+    if (ev.is_discarded()) return;
+    // A step for the live line: the console's only (events.jsonl is the same with or without a terminal).
+    if (auto shown = step_shown_from(ev)) {
+      watch_.step(*shown);
+      return;
+    }
+    p_.events->write(ev, "worker-" + name_);
+    const std::string evname = ev.value("event", "");
+    if (evname == "start") {
+      w_.open_stage = ev.value("stage", "");
+      watch_.started(w_.open_stage);
+    }
+    if (evname == "end") {
+      w_.open_stage.clear();
+      watch_.ended();
+    }
+    if (evname == "error" && w_.error.empty()) {
+      w_.error = ev.value("message", "");
+      if (!ev.value("hint", "").empty()) w_.error += " (hint: " + ev.value("hint", "") + ")";
+    }
+    if (evname == "kill_window" && role_ == WorkerRole::kReference) kill_in_window(ev);
   }
-  // Rank 0 stopped by the supervisor for a dead peer: the peer's status is the worker's.
-  if (dead >= 0 && w.failed_rank == dead && !w.killed_by_us) w.status = *ended[dead];
-  // How rank 0 itself ended, when it said nothing (killed, crashed).
-  if (w.error.empty() && w.status != 0 && !w.killed_by_us && w.failed_rank == 0)
-    w.error = who(0) + " " + proc::describe_exit(w.status) +
-              (w.open_stage.empty() ? std::string() : " in stage " + w.open_stage);
-  if (nodes) {
-    // The other nodes' ranks: stopped when this side failed; a failure there fails the stage, named.
+
+  // The real thing: SIGKILL in the middle of a save, nothing cooperative; every rank.
+  void kill_in_window(const nlohmann::json& ev) {
+    nlohmann::json pids = nlohmann::json::array();
+    for (const auto& c : ranks_) {
+      ::kill(c.pid, SIGKILL);
+      pids.push_back(c.pid);
+    }
+    w_.killed_by_us = true;
+    watch_.ended();
+    if (nodes_) nodes_->kill(name_);  // and every other node's ranks, relayed through the store
+    p_.events->write({{"stage", "kill"},
+                      {"event", "sigkill_sent"},
+                      {"pid", ranks_[0].pid},
+                      {"pids", pids},
+                      {"point", ev.value("point", "")},
+                      {"nodes", nodes_ ? nodes_->count() : 1}},
+                     "supervisor");
+  }
+
+  // Waits for every local rank; the worker's status is rank 0's, or the first other rank's failure.
+  void reap_ranks() {
+    w_.status = proc::wait_exit(ranks_[0].pid);
+    // Rank 0 failed: the others are stopped or failing (every collective has a
+    // timeout), but one hung outside a collective would never end: stop them all.
+    if (w_.status != 0 && !w_.killed_by_us)
+      for (std::size_t r = 1; r < ranks_.size(); ++r)
+        if (!ended_[r]) ::kill(ranks_[r].pid, SIGKILL);
+    for (std::size_t r = 1; r < ranks_.size(); ++r) {
+      const int st = ended_[r] ? *ended_[r] : proc::wait_exit(ranks_[r].pid);
+      if (w_.status == 0 && st != 0) {
+        w_.status = st;
+        w_.failed_rank = static_cast<int>(r);
+      }
+    }
+    // Rank 0 stopped by the supervisor for a dead peer: the peer's status is the worker's.
+    if (dead_ >= 0 && w_.failed_rank == dead_ && !w_.killed_by_us) w_.status = *ended_[dead_];
+    // How rank 0 itself ended, when it said nothing (killed, crashed).
+    if (w_.error.empty() && w_.status != 0 && !w_.killed_by_us && w_.failed_rank == 0)
+      w_.error = who(0) + " " + proc::describe_exit(w_.status) +
+                 (w_.open_stage.empty() ? std::string() : " in stage " + w_.open_stage);
+  }
+
+  // The other nodes' ranks: stopped when this side failed; a failure there fails the stage, named.
+  void collect_remote_ranks() {
     try {
       nlohmann::json remote = nlohmann::json::array();
-      for (const auto& rr : nodes->collect(name, (w.status != 0 && !w.killed_by_us) || g_signal)) {
+      for (const auto& rr : nodes_->collect(name_, (w_.status != 0 && !w_.killed_by_us) || g_signal)) {
         remote.push_back(
             {{"rank", rr.rank}, {"node", rr.node}, {"host", rr.host}, {"status", rr.status}, {"killed", rr.killed}});
-        if (rr.status == 0 || rr.killed || w.killed_by_us) continue;
+        if (rr.status == 0 || rr.killed || w_.killed_by_us) continue;
         const std::string said = rank_on_node(rr) + " " + proc::describe_exit(rr.status);
-        w.remote += (w.remote.empty() ? "" : "; ") + said;
-        if (w.status == 0) {
-          w.status = rr.status;
-          w.failed_rank = rr.rank;
-          w.error = "worker " + std::string(role == WorkerRole::kReference ? "A " : "B ") + said;
+        w_.remote += (w_.remote.empty() ? "" : "; ") + said;
+        if (w_.status == 0) {
+          w_.status = rr.status;
+          w_.failed_rank = rr.rank;
+          w_.error = "worker " + std::string(role_ == WorkerRole::kReference ? "A " : "B ") + said;
         }
       }
-      p.events->write({{"event", "remote_ranks_ended"}, {"worker", name}, {"ranks", remote}}, "supervisor");
+      p_.events->write({{"event", "remote_ranks_ended"}, {"worker", name_}, {"ranks", remote}}, "supervisor");
     } catch (const Error& e) {
-      w.remote += (w.remote.empty() ? "" : "; ") + std::string(e.what());
-      if (w.status == 0) {
-        w.status = 1;
-        w.error = e.what();
+      w_.remote += (w_.remote.empty() ? "" : "; ") + std::string(e.what());
+      if (w_.status == 0) {
+        w_.status = 1;
+        w_.error = e.what();
       }
     }
   }
-  return w;
-}
+
+  Pilot& p_;
+  const WorkerRole role_;
+  const std::string name_;
+  const int nproc_;
+  PilotNodes* const nodes_;  // several nodes: this one runs ranks 0 .. local_world_size - 1
+  const int local_;
+  const int port_;
+  StageWatch watch_;
+  std::vector<proc::Child> ranks_;
+  WorkerOutcome w_;
+  std::vector<std::optional<int>> ended_;  // the other ranks' statuses, once they have ended
+  int dead_ = -1;                          // the first other rank that failed on its own
+  std::chrono::steady_clock::time_point dead_at_;
+  const std::chrono::duration<double> grace_;
+};
+
+// Starts a worker (nproc ranks of it for reference and resume: the self-launch,
+// docs/distributed.md), relays rank 0's events, and (for the reference)
+// SIGKILLs every rank in the kill window. Returns how it ended: rank 0's
+// status, or the first other rank's failure.
+WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) { return WorkerRun(p, role).run(); }
 
 }  // namespace
 
@@ -399,7 +448,8 @@ nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc) {
 
 int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
   const std::string cause = causes(verdict);
-  p.report.set_outcome("failed", 3, "resume does not match the uninterrupted run: " + cause + " diverged");
+  p.report.set_outcome("failed", static_cast<int>(ExitCode::kVerification),
+                       "resume does not match the uninterrupted run: " + cause + " diverged");
   publish(p);
   p.report.print_summary(summary_stream(p));
   std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
@@ -884,7 +934,7 @@ Step reproduce_compare(BuiltinRun& r) {
   const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
   p.report.set_reproduction(reproduces, repro);
   if (repro["verdict"] == "reproduced") return std::nullopt;
-  p.report.set_outcome("failed", 3,
+  p.report.set_outcome("failed", static_cast<int>(ExitCode::kVerification),
                        "not reproduced: the re-run differs from the report it reproduces (" +
                            std::to_string(repro["differences"].get<int>()) + " differences, " +
                            repro["mode"].get<std::string>() + ")");
@@ -952,7 +1002,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
 
   // 11. Outcome, report, summary.
   if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, false);
-  p.report.set_outcome("passed", 0,
+  p.report.set_outcome("passed", static_cast<int>(ExitCode::kOk),
                        "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
   return passed(p);
 }

@@ -28,7 +28,6 @@
 #include "anchor/dist/launch.hpp"
 #include "anchor/dist/process_group.hpp"
 #include "anchor/error.hpp"
-#include "anchor/common/faults.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
@@ -378,6 +377,65 @@ std::string join_first(const std::vector<std::string>& v, std::size_t n) {
   return s;
 }
 
+// The checkpoint directories Store::restore_newest passed over: for the
+// report (paths may hold any byte; the reasons are valid UTF-8 already: as
+// \xNN in JSON) and as "; <name>: <reason>" text for messages.
+struct SkippedDirs {
+  nlohmann::json json = nlohmann::json::array();
+  std::string text;
+};
+
+SkippedDirs describe_skipped(const std::vector<checkpoint::Store::Skipped>& skipped_list) {
+  SkippedDirs out;
+  for (const auto& s : skipped_list) {
+    out.json.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
+    out.text += "; " + printable(std::filesystem::path(s.dir).filename().string()) + ": " + s.reason;
+  }
+  return out;
+}
+
+// Refuses a checkpoint written by another run, with every reason at once: its
+// tensors, then its config (the differences that refuse a start).
+void refuse_misfit(train::Trainer& t, const checkpoint::Store::Loaded& loaded, const nlohmann::json& diffs) {
+  const std::string name = std::filesystem::path(loaded.dir).filename().string();
+  std::vector<std::string> misfit;
+  if (auto mm = model_mismatches(t, loaded); !mm.empty())
+    misfit.push_back("the model: " + std::to_string(mm.size()) + " tensor(s) differ: " + join_first(mm, 4));
+  std::vector<std::string> refused;
+  for (const auto& d : diffs)
+    if (d["refused"].get<bool>())
+      refused.push_back(d["key"].get<std::string>() + " is " + d["checkpoint"].dump() + " in the checkpoint, " +
+                        d["config"].dump() + " here");
+  if (!refused.empty()) misfit.push_back("the config it was written with: " + join_first(refused, 6));
+  if (!misfit.empty())
+    throw Error(ErrorKind::kConfig,
+                "pilot.start_from latest: " + loaded.dir + " does not fit this run: " + join_first(misfit, 2),
+                "the model, run.seed and data.format must be those of the run that wrote " + name +
+                    " (its state.json holds that run's config; docs/pilot.md, \"Starting from a checkpoint\"); set "
+                    "them back, or start from initialisation with an empty checkpoint.dir");
+}
+
+// The pilot saves step S+K (committed) and S+K+R (killed): never onto an existing directory.
+void refuse_save_over(const WorkerContext& ctx, const checkpoint::Store::Loaded& loaded,
+                      const std::vector<checkpoint::Store::Skipped>& skipped_list) {
+  const auto& p = ctx.cfg.pilot;
+  for (const std::int64_t s :
+       {loaded.step + p.steps_before_save, loaded.step + p.steps_before_save + p.steps_after_resume}) {
+    const std::string dir = ctx.ckpt_dir + "/" + checkpoint::step_dir_name(s);
+    if (!std::filesystem::exists(dir)) continue;
+    std::string why;
+    for (const auto& sk : skipped_list)
+      if (sk.dir == dir) why = " (it does not verify: " + sk.reason + ")";
+    throw Error(ErrorKind::kConfig,
+                "pilot.start_from latest: starting from step " + std::to_string(loaded.step) +
+                    ", the pilot would save step " + std::to_string(s) + " into " + dir + ", which exists" + why,
+                "the pilot never saves over a checkpoint directory: move " + dir +
+                    " out of checkpoint.dir (`anchor "
+                    "checkpoint verify " +
+                    dir + "` shows what is wrong with it), or change pilot.steps_before_save");
+  }
+}
+
 // Worker A's start from the newest committed checkpoint that verifies: chosen
 // as worker B chooses (Store::restore_newest: newer directories that do not
 // verify are passed over and listed with the reason), refused when it does not
@@ -391,17 +449,11 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   std::vector<checkpoint::Store::Skipped> skipped_any;
   auto loaded = store.restore_newest(std::nullopt, &skipped_any);
   const auto& skipped_list = loaded ? loaded->skipped : skipped_any;
-  // Paths may hold any byte (the reasons are valid UTF-8 already): as \xNN in JSON.
-  nlohmann::json skipped = nlohmann::json::array();
-  std::string skipped_text;
-  for (const auto& s : skipped_list) {
-    skipped.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
-    skipped_text += "; " + printable(std::filesystem::path(s.dir).filename().string()) + ": " + s.reason;
-  }
+  const SkippedDirs skipped = describe_skipped(skipped_list);
   if (!loaded)
     throw Error(
         ErrorKind::kVerification,
-        "pilot.start_from latest: no checkpoint in " + ctx.ckpt_dir + " is committed and verifies" + skipped_text,
+        "pilot.start_from latest: no checkpoint in " + ctx.ckpt_dir + " is committed and verifies" + skipped.text,
         "`anchor checkpoint list " + ctx.ckpt_dir +
             "` shows every problem; put back a good copy of the "
             "checkpoint, or start from initialisation (pilot.start_from init) with an empty checkpoint.dir");
@@ -417,52 +469,20 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
                           {"world_size", st.world_size},
                           {"strategy", st.strategy},
                           {"config_digest_matches", st.config_digest == config::digest(ctx.cfg)},
-                          {"skipped", skipped}};
-  if (!skipped.empty())
+                          {"skipped", skipped.json}};
+  if (!skipped.json.empty())
     ANCHOR_LOG_WARN("pilot", "starting from {}: newer checkpoint directories do not verify and are passed over{}",
-                    loaded->dir, skipped_text);
+                    loaded->dir, skipped.text);
   const auto diffs =
       st.config.is_object() ? config_differences(st.config, config::to_json(ctx.cfg)) : nlohmann::json::array();
   start["config_differences"] = diffs;
   if (ctx.env.rank == 0) fs::atomic_write_file(work::start(ctx.run_dir), dump_json(start, 2));
 
-  const std::string name = std::filesystem::path(loaded->dir).filename().string();
-  // Every reason it is another run's checkpoint, at once: its tensors, then its config.
-  std::vector<std::string> misfit;
-  if (auto mm = model_mismatches(t, *loaded); !mm.empty())
-    misfit.push_back("the model: " + std::to_string(mm.size()) + " tensor(s) differ: " + join_first(mm, 4));
-  std::vector<std::string> refused;
-  for (const auto& d : diffs)
-    if (d["refused"].get<bool>())
-      refused.push_back(d["key"].get<std::string>() + " is " + d["checkpoint"].dump() + " in the checkpoint, " +
-                        d["config"].dump() + " here");
-  if (!refused.empty()) misfit.push_back("the config it was written with: " + join_first(refused, 6));
-  if (!misfit.empty())
-    throw Error(ErrorKind::kConfig,
-                "pilot.start_from latest: " + loaded->dir + " does not fit this run: " + join_first(misfit, 2),
-                "the model, run.seed and data.format must be those of the run that wrote " + name +
-                    " (its state.json holds that run's config; docs/pilot.md, \"Starting from a checkpoint\"); set "
-                    "them back, or start from initialisation with an empty checkpoint.dir");
+  refuse_misfit(t, *loaded, diffs);
   for (const auto& d : diffs)
     ANCHOR_LOG_WARN("pilot", "{} differs from the checkpoint's config: {} there, {} here", d["key"].get<std::string>(),
                     d["checkpoint"].dump(), d["config"].dump());
-  // The pilot saves step S+K (committed) and S+K+R (killed): never onto an existing directory.
-  const auto& p = ctx.cfg.pilot;
-  for (const std::int64_t s :
-       {loaded->step + p.steps_before_save, loaded->step + p.steps_before_save + p.steps_after_resume}) {
-    const std::string dir = ctx.ckpt_dir + "/" + checkpoint::step_dir_name(s);
-    if (!std::filesystem::exists(dir)) continue;
-    std::string why;
-    for (const auto& sk : skipped_list)
-      if (sk.dir == dir) why = " (it does not verify: " + sk.reason + ")";
-    throw Error(ErrorKind::kConfig,
-                "pilot.start_from latest: starting from step " + std::to_string(loaded->step) +
-                    ", the pilot would save step " + std::to_string(s) + " into " + dir + ", which exists" + why,
-                "the pilot never saves over a checkpoint directory: move " + dir +
-                    " out of checkpoint.dir (`anchor "
-                    "checkpoint verify " +
-                    dir + "` shows what is wrong with it), or change pilot.steps_before_save");
-  }
+  refuse_save_over(ctx, *loaded, skipped_list);
   t.restore(*loaded);
   const auto d = t.state_digest();
   start["restored_state"] = {
@@ -876,6 +896,84 @@ Profiled kineto_finish(bool gpu, const std::string& scratch) {
 }
 #endif
 
+// What profiling a step came to: the step, its profile or why there is none,
+// and how long it took.
+struct ProfiledStep {
+  train::StepRecord step;
+  bool stepped = false;
+  std::optional<Profiled> profile;
+  std::string failed;  // why there is no profile, when the profiler failed
+  double seconds = 0;  // the profiled step's (with the legacy profiler, its start and stop too)
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+#if TORCH_VERSION_MAJOR >= 2
+// The step under Kineto; not stepped (and `no_kineto` says why) when Kineto
+// does not start.
+void kineto_profiled_step(train::Trainer& t, bool gpu, const std::string& scratch, std::string& no_kineto,
+                          ProfiledStep& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!kineto_start(gpu, no_kineto)) return;
+  try {
+    out.step = t.train_step();  // it synchronises the device at its end: every kernel is in
+    out.stepped = true;
+    out.seconds = seconds_since(t0);
+  } catch (...) {
+    kineto_stop_quietly();  // the step's own error is the one that counts
+    throw;
+  }
+  try {
+    out.profile = kineto_finish(gpu, scratch);
+  } catch (const std::exception& e) {
+    out.failed = compat::message_of(e);  // no second step under the legacy profiler: the step ran
+  }
+}
+#endif
+
+// The step under the legacy profiler (`refused`: the fault that keeps it from starting).
+void legacy_profiled_step(train::Trainer& t, bool refuse, const std::string& refused, ProfiledStep& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::ostringstream text;
+  std::optional<torch::autograd::profiler::RecordProfile> guard;
+  try {
+    if (refuse) throw Error(ErrorKind::kRuntime, refused);
+    guard.emplace(text);
+  } catch (const std::exception& e) {
+    out.failed = "the legacy profiler refused: " + compat::message_of(e);
+  }
+  out.step = t.train_step();  // under the guard when it started; its error is the pilot's either way
+  guard.reset();              // writes the trace
+  out.seconds = seconds_since(t0);
+  if (out.failed.empty()) {
+    try {
+      out.profile = parse_legacy(text.str());
+    } catch (const std::exception& e) {
+      out.failed = compat::message_of(e);
+    }
+  }
+}
+
+// Writes the profile to `file` and its figures; a failure is a warning and the figures' error.
+void write_profile(const WorkerContext& ctx, const std::string& file, const ProfiledStep& ps,
+                   const std::string& no_kineto, nlohmann::json& figures) {
+  try {
+    if (!ps.profile) throw Error(ErrorKind::kRuntime, ps.failed);
+    const auto& p = ps.profile;
+    const std::string compact = dump_json(p->trace) + "\n";  // a third of the profiler's indented text
+    fs::atomic_write_file(file, compact);
+    figures = {{"file", "profile.json"},          {"events", p->events},    {"seconds", ps.seconds},
+               {"bytes", compact.size()},         {"step", ps.step.step},   {"micro_batch", ctx.cfg.train.micro_batch},
+               {"seq_len", ctx.cfg.data.seq_len}, {"profiler", p->profiler}};
+    if (!no_kineto.empty()) figures["kineto"] = no_kineto;
+  } catch (const std::exception& e) {
+    ANCHOR_LOG_WARN("profile", "no profile of a step: {}", compat::message_of(e));
+    figures = {{"error", compat::message_of(e)}};
+  }
+}
+
 // One step of `t` under the profiler; `figures` gets what the resume stage
 // reports of it (docs/report.md, "profile.json").
 train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlohmann::json& figures) {
@@ -893,72 +991,20 @@ train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlo
   }
   const bool gpu = t.device().rfind("cuda", 0) == 0;
   std::string no_kineto;
-  train::StepRecord step;
-  bool stepped = false;
-  std::optional<Profiled> p;
-  std::string failed;  // why there is no profile, when the profiler failed
-  double seconds = 0;  // the profiled step's (with the legacy profiler, its start and stop too)
-  auto t0 = std::chrono::steady_clock::now();
-  const auto since_t0 = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  ProfiledStep ps;
   // ANCHOR_PILOT_FAULT=profiler_refuses: no profiler starts (src/common/faults.cpp).
-  bool refuse = false;
-  for (const auto& item : faults::read("ANCHOR_PILOT_FAULT")) refuse |= item.point == "profiler_refuses";
+  const bool refuse = ctx.faults.profiler_refuses;
   const std::string refused = "refused by ANCHOR_PILOT_FAULT=profiler_refuses";
 #if TORCH_VERSION_MAJOR >= 2
   if (refuse) no_kineto = "Kineto " + refused;
-  if (!refuse && kineto_start(gpu, no_kineto)) {
-    try {
-      step = t.train_step();  // it synchronises the device at its end: every kernel is in
-      stepped = true;
-      seconds = since_t0();
-    } catch (...) {
-      kineto_stop_quietly();  // the step's own error is the one that counts
-      throw;
-    }
-    try {
-      p = kineto_finish(gpu, ctx.run_dir + "/profile.kineto.tmp");
-    } catch (const std::exception& e) {
-      failed = compat::message_of(e);  // no second step under the legacy profiler: the step ran
-    }
-  }
+  if (!refuse) kineto_profiled_step(t, gpu, ctx.run_dir + "/profile.kineto.tmp", no_kineto, ps);
 #else
   (void)gpu;
   no_kineto = "LibTorch " TORCH_VERSION " is built without Kineto";  // Debian's: no step is spent finding out
 #endif
-  if (!stepped) {
-    t0 = std::chrono::steady_clock::now();
-    std::ostringstream out;
-    std::optional<torch::autograd::profiler::RecordProfile> guard;
-    try {
-      if (refuse) throw Error(ErrorKind::kRuntime, refused);
-      guard.emplace(out);
-    } catch (const std::exception& e) {
-      failed = "the legacy profiler refused: " + compat::message_of(e);
-    }
-    step = t.train_step();  // under the guard when it started; its error is the pilot's either way
-    guard.reset();          // writes the trace
-    seconds = since_t0();
-    if (failed.empty()) {
-      try {
-        p = parse_legacy(out.str());
-      } catch (const std::exception& e) {
-        failed = compat::message_of(e);
-      }
-    }
-  }
-  try {
-    if (!p) throw Error(ErrorKind::kRuntime, failed);
-    const std::string compact = dump_json(p->trace) + "\n";  // a third of the profiler's indented text
-    fs::atomic_write_file(file, compact);
-    figures = {{"file", "profile.json"},          {"events", p->events},    {"seconds", seconds},
-               {"bytes", compact.size()},         {"step", step.step},      {"micro_batch", ctx.cfg.train.micro_batch},
-               {"seq_len", ctx.cfg.data.seq_len}, {"profiler", p->profiler}};
-    if (!no_kineto.empty()) figures["kineto"] = no_kineto;
-  } catch (const std::exception& e) {
-    ANCHOR_LOG_WARN("profile", "no profile of a step: {}", compat::message_of(e));
-    figures = {{"error", compat::message_of(e)}};
-  }
-  return step;
+  if (!ps.stepped) legacy_profiled_step(t, refuse, refused, ps);
+  write_profile(ctx, file, ps, no_kineto, figures);
+  return ps.step;
 }
 
 // The memory probe: the step's peak at a quarter of the micro-batch and at

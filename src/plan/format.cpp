@@ -38,18 +38,17 @@ std::string seconds(double v) {
   return f(v * 1e6, 1) + " us";
 }
 
-}  // namespace
+// The sections below write to one stream in order: the std::left/std::right
+// set by one section carries into the next, as when they were one function.
 
-std::string format_plan(const nlohmann::json& p) {
-  std::ostringstream o;
-  const json& me = p["measured"];
-  o << "anchor plan (" << s(p, "format") << ")\n\n";
+void write_measured(std::ostream& o, const json& me) {
   o << "Measured on " << s(me, "device") << " (memory: " << s(me, "memory_source") << "): step "
     << seconds(d(me, "step_seconds")) << ", " << f(d(me, "tokens_per_s"), 0) << " tokens/s, stall "
     << f(d(me, "stall_percent"), 1) << "%, " << f(d(me, "achieved_tflops"), 4) << " TFLOP/s, checkpoint "
     << bytes(d(me, "checkpoint_save_bytes")) << " in " << seconds(d(me, "checkpoint_save_seconds")) << "\n\n";
+}
 
-  const json& mm = p["memory_model"];
+void write_memory_model(std::ostream& o, const json& mm) {
   o << "Memory model: " << s(mm, "formula") << "\n";
   o << "  fixed " << bytes(d(mm, "fixed_bytes")) << " = state " << bytes(d(mm["state_bytes"], "total")) << " (params "
     << bytes(d(mm["state_bytes"], "parameters")) << ", grads " << bytes(d(mm["state_bytes"], "gradients"))
@@ -65,18 +64,21 @@ std::string format_plan(const nlohmann::json& p) {
     o << "  " << std::setw(8) << s(pt, "micro_batch") << std::setw(8) << s(pt, "seq_len") << std::setw(14)
       << bytes(d(pt, "measured_bytes")) << std::setw(14) << bytes(d(pt, "fitted_bytes"))
       << f(d(pt, "residual_bytes"), 0) << " B\n";
+}
 
-  const json& t = p["target"];
+void write_target(std::ostream& o, const json& t) {
   o << "\nTarget: micro_batch " << s(t, "micro_batch") << ", seq_len " << s(t, "seq_len") << ", grad_accum "
     << s(t, "grad_accum") << ", " << s(t, "precision") << ", " << s(t, "nodes") << " node(s) x "
     << s(t, "gpus_per_node") << " GPUs, headroom " << f(d(t, "headroom") * 100, 0) << "%, "
     << f(d(t, "long_run_steps"), 0) << " steps\n\n";
+}
 
+void write_device_table(std::ostream& o, const json& devices) {
   o << "  " << std::setw(16) << "device" << std::setw(6) << "fits" << std::setw(9) << "strategy" << std::setw(7)
     << "degree" << std::setw(12) << "peak" << std::setw(9) << "max mb" << std::setw(12) << "step (est)" << std::setw(11)
     << "comm/step" << std::setw(9) << "days" << std::setw(13) << "7-day cost"
     << "30-day cost\n";
-  for (const auto& dv : p["devices"]) {
+  for (const auto& dv : devices) {
     o << "  " << std::setw(16) << s(dv, "name") << std::setw(6) << (dv.value("fits", false) ? "yes" : "NO")
       << std::setw(9) << s(dv, "strategy") << std::setw(7) << s(dv, "sharding_degree") << std::setw(12)
       << bytes(d(dv, "predicted_peak_bytes")) << std::setw(9) << s(dv, "max_micro_batch") << std::setw(12)
@@ -85,9 +87,10 @@ std::string format_plan(const nlohmann::json& p) {
       << "\n";
   }
   o << "\n";
-  for (const auto& dv : p["devices"]) o << "  " << s(dv, "name") << ": " << s(dv, "decision") << "\n";
+  for (const auto& dv : devices) o << "  " << s(dv, "name") << ": " << s(dv, "decision") << "\n";
+}
 
-  const json& r = p["recommendation"];
+void write_recommendation(std::ostream& o, const json& r) {
   o << "\nRecommendation: ";
   if (r["device"].is_null()) {
     o << "none. " << s(r, "why") << "\n";
@@ -96,23 +99,24 @@ std::string format_plan(const nlohmann::json& p) {
       << "), " << f(d(r, "days"), 2) << " days, term " << s(r, "term") << ", cost " << f(d(r, "cost"), 0) << " ("
       << s(r, "cheaper_term") << " terms)\n  " << s(r, "why") << "\n";
   }
+}
 
-  if (p["budget"].is_object()) {
-    const json& b = p["budget"];
-    o << "\nBudget on " << s(b, "device") << " (" << s(b, "currency") << ", prices " << s(b, "prices_are") << "):\n";
-    for (const auto& it : b["items"])
-      o << "  " << std::setw(16) << s(it, "name") << std::right << std::setw(12) << f(d(it, "hours"), 3) << " h  "
-        << std::left << s(it, "detail") << "\n";
-    o << "  " << std::setw(16) << "total" << std::right << std::setw(12) << f(d(b, "hours"), 3) << " h" << std::left
-      << "  -> " << f(d(b, "days"), 2) << " days with " << f(d(b, "margin") * 100, 0) << "% margin: " << s(b, "term")
-      << " term\n";
-    o << "  7-day: " << s(b, "terms_7_day") << " term(s) = " << f(d(b, "cost_7_day"), 0)
-      << "; 30-day: " << s(b, "terms_30_day") << " term(s) = " << f(d(b, "cost_30_day"), 0) << "; expected restarts "
-      << f(d(b, "expected_restarts"), 2) << "\n";
-    if (b.contains("note")) o << "  " << s(b, "note") << "\n";
-  }
+void write_budget(std::ostream& o, const json& b) {
+  o << "\nBudget on " << s(b, "device") << " (" << s(b, "currency") << ", prices " << s(b, "prices_are") << "):\n";
+  for (const auto& it : b["items"])
+    o << "  " << std::setw(16) << s(it, "name") << std::right << std::setw(12) << f(d(it, "hours"), 3) << " h  "
+      << std::left << s(it, "detail") << "\n";
+  o << "  " << std::setw(16) << "total" << std::right << std::setw(12) << f(d(b, "hours"), 3) << " h" << std::left
+    << "  -> " << f(d(b, "days"), 2) << " days with " << f(d(b, "margin") * 100, 0) << "% margin: " << s(b, "term")
+    << " term\n";
+  o << "  7-day: " << s(b, "terms_7_day") << " term(s) = " << f(d(b, "cost_7_day"), 0)
+    << "; 30-day: " << s(b, "terms_30_day") << " term(s) = " << f(d(b, "cost_30_day"), 0) << "; expected restarts "
+    << f(d(b, "expected_restarts"), 2) << "\n";
+  if (b.contains("note")) o << "  " << s(b, "note") << "\n";
+}
 
-  for (const auto& dv : p["devices"])
+void write_rocm_qualifications(std::ostream& o, const json& devices) {
+  for (const auto& dv : devices)
     if (dv.contains("rocm_qualification")) {
       const json& q = dv["rocm_qualification"];
       o << "\nROCm qualification for " << s(dv, "name") << ": " << s(q, "status") << "\n";
@@ -120,13 +124,30 @@ std::string format_plan(const nlohmann::json& p) {
       for (const auto& pk : q["packages"]) o << "  package: " << pk.get<std::string>() << "\n";
       for (const auto& ex : q["exercised_by_pilot"]) o << "  exercised: " << ex.get<std::string>() << "\n";
     }
+}
 
+void write_warnings_and_assumptions(std::ostream& o, const json& p) {
   if (!p["warnings"].empty()) {
     o << "\nWarnings:\n";
     for (const auto& w : p["warnings"]) o << "  - " << w.get<std::string>() << "\n";
   }
   o << "\nAssumptions:\n";
   for (const auto& a : p["assumptions"]) o << "  - " << a.get<std::string>() << "\n";
+}
+
+}  // namespace
+
+std::string format_plan(const nlohmann::json& p) {
+  std::ostringstream o;
+  o << "anchor plan (" << s(p, "format") << ")\n\n";
+  write_measured(o, p["measured"]);
+  write_memory_model(o, p["memory_model"]);
+  write_target(o, p["target"]);
+  write_device_table(o, p["devices"]);
+  write_recommendation(o, p["recommendation"]);
+  if (p["budget"].is_object()) write_budget(o, p["budget"]);
+  write_rocm_qualifications(o, p["devices"]);
+  write_warnings_and_assumptions(o, p);
   return o.str();
 }
 

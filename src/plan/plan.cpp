@@ -45,7 +45,7 @@ double positive(const json& j, const std::string& pointer) {
 // Training FLOPs per token at another sequence length: the attention term
 // 12 * n_layer * n_embd * T (PaLM appendix B; 6N is the rest) moves with T.
 double flops_per_token_at(const Measured& m, double seq_len) {
-  return m.flops_per_token + 12.0 * m.n_layer * m.n_embd * (seq_len - m.seq_len);
+  return m.flops_per_token + 12.0 * m.n_layer * m.n_embd * (seq_len - static_cast<double>(m.seq_len));
 }
 
 const char* strategy_name(int stage, int world) {
@@ -103,7 +103,9 @@ double comm_bytes_per_step(int stage, int world, int degree, double g, int grad_
     case 2: bytes = ga * f * g + f * g; break;
     default: bytes = 3.0 * ga * f * g; break;
   }
-  const double r = static_cast<double>(world / degree);
+  // Replica groups of `degree` ranks: exact, as degree divides world (checked above).
+  const int replicas = world / degree;
+  const double r = replicas;
   if (r > 1) bytes += 2.0 * (r - 1.0) / r * g / n;
   return bytes;
 }
@@ -119,57 +121,80 @@ std::string term_for_days(double days) {
   return "longer than 30 days";
 }
 
-nlohmann::json make_budget(const BudgetInput& in) {
+namespace {
+
+// The budget's line items, their running total and the figures its summary
+// reports beside them.
+struct BudgetItems {
   json items = json::array();
-  auto item = [&](const char* name, double seconds, std::string detail) {
-    items.push_back({{"name", name}, {"hours", seconds / 3600.0}, {"detail", std::move(detail)}});
-    return seconds;
-  };
   double total_s = 0;
-  total_s += item("download", in.download_gb * 8.0 / in.ingress_gbps,
-                  fixed(in.download_gb, 1) + " GB at " + fixed(in.ingress_gbps, 2) + " Gbit/s");
-  total_s += item("preprocess", in.preprocess_hours * 3600.0, "budget.preprocess_hours");
+  double mtbf_s = 0;
+  double tau = 0;
+  double checkpoints = 0;
+  double restarts = 0;
+
+  void add(const char* name, double seconds, std::string detail) {
+    items.push_back({{"name", name}, {"hours", seconds / 3600.0}, {"detail", std::move(detail)}});
+    total_s += seconds;
+  }
+};
+
+// Download, preprocessing, training steps, data loading and eval; returns the
+// seconds of work (training, data, eval) a failure can interrupt.
+double add_work_items(const BudgetInput& in, BudgetItems& b) {
+  b.add("download", in.download_gb * 8.0 / in.ingress_gbps,
+        fixed(in.download_gb, 1) + " GB at " + fixed(in.ingress_gbps, 2) + " Gbit/s");
+  b.add("preprocess", in.preprocess_hours * 3600.0, "budget.preprocess_hours");
   const double train_s = in.steps * in.compute_s_per_step;
-  total_s += item("training_steps", train_s,
-                  fixed(in.steps, 0) + " steps x " + fixed(in.compute_s_per_step, 4) + " s (compute + communication)");
+  b.add("training_steps", train_s,
+        fixed(in.steps, 0) + " steps x " + fixed(in.compute_s_per_step, 4) + " s (compute + communication)");
   const double data_s = in.steps * in.data_wait_s_per_step;
-  total_s += item("data_loading", data_s,
-                  fixed(in.steps, 0) + " steps x " + fixed(in.data_wait_s_per_step, 4) +
-                      " s data wait (measured per token, scaled)");
+  b.add("data_loading", data_s,
+        fixed(in.steps, 0) + " steps x " + fixed(in.data_wait_s_per_step, 4) +
+            " s data wait (measured per token, scaled)");
   const double evals = in.evals;
   const double eval_s = evals * in.eval_s;
-  total_s += item("eval", eval_s, fixed(evals, 0) + " evals x " + fixed(in.eval_s, 3) + " s");
+  b.add("eval", eval_s, fixed(evals, 0) + " evals x " + fixed(in.eval_s, 3) + " s");
+  return train_s + data_s + eval_s;
+}
 
-  const double work_s = train_s + data_s + eval_s;
-  const double mtbf_s = in.failures_per_day > 0 ? kSecondsPerDay / (in.failures_per_day * std::max(1, in.nodes))
-                                                : std::numeric_limits<double>::infinity();
-  const double tau = young_daly_interval_s(in.save_s, mtbf_s);
-  double checkpoints = 0;
-  if (work_s > 0) checkpoints = std::isinf(tau) ? 1.0 : std::max(1.0, std::ceil(work_s / tau));
-  const double ckpt_s = checkpoints * in.save_s;
-  total_s += item(
-      "checkpoints", ckpt_s,
-      fixed(checkpoints, 0) + " saves x " + fixed(in.save_s, 3) + " s (measured), every " +
-          (std::isinf(tau) ? std::string("run (no failures expected)") : fixed(tau / 3600.0, 2) + " h (Young/Daly)"));
+// Checkpoint saves at the Young/Daly interval and the expected restarts.
+void add_failure_items(const BudgetInput& in, double work_s, BudgetItems& b) {
+  b.mtbf_s = in.failures_per_day > 0 ? kSecondsPerDay / (in.failures_per_day * std::max(1, in.nodes))
+                                     : std::numeric_limits<double>::infinity();
+  b.tau = young_daly_interval_s(in.save_s, b.mtbf_s);
+  const double tau = b.tau;
+  if (work_s > 0) b.checkpoints = std::isinf(tau) ? 1.0 : std::max(1.0, std::ceil(work_s / tau));
+  const double ckpt_s = b.checkpoints * in.save_s;
+  b.add("checkpoints", ckpt_s,
+        fixed(b.checkpoints, 0) + " saves x " + fixed(in.save_s, 3) + " s (measured), every " +
+            (std::isinf(tau) ? std::string("run (no failures expected)") : fixed(tau / 3600.0, 2) + " h (Young/Daly)"));
   const double exposed_days = (work_s + ckpt_s) / kSecondsPerDay;
-  const double restarts = exposed_days * in.failures_per_day * std::max(1, in.nodes);
+  b.restarts = exposed_days * in.failures_per_day * std::max(1, in.nodes);
   const double lost_s = std::min(tau, work_s) / 2.0;
-  const double restart_s = restarts * (in.restart_minutes * 60.0 + lost_s);
-  total_s += item("restarts", restart_s,
-                  fixed(restarts, 2) + " expected x (" + fixed(in.restart_minutes, 1) + " min restart + " +
-                      fixed(lost_s / 60.0, 1) + " min lost work)");
+  const double restart_s = b.restarts * (in.restart_minutes * 60.0 + lost_s);
+  b.add("restarts", restart_s,
+        fixed(b.restarts, 2) + " expected x (" + fixed(in.restart_minutes, 1) + " min restart + " +
+            fixed(lost_s / 60.0, 1) + " min lost work)");
+}
+
+// The export and the final checkpoint copied off the node.
+void add_copy_items(const BudgetInput& in, double work_s, BudgetItems& b) {
   // Copies off the node at the pilot's measured copy_off rate when there is one, else budget.egress_gbps.
   const bool measured_egress = in.egress_measured_gbps > 0;
   const double egress = measured_egress ? in.egress_measured_gbps : in.egress_gbps;
   const std::string at =
       " at " + fixed(egress, 2) + " Gbit/s" +
       (measured_egress ? " (measured: the pilot's copy_off to export.copy_to)" : " (budget.egress_gbps, assumed)");
-  total_s += item("export", in.export_gb * 8.0 / egress, fixed(in.export_gb, 1) + " GB" + at);
+  b.add("export", in.export_gb * 8.0 / egress, fixed(in.export_gb, 1) + " GB" + at);
   const double copy_gb = in.checkpoint_bytes / 1e9;
-  total_s += item("copy_off_node", work_s > 0 ? copy_gb * 8.0 / egress : 0.0,
-                  "final checkpoint " + fixed(copy_gb, 3) + " GB" + at);
+  b.add("copy_off_node", work_s > 0 ? copy_gb * 8.0 / egress : 0.0,
+        "final checkpoint " + fixed(copy_gb, 3) + " GB" + at);
+}
 
-  const double hours = total_s / 3600.0;
+// The total with its margin, the terms it needs and what they cost.
+json budget_summary(const BudgetInput& in, const BudgetItems& bi) {
+  const double hours = bi.total_s / 3600.0;
   const double days_raw = hours / 24.0;
   const double days = days_raw * (1.0 + in.margin);
   const double terms7 = std::max(1.0, std::ceil(days / 7.0));
@@ -177,16 +202,16 @@ nlohmann::json make_budget(const BudgetInput& in) {
   const double cost7 = in.world * 7.0 * 24.0 * terms7 * in.price_7_day;
   const double cost30 = in.world * 30.0 * 24.0 * terms30 * in.price_30_day;
   json b;
-  b["items"] = items;
+  b["items"] = bi.items;
   b["hours"] = hours;
   b["days_without_margin"] = days_raw;
   b["margin"] = in.margin;
   b["days"] = days;
   b["term"] = term_for_days(days);
-  b["mtbf_hours"] = std::isinf(mtbf_s) ? json(nullptr) : json(mtbf_s / 3600.0);
-  b["checkpoint_interval_s"] = std::isinf(tau) ? json(nullptr) : json(tau);
-  b["checkpoints"] = checkpoints;
-  b["expected_restarts"] = restarts;
+  b["mtbf_hours"] = std::isinf(bi.mtbf_s) ? json(nullptr) : json(bi.mtbf_s / 3600.0);
+  b["checkpoint_interval_s"] = std::isinf(bi.tau) ? json(nullptr) : json(bi.tau);
+  b["checkpoints"] = bi.checkpoints;
+  b["expected_restarts"] = bi.restarts;
   b["gpus"] = in.world;
   b["gpu_hours"] = in.world * hours * (1.0 + in.margin);
   b["terms_7_day"] = terms7;
@@ -198,6 +223,16 @@ nlohmann::json make_budget(const BudgetInput& in) {
     b["note"] = "the run is longer than 30 days (" + fixed(days, 1) + " days with margin): it needs " +
                 fixed(terms30, 0) + " consecutive 30-day terms or more GPUs";
   return b;
+}
+
+}  // namespace
+
+nlohmann::json make_budget(const BudgetInput& in) {
+  BudgetItems items;
+  const double work_s = add_work_items(in, items);
+  add_failure_items(in, work_s, items);
+  add_copy_items(in, work_s, items);
+  return budget_summary(in, items);
 }
 
 // ---------------------------------------------------------------------------
@@ -421,7 +456,7 @@ void notices(const Measured& m, Target& t, json& warnings) {
     std::string steps;
     if (t.run_tokens > 0)
       steps = ": the same tokens in " + fixed(t.long_steps, 0) + " steps instead of " +
-              fixed(std::ceil(t.run_tokens / (t.config_global_batch * t.seq)), 0) + ",";
+              fixed(std::ceil(t.run_tokens / (t.config_global_batch * static_cast<double>(t.seq))), 0) + ",";
     warnings.push_back("global batch: the long run on " + std::to_string(t.world) + " GPUs at micro_batch " +
                        std::to_string(t.mb) + " x grad_accum " + std::to_string(t.ga) + " takes " +
                        fixed(t.planned_global_batch, 0) + " sequences per optimizer step, not the config's " +
@@ -451,7 +486,7 @@ Target target_of(const Measured& m, const config::Config& cfg, json& warnings) {
   t.nodes = cfg.budget.nodes;
   t.world = cfg.budget.nodes * cfg.budget.gpus_per_node;
   t.headroom = cfg.budget.headroom;
-  t.tokens_per_gpu_step = static_cast<double>(t.mb) * t.seq * t.ga;
+  t.tokens_per_gpu_step = static_cast<double>(t.mb) * static_cast<double>(t.seq) * t.ga;
   t.fpt = m.n_layer > 0 && m.n_embd > 0 ? flops_per_token_at(m, static_cast<double>(t.seq)) : m.flops_per_token;
   const double global_seqs = cfg.train.global_batch > 0 && !m.program
                                  ? static_cast<double>(cfg.train.global_batch)
@@ -460,7 +495,7 @@ Target target_of(const Measured& m, const config::Config& cfg, json& warnings) {
     t.run_tokens = static_cast<double>(cfg.train.total_tokens);
     t.run_length = "train.total_tokens " + std::to_string(cfg.train.total_tokens);
   } else if (cfg.train.total_steps > 0) {
-    t.run_tokens = static_cast<double>(cfg.train.total_steps) * global_seqs * t.seq;
+    t.run_tokens = static_cast<double>(cfg.train.total_steps) * global_seqs * static_cast<double>(t.seq);
     t.run_length = "train.total_steps " + std::to_string(cfg.train.total_steps) + " x global batch " +
                    fixed(global_seqs, 0) + " x seq_len " + std::to_string(t.seq) + " tokens";
   } else {
@@ -469,10 +504,10 @@ Target target_of(const Measured& m, const config::Config& cfg, json& warnings) {
         "is not planned (set one of them, e.g. --set train.total_tokens=...)");
   }
   t.long_steps = t.run_tokens > 0 ? std::ceil(t.run_tokens / (t.world * t.tokens_per_gpu_step)) : 0;
-  const double config_steps = t.run_tokens > 0 ? t.run_tokens / (global_seqs * t.seq) : 0;
+  const double config_steps = t.run_tokens > 0 ? t.run_tokens / (global_seqs * static_cast<double>(t.seq)) : 0;
   t.evals = cfg.budget.eval_every_steps > 0 ? std::floor(config_steps / cfg.budget.eval_every_steps) : 0;
   t.config_global_batch = m.program ? 0 : global_seqs;  // a program's batch is its own: not known here
-  t.planned_global_batch = static_cast<double>(t.world) * t.mb * t.ga;
+  t.planned_global_batch = static_cast<double>(t.world) * static_cast<double>(t.mb) * t.ga;
   notices(m, t, warnings);
   return t;
 }
@@ -652,7 +687,8 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   bi.compute_s_per_step = compute_s + comm_s;
   bi.data_wait_s_per_step = data_s;
   bi.evals = t.evals;
-  const double eval_tokens = static_cast<double>(cfg.pilot.eval_batches) * t.mb * t.seq;
+  const double eval_tokens =
+      static_cast<double>(cfg.pilot.eval_batches) * static_cast<double>(t.mb) * static_cast<double>(t.seq);
   bi.eval_s = eval_tokens * t.fpt / 3.0 / (t.world * peak_flops * kAssumedMfu);
   bi.save_s = m.save_seconds;
   bi.checkpoint_bytes = m.save_bytes;

@@ -119,7 +119,9 @@ int pass_cb(char* buf, int size, int /*rwflag*/, void* u) {
   auto* ctx = static_cast<PassCtx*>(u);
   ctx->asked = true;
   if (ctx->pass->empty() || ctx->pass->size() > static_cast<std::size_t>(size)) return -1;
-  std::memcpy(buf, ctx->pass->data(), ctx->pass->size());
+  // pem_password_cb's contract: the passphrase's length is the return value,
+  // and OpenSSL reads exactly that many bytes (its own example copies no NUL).
+  std::memcpy(buf, ctx->pass->data(), ctx->pass->size());  // NOLINT(bugprone-not-null-terminated-result)
   return static_cast<int>(ctx->pass->size());
 }
 

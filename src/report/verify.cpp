@@ -49,6 +49,41 @@ struct Statement {
   const json* report = nullptr;   // predicate.report when it is an object
 };
 
+// The statement's subjects: each a safe relative name, listed once, with a
+// sha256; the well-formed ones go to st.subjects, problems to `out`.
+void parse_subjects(const json& d, Statement& st, std::vector<std::string>& out) {
+  auto schema = [&](const std::string& why) { out.push_back(failure("statement-schema", why)); };
+  if (!d.contains("subject") || !d["subject"].is_array() || d["subject"].empty()) {
+    schema("subject must be a non-empty array");
+    return;
+  }
+  std::set<std::string> seen;
+  std::size_t i = 0;
+  for (const auto& s : d["subject"]) {
+    std::string where = "subject[" + std::to_string(i++) + "]";
+    if (!s.is_object() || !s.contains("name") || !s["name"].is_string()) {
+      schema(where + ".name is missing or not a string");
+      continue;
+    }
+    std::string name = s["name"].get<std::string>();
+    if (!safe_relative(name)) {
+      schema(where + ".name \"" + name + "\" is not a relative path inside the run directory");
+      continue;
+    }
+    if (!seen.insert(name).second) {
+      schema(where + ".name \"" + name + "\" is listed twice");
+      continue;
+    }
+    if (!s.contains("digest") || !s["digest"].is_object() || !s["digest"].contains("sha256") ||
+        !s["digest"]["sha256"].is_string() || !is_sha256_hex(s["digest"]["sha256"].get<std::string>())) {
+      schema(where + " (" + name + "): digest.sha256 must be 64 lowercase hex characters");
+      continue;
+    }
+    st.subjects.push_back({name, s["digest"]["sha256"].get<std::string>()});
+  }
+  if (!seen.count(kReportFile)) schema(std::string("no subject names ") + kReportFile + " (the report must be signed)");
+}
+
 // Parses the payload and checks the statement's schema; problems are appended
 // to `out` as named failures.
 Statement parse_statement(const std::string& payload, std::vector<std::string>& out) {
@@ -71,36 +106,7 @@ Statement parse_statement(const std::string& payload, std::vector<std::string>& 
     schema(std::string("_type must be \"") + kStatementType + "\", found " +
            (d.contains("_type") ? d["_type"].dump() : "nothing"));
 
-  if (!d.contains("subject") || !d["subject"].is_array() || d["subject"].empty()) {
-    schema("subject must be a non-empty array");
-  } else {
-    std::set<std::string> seen;
-    std::size_t i = 0;
-    for (const auto& s : d["subject"]) {
-      std::string where = "subject[" + std::to_string(i++) + "]";
-      if (!s.is_object() || !s.contains("name") || !s["name"].is_string()) {
-        schema(where + ".name is missing or not a string");
-        continue;
-      }
-      std::string name = s["name"].get<std::string>();
-      if (!safe_relative(name)) {
-        schema(where + ".name \"" + name + "\" is not a relative path inside the run directory");
-        continue;
-      }
-      if (!seen.insert(name).second) {
-        schema(where + ".name \"" + name + "\" is listed twice");
-        continue;
-      }
-      if (!s.contains("digest") || !s["digest"].is_object() || !s["digest"].contains("sha256") ||
-          !s["digest"]["sha256"].is_string() || !is_sha256_hex(s["digest"]["sha256"].get<std::string>())) {
-        schema(where + " (" + name + "): digest.sha256 must be 64 lowercase hex characters");
-        continue;
-      }
-      st.subjects.push_back({name, s["digest"]["sha256"].get<std::string>()});
-    }
-    if (!seen.count(kReportFile))
-      schema(std::string("no subject names ") + kReportFile + " (the report must be signed)");
-  }
+  parse_subjects(d, st, out);
 
   if (!d.contains("predicateType") || d["predicateType"] != kPredicateType)
     schema(std::string("predicateType must be \"") + kPredicateType + "\", found " +
@@ -147,255 +153,302 @@ struct FileFindings {
   // The payload disagrees with the files: evidence for "payload-tampered"
   // when the signature also fails. First reason only.
   std::string payload_disagrees;
+
+  void note_disagreement(const std::string& why) {
+    if (payload_disagrees.empty()) payload_disagrees = why;
+  }
 };
 
-FileFindings check_run_dir(const std::string& run_dir, const Statement& st, VerifyResult& r) {
+// What the run-directory checks share, and what they find.
+struct RunDirCheck {
+  const std::string& run_dir;
+  stdfs::path root;
+  const Statement& st;
+  VerifyResult& r;
   FileFindings f;
-  stdfs::path root(run_dir);
-  auto note_disagreement = [&](const std::string& why) {
-    if (f.payload_disagrees.empty()) f.payload_disagrees = why;
-  };
+  std::set<std::string> subject_names;  // filled by check_subjects
+};
 
-  // 1. Every subject exists and has the signed digest.
+bool is_checkpoint_manifest(const Subject& s) {
+  return stdfs::path(s.name).filename() == "manifest.json" && s.name.rfind("checkpoints/", 0) == 0;
+}
+
+// 1. Every subject exists and has the signed digest.
+void check_subjects(RunDirCheck& c) {
   std::size_t matched = 0;
-  std::set<std::string> subject_names;
-  for (const auto& s : st.subjects) {
-    subject_names.insert(s.name);
-    std::string path = (root / s.name).string();
+  for (const auto& s : c.st.subjects) {
+    c.subject_names.insert(s.name);
+    std::string path = (c.root / s.name).string();
     std::error_code ec;
     if (stdfs::symlink_status(path, ec).type() == stdfs::file_type::not_found) {
-      f.failures.push_back(failure("subject-missing", s.name + ": no such file in " + run_dir));
+      c.f.failures.push_back(failure("subject-missing", s.name + ": no such file in " + c.run_dir));
       continue;
     }
     try {
       std::string disk = sha256_file(path).sha256;
       if (disk != s.sha256) {
-        f.failures.push_back(failure("subject-changed", s.name + ": sha256 on disk " + disk + ", signed " + s.sha256));
-        note_disagreement("the digest it gives for " + s.name + " is not the file's");
+        c.f.failures.push_back(
+            failure("subject-changed", s.name + ": sha256 on disk " + disk + ", signed " + s.sha256));
+        c.f.note_disagreement("the digest it gives for " + s.name + " is not the file's");
       } else {
         ++matched;
       }
     } catch (const Error& e) {
-      f.failures.push_back(failure("subject-unreadable", s.name + ": " + e.what()));
+      c.f.failures.push_back(failure("subject-unreadable", s.name + ": " + e.what()));
     }
   }
-  if (!st.subjects.empty() && matched == st.subjects.size())
-    r.checks.push_back("subjects: all " + std::to_string(matched) + " files match their signed sha256");
+  if (!c.st.subjects.empty() && matched == c.st.subjects.size())
+    c.r.checks.push_back("subjects: all " + std::to_string(matched) + " files match their signed sha256");
+}
 
-  // 2. report.json equals the report inside the statement.
-  std::string report_path = (root / kReportFile).string();
+// 2. report.json equals the report inside the statement.
+void check_report_file(RunDirCheck& c) {
+  std::string report_path = (c.root / kReportFile).string();
   std::error_code report_ec;
-  if (st.report && subject_names.count(kReportFile) && stdfs::exists(report_path, report_ec)) {
-    try {
-      json disk = parse_json(fs::read_file(report_path));
-      if (disk != *st.report) {
-        f.failures.push_back(failure("report-mismatch", std::string(kReportFile) +
+  if (!c.st.report || !c.subject_names.count(kReportFile) || !stdfs::exists(report_path, report_ec)) return;
+  try {
+    json disk = parse_json(fs::read_file(report_path));
+    if (disk != *c.st.report) {
+      c.f.failures.push_back(failure("report-mismatch", std::string(kReportFile) +
                                                             " on disk differs from predicate.report in the signed "
                                                             "statement at " +
-                                                            diff_paths(*st.report, disk)));
-        note_disagreement("its predicate.report differs from report.json at " + diff_paths(*st.report, disk));
-      } else {
-        r.checks.push_back("report: report.json equals predicate.report");
-      }
-    } catch (const json::parse_error& e) {
-      f.failures.push_back(
-          failure("report-mismatch", std::string(kReportFile) + " on disk is not JSON (" + e.what() + ")"));
-    } catch (const Error& e) {
-      f.failures.push_back(failure("subject-unreadable", e.what()));
+                                                            diff_paths(*c.st.report, disk)));
+      c.f.note_disagreement("its predicate.report differs from report.json at " + diff_paths(*c.st.report, disk));
+    } else {
+      c.r.checks.push_back("report: report.json equals predicate.report");
     }
+  } catch (const json::parse_error& e) {
+    c.f.failures.push_back(
+        failure("report-mismatch", std::string(kReportFile) + " on disk is not JSON (" + e.what() + ")"));
+  } catch (const Error& e) {
+    c.f.failures.push_back(failure("subject-unreadable", e.what()));
   }
+}
 
-  // 3. Checkpoint manifests that are subjects are committed, and COMMITTED
-  //    names the manifest's digest.
+// 3. Checkpoint manifests that are subjects are committed, and COMMITTED
+//    names the manifest's digest.
+void check_committed(RunDirCheck& c) {
   std::size_t committed_ok = 0, manifests = 0;
-  for (const auto& s : st.subjects) {
+  for (const auto& s : c.st.subjects) {
+    if (!is_checkpoint_manifest(s)) continue;
     stdfs::path name(s.name);
-    if (name.filename() != "manifest.json" || s.name.rfind("checkpoints/", 0) != 0) continue;
     ++manifests;
-    stdfs::path dir = root / name.parent_path();
+    stdfs::path dir = c.root / name.parent_path();
     std::string rel_dir = name.parent_path().string();
     std::error_code ec;
-    if (!stdfs::exists(root / name, ec)) continue;  // already reported as subject-missing
+    if (!stdfs::exists(c.root / name, ec)) continue;  // already reported as subject-missing
     if (!stdfs::exists(dir / "COMMITTED", ec)) {
-      f.failures.push_back(
+      c.f.failures.push_back(
           failure("checkpoint-mismatch", rel_dir + ": signed as a checkpoint but has no COMMITTED file"));
       continue;
     }
     try {
       auto committed = detail::committed_sha256(fs::read_file((dir / "COMMITTED").string()));
-      std::string disk = sha256_file((root / name).string()).sha256;
+      std::string disk = sha256_file((c.root / name).string()).sha256;
       if (committed && *committed != disk) {
-        f.failures.push_back(failure("checkpoint-mismatch", rel_dir + "/COMMITTED names manifest sha256 " + *committed +
-                                                                " but manifest.json has " + disk));
+        c.f.failures.push_back(failure("checkpoint-mismatch", rel_dir + "/COMMITTED names manifest sha256 " +
+                                                                  *committed + " but manifest.json has " + disk));
         continue;
       }
       ++committed_ok;
     } catch (const Error& e) {
-      f.failures.push_back(failure("subject-unreadable", e.what()));
+      c.f.failures.push_back(failure("subject-unreadable", e.what()));
     }
   }
   if (manifests && committed_ok == manifests)
-    r.checks.push_back("checkpoints: " + std::to_string(manifests) +
-                       " signed manifests, each committed (COMMITTED agrees where it names a digest)");
+    c.r.checks.push_back("checkpoints: " + std::to_string(manifests) +
+                         " signed manifests, each committed (COMMITTED agrees where it names a digest)");
+}
 
-  // 3b. The signed checkpoints' data: every file each signed manifest lists is
-  //     on disk with the size and SHA-256 it lists (the checkpoint store's own
-  //     verification, headers parsed strictly). The manifest's signature covers
-  //     the files only if the files are checked against it.
-  //     Each checkpoint directory is read once: those that claim to be
-  //     committed were verified by claimed_checkpoints(); a signed one whose
-  //     COMMITTED has since gone is verified here.
-  const auto claimed = detail::claimed_checkpoints(run_dir);
+// 3b. The signed checkpoints' data: every file each signed manifest lists is
+//     on disk with the size and SHA-256 it lists (the checkpoint store's own
+//     verification, headers parsed strictly). The manifest's signature covers
+//     the files only if the files are checked against it.
+//     Each checkpoint directory is read once: those that claim to be
+//     committed were verified by claimed_checkpoints(); a signed one whose
+//     COMMITTED has since gone is verified here.
+void check_checkpoint_data(RunDirCheck& c, const std::vector<detail::ClaimedCheckpoint>& claimed) {
   std::map<std::string, const detail::ClaimedCheckpoint*> claimed_by_dir;
-  for (const auto& c : claimed) claimed_by_dir[c.dir] = &c;
+  for (const auto& cl : claimed) claimed_by_dir[cl.dir] = &cl;
   std::size_t data_ok = 0, data_checked = 0;
-  for (const auto& s : st.subjects) {
+  for (const auto& s : c.st.subjects) {
+    if (!is_checkpoint_manifest(s)) continue;
     stdfs::path name(s.name);
-    if (name.filename() != "manifest.json" || s.name.rfind("checkpoints/", 0) != 0) continue;
     std::error_code ec;
-    if (!stdfs::exists(root / name, ec)) continue;  // already reported as subject-missing
+    if (!stdfs::exists(c.root / name, ec)) continue;  // already reported as subject-missing
     ++data_checked;
     const std::string dir = name.parent_path().generic_string();
     std::vector<std::string> problems;
     if (auto it = claimed_by_dir.find(dir); it != claimed_by_dir.end()) {
       problems = it->second->problems;
     } else {
-      problems = checkpoint::Store((root / "checkpoints").string()).verify((root / dir).string()).problems;
+      problems = checkpoint::Store((c.root / "checkpoints").string()).verify((c.root / dir).string()).problems;
     }
     if (problems.empty()) {
       ++data_ok;
       continue;
     }
-    for (const auto& problem : problems) f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
+    for (const auto& problem : problems) c.f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
   }
   if (data_checked && data_ok == data_checked)
-    r.checks.push_back("checkpoint data: every file of the " + std::to_string(data_checked) +
-                       " signed checkpoints matches its manifest (size and sha256)");
-  for (const auto& name : detail::run_files(run_dir))
-    if (!subject_names.count(name))
-      r.warnings.push_back(name +
-                           " is in the run directory but not signed: nothing vouches for it "
-                           "(written after signing, or signed by an older anchor)");
-  for (const auto& c : claimed) {
-    if (subject_names.count(c.dir + "/manifest.json")) continue;
-    if (c.verified) {
-      r.warnings.push_back(c.dir +
-                           " was committed but is not a subject: it is not covered by "
-                           "the signature (written after signing?)");
+    c.r.checks.push_back("checkpoint data: every file of the " + std::to_string(data_checked) +
+                         " signed checkpoints matches its manifest (size and sha256)");
+}
+
+// Files and committed checkpoints in the run directory that no subject covers.
+void warn_unsigned(RunDirCheck& c, const std::vector<detail::ClaimedCheckpoint>& claimed) {
+  for (const auto& name : detail::run_files(c.run_dir))
+    if (!c.subject_names.count(name))
+      c.r.warnings.push_back(name +
+                             " is in the run directory but not signed: nothing vouches for it "
+                             "(written after signing, or signed by an older anchor)");
+  for (const auto& cl : claimed) {
+    if (c.subject_names.count(cl.dir + "/manifest.json")) continue;
+    if (cl.verified) {
+      c.r.warnings.push_back(cl.dir +
+                             " was committed but is not a subject: it is not covered by "
+                             "the signature (written after signing?)");
     } else {
       std::string why;
-      for (const auto& p : c.problems) why += (why.empty() ? "" : "; ") + p;
-      r.warnings.push_back(c.dir + " holds COMMITTED but does not verify (" + why +
-                           "): it is not a checkpoint, and not covered by the signature");
+      for (const auto& p : cl.problems) why += (why.empty() ? "" : "; ") + p;
+      c.r.warnings.push_back(cl.dir + " holds COMMITTED but does not verify (" + why +
+                             "): it is not a checkpoint, and not covered by the signature");
     }
   }
+}
 
-  // 4. The checkpoints report.json lists ({dir, manifest_sha256}) are the
-  //    manifests on disk, and are signed.
-  if (st.report && st.report->contains("checkpoints") && (*st.report)["checkpoints"].is_array()) {
-    std::size_t listed = 0, agree = 0;
-    for (const auto& c : (*st.report)["checkpoints"]) {
-      if (!c.is_object()) continue;
-      std::string dir;
-      if (c.contains("dir") && c["dir"].is_string())
-        dir = c["dir"].get<std::string>();
-      else if (c.contains("path") && c["path"].is_string())
-        dir = c["path"].get<std::string>();
-      if (dir.empty() || !c.contains("manifest_sha256") || !c["manifest_sha256"].is_string()) continue;
-      if (c.contains("committed") && c["committed"] == false) continue;
-      ++listed;
-      stdfs::path d(dir);
-      if (d.is_absolute()) {
-        std::error_code ec;
-        stdfs::path rel = stdfs::relative(d, root, ec);
-        if (!ec && !rel.empty() && *rel.begin() != "..") d = rel;
-      }
-      stdfs::path manifest = (d.filename() == "manifest.json" ? d : d / "manifest.json").lexically_normal();
-      // A checkpoint directory configured outside the run directory cannot be
-      // a subject; report.json's manifest_sha256 (signed with report.json)
-      // still ties its manifest to the signature.
-      bool inside = !manifest.is_absolute() && *manifest.begin() != "..";
-      stdfs::path on_disk = manifest.is_absolute() ? manifest : root / manifest;
-      std::string want = detail::normalise_sha256(c["manifest_sha256"].get<std::string>());
-      std::error_code ec;
-      if (!stdfs::exists(on_disk, ec)) {
-        f.failures.push_back(
-            failure("checkpoint-mismatch", "report.json lists " + dir + ", but " + manifest.string() + " is missing"));
-        continue;
-      }
-      try {
-        std::string disk = sha256_file(on_disk.string()).sha256;
-        if (disk != want) {
-          f.failures.push_back(failure("checkpoint-mismatch", "report.json lists " + dir + " with manifest sha256 " +
-                                                                  want + ", but " + manifest.string() + " has " +
-                                                                  disk));
-          continue;
-        }
-      } catch (const Error& e) {
-        f.failures.push_back(failure("subject-unreadable", e.what()));
-        continue;
-      }
-      if (inside && !subject_names.count(manifest.generic_string())) {
-        f.failures.push_back(
-            failure("checkpoint-mismatch",
-                    "report.json lists " + dir + ", but " + manifest.generic_string() + " is not a signed subject"));
-        continue;
-      }
-      if (!inside) {
-        // Its files are checked against that manifest here, as 3b does for
-        // the signed checkpoints inside the run directory.
-        const auto v =
-            checkpoint::Store(on_disk.parent_path().parent_path().string()).verify(on_disk.parent_path().string());
-        if (!v.ok) {
-          for (const auto& problem : v.problems) f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
-          continue;
-        }
-        r.warnings.push_back(dir +
-                             " is outside the run directory: its manifest is covered by "
-                             "report.json's manifest_sha256 (and its files by the manifest), not as a subject");
-      }
-      ++agree;
-    }
-    if (listed && agree == listed)
-      r.checks.push_back("report/manifests: the " + std::to_string(listed) +
-                         " checkpoints report.json lists match their manifests on disk");
-  }
+// The directory a report.json checkpoint entry lists, or "" when the entry is
+// not one check 4 counts (malformed, or not committed).
+std::string listed_checkpoint_dir(const json& entry) {
+  if (!entry.is_object()) return "";
+  std::string dir;
+  if (entry.contains("dir") && entry["dir"].is_string())
+    dir = entry["dir"].get<std::string>();
+  else if (entry.contains("path") && entry["path"].is_string())
+    dir = entry["path"].get<std::string>();
+  if (dir.empty() || !entry.contains("manifest_sha256") || !entry["manifest_sha256"].is_string()) return "";
+  if (entry.contains("committed") && entry["committed"] == false) return "";
+  return dir;
+}
 
-  // 5. The run's pinned manifest.json is the one report.json records
-  //    ("manifest_sha256" of the file, "manifest" its content). Not a subject:
-  //    it is signed through report.json.
-  if (st.report && st.report->contains("manifest_sha256") && (*st.report)["manifest_sha256"].is_string()) {
-    std::string want = detail::normalise_sha256((*st.report)["manifest_sha256"].get<std::string>());
-    std::string path = (root / "manifest.json").string();
+// Whether the manifest of the checkpoint `dir` that report.json lists (entry)
+// is on disk with the sha256 listed, and signed; failures are recorded.
+bool listed_checkpoint_agrees(RunDirCheck& c, const json& entry, const std::string& dir) {
+  stdfs::path d(dir);
+  if (d.is_absolute()) {
     std::error_code ec;
-    if (!stdfs::exists(path, ec)) {
-      f.failures.push_back(failure("manifest-mismatch", "report.json records manifest.json with sha256 " + want +
-                                                            ", but manifest.json is missing"));
-    } else {
-      try {
-        std::string text = fs::read_file(path);
-        std::string disk = sha256_hex(text);
-        bool ok = true;
-        if (disk != want) {
-          ok = false;
-          f.failures.push_back(
-              failure("manifest-mismatch", "manifest.json: sha256 on disk " + disk + ", report.json records " + want));
-        } else if (st.report->contains("manifest") && (*st.report)["manifest"].is_object() &&
-                   parse_json(text) != (*st.report)["manifest"]) {
-          ok = false;
-          f.failures.push_back(
-              failure("manifest-mismatch", "manifest.json differs from report.json's \"manifest\" at " +
-                                               diff_paths((*st.report)["manifest"], parse_json(text))));
-        }
-        if (ok) r.checks.push_back("manifest: manifest.json is the one report.json records");
-      } catch (const json::parse_error& e) {
-        f.failures.push_back(failure("manifest-mismatch", std::string("manifest.json is not JSON (") + e.what() + ")"));
-      } catch (const Error& e) {
-        f.failures.push_back(failure("subject-unreadable", e.what()));
-      }
-    }
+    stdfs::path rel = stdfs::relative(d, c.root, ec);
+    if (!ec && !rel.empty() && *rel.begin() != "..") d = rel;
   }
-  return f;
+  stdfs::path manifest = (d.filename() == "manifest.json" ? d : d / "manifest.json").lexically_normal();
+  // A checkpoint directory configured outside the run directory cannot be
+  // a subject; report.json's manifest_sha256 (signed with report.json)
+  // still ties its manifest to the signature.
+  bool inside = !manifest.is_absolute() && *manifest.begin() != "..";
+  stdfs::path on_disk = manifest.is_absolute() ? manifest : c.root / manifest;
+  std::string want = detail::normalise_sha256(entry["manifest_sha256"].get<std::string>());
+  std::error_code ec;
+  if (!stdfs::exists(on_disk, ec)) {
+    c.f.failures.push_back(
+        failure("checkpoint-mismatch", "report.json lists " + dir + ", but " + manifest.string() + " is missing"));
+    return false;
+  }
+  try {
+    std::string disk = sha256_file(on_disk.string()).sha256;
+    if (disk != want) {
+      c.f.failures.push_back(failure("checkpoint-mismatch", "report.json lists " + dir + " with manifest sha256 " +
+                                                                want + ", but " + manifest.string() + " has " + disk));
+      return false;
+    }
+  } catch (const Error& e) {
+    c.f.failures.push_back(failure("subject-unreadable", e.what()));
+    return false;
+  }
+  if (inside && !c.subject_names.count(manifest.generic_string())) {
+    c.f.failures.push_back(failure("checkpoint-mismatch", "report.json lists " + dir + ", but " +
+                                                              manifest.generic_string() + " is not a signed subject"));
+    return false;
+  }
+  if (!inside) {
+    // Its files are checked against that manifest here, as 3b does for
+    // the signed checkpoints inside the run directory.
+    const auto v =
+        checkpoint::Store(on_disk.parent_path().parent_path().string()).verify(on_disk.parent_path().string());
+    if (!v.ok) {
+      for (const auto& problem : v.problems) c.f.failures.push_back(failure("checkpoint-data", dir + ": " + problem));
+      return false;
+    }
+    c.r.warnings.push_back(dir +
+                           " is outside the run directory: its manifest is covered by "
+                           "report.json's manifest_sha256 (and its files by the manifest), not as a subject");
+  }
+  return true;
+}
+
+// 4. The checkpoints report.json lists ({dir, manifest_sha256}) are the
+//    manifests on disk, and are signed.
+void check_listed_checkpoints(RunDirCheck& c) {
+  const json* report = c.st.report;
+  if (!report || !report->contains("checkpoints") || !(*report)["checkpoints"].is_array()) return;
+  std::size_t listed = 0, agree = 0;
+  for (const auto& entry : (*report)["checkpoints"]) {
+    const std::string dir = listed_checkpoint_dir(entry);
+    if (dir.empty()) continue;
+    ++listed;
+    if (listed_checkpoint_agrees(c, entry, dir)) ++agree;
+  }
+  if (listed && agree == listed)
+    c.r.checks.push_back("report/manifests: the " + std::to_string(listed) +
+                         " checkpoints report.json lists match their manifests on disk");
+}
+
+// 5. The run's pinned manifest.json is the one report.json records
+//    ("manifest_sha256" of the file, "manifest" its content). Not a subject:
+//    it is signed through report.json.
+void check_pinned_manifest(RunDirCheck& c) {
+  const json* report = c.st.report;
+  if (!report || !report->contains("manifest_sha256") || !(*report)["manifest_sha256"].is_string()) return;
+  std::string want = detail::normalise_sha256((*report)["manifest_sha256"].get<std::string>());
+  std::string path = (c.root / "manifest.json").string();
+  std::error_code ec;
+  if (!stdfs::exists(path, ec)) {
+    c.f.failures.push_back(failure("manifest-mismatch", "report.json records manifest.json with sha256 " + want +
+                                                            ", but manifest.json is missing"));
+    return;
+  }
+  try {
+    std::string text = fs::read_file(path);
+    std::string disk = sha256_hex(text);
+    bool ok = true;
+    if (disk != want) {
+      ok = false;
+      c.f.failures.push_back(
+          failure("manifest-mismatch", "manifest.json: sha256 on disk " + disk + ", report.json records " + want));
+    } else if (report->contains("manifest") && (*report)["manifest"].is_object() &&
+               parse_json(text) != (*report)["manifest"]) {
+      ok = false;
+      c.f.failures.push_back(failure("manifest-mismatch", "manifest.json differs from report.json's \"manifest\" at " +
+                                                              diff_paths((*report)["manifest"], parse_json(text))));
+    }
+    if (ok) c.r.checks.push_back("manifest: manifest.json is the one report.json records");
+  } catch (const json::parse_error& e) {
+    c.f.failures.push_back(failure("manifest-mismatch", std::string("manifest.json is not JSON (") + e.what() + ")"));
+  } catch (const Error& e) {
+    c.f.failures.push_back(failure("subject-unreadable", e.what()));
+  }
+}
+
+FileFindings check_run_dir(const std::string& run_dir, const Statement& st, VerifyResult& r) {
+  RunDirCheck c{run_dir, stdfs::path(run_dir), st, r, {}, {}};
+  check_subjects(c);
+  check_report_file(c);
+  check_committed(c);
+  const auto claimed = detail::claimed_checkpoints(run_dir);
+  check_checkpoint_data(c, claimed);
+  warn_unsigned(c, claimed);
+  check_listed_checkpoints(c);
+  check_pinned_manifest(c);
+  return std::move(c.f);
 }
 
 // provenance.intoto.json beside a report that verified: signed by the same
@@ -510,6 +563,128 @@ void check_model_signature(const std::string& run_dir, const Key& key, const jso
                      std::to_string(files.size()) + " files), signed by the same key");
 }
 
+// Reads and parses the envelope `path` names (a run directory means its
+// report.intoto.json). False, with the failure in r, when it cannot.
+bool read_envelope(const std::string& path, std::string& env_path, std::string& text, Envelope& env, VerifyResult& r) {
+  env_path = path;
+  std::error_code ec;
+  if (stdfs::is_directory(path, ec)) {
+    env_path = (stdfs::path(path) / kEnvelopeFile).string();
+    if (!stdfs::exists(env_path, ec)) {
+      r.failures.push_back(
+          failure("unsigned", path + " has no " + kEnvelopeFile +
+                                  ": the run was not signed (report.signing_key: none, or its signing failed: see "
+                                  "its report.json)"));
+      return false;
+    }
+  }
+  try {
+    text = fs::read_file(env_path);
+  } catch (const Error& e) {
+    r.failures.push_back(failure("envelope-missing", e.what()));
+    return false;
+  }
+  r.envelope_text = text;
+  try {
+    env = envelope_from_json(text);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (stdfs::path(env_path).filename() == kReportFile)
+      msg += " (" + env_path + " is the unsigned report; verify " + kEnvelopeFile + ")";
+    r.failures.push_back(msg);
+    return false;
+  }
+  return true;
+}
+
+// The key: --key, else report.pub beside the envelope. Returns its path, ""
+// when there is none; `key` is set when it loads.
+std::string load_key(const std::string& run_dir, const std::string& env_path, const VerifyOptions& opts, Key& key,
+                     VerifyResult& r) {
+  std::string key_path = opts.public_key_path;
+  if (key_path.empty()) {
+    std::string beside = (stdfs::path(run_dir) / kPublicKeyFile).string();
+    std::error_code ec;
+    if (stdfs::exists(beside, ec)) {
+      key_path = beside;
+      r.warnings.push_back("no --key given: checked against " + beside +
+                           ", the key stored with the run. That shows the run is intact and was signed by the "
+                           "key it carries, not WHO signed it; pass --key with the signer's public key (or "
+                           "compare the key id below with the one you expect)");
+    } else {
+      r.failures.push_back(failure("no-key", "no --key given and no " + std::string(kPublicKeyFile) + " beside " +
+                                                 env_path + "; pass --key PUB (the signer's SPKI PEM public key)"));
+    }
+  }
+  if (!key_path.empty()) {
+    try {
+      key = load_public_key(key_path);
+      r.key_id = key_id(key);
+      r.public_key_path = key_path;
+    } catch (const Error& e) {
+      r.failures.push_back(failure("key", std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")")));
+    }
+  }
+  return key_path;
+}
+
+struct SignatureCheck {
+  bool type_ok = true;
+  std::string type_failure;  // when !type_ok
+  bool failed = false;       // the signature does not verify: named later
+  std::vector<std::string> failures;
+};
+
+// The signature, over PAE(payloadType, payload) exactly as the envelope has them.
+SignatureCheck check_signature(const Envelope& env, const Key& key, const Statement& st, VerifyResult& r) {
+  SignatureCheck sig;
+  sig.type_ok = env.payload_type == kInTotoPayloadType;
+  if (!sig.type_ok)
+    sig.type_failure = std::string("expected \"") + kInTotoPayloadType + "\", found \"" + env.payload_type + "\"";
+  if (env.signatures.empty()) {
+    sig.failures.push_back(failure("unsigned", "the envelope carries no signature"));
+  } else if (key) {
+    if (verify_envelope_signature(env, key)) {
+      r.checks.push_back("signature: valid ECDSA P-256/SHA-256 over the DSSE PAE, key " + r.key_id);
+      if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id)
+        sig.failures.push_back(failure(
+            "key-id-mismatch",
+            "the signature verifies with key " + r.key_id + ", but predicate.signer.key_id names " + st.signer_key_id));
+    } else if (!sig.type_ok) {
+      Envelope as_signed = env;
+      as_signed.payload_type = kInTotoPayloadType;
+      if (verify_envelope_signature(as_signed, key))
+        sig.type_failure +=
+            " (the signature is over \"" + std::string(kInTotoPayloadType) + "\": the type was changed after signing)";
+      else
+        sig.failed = true;
+    } else {
+      sig.failed = true;
+    }
+  }
+  return sig;
+}
+
+// Names a signature that does not verify: wrong key, tampered payload, or bad signature.
+std::string name_signature_failure(const std::string& with, const Statement& st, const std::string& key_id,
+                                   bool statement_ok, const FileFindings& files, bool check_files) {
+  if (!st.signer_key_id.empty() && st.signer_key_id != key_id)
+    return failure("wrong-key", "the signature does not verify with " + with +
+                                    "; the payload says it was signed by key " + st.signer_key_id +
+                                    ": use that signer's public key, or the envelope was re-signed");
+  if (!st.parsed || !statement_ok || !files.payload_disagrees.empty()) {
+    std::string why = !st.parsed      ? "it is not a JSON statement"
+                      : !statement_ok ? "it breaks the statement schema"
+                                      : files.payload_disagrees;
+    return failure("payload-tampered", "the signature does not verify over this payload with " + with + ", and " + why +
+                                           ": the payload was changed after signing");
+  }
+  return failure("bad-signature", "the signature does not verify over the payload with " + with +
+                                      (check_files ? "; the payload agrees with the run directory, so the "
+                                                     "signature itself was altered (or made over other bytes)"
+                                                   : "; the payload or the signature was altered"));
+}
+
 }  // namespace
 
 VerifyResult verify_envelope(const std::string& envelope_path, const std::string& public_key_path) {
@@ -520,100 +695,22 @@ VerifyResult verify_envelope(const std::string& envelope_path, const std::string
 
 VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts) {
   VerifyResult r;
-  auto fail = [&](const std::string& name, const std::string& detail) { r.failures.push_back(failure(name, detail)); };
-
-  // The envelope (a run directory means its report.intoto.json).
-  std::string env_path = path;
-  std::error_code ec;
-  if (stdfs::is_directory(path, ec)) {
-    env_path = (stdfs::path(path) / kEnvelopeFile).string();
-    if (!stdfs::exists(env_path, ec)) {
-      fail("unsigned",
-           path + " has no " + kEnvelopeFile +
-               ": the run was not signed (report.signing_key: none, or its signing failed: see its report.json)");
-      return r;
-    }
-  }
+  std::string env_path;
   std::string text;
-  try {
-    text = fs::read_file(env_path);
-  } catch (const Error& e) {
-    fail("envelope-missing", e.what());
-    return r;
-  }
-  r.envelope_text = text;
   Envelope env;
-  try {
-    env = envelope_from_json(text);
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    if (stdfs::path(env_path).filename() == kReportFile)
-      msg += " (" + env_path + " is the unsigned report; verify " + kEnvelopeFile + ")";
-    r.failures.push_back(msg);
-    return r;
-  }
+  if (!read_envelope(path, env_path, text, env, r)) return r;
   r.checks.push_back("envelope: DSSE JSON with " + std::to_string(env.signatures.size()) + " signature(s)");
   std::string run_dir =
       stdfs::path(env_path).has_parent_path() ? stdfs::path(env_path).parent_path().string() : std::string(".");
 
-  // The key: --key, else report.pub beside the envelope.
   Key key;
-  std::string key_path = opts.public_key_path;
-  if (key_path.empty()) {
-    std::string beside = (stdfs::path(run_dir) / kPublicKeyFile).string();
-    if (stdfs::exists(beside, ec)) {
-      key_path = beside;
-      r.warnings.push_back("no --key given: checked against " + beside +
-                           ", the key stored with the run. That shows the run is intact and was signed by the "
-                           "key it carries, not WHO signed it; pass --key with the signer's public key (or "
-                           "compare the key id below with the one you expect)");
-    } else {
-      fail("no-key", "no --key given and no " + std::string(kPublicKeyFile) + " beside " + env_path +
-                         "; pass --key PUB (the signer's SPKI PEM public key)");
-    }
-  }
-  if (!key_path.empty()) {
-    try {
-      key = load_public_key(key_path);
-      r.key_id = key_id(key);
-      r.public_key_path = key_path;
-    } catch (const Error& e) {
-      fail("key", std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")"));
-    }
-  }
+  const std::string key_path = load_key(run_dir, env_path, opts, key, r);
 
   // The statement (untrusted until the signature verifies).
   std::vector<std::string> statement_failures;
   Statement st = parse_statement(env.payload, statement_failures);
 
-  // The signature, over PAE(payloadType, payload) exactly as the envelope has them.
-  bool type_ok = env.payload_type == kInTotoPayloadType;
-  std::string type_failure;
-  if (!type_ok)
-    type_failure = std::string("expected \"") + kInTotoPayloadType + "\", found \"" + env.payload_type + "\"";
-  bool sig_failed = false;
-  std::vector<std::string> sig_failures;
-  if (env.signatures.empty()) {
-    sig_failures.push_back(failure("unsigned", "the envelope carries no signature"));
-  } else if (key) {
-    if (verify_envelope_signature(env, key)) {
-      r.checks.push_back("signature: valid ECDSA P-256/SHA-256 over the DSSE PAE, key " + r.key_id);
-      if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id)
-        sig_failures.push_back(failure(
-            "key-id-mismatch",
-            "the signature verifies with key " + r.key_id + ", but predicate.signer.key_id names " + st.signer_key_id));
-    } else if (!type_ok) {
-      Envelope as_signed = env;
-      as_signed.payload_type = kInTotoPayloadType;
-      if (verify_envelope_signature(as_signed, key))
-        type_failure +=
-            " (the signature is over \"" + std::string(kInTotoPayloadType) + "\": the type was changed after signing)";
-      else
-        sig_failed = true;
-    } else {
-      sig_failed = true;
-    }
-  }
+  SignatureCheck sig = check_signature(env, key, st, r);
 
   if (st.parsed && statement_failures.empty())
     r.checks.push_back(std::string("statement: in-toto Statement v1, predicateType ") + kPredicateType);
@@ -627,33 +724,15 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
         "run directory not checked (--envelope-only): subjects and the "
         "report/manifest agreement were not compared with files");
 
-  // Name the signature failure: wrong key, tampered payload, or bad signature.
-  if (sig_failed) {
-    std::string with = "key " + r.key_id + " (" + key_path + ")";
-    if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id) {
-      sig_failures.push_back(failure("wrong-key", "the signature does not verify with " + with +
-                                                      "; the payload says it was signed by key " + st.signer_key_id +
-                                                      ": use that signer's public key, or the envelope was re-signed"));
-    } else if (!st.parsed || !statement_failures.empty() || !files.payload_disagrees.empty()) {
-      std::string why = !st.parsed                    ? "it is not a JSON statement"
-                        : !statement_failures.empty() ? "it breaks the statement schema"
-                                                      : files.payload_disagrees;
-      sig_failures.push_back(failure("payload-tampered", "the signature does not verify over this payload with " +
-                                                             with + ", and " + why +
-                                                             ": the payload was changed after signing"));
-    } else {
-      sig_failures.push_back(
-          failure("bad-signature", "the signature does not verify over the payload with " + with +
-                                       (opts.check_files ? "; the payload agrees with the run directory, so the "
-                                                           "signature itself was altered (or made over other bytes)"
-                                                         : "; the payload or the signature was altered")));
-    }
-  }
+  if (sig.failed)
+    sig.failures.push_back(name_signature_failure("key " + r.key_id + " (" + key_path + ")", st, r.key_id,
+                                                  statement_failures.empty(), files, opts.check_files));
 
-  if (!type_ok) fail("payload-type", type_failure);
-  for (auto& f : sig_failures) r.failures.push_back(std::move(f));
+  if (!sig.type_ok) r.failures.push_back(failure("payload-type", sig.type_failure));
+  for (auto& f : sig.failures) r.failures.push_back(std::move(f));
   for (auto& f : statement_failures) r.failures.push_back(std::move(f));
   for (auto& f : files.failures) r.failures.push_back(std::move(f));
+  std::error_code ec;
   if (opts.check_files && r.failures.empty() && key) {
     check_provenance(run_dir, key, st.doc, text, r);
     check_model_signature(run_dir, key, st.doc, r);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -72,6 +73,253 @@ const checkpoint::SafetensorsFile& file_of(const checkpoint::Store::Loaded& c, c
   return it->second;
 }
 
+// Test seam ANCHOR_GRAD_FAULT: in `step`, the first parameter's gradient gets
+// the fault's inf/NaN.
+void inject_grad_faults(const std::vector<std::pair<std::int64_t, double>>& faults, std::int64_t step,
+                        const std::vector<NamedParam>& params) {
+  for (const auto& [fault_step, value] : faults)
+    if (fault_step == step && !params.empty()) {
+      torch::NoGradGuard no_grad;
+      const auto& p = params.front();
+      ANCHOR_LOG_WARN("train", "ANCHOR_GRAD_FAULT: step {}: {} put into the gradient of {}", step, value, p.name);
+      if (p.param.grad().defined()) p.param.grad().view(-1)[0].fill_(value);
+    }
+}
+
+// Test seam ANCHOR_DIST_FAULT=sigkill:<rank>:<step>.
+void kill_before_allreduce(int rank, std::int64_t step) {
+  ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself in step {} before the all-reduce", rank, step);
+  std::fflush(nullptr);
+  ::raise(SIGKILL);
+}
+
+void unscale_gradients(const std::vector<NamedParam>& params, double loss_scale) {
+  torch::NoGradGuard no_grad;  // unscaled before the sync clips them
+  for (const auto& p : params)
+    if (p.param.grad().defined()) p.param.grad().mul_(1.0 / loss_scale);
+}
+
+// Unscaled before clipping (ZeRO: before the sync, which clips), then the
+// step is skipped (and the scale backs off) on any inf/NaN. Returns whether
+// the step applies.
+bool unscale_and_update_scaler(LossScaler& scaler, const std::vector<NamedParam>& params, bool sharded,
+                               std::int64_t step, StepRecord& r) {
+  torch::NoGradGuard no_grad;
+  NamedTensors grads;
+  for (const auto& p : params) {
+    if (!sharded && p.param.grad().defined() && r.loss_scale != 1.0) p.param.grad().mul_(1.0 / r.loss_scale);
+    grads.push_back({p.name, p.param.grad()});
+  }
+  const auto bad = non_finite_names(grads);
+  // ZeRO: the global norm says whether any rank's gradient is non-finite, so every rank decides alike.
+  const bool apply = scaler.update(sharded ? !std::isfinite(r.grad_norm) : !bad.empty());
+  if (!apply) {
+    r.skipped = true;
+    r.grad_norm = 0;
+    r.nonfinite_grad = bad.empty() ? std::string("(a gradient another rank reduced)") : bad.front();
+    ANCHOR_LOG_WARN("train", "step {}: inf/NaN gradient in {}; step skipped, loss scale {} -> {}", step,
+                    r.nonfinite_grad, r.loss_scale, scaler.scale());
+  }
+  return apply;
+}
+
+// Clips (ZeRO: the sync did), names a non-finite gradient, and steps the
+// optimizer (ZeRO: the parameters this rank owns) at r.lr.
+void apply_update(AdamW& opt, const std::vector<int>& owner, int rank, bool sharded, double grad_clip, StepRecord& r) {
+  if (!sharded) r.grad_norm = clip_grad_norm(opt.params(), grad_clip);
+  if (!std::isfinite(r.grad_norm)) {
+    // No scaler to skip it: name the gradient for the caller (clipping keeps inf/NaN non-finite).
+    NamedTensors grads;
+    for (const auto& p : opt.params()) grads.push_back({p.name, p.param.grad()});
+    const auto bad = non_finite_names(grads);
+    if (!bad.empty()) r.nonfinite_grad = bad.front();
+  }
+  if (sharded)
+    zero_optimizer_step(opt, owner, rank, r.lr);
+  else
+    opt.step(r.lr);
+}
+
+// AdamW's three tensors of one parameter, into `file`.
+void add_adamw(checkpoint::FileContent& file, const std::string& param, const AdamW::State& s,
+               std::vector<torch::Tensor>& keep) {
+  file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvg), s.exp_avg, keep));
+  file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvgSq), s.exp_avg_sq, keep));
+  file.tensors.push_back(
+      tensor_ref(adamw_tensor(param, AdamWTensor::kStep), torch::tensor(s.step, torch::kInt64), keep));
+}
+
+// rng.safetensors of a one-rank save.
+checkpoint::FileContent one_rng_file_content([[maybe_unused]] const torch::Device& device,
+                                             std::vector<torch::Tensor>& keep) {
+  checkpoint::FileContent one_rng_file{rng_file(0, 1), {}, {{"format", kRngFileFormat}}};
+  one_rng_file.tensors.push_back(tensor_ref(kCpuGenerator, get_cpu_rng_state(), keep));
+#if defined(ANCHOR_WITH_CUDA)
+  // Dropout on the GPU draws from the device generator: its state travels too.
+  if (device.is_cuda())
+    one_rng_file.tensors.push_back(tensor_ref(kCudaGenerator, get_cuda_rng_state(device.index()), keep));
+#endif
+  return one_rng_file;
+}
+
+// The loss scaler: scale as F64 so it restores bitwise.
+checkpoint::FileContent scaler_file_content(const LossScaler& scaler, std::vector<torch::Tensor>& keep) {
+  checkpoint::FileContent scaler_file{
+      kScalerFile, {}, {{"format", kScalerFileFormat}, {"enabled", scaler.enabled() ? "true" : "false"}}};
+  const auto& ss = scaler.state();
+  scaler_file.tensors.push_back(tensor_ref(kScalerScale, torch::tensor(ss.scale, torch::kFloat64), keep));
+  scaler_file.tensors.push_back(
+      tensor_ref(kScalerGrowthTracker, torch::tensor(ss.growth_tracker, torch::kInt64), keep));
+  scaler_file.tensors.push_back(tensor_ref(kScalerSkippedSteps, torch::tensor(ss.skipped_steps, torch::kInt64), keep));
+  return scaler_file;
+}
+
+// zero1/zero2: this rank's optimizer shard, the parameters it owns.
+checkpoint::FileContent optimizer_shard_content(const AdamW& opt, const std::vector<int>& owner, int rank, int world,
+                                                std::vector<torch::Tensor>& keep) {
+  checkpoint::FileContent shard{optimizer_shard_file(rank, world),
+                                {},
+                                {{"format", kOptimizerShardFileFormat},
+                                 {"rank", std::to_string(rank)},
+                                 {"world_size", std::to_string(world)},
+                                 {"partition", "whole-parameter"}}};
+  nlohmann::json index = nlohmann::json::object();
+  const auto& ps = opt.params();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    if (owner[i] != rank) continue;
+    auto it = opt.state().find(ps[i].name);
+    if (it == opt.state().end()) continue;  // never stepped
+    add_adamw(shard, ps[i].name, it->second, keep);
+    // Global name, global shape and offset of each piece (whole parameters: offset 0).
+    index[ps[i].name] = {{"global_shape", ps[i].param.sizes().vec()}, {"offset", 0}, {"numel", ps[i].param.numel()}};
+  }
+  shard.metadata["index"] = index.dump();
+  return shard;
+}
+
+// Where the optimizer files of a checkpoint put each parameter's AdamW state.
+struct OptimizerFiles {
+  std::map<std::string, std::string> where;     // "<param>.step" -> file
+  std::map<std::string, nlohmann::json> index;  // shards: param -> {global_shape, offset, numel}
+  bool any = false;
+};
+
+// A shard's __metadata__ 'index' entry: {global_shape: [int...], offset: int (optional)}.
+bool well_formed_piece(const nlohmann::json& piece) {
+  if (!piece.is_object() || !piece.contains("global_shape") || !piece["global_shape"].is_array()) return false;
+  for (const auto& d : piece["global_shape"])
+    if (!d.is_number_integer()) return false;
+  return !piece.contains("offset") || piece["offset"].is_number_integer();
+}
+
+// A shard's __metadata__ 'index' (JSON), each entry checked, into `index`.
+void read_shard_index(const checkpoint::Store::Loaded& c, const std::string& fname, const std::string& text,
+                      std::map<std::string, nlohmann::json>& index) {
+  nlohmann::json parsed;  // items() must not outlive it
+  try {
+    parsed = parse_json(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kVerification,
+                c.dir + "/" + fname + ": __metadata__ 'index' is not valid JSON: " + printable(e.what()),
+                "the optimizer shard is damaged or was not written by anchor; restore from another checkpoint");
+  }
+  for (const auto& [name, piece] : parsed.items())
+    if (!well_formed_piece(piece))
+      throw Error(ErrorKind::kVerification,
+                  c.dir + "/" + fname + ": __metadata__ 'index' entry for " + name + " is " + piece.dump() +
+                      ", expected an object with a global_shape list",
+                  "the optimizer shard is damaged or was not written by anchor; restore from another checkpoint");
+    else
+      index[name] = piece;
+}
+
+// optimizer.safetensors (one rank, DDP) or the optimizer-rank* shards of any
+// world size: every piece is looked up by its global name.
+OptimizerFiles find_optimizer_files(const checkpoint::Store::Loaded& c) {
+  OptimizerFiles out;
+  for (const auto& [fname, f] : c.files) {
+    if (!is_optimizer_file(fname)) continue;
+    out.any = true;
+    for (const auto& e : f.entries())
+      if (const auto param = adamw_step_param(e.name)) out.where[*param] = fname;
+    auto m = f.metadata().find("index");
+    if (m != f.metadata().end()) read_shard_index(c, fname, m->second, out.index);
+  }
+  return out;
+}
+
+// The AdamW state of the parameters this rank owns (all of them without ZeRO),
+// replacing `opt`'s.
+void restore_optimizer(const checkpoint::Store::Loaded& c, AdamW& opt, const std::vector<int>& owner, int rank,
+                       const torch::Device& device) {
+  const OptimizerFiles files = find_optimizer_files(c);
+  if (!files.any) file_of(c, kOptimizerFile);  // throws: names the missing file
+  auto& state = opt.state();
+  state.clear();
+  const auto& ps = opt.params();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const auto& p = ps[i];
+    if (!owner.empty() && owner[i] != rank) continue;  // another rank's shard
+    auto it = files.where.find(p.name);
+    if (it == files.where.end()) continue;  // never stepped: no state, as in a fresh optimizer
+    const auto& of = c.files.at(it->second);
+    const auto view = [&](AdamWTensor t) { return view_of(of, it->second, adamw_tensor(p.name, t)); };
+    AdamW::State s;
+    s.exp_avg = view(AdamWTensor::kExpAvg).to(device, false, /*copy=*/true);
+    s.exp_avg_sq = view(AdamWTensor::kExpAvgSq).to(device, false, /*copy=*/true);
+    s.step = view(AdamWTensor::kStep).item<std::int64_t>();
+    if (auto ix = files.index.find(p.name);
+        ix != files.index.end() &&
+        (ix->second.value("offset", -1) != 0 ||
+         ix->second.at("global_shape").get<std::vector<std::int64_t>>() != p.param.sizes().vec()))
+      throw Error(ErrorKind::kVerification,
+                  "optimizer shard " + it->second + " holds " + p.name + " as " + ix->second.dump() +
+                      ": only whole parameters (offset 0, the model's shape) can be restored",
+                  "restore with the model config the checkpoint was saved with");
+    if (s.exp_avg.sizes() != p.param.sizes() || s.exp_avg_sq.sizes() != p.param.sizes())
+      throw Error(ErrorKind::kVerification, "optimizer state " + p.name + " in " + it->second + " has the wrong shape");
+    state[p.name] = std::move(s);
+  }
+}
+
+// The generators' states from RNG file `rn`.
+void restore_rng_stream(const checkpoint::Store::Loaded& c, const std::string& rn,
+                        [[maybe_unused]] const torch::Device& device) {
+  const auto& rf = file_of(c, rn);
+  set_cpu_rng_state(view_of(rf, rn, kCpuGenerator).clone());
+#if defined(ANCHOR_WITH_CUDA)
+  if (device.is_cuda()) set_cuda_rng_state(device.index(), view_of(rf, rn, kCudaGenerator).clone());
+#endif
+}
+
+// Seeds a fresh stream for `rank` from (run seed, step, rank); returns how, for rng_restore().
+nlohmann::json rederive_rng_stream(std::uint64_t run_seed, std::int64_t saved_step, int rank, int saved_world,
+                                   int world) {
+  const std::string from =
+      "derive_seed(run.seed, \"dropout/step" + std::to_string(saved_step) + "/rank" + std::to_string(rank) + "\")";
+  const auto seed =
+      config::derive_seed(run_seed, "dropout/step" + std::to_string(saved_step) + "/rank" + std::to_string(rank));
+  torch::manual_seed(seed);
+  nlohmann::json record = {{"rank", rank}, {"seed", seed}, {"from", from}};
+  ANCHOR_LOG_WARN("restore", "world size {} -> {}: rank {} has no saved RNG stream; re-derived from {}", saved_world,
+                  world, rank, from);
+  return record;
+}
+
+void restore_scaler(const checkpoint::Store::Loaded& c, LossScaler& scaler) {
+  auto it = c.files.find(kScalerFile);
+  if (it != c.files.end()) {
+    LossScaler::State s;
+    s.scale = view_of(it->second, kScalerFile, kScalerScale).item<double>();
+    s.growth_tracker = view_of(it->second, kScalerFile, kScalerGrowthTracker).item<std::int64_t>();
+    s.skipped_steps = view_of(it->second, kScalerFile, kScalerSkippedSteps).item<std::int64_t>();
+    if (scaler.enabled()) scaler.set_state(s);
+  } else if (scaler.enabled()) {
+    throw Error(ErrorKind::kVerification, "checkpoint " + c.dir + " has no scaler.safetensors, but loss scaling is on",
+                "resume from a checkpoint saved with train.loss_scale on (a scaler restarting at init_scale diverges)");
+  }
+}
+
 }  // namespace
 
 RestoreFaults RestoreFaults::from_env() {
@@ -82,6 +330,7 @@ RestoreFaults RestoreFaults::from_env() {
     if (item.point == "wrong_step") f.wrong_step = true;
     if (item.point == "drop_scaler") f.drop_scaler = true;
     if (item.point == "diverge_replica") f.diverge_replica = true;
+    if (item.point == "profiler_refuses") f.profiler_refuses = true;
   }
   return f;
 }
@@ -100,13 +349,13 @@ void set_cpu_rng_state(const torch::Tensor& state) {
 
 #if defined(ANCHOR_WITH_CUDA)
 torch::Tensor get_cuda_rng_state(int index) {
-  auto gen = at::cuda::detail::getDefaultCUDAGenerator(index);
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(index));
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
 }
 
 void set_cuda_rng_state(int index, const torch::Tensor& state) {
-  auto gen = at::cuda::detail::getDefaultCUDAGenerator(index);
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(index));
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
 }
@@ -220,19 +469,9 @@ StepRecord Trainer::train_step() {
   opt_->zero_grad();
   r.loss_scale = scaler_.scale();
   double loss_sum = forward_backward(precision_, r.loss_scale, r, digest);
-  for (const auto& [fault_step, value] : grad_faults_)
-    if (fault_step == step_ && !opt_->params().empty()) {
-      torch::NoGradGuard no_grad;
-      const auto& p = opt_->params().front();
-      ANCHOR_LOG_WARN("train", "ANCHOR_GRAD_FAULT: step {}: {} put into the gradient of {}", step_, value, p.name);
-      if (p.param.grad().defined()) p.param.grad().view(-1)[0].fill_(value);
-    }
+  inject_grad_faults(grad_faults_, step_, opt_->params());
   if (pg_) {
-    if (rank_ == fault_rank_ && step_ == fault_step_) {
-      ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself in step {} before the all-reduce", rank_, step_);
-      std::fflush(nullptr);
-      ::raise(SIGKILL);
-    }
+    if (rank_ == fault_rank_ && step_ == fault_step_) kill_before_allreduce(rank_, step_);
     double sync_s = 0;
     if (strategy_ == Strategy::kDdp) {
       // DDP: average the gradients (and the loss, for the record) over the ranks.
@@ -242,11 +481,7 @@ StepRecord Trainer::train_step() {
       sync_s = dist::allreduce_gradients(*pg_, ps, bucket_bytes_, step_).seconds;
     } else {
       // zero1/zero2: gradients averaged (all-reduce, or reduce to each owner) and clipped by the global norm.
-      if (scaler_.enabled() && r.loss_scale != 1.0) {
-        torch::NoGradGuard no_grad;  // unscaled before the sync clips them
-        for (const auto& p : opt_->params())
-          if (p.param.grad().defined()) p.param.grad().mul_(1.0 / r.loss_scale);
-      }
+      if (scaler_.enabled() && r.loss_scale != 1.0) unscale_gradients(opt_->params(), r.loss_scale);
       ZeroSyncStats zs;
       r.grad_norm =
           zero_sync_and_clip(*pg_, *opt_, owner_, strategy_, bucket_bytes_, step_, cfg_.train.optimizer.grad_clip, &zs);
@@ -260,42 +495,9 @@ StepRecord Trainer::train_step() {
   }
   const bool sharded = pg_ && strategy_ != Strategy::kDdp;
   auto t2 = Clock::now();
-  bool apply = true;
-  if (scaler_.enabled()) {
-    // Unscaled before clipping (ZeRO: before the sync, which clips), then the
-    // step is skipped (and the scale backs off) on any inf/NaN.
-    torch::NoGradGuard no_grad;
-    NamedTensors grads;
-    for (const auto& p : opt_->params()) {
-      if (!sharded && p.param.grad().defined() && r.loss_scale != 1.0) p.param.grad().mul_(1.0 / r.loss_scale);
-      grads.push_back({p.name, p.param.grad()});
-    }
-    const auto bad = non_finite_names(grads);
-    // ZeRO: the global norm says whether any rank's gradient is non-finite, so every rank decides alike.
-    apply = scaler_.update(sharded ? !std::isfinite(r.grad_norm) : !bad.empty());
-    if (!apply) {
-      r.skipped = true;
-      r.grad_norm = 0;
-      r.nonfinite_grad = bad.empty() ? std::string("(a gradient another rank reduced)") : bad.front();
-      ANCHOR_LOG_WARN("train", "step {}: inf/NaN gradient in {}; step skipped, loss scale {} -> {}", step_,
-                      r.nonfinite_grad, r.loss_scale, scaler_.scale());
-    }
-  }
+  const bool apply = !scaler_.enabled() || unscale_and_update_scaler(scaler_, opt_->params(), sharded, step_, r);
   r.lr = lr_at(cfg_.train, step_, total_steps_);
-  if (apply) {
-    if (!sharded) r.grad_norm = clip_grad_norm(opt_->params(), cfg_.train.optimizer.grad_clip);
-    if (!std::isfinite(r.grad_norm)) {
-      // No scaler to skip it: name the gradient for the caller (clipping keeps inf/NaN non-finite).
-      NamedTensors grads;
-      for (const auto& p : opt_->params()) grads.push_back({p.name, p.param.grad()});
-      const auto bad = non_finite_names(grads);
-      if (!bad.empty()) r.nonfinite_grad = bad.front();
-    }
-    if (sharded)
-      zero_optimizer_step(*opt_, owner_, rank_, r.lr);
-    else
-      opt_->step(r.lr);
-  }
+  if (apply) apply_update(*opt_, owner_, rank_, sharded, cfg_.train.optimizer.grad_clip, r);
   compat::synchronize(device_);  // the step's time and peak memory include its optimizer kernels
   r.compute_s += seconds_since(t2);
   if (sharded) r.comm_s += zero_broadcast_parameters(*pg_, *opt_, owner_, bucket_bytes_, step_);
@@ -366,59 +568,20 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   keep.reserve(8 * opt_->params().size() + 64);  // refs point into it: no reallocation
   checkpoint::SaveRequest req;
   req.step = step_;
-  // AdamW's three tensors of one parameter, into `file`.
-  const auto add_adamw = [&keep](checkpoint::FileContent& file, const std::string& param, const AdamW::State& s) {
-    file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvg), s.exp_avg, keep));
-    file.tensors.push_back(tensor_ref(adamw_tensor(param, AdamWTensor::kExpAvgSq), s.exp_avg_sq, keep));
-    file.tensors.push_back(
-        tensor_ref(adamw_tensor(param, AdamWTensor::kStep), torch::tensor(s.step, torch::kInt64), keep));
-  };
   checkpoint::FileContent model_file{kModelFile, {}, {{"format", kModelFileFormat}}};
   for (const auto& p : model_->named_parameters()) model_file.tensors.push_back(tensor_ref(p.key(), p.value(), keep));
   for (const auto& b : model_->named_buffers()) model_file.tensors.push_back(tensor_ref(b.key(), b.value(), keep));
   checkpoint::FileContent opt_file{kOptimizerFile, {}, {{"format", kOptimizerFileFormat}}};
-  for (const auto& [name, s] : opt_->state()) add_adamw(opt_file, name, s);
-  checkpoint::FileContent one_rng_file{rng_file(0, 1), {}, {{"format", kRngFileFormat}}};
-  one_rng_file.tensors.push_back(tensor_ref(kCpuGenerator, get_cpu_rng_state(), keep));
-#if defined(ANCHOR_WITH_CUDA)
-  // Dropout on the GPU draws from the device generator: its state travels too.
-  if (device_.is_cuda())
-    one_rng_file.tensors.push_back(tensor_ref(kCudaGenerator, get_cuda_rng_state(device_.index()), keep));
-#endif
-  // The loss scaler: scale as F64 so it restores bitwise.
-  checkpoint::FileContent scaler_file{
-      kScalerFile, {}, {{"format", kScalerFileFormat}, {"enabled", scaler_.enabled() ? "true" : "false"}}};
-  const auto& ss = scaler_.state();
-  scaler_file.tensors.push_back(tensor_ref(kScalerScale, torch::tensor(ss.scale, torch::kFloat64), keep));
-  scaler_file.tensors.push_back(
-      tensor_ref(kScalerGrowthTracker, torch::tensor(ss.growth_tracker, torch::kInt64), keep));
-  scaler_file.tensors.push_back(tensor_ref(kScalerSkippedSteps, torch::tensor(ss.skipped_steps, torch::kInt64), keep));
+  for (const auto& [name, s] : opt_->state()) add_adamw(opt_file, name, s, keep);
+  checkpoint::FileContent one_rng_file = one_rng_file_content(device_, keep);
+  checkpoint::FileContent scaler_file = scaler_file_content(scaler_, keep);
   if (world_ > 1) {
     // Per-rank files: what this rank writes into the shared save.
     if (rank_ == 0) req.files.push_back(std::move(model_file));
-    if (pg_ && strategy_ != Strategy::kDdp) {
-      checkpoint::FileContent shard{optimizer_shard_file(rank_, world_),
-                                    {},
-                                    {{"format", kOptimizerShardFileFormat},
-                                     {"rank", std::to_string(rank_)},
-                                     {"world_size", std::to_string(world_)},
-                                     {"partition", "whole-parameter"}}};
-      nlohmann::json index = nlohmann::json::object();
-      const auto& ps = opt_->params();
-      for (std::size_t i = 0; i < ps.size(); ++i) {
-        if (owner_[i] != rank_) continue;
-        auto it = opt_->state().find(ps[i].name);
-        if (it == opt_->state().end()) continue;  // never stepped
-        add_adamw(shard, ps[i].name, it->second);
-        // Global name, global shape and offset of each piece (whole parameters: offset 0).
-        index[ps[i].name] = {
-            {"global_shape", ps[i].param.sizes().vec()}, {"offset", 0}, {"numel", ps[i].param.numel()}};
-      }
-      shard.metadata["index"] = index.dump();
-      req.files.push_back(std::move(shard));
-    } else if (rank_ == 0) {
+    if (pg_ && strategy_ != Strategy::kDdp)
+      req.files.push_back(optimizer_shard_content(*opt_, owner_, rank_, world_, keep));
+    else if (rank_ == 0)
       req.files.push_back(std::move(opt_file));
-    }
     checkpoint::FileContent f{
         rng_file(rank_, world_), {}, {{"format", kRngFileFormat}, {"rank", std::to_string(rank_)}}};
     f.tensors.push_back(tensor_ref(kCpuGenerator, get_cpu_rng_state(), keep));
@@ -429,6 +592,7 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   // One writer of the scaler (identical on every rank): rank 0 in a per-rank save.
   if (world_ == 1 || rank_ == 0) req.files.push_back(std::move(scaler_file));
 
+  const auto& ss = scaler_.state();
   StateFields fields;
   fields.step = step_;
   fields.schedule = cfg_.train.schedule.kind;
@@ -459,72 +623,7 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, kModelFile, b.key()), b.key());
 
   const std::int64_t saved_step = saved.step;
-  if (!faults.drop_optimizer) {
-    // optimizer.safetensors (one rank, DDP) or the optimizer-rank* shards of
-    // any world size: every piece is looked up by its global name.
-    std::map<std::string, std::string> where;     // "<param>.step" -> file
-    std::map<std::string, nlohmann::json> index;  // shards: param -> {global_shape, offset, numel}
-    bool any = false;
-    for (const auto& [fname, f] : c.files) {
-      if (!is_optimizer_file(fname)) continue;
-      any = true;
-      for (const auto& e : f.entries())
-        if (const auto param = adamw_step_param(e.name)) where[*param] = fname;
-      auto m = f.metadata().find("index");
-      if (m != f.metadata().end()) {
-        nlohmann::json parsed;  // items() must not outlive it
-        try {
-          parsed = parse_json(m->second);
-        } catch (const nlohmann::json::exception& e) {
-          throw Error(ErrorKind::kVerification,
-                      c.dir + "/" + fname + ": __metadata__ 'index' is not valid JSON: " + printable(e.what()),
-                      "the optimizer shard is damaged or was not written by anchor; restore from another checkpoint");
-        }
-        const auto well_formed = [](const nlohmann::json& piece) {
-          if (!piece.is_object() || !piece.contains("global_shape") || !piece["global_shape"].is_array()) return false;
-          for (const auto& d : piece["global_shape"])
-            if (!d.is_number_integer()) return false;
-          return !piece.contains("offset") || piece["offset"].is_number_integer();
-        };
-        for (const auto& [name, piece] : parsed.items())
-          if (!well_formed(piece))
-            throw Error(ErrorKind::kVerification,
-                        c.dir + "/" + fname + ": __metadata__ 'index' entry for " + name + " is " + piece.dump() +
-                            ", expected an object with a global_shape list",
-                        "the optimizer shard is damaged or was not written by anchor; restore from another checkpoint");
-          else
-            index[name] = piece;
-      }
-    }
-    if (!any) file_of(c, kOptimizerFile);  // throws: names the missing file
-    auto& state = opt_->state();
-    state.clear();
-    const auto& ps = opt_->params();
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      const auto& p = ps[i];
-      if (!owner_.empty() && owner_[i] != rank_) continue;  // another rank's shard
-      auto it = where.find(p.name);
-      if (it == where.end()) continue;  // never stepped: no state, as in a fresh optimizer
-      const auto& of = c.files.at(it->second);
-      const auto view = [&](AdamWTensor t) { return view_of(of, it->second, adamw_tensor(p.name, t)); };
-      AdamW::State s;
-      s.exp_avg = view(AdamWTensor::kExpAvg).to(device_, false, /*copy=*/true);
-      s.exp_avg_sq = view(AdamWTensor::kExpAvgSq).to(device_, false, /*copy=*/true);
-      s.step = view(AdamWTensor::kStep).item<std::int64_t>();
-      if (auto ix = index.find(p.name);
-          ix != index.end() &&
-          (ix->second.value("offset", -1) != 0 ||
-           ix->second.at("global_shape").get<std::vector<std::int64_t>>() != p.param.sizes().vec()))
-        throw Error(ErrorKind::kVerification,
-                    "optimizer shard " + it->second + " holds " + p.name + " as " + ix->second.dump() +
-                        ": only whole parameters (offset 0, the model's shape) can be restored",
-                    "restore with the model config the checkpoint was saved with");
-      if (s.exp_avg.sizes() != p.param.sizes() || s.exp_avg_sq.sizes() != p.param.sizes())
-        throw Error(ErrorKind::kVerification,
-                    "optimizer state " + p.name + " in " + it->second + " has the wrong shape");
-      state[p.name] = std::move(s);
-    }
-  }
+  if (!faults.drop_optimizer) restore_optimizer(c, *opt_, owner_, rank_, device_);
   const int saved_world = saved.world_size;
   rng_restore_ = {{"saved_world_size", saved_world},
                   {"world_size", world_},
@@ -535,39 +634,14 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   if (!faults.drop_rng) {
     if (rank_ < saved_world) {
       // Same world size: this rank's own stream. Otherwise saved rank r's stream for rank r.
-      const std::string rn = rng_file(rank_, saved_world);
-      const auto& rf = file_of(c, rn);
-      set_cpu_rng_state(view_of(rf, rn, kCpuGenerator).clone());
-#if defined(ANCHOR_WITH_CUDA)
-      if (device_.is_cuda()) set_cuda_rng_state(device_.index(), view_of(rf, rn, kCudaGenerator).clone());
-#endif
+      restore_rng_stream(c, rng_file(rank_, saved_world), device_);
       rng_restore_["carried"].push_back(rank_);
     } else {
       // No saved stream for this rank: a fresh one from (run seed, step, rank).
-      const std::string from =
-          "derive_seed(run.seed, \"dropout/step" + std::to_string(saved_step) + "/rank" + std::to_string(rank_) + "\")";
-      const auto seed = config::derive_seed(
-          cfg_.run.seed, "dropout/step" + std::to_string(saved_step) + "/rank" + std::to_string(rank_));
-      torch::manual_seed(seed);
-      rng_restore_["rederived"].push_back({{"rank", rank_}, {"seed", seed}, {"from", from}});
-      ANCHOR_LOG_WARN("restore", "world size {} -> {}: rank {} has no saved RNG stream; re-derived from {}",
-                      saved_world, world_, rank_, from);
+      rng_restore_["rederived"].push_back(rederive_rng_stream(cfg_.run.seed, saved_step, rank_, saved_world, world_));
     }
   }
-  if (!faults.drop_scaler) {
-    auto it = c.files.find(kScalerFile);
-    if (it != c.files.end()) {
-      LossScaler::State s;
-      s.scale = view_of(it->second, kScalerFile, kScalerScale).item<double>();
-      s.growth_tracker = view_of(it->second, kScalerFile, kScalerGrowthTracker).item<std::int64_t>();
-      s.skipped_steps = view_of(it->second, kScalerFile, kScalerSkippedSteps).item<std::int64_t>();
-      if (scaler_.enabled()) scaler_.set_state(s);
-    } else if (scaler_.enabled()) {
-      throw Error(
-          ErrorKind::kVerification, "checkpoint " + c.dir + " has no scaler.safetensors, but loss scaling is on",
-          "resume from a checkpoint saved with train.loss_scale on (a scaler restarting at init_scale diverges)");
-    }
-  }
+  if (!faults.drop_scaler) restore_scaler(c, scaler_);
   step_ = saved_step + (faults.wrong_step ? 1 : 0);
 }
 

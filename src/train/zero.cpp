@@ -38,6 +38,7 @@ std::vector<std::vector<std::size_t>> owner_buckets(const std::vector<torch::Ten
 
 torch::Tensor flatten(const std::vector<torch::Tensor>& ts, const std::vector<std::size_t>& idx) {
   std::vector<torch::Tensor> flat;
+  flat.reserve(idx.size());
   for (auto i : idx) flat.push_back(ts[i].reshape({-1}));
   return torch::cat(flat);
 }

@@ -52,6 +52,15 @@ class Gpu : public ::testing::Test {
             train_extra + "}\ndevice: cuda\n",
         "gpu.yaml");
   }
+  // A CUDA config of the model `model` (a YAML flow mapping's body) at this
+  // micro-batch, sequence length and accumulation.
+  config::Config shaped(const std::string& model, int micro_batch, int seq_len, int grad_accum) const {
+    return config::load_string(
+        "run: {seed: 7, threads: 1}\nmodel: {" + model + "}\ndata: {train: [" + dir_.str("train.txt") + "], seq_len: " +
+            std::to_string(seq_len) + ", val_fraction: 0.1}\ntrain: {micro_batch: " + std::to_string(micro_batch) +
+            ", grad_accum: " + std::to_string(grad_accum) + ", total_steps: 100}\ndevice: cuda\n",
+        "gpu.yaml");
+  }
   TempDir dir_{"gpu"};
 };
 
@@ -129,15 +138,7 @@ TEST_F(Gpu, SdpaMatchesManualAttentionOnCuda) {
 TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
   ANCHOR_SKIP_WITHOUT_GPU();
   auto peak = [&](int mb, int seq) {
-    auto c = config::load_string(
-        "run: {seed: 7, threads: 1}\n"
-        "model: {n_layer: 4, n_head: 8, n_embd: 512, block_size: 1024, dropout: 0.1}\n"
-        "data: {train: [" +
-            dir_.str("train.txt") + "], seq_len: " + std::to_string(seq) +
-            ", val_fraction: 0.1}\n"
-            "train: {micro_batch: " +
-            std::to_string(mb) + ", grad_accum: 1, total_steps: 100}\ndevice: cuda\n",
-        "mem.yaml");
+    auto c = shaped("n_layer: 4, n_head: 8, n_embd: 512, block_size: 1024, dropout: 0.1", mb, seq, 1);
     train::Trainer t(c);
     t.train_step();  // optimizer state appears
     measure::reset_peak(t.device());
@@ -176,15 +177,7 @@ TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
 TEST_F(Gpu, TheProbesStepsOnOneTrainerEqualFreshTrainersSecondSteps) {
   ANCHOR_SKIP_WITHOUT_GPU();
   const auto cfg = [&](int mb, int seq) {
-    return config::load_string(
-        "run: {seed: 7, threads: 1}\n"
-        "model: {n_layer: 2, n_head: 4, n_embd: 128, block_size: 256}\n"
-        "data: {train: [" +
-            dir_.str("train.txt") + "], seq_len: " + std::to_string(seq) +
-            ", val_fraction: 0.1}\n"
-            "train: {micro_batch: " +
-            std::to_string(mb) + ", grad_accum: 2, total_steps: 100}\ndevice: cuda\n",
-        "probe.yaml");
+    return shaped("n_layer: 2, n_head: 4, n_embd: 128, block_size: 256", mb, seq, 2);
   };
   const auto fresh_second_step = [&](int mb, int seq) {
     train::Trainer t(cfg(mb, seq));

@@ -36,8 +36,11 @@ struct RestoreFaults {
   // Not a restore fault: with several ranks, rank 1 of worker A nudges one
   // parameter right before its first save, so the replica check there fails.
   bool diverge_replica = false;
-  static RestoreFaults
-  from_env();  // ANCHOR_PILOT_FAULT=drop_rng|drop_optimizer|wrong_step|drop_scaler|diverge_replica[,...]
+  // Not a restore fault either: the profiler refuses to start for worker B's
+  // last step, which then runs unprofiled (pipeline/worker.cpp, profiled_step).
+  bool profiler_refuses = false;
+  // ANCHOR_PILOT_FAULT=<point>[,...]; the points: src/common/faults.cpp.
+  static RestoreFaults from_env();
   bool any() const { return drop_rng || drop_optimizer || wrong_step || drop_scaler; }
 };
 
