@@ -32,6 +32,7 @@ if [[ "${1:-}" == --test ]]; then
     mmdebstrap                            # a fresh Debian root for the .deb's install test (tests/install/deb_fresh_root.sh)
     podman crun                           # the image id detected in a real container (tests/install/podman_container.sh)
     clang-tidy                            # the tidy check (scripts/tidy.sh, tests/tidy/test_tidy.sh)
+    clang-format                          # the layout check (scripts/format.sh, tests/format/test_format.sh)
   )
 fi
 

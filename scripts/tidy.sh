@@ -8,13 +8,16 @@
 #   scripts/tidy.sh --base REF      # .cpp files changed since REF, uncommitted and untracked
 #   scripts/tidy.sh FILE...         # these files
 #   --build DIR                     # the compile database's build (default build/release: cmake --preset release)
+#   --no-cache                      # run clang-tidy on every file, even one found clean before with the same inputs
 #
 # clang-tidy 14 (Debian 12's) when it is there: the checks bugprone-* and
 # performance-* hold differ from version to version. A file not in the
 # compile database (a fixture) is read as C++17 with include/ and src/ on the
 # include path. Module headers are checked through the sources that include
-# them. The tree's findings from before this check are not all fixed: a
-# change must leave the files it touches clean.
+# them. A file found clean is remembered by the key scripts/tidy_key.py gives
+# (clang-tidy's version, .clang-tidy, the compile command, the preprocessed
+# file: a change to the file or to any header it includes is a new key) in
+# $ANCHOR_TIDY_CACHE (default ~/.cache/anchor-tidy), and not parsed again.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -26,6 +29,8 @@ fi
 
 base=""
 db=build/release
+use_cache=1
+cache=${ANCHOR_TIDY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/anchor-tidy}
 files=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -33,7 +38,8 @@ while [[ $# -gt 0 ]]; do
       if [[ $# -lt 2 ]]; then echo "tidy: $1 needs a value" >&2; exit 2; fi
       if [[ $1 == --base ]]; then base=$2; else db=$2; fi
       shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --no-cache) use_cache=0; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) files+=("$1"); shift ;;
   esac
 done
@@ -59,7 +65,26 @@ if [[ ${#files[@]} -eq 0 ]]; then
   exit 0
 fi
 
+# The torch sources are compiled with GCC's precompiled header (-include
+# .../cmake_pch.hxx, its .gch beside it), which clang cannot read: give
+# clang-tidy a copy of the database whose -include names a copy of each
+# cmake_pch.hxx with no .gch beside it (the same header text, parsed).
+tidy_db=$db
+if grep -q 'cmake_pch\.hxx' "$db/compile_commands.json"; then
+  tidy_db=$(mktemp -d "${TMPDIR:-/tmp}/anchor-tidy.XXXXXX")
+  trap 'rm -rf "$tidy_db"' EXIT
+  cp "$db/compile_commands.json" "$tidy_db/compile_commands.json"
+  i=0
+  while IFS= read -r pch; do
+    mkdir -p "$tidy_db/pch$i"
+    cp "$pch" "$tidy_db/pch$i/cmake_pch.hxx"
+    sed -i "s|$pch\\([ \"]\\)|$tidy_db/pch$i/cmake_pch.hxx\\1|g" "$tidy_db/compile_commands.json"
+    i=$((i + 1))
+  done < <(grep -oE '/[^ "]*/cmake_pch\.hxx[ "]' "$db/compile_commands.json" | sed 's/.$//' | sort -u)
+fi
+
 status=0
+remembered=0
 for f in "${files[@]}"; do
   if [[ ! -f $f ]]; then
     echo "tidy: $f: no such file" >&2
@@ -70,8 +95,13 @@ for f in "${files[@]}"; do
   if ! grep -qF "\"file\": \"$abs\"" "$db/compile_commands.json"; then
     extra=(-- -std=c++17 -Iinclude -Isrc)
   fi
+  key=""
+  if [[ $use_cache -eq 1 && ${#extra[@]} -eq 0 ]]; then
+    key=$(python3 scripts/tidy_key.py . "$db" "$f" "$tidy" 2>/dev/null || true)
+    if [[ -n $key && -f $cache/$key ]]; then remembered=$((remembered + 1)); continue; fi  # clean with these inputs
+  fi
   rc=0
-  out=$("$tidy" -p "$db" --quiet "$f" "${extra[@]}" 2>&1) || rc=$?
+  out=$("$tidy" -p "$tidy_db" --quiet "$f" "${extra[@]}" 2>&1) || rc=$?
   found=$(printf '%s\n' "$out" | grep -E '^[^ ].*:[0-9]+:[0-9]+: (warning|error): ' || true)
   if [[ -n $found ]]; then
     echo "$found"
@@ -80,9 +110,11 @@ for f in "${files[@]}"; do
     echo "tidy: clang-tidy failed on $f (exit $rc) without a finding:" >&2
     printf '%s\n' "$out" | tail -5 >&2
     exit 2
+  elif [[ -n $key ]]; then
+    mkdir -p "$cache" && : > "$cache/$key" || true
   fi
 done
 if [[ $status -eq 0 ]]; then
-  echo "tidy: ${#files[@]} file(s) clean"
+  echo "tidy: ${#files[@]} file(s) clean ($remembered remembered clean from an earlier run with the same inputs)"
 fi
 exit $status
