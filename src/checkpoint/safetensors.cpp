@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -152,12 +154,20 @@ std::string serialize_safetensors(const std::vector<TensorRef>& tensors,
 }
 
 FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const std::vector<TensorRef>& tensors,
-                             const std::map<std::string, std::string>& metadata) {
+                             const std::map<std::string, std::string>& metadata, TensorDigests* per_tensor) {
   Layout L = plan(tensors, metadata);  // validates before touching the disk
   // Large files are hashed on a second thread while this one writes the same
   // source bytes: the save costs max(write, hash) instead of their sum. The
   // caller must not modify the tensors during the call (it is blocked in it).
-  auto hash_all = [&L] {
+  // Per tensor, the thread fills *per_tensor, read only after it is joined.
+  auto hash_all = [&L, per_tensor] {
+    if (per_tensor) {
+      per_tensor->header = sha256_hex(L.prefix);
+      per_tensor->tensors.clear();
+      for (const TensorRef* t : L.order)
+        per_tensor->tensors[t->name] = sha256_hex(std::string_view(static_cast<const char*>(t->data), t->nbytes));
+      return std::string();
+    }
     Sha256 sha;
     sha.update(L.prefix);
     for (const TensorRef* t : L.order) sha.update(t->data, t->nbytes);
@@ -259,7 +269,7 @@ HugeMapping map_huge_aligned(std::size_t n, const std::string& path) {
 }
 
 // How far a buffer is filled, shared by the thread that reads into it and the
-// one that hashes behind it. `done` ends the hasher (also on a read error).
+// ones that hash behind it. `done` ends the hashers (also on a read error).
 struct FillState {
   std::mutex mu;
   std::condition_variable cv;
@@ -271,14 +281,14 @@ struct FillState {
       std::lock_guard<std::mutex> lk(mu);
       published = upto;
     }
-    cv.notify_one();
+    cv.notify_all();
   }
   void finish() {
     {
       std::lock_guard<std::mutex> lk(mu);
       done = true;
     }
-    cv.notify_one();
+    cv.notify_all();
   }
 };
 
@@ -398,6 +408,45 @@ FileBytes FileBytes::read(const std::string& path, FileDigest* digest) {
     digest->sha256 = std::move(hex);
   }
   return b;
+}
+
+TensorDigests hash_tensors(const SafetensorsFile& f, unsigned threads) {
+  // One job per tensor, the largest first, so the last ones to finish are short.
+  const auto& entries = f.entries();
+  std::vector<std::size_t> order(entries.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return entries[a].end - entries[a].begin > entries[b].end - entries[b].begin;
+  });
+  std::vector<std::string> hex(entries.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;
+  std::exception_ptr failed;
+  auto work = [&] {
+    try {
+      for (std::size_t k; (k = next.fetch_add(1)) < order.size();) {
+        const auto& e = entries[order[k]];
+        hex[order[k]] = sha256_hex(
+            std::string_view(reinterpret_cast<const char*>(f.data(e)), static_cast<std::size_t>(e.end - e.begin)));
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!failed) failed = std::current_exception();
+    }
+  };
+  const std::size_t n = std::min<std::size_t>(std::max(1u, threads), entries.size());
+  std::vector<std::thread> pool;
+  try {
+    for (std::size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  } catch (...) {  // fewer threads: the ones started and this one do the work
+  }
+  work();
+  for (auto& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
+  TensorDigests d;
+  d.header = sha256_hex(f.header_bytes());
+  for (std::size_t i = 0; i < entries.size(); ++i) d.tensors.emplace(entries[i].name, std::move(hex[i]));
+  return d;
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path, FileDigest* digest) {
@@ -962,27 +1011,173 @@ void check_tiling(const std::vector<SafetensorsFile::Entry>& entries, std::uint6
 
 }  // namespace
 
-SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
-  const std::uint64_t size = bytes.size();
-  const char* raw = reinterpret_cast<const char*>(bytes.data());
-  const std::uint64_t n = header_length(raw, size, name);
+namespace {
 
+struct ParsedHeader {
+  std::uint64_t len = 0;
+  std::vector<SafetensorsFile::Entry> entries;  // by name
+  std::map<std::string, std::string> metadata;
+};
+
+// Every rule of SafetensorsFile::parse, for a file of `size` bytes of which
+// only the first 8 + header length need to be in `raw` (the tensors' data
+// is not read: the tiling is checked against `size`).
+ParsedHeader parse_header(const char* raw, std::uint64_t size, const std::string& name) {
+  const std::uint64_t n = header_length(raw, size, name);
   HeaderParser parser(n);
   json::sax_parse(raw + 8, raw + 8 + n, &parser);
   HeaderParser::Result& r = parser.result();
   if (!r.syntax_error.empty()) throw invalid(name, "header is not valid JSON", r.syntax_error);
   std::vector<std::uint32_t> order = name_order(r);
   check_header(r, order, name);
-
-  SafetensorsFile f;
-  f.metadata_ = std::move(r.metadata);
+  ParsedHeader h;
+  h.len = n;
+  h.metadata = std::move(r.metadata);
   std::vector<std::uint32_t>().swap(r.position);
   permute(r.entries, order);
   std::vector<std::uint32_t>().swap(order);
-  f.entries_ = std::move(r.entries);
-  check_tiling(f.entries_, n, size, name);
+  h.entries = std::move(r.entries);
+  check_tiling(h.entries, n, size, name);
+  return h;
+}
+
+// The hashing side of FileBytes::read_hashing_tensors: several threads behind
+// one reader. The first to start parses the header once its bytes are in;
+// then each takes the next tensor in file order and hashes it once the reader
+// has its last byte. Gives up (leaving the caller to parse and report) when
+// the header does not parse or the file ends early.
+class TensorHasher {
+ public:
+  TensorHasher(const std::uint8_t* base, std::size_t size, const std::string& path, FillState& fill)
+      : base_(base), size_(size), path_(path), fill_(fill) {}
+
+  void run() {
+    if (!header_ready()) return;
+    for (std::size_t k; (k = next_.fetch_add(1)) < by_offset_.size();) {
+      const auto& e = header_.entries[by_offset_[k]];
+      const std::uint64_t from = 8 + header_.len + e.begin, to = 8 + header_.len + e.end;
+      if (!filled(to)) return;
+      hex_[by_offset_[k]] = sha256_hex(
+          std::string_view(reinterpret_cast<const char*>(base_ + from), static_cast<std::size_t>(to - from)));
+    }
+  }
+
+  // After every thread is joined and the whole file was read: the digests,
+  // or nullopt when the hashers gave up.
+  std::optional<TensorDigests> digests() {
+    if (!parsed_ || next_.load() < by_offset_.size()) return std::nullopt;
+    for (const auto& h : hex_)
+      if (h.empty()) return std::nullopt;
+    TensorDigests d;
+    d.header =
+        sha256_hex(std::string_view(reinterpret_cast<const char*>(base_), static_cast<std::size_t>(8 + header_.len)));
+    for (std::size_t i = 0; i < hex_.size(); ++i) d.tensors.emplace(header_.entries[i].name, std::move(hex_[i]));
+    return d;
+  }
+
+ private:
+  // Whether the reader has filled `upto` bytes (waits for it; false when it stopped short).
+  bool filled(std::uint64_t upto) {
+    std::unique_lock<std::mutex> lk(fill_.mu);
+    fill_.cv.wait(lk, [&] { return fill_.published >= upto || fill_.done; });
+    return fill_.published >= upto;
+  }
+
+  bool header_ready() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (started_) {
+      ready_cv_.wait(lk, [&] { return ready_; });
+      return parsed_;
+    }
+    started_ = true;
+    lk.unlock();
+    bool ok = false;
+    try {
+      const char* raw = reinterpret_cast<const char*>(base_);
+      if (filled(8) && filled(8 + header_length(raw, size_, path_))) {
+        header_ = parse_header(raw, size_, path_);
+        by_offset_.resize(header_.entries.size());
+        for (std::size_t i = 0; i < by_offset_.size(); ++i) by_offset_[i] = i;
+        std::sort(by_offset_.begin(), by_offset_.end(),
+                  [&](std::size_t a, std::size_t b) { return header_.entries[a].begin < header_.entries[b].begin; });
+        hex_.assign(header_.entries.size(), std::string());
+        ok = true;
+      }
+    } catch (...) {  // not safetensors: the caller's parse says why
+    }
+    lk.lock();
+    parsed_ = ok;
+    ready_ = true;
+    ready_cv_.notify_all();
+    return parsed_;
+  }
+
+  const std::uint8_t* base_;
+  const std::size_t size_;
+  const std::string& path_;
+  FillState& fill_;
+  std::mutex mu_;
+  std::condition_variable ready_cv_;
+  bool started_ = false, ready_ = false, parsed_ = false;
+  ParsedHeader header_;
+  std::vector<std::size_t> by_offset_;
+  std::vector<std::string> hex_;
+  std::atomic<std::size_t> next_{0};
+};
+
+}  // namespace
+
+FileBytes FileBytes::read_hashing_tensors(const std::string& path, unsigned threads,
+                                          std::optional<TensorDigests>* digests) {
+  digests->reset();
+  struct stat st {};
+  fs::UniqueFd file = fs::open_regular(path, &st);
+  const int fd = file.get();
+  const std::size_t n = static_cast<std::size_t>(st.st_size);
+  if (n < kHugePage) return FileBytes(read_fd_hashed(fd, n, path, nullptr));  // small: hashed after parsing
+
+  FileBytes b;
+  const HugeMapping m = map_huge_aligned(n, path);
+  b.map_ = m.map;
+  b.map_len_ = m.len;
+  b.base_ = m.base;
+  FillState fill;
+  TensorHasher hasher(b.base_, n, path, fill);
+  std::vector<std::thread> pool;
+  // The hashers end when the reader is done (or fails): joined on every path.
+  struct Join {
+    FillState& fill;
+    std::vector<std::thread>& pool;
+    ~Join() {
+      fill.finish();
+      for (auto& t : pool) t.join();
+    }
+  } join{fill, pool};
+  try {
+    for (unsigned t = 0; t < std::max(1u, threads); ++t) pool.emplace_back([&] { hasher.run(); });
+  } catch (...) {  // fewer threads, or none: what is not hashed here is hashed after parsing
+  }
+  const std::size_t got = read_publishing(fd, b.base_, n, path, fill);
+  char extra;
+  const ssize_t more = ::read(fd, &extra, 1);
+  if (got != n || more > 0)
+    throw Error(ErrorKind::kIo, "read " + printable(path) + ": file changed size while it was read (" +
+                                    std::to_string(n) + " bytes at open)");
+  b.size_ = n;
+  fill.finish();
+  for (auto& t : pool) t.join();
+  pool.clear();
+  *digests = hasher.digests();
+  return b;
+}
+
+SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {
+  ParsedHeader h = parse_header(reinterpret_cast<const char*>(bytes.data()), bytes.size(), name);
+  SafetensorsFile f;
+  f.metadata_ = std::move(h.metadata);
+  f.entries_ = std::move(h.entries);
   f.name_ = std::move(name);
-  f.header_len_ = n;
+  f.header_len_ = h.len;
   f.bytes_ = std::move(bytes);
   return f;
 }

@@ -216,6 +216,13 @@ struct SaveRun {
     files.push_back({{"path", name}, {"size", d.size}, {"sha256", d.sha256}});
     res.bytes += d.size;
   }
+  // A safetensors file pinned per tensor (manifest v2); `own`: this process
+  // wrote it, and the caller gets its digests (SaveResult::digests).
+  void record(const std::string& name, std::uint64_t size, TensorDigests d, bool own) {
+    files.push_back({{"path", name}, {"size", size}, {"header_sha256", d.header}, {"tensors", d.tensors}});
+    res.bytes += size;
+    if (own) res.digests.emplace(name, std::move(d));
+  }
 
   // Undo a placement that is not durable, then drop the temp dir.
   void cleanup() {
@@ -241,7 +248,14 @@ struct SaveRun {
 
 void write_request_files(SaveRun& run) {
   for (const auto& f : run.req.files) {
-    run.record(f.filename, write_safetensors(run.fs, join(run.tmp, f.filename), f.tensors, f.metadata));
+    const std::string path = join(run.tmp, f.filename);
+    if (f.tensors.size() > kMaxTensorsPinnedApart) {
+      run.record(f.filename, write_safetensors(run.fs, path, f.tensors, f.metadata));
+    } else {
+      TensorDigests td;
+      const FileDigest d = write_safetensors(run.fs, path, f.tensors, f.metadata, &td);
+      run.record(f.filename, d.size, std::move(td), true);
+    }
     run.point("after_file:" + f.filename);
   }
 }
@@ -260,7 +274,13 @@ void record_remote_files(SaveRun& run) {
                                       (ec ? " is missing: " + ec.message()
                                           : " has " + std::to_string(size) + " bytes, its writer reported " +
                                                 std::to_string(rf.digest.size)));
-    run.record(n, rf.digest);
+    if (rf.tensors) {
+      if (n.size() <= 12 || n.compare(n.size() - 12, 12, ".safetensors") != 0)
+        throw Error(ErrorKind::kUsage, "remote file '" + n + "' is pinned per tensor but is not a .safetensors file");
+      run.record(n, rf.digest.size, *rf.tensors, false);
+    } else {
+      run.record(n, rf.digest);
+    }
   }
   run.point("after_remote_files");
 }
@@ -389,6 +409,7 @@ struct Found {
   json state;
   json manifest;
   std::map<std::string, SafetensorsFile> files;
+  std::map<std::string, TensorDigests> digests;  // verified, of the files pinned per tensor
 };
 }  // namespace
 
@@ -399,18 +420,73 @@ namespace {
 // One file of a checkpoint's manifest: what the manifest says of it, and what
 // reading it found.
 struct FileCheck {
-  std::string name, path, sha256;
+  std::string name, path, sha256;       // sha256: the whole file's, when the manifest pins it so
+  std::optional<TensorDigests> pinned;  // or per tensor (a v2 entry of a safetensors file)
   std::uint64_t size = 0;
   bool is_safetensors = false, is_state = false;
-  bool read = false;                    // the entry is well-formed and the file there: read and hash it
-  std::vector<std::string> problems;    // in the order found
-  std::optional<json> state;            // state.json, parsed, when it checks out so far
-  std::optional<SafetensorsFile> file;  // kept when asked to
+  bool read = false;                      // the entry is well-formed and the file there: read and hash it
+  unsigned hash_threads = 1;              // for a file pinned per tensor
+  std::vector<std::string> problems;      // in the order found
+  std::optional<json> state;              // state.json, parsed, when it checks out so far
+  std::optional<SafetensorsFile> file;    // kept when asked to
+  std::optional<TensorDigests> verified;  // `pinned`, once every digest matched
 };
+
+// A file pinned per tensor: read while its tensors are hashed on
+// c.hash_threads, parsed (the tensors must tile the data section, so the
+// header and the tensors cover every byte), then each digest compared with
+// the manifest's.
+void check_tensor_digests(FileCheck& c, bool keep) {
+  std::optional<FileBytes> bytes;
+  std::optional<TensorDigests> hashed;  // while it was read
+  try {
+    bytes = FileBytes::read_hashing_tensors(c.path, c.hash_threads, &hashed);
+  } catch (const Error& e) {
+    c.problems.push_back(c.name + ": cannot be read: " + e.what());
+    return;
+  } catch (const std::bad_alloc&) {
+    c.problems.push_back(c.name + ": cannot be read: too large for memory");
+    return;
+  }
+  // As for a file pinned whole: a wrong size is named (and its digests are not
+  // compared), and the file is still parsed, to say how it is damaged.
+  const bool sized = bytes->size() == c.size;
+  if (!sized)
+    c.problems.push_back(c.name + ": size is " + std::to_string(bytes->size()) + " bytes, manifest.json says " +
+                         std::to_string(c.size));
+  std::optional<SafetensorsFile> sf;
+  try {
+    sf = SafetensorsFile::parse(std::move(*bytes), c.path);
+  } catch (const Error& e) {
+    c.problems.push_back(e.what());
+    return;
+  }
+  if (!sized) return;
+  const TensorDigests got = hashed ? std::move(*hashed) : hash_tensors(*sf, c.hash_threads);
+  const TensorDigests& want = *c.pinned;
+  const std::size_t before = c.problems.size();
+  if (got.header != want.header)
+    c.problems.push_back(c.name + ": header SHA-256 is " + got.header + ", manifest.json says " + want.header);
+  for (const auto& [tensor, hex] : want.tensors) {
+    const auto it = got.tensors.find(tensor);
+    if (it == got.tensors.end())
+      c.problems.push_back(c.name + ": manifest.json pins tensor '" + tensor + "', which the file does not hold");
+    else if (it->second != hex)
+      c.problems.push_back(c.name + ": tensor '" + tensor + "' SHA-256 is " + it->second + ", manifest.json says " +
+                           hex);
+  }
+  for (const auto& [tensor, hex] : got.tensors)
+    if (!want.tensors.count(tensor))
+      c.problems.push_back(c.name + ": tensor '" + tensor + "' is not pinned in manifest.json");
+  if (c.problems.size() != before) return;
+  c.verified = want;
+  if (keep) c.file = std::move(*sf);
+}
 
 // Reads, hashes and parses one file (FileBytes::read overlaps the hashing with
 // the read), recording what is wrong with it.
 void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
+  if (c.pinned) return check_tensor_digests(c, keep);
   FileDigest d;
   std::optional<FileBytes> bytes;
   try {
@@ -453,7 +529,8 @@ void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
 }
 
 // check_file for every entry to read: largest first, across up to one thread
-// per CPU (at most 8), since SHA-256 runs at one core's speed per file. A file
+// per CPU (at most 8), since SHA-256 runs at one core's speed per stream; a
+// file pinned per tensor also hashes its tensors on several. A file
 // is held in memory while it is checked: when the files are not kept (verify
 // only), the files being read at once hold at most kVerifyBytesInFlight
 // between them (a larger file is read alone), so verifying costs the memory of
@@ -473,6 +550,10 @@ void check_files(std::vector<FileCheck>& checks, bool keep, std::int64_t dir_ste
   CPU_ZERO(&cpus);
   const int usable = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const std::size_t workers = std::min<std::size_t>({todo.size(), static_cast<std::size_t>(std::max(1, usable)), 8});
+  // A file pinned per tensor hashes its tensors on every usable CPU: the
+  // other files' workers mostly read (or are done: state.json is small), and
+  // threads that outnumber the CPUs only take turns.
+  for (auto* c : todo) c->hash_threads = static_cast<unsigned>(std::max(1, usable));
   if (workers <= 1) {
     for (auto* c : todo) check_file(*c, keep, dir_step);
     return;
@@ -532,6 +613,7 @@ class Inspector {
     v.state = v.ok ? "committed" : (committed_ ? "invalid" : "uncommitted");
     if (!v.ok) {
       in_.files.clear();
+      in_.digests.clear();
       in_.state = json();
     }
     return std::move(in_);
@@ -672,8 +754,11 @@ class Inspector {
     }
     if (!m.is_null() && !m.is_object()) problem("manifest.json is not a JSON object");
     if (!m.is_object()) return;
-    if (m.value("format", json()) != json(kManifestFormat))
-      problem("manifest.json format is " + m.value("format", json()).dump() + ", expected \"" + kManifestFormat + "\"");
+    const json format = m.value("format", json());
+    per_tensor_ = format == json(kManifestFormat);
+    if (!per_tensor_ && format != json(kManifestFormatV1))
+      problem("manifest.json format is " + format.dump() + ", expected \"" + kManifestFormat + "\" (or \"" +
+              kManifestFormatV1 + "\")");
     if (!m.contains("step") || !m["step"].is_number_integer())
       problem("manifest.json has no integer step");
     else if (dn_.step >= 0 && m["step"].get<std::int64_t>() != dn_.step)
@@ -708,6 +793,7 @@ class Inspector {
       for (auto& p : c.problems) in_.v.problems.push_back(printable(p));
       if (c.state) in_.state = std::move(*c.state);
       if (c.file) in_.files.emplace(c.name, std::move(*c.file));
+      if (c.verified) in_.digests.emplace(c.name, std::move(*c.verified));
     }
     if (!listed_.count(kState)) problem("manifest.json does not list state.json");
   }
@@ -715,9 +801,11 @@ class Inspector {
   // One manifest entry: well-formed, a plain name listed once, the file
   // there and no larger than listed; then `c` is set to read it.
   void listed_entry(const json& f, FileCheck& c) {
+    const bool whole = f.is_object() && f.contains("sha256") && f["sha256"].is_string() &&
+                       is_sha256_hex(f["sha256"].get<std::string>()) && !f.contains("tensors");
+    std::optional<TensorDigests> pinned = whole ? std::nullopt : pinned_per_tensor(f);
     if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
-        !f["size"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string() ||
-        !is_sha256_hex(f["sha256"].get<std::string>())) {
+        !f["size"].is_number_unsigned() || (!whole && !pinned)) {
       problem("manifest.json has a malformed file entry " + f.dump());
       return;
     }
@@ -746,10 +834,31 @@ class Inspector {
     c.name = name;
     c.path = join(dir_, name);
     c.size = size;
-    c.sha256 = f["sha256"].get<std::string>();
     c.is_safetensors = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    if (pinned && !c.is_safetensors) {
+      problem("manifest.json pins " + name + " per tensor, but it is not a .safetensors file");
+      return;
+    }
+    if (whole) c.sha256 = f["sha256"].get<std::string>();
+    c.pinned = std::move(pinned);
     c.is_state = name == kState;
     c.read = true;
+  }
+
+  // A v2 entry's per-tensor pins: {"header_sha256": hex, "tensors": {name: hex}}
+  // and no "sha256"; nullopt when it is not one (or the manifest is v1).
+  std::optional<TensorDigests> pinned_per_tensor(const json& f) const {
+    if (!per_tensor_ || !f.is_object() || f.contains("sha256") || !f.contains("header_sha256") ||
+        !f["header_sha256"].is_string() || !is_sha256_hex(f["header_sha256"].get<std::string>()) ||
+        !f.contains("tensors") || !f["tensors"].is_object())
+      return std::nullopt;
+    TensorDigests d;
+    d.header = f["header_sha256"].get<std::string>();
+    for (auto it = f["tensors"].begin(); it != f["tensors"].end(); ++it) {
+      if (!it.value().is_string() || !is_sha256_hex(it.value().get<std::string>())) return std::nullopt;
+      d.tensors.emplace(it.key(), it.value().get<std::string>());
+    }
+    return d;
   }
 
   // A file that the manifest does not cover was not written by the save.
@@ -767,8 +876,9 @@ class Inspector {
   Found in_;
   std::vector<std::string>* sink_ = &in_.v.problems;
   DirName dn_;
-  bool committed_ = false;  // an entry named COMMITTED is there (or cannot be told)
-  bool have_list_ = false;  // the manifest parsed and has a files list
+  bool committed_ = false;   // an entry named COMMITTED is there (or cannot be told)
+  bool have_list_ = false;   // the manifest parsed and has a files list
+  bool per_tensor_ = false;  // the manifest is v2: a safetensors file may be pinned per tensor
   std::set<std::string> listed_;
 };
 
@@ -832,6 +942,7 @@ std::optional<Store::Loaded> Store::restore_newest(std::optional<std::int64_t> m
     l.state = std::move(in.state);
     l.manifest = std::move(in.manifest);
     l.files = std::move(in.files);
+    l.digests = std::move(in.digests);
     l.skipped = skipped;
     if (skipped_out) *skipped_out = skipped;
     ANCHOR_LOG_INFO("checkpoint", "restoring {} ({} newer skipped)", c.path, skipped.size());

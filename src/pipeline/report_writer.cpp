@@ -469,6 +469,7 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
                                    {"restored", res.restored_state.value().groups_json()},
                                    {"final_reference", ref.final_state.value().groups_json()},
                                    {"final_resume", res.final_state.value().groups_json()}};
+  j_["resume"]["state_digest_scheme"] = train::kStateDigestScheme;
   j_["loss_scaler"] = loss_scaler_section(ref, res);
 
   // Measurements (docs/report.md).

@@ -469,6 +469,15 @@ void compare_resume(Comparison& c, const nlohmann::json& a, const nlohmann::json
   const auto ra = a.value("resume", nlohmann::json::object()), rb = b.value("resume", nlohmann::json::object());
   c.add("resume verdict", ra.value("verdict", "") == rb.value("verdict", ""),
         "original " + ra.value("verdict", std::string("?")) + ", re-run " + rb.value("verdict", std::string("?")));
+  // Reports before the scheme was named digest tensors as v1 (docs/report.md, "State digests").
+  const std::string v1 = "anchor.state-digest/v1";
+  const std::string sa = ra.value("state_digest_scheme", v1), sb = rb.value("state_digest_scheme", v1);
+  if (sa != sb) {
+    c.add("state digests", true,
+          "not compared: the original digests the state as " + sa + ", the re-run as " + sb +
+              " (digests of different schemes differ for the same state)");
+    return;
+  }
   const auto da = ra.value("state_digests", nlohmann::json::object()),
              db = rb.value("state_digests", nlohmann::json::object());
   for (auto it = da.begin(); it != da.end(); ++it)

@@ -210,14 +210,18 @@ void diverge_replica_fault(WorkerContext& ctx, train::Trainer& t) {
 // and reports their digests; rank 0 commits once every rank has; a barrier
 // keeps every rank here until the commit is done (a rank killed in between
 // leaves no COMMITTED: train/sharded_checkpoint.hpp).
-std::optional<checkpoint::SaveResult> save_checkpoint(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
-                                                      const nlohmann::json& extra, const checkpoint::Hook& hook = {},
-                                                      double* replica_check_s = nullptr) {
+// `written` receives the digests of the files this process wrote.
+std::optional<checkpoint::SaveResult> save_checkpoint(
+    WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store, const nlohmann::json& extra,
+    const checkpoint::Hook& hook = {}, double* replica_check_s = nullptr,
+    std::map<std::string, checkpoint::TensorDigests>* written = nullptr) {
   const double check_s = check_replicas(ctx, t);  // never a checkpoint of replicas that disagree
   if (replica_check_s) *replica_check_s = check_s;
   std::vector<torch::Tensor> keep;
-  if (!ctx.pg) return store.save(t.save_request(keep, extra), hook);
-  return train::save_distributed(*ctx.pg, store, t.save_request(keep, extra), hook);
+  if (ctx.pg) return train::save_distributed(*ctx.pg, store, t.save_request(keep, extra), hook, written);
+  auto res = store.save(t.save_request(keep, extra), hook);
+  if (written) *written = res.digests;
+  return res;
 }
 
 nlohmann::json save_figures(const checkpoint::SaveResult& s) {
@@ -483,8 +487,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
     ANCHOR_LOG_WARN("pilot", "{} differs from the checkpoint's config: {} there, {} here", d["key"].get<std::string>(),
                     d["checkpoint"].dump(), d["config"].dump());
   refuse_save_over(ctx, *loaded, skipped_list);
-  t.restore(*loaded);
-  const auto d = t.state_digest();
+  const auto d = t.digest(t.restore(*loaded)).to_json();
   start["restored_state"] = {
       {"model", d["model"]}, {"optimizer", d["optimizer"]}, {"rng", d["rng"]}, {"step", d["step"]}};
   start["rng_restore"] = t.rng_restore();
@@ -606,13 +609,17 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
 void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store, double eval_loss) {
   StageTimer save("checkpoint_save");
   StageMemory save_mem(t.device());
-  ctx.out.saved_state = t.digest();
   // The run and its config travel in state.json: a later pilot starting from
   // this checkpoint names the run and compares the configs.
   double replica_check_s = 0;
+  std::map<std::string, checkpoint::TensorDigests> written;
   auto saved = save_checkpoint(ctx, t, store,
                                {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}},
-                               {}, &replica_check_s);
+                               {}, &replica_check_s, &written);
+  // The state as saved: the tensors this process wrote keep the digests the
+  // save computed (each byte hashed once); the rest (another rank wrote the
+  // model) is hashed here.
+  ctx.out.saved_state = t.digest(t.known_digests(written));
   ctx.out.saved_step = t.step();
   // Only after a newer commit, never the newest valid one.
   if (saved)
@@ -760,14 +767,14 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   const double read_s = restore.elapsed() - build_s;
   const auto& faults = ctx.faults;
   if (faults.any()) ANCHOR_LOG_WARN("restore", "fault injection active (ANCHOR_PILOT_FAULT): this run must fail");
-  t.restore(*loaded, faults);
+  const train::KnownDigests known = t.restore(*loaded, faults);
   const double load_s = restore.elapsed() - build_s - read_s;
   nlohmann::json skipped = nlohmann::json::array();
   for (const auto& s : loaded->skipped) skipped.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
   ctx.out.restored_step = loaded->step;
   ctx.out.restored_dir = printable(loaded->dir);
   ctx.out.skipped = skipped;
-  ctx.out.restored_state = t.digest();
+  ctx.out.restored_state = t.digest(known);  // the data digests the restore verified, reused
   ctx.out.rng_restore = t.rng_restore();
   const double digest_s = restore.elapsed() - build_s - read_s - load_s;
   std::uint64_t restored_bytes = 0;

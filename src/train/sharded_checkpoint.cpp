@@ -27,7 +27,8 @@ void save_fault(int rank, std::int64_t step) {
 }  // namespace
 
 std::optional<checkpoint::SaveResult> save_distributed(dist::ProcessGroup& pg, checkpoint::Store& store,
-                                                       checkpoint::SaveRequest req, const checkpoint::Hook& hook) {
+                                                       checkpoint::SaveRequest req, const checkpoint::Hook& hook,
+                                                       std::map<std::string, checkpoint::TensorDigests>* written) {
   // Keys unique per call: every rank saves in the same order.
   static int seq = 0;
   const std::string k = "ckpt/" + std::to_string(req.step) + "/" + std::to_string(seq++);
@@ -43,20 +44,35 @@ std::optional<checkpoint::SaveResult> save_distributed(dist::ProcessGroup& pg, c
       auto all = pg.exchange(k + "/files", "[]");
       std::vector<checkpoint::RemoteFile> out;
       for (std::size_t r = 1; r < all.size(); ++r)
-        for (const auto& f : nlohmann::json::parse(all[r]))
-          out.push_back({f.at("path").get<std::string>(),
-                         FileDigest{f.at("sha256").get<std::string>(), f.at("size").get<std::uint64_t>()}});
+        for (const auto& f : nlohmann::json::parse(all[r])) {
+          checkpoint::RemoteFile rf{f.at("path").get<std::string>(), FileDigest{"", f.at("size").get<std::uint64_t>()},
+                                    std::nullopt};
+          if (f.contains("sha256"))  // a file of too many tensors to pin apart
+            rf.digest.sha256 = f.at("sha256").get<std::string>();
+          else
+            rf.tensors = checkpoint::TensorDigests{f.at("header_sha256").get<std::string>(),
+                                                   f.at("tensors").get<std::map<std::string, std::string>>()};
+          out.push_back(std::move(rf));
+        }
       return out;
     };
     res = store.save(req, hook);
+    if (written) *written = res->digests;
   } else {
     const std::string tmp = pg.exchange(k + "/dir", "")[0];
     nlohmann::json mine = nlohmann::json::array();
     for (const auto& f : req.files) {
       const std::string path = tmp + "/" + f.filename;
       // write_safetensors fsyncs the file; rank 0 fsyncs the directory before COMMITTED.
-      auto d = checkpoint::write_safetensors(fs::real_fs(), path, f.tensors, f.metadata);
-      mine.push_back({{"path", f.filename}, {"size", d.size}, {"sha256", d.sha256}});
+      if (f.tensors.size() > checkpoint::kMaxTensorsPinnedApart) {
+        auto d = checkpoint::write_safetensors(fs::real_fs(), path, f.tensors, f.metadata);
+        mine.push_back({{"path", f.filename}, {"size", d.size}, {"sha256", d.sha256}});
+        continue;
+      }
+      checkpoint::TensorDigests td;
+      auto d = checkpoint::write_safetensors(fs::real_fs(), path, f.tensors, f.metadata, &td);
+      mine.push_back({{"path", f.filename}, {"size", d.size}, {"header_sha256", td.header}, {"tensors", td.tensors}});
+      if (written) written->emplace(f.filename, std::move(td));
     }
     save_fault(pg.rank(), step);
     pg.barrier("checkpoint save of step " + std::to_string(step) + " (waiting for every rank's files)");

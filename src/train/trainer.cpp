@@ -38,14 +38,26 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 using checkpoint::tensor_ref;
 
-std::string tensor_digest(const torch::Tensor& t) {
-  auto c = t.detach().to(torch::kCPU).contiguous();
+// A tensor's digest (train::kStateDigestScheme): SHA-256 over its dtype, rank
+// and shape and the SHA-256 of its data bytes. `data_hex`, when given, is that
+// data SHA-256 as a save or a verified restore computed it (the checkpoint
+// manifest's per-tensor digest): the data is then not hashed again.
+std::string tensor_digest(const torch::Tensor& t, const std::string* data_hex = nullptr) {
   Sha256 h;
-  const std::string meta = std::string(c10::toString(c.scalar_type())) + ":" + std::to_string(c.dim()) + ":";
-  h.update(meta);
-  for (auto s : c.sizes()) h.update(&s, sizeof s);
-  h.update(c.data_ptr(), c.nbytes());
+  h.update(std::string(c10::toString(t.scalar_type())) + ":" + std::to_string(t.dim()) + ":");
+  for (auto s : t.sizes()) h.update(&s, sizeof s);
+  if (data_hex) {
+    h.update(*data_hex);
+  } else {
+    const auto c = t.detach().to(torch::kCPU).contiguous();
+    h.update(sha256_hex(std::string_view(static_cast<const char*>(c.data_ptr()), c.nbytes())));
+  }
   return h.hex();
+}
+
+const std::string* find_known(const KnownDigests& known, const std::string& key) {
+  const auto it = known.find(key);
+  return it == known.end() ? nullptr : &it->second;
 }
 
 torch::Tensor view_of(const checkpoint::SafetensorsFile& f, const std::string& file, const std::string& name) {
@@ -249,9 +261,11 @@ OptimizerFiles find_optimizer_files(const checkpoint::Store::Loaded& c) {
 }
 
 // The AdamW state of the parameters this rank owns (all of them without ZeRO),
-// replacing `opt`'s.
-void restore_optimizer(const checkpoint::Store::Loaded& c, AdamW& opt, const std::vector<int>& owner, int rank,
-                       const torch::Device& device) {
+// replacing `opt`'s. Returns the file each parameter's state came from.
+std::map<std::string, std::string> restore_optimizer(const checkpoint::Store::Loaded& c, AdamW& opt,
+                                                     const std::vector<int>& owner, int rank,
+                                                     const torch::Device& device) {
+  std::map<std::string, std::string> from;
   const OptimizerFiles files = find_optimizer_files(c);
   if (!files.any) file_of(c, kOptimizerFile);  // throws: names the missing file
   auto& state = opt.state();
@@ -279,7 +293,29 @@ void restore_optimizer(const checkpoint::Store::Loaded& c, AdamW& opt, const std
     if (s.exp_avg.sizes() != p.param.sizes() || s.exp_avg_sq.sizes() != p.param.sizes())
       throw Error(ErrorKind::kVerification, "optimizer state " + p.name + " in " + it->second + " has the wrong shape");
     state[p.name] = std::move(s);
+    from[p.name] = it->second;
   }
+  return from;
+}
+
+// The data digests of what a restore copied byte for byte (Trainer::digest's
+// keys): every model tensor (copy_into: same dtype and shape) and each
+// parameter's AdamW moments from the file they came from. The step is
+// restored by value and hashed again (8 bytes).
+KnownDigests restored_digests(const checkpoint::Store::Loaded& c, const std::map<std::string, std::string>& opt_from) {
+  KnownDigests known;
+  if (const auto m = c.digests.find(kModelFile); m != c.digests.end())
+    for (const auto& [tensor, hex] : m->second.tensors) known.emplace("model/" + tensor, hex);
+  for (const auto& [param, file] : opt_from) {
+    const auto f = c.digests.find(file);
+    if (f == c.digests.end()) continue;
+    for (const AdamWTensor which : {AdamWTensor::kExpAvg, AdamWTensor::kExpAvgSq}) {
+      const std::string tensor = adamw_tensor(param, which);
+      if (const auto t = f->second.tensors.find(tensor); t != f->second.tensors.end())
+        known.emplace("optimizer/" + tensor, t->second);
+    }
+  }
+  return known;
 }
 
 // The generators' states from RNG file `rn`.
@@ -612,7 +648,19 @@ checkpoint::SaveRequest Trainer::save_request(std::vector<torch::Tensor>& keep,
   return req;
 }
 
-void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& faults) {
+KnownDigests Trainer::known_digests(const std::map<std::string, checkpoint::TensorDigests>& files) const {
+  // The model file, and this rank's optimizer file (optimizer.safetensors, or
+  // its shard under ZeRO: the parameters it owns, the ones it holds state of).
+  KnownDigests k;
+  for (const auto& [file, d] : files) {
+    const char* group = file == kModelFile ? "model/" : is_optimizer_file(file) ? "optimizer/" : nullptr;
+    if (group)
+      for (const auto& [tensor, hex] : d.tensors) k.emplace(group + tensor, hex);
+  }
+  return k;
+}
+
+KnownDigests Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& faults) {
   torch::NoGradGuard no_grad;
   // Every field read below, type-checked first: a bad one is a verification
   // error naming state.json and the field, before any tensor is touched.
@@ -623,7 +671,8 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   for (auto& b : model_->named_buffers()) copy_into(b.value(), view_of(mf, kModelFile, b.key()), b.key());
 
   const std::int64_t saved_step = saved.step;
-  if (!faults.drop_optimizer) restore_optimizer(c, *opt_, owner_, rank_, device_);
+  std::map<std::string, std::string> opt_from;
+  if (!faults.drop_optimizer) opt_from = restore_optimizer(c, *opt_, owner_, rank_, device_);
   const int saved_world = saved.world_size;
   rng_restore_ = {{"saved_world_size", saved_world},
                   {"world_size", world_},
@@ -643,6 +692,7 @@ void Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreFaults& f
   }
   if (!faults.drop_scaler) restore_scaler(c, scaler_);
   step_ = saved_step + (faults.wrong_step ? 1 : 0);
+  return restored_digests(c, opt_from);
 }
 
 nlohmann::json Trainer::sharding() const {
@@ -682,29 +732,33 @@ StateBytes Trainer::state_bytes() const {
   return b;
 }
 
-StateDigest Trainer::digest() const {
+StateDigest Trainer::digest(const KnownDigests& known) const {
   StateDigest out;
   auto& tensors = out.tensors;
   Sha256 model_h, opt_h, rng_h;
   for (const auto& p : model_->named_parameters()) {
-    auto d = tensor_digest(p.value());
-    tensors["model/" + p.key()] = d;
+    const std::string key = "model/" + p.key();
+    auto d = tensor_digest(p.value(), find_known(known, key));
+    tensors[key] = d;
     model_h.update(p.key() + ":" + d + "\n");
   }
   // Buffers (a user's BatchNorm statistics, masks) are model state too; the
   // built-in GPT has none.
   for (const auto& b : model_->named_buffers()) {
-    auto d = tensor_digest(b.value());
-    tensors["model/" + b.key()] = d;
+    const std::string key = "model/" + b.key();
+    auto d = tensor_digest(b.value(), find_known(known, key));
+    tensors[key] = d;
     model_h.update(b.key() + ":" + d + "\n");
   }
   for (const auto& [name, s] : opt_->state()) {
-    for (const auto& [suffix, t] : {std::pair<const char*, torch::Tensor>{"exp_avg", s.exp_avg},
-                                    {"exp_avg_sq", s.exp_avg_sq},
-                                    {"step", torch::tensor(s.step, torch::kInt64)}}) {
-      auto d = tensor_digest(t);
-      tensors["optimizer/" + name + "." + suffix] = d;
-      opt_h.update(name + "." + suffix + ":" + d + "\n");
+    for (const auto& [which, t] : {std::pair<AdamWTensor, torch::Tensor>{AdamWTensor::kExpAvg, s.exp_avg},
+                                   {AdamWTensor::kExpAvgSq, s.exp_avg_sq},
+                                   {AdamWTensor::kStep, torch::tensor(s.step, torch::kInt64)}}) {
+      const std::string tensor = adamw_tensor(name, which);
+      // The step is hashed here: 8 bytes, and restored by value (item()), not by its bytes.
+      auto d = tensor_digest(t, which == AdamWTensor::kStep ? nullptr : find_known(known, "optimizer/" + tensor));
+      tensors["optimizer/" + tensor] = d;
+      opt_h.update(tensor + ":" + d + "\n");
     }
   }
   Sha256 scaler_h;

@@ -63,16 +63,34 @@ def main():
     if committed != hashlib.sha256(manifest_bytes).hexdigest() + "\n":
         fail("COMMITTED does not match sha256(manifest.json)")
     manifest = json.loads(manifest_bytes)
-    if manifest["format"] != "anchor.checkpoint-manifest/v1":
+    if manifest["format"] not in ("anchor.checkpoint-manifest/v1", "anchor.checkpoint-manifest/v2"):
         fail("manifest format " + manifest["format"])
     headers = {}
+    per_tensor = 0
     for f in manifest["files"]:
         p = os.path.join(step_dir, f["path"])
         blob = open(p, "rb").read()
         if len(blob) != f["size"]:
             fail("%s: size %d, manifest says %d" % (f["path"], len(blob), f["size"]))
-        if hashlib.sha256(blob).hexdigest() != f["sha256"]:
-            fail("%s: sha256 differs from the manifest" % f["path"])
+        if "sha256" in f:
+            if hashlib.sha256(blob).hexdigest() != f["sha256"]:
+                fail("%s: sha256 differs from the manifest" % f["path"])
+        else:
+            # v2: the header (length and JSON) and each tensor's bytes, pinned apart.
+            if manifest["format"] != "anchor.checkpoint-manifest/v2":
+                fail("%s: pinned per tensor in a v1 manifest" % f["path"])
+            (n,) = struct.unpack_from("<Q", blob, 0)
+            if hashlib.sha256(blob[:8 + n]).hexdigest() != f["header_sha256"]:
+                fail("%s: header sha256 differs from the manifest" % f["path"])
+            header = json.loads(blob[8:8 + n])
+            names = sorted(k for k in header if k != "__metadata__")
+            if names != sorted(f["tensors"]):
+                fail("%s: the manifest pins tensors %s, the file holds %s" % (f["path"], sorted(f["tensors"]), names))
+            for name in names:
+                b, e = header[name]["data_offsets"]
+                if hashlib.sha256(blob[8 + n + b:8 + n + e]).hexdigest() != f["tensors"][name]:
+                    fail("%s: tensor %s sha256 differs from the manifest" % (f["path"], name))
+            per_tensor += 1
         if f["path"].endswith(".safetensors"):
             headers[f["path"]] = read_safetensors(p)
     state = json.load(open(os.path.join(step_dir, "state.json")))
@@ -89,8 +107,8 @@ def main():
         (got,) = struct.unpack_from("<" + fmt, body, begin + int(idx) * size)
         if got != want:
             fail("%s[%s] = %r, expected %r" % (expect["tensor"], idx, got, want))
-    print("ok step=%d files=%d tensors_checked=%d" % (manifest["step"], len(manifest["files"]),
-                                                      len(expect["values"])))
+    print("ok step=%d files=%d per_tensor=%d tensors_checked=%d" % (manifest["step"], len(manifest["files"]),
+                                                                   per_tensor, len(expect["values"])))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,17 @@ struct TensorRef {
   std::size_t nbytes = 0;
 };
 
+// What a checkpoint manifest (anchor.checkpoint-manifest/v2) pins of a
+// safetensors file in place of one SHA-256 over it: the SHA-256 of the header
+// (header_bytes()) and of each tensor's data bytes, by name. The strict reader
+// makes the tensors tile the data section, so together they cover every byte
+// of the file; unlike one stream they can be checked on several cores, and
+// the trainer reuses them as the state's digests (docs/checkpoints.md).
+struct TensorDigests {
+  std::string header;                          // lowercase hex
+  std::map<std::string, std::string> tensors;  // tensor name -> lowercase hex of its data bytes
+};
+
 // Writes a safetensors file at `path` through the fs seam: create_excl (the
 // file must not exist), write_all, fsync, close. Tensors are sorted by name,
 // their data laid out contiguously in that order; the header is padded with
@@ -47,8 +58,13 @@ struct TensorRef {
 // size, negative dimension) before touching the disk, and Error(kIo) naming
 // the path and errno when the file system fails; on failure the partial file
 // is unlinked (best effort).
+//
+// With `per_tensor`, the bytes are hashed as a checkpoint manifest v2 pins
+// them instead (TensorDigests above), and the returned digest has the size
+// and no sha256: each byte is still hashed once.
 FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const std::vector<TensorRef>& tensors,
-                             const std::map<std::string, std::string>& metadata = {});
+                             const std::map<std::string, std::string>& metadata = {},
+                             TensorDigests* per_tensor = nullptr);
 
 // The serialized bytes of a safetensors file (what write_safetensors writes).
 std::string serialize_safetensors(const std::vector<TensorRef>& tensors,
@@ -78,6 +94,14 @@ class FileBytes {
   // `digest` is given. Throws Error(kIo) naming the path (also when the file
   // changes size while it is read).
   static FileBytes read(const std::string& path, FileDigest* digest);
+  // Reads `path` fully like read(), while `threads` threads hash what a
+  // manifest v2 pins of a safetensors file (TensorDigests): the header is
+  // parsed as soon as its bytes are in, then each tensor is hashed as soon as
+  // its last byte is, so reading and hashing overlap. `digests` is left empty
+  // when the bytes are not a valid safetensors file (SafetensorsFile::parse
+  // then says why) and for a file under 2 MiB (hash_tensors it once parsed).
+  static FileBytes read_hashing_tensors(const std::string& path, unsigned threads,
+                                        std::optional<TensorDigests>* digests);
 
   const std::uint8_t* data() const { return map_ ? base_ : reinterpret_cast<const std::uint8_t*>(str_.data()); }
   std::size_t size() const { return map_ ? size_ : str_.size(); }
@@ -125,6 +149,10 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::uint64_t header_size() const { return header_len_; }
   std::uint64_t file_size() const { return bytes_.size(); }
+  // The 8-byte header length and the header (padding included): the bytes before the data section.
+  std::string_view header_bytes() const {
+    return {reinterpret_cast<const char*>(bytes_.data()), static_cast<std::size_t>(8 + header_len_)};
+  }
 
  private:
   std::string name_;
@@ -133,5 +161,9 @@ class SafetensorsFile {
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };
+
+// The TensorDigests of a parsed file, hashed on up to `threads` threads (the
+// largest tensors first; 0 or 1: on this one).
+TensorDigests hash_tensors(const SafetensorsFile& f, unsigned threads);
 
 }  // namespace anchor::checkpoint

@@ -22,7 +22,17 @@
 
 namespace anchor::checkpoint {
 
-constexpr const char* kManifestFormat = "anchor.checkpoint-manifest/v1";
+// manifest.json's format. v2 (written) pins each safetensors file this
+// process writes per tensor (TensorDigests) and every other file (state.json,
+// a file another rank wrote) by one SHA-256; v1 (read, written before v2 and
+// by the Python helper, python/anchor_pilot) pins every file by one SHA-256.
+constexpr const char* kManifestFormat = "anchor.checkpoint-manifest/v2";
+constexpr const char* kManifestFormatV1 = "anchor.checkpoint-manifest/v1";
+// A file of more tensors than this is pinned whole in a v2 manifest too: its
+// per-tensor entry would take ~100 bytes a tensor (a million tiny tensors: a
+// manifest past the 64 MiB a checkpoint's manifest may hold), and so many
+// streams gain nothing from being hashed apart.
+constexpr std::size_t kMaxTensorsPinnedApart = 65536;
 
 // One safetensors file of a checkpoint. `filename` is a plain name (no '/').
 struct FileContent {
@@ -32,10 +42,11 @@ struct FileContent {
 };
 
 // A file another process (another rank of a distributed save) wrote into this
-// save's temp directory, fsynced, with its digest.
+// save's temp directory, fsynced, with its digests.
 struct RemoteFile {
   std::string filename;
-  FileDigest digest;
+  FileDigest digest;                     // the size; and the SHA-256 when not pinned per tensor
+  std::optional<TensorDigests> tensors;  // pinned per tensor (manifest v2), when given
 };
 
 // Files written by other processes (docs/checkpoints.md, "Files written by
@@ -83,6 +94,10 @@ struct SaveResult {
   std::string dir;          // <root>/step-NNNNNNNN
   double seconds = 0;       // wall time of the save
   std::uint64_t bytes = 0;  // every file written, manifest and COMMITTED included
+  // The digests of the safetensors files this process wrote, by file name:
+  // what the manifest pins, for a caller that reuses them instead of hashing
+  // the same bytes again (Trainer::digest).
+  std::map<std::string, TensorDigests> digests;
 };
 
 // "step-00000002"
@@ -113,7 +128,10 @@ class Store {
     nlohmann::json state;
     nlohmann::json manifest;
     std::map<std::string, SafetensorsFile> files;  // by filename
-    std::vector<Skipped> skipped;                  // newer dirs passed over, and why
+    // The verified digests of the files the manifest pins per tensor (v2),
+    // by file name: the restored tensors' digests, without hashing them again.
+    std::map<std::string, TensorDigests> digests;
+    std::vector<Skipped> skipped;  // newer dirs passed over, and why
   };
   // The newest step-N (N <= max_step when given) that is committed and
   // verifies completely; every file is read once and hashed while read. Every

@@ -36,6 +36,17 @@ struct StepRecord {
 // Steps as a JSON array of StepRecord::to_json.
 nlohmann::json steps_json(const std::vector<StepRecord>& steps);
 
+// The SHA-256 (hex) of a tensor's data bytes, by StateDigest::tensors key,
+// where a save or a verified restore already hashed them (Trainer::digest).
+using KnownDigests = std::map<std::string, std::string>;
+
+// How StateDigest's tensor digests are made (docs/report.md, "State digests"):
+// v2, SHA-256 over the dtype, rank, shape and the SHA-256 of the data (the
+// checkpoint manifest's per-tensor digest, reused); v1 (reports before it),
+// SHA-256 over the dtype, rank, shape and the data itself. Digests of
+// different schemes are not comparable.
+inline constexpr const char* kStateDigestScheme = "anchor.state-digest/v2";
+
 // SHA-256 digests of the whole training state (Trainer::digest): one per group
 // over its tensors' digests by name, and one per tensor ("model/<name>",
 // "optimizer/<name>.<exp_avg|exp_avg_sq|step>", "scaler/<name>", "rng/<generator>").

@@ -124,11 +124,22 @@ class Trainer {
   // saved rank r's RNG stream and the others are re-derived
   // (rng_restore()). Throws
   // Error (kVerification) naming any tensor missing or of the wrong shape/dtype.
-  void restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
+  //
+  // Returns the SHA-256s of the data of the tensors it copied byte for byte
+  // from files the checkpoint pins per tensor (ckpt.digests): digest() reuses
+  // them instead of hashing the restored state again (empty for a v1 checkpoint).
+  KnownDigests restore(const checkpoint::Store::Loaded& ckpt, const RestoreFaults& faults = {});
 
   // SHA-256 digests of the whole training state, per group and per tensor
-  // (train/records.hpp); "model" covers the parameters, then the buffers, by name.
-  StateDigest digest() const;
+  // (train/records.hpp); "model" covers the parameters, then the buffers, by
+  // name. A tensor's digest covers its dtype, shape and the SHA-256 of its
+  // data, which `known` may hold already (keyed as StateDigest::tensors):
+  // only valid while those tensors hold exactly the bytes that were hashed,
+  // i.e. right after the save or restore that hashed them.
+  StateDigest digest(const KnownDigests& known = {}) const;
+  // What a save of this trainer hashed (SaveResult::digests), keyed for
+  // digest(): its model and optimizer files' tensors.
+  KnownDigests known_digests(const std::map<std::string, checkpoint::TensorDigests>& files) const;
   // digest() as JSON: {"model", "optimizer", "rng", "scaler", "loss_scale", "step", "tensors": {name: hex}}.
   nlohmann::json state_digest() const { return digest().to_json(); }
   // How the last restore set the RNG: {"saved_world_size", "world_size",

@@ -34,7 +34,7 @@ TEST_F(Interop, PythonStdlibReadsCppCheckpoint) {
   write_expect(values);
   auto r = anchor::proc::run_capture({kPython, kInterop + "read_checkpoint.py", dir, (dir_ / "expect.json").string()});
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out, "ok step=7 files=3 tensors_checked=4\n");
+  EXPECT_EQ(r.out, "ok step=7 files=3 per_tensor=2 tensors_checked=4\n");
 
   // Negative controls: a wrong expected value, and a flipped data byte.
   auto wrong = values;
@@ -51,7 +51,7 @@ TEST_F(Interop, PythonStdlibReadsCppCheckpoint) {
   }
   r = anchor::proc::run_capture({kPython, kInterop + "read_checkpoint.py", dir, (dir_ / "expect.json").string()});
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("model.safetensors: sha256 differs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.safetensors: tensor w sha256 differs"), std::string::npos) << r.out;
 }
 
 TEST_F(Interop, CppReadsPythonStdlibSafetensors) {

@@ -106,6 +106,65 @@ TEST_F(SafetensorsIo, RoundTripSortedContiguousPadded) {
   EXPECT_NE(ck::serialize_safetensors(ts, {{"format", "pt"}, {"k", "v"}}), anchor::fs::read_file(path));
 }
 
+// Per-tensor digests (checkpoint manifest v2): what the writer computes while
+// it writes equals what hash_tensors finds in the file read back, on one
+// thread or several, and equals the SHA-256 of each slice taken here; the
+// whole-file digest is then not computed (each byte hashed once).
+TEST_F(SafetensorsIo, PerTensorDigestsOfTheWriterAndTheReaderAgree) {
+  std::vector<float> big(3 << 20), small(7);  // 12 MiB: the writer hashes on its second thread
+  std::iota(big.begin(), big.end(), 0.5f);
+  std::iota(small.begin(), small.end(), -3.0f);
+  std::int64_t one = 42;
+  std::vector<ck::TensorRef> ts = {{"big", DType::F32, {3, 1 << 20}, big.data(), big.size() * 4},
+                                   {"small", DType::F32, {7}, small.data(), small.size() * 4},
+                                   {"one", DType::I64, {}, &one, 8},
+                                   {"none", DType::F16, {0}, nullptr, 0}};
+  const auto path = (dir_ / "d.safetensors").string();
+  ck::TensorDigests written;
+  const auto d = ck::write_safetensors(anchor::fs::real_fs(), path, ts, {{"k", "v"}}, &written);
+  EXPECT_TRUE(d.sha256.empty()) << "no whole-file pass next to the per-tensor one";
+  EXPECT_EQ(d.size, std::filesystem::file_size(path));
+
+  const auto f = SafetensorsFile::open(path);
+  const std::string bytes = anchor::fs::read_file(path);
+  EXPECT_EQ(written.header, anchor::sha256_hex(bytes.substr(0, 8 + f.header_size())));
+  ASSERT_EQ(written.tensors.size(), 4u);
+  for (const auto& e : f.entries())
+    EXPECT_EQ(written.tensors.at(e.name),
+              anchor::sha256_hex(bytes.substr(8 + f.header_size() + e.begin, e.end - e.begin)))
+        << e.name;
+  EXPECT_EQ(written.tensors.at("none"), anchor::sha256_hex(""));
+  for (unsigned threads : {0u, 1u, 3u, 16u}) {
+    const auto read = ck::hash_tensors(f, threads);
+    EXPECT_EQ(read.header, written.header) << threads;
+    EXPECT_EQ(read.tensors, written.tensors) << threads;
+  }
+  // Hashed while read (a file of 2 MiB or more): the same digests, on one thread or several.
+  for (unsigned threads : {1u, 4u}) {
+    std::optional<ck::TensorDigests> behind;
+    const auto b = ck::FileBytes::read_hashing_tensors(path, threads, &behind);
+    ASSERT_TRUE(behind.has_value()) << threads;
+    EXPECT_EQ(behind->header, written.header) << threads;
+    EXPECT_EQ(behind->tensors, written.tensors) << threads;
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(b.data()), b.size()), bytes);
+  }
+  {  // bytes that are not safetensors: read all the same, no digests (parse says why)
+    const auto junk = (dir_ / "junk.safetensors").string();
+    anchor::fs::atomic_write_file(junk, std::string(3 << 20, '\x7f'));
+    std::optional<ck::TensorDigests> behind;
+    EXPECT_EQ(ck::FileBytes::read_hashing_tensors(junk, 2, &behind).size(), 3u << 20);
+    EXPECT_FALSE(behind.has_value());
+  }
+  // Negative control: another value in one tensor changes that digest only.
+  big[5] += 1;
+  const auto path2 = (dir_ / "e.safetensors").string();
+  ck::TensorDigests other;
+  ck::write_safetensors(anchor::fs::real_fs(), path2, ts, {{"k", "v"}}, &other);
+  EXPECT_NE(other.tensors.at("big"), written.tensors.at("big"));
+  EXPECT_EQ(other.tensors.at("small"), written.tensors.at("small"));
+  EXPECT_EQ(other.header, written.header);
+}
+
 TEST_F(SafetensorsIo, WriterRefusesExistingFileAndBadRequests) {
   float x = 1;
   auto path = (dir_ / "y.safetensors").string();

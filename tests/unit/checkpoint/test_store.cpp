@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "anchor/checkpoint/store.hpp"
@@ -33,6 +34,24 @@ void spit(const std::filesystem::path& p, const std::string& s) {
   o << s;
 }
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// What a manifest v2 pins of a safetensors file, computed here from the file's
+// bytes (not through the store): the SHA-256 of the header (the 8-byte length
+// and the JSON) and of each tensor's slice of the data section.
+nlohmann::json pins_of(const std::filesystem::path& p) {
+  const std::string b = slurp(p);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[i]);
+  const auto header = nlohmann::json::parse(b.substr(8, n));
+  nlohmann::json tensors = nlohmann::json::object();
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const auto begin = it.value()["data_offsets"][0].get<std::size_t>(),
+               end = it.value()["data_offsets"][1].get<std::size_t>();
+    tensors[it.key()] = anchor::sha256_hex(b.substr(8 + n + begin, end - begin));
+  }
+  return {{"header_sha256", anchor::sha256_hex(b.substr(0, 8 + n))}, {"tensors", tensors}};
+}
 std::string joined(const std::vector<std::string>& v) {
   std::string s;
   for (auto& x : v) s += x + "\n";
@@ -56,15 +75,26 @@ TEST_F(StoreTest, SaveWritesLayoutAndRestoreReadsItBack) {
     EXPECT_TRUE(std::filesystem::exists(d / f)) << f;
   EXPECT_EQ(slurp(d / "COMMITTED"), anchor::sha256_hex(slurp(d / "manifest.json")) + "\n");
   auto manifest = nlohmann::json::parse(slurp(d / "manifest.json"));
-  EXPECT_EQ(manifest["format"], "anchor.checkpoint-manifest/v1");
+  EXPECT_EQ(manifest["format"], "anchor.checkpoint-manifest/v2");
   EXPECT_EQ(manifest["step"], 2);
   ASSERT_EQ(manifest["files"].size(), 3u);
   std::uint64_t total = 0;
   for (auto& f : manifest["files"]) {
-    auto fd = anchor::sha256_file((d / f["path"].get<std::string>()).string());
-    EXPECT_EQ(f["sha256"], fd.sha256);
+    const auto path = d / f["path"].get<std::string>();
+    auto fd = anchor::sha256_file(path.string());
     EXPECT_EQ(f["size"], fd.size);
+    if (path.extension() == ".safetensors") {  // pinned per tensor: each byte hashed once (docs/checkpoints.md)
+      EXPECT_FALSE(f.contains("sha256")) << f.dump();
+      EXPECT_EQ(f["header_sha256"], pins_of(path)["header_sha256"]) << f.dump();
+      EXPECT_EQ(f["tensors"], pins_of(path)["tensors"]) << f.dump();
+      const auto& own = res.digests.at(f["path"].get<std::string>());
+      EXPECT_EQ(own.header, f["header_sha256"]);
+      EXPECT_EQ(nlohmann::json(own.tensors), f["tensors"]) << "SaveResult::digests are what the manifest pins";
+    } else {
+      EXPECT_EQ(f["sha256"], fd.sha256);
+    }
   }
+  EXPECT_EQ(res.digests.size(), 2u);
   for (auto& e : std::filesystem::directory_iterator(d)) total += e.file_size();
   EXPECT_EQ(res.bytes, total);
 
@@ -92,7 +122,8 @@ TEST_F(StoreTest, LargeFilesUseParallelPaths) {
   auto dir = store.save(make_request(2, 1500000)).dir;  // model 6 MB
   const std::string model = dir + "/model.safetensors";
   auto manifest = nlohmann::json::parse(slurp(std::filesystem::path(dir) / "manifest.json"));
-  EXPECT_EQ(manifest["files"][0]["sha256"], anchor::sha256_file(model).sha256);
+  EXPECT_EQ(manifest["files"][0]["path"], "model.safetensors");
+  EXPECT_EQ(manifest["files"][0]["tensors"], pins_of(model)["tensors"]);
   anchor::FileDigest d;
   auto bytes = ck::FileBytes::read(model, &d);
   EXPECT_EQ(d.sha256, anchor::sha256_file(model).sha256);
@@ -163,7 +194,7 @@ TEST_F(StoreTest, RestoreFallsBackAndRecordsSkips) {
   EXPECT_EQ(l->skipped[0].dir, root() + "/step-00000008.tmp-abc");
   EXPECT_EQ(l->skipped[0].reason, "temporary directory of an unfinished save");
   EXPECT_EQ(l->skipped[1].reason, "no COMMITTED marker: the save did not finish");
-  EXPECT_TRUE(contains(l->skipped[2].reason, "model.safetensors: SHA-256 is ")) << l->skipped[2].reason;
+  EXPECT_TRUE(contains(l->skipped[2].reason, "model.safetensors: tensor 'w' SHA-256 is ")) << l->skipped[2].reason;
   // max_step picks older ones.
   auto l2 = store.restore_newest(3);
   ASSERT_TRUE(l2);
@@ -232,11 +263,161 @@ TEST_F(StoreTest, ManyFilesAreCheckedInParallelAndTheirProblemsComeInManifestOrd
     EXPECT_TRUE(contains(v.problems[0], "part0.safetensors: size is")) << joined(v.problems);
     EXPECT_TRUE(contains(v.problems[1], "part0.safetensors: file length mismatch")) << joined(v.problems);
     EXPECT_TRUE(contains(v.problems[2], "part1.safetensors is missing")) << joined(v.problems);
-    EXPECT_TRUE(contains(v.problems[3], "part4.safetensors: SHA-256 is")) << joined(v.problems);
+    EXPECT_TRUE(contains(v.problems[3], "part4.safetensors: tensor 't' SHA-256 is")) << joined(v.problems);
     if (run == 0) first = v.problems;
     EXPECT_EQ(v.problems, first) << "run " << run;
   }
   EXPECT_FALSE(store.restore_newest()) << "the only checkpoint is damaged";
+}
+
+// manifest.json edited (COMMITTED made to match), so the store gets past the
+// commit check to what the edit is about.
+void rewrite_manifest(const std::filesystem::path& d, const std::function<void(nlohmann::json&)>& edit) {
+  auto m = nlohmann::json::parse(slurp(d / "manifest.json"));
+  edit(m);
+  spit(d / "manifest.json", m.dump(2) + "\n");
+  spit(d / "COMMITTED", anchor::sha256_hex(slurp(d / "manifest.json")) + "\n");
+}
+
+nlohmann::json& entry(nlohmann::json& m, const std::string& path) {
+  for (auto& f : m["files"])
+    if (f["path"] == path) return f;
+  throw std::runtime_error("no entry " + path);
+}
+
+// Manifest v2: the restore hands back the digests it verified, the ones the
+// save computed; a changed tensor or header is named; the pins must name
+// exactly the file's tensors (every byte is covered).
+TEST_F(StoreTest, PerTensorPinsAreVerifiedNamedAndHandedBack) {
+  ck::Store store(root());
+  const auto saved = store.save(make_request(2, 1000));
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded);
+  ASSERT_EQ(loaded->digests.size(), 2u);
+  for (const auto& [name, d] : saved.digests) {
+    EXPECT_EQ(loaded->digests.at(name).header, d.header) << name;
+    EXPECT_EQ(loaded->digests.at(name).tensors, d.tensors) << name;
+  }
+  const std::filesystem::path dir = saved.dir;
+  const std::string model = slurp(dir / "model.safetensors");
+
+  // The header: same length, still valid JSON ("kind": "model" -> "modex").
+  std::string h = model;
+  const auto at = h.find("\"model\"");
+  ASSERT_NE(at, std::string::npos);
+  h[at + 5] = 'x';
+  spit(dir / "model.safetensors", h);
+  auto v = store.verify(dir.string());
+  ASSERT_EQ(v.problems.size(), 1u) << joined(v.problems);
+  EXPECT_TRUE(contains(v.problems[0], "model.safetensors: header SHA-256 is ")) << v.problems[0];
+
+  // One data byte of tensor b (the first in the file): named, the other tensor not.
+  std::string b = model;
+  b[b.size() - 1000 * 4 - 1] ^= 1;  // the last byte of b, just before w's 4000
+  spit(dir / "model.safetensors", b);
+  v = store.verify(dir.string());
+  ASSERT_EQ(v.problems.size(), 1u) << joined(v.problems);
+  EXPECT_TRUE(contains(v.problems[0], "model.safetensors: tensor 'b' SHA-256 is ")) << v.problems[0];
+  EXPECT_FALSE(store.restore_newest()) << "the only checkpoint is damaged";
+
+  // Negative control: the file as written verifies again.
+  spit(dir / "model.safetensors", model);
+  EXPECT_TRUE(store.verify(dir.string()).ok) << joined(store.verify(dir.string()).problems);
+
+  // A pin missing, and a pin of a tensor the file does not hold.
+  rewrite_manifest(dir, [](nlohmann::json& m) {
+    auto& t = entry(m, "model.safetensors")["tensors"];
+    t["x"] = t["b"];
+    t.erase("b");
+  });
+  v = store.verify(dir.string());
+  ASSERT_EQ(v.problems.size(), 2u) << joined(v.problems);
+  EXPECT_EQ(v.problems[0], "model.safetensors: manifest.json pins tensor 'x', which the file does not hold");
+  EXPECT_EQ(v.problems[1], "model.safetensors: tensor 'b' is not pinned in manifest.json");
+}
+
+// A file of more tensors than kMaxTensorsPinnedApart is pinned whole (its
+// per-tensor entry would outgrow the manifest); the checkpoint still verifies.
+TEST_F(StoreTest, AFileOfVeryManyTensorsIsPinnedWhole) {
+  static const std::uint8_t kByte = 7;
+  ck::SaveRequest r;
+  r.step = 2;
+  r.files.push_back({"many.safetensors", {}, {}});
+  r.files.push_back({"few.safetensors", {{"x", ck::DType::U8, {1}, &kByte, 1}}, {}});
+  for (std::size_t i = 0; i <= ck::kMaxTensorsPinnedApart; ++i)
+    r.files[0].tensors.push_back({"t" + std::to_string(i), ck::DType::U8, {1}, &kByte, 1});
+  ck::Store store(root());
+  const auto res = store.save(r);
+  auto m = nlohmann::json::parse(slurp(std::filesystem::path(res.dir) / "manifest.json"));
+  EXPECT_EQ(entry(m, "many.safetensors")["sha256"], anchor::sha256_file(res.dir + "/many.safetensors").sha256);
+  EXPECT_FALSE(entry(m, "many.safetensors").contains("tensors"));
+  EXPECT_TRUE(entry(m, "few.safetensors").contains("tensors")) << "the limit is per file";
+  EXPECT_EQ(res.digests.count("many.safetensors"), 0u);
+  const auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->files.at("many.safetensors").entries().size(), ck::kMaxTensorsPinnedApart + 1);
+  EXPECT_EQ(loaded->digests.count("few.safetensors"), 1u);
+}
+
+// Malformed v2 entries are refused as such: one SHA-256 and per-tensor pins
+// at once, a pin that is not a SHA-256, per-tensor pins of a file that is not
+// safetensors, and per-tensor pins in a v1 manifest.
+TEST_F(StoreTest, MalformedPerTensorEntriesAreRefused) {
+  ck::Store store(root());
+  const std::filesystem::path dir = store.save(make_request(2, 100)).dir;
+  const std::string original = slurp(dir / "manifest.json");
+  const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> cases = {
+      {"malformed file entry",
+       [](nlohmann::json& m) { entry(m, "model.safetensors")["sha256"] = std::string(64, 'a'); }},
+      {"malformed file entry",
+       [](nlohmann::json& m) { entry(m, "model.safetensors")["tensors"]["w"] = "not a digest"; }},
+      {"malformed file entry", [](nlohmann::json& m) { entry(m, "model.safetensors").erase("header_sha256"); }},
+      {"pins state.json per tensor, but it is not a .safetensors file",
+       [](nlohmann::json& m) {
+         auto& st = entry(m, "state.json");
+         st.erase("sha256");
+         st["header_sha256"] = std::string(64, 'a');
+         st["tensors"] = nlohmann::json::object();
+       }},
+      {"malformed file entry", [](nlohmann::json& m) { m["format"] = "anchor.checkpoint-manifest/v1"; }},
+  };
+  for (const auto& [want, edit] : cases) {
+    spit(dir / "manifest.json", original);
+    rewrite_manifest(dir, edit);
+    const auto v = store.verify(dir.string());
+    EXPECT_FALSE(v.ok) << want;
+    EXPECT_TRUE(contains(joined(v.problems), want)) << want << "\n" << joined(v.problems);
+  }
+  spit(dir / "manifest.json", original);
+  spit(dir / "COMMITTED", anchor::sha256_hex(original) + "\n");
+  EXPECT_TRUE(store.verify(dir.string()).ok) << "negative control: the manifest as written";
+}
+
+// A v1 checkpoint (every file pinned by one SHA-256: anchor before v2, and the
+// Python helper's) still verifies and restores; it hands back no per-tensor
+// digests, and a damaged file is still caught.
+TEST_F(StoreTest, AVersionOneManifestStillVerifiesAndRestores) {
+  ck::Store store(root());
+  const std::filesystem::path dir = store.save(make_request(2, 1000)).dir;
+  rewrite_manifest(dir, [&](nlohmann::json& m) {
+    m["format"] = "anchor.checkpoint-manifest/v1";
+    for (auto& f : m["files"]) {
+      f.erase("header_sha256");
+      f.erase("tensors");
+      f["sha256"] = anchor::sha256_file((dir / f["path"].get<std::string>()).string()).sha256;
+    }
+  });
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded) << joined(store.verify(dir.string()).problems);
+  EXPECT_EQ(loaded->step, 2);
+  EXPECT_TRUE(loaded->digests.empty());
+  EXPECT_EQ(loaded->files.size(), 2u);
+  std::string b = slurp(dir / "model.safetensors");
+  b[b.size() - 3] ^= 1;
+  spit(dir / "model.safetensors", b);
+  const auto v = store.verify(dir.string());
+  ASSERT_EQ(v.problems.size(), 1u) << joined(v.problems);
+  EXPECT_TRUE(contains(v.problems[0], "model.safetensors: SHA-256 is ")) << v.problems[0];
 }
 
 // A file replaced by a symlink to something larger than the manifest says is

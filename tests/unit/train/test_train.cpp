@@ -165,6 +165,53 @@ TEST_F(TrainTest, SaveRestoreResumeIsBitwiseAndDroppedStateIsCaught) {
   EXPECT_NE(s3[0].batch_digest, ref[0].batch_digest);
 }
 
+// Each byte hashed once: the digests a save computed, and the ones a restore
+// verified, give the same state digest as hashing the state again; a digest
+// that is not the tensor's changes its group (negative control), and a part
+// of the state a restore left out is hashed, not taken from the file.
+TEST_F(TrainTest, StateDigestsReuseTheCheckpointsPerTensorDigests) {
+  auto c = cfg();
+  train::Trainer a(c);
+  a.train_step();
+  a.train_step();
+  checkpoint::Store store((dir_ / "ckpt").string());
+  std::vector<torch::Tensor> keep;
+  const auto res = store.save(a.save_request(keep, {}));
+  const train::StateDigest hashed = a.digest();
+  const train::KnownDigests known = a.known_digests(res.digests);
+  std::size_t model_keys = 0, moment_keys = 0;
+  for (const auto& [key, hex] : known) {
+    model_keys += key.rfind("model/", 0) == 0;
+    moment_keys += key.find(".exp_avg") != std::string::npos;
+  }
+  EXPECT_EQ(model_keys, a.model().named_parameters().size());
+  EXPECT_EQ(moment_keys, 2 * a.model().named_parameters().size());
+  EXPECT_EQ(a.digest(known).to_json(), hashed.to_json()) << "the save's digests, reused";
+
+  auto wrong = known;
+  wrong.begin()->second = std::string(64, '0');
+  const auto bad = a.digest(wrong);
+  EXPECT_NE(bad.model, hashed.model) << "a known digest is used, not ignored";
+  EXPECT_EQ(bad.optimizer, hashed.optimizer);
+
+  auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded);
+  train::Trainer b(c);
+  const auto restored_known = b.restore(*loaded);
+  EXPECT_EQ(restored_known.size(), known.size() - a.model().named_parameters().size())
+      << "every model tensor and moment; the optimizer's steps are restored by value";
+  EXPECT_EQ(b.digest(restored_known).to_json(), hashed.to_json());
+  EXPECT_EQ(b.digest().to_json(), hashed.to_json()) << "hashing the restored state again agrees";
+
+  train::RestoreFaults drop;
+  drop.drop_optimizer = true;
+  train::Trainer d(c);
+  const auto partial = d.restore(*loaded, drop);
+  for (const auto& [key, hex] : partial) EXPECT_EQ(key.rfind("optimizer/", 0), std::string::npos) << key;
+  EXPECT_NE(d.digest(partial).optimizer, hashed.optimizer) << "the optimizer left out is hashed as it is";
+  EXPECT_EQ(d.digest(partial).model, hashed.model);
+}
+
 TEST_F(TrainTest, Gpt2SafetensorsLayoutLoadsAndShapeErrorsNameTheTensor) {
   auto c = cfg();
   torch::manual_seed(1);
