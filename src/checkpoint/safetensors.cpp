@@ -1051,14 +1051,13 @@ class TensorHasher {
   TensorHasher(const std::uint8_t* base, std::size_t size, const std::string& path, FillState& fill)
       : base_(base), size_(size), path_(path), fill_(fill) {}
 
-  void run() {
-    if (!header_ready()) return;
-    for (std::size_t k; (k = next_.fetch_add(1)) < by_offset_.size();) {
-      const auto& e = header_.entries[by_offset_[k]];
-      const std::uint64_t from = 8 + header_.len + e.begin, to = 8 + header_.len + e.end;
-      if (!filled(to)) return;
-      hex_[by_offset_[k]] = sha256_hex(
-          std::string_view(reinterpret_cast<const char*>(base_ + from), static_cast<std::size_t>(to - from)));
+  // Never throws (it runs on a thread of its own): a tensor it could not
+  // hash (no memory for its digest) is left empty, and the caller hashes the
+  // file once it is parsed instead.
+  void run() noexcept {
+    try {
+      hash_in_file_order();
+    } catch (...) {
     }
   }
 
@@ -1076,6 +1075,17 @@ class TensorHasher {
   }
 
  private:
+  void hash_in_file_order() {
+    if (!header_ready()) return;
+    for (std::size_t k; (k = next_.fetch_add(1)) < by_offset_.size();) {
+      const auto& e = header_.entries[by_offset_[k]];
+      const std::uint64_t from = 8 + header_.len + e.begin, to = 8 + header_.len + e.end;
+      if (!filled(to)) return;
+      hex_[by_offset_[k]] = sha256_hex(
+          std::string_view(reinterpret_cast<const char*>(base_ + from), static_cast<std::size_t>(to - from)));
+    }
+  }
+
   // Whether the reader has filled `upto` bytes (waits for it; false when it stopped short).
   bool filled(std::uint64_t upto) {
     std::unique_lock<std::mutex> lk(fill_.mu);

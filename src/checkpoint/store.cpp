@@ -36,6 +36,9 @@ namespace {
 constexpr const char* kState = "state.json";
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kCommitted = "COMMITTED";
+// The most a reader takes of manifest.json (or COMMITTED) before it declines
+// to read it: a manifest lists ~100 bytes a file, or a tensor pinned apart.
+constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;
 
 enum class DirKind { kStep, kTemp, kTrash, kOther };
 
@@ -286,12 +289,41 @@ void record_remote_files(SaveRun& run) {
 }
 
 // state.json, manifest.json, COMMITTED, then the temp dir's fsync.
+// manifest.json's text. Files pinned per tensor each cost ~100 bytes a
+// tensor: a save of very many tensors over several files (a small model's
+// ZeRO shards over many ranks) could outgrow what a reader accepts, and then
+// commit a checkpoint no restore takes. Then its largest per-tensor entries
+// are pinned whole instead, reading those files back (once), until it fits.
+std::string manifest_text(SaveRun& run) {
+  const auto text = [&] {
+    return json{{"format", kManifestFormat}, {"step", run.req.step}, {"files", run.files}}.dump(2) + "\n";
+  };
+  std::string t = text();
+  if (t.size() <= kMaxManifestBytes) return t;
+  std::vector<json*> apart;
+  for (auto& e : run.files)
+    if (e.contains("tensors")) apart.push_back(&e);
+  std::stable_sort(apart.begin(), apart.end(),
+                   [](const json* a, const json* b) { return (*a)["tensors"].size() > (*b)["tensors"].size(); });
+  std::uint64_t freed = 0;
+  for (json* e : apart) {
+    const std::string name = (*e)["path"].get<std::string>();
+    freed += 100 * (*e)["tensors"].size();  // about what its pins took
+    *e = {{"path", name}, {"size", (*e)["size"]}, {"sha256", sha256_file(join(run.tmp, name)).sha256}};
+    ANCHOR_LOG_WARN("checkpoint", "{}: pinned whole, not per tensor: the manifest would hold more than {} bytes", name,
+                    kMaxManifestBytes);
+    if (t.size() - std::min<std::uint64_t>(freed, t.size()) > kMaxManifestBytes) continue;
+    t = text();
+    if (t.size() <= kMaxManifestBytes) return t;
+  }
+  return text();
+}
+
 void write_commit_files(SaveRun& run, const json& state) {
   run.record(kState, write_bytes(run.fs, join(run.tmp, kState), state.dump(2) + "\n"));
   run.point(std::string("after_file:") + kState);
 
-  json manifest = {{"format", kManifestFormat}, {"step", run.req.step}, {"files", run.files}};
-  const std::string mbytes = manifest.dump(2) + "\n";
+  const std::string mbytes = manifest_text(run);
   FileDigest md = write_bytes(run.fs, join(run.tmp, kManifest), mbytes);
   run.res.bytes += md.size;
   run.point("after_manifest");
@@ -467,17 +499,27 @@ void check_tensor_digests(FileCheck& c, bool keep) {
   const std::size_t before = c.problems.size();
   if (got.header != want.header)
     c.problems.push_back(c.name + ": header SHA-256 is " + got.header + ", manifest.json says " + want.header);
+  // At most kNamed problems of each kind, then how many more: a crafted file
+  // or manifest of a million names would otherwise make a reason of megabytes.
+  constexpr std::size_t kNamed = 8;
+  std::size_t missing = 0, changed = 0, unpinned = 0;
+  const auto add = [&](std::size_t& count, const std::string& problem) {
+    if (count++ < kNamed) c.problems.push_back(problem);
+  };
   for (const auto& [tensor, hex] : want.tensors) {
     const auto it = got.tensors.find(tensor);
     if (it == got.tensors.end())
-      c.problems.push_back(c.name + ": manifest.json pins tensor '" + tensor + "', which the file does not hold");
+      add(missing, c.name + ": manifest.json pins tensor '" + tensor + "', which the file does not hold");
     else if (it->second != hex)
-      c.problems.push_back(c.name + ": tensor '" + tensor + "' SHA-256 is " + it->second + ", manifest.json says " +
-                           hex);
+      add(changed, c.name + ": tensor '" + tensor + "' SHA-256 is " + it->second + ", manifest.json says " + hex);
   }
   for (const auto& [tensor, hex] : got.tensors)
-    if (!want.tensors.count(tensor))
-      c.problems.push_back(c.name + ": tensor '" + tensor + "' is not pinned in manifest.json");
+    if (!want.tensors.count(tensor)) add(unpinned, c.name + ": tensor '" + tensor + "' is not pinned in manifest.json");
+  for (const auto& [count, what] :
+       {std::pair<std::size_t, const char*>{missing, "pinned tensors the file does not hold"},
+        {changed, "tensors whose SHA-256 differs"},
+        {unpinned, "tensors not pinned"}})
+    if (count > kNamed) c.problems.push_back(c.name + ": and " + std::to_string(count - kNamed) + " more " + what);
   if (c.problems.size() != before) return;
   c.verified = want;
   if (keep) c.file = std::move(*sf);
@@ -622,7 +664,7 @@ class Inspector {
  private:
   // The small files (COMMITTED, manifest.json) are read whole; at most this
   // much (a manifest lists ~100 bytes per file).
-  static constexpr std::uint64_t kMaxSmallFile = 64ull << 20;
+  static constexpr std::uint64_t kMaxSmallFile = kMaxManifestBytes;
 
   // A problem may quote a path or a file's bytes (a JSON parse error shows the
   // token it stopped at): keep every one valid UTF-8, for --json and reports.

@@ -471,7 +471,11 @@ void compare_resume(Comparison& c, const nlohmann::json& a, const nlohmann::json
         "original " + ra.value("verdict", std::string("?")) + ", re-run " + rb.value("verdict", std::string("?")));
   // Reports before the scheme was named digest tensors as v1 (docs/report.md, "State digests").
   const std::string v1 = "anchor.state-digest/v1";
-  const std::string sa = ra.value("state_digest_scheme", v1), sb = rb.value("state_digest_scheme", v1);
+  const auto scheme = [&](const nlohmann::json& r) {
+    const auto it = r.find("state_digest_scheme");
+    return it != r.end() && it->is_string() ? it->get<std::string>() : (it == r.end() ? v1 : it->dump());
+  };
+  const std::string sa = scheme(ra), sb = scheme(rb);
   if (sa != sb) {
     c.add("state digests", true,
           "not compared: the original digests the state as " + sa + ", the re-run as " + sb +

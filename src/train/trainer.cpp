@@ -692,7 +692,22 @@ KnownDigests Trainer::restore(const checkpoint::Store::Loaded& c, const RestoreF
   }
   if (!faults.drop_scaler) restore_scaler(c, scaler_);
   step_ = saved_step + (faults.wrong_step ? 1 : 0);
-  return restored_digests(c, opt_from);
+  KnownDigests known = restored_digests(c, opt_from);
+  // Names that share storage (tied weights) hold the bytes copied last, not
+  // necessarily their own file entry's: those are hashed again.
+  std::map<const void*, std::vector<std::string>> by_storage;
+  const auto note = [&](const std::string& name, const torch::Tensor& t) {
+    if (t.defined() && t.has_storage())
+      by_storage[t.storage().unsafeGetStorageImpl()].push_back("model/" + name);
+    else
+      known.erase("model/" + name);
+  };
+  for (const auto& p : model_->named_parameters()) note(p.key(), p.value());
+  for (const auto& b : model_->named_buffers()) note(b.key(), b.value());
+  for (const auto& [storage, names] : by_storage)
+    if (names.size() > 1)
+      for (const auto& n : names) known.erase(n);
+  return known;
 }
 
 nlohmann::json Trainer::sharding() const {

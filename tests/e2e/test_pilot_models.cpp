@@ -87,6 +87,25 @@ TEST_F(TorchScriptPilot, FullPilotPassesWithBitwiseResume) {
   EXPECT_NE(anchor::fs::read_file(t.str("run/manifest.json")).find(digest), std::string::npos);
 }
 
+// Tied weights (one tensor under two names): the checkpoint holds both names,
+// the restore copies into the one tensor twice, and the state digests (which
+// hash such names again rather than reuse the file's digests) still match.
+TEST_F(TorchScriptPilot, ATiedModuleResumesBitwise) {
+  TempDir t("ts-tied");
+  auto r = run_anchor(pilot_args(module("tied"), t.str("run")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  EXPECT_EQ(report["resume"]["state_digests"]["saved"], report["resume"]["state_digests"]["restored"]);
+  const auto m = read_json(t.str("run/checkpoints/step-00000002/manifest.json"));
+  for (const auto& f : m["files"])
+    if (f["path"] == "model.safetensors") {
+      ASSERT_TRUE(f["tensors"].contains("wte.weight")) << f.dump();
+      ASSERT_TRUE(f["tensors"].contains("head.weight")) << f.dump();
+      EXPECT_EQ(f["tensors"]["wte.weight"], f["tensors"]["head.weight"]) << "one tensor, saved under both names";
+    }
+}
+
 TEST_F(TorchScriptPilot, ItsDropoutDrawsFromTheCheckpointedGenerator) {
   // Negative control: a restore without the RNG state resumes with other
   // dropout masks inside the scripted module, so the resumed losses differ.

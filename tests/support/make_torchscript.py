@@ -7,6 +7,7 @@ Run with /usr/bin/python3 (python3-torch). Writes into OUT_DIR:
   non_scalar.pt    forward returns the per-token losses [B, T]
   tuple_return.pt  forward returns (logits, loss)
   frozen.pt        every parameter has requires_grad=False
+  tied.pt          gpt.pt with the LM head tied to the token embedding (one tensor, two names)
   pickled.pt       torch.save(model): a pickle, not a TorchScript archive
 """
 import sys
@@ -76,11 +77,13 @@ class TupleReturn(TinyLM):
 def main(out: str) -> None:
     torch.manual_seed(0)
     for name, cls in [("gpt", TinyLM), ("no_targets", NoTargets), ("non_scalar", NonScalar),
-                      ("tuple_return", TupleReturn), ("frozen", TinyLM)]:
+                      ("tuple_return", TupleReturn), ("frozen", TinyLM), ("tied", TinyLM)]:
         m = cls()
         if name == "frozen":
             for p in m.parameters():
                 p.requires_grad_(False)
+        if name == "tied":
+            m.head.weight = m.wte.weight
         torch.jit.script(m).save(f"{out}/{name}.pt")
     torch.save(TinyLM(), f"{out}/pickled.pt")
 

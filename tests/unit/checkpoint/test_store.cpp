@@ -359,6 +359,56 @@ TEST_F(StoreTest, AFileOfVeryManyTensorsIsPinnedWhole) {
   EXPECT_EQ(loaded->digests.count("few.safetensors"), 1u);
 }
 
+// A crafted manifest that pins every tensor wrongly: the first 8 are named,
+// then how many more; the reason stays short.
+TEST_F(StoreTest, ManyDifferingTensorsAreNamedUpToEightThenCounted) {
+  static const std::uint8_t kByte = 1;
+  ck::SaveRequest r;
+  r.step = 2;
+  r.files.push_back({"model.safetensors", {}, {}});
+  for (int i = 0; i < 20; ++i)
+    r.files[0].tensors.push_back({"t" + std::to_string(100 + i), ck::DType::U8, {1}, &kByte, 1});
+  ck::Store store(root());
+  const std::filesystem::path dir = store.save(r).dir;
+  rewrite_manifest(dir, [](nlohmann::json& m) {
+    for (auto& [name, hex] : entry(m, "model.safetensors")["tensors"].items()) hex = std::string(64, 'a');
+  });
+  const auto v = store.verify(dir.string());
+  ASSERT_EQ(v.problems.size(), 9u) << joined(v.problems);
+  EXPECT_TRUE(contains(v.problems[0], "model.safetensors: tensor 't100' SHA-256 is ")) << v.problems[0];
+  EXPECT_TRUE(contains(v.problems[7], "tensor 't107'")) << v.problems[7];
+  EXPECT_EQ(v.problems[8], "model.safetensors: and 12 more tensors whose SHA-256 differs");
+}
+
+// Very many tensors over several files: a manifest that would outgrow what a
+// reader takes (64 MiB) pins its largest per-tensor files whole, so the
+// checkpoint it commits is one a restore takes.
+TEST_F(StoreTest, AManifestThatWouldOutgrowTheReadersLimitPinsFilesWhole) {
+  ck::SaveRequest r;
+  r.step = 2;
+  constexpr int kFiles = 13, kEach = 60000;  // 780k pins of ~86 bytes: ~67 MB
+  for (int f = 0; f < kFiles; ++f) {
+    r.files.push_back({"f" + std::to_string(10 + f) + ".safetensors", {}, {}});
+    for (int i = 0; i < kEach; ++i)
+      r.files.back().tensors.push_back({"t" + std::to_string(100000 + i), ck::DType::U8, {0}, nullptr, 0});
+  }
+  ck::Store store(root());
+  const auto res = store.save(r);
+  const auto text = slurp(std::filesystem::path(res.dir) / "manifest.json");
+  EXPECT_LE(text.size(), 64u << 20);
+  const auto m = nlohmann::json::parse(text);
+  int whole = 0, apart = 0;
+  for (const auto& f : m["files"]) {
+    if (f["path"] == "state.json") continue;
+    (f.contains("sha256") ? whole : apart) += 1;
+  }
+  EXPECT_GE(whole, 1);
+  EXPECT_GE(apart, 1) << "only as many pinned whole as needed";
+  EXPECT_EQ(whole + apart, kFiles);
+  const auto v = store.verify(res.dir);
+  EXPECT_TRUE(v.ok) << joined(v.problems);
+}
+
 // Malformed v2 entries are refused as such: one SHA-256 and per-tensor pins
 // at once, a pin that is not a SHA-256, per-tensor pins of a file that is not
 // safetensors, and per-tensor pins in a v1 manifest.
