@@ -464,22 +464,28 @@ struct FileCheck {
   std::optional<TensorDigests> verified;  // `pinned`, once every digest matched
 };
 
+// `read()` of one listed file; a failure is its problem (nullopt).
+template <class Read>
+std::optional<FileBytes> read_for_check(FileCheck& c, const Read& read) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    c.problems.push_back(c.name + ": cannot be read: " + e.what());
+  } catch (const std::bad_alloc&) {
+    c.problems.push_back(c.name + ": cannot be read: too large for memory");
+  }
+  return std::nullopt;
+}
+
 // A file pinned per tensor: read while its tensors are hashed on
 // c.hash_threads, parsed (the tensors must tile the data section, so the
 // header and the tensors cover every byte), then each digest compared with
 // the manifest's.
 void check_tensor_digests(FileCheck& c, bool keep) {
-  std::optional<FileBytes> bytes;
   std::optional<TensorDigests> hashed;  // while it was read
-  try {
-    bytes = FileBytes::read_hashing_tensors(c.path, c.hash_threads, &hashed);
-  } catch (const Error& e) {
-    c.problems.push_back(c.name + ": cannot be read: " + e.what());
-    return;
-  } catch (const std::bad_alloc&) {
-    c.problems.push_back(c.name + ": cannot be read: too large for memory");
-    return;
-  }
+  std::optional<FileBytes> bytes =
+      read_for_check(c, [&] { return FileBytes::read_hashing_tensors(c.path, c.hash_threads, &hashed); });
+  if (!bytes) return;
   // As for a file pinned whole: a wrong size is named (and its digests are not
   // compared), and the file is still parsed, to say how it is damaged.
   const bool sized = bytes->size() == c.size;
@@ -530,16 +536,9 @@ void check_tensor_digests(FileCheck& c, bool keep) {
 void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
   if (c.pinned) return check_tensor_digests(c, keep);
   FileDigest d;
-  std::optional<FileBytes> bytes;
-  try {
-    bytes = c.is_safetensors ? FileBytes::read(c.path, &d) : FileBytes(read_file_hashed(c.path, &d));
-  } catch (const Error& e) {
-    c.problems.push_back(c.name + ": cannot be read: " + e.what());
-    return;
-  } catch (const std::bad_alloc&) {
-    c.problems.push_back(c.name + ": cannot be read: too large for memory");
-    return;
-  }
+  std::optional<FileBytes> bytes = read_for_check(
+      c, [&] { return c.is_safetensors ? FileBytes::read(c.path, &d) : FileBytes(read_file_hashed(c.path, &d)); });
+  if (!bytes) return;
   if (d.size != c.size)
     c.problems.push_back(c.name + ": size is " + std::to_string(d.size) + " bytes, manifest.json says " +
                          std::to_string(c.size));
