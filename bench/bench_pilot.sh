@@ -113,8 +113,20 @@ runs = [json.loads(l) for l in open(os.path.join(work, "runs.jsonl"))]
 MiB = 1024.0 * 1024.0
 
 
-def ts(s):  # events.jsonl times: 2026-11-29T18:20:28.908Z
+def ts(s):  # events.jsonl times: the supervisor's 2026-11-29T18:20:28.908Z, a worker protocol line's Unix seconds
+    if isinstance(s, (int, float)):
+        return float(s)
     return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def event_key(e):
+    """(source, stage or worker, event) of a line: the supervisor's own events, and the workers'
+    protocol lines (docs/program.md, "The contract") named as the supervisor names its own."""
+    if e.get("type") == "stage":
+        return (e["source"], e["stage"], "start" if e["phase"] == "begin" else e["phase"])
+    if e.get("type") == "checkpoint" and e.get("phase") == "kill_window":
+        return (e["source"], "kill", "kill_window")
+    return (e["source"], e.get("stage") or e.get("worker"), e.get("event") or e.get("type"))
 
 
 def anchor_figures(r):
@@ -129,7 +141,7 @@ def anchor_figures(r):
     ev = {}
     for line in open(os.path.join(d, "events.jsonl")):
         e = json.loads(line)
-        ev.setdefault((e["source"], e.get("stage") or e.get("worker"), e["event"]), ts(e["time"]))
+        ev.setdefault(event_key(e), ts(e["time"]))
     sup, A, B = "supervisor", "worker-reference", "worker-resume"
     seg = {  # where the wall time goes, from the event log (ms resolution)
         "supervisor start-up (exec, config; no libtorch)": ev[(sup, "reference", "worker_started")] - r["t0"],

@@ -1,4 +1,4 @@
-"""JSON lines the helper reports (docs/program-protocol.schema.json)."""
+"""JSON lines the helper reports (docs/worker-protocol.schema.json)."""
 import json
 import math
 import os

@@ -1,6 +1,7 @@
-"""docs/program-protocol.schema.json describes the spec and the lines the helper
-really writes, and docs/worker-result.schema.json the results a built-in worker
-really writes (work/*.json of a real pilot, ANCHOR_BIN). A small validator for the keywords the schema uses (no
+"""docs/worker-protocol.schema.json describes the spec and the lines the helper
+and anchor's built-in worker really write (the helper's here, the built-in
+worker's in a real pilot's events.jsonl), and docs/worker-result.schema.json the
+results a built-in worker really writes (work/*.json of a real pilot, ANCHOR_BIN). A small validator for the keywords the schema uses (no
 jsonschema package here); a keyword it does not know fails the test, so the
 schema cannot silently rely on one it ignores."""
 import json
@@ -15,7 +16,7 @@ from tests import support
 
 import anchor_pilot as ap
 
-SCHEMA = os.path.join(support.REPO, "docs", "program-protocol.schema.json")
+SCHEMA = os.path.join(support.REPO, "docs", "worker-protocol.schema.json")
 ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description"}
 
 
@@ -163,6 +164,24 @@ class WorkerResultSchema(support.TempDirTest):
     def check(self, value):
         return validate(value, self.schema, self.schema)
 
+    def worker_lines(self, run):
+        """The built-in workers' lines in events.jsonl, each checked against the worker protocol's schema."""
+        with open(SCHEMA) as f:
+            protocol = json.load(f)
+        lines = []
+        for line in support.read_lines(self.path(run, "events.jsonl")):
+            source = line.pop("source", "")
+            if source.startswith("worker-"):
+                self.assertEqual(validate(line, protocol["$defs"]["event"], protocol), [], line)
+                lines.append(dict(line, source=source))
+        # Negative controls: a stage that neither begins nor ends, a hello of neither speaker.
+        stage = next(l for l in lines if l["type"] == "stage")
+        bad = {k: v for k, v in dict(stage, phase="middle").items() if k != "source"}
+        self.assertNotEqual(validate(bad, protocol["$defs"]["event"], protocol), [])
+        hello = {k: v for k, v in next(l for l in lines if l["type"] == "hello").items() if k not in ("source", "anchor")}
+        self.assertNotEqual(validate(hello, protocol["$defs"]["event"], protocol), [])
+        return lines
+
     def pilot(self, run, *extra):
         p = subprocess.run([BIN, "pilot", os.path.join(support.REPO, "configs", "pilot.yaml"), "--run-dir",
                             self.path(run)] + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -181,6 +200,20 @@ class WorkerResultSchema(support.TempDirTest):
         for name, r in results.items():
             self.assertEqual(self.check(r), [], name)
         ref, res = results["reference.json"], results["resume.json"]
+        # The built-in workers speak the program's protocol, and what their lines say is what their results say.
+        lines = self.worker_lines("run")
+        digests = {(l["source"], l["when"]): l for l in lines if l["type"] == "digests"}
+        for (source, when), result, key in ((("worker-reference", "save"), ref, "saved_state"),
+                                            (("worker-reference", "final"), ref, "final_state"),
+                                            (("worker-resume", "restore"), res, "restored_state"),
+                                            (("worker-resume", "final"), res, "final_state")):
+            line = digests[(source, when)]
+            self.assertEqual(line["step"], result[key]["step"])
+            self.assertEqual({k: line["components"][k] for k in ("model", "optimizer", "rng")},
+                             {k: result[key][k] for k in ("model", "optimizer", "rng")})
+        steps = [l for l in lines if l["type"] == "step" and l["source"] == "worker-resume"]
+        self.assertEqual([(l["step"] - 1, l["loss"]) for l in steps],
+                         [(r["step"], r["loss"]) for r in res["resume_steps"]])
         # Negative controls: the schema rejects what the supervisor's reader refuses.
         self.assertNotEqual(self.check(dict(ref, format="anchor.worker-result/v2")), [])
         self.assertNotEqual(self.check({k: v for k, v in ref.items() if k != "saved_state"}), [])
@@ -195,6 +228,8 @@ class WorkerResultSchema(support.TempDirTest):
         self.assertIn("resume-rank1.json", results)
         for name, r in results.items():
             self.assertEqual(self.check(r), [], name)
+        hello = [l for l in self.worker_lines("run2") if l["type"] == "hello"]
+        self.assertEqual([(l["role"], l["world_size"], l["rank"]) for l in hello], [("reference", 2, 0), ("resume", 2, 0)])
         self.assertEqual((results["reference-rank1.json"]["rank"], results["reference-rank1.json"]["world_size"]), (1, 2))
         # One rank takes worker A's measured step as the configured shape's memory point; two ranks
         # measure it in the probe (worker A's step held DDP's buffers). The same bytes: the same measurement.

@@ -26,15 +26,16 @@ bool g_events_enabled = true;
 
 void set_events_enabled(bool on) { g_events_enabled = on; }
 
-void emit_event(const nlohmann::json& event) {
+void emit(protocol::Body body) {
   if (!g_events_enabled) return;
-  std::string line = std::string(kEventPrefix) + dump_json(event) + "\n";
+  const std::string line =
+      std::string(kEventPrefix) + dump_json(protocol::to_json(protocol::line(std::move(body)))) + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
 }
 
 StageTimer::StageTimer(std::string name) : name_(std::move(name)), t0_(std::chrono::steady_clock::now()) {
-  emit_event({{"stage", name_}, {"event", "start"}, {"time", utc_now()}});
+  emit(protocol::StageLine{name_, "begin", "", std::nullopt});
 }
 
 double StageTimer::elapsed() const {
@@ -43,8 +44,7 @@ double StageTimer::elapsed() const {
 
 nlohmann::json StageTimer::end(nlohmann::json figures) {
   nlohmann::json rec = {{"stage", name_}, {"status", "passed"}, {"seconds", elapsed()}, {"figures", figures}};
-  emit_event(
-      {{"stage", name_}, {"event", "end"}, {"time", utc_now()}, {"status", "passed"}, {"seconds", rec["seconds"]}});
+  emit(protocol::StageLine{name_, "end", "passed", rec["seconds"].get<double>()});
   return rec;
 }
 

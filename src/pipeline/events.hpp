@@ -1,21 +1,26 @@
 #pragma once
-// Stage events: workers print them on stdout as "@anchor-event {json}" lines;
-// the supervisor appends each to events.jsonl (flushed as it happens) and
-// reacts to some (the kill window).
+// The built-in worker's side of the worker protocol's lines
+// (worker_protocol.hpp): it prints each on stdout as "@anchor-event {json}";
+// the supervisor parses it with protocol::parse_event, appends it to
+// events.jsonl (flushed as it happens) and reacts to some (a stage, a step for
+// the live line, the kill window, an error).
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "worker_protocol.hpp"
 
 namespace anchor::pipeline {
 
 inline constexpr const char* kEventPrefix = "@anchor-event ";
 
-// Worker side: one line on stdout, flushed. Off (set_events_enabled(false)) on
-// ranks other than 0 of a multi-rank worker: rank 0 speaks for the group.
-void emit_event(const nlohmann::json& event);
+// Worker side: one line of the protocol (stamped now, rank 0) on stdout,
+// flushed. Off (set_events_enabled(false)) on ranks other than 0 of a
+// multi-rank worker: rank 0 speaks for the group.
+void emit(protocol::Body line);
 void set_events_enabled(bool on);
 
-// Times one stage of a worker and emits its start and end events.
+// Times one stage of a worker and emits its begin and end lines.
 class StageTimer {
  public:
   explicit StageTimer(std::string name);

@@ -4,7 +4,7 @@
 // SIGKILLed inside its second save; worker B, a fresh process per rank,
 // restores the newest checkpoint that verifies and trains the R steps again;
 // the two accounts are compared per rank, per component. The program speaks
-// the protocol of program_protocol.hpp through python/anchor_pilot.
+// the protocol of worker_protocol.hpp through python/anchor_pilot.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,14 +29,14 @@
 #include "anchor/measure/proc.hpp"
 #include "anchor/plan/plan.hpp"
 #include "anchor/plan/memory_model.hpp"
-#include "program_protocol.hpp"
+#include "worker_protocol.hpp"
 #include "progress.hpp"
 #include "supervisor_internal.hpp"
 
 namespace anchor::pipeline {
 namespace {
 
-namespace pp = program;
+namespace pp = protocol;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -137,38 +137,20 @@ void kill_all(const std::vector<proc::Child>& ranks, const std::vector<std::opti
 // terminal, so a line redrawn in place would be torn by its output.
 class ProgramSteps {
  public:
-  ProgramSteps(std::string who, std::int64_t stop_at) : who_(std::move(who)), end_(stop_at) {}
+  ProgramSteps(std::string who, std::int64_t stop_at) : who_(std::move(who)), end_(stop_at), account_(stop_at) {}
   void saw(const pp::StepLine& s) {
-    if (last_ && s.step <= *last_) return;  // a step reported again is not another step
-    last_ = s.step;
+    const auto shown = account_.saw(s);
+    if (!shown) return;
     if (!rule_) rule_.emplace(s.step - 1, end_);  // the first step shown says where the worker started
-    StepShown shown;
-    shown.done = s.step;
-    shown.end = end_;
-    auto known = [](const pp::Number& n) { return n.known ? std::optional<double>(n.value) : std::nullopt; };
-    shown.loss = known(s.loss);
-    shown.grad_norm = known(s.grad_norm);
-    shown.lr = known(s.lr);
-    if (s.data_wait_s || s.compute_s) {
-      const double step_s = s.data_wait_s.value_or(0) + s.compute_s.value_or(0);
-      spent_s_ += step_s;
-      ++timed_;
-      shown.step_s = step_s;
-      if (s.tokens && step_s > 0) shown.tokens_per_s = static_cast<double>(*s.tokens) / step_s;
-      shown.eta_s =
-          spent_s_ / static_cast<double>(timed_) * static_cast<double>(std::max<std::int64_t>(0, end_ - s.step));
-    }
-    ANCHOR_LOG_AT(rule_->shown(shown.done) ? log::Level::kInfo : log::Level::kDebug, "train_step", "{}",
-                  step_line(who_, shown));
+    ANCHOR_LOG_AT(rule_->shown(shown->done) ? log::Level::kInfo : log::Level::kDebug, "train_step", "{}",
+                  step_line(who_, *shown));
   }
 
  private:
   std::string who_;
   std::int64_t end_;
+  StepAccount account_;
   std::optional<StepLineRule> rule_;
-  std::optional<std::int64_t> last_;
-  double spent_s_ = 0;
-  std::int64_t timed_ = 0;
 };
 
 // Writes the spec and starts the program once per rank with it, each in its own process group.

@@ -14,6 +14,7 @@
 
 #include "anchor/common/utf8.hpp"
 #include "anchor/log.hpp"
+#include "worker_protocol.hpp"
 
 namespace anchor::pipeline {
 
@@ -28,37 +29,28 @@ bool live_progress_requested() {
   return v && std::string(v) == "1";
 }
 
-nlohmann::json to_json(const StepShown& s) {
-  nlohmann::json j = {{"event", "progress"}, {"done", s.done}, {"end", s.end}};
-  auto put = [&](const char* key, const std::optional<double>& v) {
-    if (v && std::isfinite(*v)) j[key] = *v;
+std::optional<StepShown> StepAccount::saw(const protocol::StepLine& s) {
+  if (last_ && s.step <= *last_) return std::nullopt;
+  last_ = s.step;
+  StepShown shown;
+  shown.done = s.step;
+  shown.end = s.stop_at.value_or(stop_at_);
+  auto known = [](const protocol::Number& n) {
+    return n.known && std::isfinite(n.value) ? std::optional<double>(n.value) : std::nullopt;
   };
-  put("loss", s.loss);
-  put("grad_norm", s.grad_norm);
-  put("lr", s.lr);
-  put("tokens_per_s", s.tokens_per_s);
-  put("step_s", s.step_s);
-  put("eta_s", s.eta_s);
-  return j;
-}
-
-std::optional<StepShown> step_shown_from(const nlohmann::json& e) {
-  if (!e.is_object() || e.value("event", "") != "progress") return std::nullopt;
-  const auto done = e.find("done"), end = e.find("end");
-  if (done == e.end() || end == e.end() || !done->is_number_integer() || !end->is_number_integer()) return std::nullopt;
-  StepShown s;
-  s.done = done->get<std::int64_t>();
-  s.end = end->get<std::int64_t>();
-  auto get = [&](const char* key, std::optional<double>& v) {
-    if (const auto it = e.find(key); it != e.end() && it->is_number()) v = it->get<double>();
-  };
-  get("loss", s.loss);
-  get("grad_norm", s.grad_norm);
-  get("lr", s.lr);
-  get("tokens_per_s", s.tokens_per_s);
-  get("step_s", s.step_s);
-  get("eta_s", s.eta_s);
-  return s;
+  shown.loss = known(s.loss);
+  shown.grad_norm = known(s.grad_norm);
+  shown.lr = known(s.lr);
+  if (s.data_wait_s || s.compute_s) {
+    const double step_s = s.data_wait_s.value_or(0) + s.compute_s.value_or(0);
+    spent_s_ += step_s;
+    ++timed_;
+    shown.step_s = step_s;
+    if (s.tokens && step_s > 0) shown.tokens_per_s = static_cast<double>(*s.tokens) / step_s;
+    shown.eta_s =
+        spent_s_ / static_cast<double>(timed_) * static_cast<double>(std::max<std::int64_t>(0, shown.end - s.step));
+  }
+  return shown;
 }
 
 std::string step_line(const std::string& who, const StepShown& s) {

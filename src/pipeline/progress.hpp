@@ -11,11 +11,13 @@
 #include <nlohmann/json_fwd.hpp>
 
 namespace anchor::pipeline {
+namespace protocol {
+struct StepLine;
+}
 
 // Set by the supervisor in a built-in worker's environment when it draws that
-// worker's live line (stderr a terminal, info on): the worker then sends a
-// `progress` event for its steps (at most 4 a second, and its last), logs its
-// step lines at debug, and each of its log lines first clears the terminal
+// worker's live line (stderr a terminal, info on): the worker then logs its
+// step lines at debug (the supervisor draws its `step` lines), and each of its log lines first clears the terminal
 // line (the live line ends at column 0, where the worker's line starts).
 inline constexpr const char* kLiveProgressEnv = "ANCHOR_LIVE_PROGRESS";
 
@@ -34,9 +36,22 @@ struct StepShown {
   std::optional<double> step_s;  // this step's data wait + compute
   std::optional<double> eta_s;   // the worker's remaining steps at its mean step time so far
 };
-nlohmann::json to_json(const StepShown& s);
-// Reads a `progress` event; nullopt when it is not one anchor wrote.
-std::optional<StepShown> step_shown_from(const nlohmann::json& event);
+
+// A worker's `step` lines (worker_protocol.hpp) as the console shows them: the
+// step count it stops at (the line's stop_at, else `stop_at`), the step's time
+// and tokens/s, and the ETA at the mean step time of the lines seen so far.
+class StepAccount {
+ public:
+  explicit StepAccount(std::int64_t stop_at = 0) : stop_at_(stop_at) {}
+  // nullopt for a step reported again (not another step).
+  std::optional<StepShown> saw(const protocol::StepLine& s);
+
+ private:
+  std::int64_t stop_at_;
+  std::optional<std::int64_t> last_;
+  double spent_s_ = 0;
+  std::int64_t timed_ = 0;
+};
 
 // "A step 3/4 loss=4.1234 grad_norm=0.5000 lr=1.000e-03 1234 tok/s (0.012s, eta 0.0s)";
 // a figure the worker did not report is left out.

@@ -46,6 +46,7 @@
 #include "report_writer.hpp"
 #include "supervisor_internal.hpp"
 #include "work_files.hpp"
+#include "worker_protocol.hpp"
 
 namespace anchor::pipeline {
 
@@ -222,38 +223,44 @@ class WorkerRun {
     }
   }
 
+  // One line of rank 0's stdout: a line of the worker protocol after kEventPrefix
+  // (worker_protocol.hpp), or the worker's stray output, shown as it is.
   void handle_line(const std::string& line) {
     if (line.rfind(kEventPrefix, 0) != 0) {
       watch_.erase();
       std::fprintf(stderr, "%s\n", line.c_str());  // a worker's stray stdout: keep it visible
       return;
     }
-    auto ev = nlohmann::json::parse(line.substr(std::strlen(kEventPrefix)), nullptr, false);
-    if (ev.is_discarded()) return;
-    // A step for the live line: the console's only (events.jsonl is the same with or without a terminal).
-    if (auto shown = step_shown_from(ev)) {
-      watch_.step(*shown);
+    protocol::Event ev;
+    try {
+      ev = protocol::parse_event(line.substr(std::strlen(kEventPrefix)));
+    } catch (const Error& e) {  // not this build's worker: said, not acted on
+      watch_.erase();
+      ANCHOR_LOG_WARN("pilot", "{}: a line that is not the worker protocol's ({})", who(0), e.what());
       return;
     }
-    p_.events->write(ev, "worker-" + name_);
-    const std::string evname = ev.value("event", "");
-    if (evname == "start") {
-      w_.open_stage = ev.value("stage", "");
-      watch_.started(w_.open_stage);
+    p_.events->write(ev.raw, "worker-" + name_);
+    if (const auto* st = std::get_if<protocol::StageLine>(&ev.body)) {
+      if (st->phase == "begin") {
+        w_.open_stage = st->stage;
+        watch_.started(w_.open_stage);
+      } else {
+        w_.open_stage.clear();
+        watch_.ended();
+      }
+    } else if (const auto* step = std::get_if<protocol::StepLine>(&ev.body)) {
+      if (const auto shown = steps_.saw(*step)) watch_.step(*shown);  // the live line, on a terminal
+    } else if (const auto* err = std::get_if<protocol::ErrorLine>(&ev.body); err && w_.error.empty()) {
+      w_.error = err->message;
+      if (!err->hint.empty()) w_.error += " (hint: " + err->hint + ")";
+    } else if (const auto* c = std::get_if<protocol::CheckpointLine>(&ev.body);
+               c && c->phase == "kill_window" && role_ == WorkerRole::kReference) {
+      kill_in_window(*c);
     }
-    if (evname == "end") {
-      w_.open_stage.clear();
-      watch_.ended();
-    }
-    if (evname == "error" && w_.error.empty()) {
-      w_.error = ev.value("message", "");
-      if (!ev.value("hint", "").empty()) w_.error += " (hint: " + ev.value("hint", "") + ")";
-    }
-    if (evname == "kill_window" && role_ == WorkerRole::kReference) kill_in_window(ev);
   }
 
   // The real thing: SIGKILL in the middle of a save, nothing cooperative; every rank.
-  void kill_in_window(const nlohmann::json& ev) {
+  void kill_in_window(const protocol::CheckpointLine& window) {
     nlohmann::json pids = nlohmann::json::array();
     for (const auto& c : ranks_) {
       ::kill(c.pid, SIGKILL);
@@ -266,7 +273,7 @@ class WorkerRun {
                       {"event", "sigkill_sent"},
                       {"pid", ranks_[0].pid},
                       {"pids", pids},
-                      {"point", ev.value("point", "")},
+                      {"point", window.point},
                       {"nodes", nodes_ ? nodes_->count() : 1}},
                      "supervisor");
   }
@@ -328,6 +335,7 @@ class WorkerRun {
   const int local_;
   const int port_;
   StageWatch watch_;
+  StepAccount steps_;  // rank 0's step lines, for the live line
   std::vector<proc::Child> ranks_;
   WorkerOutcome w_;
   std::vector<std::optional<int>> ended_;  // the other ranks' statuses, once they have ended

@@ -136,7 +136,11 @@ struct Builder {
     thread(pid, rank);
     last_ts[pid] = std::max(last_ts[pid], ts);
     const bool own = anchors_own(source);
-    const std::string stage = own ? str(e, "stage") : std::string(), event = str(e, "event"), type = str(e, "type");
+    const std::string stage = own ? str(e, "stage") : std::string(), type = str(e, "type");
+    // A stage: the built-in worker's protocol line {"type": "stage", "phase": begin|end}, or the
+    // supervisor's own record of a failed one {"stage", "event": "end"}.
+    const std::string phase = str(e, "phase");
+    const std::string event = own && type == "stage" ? (phase == "begin" ? "start" : phase) : str(e, "event");
     if (!stage.empty() && event == "start") {
       open[{pid, rank, stage}] = ts;
       return;

@@ -21,9 +21,11 @@
 #include <set>
 #include <sstream>
 
+#include "anchor/build_info.hpp"
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/copy_verified.hpp"
 #include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/dist/process_group.hpp"
@@ -32,6 +34,7 @@
 #include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/log.hpp"
+#include "anchor/manifest/environment.hpp"
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/measure/memory.hpp"
 #include "anchor/model/hf_export.hpp"
@@ -101,9 +104,9 @@ class StageMemory {
 
 // Whose steps a line shows and how far they go: "A step 3/4" is worker A's
 // third completed step of the four it runs to (B, the resumed worker, runs
-// to the same step). About 20 lines at info (StepLineRule), each one at debug;
-// when the supervisor draws this worker's live line (kLiveProgressEnv), rank 0
-// sends it `progress` events instead and every step line is at debug.
+// to the same step). About 20 lines at info (StepLineRule), each one at debug
+// when the supervisor draws this worker's live line (kLiveProgressEnv) from
+// rank 0's `step` lines, which it sends for every step.
 struct StepProgress {
   const char* worker;  // "A" (reference) or "B" (resume)
   std::int64_t start;  // the step count this worker started from
@@ -115,6 +118,41 @@ StepProgress progress(const WorkerContext& ctx, const char* worker, std::int64_t
   return {worker, start, end, ctx.env.rank, ctx.env.world_size};
 }
 
+// A step as the worker protocol reports it (only rank 0's lines reach the supervisor).
+protocol::StepLine step_line_of(const train::StepRecord& r, std::int64_t stop_at) {
+  protocol::StepLine l;
+  l.step = r.step + 1;
+  l.loss = {true, r.loss};
+  l.grad_norm = {true, r.grad_norm};
+  l.lr = {true, r.lr};
+  l.tokens = r.tokens;
+  l.data_wait_s = r.data_wait_s;
+  l.compute_s = r.compute_s;
+  l.stop_at = stop_at;
+  return l;
+}
+
+// A state digest as the protocol's per-component digests line: `when` is save, restore or final.
+protocol::DigestsLine digests_line(const char* when, const train::StateDigest& d) {
+  protocol::DigestsLine l;
+  l.step = d.step;
+  l.when = when;
+  l.components = {{"model", d.model}, {"optimizer", d.optimizer}, {"rng", d.rng}};
+  if (d.scaler) l.components.emplace_back("scaler", *d.scaler);
+  return l;
+}
+
+// The checkpoint line of `op` (save | restore) and `phase` at `step`.
+protocol::CheckpointLine checkpoint_line(const char* op, const char* phase, std::optional<std::int64_t> step,
+                                         std::string dir) {
+  protocol::CheckpointLine l;
+  l.op = op;
+  l.phase = phase;
+  l.step = step;
+  l.dir = std::move(dir);
+  return l;
+}
+
 // How a step is run when not plainly: worker B's last one, under the profiler.
 using StepFn = std::function<train::StepRecord(train::Trainer&)>;
 
@@ -124,7 +162,6 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepPro
   const bool live = live_progress_requested();
   const std::string who = at.world > 1 ? fmt::format("{} rank {}", at.worker, at.rank) : std::string(at.worker);
   double spent_s = 0;
-  auto sent = std::chrono::steady_clock::time_point{};
   for (int i = 0; i < n; ++i) {
     auto r = last && i + 1 == n ? last(t) : t.train_step();
     const double step_s = r.compute_s + r.data_wait_s;
@@ -140,13 +177,7 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepPro
     shown.eta_s = spent_s / (i + 1) * static_cast<double>(std::max<std::int64_t>(0, at.end - shown.done));
     const auto level = !live && rule.shown(shown.done) ? log::Level::kInfo : log::Level::kDebug;
     ANCHOR_LOG_AT(level, "train_step", "{}", step_line(who, shown));
-    if (live) {  // at most 4 a second, and the last (only rank 0's events reach the supervisor)
-      const auto now = std::chrono::steady_clock::now();
-      if (i + 1 == n || now - sent >= std::chrono::milliseconds(250)) {
-        emit_event(to_json(shown));
-        sent = now;
-      }
-    }
+    emit(step_line_of(r, at.end));
     // A non-finite loss or applied gradient poisons every later step: fail
     // here, naming it (a step the loss scaler skipped is not applied).
     if (!std::isfinite(r.loss) || (!r.skipped && !std::isfinite(r.grad_norm)))
@@ -598,6 +629,7 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   StageMemory eval_mem(t.device());
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval");
   ctx.out.eval_loss = eval_loss;
+  emit(protocol::EvalLine{t.step(), {true, eval_loss}});
   ctx.out.stages.push_back(eval.end({{"loss", eval_loss},
                                      {"perplexity", std::exp(eval_loss)},
                                      {"batches", p.eval_batches},
@@ -613,6 +645,8 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
   // this checkpoint names the run and compares the configs.
   double replica_check_s = 0;
   std::map<std::string, checkpoint::TensorDigests> written;
+  const std::string step_dir = ctx.ckpt_dir + "/" + checkpoint::step_dir_name(t.step());
+  emit(checkpoint_line("save", "begin", t.step(), printable(step_dir)));
   auto saved = save_checkpoint(ctx, t, store,
                                {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}},
                                {}, &replica_check_s, &written);
@@ -621,6 +655,10 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
   // model) is hashed here.
   ctx.out.saved_state = t.digest(t.known_digests(written));
   ctx.out.saved_step = t.step();
+  auto end = checkpoint_line("save", "end", t.step(), printable(step_dir));
+  if (saved) end.bytes = static_cast<std::int64_t>(saved->bytes), end.seconds = saved->seconds;
+  emit(end);
+  emit(digests_line("save", *ctx.out.saved_state));
   // Only after a newer commit, never the newest valid one.
   if (saved)
     for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
@@ -634,10 +672,14 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
 // The second save: the supervisor SIGKILLs us once the first file is on disk,
 // leaving a torn checkpoint that the resume worker must skip.
 [[noreturn]] void killed_save(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store) {
-  emit_event({{"stage", "kill"}, {"event", "start"}, {"time", utc_now()}});
-  auto hook = [](std::string_view point) {
+  emit(protocol::StageLine{"kill", "begin", "", std::nullopt});
+  const std::string step_dir = printable(ctx.ckpt_dir + "/" + checkpoint::step_dir_name(t.step()));
+  emit(checkpoint_line("save", "begin", t.step(), step_dir));
+  auto hook = [&](std::string_view point) {
     if (point.rfind("after_file:", 0) == 0) {
-      emit_event({{"stage", "kill"}, {"event", "kill_window"}, {"point", std::string(point)}, {"time", utc_now()}});
+      auto window = checkpoint_line("save", "kill_window", t.step(), step_dir);
+      window.point = std::string(point);
+      emit(window);
       for (;;) ::pause();  // until SIGKILL; PR_SET_PDEATHSIG ends us if the supervisor dies
     }
   };
@@ -663,6 +705,7 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
       run_steps(t, pilot.steps_after_resume,
                 progress(ctx, "A", t.step() - pilot.steps_before_save, t.step() + pilot.steps_after_resume));
   ctx.out.final_state = t.digest();
+  emit(digests_line("final", *ctx.out.final_state));
   ctx.out.stages.push_back(ref.end({{"steps", ctx.cfg.pilot.steps_after_resume}}));
   write_result(ctx, "reference");
   killed_save(ctx, t, store);
@@ -749,6 +792,22 @@ void export_stage(WorkerContext& ctx, train::Trainer& t) {
 
 train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlohmann::json& figures);
 
+// The restore's lines: each directory passed over (skip, with its problem), the
+// restored one (end, with the bytes read and the read's seconds), its digests.
+void report_restore(const checkpoint::Store::Loaded& loaded, std::uint64_t bytes, double read_s,
+                    const train::StateDigest& restored) {
+  for (const auto& s : loaded.skipped) {
+    auto skip = checkpoint_line("restore", "skip", std::nullopt, printable(s.dir));
+    skip.problems = {printable(s.reason)};
+    emit(skip);
+  }
+  auto end = checkpoint_line("restore", "end", loaded.step, printable(loaded.dir));
+  end.bytes = static_cast<std::int64_t>(bytes);
+  end.seconds = read_s;
+  emit(end);
+  emit(digests_line("restore", restored));
+}
+
 void resume_from_checkpoint(WorkerContext& ctx) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out.stages;
@@ -762,6 +821,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   const double build_s = restore.elapsed();
   StageMemory restore_mem(t.device());
   checkpoint::Store store(ctx.ckpt_dir);
+  emit(checkpoint_line("restore", "begin", std::nullopt, printable(ctx.ckpt_dir)));
   auto loaded = store.restore_newest();
   if (!loaded) throw Error(ErrorKind::kVerification, "no committed checkpoint that verifies in " + ctx.ckpt_dir);
   const double read_s = restore.elapsed() - build_s;
@@ -780,6 +840,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   std::uint64_t restored_bytes = 0;
   for (const auto& f : loaded->manifest.value("files", nlohmann::json::array()))
     restored_bytes += f.value("size", 0ull);
+  report_restore(*loaded, restored_bytes, read_s, *ctx.out.restored_state);
   stages.push_back(restore.end({{"step", loaded->step},
                                 {"dir", printable(loaded->dir)},
                                 {"skipped", skipped},
@@ -794,6 +855,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   StageTimer eval("eval_after_restore");
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval after the restore");
   ctx.out.eval_loss = eval_loss;
+  emit(protocol::EvalLine{t.step(), {true, eval_loss}});
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
 
   StageTimer resume("resume");
@@ -804,6 +866,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
       run_steps(t, p.steps_after_resume, progress(ctx, "B", t.step(), t.step() + p.steps_after_resume), profiled);
   const double replica_check_s = check_replicas(ctx, t);  // the resumed replicas, at the end
   ctx.out.final_state = t.digest();
+  emit(digests_line("final", *ctx.out.final_state));
   nlohmann::json resume_fig = {{"steps", p.steps_after_resume}};
   if (!profile.is_null()) resume_fig["profile"] = profile;
   if (ctx.pg) resume_fig["replica_check_s"] = replica_check_s;
@@ -1086,6 +1149,23 @@ int run_probe(WorkerContext& ctx) {
   return 0;
 }
 
+// The worker's first line: who it is and the libraries it runs (docs/program.md, "The contract").
+protocol::Hello hello(WorkerRole role, int world_size) {
+  protocol::Hello h;
+  h.role = role == WorkerRole::kReference ? "reference" : "resume";
+  h.world_size = world_size;
+  const auto v = manifest::runtime_versions();
+  auto known = [&](const char* key) {
+    const std::string s = v.value(key, std::string("none"));
+    return s == "none" ? std::string() : s;
+  };
+  h.versions = {known("libtorch"), known("cuda_runtime"), known("cudnn"), known("nccl"), ""};
+  h.anchor = std::string(build::kVersion) + "+" + build::kGitCommit;
+  h.executable = proc::self_exe();
+  h.pid = ::getpid();
+  return h;
+}
+
 }  // namespace
 
 int run_worker(const WorkerOptions& opts) {
@@ -1098,6 +1178,7 @@ int run_worker(const WorkerOptions& opts) {
   // (docs/distributed.md).
   ctx.env = dist::detect_launch();
   if (ctx.env.distributed()) set_events_enabled(ctx.env.rank == 0);
+  emit(hello(opts.role, ctx.env.world_size));
   try {
     if (ctx.env.distributed()) {
       // One process per device: this rank's GPU, then the backend that reduces there (docs/distributed.md).
@@ -1121,7 +1202,7 @@ int run_worker(const WorkerOptions& opts) {
     if (const auto* ce = dynamic_cast<const config::ConfigError*>(&e))
       for (const auto& pr : ce->problems()) message += "; " + pr.format();
     if (const auto* ae = dynamic_cast<const Error*>(&e)) hint = ae->hint();
-    emit_event({{"event", "error"}, {"message", message}, {"hint", hint}, {"time", utc_now()}});
+    emit(protocol::ErrorLine{message, "", hint});
     throw;
   }
 }

@@ -94,14 +94,22 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
                                       "eval_after_restore", "resume", "export", "compare", "memory_probe", "plan"}));
   bool sigkill_logged = false;
   int starts = 0, ends = 0;
+  std::map<std::string, int> worker_lines;  // the worker protocol's lines, by type (docs/program.md, "The contract")
   for (const auto& e : read_events(t.str("run/events.jsonl"))) {
     sigkill_logged |= e.value("event", "") == "sigkill_sent";
-    starts += e.value("event", "") == "start";
-    ends += e.value("event", "") == "end";
+    const bool stage = e.value("type", "") == "stage";
+    starts += e.value("event", "") == "start" || (stage && e.value("phase", "") == "begin");
+    ends += e.value("event", "") == "end" || (stage && e.value("phase", "") == "end");
+    if (e.value("source", "").rfind("worker-", 0) == 0) ++worker_lines[e.value("type", "(none)")];
   }
   EXPECT_TRUE(sigkill_logged);
   EXPECT_GE(starts, 13);
   EXPECT_GE(ends, 13);
+  // The built-in workers speak the program's protocol: a hello each, every step (K + R + R), the evals,
+  // the saves and the restore, and the state's digests at the save, the restore and both ends.
+  EXPECT_EQ(worker_lines,
+            (std::map<std::string, int>{
+                {"hello", 2}, {"stage", 23}, {"step", 6}, {"eval", 2}, {"checkpoint", 7}, {"digests", 4}}));
   // The measurements and the plan the report promises (docs/report.md).
   const auto& m = report["measurements"];
   EXPECT_GT(m["step"]["tokens_per_s"].get<double>(), 0);
@@ -255,11 +263,14 @@ TEST(Pilot, EachStageIsAnnouncedAndALongOneSaysHowLongSoFar) {
   auto kinds = [&](const std::string& run) {
     std::set<std::string> k;
     std::istringstream in(anchor::fs::read_file(t.str(run + "/events.jsonl")));
-    for (std::string line; std::getline(in, line);) k.insert(nlohmann::json::parse(line).value("event", ""));
+    for (std::string line; std::getline(in, line);) {
+      const auto e = nlohmann::json::parse(line);
+      k.insert(e.value("event", "") + "/" + e.value("type", ""));
+    }
     return k;
   };
   EXPECT_EQ(kinds("tty"), kinds("plain"));
-  EXPECT_FALSE(kinds("tty").count("progress"));
+  EXPECT_FALSE(kinds("tty").count("progress/"));
   // The live line: the stage, the step, loss, tokens/s, ETA and time so far, redrawn in place from the first step.
   EXPECT_TRUE(std::regex_search(
       tty.out, std::regex("\r\x1b\\[K\\[stage\\] A: train, step [0-9]+/302, loss [0-9.]+, [0-9]+ tok/s, ETA [0-9]+ s, "

@@ -9,7 +9,7 @@
 //   before save and after restore, then step by step the learning rate
 //   (lr_schedule), the batch digest (data_cursor), the loss scale (scaler),
 //   loss and gradient norm (gradients), and the final state;
-// - the user's program (program::compare, program_protocol.hpp): the digests
+// - the user's program (protocol::compare, worker_protocol.hpp): the digests
 //   of the helper's components (model, optimizer, scheduler, scaler, rng,
 //   data, and the program's own) after the restore and at the last step, and
 //   the loss of every resumed step.

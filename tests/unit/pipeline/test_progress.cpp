@@ -1,5 +1,5 @@
 // What the console shows of a worker's steps (src/pipeline/progress.hpp): the
-// step line's wording, which lines show at info, the `progress` event, and the
+// step line's wording, which lines show at info, a worker's step lines as shown, and the
 // live line drawn on a real terminal (a pty).
 #include <fcntl.h>
 #include <poll.h>
@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -17,6 +18,7 @@
 
 #include "anchor/log.hpp"
 #include "pipeline/progress.hpp"
+#include "pipeline/worker_protocol.hpp"
 
 using anchor::pipeline::StageWatch;
 using anchor::pipeline::StepLineRule;
@@ -67,21 +69,35 @@ TEST(Progress, AboutTwentyStepLinesAWorkerShowTheFirstEveryNthAndTheLast) {
   EXPECT_TRUE(rule.shown(1000));
 }
 
-TEST(Progress, TheProgressEventCarriesAStepAndNothingElseReadsAsOne) {
-  const auto j = to_json(full_step());
-  EXPECT_EQ(j["event"], "progress");
-  const auto back = anchor::pipeline::step_shown_from(j);
-  ASSERT_TRUE(back.has_value());
-  EXPECT_EQ(back->done, 3);
-  EXPECT_EQ(back->end, 300);
-  EXPECT_DOUBLE_EQ(*back->loss, 4.12345);
-  EXPECT_DOUBLE_EQ(*back->eta_s, 12.34);
-  StepShown nan_loss = full_step();
-  nan_loss.loss = std::nan("");
-  EXPECT_FALSE(to_json(nan_loss).contains("loss")) << "JSON holds no NaN";
-  EXPECT_FALSE(anchor::pipeline::step_shown_from({{"event", "start"}, {"stage", "train"}}).has_value());
-  EXPECT_FALSE(anchor::pipeline::step_shown_from({{"event", "progress"}, {"done", "3"}, {"end", 4}}).has_value());
-  EXPECT_FALSE(anchor::pipeline::step_shown_from(nlohmann::json::array()).has_value());
+TEST(Progress, AStepAccountShowsAWorkersStepLinesWithTheirRateAndEta) {
+  namespace pp = anchor::pipeline::protocol;
+  anchor::pipeline::StepAccount account(/*stop_at=*/10);
+  pp::StepLine l;
+  l.step = 3;
+  l.loss = {true, 4.5};
+  l.grad_norm = {true, std::numeric_limits<double>::infinity()};
+  l.tokens = 1000;
+  l.data_wait_s = 0.5;
+  l.compute_s = 1.5;
+  const auto shown = account.saw(l);
+  ASSERT_TRUE(shown.has_value());
+  EXPECT_EQ(shown->done, 3);
+  EXPECT_EQ(shown->end, 10);  // the account's, the line gave none
+  EXPECT_DOUBLE_EQ(*shown->loss, 4.5);
+  EXPECT_FALSE(shown->grad_norm.has_value()) << "an infinite figure is not drawn as a number";
+  EXPECT_FALSE(shown->lr.has_value()) << "an unknown figure is left out";
+  EXPECT_DOUBLE_EQ(*shown->tokens_per_s, 500.0);
+  EXPECT_DOUBLE_EQ(*shown->eta_s, 2.0 * 7);
+  EXPECT_FALSE(account.saw(l).has_value()) << "a step reported again is not another step";
+  l.step = 4;
+  l.stop_at = 6;  // the built-in worker says where it stops
+  l.compute_s = 3.5;
+  l.tokens.reset();
+  const auto next = account.saw(l);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->end, 6);
+  EXPECT_FALSE(next->tokens_per_s.has_value());
+  EXPECT_DOUBLE_EQ(*next->eta_s, 3.0 * 2);  // the mean of 2 s and 4 s, two steps left
 }
 
 // Runs `draw` with stderr on a fresh pty `cols` wide (TERM=xterm) and returns

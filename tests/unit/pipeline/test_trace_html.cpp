@@ -42,17 +42,16 @@ std::string process_name(const json& trace, int pid) {
 
 const char* kPilotEvents =
     R"({"event":"worker_started","pids":[11],"source":"supervisor","time":"2026-12-03T06:12:51.000Z","worker":"reference"}
-{"event":"start","source":"worker-reference","stage":"pin","time":"2026-12-03T06:12:52.000Z"}
-{"event":"end","seconds":0.25,"source":"worker-reference","stage":"pin","status":"passed","time":"2026-12-03T06:12:52.250Z"}
+{"type":"stage","phase":"begin","rank":0,"source":"worker-reference","stage":"pin","time":1796278372.0}
+{"type":"stage","phase":"end","rank":0,"seconds":0.25,"source":"worker-reference","stage":"pin","status":"passed","time":1796278372.25}
 not json at all
-{"event":"start","source":"worker-reference","stage":"kill","time":"2026-12-03T06:12:52.500Z"}
-{"event":"kill_window","point":"after_file:model.safetensors","source":"worker-reference","stage":"kill","time":"2026-12-03T06:12:52.600Z"}
+{"type":"stage","phase":"begin","rank":0,"source":"worker-reference","stage":"kill","time":1796278372.5}
+{"type":"checkpoint","op":"save","phase":"kill_window","step":4,"dir":"ck/step-00000004","point":"after_file:model.safetensors","rank":0,"source":"worker-reference","time":1796278372.6}
 {"event":"sigkill_sent","pids":[11],"source":"supervisor","stage":"kill","time":"2026-12-03T06:12:52.601Z"}
-{"event":"start","source":"worker-resume","stage":"restore","time":"2026-12-03T06:12:53.000Z","note":"a clock with no time","time":"yesterday"}
-{"event":"start","source":"worker-resume","stage":"restore","time":"2026-12-03T06:12:53.000Z"}
-{"event":"end","seconds":0.5,"source":"worker-resume","stage":"restore","status":"passed","time":"2026-12-03T06:12:53.500Z"}
-{"event":"end","error":"boom","source":"supervisor","stage":"compare","status":"failed","time":"2026-12-03T06:12:54.000Z"}
-)";
+{"type":"stage","phase":"begin","rank":0,"source":"worker-resume","stage":"restore","note":"a clock with no time","time":"yesterday"}
+{"type":"stage","phase":"begin","rank":0,"source":"worker-resume","stage":"restore","time":1796278373.0}
+{"type":"stage","phase":"end","rank":0,"seconds":0.5,"source":"worker-resume","stage":"restore","status":"passed","time":1796278373.5}
+{"event":"end","error":"boom","source":"supervisor","stage":"compare","status":"failed","time":"2026-12-03T06:12:54.000Z"})";
 
 TEST(Trace, EachStageIsASpanOfItsProcessAndTheKillIsMarked) {
   const json t = trace_of(kPilotEvents);
@@ -117,13 +116,16 @@ TEST(Trace, AProgramsStepsAndSavesAreSpansPerRankAndItsLossACounter) {
   EXPECT_TRUE(rank1_named);
 }
 
-// A program's line keeps its fields in events.jsonl: one that says "stage" or
-// "sigkill_sent" draws neither a stage nor a kill across the trace; a step
+// A program's line keeps its fields in events.jsonl: one that says "stage"
+// (either way the built-in worker or the supervisor says it) or "sigkill_sent"
+// draws neither a stage nor a kill across the trace; a step
 // number past 2^53 is shown as written.
 TEST(Trace, AProgramCannotDrawAStageOrAKill) {
   const json t = trace_of(
       R"({"type":"note","event":"start","stage":"pin","rank":0,"time":1000.0,"source":"program-reference"}
 {"type":"note","event":"end","stage":"pin","status":"passed","rank":0,"time":1001.0,"source":"program-reference"}
+{"type":"stage","phase":"begin","stage":"pin","rank":0,"time":1001.1,"source":"program-reference"}
+{"type":"stage","phase":"end","stage":"pin","status":"passed","rank":0,"time":1001.2,"source":"program-reference"}
 {"type":"note","event":"sigkill_sent","rank":0,"time":1001.5,"source":"program-reference"}
 {"type":"step","rank":0,"time":1002.0,"step":9223372036854775807,"loss":1,"data_wait_s":1e300,"compute_s":0.5,"source":"program-reference"}
 )");

@@ -1,14 +1,19 @@
 #pragma once
-// The program protocol (version 1): what anchor tells a worker that is the
-// user's own training program, and the JSON lines that program reports back
-// (docs/program.md, "The contract"; docs/program-protocol.schema.json). The
-// Python helper python/anchor_pilot speaks the worker's side; this is the
-// supervisor's: one typed struct per message, one parser and one serialiser.
+// The worker protocol (version 1), the one contract between the supervisor and
+// a worker of either kind (docs/program.md, "The contract";
+// docs/worker-protocol.schema.json): what a worker is told (Spec, as the JSON
+// file ANCHOR_PILOT_SPEC names, plus torchrun's variables) and the JSON lines
+// it reports (Event). The user's program speaks it through the Python helper
+// python/anchor_pilot, into the events file its spec names; anchor's built-in
+// worker speaks it in C++ (to_json below), on its stdout, each line after
+// "@anchor-event " (events.hpp). One typed struct per line, one parser
+// (parse_event) and one serialiser (to_json).
 //
-//   auto spec = program::Spec{...};  fs::atomic_write_file(path, program::to_json(spec).dump());
-//   program::EventReader r(events_path);  for (auto& e : r.poll()) ...;  // as the file grows
-//   program::WorkerLog ref = program::collect(events, 0);               // one rank's account
-//   auto v = program::compare(ref, resumed, tolerance);                 // the verdict
+//   auto spec = protocol::Spec{...};  fs::atomic_write_file(path, protocol::to_json(spec).dump());
+//   protocol::EventReader r(events_path);  for (auto& e : r.poll()) ...;  // as the file grows
+//   protocol::WorkerLog ref = protocol::collect(events, 0);               // one rank's account
+//   auto v = protocol::compare(ref, resumed, tolerance);                  // the verdict
+//   std::string line = dump_json(protocol::to_json(protocol::line(protocol::StageLine{...})));
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -21,7 +26,7 @@
 
 #include "anchor/pipeline/compare.hpp"
 
-namespace anchor::pipeline::program {
+namespace anchor::pipeline::protocol {
 
 inline constexpr int kProtocol = 1;
 // The components in the order a verdict names the first that differs.
@@ -68,17 +73,19 @@ struct Hello {
   std::string role;
   int world_size = 1;
   Versions versions;
-  std::string anchor_pilot;
+  std::string anchor_pilot;  // the helper's version (a program)
+  std::string anchor;        // the build's version (anchor's built-in worker)
   std::optional<std::int64_t> parameters;
   std::string executable;
   std::optional<std::int64_t> pid;
   std::optional<Shape> shape;
 };
 struct StepLine {
-  std::int64_t step = 0;
+  std::int64_t step = 0;  // the step count after this step (1 for the first step of a run)
   Number loss, grad_norm, lr;
   std::optional<std::int64_t> tokens;
   std::optional<double> data_wait_s, compute_s;
+  std::optional<std::int64_t> stop_at;  // the step count this worker stops at, when it says (the built-in does)
 };
 struct EvalLine {
   std::int64_t step = 0;
@@ -115,6 +122,15 @@ struct StepMemoryLine {
 struct ErrorLine {
   std::string message;
   std::string kind;  // the exception's class name ("RestoreError"), "" when not given
+  std::string hint;  // what to do, "" when not given
+};
+// A stage of the built-in worker (docs/pilot.md, "Stages"): its begin, and its
+// end with how it ended and how long it took. A program has no stages.
+struct StageLine {
+  std::string stage;
+  std::string phase;              // begin | end
+  std::string status;             // end: passed (a failed stage ends with an error line instead)
+  std::optional<double> seconds;  // end
 };
 struct Distribution {
   std::string name, version, dist_info;
@@ -127,7 +143,7 @@ struct ProgramLine {
 };
 
 using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, StepMemoryLine, ErrorLine,
-                          ProgramLine>;
+                          ProgramLine, StageLine>;
 struct Event {
   std::string type;
   int rank = 0;
@@ -135,6 +151,16 @@ struct Event {
   Body body;
   nlohmann::json raw;  // the line as read, for events.jsonl
 };
+
+// The line's "type" for a body: "hello", "step", ..., "stage".
+const char* type_of(const Body& b);
+// An event of this process now: `b` with its type, `rank` and the time (Unix seconds).
+Event line(Body b, int rank = 0);
+// The line as JSON, the inverse of parse_event: {"type", "rank", "time", and
+// the body's fields}; an unknown figure (Number) is null, an infinite one
+// "inf"/"-inf"; an absent optional field is left out. Strings go out as given
+// (dump it with dump_json: a byte that is not UTF-8 is written as \xNN).
+nlohmann::json to_json(const Event& e);
 
 // Parses one line. Throws Error (kRuntime) saying what is wrong with it:
 // not JSON, not an object, an unknown type, a missing or mistyped field.
@@ -191,4 +217,4 @@ struct WorkerLog {
 Verdict compare(const WorkerLog& reference, const WorkerLog& resumed, std::int64_t save_step, std::int64_t last_step,
                 double tolerance);
 
-}  // namespace anchor::pipeline::program
+}  // namespace anchor::pipeline::protocol

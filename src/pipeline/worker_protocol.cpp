@@ -1,10 +1,12 @@
-#include "program_protocol.hpp"
+#include "worker_protocol.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <iterator>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,7 +22,7 @@
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
-namespace anchor::pipeline::program {
+namespace anchor::pipeline::protocol {
 namespace {
 
 using nlohmann::json;
@@ -78,6 +80,7 @@ Hello parse_hello(const JsonFields& f) {
   const JsonFields v(f.object("versions"), f.path("versions"));
   h.versions = {version(v, "torch"), version(v, "cuda"), version(v, "cudnn"), version(v, "nccl"), version(v, "python")};
   h.anchor_pilot = f.str_or("anchor_pilot", "");
+  h.anchor = f.str_or("anchor", "");
   h.parameters = f.optional_integer("parameters");
   h.executable = f.str_or("executable", "");
   h.pid = f.optional_integer("pid");
@@ -156,6 +159,18 @@ ProgramLine parse_program(const JsonFields& f) {
   return p;
 }
 
+StageLine parse_stage(const JsonFields& f) {
+  StageLine s;
+  s.stage = f.str("stage");
+  s.phase = f.str("phase");
+  if (s.stage.empty()) throw bad("\"stage\".stage is empty");
+  if (s.phase != "begin" && s.phase != "end")
+    throw bad("\"stage\".phase is \"" + printable(s.phase) + "\", expected begin or end");
+  s.status = f.str_or("status", "");
+  s.seconds = f.optional_number("seconds");
+  return s;
+}
+
 Body parse_body(const std::string& type, const JsonFields& f) {
   if (type == "hello") return parse_hello(f);
   if (type == "step") {
@@ -167,6 +182,7 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     s.tokens = f.optional_integer("tokens");
     s.data_wait_s = f.optional_number("data_wait_s");
     s.compute_s = f.optional_number("compute_s");
+    s.stop_at = f.optional_integer("stop_at");
     return s;
   }
   if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
@@ -195,12 +211,156 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     return m;
   }
   if (type == "step_memory") return parse_step_memory(f);
-  if (type == "error") return ErrorLine{f.str("message"), f.str_or("kind", "")};
+  if (type == "error") return ErrorLine{f.str("message"), f.str_or("kind", ""), f.str_or("hint", "")};
   if (type == "program") return parse_program(f);
+  if (type == "stage") return parse_stage(f);
   throw bad("unknown event type \"" + printable(type) + "\"");
 }
 
+// ---- serialisers: one per body, the inverse of its parser ----
+
+json number_json(const Number& n) {
+  if (!n.known) return nullptr;
+  if (std::isinf(n.value)) return n.value > 0 ? "inf" : "-inf";
+  if (std::isnan(n.value)) return nullptr;
+  return n.value;
+}
+
+template <typename T>
+void put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+json version_json(const std::string& v) { return v.empty() ? json(nullptr) : json(v); }
+
+void body_json(json& j, const Hello& h) {
+  j["protocol"] = kProtocol;
+  j["role"] = h.role;
+  j["world_size"] = h.world_size;
+  j["versions"] = {{"torch", version_json(h.versions.torch)},
+                   {"cuda", version_json(h.versions.cuda)},
+                   {"cudnn", version_json(h.versions.cudnn)},
+                   {"nccl", version_json(h.versions.nccl)},
+                   {"python", version_json(h.versions.python)}};
+  if (!h.anchor_pilot.empty()) j["anchor_pilot"] = h.anchor_pilot;
+  if (!h.anchor.empty()) j["anchor"] = h.anchor;
+  put(j, "parameters", h.parameters);
+  if (!h.executable.empty()) j["executable"] = h.executable;
+  put(j, "pid", h.pid);
+  if (h.shape) {
+    const Shape& s = *h.shape;
+    j["shape"] = {{"micro_batch", s.micro_batch}, {"seq_len", s.seq_len}, {"grad_accum", s.grad_accum},
+                  {"precision", s.precision},     {"n_layer", nullptr},   {"n_embd", nullptr},
+                  {"flops_per_token", nullptr},   {"probe", s.probe}};
+    if (s.n_layer) j["shape"]["n_layer"] = *s.n_layer;
+    if (s.n_embd) j["shape"]["n_embd"] = *s.n_embd;
+    if (s.flops_per_token) j["shape"]["flops_per_token"] = *s.flops_per_token;
+  }
+}
+
+void body_json(json& j, const StepLine& s) {
+  j["step"] = s.step;
+  j["loss"] = number_json(s.loss);
+  j["grad_norm"] = number_json(s.grad_norm);
+  j["lr"] = number_json(s.lr);
+  j["tokens"] = s.tokens ? json(*s.tokens) : json(nullptr);
+  j["data_wait_s"] = s.data_wait_s ? json(*s.data_wait_s) : json(nullptr);
+  j["compute_s"] = s.compute_s ? json(*s.compute_s) : json(nullptr);
+  put(j, "stop_at", s.stop_at);
+}
+
+void body_json(json& j, const EvalLine& e) {
+  j["step"] = e.step;
+  j["loss"] = number_json(e.loss);
+}
+
+void body_json(json& j, const DigestsLine& d) {
+  j["step"] = d.step ? json(*d.step) : json(nullptr);
+  j["when"] = d.when;
+  j["components"] = json::object();
+  for (const auto& [name, sha] : d.components) j["components"][name] = sha;
+}
+
+void body_json(json& j, const CheckpointLine& c) {
+  j["op"] = c.op;
+  j["phase"] = c.phase;
+  put(j, "step", c.step);
+  j["dir"] = c.dir;
+  put(j, "bytes", c.bytes);
+  put(j, "seconds", c.seconds);
+  if (!c.problems.empty()) j["problems"] = c.problems;
+  if (!c.point.empty()) j["point"] = c.point;
+}
+
+void body_json(json& j, const MemoryLine& m) {
+  j["stage"] = m.stage;
+  if (!m.device.empty()) j["device"] = m.device;
+  put(j, "allocated_bytes", m.allocated_bytes);
+  put(j, "reserved_bytes", m.reserved_bytes);
+  put(j, "max_allocated_bytes", m.max_allocated_bytes);
+  put(j, "total_bytes", m.total_bytes);
+  put(j, "rss_bytes", m.rss_bytes);
+}
+
+void body_json(json& j, const StepMemoryLine& m) {
+  j["step"] = m.step;
+  j["device"] = m.device;
+  j["peak_source"] = m.peak_source;
+  j["peak_bytes"] = m.peak_bytes ? json(*m.peak_bytes) : json(nullptr);
+  j["baseline_bytes"] = m.baseline_bytes ? json(*m.baseline_bytes) : json(nullptr);
+  j["state"] = {{"parameters", m.parameters_bytes}, {"gradients", m.gradients_bytes}, {"optimizer", m.optimizer_bytes}};
+}
+
+void body_json(json& j, const ErrorLine& e) {
+  j["message"] = e.message;
+  if (!e.kind.empty()) j["kind"] = e.kind;
+  if (!e.hint.empty()) j["hint"] = e.hint;
+}
+
+void body_json(json& j, const ProgramLine& p) {
+  j["root"] = p.root;
+  j["executable"] = p.executable;
+  j["sources"] = p.sources;
+  j["sys_path"] = p.sys_path;
+  if (!p.distributions_error.empty()) {
+    j["distributions"] = {{"error", p.distributions_error}};
+    return;
+  }
+  j["distributions"] = json::array();
+  for (const auto& d : p.distributions)
+    j["distributions"].push_back({{"name", d.name}, {"version", d.version}, {"dist_info", d.dist_info}});
+}
+
+void body_json(json& j, const StageLine& s) {
+  j["stage"] = s.stage;
+  j["phase"] = s.phase;
+  if (!s.status.empty()) j["status"] = s.status;
+  put(j, "seconds", s.seconds);
+}
+
 }  // namespace
+
+const char* type_of(const Body& b) {
+  static constexpr const char* kTypes[] = {"hello",  "step",        "eval",  "digests", "checkpoint",
+                                           "memory", "step_memory", "error", "program", "stage"};
+  static_assert(std::size(kTypes) == std::variant_size_v<Body>, "a type name per body");
+  return kTypes[b.index()];
+}
+
+Event line(Body b, int rank) {
+  Event e;
+  e.type = type_of(b);
+  e.rank = rank;
+  e.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  e.body = std::move(b);
+  return e;
+}
+
+nlohmann::json to_json(const Event& e) {
+  json j = {{"type", type_of(e.body)}, {"rank", e.rank}, {"time", e.time}};
+  std::visit([&](const auto& b) { body_json(j, b); }, e.body);
+  return j;
+}
 
 const char* role_name(Role r) {
   switch (r) {
@@ -485,4 +645,4 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
   return v;
 }
 
-}  // namespace anchor::pipeline::program
+}  // namespace anchor::pipeline::protocol

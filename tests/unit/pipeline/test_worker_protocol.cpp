@@ -1,17 +1,21 @@
-// The program protocol's supervisor side (src/pipeline/program_protocol.hpp):
-// parsing what a program reports, reading a growing events file, and the
-// verdict, with a negative control per rule.
+// The worker protocol (src/pipeline/worker_protocol.hpp): parsing what a
+// worker reports, the serialiser the built-in worker writes with, reading a
+// growing events file, and the verdict, with a negative control per rule.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "anchor/error.hpp"
-#include "pipeline/program_protocol.hpp"
+#include "pipeline/worker_protocol.hpp"
 
-namespace pp = anchor::pipeline::program;
+namespace pp = anchor::pipeline::protocol;
 
 namespace {
 
@@ -256,4 +260,77 @@ TEST(ProgramProtocol, WithinATolerancetheLastStateIsReportedNotFailed) {
 TEST(ProgramProtocol, ARankThatIsNoRankIsRefused) {
   EXPECT_NE(error_of(R"({"type":"eval","rank":4294967296,"time":1,"step":2,"loss":0.5})").find("not a rank"),
             std::string::npos);
+}
+
+// The serialiser the built-in worker writes with is the parser's inverse, line
+// type by line type: what to_json writes, parse_event reads back as it was.
+TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
+  pp::Hello h;
+  h.role = "resume";
+  h.world_size = 2;
+  h.versions = {"2.15.0", "13.0", "91000", "", ""};
+  h.anchor = "0.1.0+abc";
+  h.executable = "/bin/anchor-torch";
+  h.pid = 42;
+  pp::StepLine s;
+  s.step = 3;
+  s.loss = {true, 2.5};
+  s.grad_norm = {true, std::numeric_limits<double>::infinity()};
+  s.tokens = 16;
+  s.compute_s = 0.25;
+  s.stop_at = 4;
+  pp::DigestsLine d;
+  d.step = 2;
+  d.when = "restore";
+  d.components = {{"model", kA}, {"optimizer", kB}, {"rng", kC}};
+  pp::CheckpointLine c;
+  c.op = "save";
+  c.phase = "kill_window";
+  c.step = 4;
+  c.dir = "/c/step-00000004";
+  c.point = "after_file:model.safetensors";
+  pp::CheckpointLine skip;
+  skip.op = "restore";
+  skip.phase = "skip";
+  skip.dir = "/c/step-00000004.tmp-1";
+  skip.problems = {"torn"};
+  pp::StageLine begin{"train", "begin", "", std::nullopt}, end{"train", "end", "passed", 0.5};
+  pp::ErrorLine err{"step 3: non-finite loss", "", "lower the lr"};
+  pp::StepMemoryLine sm;
+  sm.step = 2;
+  sm.device = "cpu";
+  sm.peak_source = "rss";
+  sm.peak_bytes = 100;
+  sm.parameters_bytes = 8;
+  for (const pp::Body& b : std::vector<pp::Body>{h, s, pp::EvalLine{2, {true, 1.5}}, d, c, skip, begin, end, err, sm}) {
+    const auto e = pp::line(b, 1);
+    const nlohmann::json j = pp::to_json(e);
+    SCOPED_TRACE(j.dump());
+    EXPECT_EQ(j["type"], pp::type_of(b));
+    const auto back = pp::parse_event(j.dump());
+    EXPECT_EQ(back.type, pp::type_of(b));
+    EXPECT_EQ(back.rank, 1);
+    EXPECT_GT(back.time, 1.7e9) << "Unix seconds, now";
+    EXPECT_EQ(back.body.index(), b.index());
+    EXPECT_EQ(pp::to_json(back), j) << "the line read back writes the same line";
+  }
+  // What the parser gives back, field by field, for the kinds the supervisor acts on.
+  const auto step_back = std::get<pp::StepLine>(pp::parse_event(pp::to_json(pp::line(s)).dump()).body);
+  EXPECT_EQ(step_back.stop_at, 4);
+  EXPECT_TRUE(std::isinf(step_back.grad_norm.value)) << "\"inf\" on the wire";
+  EXPECT_FALSE(step_back.lr.known) << "an unknown figure is null";
+  EXPECT_FALSE(step_back.data_wait_s.has_value());
+  const auto hello_back = std::get<pp::Hello>(pp::parse_event(pp::to_json(pp::line(h)).dump()).body);
+  EXPECT_EQ(hello_back.anchor, "0.1.0+abc");
+  EXPECT_EQ(hello_back.versions.nccl, "") << "null: not loaded";
+  const auto end_back = std::get<pp::StageLine>(pp::parse_event(pp::to_json(pp::line(end)).dump()).body);
+  EXPECT_EQ(end_back.status, "passed");
+  EXPECT_EQ(end_back.seconds, 0.5);
+  EXPECT_EQ(std::get<pp::ErrorLine>(pp::parse_event(pp::to_json(pp::line(err)).dump()).body).hint, "lower the lr");
+  // Negative controls: a stage line must say which stage and begin or end.
+  EXPECT_NE(error_of(R"({"type":"stage","rank":0,"time":1,"stage":"train","phase":"middle"})").find("begin or end"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"stage","rank":0,"time":1,"stage":"","phase":"begin"})").find("empty"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"stage","rank":0,"time":1,"phase":"begin"})"), "");
 }
