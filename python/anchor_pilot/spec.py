@@ -8,9 +8,13 @@
      stops after its first file is durable, says so with a "kill_window"
      line and waits to be SIGKILLed by anchor),
      "probe": {"micro_batch": int, "seq_len": int} (role "probe" only: the
-     shape anchor_pilot.shape() returns, for anchor's memory probe)}
+     shape anchor_pilot.shape() returns, for anchor's memory probe),
+     "start_from": "init" (optional; anchor's built-in worker is also told
+     "latest", which this helper does not do)}
 
-Relative paths are taken relative to the spec file's directory. Every
+A path that is not UTF-8 comes as "<key>_hex", its bytes in hex, beside
+"<key>" (printable text); the bytes are used. Relative paths are taken
+relative to the spec file's directory. Every
 problem (unknown or missing keys, wrong types) is reported at once.
 """
 import json
@@ -23,7 +27,8 @@ ENV = "ANCHOR_PILOT_SPEC"
 ROLES = ("reference", "resume", "probe")
 _REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_at", "restore", "seed",
              "deterministic", "events")
-_OPTIONAL = ("digests_every", "kill_in_save", "probe")
+_PATHS = ("run_dir", "checkpoint_dir", "events", "restore")
+_OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from") + tuple(k + "_hex" for k in _PATHS)
 
 
 def _is_int(v):
@@ -77,6 +82,10 @@ class Spec:
                 problems.append("%r is %s, expected %s" % (key, json.dumps(d[key]), expected))
 
         check("role", lambda v: v in ROLES, " or ".join('"%s"' % r for r in ROLES))
+        check("start_from", lambda v: v == "init", '"init" (starting from a checkpoint is anchor\'s built-in worker\'s)')
+        for k in _PATHS:
+            check(k + "_hex", lambda v: isinstance(v, str) and len(v) % 2 == 0 and
+                  all(c in "0123456789abcdef" for c in v), "the path's bytes in lowercase hex")
         for k in ("run_dir", "checkpoint_dir", "events"):
             check(k, lambda v: isinstance(v, str) and v, "a non-empty string")
         check("save_at", lambda v: isinstance(v, list) and all(_is_int(s) and s >= 1 for s in v),
@@ -104,6 +113,9 @@ class Spec:
                                                         "; ".join(problems)),
                             "the spec is written by anchor; this anchor_pilot speaks protocol %d" % PROTOCOL)
         base = os.path.dirname(os.path.abspath(path))
+        for k in _PATHS:  # the exact bytes of a path that is not UTF-8, as the OS takes them
+            if k + "_hex" in d:
+                d[k] = os.fsdecode(bytes.fromhex(d[k + "_hex"]))
 
         def rel(p):
             return p if p is None or os.path.isabs(p) else os.path.join(base, p)

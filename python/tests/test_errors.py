@@ -154,6 +154,16 @@ class Spec(support.TempDirTest):
         self.assertEqual(s.checkpoint_dir, self.path("ck"))
         self.assertEqual(s.restore, self.path("ck", "step-00000002"))
 
+    def test_a_path_that_is_not_utf8_is_taken_by_its_bytes(self):
+        raw = os.fsencode(self.path("ck")) + b"-\xff"
+        s = ap.Spec.from_file(self.spec(checkpoint_dir_hex=raw.hex(), start_from="init"))
+        self.assertEqual(os.fsencode(s.checkpoint_dir), raw)  # the exact bytes, as the OS takes them
+        for bad, said in ((dict(checkpoint_dir_hex="zz"), "'checkpoint_dir_hex' is \"zz\", expected the path's bytes"),
+                          (dict(start_from="latest"), "'start_from' is \"latest\", expected \"init\"")):
+            with self.assertRaises(ap.SpecError) as cm:
+                ap.Spec.from_file(self.spec(**bad))
+            self.assertIn(said, str(cm.exception))
+
     def test_unknown_protocol_version(self):
         with self.assertRaises(ap.SpecError) as cm:
             ap.Spec.from_file(self.spec(protocol=2))

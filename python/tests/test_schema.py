@@ -174,6 +174,14 @@ class WorkerResultSchema(support.TempDirTest):
             if source.startswith("worker-"):
                 self.assertEqual(validate(line, protocol["$defs"]["event"], protocol), [], line)
                 lines.append(dict(line, source=source))
+        # What they were told: the same spec a program is told, with their events on stdout.
+        specs = sorted(n for n in os.listdir(self.path(run, "work")) if n.endswith(".spec.json"))
+        self.assertEqual(specs, ["reference.spec.json", "resume.spec.json"])
+        for name in specs:
+            with open(self.path(run, "work", name)) as f:
+                spec = json.load(f)
+            self.assertEqual(validate(spec, protocol["$defs"]["spec"], protocol), [], name)
+            self.assertEqual((spec["events"], spec["role"] + ".spec.json"), ("-", name))
         # Negative controls: a stage that neither begins nor ends, a hello of neither speaker.
         stage = next(l for l in lines if l["type"] == "stage")
         bad = {k: v for k, v in dict(stage, phase="middle").items() if k != "source"}
@@ -189,7 +197,7 @@ class WorkerResultSchema(support.TempDirTest):
         self.assertOk(p, "anchor pilot")
         out = {}
         for name in sorted(os.listdir(self.path(run, "work"))):
-            if name.endswith(".json") and name not in ("start.json", "precision.json"):
+            if name.endswith(".json") and name not in ("start.json", "precision.json") and not name.endswith(".spec.json"):
                 with open(self.path(run, "work", name)) as f:
                     out[name] = json.load(f)
         return out

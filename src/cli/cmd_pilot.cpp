@@ -87,16 +87,12 @@ Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
 
 Runner setup_worker(CLI::App& sub, const GlobalOptions&) {
   sub.group("");  // internal: started by `anchor pilot`, not by people
+  // What the worker does is in the spec ANCHOR_PILOT_SPEC names (the worker protocol); only
+  // anchor's own options are on its command line.
   auto o = std::make_shared<pipeline::WorkerOptions>();
-  auto role = std::make_shared<std::string>();
-  sub.add_option("--role", *role, "reference | resume")->required()->check(CLI::IsMember({"reference", "resume"}));
-  sub.add_option("--run-dir", o->run_dir, "run directory")->required();
   sub.add_flag_callback(
       "--no-cache", [o] { o->use_hash_cache = false; }, "pin without the hash cache");
-  return [o, role]() {
-    o->role = *role == "reference" ? pipeline::WorkerRole::kReference : pipeline::WorkerRole::kResume;
-    return cli::run_worker(*o);
-  };
+  return [o]() { return cli::run_worker(*o); };
 }
 
 }  // namespace anchor::cli

@@ -22,6 +22,8 @@
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "anchor/pipeline/pilot.hpp"
+#include "work_files.hpp"
+#include "worker_protocol.hpp"
 
 namespace anchor::pipeline {
 namespace {
@@ -215,8 +217,8 @@ std::vector<pid_t> spawn_node_ranks(const dist::LaunchEnv& launch, const PilotOp
     so.env =
         dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr, port);
     so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (src/pipeline/progress.hpp): plain step lines
-    std::vector<std::string> argv = {binary,   "--log-level", opts.log_level, "__worker",
-                                     "--role", group,         "--run-dir",    run_dir};
+    so.env[protocol::kSpecEnv] = work::spec(run_dir, group);  // written by the supervisor before the start
+    std::vector<std::string> argv = {binary, "--log-level", opts.log_level, "__worker"};
     if (!opts.use_hash_cache) argv.push_back("--no-cache");
     pids.push_back(proc::spawn(argv, so).pid);
   }

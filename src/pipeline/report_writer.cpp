@@ -428,11 +428,11 @@ nlohmann::json loss_scaler_section(const WorkerResult& ref, const WorkerResult& 
 
 // measurements.step: the measured step is the last of the K training steps,
 // the first with full optimizer state.
-nlohmann::json step_section(const WorkerResult& ref, const nlohmann::json& cfg, const nlohmann::json& model) {
+nlohmann::json step_section(const WorkerResult& ref, const nlohmann::json& cfg) {
   const auto& s = ref.train_steps.back();
   const double wall = s.compute_s + s.data_wait_s;
   const double tps = wall > 0 ? static_cast<double>(s.tokens) / wall : 0.0;
-  const double achieved = model.value("flops_per_token", 0.0) * tps;
+  const double achieved = ref.model.flops_per_token * tps;
   const double peak = ref.matmul_flops;
   return {{"step", s.step},
           {"seconds", wall},
@@ -464,7 +464,8 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
   j_["resume"] = verdict;
   j_["resume"]["saved_step"] = ref.saved_step.value();
   j_["resume"]["restored_step"] = res.restored_step.value();
-  j_["resume"]["skipped"] = res.skipped;
+  j_["resume"]["skipped"] = nlohmann::json::array();
+  for (const auto& s : res.skipped) j_["resume"]["skipped"].push_back(s.to_json());
   j_["resume"]["state_digests"] = {{"saved", ref.saved_state.value().groups_json()},
                                    {"restored", res.restored_state.value().groups_json()},
                                    {"final_reference", ref.final_state.value().groups_json()},
@@ -475,8 +476,8 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
   // Measurements (docs/report.md).
   const auto& cfg = j_["config"];
   nlohmann::json m = nlohmann::json::object();
-  m["model"] = ref.model;
-  m["step"] = step_section(ref, cfg, ref.model);
+  m["model"] = ref.model.to_json();
+  m["step"] = step_section(ref, cfg);
   nlohmann::json stages = nlohmann::json::object();
   for (const auto& st : j_["stages"]) {
     const std::string n = st.value("stage", "");
@@ -492,15 +493,15 @@ void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const 
                       {"load_state_s", f.value("load_state_s", 0.0)},
                       {"state_digest_s", f.value("state_digest_s", 0.0)}};
   }
-  const auto& step_mem = ref.step_memory;
-  m["memory"] = {{"source", step_mem.value("source", "")},
+  const auto& step_mem = ref.step_memory.tensors;
+  m["memory"] = {{"source", step_mem.source},
                  {"precision", cfg["train"]["precision"]},
-                 {"step", step_mem},
+                 {"step", ref.step_memory.to_json()},
                  {"state_bytes", ref.state_bytes.to_json()},
                  {"stages", stages},
                  {"points", nlohmann::json::array()},
                  {"device_total_bytes",
-                  step_mem.contains("device_total_bytes") ? step_mem["device_total_bytes"] : nlohmann::json()},
+                  step_mem.device_total_bytes >= 0 ? nlohmann::json(step_mem.device_total_bytes) : nlohmann::json()},
                  {"workers",
                   {{"reference", {{"rss_bytes", ref.rss_bytes}, {"peak_rss_bytes", ref.peak_rss_bytes}}},
                    {"resume", {{"rss_bytes", res.rss_bytes}, {"peak_rss_bytes", res.peak_rss_bytes}}}}}};

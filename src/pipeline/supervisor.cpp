@@ -106,9 +106,10 @@ int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 
 // and the other ranks watched while rank 0 speaks.
 class WorkerRun {
  public:
-  WorkerRun(Pilot& p, WorkerRole role)
+  WorkerRun(Pilot& p, WorkerRole role, std::string spec_path)
       : p_(p),
         role_(role),
+        spec_path_(std::move(spec_path)),
         name_(role == WorkerRole::kReference ? "reference" : "resume"),
         nproc_(p.nproc),
         nodes_(p.opts.nodes),
@@ -147,8 +148,8 @@ class WorkerRun {
       else if (nproc_ > 1)
         so.env = dist::self_launch_env(r, nproc_, port_);
       so.env[kLiveProgressEnv] = live ? "1" : "0";
-      std::vector<std::string> argv = {p_.worker_binary, "--log-level", p_.opts.log_level, "__worker",
-                                       "--role",         name_,         "--run-dir",       p_.run_dir};
+      so.env[protocol::kSpecEnv] = spec_path_;  // what the worker is told (docs/program.md, "The contract")
+      std::vector<std::string> argv = {p_.worker_binary, "--log-level", p_.opts.log_level, "__worker"};
       if (!p_.opts.use_hash_cache) argv.push_back("--no-cache");
       ranks_.push_back(proc::spawn(argv, so));
     }
@@ -329,6 +330,7 @@ class WorkerRun {
 
   Pilot& p_;
   const WorkerRole role_;
+  const std::string spec_path_;
   const std::string name_;
   const int nproc_;
   PilotNodes* const nodes_;  // several nodes: this one runs ranks 0 .. local_world_size - 1
@@ -348,7 +350,39 @@ class WorkerRun {
 // docs/distributed.md), relays rank 0's events, and (for the reference)
 // SIGKILLs every rank in the kill window. Returns how it ended: rank 0's
 // status, or the first other rank's failure.
-WorkerOutcome run_worker_process(Pilot& p, WorkerRole role) { return WorkerRun(p, role).run(); }
+WorkerOutcome run_worker_process(Pilot& p, WorkerRole role, const std::string& spec_path) {
+  return WorkerRun(p, role, spec_path).run();
+}
+
+// What a built-in worker is told, in the worker protocol a user's program is
+// told in (docs/program.md, "The contract"): worker A saves K steps from its
+// start (0, or the checkpoint pilot.start_from latest restores) and is killed
+// in its save K + R; worker B restores the newest step that verifies and runs
+// to `stop_at`. Written to work/<role>.spec.json, which every rank (on every
+// node) is given in ANCHOR_PILOT_SPEC. Returns its path.
+std::string tell_worker(const Pilot& p, WorkerRole role, std::int64_t stop_at) {
+  protocol::Spec spec;
+  spec.run_dir = p.run_dir;
+  spec.checkpoint_dir = p.ckpt_dir;  // the supervisor's choice (reproduce keeps its own)
+  spec.events = protocol::kEventsOnStdout;
+  spec.seed = p.cfg.run.seed;
+  spec.deterministic = p.cfg.run.deterministic;
+  spec.stop_at = stop_at;
+  const char* name = "resume";
+  if (role == WorkerRole::kReference) {
+    name = "reference";
+    spec.role = protocol::Role::kReference;
+    spec.save_at = {p.cfg.pilot.steps_before_save, stop_at};
+    spec.kill_in_save = stop_at;
+    spec.start_latest = p.cfg.pilot.start_from == "latest";
+  } else {
+    spec.role = protocol::Role::kResume;
+  }
+  std::string path = work::spec(p.run_dir, name);
+  std::filesystem::create_directories(work::dir(p.run_dir));
+  fs::atomic_write_file(path, dump_json(protocol::to_json(spec), 2));
+  return path;
+}
 
 }  // namespace
 
@@ -704,14 +738,13 @@ Step write_effective_config(Pilot& p) {
     if (std::filesystem::exists(p.ckpt_dir))
       for (const auto& gone : checkpoint::Store(p.ckpt_dir).remove_stale_temps())
         ANCHOR_LOG_INFO("pilot", "removed stale temporary checkpoint {}", gone);
-    // The workers take the checkpoint directory from here, not from the config:
+    // base_dir and source_path are read back as paths: the exact bytes are
+    // kept (set_path_field) even when they are not UTF-8. The workers take the
+    // checkpoint directory from their spec (tell_worker), not from the config:
     // the supervisor alone decides it (reproduce overrides it).
-    // base_dir, source_path and checkpoint_dir are read back as paths: the
-    // exact bytes are kept (set_path_field) even when they are not UTF-8.
     nlohmann::json cj = {{"config", config::to_json(p.cfg)}, {"run_id", p.run_id}};
     set_path_field(cj, "base_dir", p.cfg.base_dir);
     set_path_field(cj, "source_path", p.cfg.source_path);
-    set_path_field(cj, "checkpoint_dir", p.ckpt_dir);
     if (!p.copy_to.empty()) set_path_field(cj, "copy_to", p.copy_to);
     fs::atomic_write_file(p.run_dir + "/config.json", dump_json(cj, 2));
   } catch (const Error& e) {
@@ -769,7 +802,13 @@ Step reference_worker(BuiltinRun& r) {
   Pilot& p = r.p;
   const std::string start_json = work::start(p.run_dir);  // worker A writes it when it starts from a checkpoint
   std::filesystem::remove(start_json);                    // not a reused run directory's
-  r.a = run_worker_process(p, WorkerRole::kReference);
+  std::string spec;
+  try {
+    spec = tell_worker(p, WorkerRole::kReference, p.cfg.pilot.steps_before_save + p.cfg.pilot.steps_after_resume);
+  } catch (const Error& e) {
+    return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
+  }
+  r.a = run_worker_process(p, WorkerRole::kReference, spec);
   const WorkerOutcome& a = r.a;
   p.report.set_start(std::filesystem::exists(start_json) ? read_json(start_json)
                                                          : nlohmann::json{{"from", p.cfg.pilot.start_from}});
@@ -812,7 +851,13 @@ Step reference_worker(BuiltinRun& r) {
 // 6. Worker B, a fresh process: restore the newest committed checkpoint, eval, resume R steps.
 Step resume_worker(BuiltinRun& r) {
   Pilot& p = r.p;
-  r.b = run_worker_process(p, WorkerRole::kResume);
+  std::string spec;
+  try {  // worker A's saved step and R more: where worker A was killed
+    spec = tell_worker(p, WorkerRole::kResume, *r.ref.saved_step + p.cfg.pilot.steps_after_resume);
+  } catch (const Error& e) {
+    return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
+  }
+  r.b = run_worker_process(p, WorkerRole::kResume, spec);
   const WorkerOutcome& b = r.b;
   if (g_signal) return interrupted_exit(p);
   if (b.status != 0) {
@@ -899,15 +944,12 @@ Step probe_and_plan(BuiltinRun& r) {
   // One rank: the configured shape's point is worker A's measured step (the probe measures only the others).
   nlohmann::json points = nlohmann::json::array();
   if (p.nproc == 1) {
-    const auto& sm = r.ref.step_memory;
-    points.push_back({{"micro_batch", p.cfg.train.micro_batch},
-                      {"seq_len", p.cfg.data.seq_len},
-                      {"peak_allocated_bytes", sm.value("peak_allocated_bytes", nlohmann::json())},
-                      {"peak_reserved_bytes", sm.value("peak_reserved_bytes", nlohmann::json(-1))},
-                      {"state_bytes", r.ref.state_bytes.to_json()},
-                      {"from", "reference"}});
+    const auto& sm = r.ref.step_memory.tensors;
+    points.push_back(MemoryPoint{p.cfg.train.micro_batch, p.cfg.data.seq_len, sm.peak_allocated_bytes,
+                                 sm.peak_reserved_bytes, r.ref.state_bytes, "reference", std::nullopt}
+                         .to_json());
   }
-  for (const auto& pt : probe.memory_points) points.push_back(pt);
+  for (const auto& pt : probe.memory_points) points.push_back(pt.to_json());
   p.report.set_memory_points(points);
   if (!probe.activation_checkpointing.is_null()) p.report.set_activation_checkpointing(probe.activation_checkpointing);
   try {

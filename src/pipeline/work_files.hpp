@@ -18,4 +18,10 @@ inline std::string result(const std::string& run_dir, const std::string& role, i
 inline std::string start(const std::string& run_dir) { return dir(run_dir) + "/start.json"; }
 inline std::string precision(const std::string& run_dir) { return dir(run_dir) + "/precision.json"; }
 
+// What a worker is told (the worker protocol's spec, worker_protocol.hpp),
+// written by the supervisor before it starts the worker's ranks, on every node.
+inline std::string spec(const std::string& run_dir, const std::string& role) {
+  return dir(run_dir) + "/" + role + ".spec.json";
+}
+
 }  // namespace anchor::pipeline::work

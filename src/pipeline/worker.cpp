@@ -58,9 +58,11 @@ namespace anchor::pipeline {
 namespace {
 
 struct WorkerContext {
+  protocol::Spec spec;  // what the supervisor told this worker (ANCHOR_PILOT_SPEC)
   config::Config cfg;
   std::string run_dir;
   std::string ckpt_dir;
+  std::int64_t k = 0, r = 0;               // the steps before the save and after it (the spec's, from its start)
   std::string run_id;                      // recorded in the state.json of every checkpoint this run saves
   std::string copy_to;                     // the supervisor's export.copy_to; empty: no copy_off
   dist::LaunchEnv env;                     // rank and world (one rank: the defaults)
@@ -70,23 +72,55 @@ struct WorkerContext {
   WorkerResult out;                        // becomes work/<role>.json
 };
 
-WorkerContext load_context(const WorkerOptions& opts) {
+// The spec's steps as the built-in worker runs them: worker A saves at
+// save_at [K, K + R] (counted from its start) and is killed in its save of
+// K + R (stop_at, kill_in_save); worker B restores the newest committed step
+// that verifies and runs to stop_at.
+// Anything else is not a spec this worker can follow (Error kRuntime).
+void take_steps(WorkerContext& ctx) {
+  const protocol::Spec& s = ctx.spec;
+  const std::string what = "pilot spec " + printable(std::getenv(protocol::kSpecEnv));
+  const char* hint = "the spec is written by the anchor that starts the worker; run the worker through that anchor";
+  if (s.events != protocol::kEventsOnStdout || s.role == protocol::Role::kProbe || s.digests_every != 0)
+    throw Error(ErrorKind::kRuntime,
+                what +
+                    ": the built-in worker reports on its stdout (events \"-\") as worker A or B, without "
+                    "digests_every",
+                hint);
+  if (s.seed != ctx.cfg.run.seed || s.deterministic != ctx.cfg.run.deterministic)
+    throw Error(ErrorKind::kRuntime, what + ": its seed and deterministic are not the run's config.json's", hint);
+  if (s.role == protocol::Role::kReference) {
+    if (s.save_at.size() != 2 || s.restore || s.kill_in_save != s.stop_at || s.save_at[1] != s.stop_at ||
+        s.stop_at <= s.save_at[0] || s.save_at[0] < 2)
+      throw Error(ErrorKind::kRuntime,
+                  what + ": worker A saves at [K, stop_at] (K >= 2) and is killed in its save of stop_at", hint);
+    ctx.k = s.save_at[0];
+    ctx.r = s.stop_at - s.save_at[0];
+  } else if (!s.save_at.empty() || s.restore || s.kill_in_save || s.start_latest) {
+    throw Error(ErrorKind::kRuntime, what + ": worker B restores the newest step that verifies and saves none", hint);
+  }
+}
+
+WorkerContext load_context() {
   WorkerContext ctx;
-  ctx.run_dir = opts.run_dir;
-  auto doc = nlohmann::json::parse(fs::read_file(opts.run_dir + "/config.json"));
+  const char* spec_path = std::getenv(protocol::kSpecEnv);
+  if (!spec_path || !*spec_path)
+    throw Error(ErrorKind::kUsage,
+                std::string(protocol::kSpecEnv) +
+                    " is unset: a pilot worker is told its task by "
+                    "the spec file it names",
+                "anchor pilot starts its workers; run `anchor pilot CONFIG`");
+  ctx.spec = protocol::read_spec(spec_path);
+  ctx.run_dir = ctx.spec.run_dir;
+  ctx.ckpt_dir = ctx.spec.checkpoint_dir;  // the supervisor's choice (reproduce keeps its own)
+  auto doc = nlohmann::json::parse(fs::read_file(ctx.run_dir + "/config.json"));
   ctx.cfg = config::from_json(doc.at("config"));
   ctx.cfg.base_dir = path_field(doc, "base_dir");
   ctx.cfg.source_path = path_field(doc, "source_path");
   ctx.run_id = doc.value("run_id", "");
   if (doc.contains("copy_to") || doc.contains("copy_to_hex")) ctx.copy_to = path_field(doc, "copy_to");
   ctx.faults = train::RestoreFaults::from_env();
-  // The supervisor's choice (it may differ from the config's checkpoint.dir:
-  // `anchor reproduce` keeps a reproduction's checkpoints in its own run directory).
-  if (doc.contains("checkpoint_dir") || doc.contains("checkpoint_dir_hex"))
-    ctx.ckpt_dir = path_field(doc, "checkpoint_dir");
-  else
-    ctx.ckpt_dir = ctx.cfg.checkpoint.dir.empty() ? opts.run_dir + "/checkpoints"
-                                                  : config::resolve_path(ctx.cfg, ctx.cfg.checkpoint.dir);
+  take_steps(ctx);
   return ctx;
 }
 
@@ -94,8 +128,20 @@ WorkerContext load_context(const WorkerOptions& opts) {
 class StageMemory {
  public:
   explicit StageMemory(std::string device) : device_(std::move(device)) { measure::reset_peak(device_); }
-  nlohmann::json read() const {
-    return measure::memory_json(measure::tensor_memory(device_), measure::read_proc_memory());
+  MemoryReading reading() const { return {measure::tensor_memory(device_), measure::read_proc_memory(), ""}; }
+  // The stage's reading for its figures, said also as the protocol's `memory` line of `stage`.
+  nlohmann::json read(const std::string& stage) const {
+    const MemoryReading m = reading();
+    protocol::MemoryLine l;
+    l.stage = stage;
+    l.device = device_;
+    l.allocated_bytes = m.tensors.allocated_bytes;
+    l.max_allocated_bytes = m.tensors.peak_allocated_bytes;
+    if (m.tensors.reserved_bytes >= 0) l.reserved_bytes = m.tensors.reserved_bytes;
+    if (m.tensors.device_total_bytes >= 0) l.total_bytes = m.tensors.device_total_bytes;
+    l.rss_bytes = static_cast<std::int64_t>(m.process.rss_bytes);
+    emit(l);
+    return m.to_json();
   }
 
  private:
@@ -129,6 +175,22 @@ protocol::StepLine step_line_of(const train::StepRecord& r, std::int64_t stop_at
   l.data_wait_s = r.data_wait_s;
   l.compute_s = r.compute_s;
   l.stop_at = stop_at;
+  return l;
+}
+
+// The measured step's peak as the protocol's step_memory line: the peak since
+// the reset right before the step, from the allocator; the state's bytes. What
+// the process held before its first step is not measured here (null).
+protocol::StepMemoryLine step_memory_line(std::int64_t step, const std::string& device, const MemoryReading& m,
+                                          const train::StateBytes& state) {
+  protocol::StepMemoryLine l;
+  l.step = step;
+  l.device = device;
+  l.peak_source = m.tensors.source;
+  l.peak_bytes = m.tensors.peak_allocated_bytes;
+  l.parameters_bytes = state.parameters;
+  l.gradients_bytes = state.gradients;
+  l.optimizer_bytes = state.optimizer;
   return l;
 }
 
@@ -453,9 +515,7 @@ void refuse_misfit(train::Trainer& t, const checkpoint::Store::Loaded& loaded, c
 // The pilot saves step S+K (committed) and S+K+R (killed): never onto an existing directory.
 void refuse_save_over(const WorkerContext& ctx, const checkpoint::Store::Loaded& loaded,
                       const std::vector<checkpoint::Store::Skipped>& skipped_list) {
-  const auto& p = ctx.cfg.pilot;
-  for (const std::int64_t s :
-       {loaded.step + p.steps_before_save, loaded.step + p.steps_before_save + p.steps_after_resume}) {
+  for (const std::int64_t s : {loaded.step + ctx.k, loaded.step + ctx.k + ctx.r}) {
     const std::string dir = ctx.ckpt_dir + "/" + checkpoint::step_dir_name(s);
     if (!std::filesystem::exists(dir)) continue;
     std::string why;
@@ -541,16 +601,10 @@ std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cac
   const nlohmann::json start =
       ctx.cfg.pilot.start_from == "latest" ? restore_start(ctx, t) : nlohmann::json{{"from", "init"}};
   ctx.out.start = start;
-  ctx.out.model = {{"parameters", t.num_parameters()},
-                   {"n_layer", ctx.cfg.model.n_layer},
-                   {"n_head", ctx.cfg.model.n_head},
-                   {"n_embd", ctx.cfg.model.n_embd},
-                   {"vocab_size", ctx.cfg.model.vocab_size},
-                   {"seq_len", ctx.cfg.data.seq_len},
-                   {"flops_per_token", t.flops_per_token()},
-                   {"source", ctx.cfg.model.source},
-                   {"flops_per_token_note", t.model().flops_note()},
-                   {"attention", t.model().attention()}};
+  const auto& mc = ctx.cfg.model;
+  ctx.out.model = {t.num_parameters(),     mc.n_layer,           mc.n_head,           mc.n_embd,
+                   mc.vocab_size,          ctx.cfg.data.seq_len, t.flops_per_token(), mc.source,
+                   t.model().flops_note(), t.model().attention()};
   ctx.out.stages.push_back(load.end({{"parameters", t.num_parameters()},
                                      {"attention", t.model().attention()},
                                      {"device", t.device()},
@@ -559,7 +613,7 @@ std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cac
                                      {"threads", ctx.cfg.run.threads},
                                      {"start_from", start["from"]},
                                      {"start_step", t.step()},
-                                     {"memory", load_mem.read()}}));
+                                     {"memory", load_mem.read("load")}}));
   ctx.out.loss_scaler_enabled = t.loss_scaler().enabled();
   return tp;
 }
@@ -598,29 +652,29 @@ void precision_stage(WorkerContext& ctx, train::Trainer& t) {
 // (K >= 2), the peak is reset right before it (zero_grad, forward, backward,
 // clip, optimizer step; item() synchronises).
 void train_stage(WorkerContext& ctx, train::Trainer& t) {
-  const auto& p = ctx.cfg.pilot;
   const std::string dev = t.device();
   StageTimer train("train");
   auto& steps = ctx.out.train_steps;
-  const StepProgress at = progress(ctx, "A", t.step(), t.step() + p.steps_before_save + p.steps_after_resume);
-  steps = run_steps(t, p.steps_before_save - 1, at);
+  const StepProgress at = progress(ctx, "A", t.step(), t.step() + ctx.k + ctx.r);
+  steps = run_steps(t, static_cast<int>(ctx.k) - 1, at);
   StageMemory step_mem(dev);
   const train::StepRecord last = run_steps(t, 1, at).at(0);
-  ctx.out.step_memory = step_mem.read();
-  if (auto smi = measure::device_smi_report(dev); !smi.empty()) ctx.out.step_memory["device_report"] = smi;
+  ctx.out.step_memory = step_mem.reading();
+  ctx.out.step_memory.device_report = measure::device_smi_report(dev);
+  emit(step_memory_line(last.step + 1, dev, ctx.out.step_memory, t.state_bytes()));
   ctx.out.state_bytes = t.state_bytes();
   if (ctx.pg) ctx.out.sharding = t.sharding();  // this rank's state vs DDP's, after the measured step
   steps.push_back(last);
   const double step_s = last.compute_s + last.data_wait_s;
   ctx.out.matmul_flops = measure::measured_matmul_flops(dev);
-  ctx.out.stages.push_back(train.end({{"steps", p.steps_before_save},
+  ctx.out.stages.push_back(train.end({{"steps", ctx.k},
                                       {"first_step", steps.front().step},
                                       {"measured_step", last.step},
                                       {"step_seconds", step_s},
                                       {"tokens_per_s", step_s > 0 ? static_cast<double>(last.tokens) / step_s : 0.0},
                                       {"world_size", ctx.env.world_size},
                                       {"comm_s", last.comm_s},
-                                      {"memory", ctx.out.step_memory}}));
+                                      {"memory", ctx.out.step_memory.to_json()}}));
 }
 
 double eval_stage(WorkerContext& ctx, train::Trainer& t) {
@@ -633,7 +687,7 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   ctx.out.stages.push_back(eval.end({{"loss", eval_loss},
                                      {"perplexity", std::exp(eval_loss)},
                                      {"batches", p.eval_batches},
-                                     {"memory", eval_mem.read()}}));
+                                     {"memory", eval_mem.read("eval")}}));
   return eval_loss;
 }
 
@@ -664,7 +718,7 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
     for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
       ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
-  save_fig["memory"] = save_mem.read();
+  save_fig["memory"] = save_mem.read("checkpoint_save");
   if (ctx.pg) save_fig["replica_check_s"] = replica_check_s;
   ctx.out.stages.push_back(save.end(save_fig));
 }
@@ -690,6 +744,9 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
 // Worker A: load, K steps, eval, the save of K, R reference steps, then the
 // save of K+R that the supervisor kills.
 int run_reference(WorkerContext& ctx, bool use_hash_cache) {
+  if (ctx.spec.start_latest != (ctx.cfg.pilot.start_from == "latest"))
+    throw Error(ErrorKind::kRuntime, "the pilot spec's start_from is not the run's pilot.start_from",
+                "the spec is written by the anchor that starts the worker; run the worker through that anchor");
   auto tp = load_stage(ctx, use_hash_cache);
   auto& t = *tp;
   precision_stage(ctx, t);
@@ -700,13 +757,11 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   save_stage(ctx, t, store, eval_loss);
 
   StageTimer ref("reference");
-  const auto& pilot = ctx.cfg.pilot;
   ctx.out.reference_steps =
-      run_steps(t, pilot.steps_after_resume,
-                progress(ctx, "A", t.step() - pilot.steps_before_save, t.step() + pilot.steps_after_resume));
+      run_steps(t, static_cast<int>(ctx.r), progress(ctx, "A", t.step() - ctx.k, t.step() + ctx.r));
   ctx.out.final_state = t.digest();
   emit(digests_line("final", *ctx.out.final_state));
-  ctx.out.stages.push_back(ref.end({{"steps", ctx.cfg.pilot.steps_after_resume}}));
+  ctx.out.stages.push_back(ref.end({{"steps", ctx.r}}));
   write_result(ctx, "reference");
   killed_save(ctx, t, store);
 }
@@ -808,6 +863,18 @@ void report_restore(const checkpoint::Store::Loaded& loaded, std::uint64_t bytes
   emit(digests_line("restore", restored));
 }
 
+// Worker B's steps from the restored one to the spec's stop_at: R, unless the
+// newest step that verifies is another than worker A's save (a restore fault);
+// the verdict then names the step restored.
+std::int64_t resume_steps(const WorkerContext& ctx, const train::Trainer& t) {
+  if (ctx.spec.stop_at <= t.step())
+    throw Error(ErrorKind::kVerification,
+                "the restored step " + std::to_string(t.step()) + " is not before the spec's stop_at " +
+                    std::to_string(ctx.spec.stop_at) + ": worker A's saved step was not restored",
+                "`anchor checkpoint list " + printable(ctx.ckpt_dir) + "` shows the checkpoints and their problems");
+  return ctx.spec.stop_at - t.step();
+}
+
 void resume_from_checkpoint(WorkerContext& ctx) {
   const auto& p = ctx.cfg.pilot;
   auto& stages = ctx.out.stages;
@@ -830,10 +897,12 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   const train::KnownDigests known = t.restore(*loaded, faults);
   const double load_s = restore.elapsed() - build_s - read_s;
   nlohmann::json skipped = nlohmann::json::array();
-  for (const auto& s : loaded->skipped) skipped.push_back({{"dir", printable(s.dir)}, {"reason", s.reason}});
+  for (const auto& s : loaded->skipped) {
+    ctx.out.skipped.push_back({printable(s.dir), s.reason});
+    skipped.push_back(ctx.out.skipped.back().to_json());
+  }
   ctx.out.restored_step = loaded->step;
   ctx.out.restored_dir = printable(loaded->dir);
-  ctx.out.skipped = skipped;
   ctx.out.restored_state = t.digest(known);  // the data digests the restore verified, reused
   ctx.out.rng_restore = t.rng_restore();
   const double digest_s = restore.elapsed() - build_s - read_s - load_s;
@@ -850,7 +919,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
                                 {"model_build_s", build_s},
                                 {"load_state_s", load_s},
                                 {"state_digest_s", digest_s},
-                                {"memory", restore_mem.read()}}));
+                                {"memory", restore_mem.read("restore")}}));
 
   StageTimer eval("eval_after_restore");
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval after the restore");
@@ -863,11 +932,11 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   StepFn profiled;  // rank 0's last step: the profile of a step (docs/report.md, "profile.json")
   if (ctx.env.rank == 0) profiled = [&](train::Trainer& tr) { return profiled_step(ctx, tr, profile); };
   ctx.out.resume_steps =
-      run_steps(t, p.steps_after_resume, progress(ctx, "B", t.step(), t.step() + p.steps_after_resume), profiled);
+      run_steps(t, static_cast<int>(resume_steps(ctx, t)), progress(ctx, "B", t.step(), ctx.spec.stop_at), profiled);
   const double replica_check_s = check_replicas(ctx, t);  // the resumed replicas, at the end
   ctx.out.final_state = t.digest();
   emit(digests_line("final", *ctx.out.final_state));
-  nlohmann::json resume_fig = {{"steps", p.steps_after_resume}};
+  nlohmann::json resume_fig = {{"steps", ctx.out.resume_steps.size()}};
   if (!profile.is_null()) resume_fig["profile"] = profile;
   if (ctx.pg) resume_fig["replica_check_s"] = replica_check_s;
   stages.push_back(resume.end(resume_fig));
@@ -1094,7 +1163,7 @@ int run_probe(WorkerContext& ctx) {
   if (ctx.env.world_size > 1) points.push_back({mb, T});
   for (const auto& shape : plan::probe_shapes(mb, T, ctx.cfg.pilot.memory_probe_micro_batch)) points.push_back(shape);
   StageTimer probe("memory_probe");
-  nlohmann::json out = nlohmann::json::array();
+  std::vector<MemoryPoint> out;
   double build_s = 0, state_s = 0;  // what the points' steps cost on top, for the report
   if (!points.empty()) {
     // One trainer for every point, its AdamW state created as a first step
@@ -1116,7 +1185,7 @@ int run_probe(WorkerContext& ctx) {
     for (const auto& [pmb, pT] : points) {
       t.set_step_shape(static_cast<int>(pmb), static_cast<int>(pT));
       train::StepRecord r;
-      nlohmann::json mem;
+      MemoryReading mem;
       for (int i = 0; i == 0 || r.skipped; ++i) {
         if (i == kMaxSkippedSteps)
           throw Error(ErrorKind::kVerification,
@@ -1126,15 +1195,10 @@ int run_probe(WorkerContext& ctx) {
         measure::release_cached(t.device());  // a GPU: the reserved peak is this step's pool, not the last one's
         StageMemory m(t.device());
         r = t.train_step();
-        mem = m.read();
+        mem = m.reading();
       }
-      out.push_back({{"micro_batch", pmb},
-                     {"seq_len", pT},
-                     {"peak_allocated_bytes", mem["peak_allocated_bytes"]},
-                     {"peak_reserved_bytes", mem.value("peak_reserved_bytes", -1)},
-                     {"state_bytes", t.state_bytes().to_json()},
-                     {"from", "probe"},
-                     {"seconds", r.compute_s + r.data_wait_s}});
+      out.push_back({pmb, pT, mem.tensors.peak_allocated_bytes, mem.tensors.peak_reserved_bytes, t.state_bytes(),
+                     "probe", r.compute_s + r.data_wait_s});
     }
   }
   ctx.out.memory_points = out;
@@ -1150,9 +1214,9 @@ int run_probe(WorkerContext& ctx) {
 }
 
 // The worker's first line: who it is and the libraries it runs (docs/program.md, "The contract").
-protocol::Hello hello(WorkerRole role, int world_size) {
+protocol::Hello hello(protocol::Role role, int world_size) {
   protocol::Hello h;
-  h.role = role == WorkerRole::kReference ? "reference" : "resume";
+  h.role = protocol::role_name(role);
   h.world_size = world_size;
   const auto v = manifest::runtime_versions();
   auto known = [&](const char* key) {
@@ -1166,36 +1230,42 @@ protocol::Hello hello(WorkerRole role, int world_size) {
   return h;
 }
 
+// The worker's task once it is told it: the process group (several ranks), then worker A or B.
+int run_task(WorkerContext& ctx, const WorkerOptions& opts) {
+  bind_threads(ctx.cfg.run.threads, ctx.cfg.run.deterministic);
+  std::filesystem::create_directories(work::dir(ctx.run_dir));
+  emit(hello(ctx.spec.role, ctx.env.world_size));
+  if (ctx.env.distributed()) {
+    // One process per device: this rank's GPU, then the backend that reduces there (docs/distributed.md).
+    ctx.device = dist::rank_device(ctx.cfg.device, ctx.env, static_cast<int>(torch::cuda::device_count()));
+    const bool on_gpu = ctx.device.rfind("cuda", 0) == 0;
+    const std::string backend =
+        dist::choose_backend(ctx.cfg.distributed.backend, on_gpu, dist::nccl_available(), TORCH_VERSION);
+    if (dist::dist_fault().at(dist::DistFault::Point::kRendezvous, ctx.env.rank)) {
+      ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself before the rendezvous", ctx.env.rank);
+      std::fflush(nullptr);
+      ::raise(SIGKILL);
+    }
+    ctx.pg = std::make_unique<dist::ProcessGroup>(ctx.env, ctx.cfg.distributed.timeout_s, backend);
+  }
+  // The reference worker never returns normally (SIGKILL in its kill window).
+  if (ctx.spec.role == protocol::Role::kReference) return run_reference(ctx, opts.use_hash_cache);
+  return run_resume(ctx);
+}
+
 }  // namespace
 
 int run_worker(const WorkerOptions& opts) {
   // Before any tensor exists, so every allocation of the run is counted.
   measure::install_counting_allocator();
-  WorkerContext ctx = load_context(opts);
-  bind_threads(ctx.cfg.run.threads, ctx.cfg.run.deterministic);
-  std::filesystem::create_directories(work::dir(opts.run_dir));
   // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...
-  // (docs/distributed.md).
-  ctx.env = dist::detect_launch();
-  if (ctx.env.distributed()) set_events_enabled(ctx.env.rank == 0);
-  emit(hello(opts.role, ctx.env.world_size));
+  // (docs/distributed.md); rank 0 speaks for the group.
+  const dist::LaunchEnv env = dist::detect_launch();
+  if (env.distributed()) set_events_enabled(env.rank == 0);
   try {
-    if (ctx.env.distributed()) {
-      // One process per device: this rank's GPU, then the backend that reduces there (docs/distributed.md).
-      ctx.device = dist::rank_device(ctx.cfg.device, ctx.env, static_cast<int>(torch::cuda::device_count()));
-      const bool on_gpu = ctx.device.rfind("cuda", 0) == 0;
-      const std::string backend =
-          dist::choose_backend(ctx.cfg.distributed.backend, on_gpu, dist::nccl_available(), TORCH_VERSION);
-      if (dist::dist_fault().at(dist::DistFault::Point::kRendezvous, ctx.env.rank)) {
-        ANCHOR_LOG_WARN("dist", "ANCHOR_DIST_FAULT: rank {} kills itself before the rendezvous", ctx.env.rank);
-        std::fflush(nullptr);
-        ::raise(SIGKILL);
-      }
-      ctx.pg = std::make_unique<dist::ProcessGroup>(ctx.env, ctx.cfg.distributed.timeout_s, backend);
-    }
-    // The reference worker never returns normally (SIGKILL in its kill window).
-    if (opts.role == WorkerRole::kReference) return run_reference(ctx, opts.use_hash_cache);
-    return run_resume(ctx);
+    WorkerContext ctx = load_context();
+    ctx.env = env;
+    return run_task(ctx, opts);
   } catch (const std::exception& e) {
     // The supervisor puts this in the report; main() still prints it on stderr.
     std::string message = compat::message_of(e), hint;

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "anchor/common/fs.hpp"
 #include "anchor/common/json_fields.hpp"
 #include "anchor/common/unique_fd.hpp"
 #include "anchor/common/utf8.hpp"
@@ -380,14 +381,145 @@ nlohmann::json to_json(const Spec& s) {
             {"deterministic", s.deterministic},
             {"digests_every", s.digests_every},
             {"kill_in_save", nullptr}};
-  // Paths keep their bytes; the helper reads them back as JSON strings, so they must be UTF-8.
-  j["run_dir"] = printable(s.run_dir);
-  j["checkpoint_dir"] = printable(s.checkpoint_dir);
-  j["events"] = printable(s.events);
-  if (s.restore) j["restore"] = printable(*s.restore);
+  // Paths keep their bytes: printable text, and the exact bytes in "<key>_hex" when that is not UTF-8.
+  set_path_field(j, "run_dir", s.run_dir);
+  set_path_field(j, "checkpoint_dir", s.checkpoint_dir);
+  set_path_field(j, "events", s.events);
+  if (s.restore) set_path_field(j, "restore", *s.restore);
   if (s.kill_in_save) j["kill_in_save"] = *s.kill_in_save;
   if (s.probe) j["probe"] = {{"micro_batch", s.probe->first}, {"seq_len", s.probe->second}};
+  if (s.start_latest) j["start_from"] = "latest";
   return j;
+}
+
+namespace {
+
+// One spec key's check: appends "<key> is <value>, expected <what>" when `ok` fails.
+struct SpecCheck {
+  const json& d;
+  std::vector<std::string>& problems;
+  template <typename Ok>
+  void operator()(const char* key, Ok ok, const char* expected) const {
+    if (d.contains(key) && !ok(d[key]))
+      problems.push_back(std::string("'") + key + "' is " + dump_json(d[key]) + ", expected " + expected);
+  }
+};
+
+// An integer that fits a step count (int64) and is at least `lo`.
+bool int_from(const json& v, std::int64_t lo) {
+  if (v.is_number_unsigned())
+    return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+           static_cast<std::int64_t>(v.get<std::uint64_t>()) >= lo;
+  return v.is_number_integer() && v.get<std::int64_t>() >= lo;
+}
+bool positive_int(const json& v) { return int_from(v, 1); }
+bool seed_int(const json& v) { return v.is_number_unsigned() || int_from(v, 0); }  // any uint64
+
+std::vector<std::string> spec_problems(const json& d) {
+  static const std::set<std::string> kRequired = {"protocol", "role",    "run_dir", "checkpoint_dir", "save_at",
+                                                  "stop_at",  "restore", "seed",    "deterministic",  "events"};
+  static const std::set<std::string> kOptional = {"digests_every", "kill_in_save",       "probe",      "start_from",
+                                                  "run_dir_hex",   "checkpoint_dir_hex", "events_hex", "restore_hex"};
+  std::vector<std::string> problems;
+  for (const auto& [k, v] : d.items())
+    if (!kRequired.count(k) && !kOptional.count(k)) problems.push_back("unknown key '" + printable(k) + "'");
+  for (const auto& k : kRequired)
+    if (!d.contains(k)) problems.push_back("missing key '" + k + "'");
+  const SpecCheck check{d, problems};
+  check(
+      "protocol", [](const json& v) { return v == kProtocol; }, "1");
+  check(
+      "role", [](const json& v) { return v == "reference" || v == "resume" || v == "probe"; },
+      "\"reference\", \"resume\" or \"probe\"");
+  for (const char* k : {"run_dir", "checkpoint_dir", "events"})
+    check(
+        k, [](const json& v) { return v.is_string() && !v.get<std::string>().empty(); }, "a non-empty string");
+  check(
+      "save_at", [](const json& v) { return v.is_array() && std::all_of(v.begin(), v.end(), positive_int); },
+      "a list of integers >= 1");
+  check("stop_at", positive_int, "an integer >= 1");
+  check(
+      "restore", [](const json& v) { return v.is_null() || (v.is_string() && !v.get<std::string>().empty()); },
+      "null or a step directory");
+  check("seed", seed_int, "an integer >= 0");
+  check(
+      "deterministic", [](const json& v) { return v.is_boolean(); }, "true or false");
+  check(
+      "digests_every", [](const json& v) { return int_from(v, 0); }, "an integer >= 0");
+  check(
+      "kill_in_save", [](const json& v) { return v.is_null() || positive_int(v); }, "null or an integer >= 1");
+  check(
+      "probe",
+      [](const json& v) {
+        return v.is_object() && v.size() == 2 && v.contains("micro_batch") && v.contains("seq_len") &&
+               positive_int(v["micro_batch"]) && positive_int(v["seq_len"]);
+      },
+      "an object {\"micro_batch\": int >= 1, \"seq_len\": int >= 1}");
+  check(
+      "start_from", [](const json& v) { return v == "init" || v == "latest"; }, "\"init\" or \"latest\"");
+  if (!problems.empty()) return problems;
+  const json kill = d.value("kill_in_save", json());
+  if (!kill.is_null() && std::find(d["save_at"].begin(), d["save_at"].end(), kill) == d["save_at"].end())
+    problems.push_back("'kill_in_save' is " + kill.dump() + " but save_at " + d["save_at"].dump() +
+                       " does not hold it");
+  const bool probe = d.contains("probe") && !d["probe"].is_null();
+  if ((d["role"] == "probe") != probe)
+    problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
+  if (d["role"] != "resume" && !d["restore"].is_null())
+    problems.push_back("'restore' is " + dump_json(d["restore"]) + " but role is " + d["role"].dump() +
+                       " (only a resume restores)");
+  return problems;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+}  // namespace
+
+Spec spec_from_json(const json& d, const std::string& where) {
+  const char* hint = "the spec is written by the anchor that starts the worker; run the worker through that anchor";
+  if (!d.is_object())
+    throw Error(ErrorKind::kRuntime, "pilot spec " + printable(where) + " is not a JSON object", hint);
+  const auto problems = spec_problems(d);
+  if (!problems.empty())
+    throw Error(ErrorKind::kRuntime,
+                "pilot spec " + printable(where) + ": " + std::to_string(problems.size()) + " problem" +
+                    (problems.size() > 1 ? "s: " : ": ") + join(problems, "; "),
+                hint);
+  Spec s;
+  const std::string role = d["role"];
+  s.role = role == "reference" ? Role::kReference : role == "resume" ? Role::kResume : Role::kProbe;
+  try {
+    s.run_dir = path_field(d, "run_dir");
+    s.checkpoint_dir = path_field(d, "checkpoint_dir");
+    s.events = path_field(d, "events");
+    if (!d["restore"].is_null()) s.restore = path_field(d, "restore");
+  } catch (const Error& e) {  // a <key>_hex that is not hex
+    throw Error(ErrorKind::kRuntime, "pilot spec " + printable(where) + ": " + e.what(), hint);
+  }
+  s.save_at = d["save_at"].get<std::vector<std::int64_t>>();
+  s.stop_at = d["stop_at"];
+  s.seed = d["seed"];
+  s.deterministic = d["deterministic"];
+  s.digests_every = d.value("digests_every", std::int64_t{0});
+  if (d.contains("kill_in_save") && !d["kill_in_save"].is_null()) s.kill_in_save = d["kill_in_save"];
+  if (d.contains("probe") && !d["probe"].is_null()) s.probe = {{d["probe"]["micro_batch"], d["probe"]["seq_len"]}};
+  s.start_latest = d.value("start_from", std::string("init")) == "latest";
+  return s;
+}
+
+Spec read_spec(const std::string& path) {
+  json d;
+  try {
+    d = parse_json(fs::read_file(path));
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::kRuntime, "pilot spec " + printable(path) + " is not JSON: " + e.what(),
+                "the spec is written by the anchor that starts the worker; run the worker through that anchor");
+  }
+  return spec_from_json(d, path);
 }
 
 bool Number::operator==(const Number& o) const {

@@ -35,10 +35,17 @@ inline constexpr const char* kComponentOrder[] = {"model", "optimizer", "schedul
 enum class Role { kReference, kResume, kProbe };
 const char* role_name(Role r);
 
-// What a worker is told, as the JSON file ANCHOR_PILOT_SPEC names.
+// The environment variable that names a worker's spec file, for both kinds of worker.
+inline constexpr const char* kSpecEnv = "ANCHOR_PILOT_SPEC";
+// Spec::events of the built-in worker: its lines go to its stdout, after "@anchor-event ".
+inline constexpr const char* kEventsOnStdout = "-";
+
+// What a worker is told, as the JSON file ANCHOR_PILOT_SPEC names. A path
+// that is not UTF-8 travels as "<key>_hex" (its bytes in hex) beside "<key>"
+// (set_path_field); a program pilot refuses such paths before it starts.
 struct Spec {
   Role role = Role::kReference;
-  std::string run_dir, checkpoint_dir, events;  // absolute
+  std::string run_dir, checkpoint_dir, events;  // absolute; events: a file, or kEventsOnStdout
   std::vector<std::int64_t> save_at;            // steps to save at
   std::int64_t stop_at = 0;                     // the last step
   std::optional<std::string> restore;           // a step directory; none: the newest that verifies (resume)
@@ -47,8 +54,19 @@ struct Spec {
   std::int64_t digests_every = 0;
   std::optional<std::int64_t> kill_in_save;  // the save anchor kills (rank 0 waits in it after its first file)
   std::optional<std::pair<std::int64_t, std::int64_t>> probe;  // role probe: (micro_batch, seq_len) to run at
+  // "start_from": "latest" (the built-in worker A of pilot.start_from latest):
+  // the worker first restores the newest committed checkpoint that verifies,
+  // and save_at, stop_at and kill_in_save count from its step. Absent: from 0.
+  bool start_latest = false;
 };
 nlohmann::json to_json(const Spec& s);
+// The spec as JSON, checked as the helper checks it (python/anchor_pilot/spec.py):
+// every problem (an unknown or missing key, a wrong type, a kill_in_save not in
+// save_at, a probe without role probe, a restore outside role resume) at once.
+// Throws Error (kRuntime) naming `where` and them.
+Spec spec_from_json(const nlohmann::json& j, const std::string& where);
+// The spec file `path`: its JSON (parse_json) through spec_from_json.
+Spec read_spec(const std::string& path);
 
 // A number as the helper writes it: a JSON number, "inf"/"-inf", or null (NaN or unknown).
 struct Number {

@@ -43,18 +43,119 @@ void check_stages(const JsonFields& f) {
   }
 }
 
-void check_memory_points(const JsonFields& f) {
-  const auto& a = objects(f, "memory_points");
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    JsonFields p(a[i], JsonFields::item("memory_points", i));
-    p.integer("micro_batch");
-    p.integer("seq_len");
-    p.integer("peak_allocated_bytes");
-    train::StateBytes::from_json(p.object("state_bytes"), p.path("state_bytes"));
-  }
+template <typename T>
+std::vector<T> items_of(const JsonFields& f, const char* key) {
+  std::vector<T> out;
+  const auto& a = f.array(key);
+  for (std::size_t i = 0; i < a.size(); ++i) out.push_back(T::from_json(a[i], JsonFields::item(f.path(key), i)));
+  return out;
+}
+
+template <typename T>
+json array_of(const std::vector<T>& v) {
+  json a = json::array();
+  for (const auto& x : v) a.push_back(x.to_json());
+  return a;
+}
+
+std::int64_t bytes(const JsonFields& f, const char* key) {
+  const std::int64_t v = f.integer(key);
+  if (v < 0) throw std::invalid_argument(f.path(key) + " is " + std::to_string(v) + ", not a byte count");
+  return v;
 }
 
 }  // namespace
+
+json ModelInfo::to_json() const {
+  return {{"parameters", parameters},
+          {"n_layer", n_layer},
+          {"n_head", n_head},
+          {"n_embd", n_embd},
+          {"vocab_size", vocab_size},
+          {"seq_len", seq_len},
+          {"flops_per_token", flops_per_token},
+          {"source", source},
+          {"flops_per_token_note", flops_per_token_note},
+          {"attention", attention}};
+}
+
+ModelInfo ModelInfo::from_json(const json& j, const std::string& where) {
+  const JsonFields f(j, where);
+  ModelInfo m;
+  m.parameters = bytes(f, "parameters");
+  m.n_layer = f.integer("n_layer");
+  m.n_head = f.integer("n_head");
+  m.n_embd = f.integer("n_embd");
+  m.vocab_size = f.integer("vocab_size");
+  m.seq_len = f.integer("seq_len");
+  m.flops_per_token = f.number("flops_per_token");
+  m.source = f.str("source");
+  m.flops_per_token_note = f.str("flops_per_token_note");
+  m.attention = f.str("attention");
+  return m;
+}
+
+json MemoryReading::to_json() const {
+  json j = measure::memory_json(tensors, process);
+  if (!device_report.empty()) j["device_report"] = device_report;
+  return j;
+}
+
+MemoryReading MemoryReading::from_json(const json& j, const std::string& where) {
+  const JsonFields f(j, where);
+  MemoryReading m;
+  m.tensors.allocated_bytes = bytes(f, "allocated_bytes");
+  m.tensors.peak_allocated_bytes = bytes(f, "peak_allocated_bytes");
+  m.tensors.source = f.str("source");
+  if (f.has("reserved_bytes")) {
+    m.tensors.reserved_bytes = bytes(f, "reserved_bytes");
+    m.tensors.peak_reserved_bytes = bytes(f, "peak_reserved_bytes");
+  }
+  if (f.has("device_total_bytes")) {
+    m.tensors.device_total_bytes = bytes(f, "device_total_bytes");
+    m.tensors.device_free_bytes = bytes(f, "device_free_bytes");
+  }
+  m.process.rss_bytes = static_cast<std::uint64_t>(bytes(f, "rss_bytes"));
+  m.process.hwm_bytes = static_cast<std::uint64_t>(bytes(f, "peak_rss_bytes"));
+  m.device_report = f.str_or("device_report", "");
+  return m;
+}
+
+json MemoryPoint::to_json() const {
+  json j = {{"micro_batch", micro_batch},
+            {"seq_len", seq_len},
+            {"peak_allocated_bytes", peak_allocated_bytes},
+            {"peak_reserved_bytes", peak_reserved_bytes},
+            {"state_bytes", state_bytes.to_json()},
+            {"from", from}};
+  if (seconds) j["seconds"] = *seconds;
+  return j;
+}
+
+MemoryPoint MemoryPoint::from_json(const json& j, const std::string& where) {
+  const JsonFields f(j, where);
+  MemoryPoint p;
+  p.micro_batch = f.integer("micro_batch");
+  p.seq_len = f.integer("seq_len");
+  if (p.micro_batch < 1 || p.seq_len < 1)
+    throw std::invalid_argument(where + " is a step of " + std::to_string(p.micro_batch) + " x " +
+                                std::to_string(p.seq_len) + " tokens, not a shape");
+  p.peak_allocated_bytes = bytes(f, "peak_allocated_bytes");
+  p.peak_reserved_bytes = f.integer_or("peak_reserved_bytes", -1);
+  p.state_bytes = train::StateBytes::from_json(f.object("state_bytes"), f.path("state_bytes"));
+  p.from = f.str("from");
+  if (p.from != "reference" && p.from != "probe")
+    throw std::invalid_argument(f.path("from") + " is \"" + p.from + "\", expected reference or probe");
+  p.seconds = f.optional_number("seconds");
+  return p;
+}
+
+json SkippedDir::to_json() const { return {{"dir", dir}, {"reason", reason}}; }
+
+SkippedDir SkippedDir::from_json(const json& j, const std::string& where) {
+  const JsonFields f(j, where);
+  return {f.str("dir"), f.str("reason")};
+}
 
 json WorkerResult::to_json() const {
   json j = {{"format", kWorkerResultFormat},
@@ -69,12 +170,12 @@ json WorkerResult::to_json() const {
   }
   if (role == "reference") {
     j["start"] = start;
-    j["model"] = model;
+    j["model"] = model.to_json();
     j["loss_scaler_enabled"] = loss_scaler_enabled;
     if (!precision.is_null()) j["precision"] = precision;
     j["train_steps"] = train::steps_json(train_steps);
     j["reference_steps"] = train::steps_json(reference_steps);
-    j["step_memory"] = step_memory;
+    j["step_memory"] = step_memory.to_json();
     j["state_bytes"] = state_bytes.to_json();
     if (!sharding.is_null()) j["sharding"] = sharding;
     j["matmul_flops"] = matmul_flops;
@@ -83,12 +184,12 @@ json WorkerResult::to_json() const {
   } else if (role == "resume") {
     if (restored_step) j["restored_step"] = *restored_step;
     j["restored_dir"] = restored_dir;
-    j["skipped"] = skipped;
+    j["skipped"] = array_of(skipped);
     if (restored_state) j["restored_state"] = restored_state->to_json();
     j["rng_restore"] = rng_restore;
     j["resume_steps"] = train::steps_json(resume_steps);
   } else if (role == "probe") {
-    j["memory_points"] = memory_points;
+    j["memory_points"] = array_of(memory_points);
     if (!activation_checkpointing.is_null()) j["activation_checkpointing"] = activation_checkpointing;
   }
   if (eval_loss) j["eval_loss"] = *eval_loss;
@@ -119,14 +220,13 @@ WorkerResult WorkerResult::from_json(const json& j) {
   if (r.role == "reference") {
     r.start = f.object("start");
     JsonFields(r.start, "start").str("from");
-    r.model = f.object("model");
-    JsonFields(r.model, "model").integer("parameters");
+    r.model = ModelInfo::from_json(f.object("model"), "model");
     r.loss_scaler_enabled = f.boolean("loss_scaler_enabled");
     if (f.has("precision")) r.precision = f.object("precision");
     r.train_steps = steps_of(f, "train_steps");
     if (r.train_steps.empty()) throw std::invalid_argument("train_steps is empty: worker A reports its measured step");
     r.reference_steps = steps_of(f, "reference_steps");
-    r.step_memory = f.object("step_memory");
+    r.step_memory = MemoryReading::from_json(f.object("step_memory"), "step_memory");
     r.state_bytes = train::StateBytes::from_json(f.object("state_bytes"), "state_bytes");
     if (f.has("sharding")) r.sharding = f.object("sharding");
     r.matmul_flops = f.number("matmul_flops");
@@ -135,13 +235,12 @@ WorkerResult WorkerResult::from_json(const json& j) {
   } else if (r.role == "resume") {
     r.restored_step = f.integer("restored_step");
     r.restored_dir = f.str("restored_dir");
-    r.skipped = objects(f, "skipped");
+    r.skipped = items_of<SkippedDir>(f, "skipped");
     r.restored_state = digest_of(f, "restored_state");
     r.rng_restore = f.object("rng_restore");
     r.resume_steps = steps_of(f, "resume_steps");
   } else if (r.role == "probe") {
-    check_memory_points(f);
-    r.memory_points = f.array("memory_points");
+    r.memory_points = items_of<MemoryPoint>(f, "memory_points");
     if (f.has("activation_checkpointing")) r.activation_checkpointing = f.object("activation_checkpointing");
     return r;
   } else {

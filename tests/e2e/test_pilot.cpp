@@ -13,6 +13,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "anchor/build_info.hpp"
 #include "anchor/common/fs.hpp"
@@ -106,10 +107,16 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_GE(starts, 13);
   EXPECT_GE(ends, 13);
   // The built-in workers speak the program's protocol: a hello each, every step (K + R + R), the evals,
-  // the saves and the restore, and the state's digests at the save, the restore and both ends.
-  EXPECT_EQ(worker_lines,
-            (std::map<std::string, int>{
-                {"hello", 2}, {"stage", 23}, {"step", 6}, {"eval", 2}, {"checkpoint", 7}, {"digests", 4}}));
+  // the saves and the restore, the state's digests at the save, the restore and both ends, the memory of
+  // the stages that read it (load, eval, save; restore) and the measured step's peak.
+  EXPECT_EQ(worker_lines, (std::map<std::string, int>{{"hello", 2},
+                                                      {"stage", 23},
+                                                      {"step", 6},
+                                                      {"eval", 2},
+                                                      {"checkpoint", 7},
+                                                      {"digests", 4},
+                                                      {"memory", 4},
+                                                      {"step_memory", 1}}));
   // The measurements and the plan the report promises (docs/report.md).
   const auto& m = report["measurements"];
   EXPECT_GT(m["step"]["tokens_per_s"].get<double>(), 0);
@@ -188,6 +195,44 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
 // A long pilot does not flood the console: about 20 step lines per worker at
 // the default level (the first, every Nth, the last, counted in the worker's
 // own steps), every one with -v.
+// The built-in worker is told its task by the worker protocol's spec, as a
+// program is: without one it is refused (exit 2), and a spec it cannot follow
+// (another seed than the run's, digests every N steps) is an error line on its
+// stdout, in the protocol, and exit 1; the spec as the supervisor wrote it is
+// the control (it passes its checks and trains).
+TEST(Pilot, TheBuiltInWorkerIsToldItsTaskByTheProtocolsSpec) {
+  TempDir t("spec");
+  ASSERT_EQ(run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "report.signing_key=none"}).status, 0);
+  auto worker = [&](const std::map<std::string, std::string>& env) {
+    anchor::proc::SpawnOptions o;
+    o.merge_stderr = true;
+    o.env = env;
+    return anchor::proc::run_capture({ANCHOR_TORCH_BINARY, "__worker"}, o);
+  };
+  const auto bare = worker({});
+  EXPECT_EQ(bare.status, 2) << bare.out;
+  EXPECT_NE(bare.out.find("ANCHOR_PILOT_SPEC is unset"), std::string::npos) << bare.out;
+
+  const json told = read_json(t.str("run/work/resume.spec.json"));
+  EXPECT_EQ(told["events"], "-");
+  EXPECT_EQ(told["stop_at"], 4);
+  for (const auto& [key, value, said] : {std::tuple<const char*, json, const char*>{"seed", 99, "seed"},
+                                         {"digests_every", 1, "digests_every"},
+                                         {"restore", t.str("run/checkpoints/step-00000002"), "restores the newest"}}) {
+    json bad = told;
+    bad[key] = value;
+    anchor::fs::atomic_write_file(t.str("bad.spec.json"), bad.dump());
+    const auto r = worker({{"ANCHOR_PILOT_SPEC", t.str("bad.spec.json")}});
+    EXPECT_EQ(r.status, 1) << key << ": " << r.out;
+    EXPECT_NE(r.out.find(R"(@anchor-event {"hint":)"), std::string::npos) << "an error line: " << r.out;
+    EXPECT_NE(r.out.find(said), std::string::npos) << r.out;
+  }
+  // The control: the supervisor's own spec for worker B restores step 2 and resumes to step 4.
+  const auto ok = worker({{"ANCHOR_PILOT_SPEC", t.str("run/work/resume.spec.json")}});
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find(R"("op":"restore","phase":"end")"), std::string::npos) << ok.out;
+}
+
 TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
   TempDir t("steps");
   auto count = [](const std::string& out, const std::string& what) {

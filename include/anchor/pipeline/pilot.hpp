@@ -110,13 +110,14 @@ int run_pilot(const PilotOptions& opts);
 enum class WorkerRole { kReference, kResume };
 
 struct WorkerOptions {
-  WorkerRole role = WorkerRole::kReference;
-  std::string run_dir;         // holds config.json (the effective config, the checkpoint directory) and work/
   bool use_hash_cache = true;  // the pin's hash cache (worker A, rank 0)
 };
 
-// A worker: reads <run_dir>/config.json, runs its stages, reports events on
-// stdout ("@anchor-event {json}" lines) and writes <run_dir>/work/<role>.json.
+// A worker: told its task by the worker protocol's spec (the file
+// ANCHOR_PILOT_SPEC names: its role, run and checkpoint directories, the steps
+// to save at and stop at; docs/program.md, "The contract"), reads
+// <run_dir>/config.json, runs its stages, reports the protocol's lines on
+// stdout (each after "@anchor-event ") and writes <run_dir>/work/<role>.json.
 // Worker A's rank 0 first pins the run into <run_dir>/manifest.json unless the
 // supervisor wrote one: the manifest's libraries and runtime versions are
 // those of the process that trains. A failure is also reported as an "error"

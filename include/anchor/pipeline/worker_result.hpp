@@ -8,9 +8,15 @@
 // from different builds fail with a message that says so, never with a
 // JSON type error deep in the comparison. Schema: docs/worker-result.schema.json.
 //
-// Stage records and a few nested sections (the model's shape, the precision
-// verdict, memory readings, the per-rank share of the state) pass through to
-// report.json as written; their fields are documented in docs/report.md.
+// Every section the supervisor reads a field of is a struct of its own with
+// its serialiser and parser (ModelInfo, MemoryReading, MemoryPoint,
+// SkippedDir; the steps and digests in train/records.hpp). Four documents pass
+// through to report.json as written, each made by the one function that owns
+// its meaning and checked here only for being an object: the stage records'
+// figures, the precision verdict (Trainer::validate_precision,
+// docs/precision.md), the per-rank share of the state (Trainer::sharding) and
+// the RNG restore (Trainer::rng_restore); and worker A's `start`, of which the
+// supervisor reads `from` and `rng_restore` (docs/pilot.md).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,11 +24,54 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/measure/memory.hpp"
 #include "anchor/train/records.hpp"
 
 namespace anchor::pipeline {
 
 inline constexpr const char* kWorkerResultFormat = "anchor.worker-result/v1";
+
+// The model as worker A built it: report.json measurements.model.
+struct ModelInfo {
+  std::int64_t parameters = 0;
+  std::int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, seq_len = 0;
+  double flops_per_token = 0;
+  std::string source;                // the config's model.source
+  std::string flops_per_token_note;  // how flops_per_token was counted
+  std::string attention;             // the attention kernel the model runs
+  nlohmann::json to_json() const;
+  static ModelInfo from_json(const nlohmann::json& j, const std::string& where);
+};
+
+// A memory reading (a stage's, the measured step's): the tensors' figures and
+// the process's, as measure:: reads them; serialised as measure::memory_json.
+struct MemoryReading {
+  measure::TensorMemory tensors;
+  measure::ProcMemory process;
+  std::string device_report;  // the vendor tool's line for the device (measure::device_smi_report); "" when none
+  nlohmann::json to_json() const;
+  static MemoryReading from_json(const nlohmann::json& j, const std::string& where);
+};
+
+// A point of the plan's memory model: the peak of one step at a shape
+// (report.json measurements.memory.points).
+struct MemoryPoint {
+  std::int64_t micro_batch = 0, seq_len = 0;
+  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t peak_reserved_bytes = -1;  // -1 where the device has no caching allocator
+  train::StateBytes state_bytes;
+  std::string from;               // reference (worker A's measured step) | probe
+  std::optional<double> seconds;  // the probe's step: data wait and compute
+  nlohmann::json to_json() const;
+  static MemoryPoint from_json(const nlohmann::json& j, const std::string& where);
+};
+
+// A checkpoint directory a restore passed over, and why.
+struct SkippedDir {
+  std::string dir, reason;
+  nlohmann::json to_json() const;
+  static SkippedDir from_json(const nlohmann::json& j, const std::string& where);
+};
 
 struct WorkerResult {
   std::string role;  // reference | resume | probe
@@ -35,12 +84,12 @@ struct WorkerResult {
 
   // reference (worker A)
   nlohmann::json start;  // where it started: {"from": "init"} or the restored checkpoint (docs/pilot.md)
-  nlohmann::json model;  // parameters, shape, flops_per_token, attention: report measurements.model
+  ModelInfo model;
   bool loss_scaler_enabled = false;
   nlohmann::json precision;                        // the precision stage's verdict (docs/precision.md); null in fp32
   std::vector<train::StepRecord> train_steps;      // the K steps; the last is the measured step
   std::vector<train::StepRecord> reference_steps;  // the R steps after the save
-  nlohmann::json step_memory;                      // the measured step's memory reading (measure::memory_json)
+  MemoryReading step_memory;                       // the measured step's
   train::StateBytes state_bytes;
   nlohmann::json sharding;  // several ranks: this rank's share next to DDP's (Trainer::sharding)
   double matmul_flops = 0;  // a measured 512x512 matmul on the device, FLOP/s
@@ -50,7 +99,7 @@ struct WorkerResult {
   // resume (worker B)
   std::optional<std::int64_t> restored_step;
   std::string restored_dir;
-  nlohmann::json skipped = nlohmann::json::array();  // [{"dir", "reason"}]: checkpoints restore passed over
+  std::vector<SkippedDir> skipped;  // checkpoints restore passed over
   std::optional<train::StateDigest> restored_state;
   nlohmann::json rng_restore;                   // Trainer::rng_restore
   std::vector<train::StepRecord> resume_steps;  // the R steps after the restore
@@ -60,7 +109,7 @@ struct WorkerResult {
   std::optional<train::StateDigest> final_state;
 
   // probe (worker B after its results, a process of its own)
-  nlohmann::json memory_points;             // [{"micro_batch", "seq_len", "peak_allocated_bytes", ...}]
+  std::vector<MemoryPoint> memory_points;
   nlohmann::json activation_checkpointing;  // null unless train.activation_checkpointing
 
   nlohmann::json to_json() const;

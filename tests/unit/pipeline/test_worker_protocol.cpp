@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -333,4 +335,66 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   EXPECT_NE(error_of(R"({"type":"stage","rank":0,"time":1,"stage":"","phase":"begin"})").find("empty"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"type":"stage","rank":0,"time":1,"phase":"begin"})"), "");
+}
+
+// The spec's parser, the C++ side of what the helper checks (spec.py): what
+// to_json writes reads back as it was, a path's exact bytes included, and
+// every problem is named at once.
+TEST(WorkerProtocol, ASpecReadsBackAsWrittenAndEveryProblemIsNamed) {
+  pp::Spec s;
+  s.role = pp::Role::kReference;
+  s.run_dir = "/r/\xff\xfe";  // not UTF-8: its bytes travel as run_dir_hex
+  s.checkpoint_dir = "/r/c";
+  s.events = pp::kEventsOnStdout;
+  s.save_at = {2, 4};
+  s.stop_at = 4;
+  s.kill_in_save = 4;
+  s.seed = 1234;
+  s.start_latest = true;
+  const nlohmann::json j = pp::to_json(s);
+  EXPECT_EQ(j["run_dir_hex"], "2f722ffffe");
+  EXPECT_EQ(j["start_from"], "latest");
+  const pp::Spec back = pp::spec_from_json(nlohmann::json::parse(j.dump()), "spec.json");
+  EXPECT_EQ(back.run_dir, s.run_dir) << "the exact bytes";
+  EXPECT_EQ((std::tuple(back.role, back.checkpoint_dir, back.events, back.save_at, back.stop_at, back.kill_in_save,
+                        back.seed, back.deterministic, back.start_latest, back.restore.has_value())),
+            (std::tuple(s.role, s.checkpoint_dir, s.events, s.save_at, s.stop_at, s.kill_in_save, s.seed,
+                        s.deterministic, true, false)));
+  s.start_latest = false;
+  EXPECT_FALSE(pp::to_json(s).contains("start_from")) << "a program's spec is unchanged";
+
+  auto problems = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json bad = j;
+    change(bad);
+    try {
+      pp::spec_from_json(bad, "spec.json");
+    } catch (const anchor::Error& e) {
+      EXPECT_EQ(e.kind(), anchor::ErrorKind::kRuntime);
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(problems([](nlohmann::json&) {}), "") << "the control: the spec as written";
+  const std::string many = problems([](nlohmann::json& d) {
+    d.erase("seed");
+    d["extra"] = 1;
+    d["stop_at"] = 0;
+    d["role"] = "teacher";
+    d["digests_every"] = -1;
+  });
+  for (const char* said : {"5 problems", "missing key 'seed'", "unknown key 'extra'", "'stop_at' is 0",
+                           "'role' is \"teacher\"", "'digests_every' is -1"})
+    EXPECT_NE(many.find(said), std::string::npos) << said << " in: " << many;
+  EXPECT_NE(problems([](nlohmann::json& d) { d["kill_in_save"] = 3; }).find("does not hold it"), std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) { d["restore"] = "/r/c/step-00000002"; }).find("only a resume restores"),
+            std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) {
+              d["probe"] = {{"micro_batch", 1}, {"seq_len", 8}};
+            }).find("'probe'"),
+            std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) { d["protocol"] = 2; }).find("'protocol' is 2"), std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) { d["start_from"] = "yesterday"; }).find("start_from"), std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) { d["run_dir_hex"] = "zz"; }).find("spec.json"), std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) { d = nlohmann::json::array(); }).find("not a JSON object"),
+            std::string::npos);
 }

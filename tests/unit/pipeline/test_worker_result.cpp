@@ -52,10 +52,13 @@ WorkerResult reference() {
   r.pid = 42;
   r.stages = json::array({{{"stage", "train"}, {"status", "passed"}, {"seconds", 0.5}, {"figures", json::object()}}});
   r.start = {{"from", "init"}};
-  r.model = {{"parameters", 1000}};
+  r.model = {1000, 2, 2, 64, 256, 32, 6000.0, "builtin", "6N + attention", "manual"};
   r.train_steps = {step(0, 5.0), step(1, 4.9)};
   r.reference_steps = {step(2, 4.8), step(3, 4.7)};
-  r.step_memory = {{"source", "counting_allocator"}};
+  r.step_memory.tensors.allocated_bytes = 500;
+  r.step_memory.tensors.peak_allocated_bytes = 900;
+  r.step_memory.tensors.source = "counting_allocator";
+  r.step_memory.process = {1 << 20, 2 << 20};
   r.state_bytes = {4000, 4000, 8000};
   r.matmul_flops = 1e10;
   r.saved_step = 2;
@@ -71,6 +74,7 @@ WorkerResult resume() {
   r.pid = 43;
   r.restored_step = 2;
   r.restored_dir = "/c/step-00000002";
+  r.skipped = {{"/c/step-00000004.tmp-1", "temporary directory of an unfinished save"}};
   r.restored_state = digest(2);
   r.rng_restore = json::object();
   r.resume_steps = {step(2, 4.8), step(3, 4.7)};
@@ -105,10 +109,7 @@ TEST(WorkerResult, EveryRoleReadsBackAsWritten) {
   WorkerResult probe;
   probe.role = "probe";
   probe.pid = 44;
-  probe.memory_points = json::array({{{"micro_batch", 4},
-                                      {"seq_len", 64},
-                                      {"peak_allocated_bytes", 1000},
-                                      {"state_bytes", {{"parameters", 1}, {"gradients", 1}, {"optimizer", 2}}}}});
+  probe.memory_points = {{4, 64, 1000, -1, {1, 1, 2}, "probe", 0.25}, {1, 32, 300, 512, {1, 1, 2}, "probe", {}}};
   for (const WorkerResult& r : {reference(), resume(), probe}) {
     const json written = r.to_json();
     EXPECT_EQ(written["format"], "anchor.worker-result/v1");
@@ -124,6 +125,21 @@ TEST(WorkerResult, EveryRoleReadsBackAsWritten) {
   const auto back = WorkerResult::from_json(r1.to_json());
   EXPECT_EQ(std::make_tuple(back.rank, back.world_size, back.backend), std::make_tuple(1, 2, std::string("gloo")));
   EXPECT_FALSE(reference().to_json().contains("rank"));
+  // The typed sections, field by field.
+  const auto ref = WorkerResult::from_json(reference().to_json());
+  EXPECT_EQ(std::make_tuple(ref.model.parameters, ref.model.n_embd, ref.model.flops_per_token, ref.model.attention),
+            std::make_tuple(std::int64_t{1000}, std::int64_t{64}, 6000.0, std::string("manual")));
+  EXPECT_EQ(std::make_tuple(ref.step_memory.tensors.peak_allocated_bytes, ref.step_memory.tensors.reserved_bytes,
+                            ref.step_memory.process.hwm_bytes),
+            std::make_tuple(std::int64_t{900}, std::int64_t{-1}, std::uint64_t{2} << 20))
+      << "a CPU reading has no reserved bytes";
+  const auto res = WorkerResult::from_json(resume().to_json());
+  ASSERT_EQ(res.skipped.size(), 1u);
+  EXPECT_EQ(res.skipped[0].reason, "temporary directory of an unfinished save");
+  const auto pr = WorkerResult::from_json(probe.to_json());
+  ASSERT_EQ(pr.memory_points.size(), 2u);
+  EXPECT_EQ(pr.memory_points[1].peak_reserved_bytes, 512);
+  EXPECT_FALSE(pr.memory_points[1].seconds.has_value());
 }
 
 TEST(WorkerResult, ARefusedFileNamesTheField) {
@@ -156,10 +172,29 @@ TEST(WorkerResult, ARefusedFileNamesTheField) {
   v["stages"][0].erase("figures");
   EXPECT_NE(refusal(v).find("stages[0].figures is missing"), std::string::npos) << refusal(v);
   v = good;
+  v["model"].erase("n_embd");
+  EXPECT_NE(refusal(v).find("model.n_embd is missing"), std::string::npos) << refusal(v);
+  v = good;
+  v["step_memory"]["peak_allocated_bytes"] = -5;
+  EXPECT_NE(refusal(v).find("step_memory.peak_allocated_bytes is -5, not a byte count"), std::string::npos)
+      << refusal(v);
+  v = good;
   v["rank"] = 2;
   v["world_size"] = 2;
   v["backend"] = "gloo";
   EXPECT_NE(refusal(v).find("rank 2 of world_size 2"), std::string::npos) << refusal(v);
+  WorkerResult probe;
+  probe.role = "probe";
+  probe.pid = 44;
+  probe.memory_points = {{4, 64, 1000, -1, {1, 1, 2}, "probe", {}}};
+  json pj = probe.to_json();
+  EXPECT_EQ(refusal(pj, "probe"), "");
+  pj["memory_points"][0]["from"] = "guess";
+  EXPECT_NE(refusal(pj, "probe").find("memory_points[0].from is \"guess\", expected reference or probe"),
+            std::string::npos)
+      << refusal(pj, "probe");
+  pj["memory_points"][0]["micro_batch"] = 0;
+  EXPECT_NE(refusal(pj, "probe").find("not a shape"), std::string::npos) << refusal(pj, "probe");
   // Another role's file, and not JSON at all: the path is in the message.
   EXPECT_NE(refusal(good, "resume").find("is the reference worker's, expected the resume worker's"), std::string::npos);
   TempFile f;
