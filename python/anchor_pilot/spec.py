@@ -84,7 +84,7 @@ class Spec:
         check("role", lambda v: v in ROLES, " or ".join('"%s"' % r for r in ROLES))
         check("start_from", lambda v: v == "init", '"init" (starting from a checkpoint is anchor\'s built-in worker\'s)')
         for k in _PATHS:
-            check(k + "_hex", lambda v: isinstance(v, str) and len(v) % 2 == 0 and
+            check(k + "_hex", lambda v: isinstance(v, str) and v != "" and len(v) % 2 == 0 and
                   all(c in "0123456789abcdef" for c in v), "the path's bytes in lowercase hex")
         for k in ("run_dir", "checkpoint_dir", "events"):
             check(k, lambda v: isinstance(v, str) and v, "a non-empty string")
@@ -105,6 +105,8 @@ class Spec:
         if not problems and (d["role"] == "probe") != (d.get("probe") is not None):
             problems.append("'probe' is given exactly when role is \"probe\" (role %s, probe %s)"
                             % (json.dumps(d["role"]), json.dumps(d.get("probe"))))
+        if not problems and "restore_hex" in d and d["restore"] is None:
+            problems.append("'restore_hex' is given but 'restore' is null")
         if not problems and d["role"] != "resume" and d["restore"] is not None:
             problems.append("'restore' is %s but role is %s (only a resume restores)"
                             % (json.dumps(d["restore"]), json.dumps(d["role"])))

@@ -159,6 +159,8 @@ class Spec(support.TempDirTest):
         s = ap.Spec.from_file(self.spec(checkpoint_dir_hex=raw.hex(), start_from="init"))
         self.assertEqual(os.fsencode(s.checkpoint_dir), raw)  # the exact bytes, as the OS takes them
         for bad, said in ((dict(checkpoint_dir_hex="zz"), "'checkpoint_dir_hex' is \"zz\", expected the path's bytes"),
+                          (dict(checkpoint_dir_hex=""), "'checkpoint_dir_hex' is \"\", expected the path's bytes"),
+                          (dict(restore_hex="2f"), "'restore_hex' is given but 'restore' is null"),
                           (dict(start_from="latest"), "'start_from' is \"latest\", expected \"init\"")):
             with self.assertRaises(ap.SpecError) as cm:
                 ap.Spec.from_file(self.spec(**bad))

@@ -48,13 +48,23 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   for (auto& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
 
-  int pipefd[2] = {-1, -1};
+  int pipefd[2] = {-1, -1}, infd[2] = {-1, -1};
   if (opts.capture_stdout && ::pipe2(pipefd, O_CLOEXEC) != 0)
     throw Error(ErrorKind::kRuntime, std::string("pipe: ") + std::strerror(errno));
+  if (opts.pipe_stdin && ::pipe2(infd, O_CLOEXEC) != 0) {
+    const int err = errno;
+    if (opts.capture_stdout) ::close(pipefd[0]), ::close(pipefd[1]);
+    throw Error(ErrorKind::kRuntime, std::string("pipe: ") + std::strerror(err));
+  }
 
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
-  if (pid < 0) throw Error(ErrorKind::kRuntime, std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) {
+    const int err = errno;
+    for (const int fd : {pipefd[0], pipefd[1], infd[0], infd[1]})
+      if (fd >= 0) ::close(fd);
+    throw Error(ErrorKind::kRuntime, std::string("fork: ") + std::strerror(err));
+  }
   if (pid == 0) {
     if (opts.die_with_parent) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -70,6 +80,7 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     ::signal(SIGPIPE, SIG_DFL);
     if (opts.capture_stdout) ::dup2(pipefd[1], STDOUT_FILENO);
     if (opts.capture_stdout && opts.merge_stderr) ::dup2(pipefd[1], STDERR_FILENO);
+    if (opts.pipe_stdin) ::dup2(infd[0], STDIN_FILENO);
     if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) {
       const char msg[] = "anchor: error: cannot change into the working directory of the command\n";
       (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -88,6 +99,10 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   if (opts.capture_stdout) {
     ::close(pipefd[1]);
     c.stdout_fd = pipefd[0];
+  }
+  if (opts.pipe_stdin) {
+    ::close(infd[0]);
+    c.stdin_fd = infd[1];
   }
   return c;
 }

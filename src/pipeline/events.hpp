@@ -14,6 +14,13 @@ namespace anchor::pipeline {
 
 inline constexpr const char* kEventPrefix = "@anchor-event ";
 
+// Set ("stdin") in the environment of a built-in worker the supervisor starts
+// early: the worker waits for the line "go" on its stdin before it reads its
+// spec, so that its start-up (exec, LibTorch's load) overlaps the work before
+// it (worker B's, worker A's). Not part of the worker protocol: a program is
+// started when it is to run.
+inline constexpr const char* kReleaseEnv = "ANCHOR_WORKER_RELEASE";
+
 // Worker side: one line of the protocol (stamped now, rank 0) on stdout,
 // flushed. Off (set_events_enabled(false)) on ranks other than 0 of a
 // multi-rank worker: rank 0 speaks for the group.

@@ -35,9 +35,7 @@ std::optional<StepShown> StepAccount::saw(const protocol::StepLine& s) {
   StepShown shown;
   shown.done = s.step;
   shown.end = s.stop_at.value_or(stop_at_);
-  auto known = [](const protocol::Number& n) {
-    return n.known && std::isfinite(n.value) ? std::optional<double>(n.value) : std::nullopt;
-  };
+  auto known = [](const protocol::Number& n) { return n.known ? std::optional<double>(n.value) : std::nullopt; };
   shown.loss = known(s.loss);
   shown.grad_norm = known(s.grad_norm);
   shown.lr = known(s.lr);

@@ -3,6 +3,7 @@
 // and writes the report. Worker A pins the run before it trains. Reads top to bottom as the stage sequence
 // (DESIGN.md "The pilot").
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "anchor/checkpoint/store.hpp"
@@ -102,14 +104,32 @@ std::string with_remote(std::string why, const WorkerOutcome& w) {
 // signal, an I/O error) is a runtime failure (1).
 int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 1; }
 
-// One worker's run (run_worker_process): its ranks, rank 0's events relayed,
-// and the other ranks watched while rank 0 speaks.
+// Writes a line to a child's stdin; a child that has ended (EPIPE) is not an
+// error here (its status says how it ended) and raises no SIGPIPE.
+void write_to_child(int fd, const std::string& line) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  if (n < 0 && errno == EPIPE) {
+    const timespec none{};
+    while (::sigtimedwait(&pipe_set, nullptr, &none) == SIGPIPE) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// One worker's run: its ranks, rank 0's lines relayed, and the other ranks
+// watched while rank 0 speaks. Its ranks may start early (start_early), each
+// waiting for its release (kReleaseEnv) before it reads its spec: worker B's
+// start-up (exec, LibTorch's load) then overlaps worker A's work.
 class WorkerRun {
  public:
-  WorkerRun(Pilot& p, WorkerRole role, std::string spec_path)
+  WorkerRun(Pilot& p, WorkerRole role)
       : p_(p),
         role_(role),
-        spec_path_(std::move(spec_path)),
+        spec_path_(work::spec(p.run_dir, role == WorkerRole::kReference ? "reference" : "resume")),
         name_(role == WorkerRole::kReference ? "reference" : "resume"),
         nproc_(p.nproc),
         nodes_(p.opts.nodes),
@@ -118,8 +138,35 @@ class WorkerRun {
         watch_(role == WorkerRole::kReference ? "A" : "B", /*may_redraw=*/true),
         grace_(std::min(p.cfg.distributed.timeout_s, 5.0) + 10.0) {}
 
-  WorkerOutcome run() {
+  WorkerRun(const WorkerRun&) = delete;
+  WorkerRun& operator=(const WorkerRun&) = delete;
+  // Ranks started early and never released (the pilot ended before them) are
+  // stopped and reaped; silently: the pilot's account (events.jsonl, signed
+  // with the report) is closed by now.
+  ~WorkerRun() {
+    if (ranks_.empty() || ran_) return;
+    for (const auto& c : ranks_) {
+      ::kill(c.pid, SIGKILL);
+      if (c.stdin_fd >= 0) ::close(c.stdin_fd);
+      if (c.stdout_fd >= 0) ::close(c.stdout_fd);
+      proc::wait_exit(c.pid);
+    }
+  }
+
+  // Starts this node's ranks now, each waiting to be released by run().
+  void start_early() {
+    early_ = true;
     spawn_ranks();
+  }
+
+  // Runs the worker, told what work/<role>.spec.json says (tell_worker wrote
+  // it): its ranks started now, or the early ones released.
+  WorkerOutcome run() {
+    ran_ = true;
+    if (ranks_.empty())
+      spawn_ranks();
+    else
+      release_ranks();
     if (nodes_) nodes_->start(name_, port_);  // the other nodes start theirs
     ended_.resize(ranks_.size());
     relay_rank0();
@@ -143,6 +190,10 @@ class WorkerRun {
       proc::SpawnOptions so;
       so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
       so.die_with_parent = true;
+      if (early_) {
+        so.pipe_stdin = true;
+        so.env[kReleaseEnv] = "stdin";
+      }
       if (nodes_)
         so.env = dist::placed_launch_env(r, nproc_, r, local_, nodes_->master_addr(), port_);
       else if (nproc_ > 1)
@@ -155,8 +206,21 @@ class WorkerRun {
     }
     nlohmann::json pids = nlohmann::json::array();
     for (const auto& c : ranks_) pids.push_back(c.pid);
-    p_.events->write({{"event", "worker_started"}, {"worker", name_}, {"binary", p_.worker_binary}, {"pids", pids}},
+    p_.events->write({{"event", "worker_started"},
+                      {"worker", name_},
+                      {"binary", p_.worker_binary},
+                      {"pids", pids},
+                      {"early", early_}},
                      "supervisor");
+  }
+
+  void release_ranks() {
+    for (auto& c : ranks_) {
+      write_to_child(c.stdin_fd, "go\n");
+      ::close(c.stdin_fd);
+      c.stdin_fd = -1;
+    }
+    p_.events->write({{"event", "worker_released"}, {"worker", name_}}, "supervisor");
   }
 
   // The other ranks, watched while rank 0 speaks: one that dies where rank 0
@@ -344,23 +408,21 @@ class WorkerRun {
   int dead_ = -1;                          // the first other rank that failed on its own
   std::chrono::steady_clock::time_point dead_at_;
   const std::chrono::duration<double> grace_;
+  bool early_ = false, ran_ = false;
 };
 
 // Starts a worker (nproc ranks of it for reference and resume: the self-launch,
 // docs/distributed.md), relays rank 0's events, and (for the reference)
 // SIGKILLs every rank in the kill window. Returns how it ended: rank 0's
 // status, or the first other rank's failure.
-WorkerOutcome run_worker_process(Pilot& p, WorkerRole role, const std::string& spec_path) {
-  return WorkerRun(p, role, spec_path).run();
-}
 
 // What a built-in worker is told, in the worker protocol a user's program is
 // told in (docs/program.md, "The contract"): worker A saves K steps from its
 // start (0, or the checkpoint pilot.start_from latest restores) and is killed
 // in its save K + R; worker B restores the newest step that verifies and runs
 // to `stop_at`. Written to work/<role>.spec.json, which every rank (on every
-// node) is given in ANCHOR_PILOT_SPEC. Returns its path.
-std::string tell_worker(const Pilot& p, WorkerRole role, std::int64_t stop_at) {
+// node) is given in ANCHOR_PILOT_SPEC (WorkerRun) and reads once it runs.
+void tell_worker(const Pilot& p, WorkerRole role, std::int64_t stop_at) {
   protocol::Spec spec;
   spec.run_dir = p.run_dir;
   spec.checkpoint_dir = p.ckpt_dir;  // the supervisor's choice (reproduce keeps its own)
@@ -378,10 +440,8 @@ std::string tell_worker(const Pilot& p, WorkerRole role, std::int64_t stop_at) {
   } else {
     spec.role = protocol::Role::kResume;
   }
-  std::string path = work::spec(p.run_dir, name);
   std::filesystem::create_directories(work::dir(p.run_dir));
-  fs::atomic_write_file(path, dump_json(protocol::to_json(spec), 2));
-  return path;
+  fs::atomic_write_file(work::spec(p.run_dir, name), dump_json(protocol::to_json(spec), 2));
 }
 
 }  // namespace
@@ -604,6 +664,7 @@ struct BuiltinRun {
   BuiltinRun(Pilot& pilot, const PilotOptions& o) : p(pilot), opts(o) {}
   Pilot& p;
   const PilotOptions& opts;
+  std::unique_ptr<WorkerRun> b_run;  // worker B, started early with worker A (reference_worker)
   WorkerOutcome a, b;
   WorkerResult ref, res;                           // work/reference.json, work/resume.json (rank 0)
   std::vector<WorkerResult> ref_ranks, res_ranks;  // ranks 1..n-1, read and checked once
@@ -802,13 +863,25 @@ Step reference_worker(BuiltinRun& r) {
   Pilot& p = r.p;
   const std::string start_json = work::start(p.run_dir);  // worker A writes it when it starts from a checkpoint
   std::filesystem::remove(start_json);                    // not a reused run directory's
-  std::string spec;
   try {
-    spec = tell_worker(p, WorkerRole::kReference, p.cfg.pilot.steps_before_save + p.cfg.pilot.steps_after_resume);
+    tell_worker(p, WorkerRole::kReference, p.cfg.pilot.steps_before_save + p.cfg.pilot.steps_after_resume);
   } catch (const Error& e) {
     return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
   }
-  r.a = run_worker_process(p, WorkerRole::kReference, spec);
+  // Worker B's process starts now, with worker A's: its start-up (exec, LibTorch's load) overlaps
+  // A's, and it waits, reading nothing, until A is killed and B is told its task. One process only:
+  // several ranks rendezvous at a port chosen when they start, which must not wait out worker A.
+  r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
+  if (p.nproc == 1 && !p.opts.nodes) {
+    try {
+      r.b_run->start_early();
+    } catch (const Error& e) {  // started when it is due instead
+      ANCHOR_LOG_WARN("pilot", "worker B could not start early ({}); it starts after worker A", e.what());
+      r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
+    }
+  }
+  WorkerRun worker_a(p, WorkerRole::kReference);
+  r.a = worker_a.run();
   const WorkerOutcome& a = r.a;
   p.report.set_start(std::filesystem::exists(start_json) ? read_json(start_json)
                                                          : nlohmann::json{{"from", p.cfg.pilot.start_from}});
@@ -851,13 +924,13 @@ Step reference_worker(BuiltinRun& r) {
 // 6. Worker B, a fresh process: restore the newest committed checkpoint, eval, resume R steps.
 Step resume_worker(BuiltinRun& r) {
   Pilot& p = r.p;
-  std::string spec;
   try {  // worker A's saved step and R more: where worker A was killed
-    spec = tell_worker(p, WorkerRole::kResume, *r.ref.saved_step + p.cfg.pilot.steps_after_resume);
+    tell_worker(p, WorkerRole::kResume, *r.ref.saved_step + p.cfg.pilot.steps_after_resume);
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
-  r.b = run_worker_process(p, WorkerRole::kResume, spec);
+  if (!r.b_run) r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
+  r.b = r.b_run->run();
   const WorkerOutcome& b = r.b;
   if (g_signal) return interrupted_exit(p);
   if (b.status != 0) {

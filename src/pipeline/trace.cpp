@@ -187,6 +187,8 @@ struct Builder {
       }
       if (phase == "end") {
         auto it = open_ckpt.find({pid, rank, step, op});
+        // A restore begins before it knows which step it restores (the built-in worker's begin has no step).
+        if (it == open_ckpt.end()) it = open_ckpt.find({pid, rank, std::string("?"), op});
         const double start = it != open_ckpt.end() ? it->second : ts - num(e, "seconds") * 1e6;
         if (it != open_ckpt.end()) open_ckpt.erase(it);
         span(pid, rank, name, "checkpoint", start, ts - start,

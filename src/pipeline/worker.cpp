@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -96,6 +97,11 @@ void take_steps(WorkerContext& ctx) {
                   what + ": worker A saves at [K, stop_at] (K >= 2) and is killed in its save of stop_at", hint);
     ctx.k = s.save_at[0];
     ctx.r = s.stop_at - s.save_at[0];
+    if (ctx.k != ctx.cfg.pilot.steps_before_save || ctx.r != ctx.cfg.pilot.steps_after_resume)
+      throw Error(ErrorKind::kRuntime,
+                  what + ": its K " + std::to_string(ctx.k) + " and R " + std::to_string(ctx.r) +
+                      " are not the run's pilot.steps_before_save and pilot.steps_after_resume",
+                  hint);
   } else if (!s.save_at.empty() || s.restore || s.kill_in_save || s.start_latest) {
     throw Error(ErrorKind::kRuntime, what + ": worker B restores the newest step that verifies and saves none", hint);
   }
@@ -863,16 +869,18 @@ void report_restore(const checkpoint::Store::Loaded& loaded, std::uint64_t bytes
   emit(digests_line("restore", restored));
 }
 
-// Worker B's steps from the restored one to the spec's stop_at: R, unless the
-// newest step that verifies is another than worker A's save (a restore fault);
-// the verdict then names the step restored.
-std::int64_t resume_steps(const WorkerContext& ctx, const train::Trainer& t) {
-  if (ctx.spec.stop_at <= t.step())
+// Worker B's steps from the restored checkpoint's step (its directory's, not
+// the trainer's counter, which a faulty restore may leave wrong: the verdict
+// names that) to the spec's stop_at: R, unless the newest step that verifies
+// is another than worker A's save, which the verdict names too.
+int resume_steps(const WorkerContext& ctx, const checkpoint::Store::Loaded& loaded) {
+  if (loaded.step >= ctx.spec.stop_at || ctx.spec.stop_at - loaded.step > std::numeric_limits<int>::max())
     throw Error(ErrorKind::kVerification,
-                "the restored step " + std::to_string(t.step()) + " is not before the spec's stop_at " +
-                    std::to_string(ctx.spec.stop_at) + ": worker A's saved step was not restored",
+                "the newest checkpoint that verifies, " + printable(loaded.dir) + " (step " +
+                    std::to_string(loaded.step) + "), is not a step before the spec's stop_at " +
+                    std::to_string(ctx.spec.stop_at) + " that worker B can resume from",
                 "`anchor checkpoint list " + printable(ctx.ckpt_dir) + "` shows the checkpoints and their problems");
-  return ctx.spec.stop_at - t.step();
+  return static_cast<int>(ctx.spec.stop_at - loaded.step);
 }
 
 void resume_from_checkpoint(WorkerContext& ctx) {
@@ -891,6 +899,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   emit(checkpoint_line("restore", "begin", std::nullopt, printable(ctx.ckpt_dir)));
   auto loaded = store.restore_newest();
   if (!loaded) throw Error(ErrorKind::kVerification, "no committed checkpoint that verifies in " + ctx.ckpt_dir);
+  const int steps = resume_steps(ctx, *loaded);
   const double read_s = restore.elapsed() - build_s;
   const auto& faults = ctx.faults;
   if (faults.any()) ANCHOR_LOG_WARN("restore", "fault injection active (ANCHOR_PILOT_FAULT): this run must fail");
@@ -931,8 +940,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   nlohmann::json profile;
   StepFn profiled;  // rank 0's last step: the profile of a step (docs/report.md, "profile.json")
   if (ctx.env.rank == 0) profiled = [&](train::Trainer& tr) { return profiled_step(ctx, tr, profile); };
-  ctx.out.resume_steps =
-      run_steps(t, static_cast<int>(resume_steps(ctx, t)), progress(ctx, "B", t.step(), ctx.spec.stop_at), profiled);
+  ctx.out.resume_steps = run_steps(t, steps, progress(ctx, "B", t.step(), ctx.spec.stop_at), profiled);
   const double replica_check_s = check_replicas(ctx, t);  // the resumed replicas, at the end
   ctx.out.final_state = t.digest();
   emit(digests_line("final", *ctx.out.final_state));
@@ -1230,6 +1238,19 @@ protocol::Hello hello(protocol::Role role, int world_size) {
   return h;
 }
 
+// A worker started early (kReleaseEnv) waits here, having read nothing, until
+// the supervisor releases it with "go" on its stdin; anything else stops it.
+void wait_for_release() {
+  const char* how = std::getenv(kReleaseEnv);
+  if (!how || std::string(how) != "stdin") return;
+  const auto line = proc::read_line(STDIN_FILENO);
+  if (!line || *line != "go")
+    throw Error(ErrorKind::kRuntime,
+                "the worker was started to wait for its release, and its stdin " +
+                    (line ? "said '" + printable(*line) + "'" : std::string("closed")) + " instead of go",
+                "anchor pilot starts and releases its workers; run `anchor pilot CONFIG`");
+}
+
 // The worker's task once it is told it: the process group (several ranks), then worker A or B.
 int run_task(WorkerContext& ctx, const WorkerOptions& opts) {
   bind_threads(ctx.cfg.run.threads, ctx.cfg.run.deterministic);
@@ -1263,6 +1284,7 @@ int run_worker(const WorkerOptions& opts) {
   const dist::LaunchEnv env = dist::detect_launch();
   if (env.distributed()) set_events_enabled(env.rank == 0);
   try {
+    wait_for_release();
     WorkerContext ctx = load_context();
     ctx.env = env;
     return run_task(ctx, opts);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
+#include <filesystem>
 #include <iomanip>
 #include <limits>
 #include <set>
@@ -413,6 +414,11 @@ bool int_from(const json& v, std::int64_t lo) {
   return v.is_number_integer() && v.get<std::int64_t>() >= lo;
 }
 bool positive_int(const json& v) { return int_from(v, 1); }
+bool is_path_hex(const json& v) {
+  if (!v.is_string()) return false;
+  const auto& h = v.get_ref<const std::string&>();
+  return !h.empty() && h.size() % 2 == 0 && h.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
 bool seed_int(const json& v) { return v.is_number_unsigned() || int_from(v, 0); }  // any uint64
 
 std::vector<std::string> spec_problems(const json& d) {
@@ -457,6 +463,8 @@ std::vector<std::string> spec_problems(const json& d) {
       "an object {\"micro_batch\": int >= 1, \"seq_len\": int >= 1}");
   check(
       "start_from", [](const json& v) { return v == "init" || v == "latest"; }, "\"init\" or \"latest\"");
+  for (const char* k : {"run_dir_hex", "checkpoint_dir_hex", "events_hex", "restore_hex"})
+    check(k, is_path_hex, "a path's bytes in lowercase hex");
   if (!problems.empty()) return problems;
   const json kill = d.value("kill_in_save", json());
   if (!kill.is_null() && std::find(d["save_at"].begin(), d["save_at"].end(), kill) == d["save_at"].end())
@@ -465,6 +473,8 @@ std::vector<std::string> spec_problems(const json& d) {
   const bool probe = d.contains("probe") && !d["probe"].is_null();
   if ((d["role"] == "probe") != probe)
     problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
+  if (d.contains("restore_hex") && d["restore"].is_null())
+    problems.push_back("'restore_hex' is given but 'restore' is null");
   if (d["role"] != "resume" && !d["restore"].is_null())
     problems.push_back("'restore' is " + dump_json(d["restore"]) + " but role is " + d["role"].dump() +
                        " (only a resume restores)");
@@ -519,7 +529,13 @@ Spec read_spec(const std::string& path) {
     throw Error(ErrorKind::kRuntime, "pilot spec " + printable(path) + " is not JSON: " + e.what(),
                 "the spec is written by the anchor that starts the worker; run the worker through that anchor");
   }
-  return spec_from_json(d, path);
+  Spec s = spec_from_json(d, path);
+  // Relative paths are the spec file's directory's, as the helper takes them.
+  const std::filesystem::path base = std::filesystem::absolute(path).parent_path();
+  for (std::string* p : {&s.run_dir, &s.checkpoint_dir, &s.events})
+    if (*p != kEventsOnStdout && (*p)[0] != '/') *p = (base / *p).string();
+  if (s.restore && (*s.restore)[0] != '/') s.restore = (base / *s.restore).string();
+  return s;
 }
 
 bool Number::operator==(const Number& o) const {

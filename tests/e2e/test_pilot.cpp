@@ -96,7 +96,12 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   bool sigkill_logged = false;
   int starts = 0, ends = 0;
   std::map<std::string, int> worker_lines;  // the worker protocol's lines, by type (docs/program.md, "The contract")
+  std::vector<std::string> order;           // worker B's early start and release around the kill
   for (const auto& e : read_events(t.str("run/events.jsonl"))) {
+    const std::string ev = e.value("event", "");
+    if ((ev == "worker_started" && e.value("worker", "") == "resume") || ev == "sigkill_sent" ||
+        ev == "worker_released" || (e.value("source", "") == "worker-resume" && e.value("type", "") == "hello"))
+      order.push_back(ev.empty() ? "B hello" : ev + (e.value("early", false) ? " early" : ""));
     sigkill_logged |= e.value("event", "") == "sigkill_sent";
     const bool stage = e.value("type", "") == "stage";
     starts += e.value("event", "") == "start" || (stage && e.value("phase", "") == "begin");
@@ -104,6 +109,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
     if (e.value("source", "").rfind("worker-", 0) == 0) ++worker_lines[e.value("type", "(none)")];
   }
   EXPECT_TRUE(sigkill_logged);
+  EXPECT_EQ(order, (std::vector<std::string>{"worker_started early", "sigkill_sent", "worker_released", "B hello"}))
+      << "worker B starts while worker A runs, and speaks only once released after the kill";
   EXPECT_GE(starts, 13);
   EXPECT_GE(ends, 13);
   // The built-in workers speak the program's protocol: a hello each, every step (K + R + R), the evals,
@@ -231,6 +238,28 @@ TEST(Pilot, TheBuiltInWorkerIsToldItsTaskByTheProtocolsSpec) {
   const auto ok = worker({{"ANCHOR_PILOT_SPEC", t.str("run/work/resume.spec.json")}});
   EXPECT_EQ(ok.status, 0) << ok.out;
   EXPECT_NE(ok.out.find(R"("op":"restore","phase":"end")"), std::string::npos) << ok.out;
+}
+
+// Worker B, started early, is stopped and reaped when worker A fails: no
+// process of the pilot outlives it, and B was never released.
+TEST(Pilot, AWorkerBStartedEarlyDiesWithAPilotThatFailsBeforeIt) {
+  TempDir t("early-b");
+  auto r = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "train.precision=bf16", "--set", "report.signing_key=none"},
+      {{"ANCHOR_GRAD_FAULT", "nan:1"}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  std::vector<int> b_pids;
+  bool released = false;
+  for (const auto& e : read_events(t.str("run/events.jsonl"))) {
+    if (e.value("event", "") == "worker_started" && e.value("worker", "") == "resume") {
+      EXPECT_TRUE(e.value("early", false));
+      for (const auto& pid : e["pids"]) b_pids.push_back(pid.get<int>());
+    }
+    released |= e.value("event", "") == "worker_released";
+  }
+  ASSERT_EQ(b_pids.size(), 1u) << "worker B was started while worker A ran";
+  EXPECT_FALSE(released);
+  for (const int pid : b_pids) EXPECT_NE(::kill(pid, 0), 0) << "worker B (pid " << pid << ") outlived the pilot";
 }
 
 TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
@@ -620,6 +649,23 @@ INSTANTIATE_TEST_SUITE_P(Faults, PilotNegativeControl,
                          ::testing::Values(FaultCase{"drop_rng", "rng"}, FaultCase{"drop_optimizer", "optimizer"},
                                            FaultCase{"wrong_step", "step"}),
                          [](const auto& info) { return std::string(info.param.fault); });
+
+// A restore that leaves the trainer's step counter wrong does not change how
+// far worker B runs (from the restored checkpoint's step to its spec's
+// stop_at): with R = 1 it still runs its one step and the verdict names the
+// step counter.
+TEST(Pilot, AWrongStepCounterAfterTheRestoreStillGetsItsVerdictWithOneStep) {
+  TempDir t("wrong-step-r1");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "pilot.steps_after_resume=1", "--set",
+                       "report.signing_key=none"},
+                      {{"ANCHOR_PILOT_FAULT", "wrong_step"}});
+  ASSERT_EQ(r.status, 3) << r.output;
+  const auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["resume"]["verdict"], "mismatch");
+  ASSERT_FALSE(report["resume"]["cause"].empty());
+  EXPECT_EQ(report["resume"]["cause"][0], "step") << report["resume"].dump(2);
+  EXPECT_EQ(report["steps"]["resume"].size(), 1u);
+}
 
 // A profiler that will not start costs the pilot its profile, not a step:
 // worker B's last step runs once, unprofiled, and the resume still matches;

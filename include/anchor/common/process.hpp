@@ -26,6 +26,7 @@ std::string find_in_dirs(const std::string& tool, const std::string& dirs, const
 struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or overriding) the inherited environment
   bool capture_stdout = false;             // pipe the child's stdout to Child::stdout_fd
+  bool pipe_stdin = false;                 // the child's stdin a pipe whose write end is Child::stdin_fd
   bool merge_stderr = false;               // with capture_stdout: stderr into the same pipe
   bool new_process_group = false;
   bool die_with_parent = false;  // PR_SET_PDEATHSIG(SIGKILL): no orphaned workers
@@ -35,6 +36,7 @@ struct SpawnOptions {
 struct Child {
   pid_t pid = -1;
   int stdout_fd = -1;  // read end when capture_stdout, else -1
+  int stdin_fd = -1;   // write end when pipe_stdin, else -1 (close it: the child reads EOF)
 };
 
 // fork + execv. Throws Error (kRuntime) when the process cannot be started.

@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -84,7 +85,8 @@ TEST(Progress, AStepAccountShowsAWorkersStepLinesWithTheirRateAndEta) {
   EXPECT_EQ(shown->done, 3);
   EXPECT_EQ(shown->end, 10);  // the account's, the line gave none
   EXPECT_DOUBLE_EQ(*shown->loss, 4.5);
-  EXPECT_FALSE(shown->grad_norm.has_value()) << "an infinite figure is not drawn as a number";
+  EXPECT_TRUE(std::isinf(*shown->grad_norm)) << "an infinite figure is shown as one (\"inf\" on the wire)";
+  EXPECT_NE(step_line("A", *shown).find("grad_norm=inf"), std::string::npos) << step_line("A", *shown);
   EXPECT_FALSE(shown->lr.has_value()) << "an unknown figure is left out";
   EXPECT_DOUBLE_EQ(*shown->tokens_per_s, 500.0);
   EXPECT_DOUBLE_EQ(*shown->eta_s, 2.0 * 7);

@@ -334,3 +334,21 @@ TEST(ReportHtml, AViewThatCannotBeWrittenDoesNotStopTheReport) {
 }
 
 }  // namespace
+
+// The built-in worker's restore: its begin line names no step (it does not
+// know which until it has verified one), its end does; one span from the
+// begin to the end, not a span left open to the process's last event.
+TEST(Trace, ARestoreThatBeginsWithoutAStepEndsWithIt) {
+  const json t = trace_of(
+      R"({"type":"checkpoint","op":"restore","phase":"begin","dir":"/c","rank":0,"time":1000.0,"source":"worker-resume"}
+{"type":"checkpoint","op":"restore","phase":"skip","dir":"/c/step-00000004.tmp-1","problems":["torn"],"rank":0,"time":1000.1,"source":"worker-resume"}
+{"type":"checkpoint","op":"restore","phase":"end","dir":"/c/step-00000002","step":2,"bytes":10,"seconds":0.25,"rank":0,"time":1000.5,"source":"worker-resume"}
+{"type":"stage","phase":"begin","stage":"resume","rank":0,"time":1002.0,"source":"worker-resume"}
+)");
+  const auto restore = find(t, "X", "restore step 2");
+  ASSERT_EQ(restore.size(), 1u) << t.dump();
+  EXPECT_EQ(restore[0]["ts"], 0.0);
+  EXPECT_EQ(restore[0]["dur"], 500000.0) << "from the begin, not from end - seconds";
+  EXPECT_TRUE(find(t, "X", "restore step ?").empty()) << "no span left open: " << t.dump();
+  EXPECT_EQ(find(t, "i", "skip").size(), 1u);
+}

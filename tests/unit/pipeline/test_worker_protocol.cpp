@@ -304,7 +304,25 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   sm.peak_source = "rss";
   sm.peak_bytes = 100;
   sm.parameters_bytes = 8;
-  for (const pp::Body& b : std::vector<pp::Body>{h, s, pp::EvalLine{2, {true, 1.5}}, d, c, skip, begin, end, err, sm}) {
+  pp::MemoryLine mem;
+  mem.stage = "restore";
+  mem.device = "cuda:0";
+  mem.allocated_bytes = 10;
+  mem.reserved_bytes = 20;
+  mem.max_allocated_bytes = 15;
+  mem.total_bytes = 1000;
+  mem.rss_bytes = 5;
+  pp::ProgramLine prog;
+  prog.root = "/p";
+  prog.executable = "/usr/bin/python3";
+  prog.sources = {"/p/train.py"};
+  prog.sys_path = {"/p"};
+  prog.distributions = {{"torch", "2.15.0", "/site/torch-2.15.0.dist-info"}};
+  pp::ProgramLine no_dists = prog;
+  no_dists.distributions.clear();
+  no_dists.distributions_error = "ImportError: no metadata";
+  for (const pp::Body& b : std::vector<pp::Body>{h, s, pp::EvalLine{2, {true, 1.5}}, d, c, skip, begin, end, err, sm,
+                                                 mem, prog, no_dists}) {
     const auto e = pp::line(b, 1);
     const nlohmann::json j = pp::to_json(e);
     SCOPED_TRACE(j.dump());
@@ -394,7 +412,31 @@ TEST(WorkerProtocol, ASpecReadsBackAsWrittenAndEveryProblemIsNamed) {
             std::string::npos);
   EXPECT_NE(problems([](nlohmann::json& d) { d["protocol"] = 2; }).find("'protocol' is 2"), std::string::npos);
   EXPECT_NE(problems([](nlohmann::json& d) { d["start_from"] = "yesterday"; }).find("start_from"), std::string::npos);
-  EXPECT_NE(problems([](nlohmann::json& d) { d["run_dir_hex"] = "zz"; }).find("spec.json"), std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) {
+              d["run_dir_hex"] = "zz";
+            }).find("'run_dir_hex' is \"zz\", expected a path's bytes"),
+            std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) { d["run_dir_hex"] = ""; }).find("'run_dir_hex'"), std::string::npos)
+      << "an empty path is no path";
+  EXPECT_NE(problems([](nlohmann::json& d) { d["restore_hex"] = "2f"; }).find("'restore' is null"), std::string::npos);
   EXPECT_NE(problems([](nlohmann::json& d) { d = nlohmann::json::array(); }).find("not a JSON object"),
             std::string::npos);
+}
+
+// A spec file's relative paths are its directory's, as the helper takes them.
+TEST(WorkerProtocol, ASpecFilesRelativePathsAreItsDirectorys) {
+  const auto dir = std::filesystem::temp_directory_path() / ("anchor-spec-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  pp::Spec s;
+  s.role = pp::Role::kResume;
+  s.run_dir = "run";
+  s.checkpoint_dir = "/abs/ck";
+  s.events = pp::kEventsOnStdout;
+  s.stop_at = 4;
+  std::ofstream(dir / "spec.json") << pp::to_json(s).dump();
+  const pp::Spec back = pp::read_spec((dir / "spec.json").string());
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(back.run_dir, (dir / "run").string());
+  EXPECT_EQ(back.checkpoint_dir, "/abs/ck") << "an absolute path stands";
+  EXPECT_EQ(back.events, "-") << "the built-in worker's stdout is no path";
 }
