@@ -149,7 +149,7 @@ def anchor_figures(r):
         "pin in worker A (manifest, hash cache)": ev[(A, "pin", "end")] - ev[(A, "pin", "start")],
         "worker A load..kill window": ev[(A, "kill", "kill_window")] - ev[(A, "load", "start")],
         "SIGKILL, reap, read reference.json": ev[(sup, "kill", "start")] - ev[(sup, "kill", "sigkill_sent")],
-        "worker B start-up (exec, libtorch load)": ev[(B, "restore", "start")] - ev[(sup, "kill", "end")],
+        "kill to worker B's restore (its release; its start-up unless early)": ev[(B, "restore", "start")] - ev[(sup, "kill", "end")],
         "worker B restore..resume end": ev[(B, "resume", "end")] - ev[(B, "restore", "start")],
         "worker B exit, read resume.json": ev[(sup, "compare", "start")] - ev[(B, "resume", "end")],
     }

@@ -214,13 +214,35 @@ class WorkerRun {
                      "supervisor");
   }
 
+  // Releases the ranks started early; one that ended while it waited (killed
+  // from outside, out of memory) is said, and the worker is started afresh.
   void release_ranks() {
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      if (const auto st = proc::try_wait(ranks_[r].pid)) {
+        p_.events->write({{"event", "worker_ended_before_release"}, {"worker", name_}, {"rank", r}, {"status", *st}},
+                         "supervisor");
+        ANCHOR_LOG_WARN("pilot", "{} ended while it waited for its release ({}); it is started again", who(0),
+                        proc::describe_exit(*st));
+        for (std::size_t o = 0; o < ranks_.size(); ++o) {
+          if (o != r) {  // the ended one is reaped already
+            ::kill(ranks_[o].pid, SIGKILL);
+            proc::wait_exit(ranks_[o].pid);
+          }
+          ::close(ranks_[o].stdin_fd);
+          if (ranks_[o].stdout_fd >= 0) ::close(ranks_[o].stdout_fd);
+        }
+        ranks_.clear();
+        early_ = false;
+        spawn_ranks();
+        return;
+      }
+    }
+    p_.events->write({{"event", "worker_released"}, {"worker", name_}}, "supervisor");
     for (auto& c : ranks_) {
       write_to_child(c.stdin_fd, "go\n");
       ::close(c.stdin_fd);
       c.stdin_fd = -1;
     }
-    p_.events->write({{"event", "worker_released"}, {"worker", name_}}, "supervisor");
   }
 
   // The other ranks, watched while rank 0 speaks: one that dies where rank 0
@@ -871,13 +893,13 @@ Step reference_worker(BuiltinRun& r) {
   // Worker B's process starts now, with worker A's: its start-up (exec, LibTorch's load) overlaps
   // A's, and it waits, reading nothing, until A is killed and B is told its task. One process only:
   // several ranks rendezvous at a port chosen when they start, which must not wait out worker A.
-  r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
   if (p.nproc == 1 && !p.opts.nodes) {
+    r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
     try {
       r.b_run->start_early();
-    } catch (const Error& e) {  // started when it is due instead
+    } catch (const Error& e) {  // started when it is due instead (resume_worker)
       ANCHOR_LOG_WARN("pilot", "worker B could not start early ({}); it starts after worker A", e.what());
-      r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
+      r.b_run.reset();
     }
   }
   WorkerRun worker_a(p, WorkerRole::kReference);

@@ -111,6 +111,20 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   EXPECT_TRUE(sigkill_logged);
   EXPECT_EQ(order, (std::vector<std::string>{"worker_started early", "sigkill_sent", "worker_released", "B hello"}))
       << "worker B starts while worker A runs, and speaks only once released after the kill";
+  {  // The early process is the one that spoke, and its first line is stamped (by it) after the kill.
+    double killed_at = 0, hello_at = 0;
+    int early_pid = -1, hello_pid = -2;
+    for (const auto& e : read_events(t.str("run/events.jsonl"))) {
+      if (e.value("event", "") == "worker_started" && e.value("early", false)) early_pid = e["pids"][0];
+      if (e.value("source", "") == "worker-resume" && e.value("type", "") == "hello") {
+        hello_pid = e["pid"];
+        hello_at = e["time"];
+      }
+      if (e.value("source", "") == "worker-reference" && e.value("phase", "") == "kill_window") killed_at = e["time"];
+    }
+    EXPECT_EQ(hello_pid, early_pid);
+    EXPECT_GT(hello_at, killed_at) << "worker B read its spec only after worker A's kill window";
+  }
   EXPECT_GE(starts, 13);
   EXPECT_GE(ends, 13);
   // The built-in workers speak the program's protocol: a hello each, every step (K + R + R), the evals,
@@ -260,6 +274,38 @@ TEST(Pilot, AWorkerBStartedEarlyDiesWithAPilotThatFailsBeforeIt) {
   ASSERT_EQ(b_pids.size(), 1u) << "worker B was started while worker A ran";
   EXPECT_FALSE(released);
   for (const int pid : b_pids) EXPECT_NE(::kill(pid, 0), 0) << "worker B (pid " << pid << ") outlived the pilot";
+}
+
+// A worker B that dies while it waits (killed from outside here, with a real
+// SIGKILL) is said and started afresh when it is due: the pilot still passes.
+TEST(Pilot, AWorkerBThatDiesWhileItWaitsIsStartedAgain) {
+  TempDir t("early-b-dies");
+  const auto pilot = anchor::proc::spawn({ANCHOR_BINARY, "--quiet", "pilot", kPilot, "--run-dir", t.str("run"), "--set",
+                                          "pilot.steps_before_save=300", "--set", "report.signing_key=none"});
+  int early_pid = -1;  // from the supervisor's account, as soon as it says so
+  for (int i = 0; i < 400 && early_pid < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(t.str("run/events.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const auto e = json::parse(line, nullptr, false);
+      if (e.is_object() && e.value("event", "") == "worker_started" && e.value("early", false))
+        early_pid = e["pids"][0];
+    }
+  }
+  ASSERT_GT(early_pid, 0) << "worker B was not started early";
+  ASSERT_EQ(::kill(early_pid, SIGKILL), 0);
+  ASSERT_EQ(anchor::proc::wait_exit(pilot.pid), 0);
+  std::vector<std::string> said;
+  for (const auto& e : read_events(t.str("run/events.jsonl"))) {
+    const std::string ev = e.value("event", "");
+    if (ev == "worker_ended_before_release") {
+      EXPECT_EQ(e["status"], 128 + SIGKILL);
+    }
+    if ((ev == "worker_started" && e.value("worker", "") == "resume") || ev == "worker_ended_before_release")
+      said.push_back(ev + (e.value("early", false) ? " early" : ""));
+  }
+  EXPECT_EQ(said, (std::vector<std::string>{"worker_started early", "worker_ended_before_release", "worker_started"}));
+  EXPECT_EQ(read_json(t.str("run/report.json"))["resume"]["verdict"], "match");
 }
 
 TEST(Pilot, ALongPilotLogsAboutTwentyStepLinesPerWorkerAndAllWithVerbose) {
