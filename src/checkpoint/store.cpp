@@ -1011,7 +1011,7 @@ std::vector<std::string> Store::remove_stale_temps() {
   return removed;
 }
 
-std::vector<std::string> Store::apply_retention(int keep_last) {
+std::vector<std::string> Store::apply_retention(int keep_last, const std::string& just_committed) {
   if (keep_last < 1)
     throw Error(ErrorKind::kUsage, "checkpoint retention: keep_last must be >= 1, got " + std::to_string(keep_last));
   std::vector<Candidate> steps;
@@ -1021,8 +1021,13 @@ std::vector<std::string> Store::apply_retention(int keep_last) {
   // of them goes.
   int valid = 0;
   std::size_t cut = steps.size();
+  auto verifies = [&](const std::string& dir) {
+    std::error_code ec;
+    if (!just_committed.empty() && dir == just_committed) return stdfs::is_regular_file(join(dir, kCommitted), ec);
+    return inspect(dir, false).v.ok;
+  };
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (inspect(steps[i].path, false).v.ok && ++valid == keep_last) {
+    if (verifies(steps[i].path) && ++valid == keep_last) {
       cut = i + 1;
       break;
     }

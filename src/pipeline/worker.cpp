@@ -721,7 +721,7 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
   emit(digests_line("save", *ctx.out.saved_state));
   // Only after a newer commit, never the newest valid one.
   if (saved)
-    for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last))
+    for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last, saved->dir))
       ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
   save_fig["memory"] = save_mem.read("checkpoint_save");

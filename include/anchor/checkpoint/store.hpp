@@ -172,7 +172,12 @@ class Store {
   // fsync root, then remove: a kill in between leaves only trash). Directories
   // newer than that which fail verification are left for inspection. Deletes
   // nothing when fewer than keep_last verify. Returns the deleted step dirs.
-  std::vector<std::string> apply_retention(int keep_last);
+  // `just_committed`: the directory of the save this process has just
+  // committed (SaveResult::dir), counted as verifying without being read
+  // again while its COMMITTED file is there: its bytes were hashed as they
+  // were written, and reading them back here would only hash the page cache's
+  // copy a second time. Every other directory is verified completely.
+  std::vector<std::string> apply_retention(int keep_last, const std::string& just_committed = "");
 
  private:
   struct Inspection;

@@ -689,6 +689,30 @@ TEST_F(StoreTest, RetentionKeepsNewestValid) {
   EXPECT_EQ(store.restore_newest()->step, 4);
 }
 
+// The directory a save just committed counts as verifying without being read
+// again (its bytes were hashed as they were written); any other is read whole.
+TEST_F(StoreTest, RetentionTrustsTheJustCommittedStepWithoutReadingIt) {
+  ck::Store store(root());
+  for (int s : {1, 2}) store.save(make_request(s, 10));
+  const auto newest = store.save(make_request(3, 10));
+  // A data byte of step 3 changed behind the store's back: reading it would find it.
+  const auto data = newest.dir + "/model.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(data)) << data;
+  std::string bytes = slurp(data);
+  bytes.back() = static_cast<char>(bytes.back() ^ 0x01);
+  spit(data, bytes);
+  // Negative control: not named as just committed, step 3 is read, fails, and
+  // is not counted; steps 2 and 1 are the valid ones kept.
+  EXPECT_TRUE(store.apply_retention(2).empty());
+  // Named: step 3 is counted without being read, so step 2 is the second kept
+  // and step 1 goes; nothing was read to find that (the flip stays unseen).
+  EXPECT_EQ(store.apply_retention(2, newest.dir), (std::vector<std::string>{root() + "/step-00000001"}));
+  // Without its COMMITTED file the name alone counts for nothing.
+  std::filesystem::remove(newest.dir + "/COMMITTED");
+  EXPECT_TRUE(store.apply_retention(1, newest.dir).empty());
+  EXPECT_EQ(store.restore_newest()->step, 2);
+}
+
 // A kill between the rename to trash and the removal leaves only trash.
 TEST_F(StoreTest, RetentionInterruptedAfterRenameIsHarmless) {
   ck::Store plain(root());
