@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -242,6 +244,54 @@ TEST_F(CacheTest, FreshlyWrittenFileIsNotCached) {
   auto b = run(&s);
   EXPECT_FALSE(b[0].cached);
   EXPECT_TRUE(b[1].cached);  // control: the backdated ones are
+}
+
+// A hit reads no data but still fails for a file this process may not read
+// (checked with its effective ids, as open would). As root the check runs in
+// a child that drops to nobody (root may read anything); the cached file made
+// unreadable fails the pin naming it, the same file readable is a hit
+// (control). Exit codes of the child: 0 as expected, 1 not, 2 could not drop.
+TEST_F(CacheTest, AHitOnAFileThisProcessCannotReadFailsThePin) {
+  HashStats first;
+  run(&first);  // every file cached (backdated)
+  ASSERT_EQ(first.files_hashed, 4u);
+  for (const auto& d : {dir.path(), dir.path() / "cache"})
+    std::filesystem::permissions(d, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                        std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                        std::filesystem::perms::others_exec);
+  const auto readable = std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                        std::filesystem::perms::group_read | std::filesystem::perms::others_read;
+  for (const auto& p : paths) std::filesystem::permissions(p, readable);
+  std::filesystem::permissions(cache_file, readable);
+  auto pin_as_other = [&](bool expect_refused) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::geteuid() == 0 && (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0))
+        ::_exit(2);
+      try {
+        HashCache cache(cache_file);
+        HashOptions opts;
+        opts.cache = &cache;
+        HashStats st;
+        hash_files(inputs_of(paths), opts, &st);
+        ::_exit(!expect_refused && st.files_cached == 4 && st.files_hashed == 0 ? 0 : 1);
+      } catch (const anchor::Error& e) {
+        const std::string what = e.what();
+        ::_exit(expect_refused && what.find(paths[2]) != std::string::npos &&
+                        what.find("Permission denied") != std::string::npos
+                    ? 0
+                    : 1);
+      } catch (...) {
+        ::_exit(1);
+      }
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(pin_as_other(false), 0);                                            // control: readable, a hit
+  std::filesystem::permissions(paths[2], std::filesystem::perms::owner_write);  // nobody reads it now
+  EXPECT_EQ(pin_as_other(true), 0);
 }
 
 TEST_F(CacheTest, CorruptCacheIsIgnoredAndRewritten) {
