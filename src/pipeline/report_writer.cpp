@@ -516,12 +516,13 @@ void Report::set_activation_checkpointing(const nlohmann::json& figures) {
   j_["measurements"]["activation_checkpointing"] = figures;
 }
 
-void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir) {
+void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir,
+                             const std::vector<checkpoint::VerifiedDir>& seen) {
   // Only what the store verifies completely is a checkpoint (a COMMITTED file
   // alone is not): the same rule as restore and signing (report/run_dir.hpp).
   nlohmann::json list = nlohmann::json::array();
   nlohmann::json unverified = nlohmann::json::array();
-  for (const auto& v : checkpoint::Store(ckpt_dir).list()) {
+  for (const auto& v : checkpoint::Store(ckpt_dir).list(seen)) {
     const std::filesystem::path dir(v.dir);
     const auto name = dir.filename().string();
     if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) continue;  // temp, trash

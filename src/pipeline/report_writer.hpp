@@ -36,8 +36,11 @@ class Report {
   // Lists the checkpoints under ckpt_dir that the store verifies completely, with
   // their manifest digests (paths relative to run_dir), oldest first; step
   // directories that fail verification go to "unverified_checkpoints" with their
-  // problems. Reads every checkpoint once.
-  void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir);
+  // problems. Reads every checkpoint once, but one that `seen` still matches
+  // (worker B's restore verified it, and nothing in it changed since:
+  // checkpoint::VerifiedDir) not at all.
+  void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir,
+                       const std::vector<checkpoint::VerifiedDir>& seen = {});
   void set_outcome(const std::string& status, int exit_code, const std::string& message);
   void set_signed(const std::string& key_id);
   // `reproduces` alone (the report reproduced, the key trusted), from the

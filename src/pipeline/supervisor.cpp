@@ -496,7 +496,9 @@ void publish(Pilot& p) {
       // report.json says it is signed and by which key before it becomes a subject of the signature.
       p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
       p.report.write(p.run_dir);
-      report::sign_run(p.run_dir, p.signing_key);  // it logs the envelope, the key id and the subjects
+      report::SignOptions how;
+      how.seen_checkpoints = p.seen_checkpoints;
+      report::sign_run(p.run_dir, p.signing_key, how);  // it logs the envelope, the key id and the subjects
     } catch (const Error& e) {
       // The pilot fails with this error: its report and JUnit file say so too.
       const std::string why = std::string("signing failed: ") + e.what();
@@ -1020,7 +1022,9 @@ Step distributed_section(BuiltinRun& r) {
                               {"per_rank", ranks},
                               {"rng_restore", r.res.rng_restore}});
   }
-  p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+  // Rank 0's worker B verified the checkpoint it restored: not read a third time here.
+  if (!r.res.restored_seen.empty()) p.seen_checkpoints.push_back(r.res.restored_seen);
+  p.report.add_checkpoints(p.ckpt_dir, p.run_dir, p.seen_checkpoints);
   return std::nullopt;
 }
 

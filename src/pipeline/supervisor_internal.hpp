@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/checkpoint/verified_dir.hpp"
 #include "anchor/common/dir_lock.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
@@ -55,6 +56,10 @@ struct Pilot {
   Report report;
   std::string signing_key;      // resolved path; empty: the run is unsigned
   std::string unsigned_reason;  // why signing_key is empty ("report.signing_key is none")
+  // Checkpoint directories a worker's restore verified completely: the report's
+  // list and the signing count them verified while they still match, instead of
+  // reading them again (checkpoint::VerifiedDir).
+  std::vector<checkpoint::VerifiedDir> seen_checkpoints;
   plan::Catalog catalog;
   std::string catalog_problem;  // a program pilot's catalog that did not load: its plan says so
   int nproc = 1;                // ranks of the reference and resume workers (distributed.nproc_per_node)

@@ -912,6 +912,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   }
   ctx.out.restored_step = loaded->step;
   ctx.out.restored_dir = printable(loaded->dir);
+  ctx.out.restored_seen = loaded->verified;
   ctx.out.restored_state = t.digest(known);  // the data digests the restore verified, reused
   ctx.out.rng_restore = t.rng_restore();
   const double digest_s = restore.elapsed() - build_s - read_s - load_s;

@@ -184,6 +184,7 @@ json WorkerResult::to_json() const {
   } else if (role == "resume") {
     if (restored_step) j["restored_step"] = *restored_step;
     j["restored_dir"] = restored_dir;
+    if (!restored_seen.empty()) j["restored_seen"] = restored_seen.to_json();
     j["skipped"] = array_of(skipped);
     if (restored_state) j["restored_state"] = restored_state->to_json();
     j["rng_restore"] = rng_restore;
@@ -235,6 +236,13 @@ WorkerResult WorkerResult::from_json(const json& j) {
   } else if (r.role == "resume") {
     r.restored_step = f.integer("restored_step");
     r.restored_dir = f.str("restored_dir");
+    if (f.has("restored_seen")) {
+      try {
+        r.restored_seen = checkpoint::VerifiedDir::from_json(f.object("restored_seen"));
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(f.path("restored_seen") + ": " + e.what());
+      }
+    }
     r.skipped = items_of<SkippedDir>(f, "skipped");
     r.restored_state = digest_of(f, "restored_state");
     r.rng_restore = f.object("rng_restore");

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "anchor/checkpoint/verified_dir.hpp"
+
 namespace anchor::report::detail {
 
 // A directory under <run_dir>/checkpoints named "step-N" (no '.') that holds
@@ -21,7 +23,10 @@ struct ClaimedCheckpoint {
 // its manifest, strict safetensors, state.json), sorted by dir. Reads every
 // such checkpoint once. Throws Error(kIo) when <run_dir>/checkpoints exists
 // but cannot be listed.
-std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir);
+// One that `seen` still matches is counted verified without being read
+// (checkpoint::Store::verify).
+std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir,
+                                                   const std::vector<checkpoint::VerifiedDir>& seen = {});
 
 // The committed checkpoints: those of claimed_checkpoints() that verify, as
 // paths relative to run_dir ("checkpoints/step-00000002"), sorted. A COMMITTED

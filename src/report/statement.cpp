@@ -24,7 +24,8 @@ namespace stdfs = std::filesystem;
 
 namespace detail {
 
-std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir) {
+std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir,
+                                                   const std::vector<checkpoint::VerifiedDir>& seen) {
   std::vector<ClaimedCheckpoint> out;
   stdfs::path root = stdfs::path(run_dir) / "checkpoints";
   std::error_code ec;
@@ -43,7 +44,7 @@ std::vector<ClaimedCheckpoint> claimed_checkpoints(const std::string& run_dir) {
         name.find_first_not_of("0123456789", 5) != std::string::npos)
       continue;
     if (stdfs::symlink_status(it->path() / "COMMITTED", e2).type() == stdfs::file_type::not_found) continue;
-    const auto v = store.verify(it->path().string());
+    const auto v = store.verify(it->path().string(), seen);
     out.push_back({"checkpoints/" + name, v.ok, v.problems});
   }
   if (ec) throw io_error("list", root.string(), ec.value());
@@ -107,12 +108,12 @@ std::optional<std::string> committed_sha256(const std::string& content) {
 
 }  // namespace detail
 
-std::vector<Subject> collect_subjects(const std::string& run_dir) {
+std::vector<Subject> collect_subjects(const std::string& run_dir, const std::vector<checkpoint::VerifiedDir>& seen) {
   std::vector<Subject> out;
   stdfs::path root(run_dir);
   out.push_back({kReportFile, sha256_file((root / kReportFile).string()).sha256});
   for (const auto& name : detail::run_files(run_dir)) out.push_back({name, sha256_file((root / name).string()).sha256});
-  for (const auto& c : detail::claimed_checkpoints(run_dir)) {
+  for (const auto& c : detail::claimed_checkpoints(run_dir, seen)) {
     // A directory that says it is committed but does not verify was changed
     // or damaged after its commit: never signed, and never silently left out.
     if (!c.verified) {
@@ -130,10 +131,11 @@ std::vector<Subject> collect_subjects(const std::string& run_dir) {
   return out;
 }
 
-nlohmann::ordered_json build_statement(const std::string& run_dir, const std::string& key_id) {
+nlohmann::ordered_json build_statement(const std::string& run_dir, const std::string& key_id,
+                                       const std::vector<checkpoint::VerifiedDir>& seen) {
   std::string report_path = (stdfs::path(run_dir) / kReportFile).string();
   // Subjects first: they hash report.json, and the predicate embeds the same bytes.
-  std::vector<Subject> subjects = collect_subjects(run_dir);
+  std::vector<Subject> subjects = collect_subjects(run_dir, seen);
   std::string text = fs::read_file(report_path);
   if (sha256_hex(text) != subjects.front().sha256)
     throw Error(ErrorKind::kRuntime, report_path + ": changed while it was being signed",
@@ -162,7 +164,7 @@ SignResult sign_run(const std::string& run_dir, const std::string& private_key_p
   if (!passphrase.empty()) OPENSSL_cleanse(passphrase.data(), passphrase.size());
   SignResult r;
   r.key_id = key_id(key);
-  nlohmann::ordered_json st = build_statement(run_dir, r.key_id);
+  nlohmann::ordered_json st = build_statement(run_dir, r.key_id, opts.seen_checkpoints);
   r.subjects = st["subject"].size();
   Envelope env = sign_envelope(key, kInTotoPayloadType, st.dump());
 

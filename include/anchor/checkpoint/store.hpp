@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anchor/checkpoint/safetensors.hpp"
+#include "anchor/checkpoint/verified_dir.hpp"
 #include "anchor/common/fs.hpp"
 
 namespace anchor::checkpoint {
@@ -131,6 +132,10 @@ class Store {
     // The verified digests of the files the manifest pins per tensor (v2),
     // by file name: the restored tensors' digests, without hashing them again.
     std::map<std::string, TensorDigests> digests;
+    // The directory as this verification saw it, for another process of the
+    // run to count it verified without reading it again (VerifiedDir; empty
+    // when a file changed while it was read, or an entry could not be examined).
+    VerifiedDir verified;
     std::vector<Skipped> skipped;  // newer dirs passed over, and why
   };
   // The newest step-N (N <= max_step when given) that is committed and
@@ -156,12 +161,14 @@ class Store {
   };
   // Checks one checkpoint directory completely and collects every problem.
   // Reads only regular files (fs::open_regular): a FIFO or device in the
-  // directory is a problem, never a hang.
-  Verification verify(const std::string& step_dir) const;
+  // directory is a problem, never a hang. A step directory that one of `seen`
+  // still matches (VerifiedDir::still_matches: a complete verification of
+  // this run saw it so, Loaded::verified) counts as verified without being read.
+  Verification verify(const std::string& step_dir, const std::vector<VerifiedDir>& seen = {}) const;
 
   // Every step-* directory under root (committed, temp, trash), newest first,
   // each verified completely (this reads every checkpoint once).
-  std::vector<Verification> list() const;
+  std::vector<Verification> list(const std::vector<VerifiedDir>& seen = {}) const;
 
   // Removes every temp and trash directory under root (call at start-up, never
   // while another process saves into the same root). Returns the removed paths.

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/checkpoint/verified_dir.hpp"
 #include "anchor/measure/memory.hpp"
 #include "anchor/train/records.hpp"
 
@@ -99,6 +100,10 @@ struct WorkerResult {
   // resume (worker B)
   std::optional<std::int64_t> restored_step;
   std::string restored_dir;
+  // The restored directory as its complete verification saw it: the
+  // supervisor lists and signs it without reading it again while it still
+  // matches (checkpoint::VerifiedDir). Empty: not seen whole; read again.
+  checkpoint::VerifiedDir restored_seen;
   std::vector<SkippedDir> skipped;  // checkpoints restore passed over
   std::optional<train::StateDigest> restored_state;
   nlohmann::json rng_restore;                   // Trainer::rng_restore

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/checkpoint/verified_dir.hpp"
+
 namespace anchor::report {
 
 inline constexpr const char* kStatementType = "https://in-toto.io/Statement/v1";
@@ -36,17 +38,24 @@ struct Subject {
 // COMMITTED inside one.
 // Throws Error (kIo) when report.json is missing or a file cannot be read;
 // Error (kVerification) when a COMMITTED file names a SHA-256 that is not
-// its manifest.json's.
-std::vector<Subject> collect_subjects(const std::string& run_dir);
+// its manifest.json's. Each checkpoint is verified completely, but one that
+// `seen` still matches (checkpoint::VerifiedDir: this run's restore verified
+// it, and nothing in it changed since) is not read again.
+std::vector<Subject> collect_subjects(const std::string& run_dir,
+                                      const std::vector<checkpoint::VerifiedDir>& seen = {});
 
 // The statement for `run_dir`, signed by the key with `key_id`. Throws Error
 // (kRuntime) when report.json is not a JSON object; as collect_subjects.
-nlohmann::ordered_json build_statement(const std::string& run_dir, const std::string& key_id);
+nlohmann::ordered_json build_statement(const std::string& run_dir, const std::string& key_id,
+                                       const std::vector<checkpoint::VerifiedDir>& seen = {});
 
 struct SignOptions {
   // Passphrase of an encrypted key: first line of this file, else
   // $ANCHOR_KEY_PASSPHRASE (never a prompt).
   std::string passphrase_file;
+  // Checkpoint directories this run's restore verified completely
+  // (checkpoint::Store::Loaded::verified): not read again while unchanged.
+  std::vector<checkpoint::VerifiedDir> seen_checkpoints;
 };
 
 struct SignResult {

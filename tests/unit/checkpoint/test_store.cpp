@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
@@ -691,6 +692,62 @@ TEST_F(StoreTest, RetentionKeepsNewestValid) {
 
 // The directory a save just committed counts as verifying without being read
 // again (its bytes were hashed as they were written); any other is read whole.
+// A restore says what it saw (Loaded::verified): a directory that still
+// matches it counts as verified without being read; one changed since is read
+// again and its problem found.
+TEST_F(StoreTest, ARestoresViewOfItsDirectoryVouchesForItOnlyWhileNothingChanged) {
+  ck::Store store(root());
+  store.save(make_request(1, 10));
+  const auto newest = store.save(make_request(2, 10));
+  const auto loaded = store.restore_newest();
+  ASSERT_TRUE(loaded);
+  const ck::VerifiedDir seen = loaded->verified;
+  ASSERT_FALSE(seen.empty());
+  std::vector<std::string> names;
+  for (const auto& e : seen.entries) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"COMMITTED", "manifest.json", "model.safetensors", "optimizer.safetensors",
+                                             "state.json"}));
+  EXPECT_TRUE(seen.still_matches(newest.dir));
+  EXPECT_FALSE(seen.still_matches(root() + "/step-00000001"));  // another directory
+  const auto counted = store.verify(newest.dir, {seen});
+  EXPECT_TRUE(counted.ok);
+  EXPECT_EQ(counted.step, 2);
+  EXPECT_EQ(counted.bytes, store.verify(newest.dir).bytes);
+  // Round trip through JSON (resume.json carries it); a malformed one is refused by name.
+  EXPECT_EQ(ck::VerifiedDir::from_json(seen.to_json()), seen);
+  auto bad = seen.to_json();
+  bad["entries"][1].erase("ctime_ns");
+  try {
+    ck::VerifiedDir::from_json(bad);
+    ADD_FAILURE() << "a missing ctime_ns was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("entries[1].ctime_ns"), std::string::npos) << e.what();
+  }
+  // A data byte changed after the restore (same size, mtime set back): the
+  // ctime moved, so nothing vouches and the verification reads and finds it.
+  const auto data = newest.dir + "/model.safetensors";
+  struct stat before {};
+  ASSERT_EQ(::stat(data.c_str(), &before), 0);
+  std::string bytes = slurp(data);
+  bytes.back() = static_cast<char>(bytes.back() ^ 0x01);
+  spit(data, bytes);
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, data.c_str(), times, 0), 0);
+  EXPECT_FALSE(seen.still_matches(newest.dir));
+  EXPECT_FALSE(store.verify(newest.dir, {seen}).ok);
+  // What vouches is not read at all: a view taken of the damaged directory
+  // (as if a verification had passed it) makes it count (the control that the
+  // flip is there: verified without it, it fails).
+  const auto damaged_view = ck::VerifiedDir::of(newest.dir);
+  ASSERT_TRUE(damaged_view);
+  EXPECT_TRUE(store.verify(newest.dir, {*damaged_view}).ok);
+  EXPECT_FALSE(store.verify(newest.dir).ok);
+  // An entry added since: no longer the same directory.
+  spit(newest.dir + "/extra.bin", "x");
+  EXPECT_FALSE(damaged_view->still_matches(newest.dir));
+  EXPECT_FALSE(store.list({*damaged_view})[0].ok);
+}
+
 TEST_F(StoreTest, RetentionTrustsTheJustCommittedStepWithoutReadingIt) {
   ck::Store store(root());
   for (int s : {1, 2}) store.save(make_request(s, 10));
