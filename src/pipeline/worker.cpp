@@ -136,7 +136,7 @@ class StageMemory {
   explicit StageMemory(std::string device) : device_(std::move(device)) { measure::reset_peak(device_); }
   MemoryReading reading() const { return {measure::tensor_memory(device_), measure::read_proc_memory(), ""}; }
   // The stage's reading for its figures, said also as the protocol's `memory` line of `stage`.
-  nlohmann::json read(const std::string& stage) const {
+  nlohmann::json read_and_report(const std::string& stage) const {
     const MemoryReading m = reading();
     protocol::MemoryLine l;
     l.stage = stage;
@@ -619,7 +619,7 @@ std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cac
                                      {"threads", ctx.cfg.run.threads},
                                      {"start_from", start["from"]},
                                      {"start_step", t.step()},
-                                     {"memory", load_mem.read("load")}}));
+                                     {"memory", load_mem.read_and_report("load")}}));
   ctx.out.loss_scaler_enabled = t.loss_scaler().enabled();
   return tp;
 }
@@ -693,7 +693,7 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   ctx.out.stages.push_back(eval.end({{"loss", eval_loss},
                                      {"perplexity", std::exp(eval_loss)},
                                      {"batches", p.eval_batches},
-                                     {"memory", eval_mem.read("eval")}}));
+                                     {"memory", eval_mem.read_and_report("eval")}}));
   return eval_loss;
 }
 
@@ -724,7 +724,7 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
     for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last, saved->dir))
       ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
-  save_fig["memory"] = save_mem.read("checkpoint_save");
+  save_fig["memory"] = save_mem.read_and_report("checkpoint_save");
   if (ctx.pg) save_fig["replica_check_s"] = replica_check_s;
   ctx.out.stages.push_back(save.end(save_fig));
 }
@@ -929,7 +929,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
                                 {"model_build_s", build_s},
                                 {"load_state_s", load_s},
                                 {"state_digest_s", digest_s},
-                                {"memory", restore_mem.read("restore")}}));
+                                {"memory", restore_mem.read_and_report("restore")}}));
 
   StageTimer eval("eval_after_restore");
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval after the restore");
