@@ -649,7 +649,7 @@ class Inspector {
     if (!directory_is_a_step()) return std::move(in_);
     // A restore also says what it saw: every entry before the files were
     // read, kept only when the same after (VerifiedDir).
-    const auto before = keep_ ? VerifiedDir::of(dir_) : std::nullopt;
+    const auto before = keep_ ? VerifiedDir::before_verification(dir_) : std::nullopt;
     const auto manifest = commit_and_manifest();
     if (manifest) check_manifest(*manifest);
     unlisted_files();
@@ -1043,7 +1043,9 @@ std::vector<std::string> Store::apply_retention(int keep_last, const std::string
   std::size_t cut = steps.size();
   auto verifies = [&](const std::string& dir) {
     std::error_code ec;
-    if (!just_committed.empty() && dir == just_committed) return stdfs::is_regular_file(join(dir, kCommitted), ec);
+    // The same directory however its path is spelled (a trailing slash in the root).
+    if (!just_committed.empty() && stdfs::equivalent(dir, just_committed, ec))
+      return stdfs::is_regular_file(join(dir, kCommitted), ec);
     return inspect(dir, false).v.ok;
   };
   for (std::size_t i = 0; i < steps.size(); ++i) {

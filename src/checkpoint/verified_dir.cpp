@@ -2,9 +2,12 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "anchor/common/utf8.hpp"
@@ -53,7 +56,8 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
   if constexpr (std::is_same_v<T, std::string>) {
     if (!v.is_string()) throw std::invalid_argument(where + "." + key + " is not a string");
   } else if constexpr (std::is_unsigned_v<T>) {
-    if (!v.is_number_unsigned()) throw std::invalid_argument(where + "." + key + " is not a non-negative integer");
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > std::numeric_limits<T>::max())
+      throw std::invalid_argument(where + "." + key + " is not a non-negative integer of its range");
   } else {
     if (!v.is_number_integer()) throw std::invalid_argument(where + "." + key + " is not an integer");
   }
@@ -79,6 +83,44 @@ bool EntryIdentity::operator==(const EntryIdentity& o) const {
          ctime_ns == o.ctime_ns && mode == o.mode;
 }
 
+namespace {
+
+// File systems whose attributes a client may cache or a daemon make up (NFS:
+// lstat can answer from attributes cached for up to a minute; FUSE, 9p, SMB):
+// no view is taken there, and every checkpoint is read.
+bool attributes_may_be_stale(const std::string& dir) {
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) != 0) return true;
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case 0x6969UL:      // NFS
+    case 0x65735546UL:  // FUSE
+    case 0x01021997UL:  // 9p (v9fs)
+    case 0xFF534D42UL:  // CIFS
+    case 0xFE534D42UL:  // SMB2
+    case 0x517BUL:      // SMB
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+std::optional<VerifiedDir> VerifiedDir::before_verification(const std::string& dir) {
+  if (attributes_may_be_stale(dir)) return std::nullopt;
+  auto v = of(dir);
+  if (!v) return std::nullopt;
+  // Every ctime older than now by a margin: a write after this moment then
+  // cannot land in the same coarse clock tick as a recorded ctime and leave it
+  // unchanged (git's "racy clean"; the hash cache's rule, docs/manifest.md).
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const std::int64_t cutoff = ns_of(now) - kRacyMarginNs;
+  if (v->dir.ctime_ns >= cutoff) return std::nullopt;
+  for (const auto& e : v->entries)
+    if (e.ctime_ns >= cutoff) return std::nullopt;
+  return v;
+}
+
 std::optional<VerifiedDir> VerifiedDir::of(const std::string& dir) {
   const auto slash = dir.find_last_of('/');
   auto self = identity_of(dir, slash == std::string::npos ? dir : dir.substr(slash + 1));
@@ -89,7 +131,9 @@ std::optional<VerifiedDir> VerifiedDir::of(const std::string& dir) {
   v.dir = *self;
   for (const auto& n : *names) {
     auto e = identity_of(dir + "/" + n, n);
-    if (!e || !is_valid_utf8(n)) return std::nullopt;
+    // Only regular files: a verification reads a link's target, whose changes
+    // the link's own identity would not show.
+    if (!e || !S_ISREG(e->mode) || !is_valid_utf8(n)) return std::nullopt;
     v.entries.push_back(std::move(*e));
   }
   return v;
@@ -118,8 +162,8 @@ VerifiedDir VerifiedDir::from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("verified directory: not an object");
   VerifiedDir v;
   v.dir = entry_of(j.contains("dir") ? j.at("dir") : nlohmann::json(), "dir");
-  if (!j.contains("entries") || !j.at("entries").is_array())
-    throw std::invalid_argument("entries is missing or not an array");
+  if (!j.contains("entries") || !j.at("entries").is_array() || j.at("entries").empty())
+    throw std::invalid_argument("entries is missing, not an array, or empty");
   for (std::size_t i = 0; i < j.at("entries").size(); ++i)
     v.entries.push_back(entry_of(j.at("entries")[i], "entries[" + std::to_string(i) + "]"));
   if (!std::is_sorted(v.entries.begin(), v.entries.end(),

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/common/units.hpp"
 #include "anchor/error.hpp"
 
@@ -196,13 +197,31 @@ Jobs identify_inputs(const std::vector<HashInput>& inputs) {
 }
 
 // Cache hits: not read, but still checked for being readable by this process
-// (faccessat with the effective ids: what open(O_RDONLY) would decide), so an
-// unreadable file fails now rather than later in a worker. identify() has
+// (faccessat with the effective ids: the permission bits and ACLs open(2)
+// would check; an LSM that decides only at open, AppArmor or Landlock, is met
+// when a worker reads the file), so an unreadable file fails now rather than
+// later in a worker. identify() has
 // already refused anything but a regular file, and the hit means it is the
 // same file (device, inode, size, mtime) the digest was taken of. One system
 // call instead of open, fstat, fcntl and close: a no-change re-pin makes one
 // per file and library it pins. Returns the jobs left to hash, largest first,
 // and adds their sizes to `todo_bytes`.
+void check_readable(const Job& job) {
+  if (::faccessat(AT_FDCWD, job.key.path.c_str(), R_OK, AT_EACCESS) == 0) return;
+  const int err = errno;
+  // A sandbox that refuses the call itself (a seccomp profile answering
+  // faccessat2 with EPERM, a kernel without it): open the file as before.
+  if (err == ENOSYS || err == EPERM || err == EINVAL) {
+    try {
+      fs::open_regular(job.key.path);
+    } catch (const Error& e) {
+      throw with_label(e, job.label);
+    }
+    return;
+  }
+  throw with_label(io_error("access", job.key.path, err), job.label);
+}
+
 std::vector<std::size_t> take_cache_hits(std::vector<Job>& jobs, const HashOptions& opts, HashStats& st,
                                          std::uint64_t& todo_bytes) {
   std::vector<std::size_t> todo;
@@ -210,10 +229,7 @@ std::vector<std::size_t> take_cache_hits(std::vector<Job>& jobs, const HashOptio
     auto& job = jobs[j];
     if (opts.cache) {
       if (auto hit = opts.cache->lookup(job.key)) {
-        if (::faccessat(AT_FDCWD, job.key.path.c_str(), R_OK, AT_EACCESS) != 0) {
-          const int err = errno;
-          throw with_label(io_error("open", job.key.path, err), job.label);
-        }
+        check_readable(job);
         job.sha256 = *hit;
         job.cached = true;
         ++st.files_cached;

@@ -1022,8 +1022,13 @@ Step distributed_section(BuiltinRun& r) {
                               {"per_rank", ranks},
                               {"rng_restore", r.res.rng_restore}});
   }
-  // Rank 0's worker B verified the checkpoint it restored: not read a third time here.
-  if (!r.res.restored_seen.empty()) p.seen_checkpoints.push_back(r.res.restored_seen);
+  // Rank 0's worker B verified the checkpoint it restored: not read a third time
+  // here, while it is exactly as B saw it. A view of any other directory than
+  // the one B says it restored is not taken.
+  const auto& seen = r.res.restored_seen;
+  if (!seen.empty() && r.res.restored_step && seen.dir.name == checkpoint::step_dir_name(*r.res.restored_step) &&
+      std::filesystem::path(r.res.restored_dir).filename() == seen.dir.name)
+    p.seen_checkpoints.push_back(seen);
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir, p.seen_checkpoints);
   return std::nullopt;
 }

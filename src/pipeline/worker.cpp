@@ -721,7 +721,10 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
   emit(digests_line("save", *ctx.out.saved_state));
   // Only after a newer commit, never the newest valid one.
   if (saved)
-    for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last, saved->dir))
+    // The new step counts as valid unread only when this process wrote and
+    // hashed every byte of it: with several ranks the others' files were
+    // checked here by size alone (on another node, nobody here read them).
+    for (const auto& gone : store.apply_retention(ctx.cfg.checkpoint.keep_last, ctx.pg ? "" : saved->dir))
       ANCHOR_LOG_INFO("checkpoint", "retention removed {}", gone);
   auto save_fig = saved ? save_figures(*saved) : nlohmann::json{{"rank", ctx.env.rank}, {"writer", "rank 0"}};
   save_fig["memory"] = save_mem.read_and_report("checkpoint_save");

@@ -180,10 +180,12 @@ class Store {
   // newer than that which fail verification are left for inspection. Deletes
   // nothing when fewer than keep_last verify. Returns the deleted step dirs.
   // `just_committed`: the directory of the save this process has just
-  // committed (SaveResult::dir), counted as verifying without being read
-  // again while its COMMITTED file is there: its bytes were hashed as they
-  // were written, and reading them back here would only hash the page cache's
-  // copy a second time. Every other directory is verified completely.
+  // committed (SaveResult::dir) and written every file of, counted as
+  // verifying without being read again while its COMMITTED file is there: its
+  // bytes were hashed as they were written, and reading them back here would
+  // only hash the page cache's copy a second time. Every other directory is
+  // verified completely. So with it, a step damaged after its save (beneath
+  // the page cache) still counts, and at keep_last 1 the step before it goes.
   std::vector<std::string> apply_retention(int keep_last, const std::string& just_committed = "");
 
  private:

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
+#include <thread>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
@@ -690,8 +692,6 @@ TEST_F(StoreTest, RetentionKeepsNewestValid) {
   EXPECT_EQ(store.restore_newest()->step, 4);
 }
 
-// The directory a save just committed counts as verifying without being read
-// again (its bytes were hashed as they were written); any other is read whole.
 // A restore says what it saw (Loaded::verified): a directory that still
 // matches it counts as verified without being read; one changed since is read
 // again and its problem found.
@@ -699,6 +699,11 @@ TEST_F(StoreTest, ARestoresViewOfItsDirectoryVouchesForItOnlyWhileNothingChanged
   ck::Store store(root());
   store.save(make_request(1, 10));
   const auto newest = store.save(make_request(2, 10));
+  // Restored at once, the files' ctimes are within the racy margin: no view.
+  ASSERT_TRUE(store.restore_newest());
+  EXPECT_TRUE(store.restore_newest()->verified.empty());
+  // Aged past it (as worker A's R steps age its save), the restore keeps one.
+  std::this_thread::sleep_for(std::chrono::nanoseconds(ck::VerifiedDir::kRacyMarginNs) + std::chrono::milliseconds(50));
   const auto loaded = store.restore_newest();
   ASSERT_TRUE(loaded);
   const ck::VerifiedDir seen = loaded->verified;
@@ -746,7 +751,16 @@ TEST_F(StoreTest, ARestoresViewOfItsDirectoryVouchesForItOnlyWhileNothingChanged
   spit(newest.dir + "/extra.bin", "x");
   EXPECT_FALSE(damaged_view->still_matches(newest.dir));
   EXPECT_FALSE(store.list({*damaged_view})[0].ok);
+  // A link among the entries: its target's changes would not show in the
+  // link's identity, so no view is taken of such a directory.
+  std::filesystem::remove(newest.dir + "/extra.bin");
+  ASSERT_TRUE(ck::VerifiedDir::of(newest.dir));
+  std::filesystem::create_symlink("model.safetensors", newest.dir + "/alias.safetensors");
+  EXPECT_FALSE(ck::VerifiedDir::of(newest.dir));
 }
+
+// The directory a save just committed counts as verifying without being read
+// again (its bytes were hashed as they were written); any other is read whole.
 
 TEST_F(StoreTest, RetentionTrustsTheJustCommittedStepWithoutReadingIt) {
   ck::Store store(root());

@@ -289,7 +289,10 @@ TEST_F(CacheTest, AHitOnAFileThisProcessCannotReadFailsThePin) {
     EXPECT_EQ(::waitpid(pid, &status, 0), pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
-  EXPECT_EQ(pin_as_other(false), 0);                                            // control: readable, a hit
+  const int control = pin_as_other(false);
+  if (control == 2)
+    GTEST_SKIP() << "root could not become uid 65534 (a user namespace without it?), and root reads any file";
+  EXPECT_EQ(control, 0);                                                        // control: readable, a hit
   std::filesystem::permissions(paths[2], std::filesystem::perms::owner_write);  // nobody reads it now
   EXPECT_EQ(pin_as_other(true), 0);
 }
