@@ -196,16 +196,14 @@ Jobs identify_inputs(const std::vector<HashInput>& inputs) {
   return js;
 }
 
-// Cache hits: not read, but still checked for being readable by this process
-// (faccessat with the effective ids: the permission bits and ACLs open(2)
-// would check; an LSM that decides only at open, AppArmor or Landlock, is met
-// when a worker reads the file), so an unreadable file fails now rather than
-// later in a worker. identify() has
-// already refused anything but a regular file, and the hit means it is the
-// same file (device, inode, size, mtime) the digest was taken of. One system
-// call instead of open, fstat, fcntl and close: a no-change re-pin makes one
-// per file and library it pins. Returns the jobs left to hash, largest first,
-// and adds their sizes to `todo_bytes`.
+// A cache hit is not read, but this process must still be able to read it,
+// so an unreadable file fails the pin now rather than later in a worker:
+// faccessat with the effective ids (the permission bits and ACLs open(2)
+// checks; an LSM that decides only at open, AppArmor or Landlock, is met when
+// a worker reads the file). identify() has already refused anything but a
+// regular file, and the hit means it is the same file (device, inode, size,
+// mtime) the digest was taken of. One system call instead of open, fstat,
+// fcntl and close, once per file and library a no-change re-pin pins.
 void check_readable(const Job& job) {
   if (::faccessat(AT_FDCWD, job.key.path.c_str(), R_OK, AT_EACCESS) == 0) return;
   const int err = errno;
@@ -222,6 +220,8 @@ void check_readable(const Job& job) {
   throw with_label(io_error("access", job.key.path, err), job.label);
 }
 
+// Takes the cache hits (each through check_readable); returns the jobs left to hash,
+// largest first, and adds their sizes to `todo_bytes`.
 std::vector<std::size_t> take_cache_hits(std::vector<Job>& jobs, const HashOptions& opts, HashStats& st,
                                          std::uint64_t& todo_bytes) {
   std::vector<std::size_t> todo;
