@@ -20,7 +20,8 @@
 #  3. control: unprivileged, the same pilot is refused (exit 2) before it
 #     trains, naming /run/.containerenv.
 #
-# Exit 0 when all of it holds, 1 otherwise, 77 (skipped, with the reason) when
+# Exit 0 when all of it holds, 1 otherwise (also when TMPDIR has less than
+# 6 GiB free, which the build needs), 77 (skipped, with the reason) when
 # not root, without podman/crun, or without the torch2 environment.
 set -euo pipefail
 
@@ -37,7 +38,17 @@ env_dir=$(scripts/torch2-python --env-dir)
 [[ -x $env_dir/bin/python3 ]] || skip "no torch2 environment at $env_dir (scripts/install-torch2.sh)"
 [[ -d build/gpu-prefix/usr ]] || fail "build/gpu-prefix is missing (scripts/gpu-prefix.sh): the Dockerfile builds against it"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/anchor-image.XXXXXX")
+# Podman's store under $work holds the base, the context and the image's build
+# tree: 2.5 GB at its peak here with ccache warm, more with it cold. Too little
+# room fails the build deep inside the container (ar: No space left on device):
+# say so up front instead.
+scratch=${TMPDIR:-/tmp}
+need_mib=6144
+free_mib=$(df -Pm "$scratch" | awk 'NR == 2 { print $4 }')
+[[ $free_mib =~ ^[0-9]+$ ]] || fail "cannot read the free space of $scratch (df -Pm)"
+((free_mib >= need_mib)) ||
+  fail "$scratch has ${free_mib} MiB free; building the image needs about ${need_mib} MiB: free space there or point TMPDIR elsewhere"
+work=$(mktemp -d "$scratch/anchor-image.XXXXXX")
 cleanup() { rm -rf "$work" 2>/dev/null || true; }
 trap cleanup EXIT
 source "$src/tests/install/podman_lib.sh"
