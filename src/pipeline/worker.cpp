@@ -20,7 +20,6 @@
 #include <filesystem>
 #include <functional>
 #include <set>
-#include <sstream>
 
 #include "anchor/build_info.hpp"
 #include "anchor/checkpoint/store.hpp"
@@ -47,9 +46,9 @@
 #include "anchor/train/sharded_checkpoint.hpp"
 #include "anchor/train/trainer.hpp"
 #include <torch/csrc/autograd/profiler_kineto.h>
-#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/version.h>
 #include "activation_probe.hpp"
+#include "op_recorder.hpp"
 #include "compat/torch_compat.hpp"
 #include "events.hpp"
 #include "progress.hpp"
@@ -962,28 +961,21 @@ void resume_from_checkpoint(WorkerContext& ctx) {
 // the pilot no step of its own. Where LibTorch has Kineto (PyPI's 2.x),
 // Kineto's profiler: the operators and, on a GPU, the kernels they launch and
 // the memory copies (CUPTI), on the device's own time line. Otherwise
-// (Debian's 1.13 is built without it) the legacy profiler: the operators as
-// the CPU side runs and launches them. The profiler changes no number the
-// step computes (the verdict compares this step with worker A's); it is not
-// the measured step, whose time and memory would hold the profiler's cost.
+// (Debian's 1.13 is built without it) anchor's operator recorder
+// (op_recorder.hpp): the operators as the CPU side runs and launches them, as
+// LibTorch's legacy profiler would list them, at a seventh of its cost per
+// operator. The profiler changes no number the step computes (the verdict
+// compares this step with worker A's); it is not the measured step, whose
+// time and memory would hold the profiler's cost.
 // The step runs exactly once whatever the profiler does: a profiler that
 // cannot start leaves the step unprofiled, one that fails after it is a
 // warning with the reason in the figures, never the pilot's failure; the
 // step's own failure is the pilot's, as any step's.
 struct Profiled {
-  nlohmann::json trace;  // the Chrome trace: an array of events (legacy) or {traceEvents: [...]} (Kineto)
+  std::string text;  // the Chrome trace, compact: an array of events (the recorder) or {traceEvents: [...]} (Kineto)
   std::size_t events = 0;
   std::string profiler;
 };
-
-Profiled parse_legacy(const std::string& text) {
-  Profiled p;
-  p.trace = nlohmann::json::parse(text);  // what it wrote is a trace, or this is not a profile
-  if (!p.trace.is_array()) throw Error(ErrorKind::kRuntime, "the profiler wrote no list of trace events");
-  p.events = p.trace.size();
-  p.profiler = "LibTorch legacy profiler (operators, CPU side)";
-  return p;
-}
 
 #if TORCH_VERSION_MAJOR >= 2
 namespace prof = torch::autograd::profiler;
@@ -1036,11 +1028,12 @@ Profiled kineto_finish(bool gpu, const std::string& scratch) {
   if (!std::filesystem::exists(scratch, ec))
     throw Error(ErrorKind::kRuntime, "Kineto saved no trace (LibTorch built without it)");
   Profiled p;
-  p.trace = nlohmann::json::parse(fs::read_file(scratch));
+  const auto trace = nlohmann::json::parse(fs::read_file(scratch));
   std::filesystem::remove(scratch, ec);
-  if (!p.trace.is_object() || !p.trace.contains("traceEvents") || !p.trace["traceEvents"].is_array())
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array())
     throw Error(ErrorKind::kRuntime, "Kineto's trace has no traceEvents list");
-  for (const auto& e : p.trace["traceEvents"]) p.events += e.is_object() && e.value("ph", "") == "X";
+  for (const auto& e : trace["traceEvents"]) p.events += e.is_object() && e.value("ph", "") == "X";
+  p.text = dump_json(trace) + "\n";  // a third of Kineto's indented text
   p.profiler = gpu ? "LibTorch Kineto profiler (operators, and the GPU kernels and copies they launch)"
                    : "LibTorch Kineto profiler (operators, CPU)";
   return p;
@@ -1054,7 +1047,7 @@ struct ProfiledStep {
   bool stepped = false;
   std::optional<Profiled> profile;
   std::string failed;  // why there is no profile, when the profiler failed
-  double seconds = 0;  // the profiled step's (with the legacy profiler, its start and stop too)
+  double seconds = 0;  // the profiled step's (with the recorder, its start and stop too)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -1079,32 +1072,32 @@ void kineto_profiled_step(train::Trainer& t, bool gpu, const std::string& scratc
   try {
     out.profile = kineto_finish(gpu, scratch);
   } catch (const std::exception& e) {
-    out.failed = compat::message_of(e);  // no second step under the legacy profiler: the step ran
+    out.failed = compat::message_of(e);  // no second step under the recorder: the step ran
   }
 }
 #endif
 
-// The step under the legacy profiler (`refused`: the fault that keeps it from starting).
-void legacy_profiled_step(train::Trainer& t, bool refuse, const std::string& refused, ProfiledStep& out) {
+// The step under anchor's operator recorder (`refused`: the fault that keeps it from starting).
+void recorded_step(train::Trainer& t, bool refuse, const std::string& refused, ProfiledStep& out) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::ostringstream text;
-  std::optional<torch::autograd::profiler::RecordProfile> guard;
+  std::optional<OpRecorder> recorder;
   try {
     if (refuse) throw Error(ErrorKind::kRuntime, refused);
-    guard.emplace(text);
+    recorder.emplace();
   } catch (const std::exception& e) {
-    out.failed = "the legacy profiler refused: " + compat::message_of(e);
+    out.failed = "the operator recorder refused: " + compat::message_of(e);
   }
-  out.step = t.train_step();  // under the guard when it started; its error is the pilot's either way
-  guard.reset();              // writes the trace
-  out.seconds = seconds_since(t0);
-  if (out.failed.empty()) {
+  out.step = t.train_step();  // recorded when the recorder started; its error is the pilot's either way
+  if (recorder) {
     try {
-      out.profile = parse_legacy(text.str());
+      auto trace = recorder->finish();
+      out.profile = Profiled{std::move(trace.json) + "\n", trace.events,
+                             "anchor's operator recorder (LibTorch's RecordFunction callbacks: operators, CPU side)"};
     } catch (const std::exception& e) {
       out.failed = compat::message_of(e);
     }
   }
+  out.seconds = seconds_since(t0);
 }
 
 // Writes the profile to `file` and its figures; a failure is a warning and the figures' error.
@@ -1113,10 +1106,9 @@ void write_profile(const WorkerContext& ctx, const std::string& file, const Prof
   try {
     if (!ps.profile) throw Error(ErrorKind::kRuntime, ps.failed);
     const auto& p = ps.profile;
-    const std::string compact = dump_json(p->trace) + "\n";  // a third of the profiler's indented text
-    fs::atomic_write_file(file, compact);
+    fs::atomic_write_file(file, p->text);
     figures = {{"file", "profile.json"},          {"events", p->events},    {"seconds", ps.seconds},
-               {"bytes", compact.size()},         {"step", ps.step.step},   {"micro_batch", ctx.cfg.train.micro_batch},
+               {"bytes", p->text.size()},         {"step", ps.step.step},   {"micro_batch", ctx.cfg.train.micro_batch},
                {"seq_len", ctx.cfg.data.seq_len}, {"profiler", p->profiler}};
     if (!no_kineto.empty()) figures["kineto"] = no_kineto;
   } catch (const std::exception& e) {
@@ -1153,7 +1145,7 @@ train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlo
   (void)gpu;
   no_kineto = "LibTorch " TORCH_VERSION " is built without Kineto";  // Debian's: no step is spent finding out
 #endif
-  if (!ps.stepped) legacy_profiled_step(t, refuse, refused, ps);
+  if (!ps.stepped) recorded_step(t, refuse, refused, ps);
   write_profile(ctx, file, ps, no_kineto, figures);
   return ps.step;
 }

@@ -102,12 +102,12 @@ TEST_F(ReportHtml, NegativeControlsAFetchIsAConsoleMessageAndUndrawnSeriesHaveNo
 // Worker B's last resumed step runs under LibTorch's profiler: profile.json
 // is a Chrome trace of its operators, linked from both reports, and the
 // step's numbers still equal worker A's (the verdict is bitwise). Kineto's where LibTorch has it (PyPI's 2.x: an object
-// with traceEvents), the legacy profiler's otherwise (Debian's 1.13: an array).
+// with traceEvents), anchor's operator recorder's otherwise (Debian's 1.13: an array).
 TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
   const json profile = read_json(run("profile.json"));
   const json manifest = read_json(run("manifest.json"));
   const bool kineto = manifest["dependencies"]["libtorch"].get<std::string>().rfind("1.", 0) != 0;
-  ASSERT_EQ(profile.is_object(), kineto) << "Kineto on LibTorch 2.x, the legacy profiler on 1.13";
+  ASSERT_EQ(profile.is_object(), kineto) << "Kineto on LibTorch 2.x, the operator recorder on 1.13";
   const json& events = kineto ? profile["traceEvents"] : profile;
   ASSERT_TRUE(events.is_array());
   std::size_t aten = 0, complete = 0;
@@ -137,7 +137,7 @@ TEST_F(ReportHtml, ProfileJsonIsLibTorchsTraceOfOneStepLinkedFromTheReports) {
   EXPECT_EQ(report["resume"]["verdict"], "match");
   EXPECT_EQ(report["resume"]["mode"], "bitwise");
   EXPECT_EQ(fig["events"], complete);
-  EXPECT_NE(fig["profiler"].get<std::string>().find(kineto ? "Kineto profiler (operators, CPU)" : "legacy profiler"),
+  EXPECT_NE(fig["profiler"].get<std::string>().find(kineto ? "Kineto profiler (operators, CPU)" : "operator recorder"),
             std::string::npos)
       << fig.dump();
   EXPECT_EQ(fig.contains("kineto"), !kineto) << "why there is no Kineto profile: " << fig.dump();
