@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     x.sum().backward();
   };
   std::vector<torch::Tensor> w;
+  w.reserve(4);
   for (int i = 0; i < 4; ++i) w.push_back((torch::randn({width, width}) * 0.02).requires_grad_());
   auto step = [&] {
     auto x = torch::randn({1024, width});
