@@ -25,7 +25,10 @@ const std::vector<Variable>& variables() {
         {"diverge_replica", 0, "diverge_replica",
          "with several ranks, rank 1 of worker A nudges a parameter right before its first save"},
         {"profiler_refuses", 0, "profiler_refuses",
-         "the profiler refuses to start for worker B's last step (the step runs unprofiled; the pilot passes)"}},
+         "the profiler refuses to start for worker B's last step (the step runs unprofiled; the pilot passes)"},
+        {"kineto_refuses", 0, "kineto_refuses",
+         "Kineto refuses to start for worker B's last step, which anchor's operator recorder profiles instead "
+         "(LibTorch 2.x; where there is no Kineto this changes nothing)"}},
        "src/train/trainer.cpp",
        "the resume proof's negative controls (docs/pilot.md); in a user program's pilot the Python helper reads "
        "it with ANCHOR_FAULT's grammar instead (python/anchor_pilot/store.py, docs/program.md)"},

@@ -31,35 +31,49 @@ struct Span {
 };
 
 // LibTorch calls the callbacks through plain function pointers, from any
-// thread: the recording is the process's, under one lock.
+// thread: the recording is the process's, under one lock. Each recording has
+// its own generation: an operator keeps the one it started in, so one that
+// ends in a later recording (or after the last) is not that recording's.
 std::mutex g_mu;
 bool g_recording = false;
+std::atomic<std::uint64_t> g_generation{0};  // changed under g_mu; read without it at a start
 std::vector<Span> g_spans;
 
-// Threads numbered 1, 2, ... in the order they first ran an operator anywhere in the process.
+// Threads numbered 1, 2, ... in the order they first started an operator anywhere in the process.
 std::uint32_t this_thread_number() {
   static std::atomic<std::uint32_t> next{1};
   thread_local const std::uint32_t number = next.fetch_add(1);
   return number;
 }
 
+// What an operator's start leaves for its end (LibTorch owns and frees it).
 struct Started final : at::ObserverContext {
-  std::int64_t start_ns = now_ns();
+  std::uint64_t generation = 0;
+  std::uint32_t thread = 0;  // the thread that started it: its track, wherever it ends
+  std::int64_t start_ns = 0;
 };
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& /*fn*/) { return std::make_unique<Started>(); }
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& /*fn*/) {
+  auto started = std::make_unique<Started>();
+  started->generation = g_generation.load();
+  started->thread = this_thread_number();
+  started->start_ns = now_ns();
+  return started;
+}
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   const std::int64_t end = now_ns();
-  if (ctx == nullptr) return;
+  if (ctx == nullptr) return;  // its start failed
+  const auto& started = *static_cast<const Started*>(ctx);
   Span s;
-  s.start_ns = static_cast<Started*>(ctx)->start_ns;
+  s.start_ns = started.start_ns;
   s.end_ns = end;
   s.name = fn.name() != nullptr ? fn.name() : "";
-  s.thread = this_thread_number();
+  s.thread = started.thread;
   s.scope = fn.scope();
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_recording) g_spans.push_back(std::move(s));  // LibTorch catches what this throws
+  // LibTorch catches what this throws.
+  if (g_recording && started.generation == g_generation.load()) g_spans.push_back(std::move(s));
 }
 
 const char* scope_name(at::RecordScope s) {
@@ -77,6 +91,7 @@ const char* scope_name(at::RecordScope s) {
 OpRecorder::OpRecorder() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_recording) throw Error(ErrorKind::kRuntime, "an operator recorder is already recording in this process");
+  ++g_generation;
   g_spans.clear();
   g_spans.reserve(1u << 15);
   // Every scope; no inputs, outputs or ids: only what the trace shows.
@@ -89,7 +104,7 @@ OpRecorder::~OpRecorder() {
   at::removeCallback(handle_);
   std::lock_guard<std::mutex> lock(g_mu);
   g_recording = false;
-  g_spans.clear();
+  std::vector<Span>().swap(g_spans);  // its memory too
 }
 
 OpTrace OpRecorder::finish() {

@@ -17,11 +17,13 @@ struct OpTrace {
 // Records every operator any thread of this process runs while it lives, as
 // LibTorch announces them through its RecordFunction callbacks (the hooks its
 // own profilers stand on): the name, the scope (operator, autograd node, user
-// scope, ...), the thread, start and length in the steady clock. The same
-// spans LibTorch's legacy profiler writes, at 0.6 microseconds an operator
-// against its 4.3, trace text included (bench/bench_op_recorder.cpp). One
-// recorder at a time in a process; an operator that began before it started
-// is not in the trace, one that ends after finish() is dropped.
+// scope, ...), the thread that started it, start and length in the steady
+// clock. For a step on one thread, the spans LibTorch's legacy profiler
+// writes, at 0.6 microseconds an operator against its 4.3, trace text included
+// (bench/bench_op_recorder.cpp); unlike it, it also sees threads LibTorch did
+// not hand the step to (a process group's, a loader's). One recorder at a
+// time in a process; an operator that began before it started is not in the
+// trace, nor one that ends after finish().
 class OpRecorder {
  public:
   // Starts recording; throws Error when another recorder is recording.

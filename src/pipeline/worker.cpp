@@ -24,6 +24,7 @@
 #include "anchor/build_info.hpp"
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/copy_verified.hpp"
+#include "anchor/common/faults.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/config/config.hpp"
@@ -989,7 +990,18 @@ std::set<prof_impl::ActivityType> kineto_activities(bool gpu) {
   return a;
 }
 
-// Starts Kineto; false with `why` when this LibTorch refuses it.
+// Stops Kineto whatever else failed; false when stopping it failed too.
+bool kineto_stop_quietly() {
+  try {
+    prof::disableProfiler();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// Starts Kineto; false with `why` when this LibTorch refuses it, and whatever
+// it had started stopped again (never left on next to the recorder).
 bool kineto_start(bool gpu, std::string& why) {
   try {
     prof::prepareProfiler(kineto_config(), kineto_activities(gpu));
@@ -1000,17 +1012,8 @@ bool kineto_start(bool gpu, std::string& why) {
   } catch (...) {
     why = "Kineto refused with an exception that is not a std::exception";
   }
+  kineto_stop_quietly();  // refused before it was on: this fails, quietly
   return false;
-}
-
-// Stops Kineto whatever else failed; false when stopping it failed too.
-bool kineto_stop_quietly() {
-  try {
-    prof::disableProfiler();
-    return true;
-  } catch (...) {
-    return false;
-  }
 }
 
 // Stops Kineto and reads back the trace it saves; throws when it saved none.
@@ -1135,12 +1138,16 @@ train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlo
   const bool gpu = t.device().rfind("cuda", 0) == 0;
   std::string no_kineto;
   ProfiledStep ps;
-  // ANCHOR_PILOT_FAULT=profiler_refuses: no profiler starts (src/common/faults.cpp).
+  // ANCHOR_PILOT_FAULT=profiler_refuses: no profiler starts; kineto_refuses:
+  // Kineto does not, the recorder does (src/common/faults.cpp).
   const bool refuse = ctx.faults.profiler_refuses;
   const std::string refused = "refused by ANCHOR_PILOT_FAULT=profiler_refuses";
 #if TORCH_VERSION_MAJOR >= 2
+  bool kineto_refuses = false;
+  for (const auto& f : faults::read("ANCHOR_PILOT_FAULT")) kineto_refuses |= f.point == "kineto_refuses";
   if (refuse) no_kineto = "Kineto " + refused;
-  if (!refuse) kineto_profiled_step(t, gpu, ctx.run_dir + "/profile.kineto.tmp", no_kineto, ps);
+  if (kineto_refuses && !refuse) no_kineto = "Kineto refused by ANCHOR_PILOT_FAULT=kineto_refuses";
+  if (!refuse && !kineto_refuses) kineto_profiled_step(t, gpu, ctx.run_dir + "/profile.kineto.tmp", no_kineto, ps);
 #else
   (void)gpu;
   no_kineto = "LibTorch " TORCH_VERSION " is built without Kineto";  // Debian's: no step is spent finding out

@@ -734,6 +734,40 @@ TEST(Pilot, AProfilerThatRefusesLeavesTheStepAndTheVerdictAlone) {
   EXPECT_NE(anchor::fs::read_file(t.str("run/report.md")).find("| profile of a step | none: "), std::string::npos);
 }
 
+// Kineto refusing to start (LibTorch 2.x) leaves the step to anchor's
+// operator recorder: profile.json is its array of operator spans and the
+// figures say why there is no Kineto profile (control: the default pilot's
+// Kineto trace, an object, tests/e2e/test_report_html.cpp). Where LibTorch has
+// no Kineto (Debian's 1.13) the recorder profiles the step anyway.
+TEST(Pilot, WhenKinetoRefusesTheOperatorRecorderProfilesTheStep) {
+  TempDir t("kineto");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"ANCHOR_PILOT_FAULT", "kineto_refuses"}});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["resume"]["verdict"], "match");
+  nlohmann::json fig;
+  for (const auto& s : report["stages"])
+    if (s["stage"] == "resume") fig = s["figures"]["profile"];
+  ASSERT_TRUE(fig.is_object() && fig.contains("profiler")) << report["stages"].dump();
+  EXPECT_NE(fig["profiler"].get<std::string>().find("operator recorder"), std::string::npos) << fig.dump();
+  const bool has_kineto =
+      read_json(t.str("run/manifest.json"))["dependencies"]["libtorch"].get<std::string>().rfind("1.", 0) != 0;
+  EXPECT_NE(fig.value("kineto", "").find(has_kineto ? "kineto_refuses" : "built without Kineto"), std::string::npos)
+      << fig.dump();
+  const auto trace = read_json(t.str("run/profile.json"));
+  ASSERT_TRUE(trace.is_array());
+  EXPECT_EQ(fig["events"], trace.size());
+  std::size_t aten = 0;
+  bool backward = false;
+  for (const auto& e : trace) {
+    const std::string name = e.value("name", "");
+    aten += e["ph"] == "X" && name.rfind("aten::", 0) == 0;
+    backward |= e["cat"] == "autograd" && name.find("Backward") != std::string::npos;
+  }
+  EXPECT_GT(aten, 100u);
+  EXPECT_TRUE(backward);
+}
+
 TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   TempDir t("term");
   anchor::proc::SpawnOptions o;

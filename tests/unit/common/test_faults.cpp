@@ -59,8 +59,8 @@ TEST(Faults, EveryUsageInTheTableParsesToItsPointAndNumbers) {
 TEST(Faults, AnUnknownPointOrAMalformedItemIsRefusedWithThePointsListed) {
   const std::string typo = usage_error("ANCHOR_PILOT_FAULT", "drop_rgn");
   EXPECT_NE(typo.find("ANCHOR_PILOT_FAULT item 'drop_rgn': unknown point 'drop_rgn'"), std::string::npos) << typo;
-  EXPECT_NE(typo.find("use drop_rng, drop_optimizer, wrong_step, drop_scaler, diverge_replica or profiler_refuses, "
-                      "comma-separated"),
+  EXPECT_NE(typo.find("use drop_rng, drop_optimizer, wrong_step, drop_scaler, diverge_replica, profiler_refuses or "
+                      "kineto_refuses, comma-separated"),
             std::string::npos)
       << typo;
   EXPECT_NE(usage_error("ANCHOR_GRAD_FAULT", "inf").find("inf takes 1 number(s), not 0: inf:<step>"),

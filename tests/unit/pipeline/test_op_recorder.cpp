@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -98,6 +100,51 @@ TEST(OpRecorder, EachThreadIsItsOwnTrack) {
   for (const auto& e : trace)
     if (e["name"] == "aten::mm") tids.insert(e["tid"].get<int>());
   EXPECT_EQ(tids.size(), 2u) << trace.dump();
+}
+
+// Times are microseconds from the first span: a scope that sleeps 2 ms lasts
+// at least 2,000 and no longer than the wall time around it, and the operator
+// run inside it lies inside it.
+TEST(OpRecorder, SpansAreInMicrosecondsAndNest) {
+  OpRecorder rec;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    RECORD_USER_SCOPE("sleeps");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    (void)torch::ones({2});
+  }
+  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const json trace = parsed(rec.finish());
+  json outer, inner;
+  for (const auto& e : trace) {
+    if (e["name"] == "sleeps") outer = e;
+    if (e["name"] == "aten::ones") inner = e;
+  }
+  ASSERT_TRUE(outer.is_object() && inner.is_object()) << trace.dump();
+  const double ots = outer["ts"], odur = outer["dur"], its = inner["ts"], idur = inner["dur"];
+  EXPECT_GE(odur, 2000.0) << outer;
+  EXPECT_LE(odur, wall_us) << outer;
+  EXPECT_GE(its, ots) << trace.dump();
+  EXPECT_LE(its + idur, ots + odur + 0.001) << trace.dump();
+}
+
+// An operator that started in one recording and ends in the next (or after
+// the last) is in neither trace.
+TEST(OpRecorder, AnOperatorThatOutlivesItsRecordingIsInNoTrace) {
+  std::optional<OpRecorder> first;
+  first.emplace();
+  auto late = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
+  ASSERT_TRUE(late->isActive()) << "the recorder's callback is on";
+  late->before("outlives", c10::ArrayRef<const c10::IValue>{});  // as RECORD_USER_SCOPE begins one
+  const json one = parsed(first->finish());
+  first.reset();
+  OpRecorder second;
+  late.reset();  // its end runs now, in the second recording
+  (void)torch::ones({1});
+  const json two = parsed(second.finish());
+  EXPECT_EQ(named(one, "outlives"), 0u) << one.dump();
+  EXPECT_EQ(named(two, "outlives"), 0u) << two.dump();
+  EXPECT_EQ(named(two, "aten::ones"), 1u) << two.dump();
 }
 
 // A user scope's name is whatever the program says: the trace stays valid
