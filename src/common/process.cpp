@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -29,6 +32,41 @@ std::string host_name() {
   char buf[256] = {};
   return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : "unknown";
 }
+
+namespace {
+
+// In the child, before exec: `from` becomes `to`. dup2 onto itself changes
+// nothing, so a pipe end that already is `to` (the parent had that
+// descriptor closed) keeps its close-on-exec flag: cleared here instead.
+// Async-signal-safe.
+void move_onto(int from, int to) {
+  if (from == to)
+    ::fcntl(to, F_SETFD, 0);
+  else
+    ::dup2(from, to);
+}
+
+// In the child, before exec: only stdin, stdout and stderr cross into the new
+// program, as with Python's subprocess (close_fds): a descriptor the parent
+// holds without close-on-exec (events.jsonl's stream, a library's socket, one
+// this process inherited) does not leak into a worker or a user's program.
+// close_range where the kernel has it (5.9), else each below `max_fd`.
+// Async-signal-safe.
+void close_inherited(int max_fd) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
+#endif
+  for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
+}
+
+// The descriptor limit for close_inherited's fallback, read before fork.
+int descriptor_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 65536;
+  return static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1U << 20));
+}
+
+}  // namespace
 
 Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   if (argv.empty()) throw Error(ErrorKind::kRuntime, "spawn: empty command");
@@ -58,6 +96,7 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   }
 
   const pid_t parent = ::getpid();
+  const int max_fd = descriptor_limit();
   pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -78,9 +117,10 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
-    if (opts.capture_stdout) ::dup2(pipefd[1], STDOUT_FILENO);
-    if (opts.capture_stdout && opts.merge_stderr) ::dup2(pipefd[1], STDERR_FILENO);
-    if (opts.pipe_stdin) ::dup2(infd[0], STDIN_FILENO);
+    if (opts.capture_stdout) move_onto(pipefd[1], STDOUT_FILENO);
+    if (opts.capture_stdout && opts.merge_stderr) move_onto(pipefd[1], STDERR_FILENO);
+    if (opts.pipe_stdin) move_onto(infd[0], STDIN_FILENO);
+    close_inherited(max_fd);
     if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) {
       const char msg[] = "anchor: error: cannot change into the working directory of the command\n";
       (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);

@@ -1,5 +1,9 @@
-// proc::find_on_path: PATH first, then the extra directories; proc::host_name.
+// proc::find_on_path: PATH first, then the extra directories; proc::host_name;
+// what proc::spawn hands a child of this process's descriptors.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -46,6 +50,55 @@ TEST(DescribeExit, SaysTheStatusAndTheSignal) {
   EXPECT_EQ(proc::describe_exit(3), "exited with status 3");
   EXPECT_EQ(proc::describe_exit(137), "exited with status 137 (killed by SIGKILL)");
   EXPECT_EQ(proc::describe_exit(139), "exited with status 139 (killed by SIGSEGV: a crash)");
+}
+
+// A child gets stdin, stdout and stderr, nothing else this process holds: a
+// descriptor opened without close-on-exec is closed in it (the control: the
+// same check sees the child's stdout, and the descriptor is open here).
+TEST(Spawn, OnlyTheStandardDescriptorsReachTheChild) {
+  const int leaky = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC
+  ASSERT_GE(leaky, 3);
+  ASSERT_NE(::fcntl(leaky, F_GETFD), -1);
+  proc::SpawnOptions o;
+  o.capture_stdout = true;
+  const std::string check = "for fd in 1 " + std::to_string(leaky) +
+                            "; do if test -e /proc/self/fd/$fd; then echo open; else echo closed; fi; done";
+  auto c = proc::spawn({"/bin/sh", "-c", check}, o);
+  const auto stdout_line = proc::read_line(c.stdout_fd);
+  const auto leaky_line = proc::read_line(c.stdout_fd);
+  ::close(c.stdout_fd);
+  EXPECT_EQ(proc::wait_exit(c.pid), 0);
+  ::close(leaky);
+  EXPECT_EQ(stdout_line.value_or("eof"), "open");
+  EXPECT_EQ(leaky_line.value_or("eof"), "closed") << "descriptor " << leaky << " leaked into the child";
+}
+
+// A parent whose stdin and stdout are closed gets descriptors 0 and 1 for the
+// pipe it reads the child's stdout from: the child's end is already 1, and it
+// must still be open after exec (dup2 onto itself would leave it close-on-exec).
+TEST(Spawn, AStdoutPipeThatIsAlreadyDescriptorOneReachesTheChild) {
+  const pid_t helper = ::fork();
+  ASSERT_GE(helper, 0);
+  if (helper == 0) {
+    ::close(STDIN_FILENO);
+    ::close(STDOUT_FILENO);
+    int code = 1;
+    try {
+      proc::SpawnOptions o;
+      o.capture_stdout = true;
+      auto c = proc::spawn({"/bin/echo", "through"}, o);
+      if (c.stdout_fd != STDIN_FILENO) ::_exit(3);  // not the case this test is for
+      const auto line = proc::read_line(c.stdout_fd);
+      code = proc::wait_exit(c.pid) == 0 && line && *line == "through" ? 0 : 1;
+    } catch (...) {
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(helper, &status, 0), helper);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child's stdout was closed; 2: spawn threw; 3: the pipe was not 0 and 1";
 }
 
 }  // namespace
