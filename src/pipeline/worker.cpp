@@ -1050,7 +1050,7 @@ struct ProfiledStep {
   bool stepped = false;
   std::optional<Profiled> profile;
   std::string failed;  // why there is no profile, when the profiler failed
-  double seconds = 0;  // the profiled step's (with the recorder, its start and stop too)
+  double seconds = 0;  // the profiled step's (with the recorder, its start, stop and trace text too)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
