@@ -3,7 +3,8 @@
 # side by side on the same config (issue 3, "Benchmark"). Run by hand; not in CTest.
 #
 #   bench/bench_pilot.sh [--reps N] [--config FILE] [--anchor BIN] [--python PY]
-#                        [--anchor-arg ARG]... [--keep] [--workdir EMPTY_DIR]
+#                        [--anchor-arg ARG]... [--peer-env NAME=VALUE]...
+#                        [--keep] [--workdir EMPTY_DIR]
 #
 # One warm-up run of each, then N (default 3) repetitions of each, interleaved
 # (anchor, python, anchor, python, ...) so background load hits both alike;
@@ -11,6 +12,9 @@
 # K-th step, full optimizer state: compute_s + data_wait_s), peak RSS (max over
 # the supervisor/parent and every worker) and the ratios anchor/python against
 # the issue's goals (<= 0.6x, <= 1.0x, <= 0.6x), plus where each side's time goes.
+# --peer-env runs the Python pilot with a variable set, e.g. the thread pools'
+# wait settings anchor starts its workers with (GOMP_SPINCOUNT=10000
+# OPENBLAS_THREAD_TIMEOUT=4; docs/benchmarks.md): the peer as written, or like for like.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,8 +26,9 @@ py=/usr/bin/python3
 keep=0
 workdir=
 anchor_args=()
+peer_env=()
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --reps) reps=$2; shift 2 ;;
@@ -31,6 +36,8 @@ while [[ $# -gt 0 ]]; do
     --anchor) anchor=$2; shift 2 ;;
     --python) py=$2; shift 2 ;;
     --anchor-arg) anchor_args+=("$2"); shift 2 ;;
+    --peer-env) [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "bench_pilot.sh: --peer-env wants NAME=VALUE" >&2; exit 2; }
+                peer_env+=("$2"); shift 2 ;;
     --keep) keep=1; shift ;;
     --workdir) workdir=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -76,7 +83,7 @@ run_one() {
        "$anchor" pilot "$config" --run-dir "$d/run" "${anchor_args[@]}" >"$d/log.txt" 2>&1) || rc=$?
   else
     (cd "$d" && /usr/bin/time -f '%M %U %S' -o "$d/time.txt" \
-       "$py" "$here/python_pilot.py" "$config" --run-dir "$d/run" --json >"$d/log.txt" 2>&1) || rc=$?
+       env "${peer_env[@]}" "$py" "$here/python_pilot.py" "$config" --run-dir "$d/run" --json >"$d/log.txt" 2>&1) || rc=$?
   fi
   t1=$(now)
   if [[ $rc != 0 ]]; then
@@ -93,7 +100,7 @@ run_one() {
 
 echo "== anchor pilot vs python pilot: $config"
 echo "   anchor: $anchor_src ${anchor_args[*]:-} ($("$anchor" --version), run from a copy)"
-echo "   python: $py $here/python_pilot.py (torch $("$py" -c 'import torch; print(torch.__version__)'))"
+echo "   python: ${peer_env[*]:-} $py $here/python_pilot.py (torch $("$py" -c 'import torch; print(torch.__version__)'))"
 echo "   $(nproc) CPUs; load at start: $(uptime | sed 's/.*load average/load average/')"
 echo "   warm-up (not counted), then $reps repetitions each, interleaved:"
 : >"$workdir/runs.jsonl"
@@ -241,4 +248,12 @@ for kind in ("anchor", "python"):
         total += v
         print("  %-52s %7.3f" % (k, v))
     print("  %-52s %7.3f  (whole pilot median %.3f)" % ("sum of medians", total, med(kind, "wall")))
+
+# Exit 1 when the two pilots did not train alike or a resume failed (ctest bench.pilot_tiny).
+failed = [x["verdict"] for x in res["anchor"] if x["verdict"] != "passed"] + \
+         [x["verdict"] for x in res["python"] if x["verdict"] != "match"]
+if agree != len(la) or len(la) != len(lp) or failed:
+    print("\nbench_pilot.sh: the pilots differ (losses equal: %d of %d; verdicts not passed/match: %s)"
+          % (agree, len(la), failed or "none"), file=sys.stderr)
+    sys.exit(1)
 EOF

@@ -33,6 +33,7 @@ if [[ "${1:-}" == --test ]]; then
     podman crun                           # the image id detected in a real container (tests/install/podman_container.sh)
     clang-tidy                            # the tidy check (scripts/tidy.sh, tests/tidy/test_tidy.sh)
     clang-format                          # the layout check (scripts/format.sh, tests/format/test_format.sh)
+    time python3-yaml                     # GNU time and the Python peer's YAML (bench/bench_pilot.sh, ctest bench.pilot_tiny)
   )
 fi
 

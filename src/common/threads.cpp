@@ -1,5 +1,7 @@
 #include "anchor/common/threads.hpp"
 
+#include "anchor/common/utf8.hpp"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -40,6 +42,22 @@ Blas blas() {
   if (auto get = symbol<int (*)()>("openblas_get_num_threads")) return {"openblas", get(), ""};
   if (auto get = symbol<int (*)()>("MKL_Get_Max_Threads")) return {"mkl", get(), mkl_cnr_branch()};
   return {};
+}
+
+std::map<std::string, std::string> pool_wait_env() {
+  std::map<std::string, std::string> env;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) env["GOMP_SPINCOUNT"] = "10000";
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) env["OPENBLAS_THREAD_TIMEOUT"] = "4";  // 2^4 cycles: sleep at once
+  return env;
+}
+
+nlohmann::json pool_wait_json() {
+  nlohmann::json j = nlohmann::json::object();
+  for (const char* name : {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) {
+    const char* v = std::getenv(name);
+    j[name] = v ? nlohmann::json(printable(v)) : nlohmann::json();
+  }
+  return j;
 }
 
 Blas bind_blas(int n) {

@@ -14,6 +14,7 @@
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
@@ -216,7 +217,8 @@ std::vector<pid_t> spawn_node_ranks(const dist::LaunchEnv& launch, const PilotOp
     so.die_with_parent = true;
     so.env =
         dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr, port);
-    so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (src/pipeline/progress.hpp): plain step lines
+    so.env.merge(threads::pool_wait_env());  // idle pool threads sleep soon (threads.hpp)
+    so.env["ANCHOR_LIVE_PROGRESS"] = "0";    // no live line here (src/pipeline/progress.hpp): plain step lines
     so.env[protocol::kSpecEnv] = work::spec(run_dir, group);  // written by the supervisor before the start
     std::vector<std::string> argv = {binary, "--log-level", opts.log_level, "__worker"};
     if (!opts.use_hash_cache) argv.push_back("--no-cache");

@@ -29,6 +29,7 @@
 #include "anchor/common/utf8.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
+#include "anchor/common/threads.hpp"
 #include "anchor/config/config.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/error.hpp"
@@ -190,14 +191,15 @@ class WorkerRun {
       proc::SpawnOptions so;
       so.capture_stdout = r == 0;  // rank 0 speaks for the group; the others' logs go to stderr
       so.die_with_parent = true;
-      if (early_) {
-        so.pipe_stdin = true;
-        so.env[kReleaseEnv] = "stdin";
-      }
       if (nodes_)
         so.env = dist::placed_launch_env(r, nproc_, r, local_, nodes_->master_addr(), port_);
       else if (nproc_ > 1)
         so.env = dist::self_launch_env(r, nproc_, port_);
+      if (early_) {
+        so.pipe_stdin = true;
+        so.env[kReleaseEnv] = "stdin";
+      }
+      so.env.merge(threads::pool_wait_env());  // idle pool threads sleep soon (threads.hpp)
       so.env[kLiveProgressEnv] = live ? "1" : "0";
       so.env[protocol::kSpecEnv] = spec_path_;  // what the worker is told (docs/program.md, "The contract")
       std::vector<std::string> argv = {p_.worker_binary, "--log-level", p_.opts.log_level, "__worker"};

@@ -374,7 +374,8 @@ nlohmann::json threads_json(int configured) {
           {"blas",
            {{"library", blas.library.empty() ? nlohmann::json() : nlohmann::json(blas.library)},
             {"threads", blas.threads >= 0 ? nlohmann::json(blas.threads) : nlohmann::json()},
-            {"reproducible", blas.reproducible.empty() ? nlohmann::json() : nlohmann::json(blas.reproducible)}}}};
+            {"reproducible", blas.reproducible.empty() ? nlohmann::json() : nlohmann::json(blas.reproducible)}}},
+          {"wait_env", threads::pool_wait_json()}};
 }
 
 // Pins the run before anything trains, in the process that trains: the

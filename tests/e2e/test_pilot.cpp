@@ -1,6 +1,8 @@
 // End-to-end: `anchor pilot` on the real binary, with real worker processes
 // and a real SIGKILL. Each equivalence claim comes with its negative control.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -634,6 +636,31 @@ TEST(Pilot, MklReproducibilityIsRecordedAndAUsersChoiceStands) {
   r = run_anchor({"pilot", kPilot, "--run-dir", off.str("run"), "--set", "run.deterministic=false"});
   ASSERT_TRUE(r.status == 0 || r.status == 3) << r.output;
   EXPECT_EQ(read_json(off.str("run/manifest.json"))["threads"]["blas"]["reproducible"], "off");
+}
+
+// A worker's two thread pools are told to sleep soon after their work
+// (threads::pool_wait_env: with as many threads as cores, the idle threads of
+// one pool spinning hold the cores the other pool's threads need); the worker
+// records what it ran with, and a user's own setting stands.
+TEST(Pilot, PoolWaitIsRecordedAndAUsersChoiceStands) {
+  for (const char* v : {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) ::unsetenv(v);
+  {
+    TempDir t("wait");
+    auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")});
+    ASSERT_EQ(r.status, 0) << r.output;
+    const json w = read_json(t.str("run/manifest.json"))["threads"]["wait_env"];
+    EXPECT_EQ(w["GOMP_SPINCOUNT"], "10000") << w.dump();
+    EXPECT_TRUE(w["OMP_WAIT_POLICY"].is_null()) << w.dump();
+    EXPECT_EQ(w["OPENBLAS_THREAD_TIMEOUT"], "4") << w.dump();
+  }
+  TempDir t("wait-user");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")},
+                      {{"OMP_WAIT_POLICY", "ACTIVE"}, {"OPENBLAS_THREAD_TIMEOUT", "28"}});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json w = read_json(t.str("run/manifest.json"))["threads"]["wait_env"];
+  EXPECT_TRUE(w["GOMP_SPINCOUNT"].is_null()) << w.dump();
+  EXPECT_EQ(w["OMP_WAIT_POLICY"], "ACTIVE") << w.dump();
+  EXPECT_EQ(w["OPENBLAS_THREAD_TIMEOUT"], "28") << w.dump();
 }
 
 TEST(Pilot, ResumeAcrossTheEndOfTheData) {

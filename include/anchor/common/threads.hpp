@@ -4,7 +4,10 @@
 // LibTorch links) keeps a pool that at::set_num_threads does not reach, sized
 // from the machine's cores; MKL follows OpenMP. Found at run time with dlsym,
 // so nothing links against a particular BLAS.
+#include <map>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace anchor::threads {
 
@@ -32,5 +35,23 @@ Blas bind_blas(int n);
 
 // What is in effect, without changing it.
 Blas blas();
+
+// How long the two pools' idle threads spin before they sleep: the variables
+// a built-in worker is started with (the supervisor adds them to its
+// environment; both libraries read them once, when they load). LibTorch's
+// intra-op pool is OpenMP's (libgomp), whose threads spin 300,000 times after
+// each parallel region by default; where OpenBLAS keeps a pool of its own
+// (pthreads, Debian's LibTorch), its threads yield in a loop for 2^28 cycles
+// after each call. With run.threads as many as the cores, the spinning threads
+// of one pool hold the cores the other pool's threads need: on this 2-core VM
+// the 25.5M pilot took 19-21 s so and 12.1-12.4 s with GOMP_SPINCOUNT=10000
+// and OPENBLAS_THREAD_TIMEOUT=4 (docs/benchmarks.md). Only variables the
+// environment does not set are returned: a user's choice stands, and either
+// OpenMP variable (OMP_WAIT_POLICY, GOMP_SPINCOUNT) leaves OpenMP's as it is.
+std::map<std::string, std::string> pool_wait_env();
+
+// The three variables as this process sees them, each its value or null (the
+// manifest's threads.wait_env).
+nlohmann::json pool_wait_json();
 
 }  // namespace anchor::threads
