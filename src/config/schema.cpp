@@ -65,7 +65,7 @@ std::vector<Field> make_fields() {  // NOLINT(readability-function-size): the sc
           "pin (#2), pilot (#3)"),
     Field(ANCHOR_KEY(run.deterministic), "Use deterministic algorithms; needed for bitwise resume.",
           "pilot (#3), multi-process (#7)"),
-    Field(ANCHOR_KEY(run.threads), "Threads of every pool a built-in worker runs: LibTorch's intra-op and inter-op pools and the BLAS library's own (OpenBLAS with pthreads). With run.deterministic, a worker on MKL also asks for its reproducible sums (MKL_CBWR=AUTO unless MKL_CBWR is set). Recorded in the manifest (threads): results can depend on it.",
+    Field(ANCHOR_KEY(run.threads), "Threads of every pool a built-in worker runs: LibTorch's intra-op and inter-op pools and the BLAS library's own (OpenBLAS with pthreads). With run.deterministic, a worker on MKL also asks for its reproducible sums (MKL_CBWR=AUTO unless MKL_CBWR is set). Each pool's idle threads sleep soon (GOMP_SPINCOUNT=10000, OPENBLAS_THREAD_TIMEOUT=4 unless set; docs/pilot.md). Recorded in the manifest (threads): results can depend on it.",
           "pilot (#3), measure (#6)").at_least(1).at_most(1024),
 
     // model ----------------------------------------------------------------
