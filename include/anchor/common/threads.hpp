@@ -43,11 +43,12 @@ Blas blas();
 // each parallel region by default; where OpenBLAS keeps a pool of its own
 // (pthreads, Debian's LibTorch), its threads yield in a loop for 2^28 cycles
 // after each call. With run.threads as many as the cores, the spinning threads
-// of one pool hold the cores the other pool's threads need: on this 2-core VM
-// the 25.5M pilot took 19-21 s so and 12.1-12.4 s with GOMP_SPINCOUNT=10000
-// and OPENBLAS_THREAD_TIMEOUT=4 (docs/benchmarks.md). Only variables the
-// environment does not set are returned: a user's choice stands, and either
-// OpenMP variable (OMP_WAIT_POLICY, GOMP_SPINCOUNT) leaves OpenMP's as it is.
+// of one pool hold the cores the other pool's threads need: on the 2-core VM
+// the 25.5M pilot took 19.5-21.1 s with the defaults and 12.1-12.7 s with
+// GOMP_SPINCOUNT=10000 and OPENBLAS_THREAD_TIMEOUT=4 (docs/benchmarks.md,
+// "Idle thread pools"). Only variables the environment does not set are
+// returned: a user's choice stands, and either OpenMP variable
+// (OMP_WAIT_POLICY, GOMP_SPINCOUNT) leaves OpenMP's as it is.
 std::map<std::string, std::string> pool_wait_env();
 
 // The three variables as this process sees them, each its value or null (the
