@@ -2,6 +2,8 @@
 // supervisor starts 2 ranks of each worker (DDP over Gloo), kills every rank
 // in the second save, restores and resumes per rank (docs/distributed.md).
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +29,7 @@ const std::string kPilot = source_path("configs/pilot.yaml");
 using anchor::testing::read_json;
 
 TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
+  for (const char* v : {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) ::unsetenv(v);
   TempDir t("pilot2");
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--nproc-per-node", "2"});
   ASSERT_EQ(r.status, 0) << r.output;
@@ -59,6 +62,10 @@ TEST(PilotDist, TwoSelfLaunchedRanksPassWithBitwiseResumePerRank) {
   const auto& step = report["measurements"]["step"];
   EXPECT_EQ(step["world_size"], 2);
   EXPECT_DOUBLE_EQ(step["tokens_per_s_all_ranks"].get<double>(), 2 * step["tokens_per_s"].get<double>());
+  // Several ranks are started with the pools' wait settings too (threads::pool_wait_env): rank 0's manifest.
+  const json wait = read_json(t.str("run/manifest.json"))["threads"]["wait_env"];
+  EXPECT_EQ(wait["GOMP_SPINCOUNT"], "10000") << wait.dump();
+  EXPECT_EQ(wait["OPENBLAS_THREAD_TIMEOUT"], "4") << wait.dump();
   // No GPU here: distributed.backend auto chose Gloo, and the report says so.
   EXPECT_EQ(report["distributed"]["backend"], "gloo") << report["distributed"].dump(2);
 

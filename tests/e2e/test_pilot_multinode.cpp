@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -119,6 +121,7 @@ void expect_passed_on_two_nodes(const TempDir& t) {
 }
 
 TEST(PilotMultinode, TwoHandLaunchedNodesPassWithBitwiseResumePerRank) {
+  for (const char* v : {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) ::unsetenv(v);
   TempDir t("pilotmn");
   const auto t0 = std::chrono::steady_clock::now();
   auto r = run_two_nodes(t, {});
@@ -130,6 +133,11 @@ TEST(PilotMultinode, TwoHandLaunchedNodesPassWithBitwiseResumePerRank) {
   EXPECT_NE(r[1].out.find("agent of node 1"), std::string::npos) << r[1].out;
   EXPECT_NE(r[1].out.find("rank 0's pilot exited with 0"), std::string::npos) << r[1].out;
   expect_passed_on_two_nodes(t);
+  // The supervisor's node starts its rank with the pools' wait settings (threads::pool_wait_env); what
+  // rank 0 ran with is in the manifest (a rank on another node writes none).
+  const json wait = read_json(t.str("run/manifest.json"))["threads"]["wait_env"];
+  EXPECT_EQ(wait["GOMP_SPINCOUNT"], "10000") << wait.dump();
+  EXPECT_EQ(wait["OPENBLAS_THREAD_TIMEOUT"], "4") << wait.dump();
 }
 
 // srun's variables (one task per node), no --run-dir on either node: the
