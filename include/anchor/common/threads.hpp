@@ -3,7 +3,9 @@
 // OpenBLAS built with pthreads (Debian's libopenblas0-pthread, which Debian's
 // LibTorch links) keeps a pool that at::set_num_threads does not reach, sized
 // from the machine's cores; MKL follows OpenMP. Found at run time with dlsym,
-// so nothing links against a particular BLAS.
+// so nothing links against a particular BLAS. Also how long the idle threads
+// of both pools (OpenMP's and OpenBLAS's) wait before they sleep, which a
+// worker is told through its environment (pool_wait_env).
 #include <map>
 #include <string>
 
