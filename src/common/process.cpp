@@ -46,6 +46,12 @@ void move_onto(int from, int to) {
     ::dup2(from, to);
 }
 
+// In the child, before any move_onto: a source end that sits on another
+// standard descriptor than its target (the parent had 0-2 closed, so the pipes
+// took them) is copied above 2 first, or an earlier move would overwrite it.
+// Async-signal-safe.
+int lift(int fd, int target) { return fd <= STDERR_FILENO && fd != target ? ::fcntl(fd, F_DUPFD, 3) : fd; }
+
 // In the child, before exec: only stdin, stdout and stderr cross into the new
 // program, as with Python's subprocess (close_fds): a descriptor the parent
 // holds without close-on-exec (events.jsonl's stream, a library's socket, one
@@ -117,9 +123,11 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
-    if (opts.capture_stdout) move_onto(pipefd[1], STDOUT_FILENO);
-    if (opts.capture_stdout && opts.merge_stderr) move_onto(pipefd[1], STDERR_FILENO);
-    if (opts.pipe_stdin) move_onto(infd[0], STDIN_FILENO);
+    const int out = opts.capture_stdout ? lift(pipefd[1], STDOUT_FILENO) : -1;
+    const int in = opts.pipe_stdin ? lift(infd[0], STDIN_FILENO) : -1;
+    if (opts.capture_stdout) move_onto(out, STDOUT_FILENO);
+    if (opts.capture_stdout && opts.merge_stderr) move_onto(out, STDERR_FILENO);
+    if (opts.pipe_stdin) move_onto(in, STDIN_FILENO);
     close_inherited(max_fd);
     if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) {
       const char msg[] = "anchor: error: cannot change into the working directory of the command\n";

@@ -101,4 +101,40 @@ TEST(Spawn, AStdoutPipeThatIsAlreadyDescriptorOneReachesTheChild) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child's stdout was closed; 2: spawn threw; 3: the pipe was not 0 and 1";
 }
 
+// A parent with 0, 1 and 2 all closed: the stdout pipe takes 0 and 1, the
+// stdin pipe 2 and 3. The child's stdin end (2) must not be overwritten by the
+// stderr move before it is moved onto 0: the line written to its stdin comes back.
+TEST(Spawn, PipesOnEveryStandardDescriptorReachTheChildIntact) {
+  const pid_t helper = ::fork();
+  ASSERT_GE(helper, 0);
+  if (helper == 0) {
+    ::close(STDIN_FILENO);
+    ::close(STDOUT_FILENO);
+    ::close(STDERR_FILENO);
+    int code = 1;
+    try {
+      proc::SpawnOptions o;
+      o.capture_stdout = true;
+      o.merge_stderr = true;
+      o.pipe_stdin = true;
+      auto c = proc::spawn({"/bin/sh", "-c", "read x; echo \"got $x\""}, o);
+      // stdout's pipe on 0 and 1 leaves 2 and 3 for stdin's: its read end on 2, the write end 3.
+      if (c.stdout_fd != STDIN_FILENO || c.stdin_fd != 3) ::_exit(3);  // not the case this test is for
+      const char line[] = "ping\n";
+      if (::write(c.stdin_fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) ::_exit(2);
+      ::close(c.stdin_fd);
+      const auto got = proc::read_line(c.stdout_fd);
+      code = proc::wait_exit(c.pid) == 0 && got && *got == "got ping" ? 0 : 1;
+    } catch (...) {
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(helper, &status, 0), helper);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child did not read its stdin; 2: spawn or write failed; 3: the pipes "
+                                       "were not on 0-3";
+}
+
 }  // namespace
