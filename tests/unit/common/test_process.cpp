@@ -108,9 +108,7 @@ TEST(Spawn, PipesOnEveryStandardDescriptorReachTheChildIntact) {
   const pid_t helper = ::fork();
   ASSERT_GE(helper, 0);
   if (helper == 0) {
-    ::close(STDIN_FILENO);
-    ::close(STDOUT_FILENO);
-    ::close(STDERR_FILENO);
+    for (int fd = 0; fd < 1024; ++fd) ::close(fd);  // ctest may hand down more than 0-2: the pipes then take 0-3
     int code = 1;
     try {
       proc::SpawnOptions o;
