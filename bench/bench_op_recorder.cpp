@@ -1,5 +1,5 @@
 // What profiling a step costs where LibTorch has no Kineto: anchor's operator
-// recorder (src/pipeline/op_recorder.hpp) against LibTorch's legacy profiler
+// recorder (src/worker/op_recorder.hpp) against LibTorch's legacy profiler
 // (RecordProfile, which it replaces in worker B), on the same work in the same
 // process, taking turns rep by rep (docs/benchmarks.md, issue 16).
 //
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/op_recorder.hpp"
+#include "worker/op_recorder.hpp"
 
 namespace {
 

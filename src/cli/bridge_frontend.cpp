@@ -2,7 +2,7 @@
 // torch translation unit, or the linker pulls LibTorch back in (a test reads
 // this binary's NEEDED entries: tests/e2e/test_frontend.cpp).
 #include "anchor/dist/launch.hpp"
-#include "anchor/pipeline/pilot.hpp"
+#include "anchor/pilot/pilot.hpp"
 #include "bridge.hpp"
 
 namespace anchor::cli {

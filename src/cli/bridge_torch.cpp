@@ -1,5 +1,5 @@
 // anchor-torch: LibTorch is linked; every command runs in this process.
-#include "anchor/pipeline/pilot.hpp"
+#include "anchor/pilot/pilot.hpp"
 #include "bridge.hpp"
 
 namespace anchor::cli {

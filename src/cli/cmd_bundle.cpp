@@ -10,7 +10,7 @@
 
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
-#include "anchor/pipeline/bundle.hpp"
+#include "anchor/reproduce/bundle.hpp"
 #include "commands.hpp"
 
 namespace anchor::cli {

@@ -2,7 +2,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/log.hpp"
-#include "anchor/pipeline/pilot.hpp"
+#include "anchor/pilot/pilot.hpp"
 #include "bridge.hpp"
 #include "commands.hpp"
 

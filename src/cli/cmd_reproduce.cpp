@@ -4,8 +4,8 @@
 // line maps onto pipeline::reproduce, which does all of that.
 #include <memory>
 
-#include "anchor/pipeline/pilot.hpp"
-#include "anchor/pipeline/reproduce.hpp"
+#include "anchor/pilot/pilot.hpp"
+#include "anchor/reproduce/reproduce.hpp"
 #include "bridge.hpp"
 #include "commands.hpp"
 

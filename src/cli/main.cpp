@@ -95,7 +95,7 @@ anchor::Error unknown_command_error(const std::string& word) {
 }
 
 // "\033[K" in a worker whose live line the supervisor draws on this terminal
-// (src/pipeline/progress.hpp): that line ends at column 0, where this starts.
+// (include/anchor/protocol/progress.hpp): that line ends at column 0, where this starts.
 const char* clear_line() {
   const char* live = std::getenv("ANCHOR_LIVE_PROGRESS");
   return live && std::string(live) == "1" && ::isatty(STDERR_FILENO) == 1 ? "\033[K" : "";

@@ -50,7 +50,7 @@ const std::vector<Variable>& variables() {
        false,
        {{"hide_run_dir", 0, "hide_run_dir",
          "this node looks for the run directory elsewhere, as a node without the shared mount would"}},
-       "src/pipeline/launched.cpp",
+       "src/pilot/launched.cpp",
        "a node of a multi-node pilot that cannot see the run (docs/distributed.md)"},
   };
   return table;

@@ -36,7 +36,7 @@ void init(Level level) {
     logger = spdlog::stderr_color_mt("anchor",
                                      no_color && *no_color ? spdlog::color_mode::never : spdlog::color_mode::automatic);
     // A pilot worker whose live line the supervisor draws on the terminal
-    // (ANCHOR_LIVE_PROGRESS, src/pipeline/progress.hpp): that line ends at
+    // (ANCHOR_LIVE_PROGRESS, include/anchor/protocol/progress.hpp): that line ends at
     // column 0, so each of the worker's lines first clears it.
     const char* live_env = std::getenv("ANCHOR_LIVE_PROGRESS");
     const bool live = live_env && std::string(live_env) == "1" && ::isatty(STDERR_FILENO) == 1;

@@ -171,7 +171,7 @@ TEST_F(Gpu, MemoryModelPredictsHeldOutPointsWithinTenPercent) {
 }
 
 // The probe's steps on one trainer (its AdamW state created without a step,
-// the cache emptied before each point, as pipeline/worker.cpp's run_probe
+// the cache emptied before each point, as worker/worker.cpp's run_probe
 // does) peak where fresh trainers' second steps peak, on the caching
 // allocator as on the CPU's counting one (tests/unit/measure/test_memory.cpp).
 TEST_F(Gpu, TheProbesStepsOnOneTrainerEqualFreshTrainersSecondSteps) {

@@ -1,6 +1,6 @@
 #pragma once
 // What the trainer reports about a step and about its state, as plain structs
-// without torch: the worker writes them (pipeline/worker_result.hpp) and the
+// without torch: the worker writes them (protocol/worker_result.hpp) and the
 // supervisor, which never loads LibTorch, reads them back.
 #include <cstdint>
 #include <map>

@@ -37,7 +37,7 @@ struct RestoreFaults {
   // parameter right before its first save, so the replica check there fails.
   bool diverge_replica = false;
   // Not a restore fault either: the profiler refuses to start for worker B's
-  // last step, which then runs unprofiled (pipeline/worker.cpp, profiled_step).
+  // last step, which then runs unprofiled (worker/worker.cpp, profiled_step).
   bool profiler_refuses = false;
   // ANCHOR_PILOT_FAULT=<point>[,...]; the points: src/common/faults.cpp.
   static RestoreFaults from_env();
@@ -62,7 +62,7 @@ class Trainer {
 
   // One optimizer step (grad_accum micro-steps) at the current step; advances it.
   StepRecord train_step();
-  // The memory probe's steps at other shapes (pipeline/worker.cpp): from now
+  // The memory probe's steps at other shapes (worker/worker.cpp): from now
   // on a step takes micro_batch windows of seq_len tokens, seq_len at most the
   // configured one (each window's first seq_len + 1 tokens). Not for a run
   // whose steps are compared: the batches are no longer the configured ones.

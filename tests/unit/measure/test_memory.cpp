@@ -95,7 +95,7 @@ class MemoryPrediction : public CountingAllocator, public ::testing::WithParamIn
     t.train_step();
     return static_cast<double>(measure::tensor_memory("cpu").peak_allocated_bytes);
   }
-  // As the pilot's memory probe (pipeline/worker.cpp, run_probe): one trainer
+  // As the pilot's memory probe (worker/worker.cpp, run_probe): one trainer
   // at the configured shape (4, 64), its optimizer state created without a
   // step, then each point's step; `with_state` false is the negative control.
   std::vector<double> probe_peaks(const std::vector<std::pair<int, int>>& points, bool with_state = true) {

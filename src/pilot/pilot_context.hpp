@@ -1,0 +1,121 @@
+#pragma once
+// What the supervisor's two drivers share: run_supervisor (the built-in
+// trainer's workers, supervisor.cpp) and run_program_pilot (the user's own
+// program as the worker, program_pilot.cpp). Internal to pipeline.
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anchor/checkpoint/verified_dir.hpp"
+#include "anchor/common/dir_lock.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
+#include "anchor/pilot/pilot.hpp"
+#include "anchor/plan/catalog.hpp"
+#include "anchor/protocol/events.hpp"
+#include "anchor/run_report/report_writer.hpp"
+
+namespace anchor::pipeline {
+
+// SIGINT/SIGTERM received by the supervisor (0: none); its loops check it.
+extern volatile std::sig_atomic_t g_signal;
+
+// events.jsonl: one line per event, appended and flushed as it happens. A
+// reused run directory's is begun again: it is this run's account only (its
+// trace.json and signed subjects are; an earlier run's report is replaced too).
+class EventLog {
+ public:
+  explicit EventLog(const std::string& path) : out_(path, std::ios::trunc) {
+    if (!out_) throw io_error("open", path, errno);
+  }
+  void write(nlohmann::json e, const std::string& source) {
+    if (!e.contains("time")) e["time"] = utc_now();
+    e["source"] = source;
+    out_ << dump_json(e) << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+struct Pilot {
+  config::Config cfg;
+  PilotOptions opts;
+  std::string run_id, run_dir, ckpt_dir;
+  std::string copy_to;              // export.copy_to resolved; empty: no copy_off (always, under reproduce)
+  fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
+  std::unique_ptr<EventLog> events;
+  Report report;
+  std::string signing_key;      // resolved path; empty: the run is unsigned
+  std::string unsigned_reason;  // why signing_key is empty ("report.signing_key is none")
+  // Checkpoint directories a worker's restore verified completely: the report's
+  // list and the signing count them verified while they still match, instead of
+  // reading them again (checkpoint::VerifiedDir).
+  std::vector<checkpoint::VerifiedDir> seen_checkpoints;
+  plan::Catalog catalog;
+  std::string catalog_problem;  // a program pilot's catalog that did not load: its plan says so
+  int nproc = 1;                // ranks of the reference and resume workers (distributed.nproc_per_node)
+  std::string worker_binary;    // anchor-torch (or this binary when it has LibTorch)
+  // The stages this pilot runs, in order: the JUnit file lists those it did not reach as skipped.
+  std::vector<std::string> planned_stages;
+
+  // Supervisor-side stage: timed, logged, recorded in the report. The body
+  // returns the stage's figures; figures holding "failed" (why, a string)
+  // record the stage as failed with that error: it ran, and its answer is no
+  // (compare on a resume mismatch).
+  template <typename F>
+  void stage(const std::string& name, F&& body) {
+    events->write({{"stage", name}, {"event", "start"}}, "supervisor");
+    auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json figures = body();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    nlohmann::json record = {{"stage", name}, {"status", "passed"}, {"seconds", s}};
+    if (figures.is_object() && figures.contains("failed")) {
+      record["status"] = "failed";
+      record["error"] = figures["failed"];
+      figures.erase("failed");
+    }
+    record["figures"] = std::move(figures);
+    report.add_stage(record);
+    events->write({{"stage", name}, {"event", "end"}, {"status", record["status"]}, {"seconds", s}}, "supervisor");
+  }
+};
+
+// The readable stage table: stdout, or stderr when --json reserves stdout for the report.
+std::ostream& summary_stream(const Pilot& p);
+// Writes every output of the run, whatever its outcome: report.json and
+// report.md (signed when a key is configured), the JUnit XML, --json.
+void publish(Pilot& p);
+// The pilot passed (its outcome set): the report published, the plan's
+// summary and the stage table printed; returns 0.
+int passed(Pilot& p);
+// The pilot interrupted by SIGINT/SIGTERM: the report says so; returns 130/143.
+int interrupted_exit(Pilot& p);
+// A failed stage: recorded, the report published, the error printed; returns `code`.
+int fail(Pilot& p, const std::string& stage, int code, const std::string& why);
+
+// The compare stage's figures from a verdict (verdict_over_ranks): verdict,
+// mode, cause, world_size, per_rank; "failed" (what diverged) on a mismatch.
+nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc);
+
+// The resume does not match: the report says what diverged (verdict.cause),
+// the error names it, with each failed check when list_checks; returns 3.
+int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks);
+
+// The start point against what checkpoint.dir holds: "" when fine, else why
+// not, with what to do (pilot.start_from init needs no step directory there).
+std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_dir);
+
+// The user's own program as the pilot's workers (docs/program.md), from the
+// point where the run directory is locked and config.json written.
+int run_program_pilot(Pilot& p);
+
+}  // namespace anchor::pipeline

@@ -1,0 +1,999 @@
+// `anchor pilot` with program.command: the user's own training program as the
+// pilot's workers (docs/program.md). The same proof as the built-in trainer's
+// (supervisor.cpp): worker A trains K steps, saves, trains R more and is
+// SIGKILLed inside its second save; worker B, a fresh process per rank,
+// restores the newest checkpoint that verifies and trains the R steps again;
+// the two accounts are compared per rank, per component. The program speaks
+// the protocol of worker_protocol.hpp through python/anchor_pilot.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include "anchor/checkpoint/store.hpp"
+#include "anchor/common/fs.hpp"
+#include "anchor/common/process.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/dist/launch.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "anchor/manifest/environment.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "anchor/measure/proc.hpp"
+#include "anchor/plan/plan.hpp"
+#include "anchor/plan/memory_model.hpp"
+#include "anchor/protocol/worker_protocol.hpp"
+#include "anchor/protocol/progress.hpp"
+#include "pilot_context.hpp"
+
+namespace anchor::pipeline {
+namespace {
+
+namespace pp = protocol;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// How the program is started: resolved once, the same for both workers.
+struct Launch {
+  std::vector<std::string> argv;  // argv[0] absolute
+  std::string cwd;                // absolute
+  std::map<std::string, std::string> env;
+  std::string dir;  // <run dir>/program: specs and events
+};
+
+// What one worker (all its ranks) did.
+struct Outcome {
+  int status = -1;  // the worker's status: rank 0's, or the first failing rank's
+  int failed_rank = 0;
+  bool killed_by_us = false;
+  std::string error;                               // the program's own account, or how it ended
+  std::map<int, pp::WorkerLog> logs;               // per rank
+  std::vector<manifest::LoadedLibrary> libraries;  // rank 0's, read at its kill window
+  std::string executable;                          // rank 0's /proc/<pid>/exe at its kill window
+  std::vector<std::uint64_t> peak_rss;             // per rank: VmHWM as last read while it ran
+  double seconds = 0;
+};
+
+// A rank's account is a few lines per step (docs/program.md, "The contract"):
+// far more is a program writing in a loop, refused as the lines are read,
+// before the supervisor parses and holds them.
+std::uint64_t max_lines_per_rank(std::int64_t stop_at) {
+  return std::max<std::uint64_t>(100000, 8 * static_cast<std::uint64_t>(std::max<std::int64_t>(stop_at, 0)) + 1000);
+}
+
+std::string worker_name(pp::Role r) {
+  return r == pp::Role::kReference ? "worker A" : r == pp::Role::kResume ? "worker B" : "the memory probe";
+}
+
+// The command, its directory and environment, checked before anything runs.
+// Throws Error (kConfig) saying which key is wrong.
+Launch resolve_launch(const Pilot& p) {
+  const auto& prog = p.cfg.program;
+  Launch l;
+  l.cwd = prog.cwd.empty() ? p.cfg.base_dir : config::resolve_path(p.cfg, prog.cwd);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(l.cwd, ec))
+    throw Error(ErrorKind::kConfig, "program.cwd " + printable(l.cwd) + " is not a directory",
+                "set program.cwd to the directory your program runs in (relative to the config file)");
+  l.cwd = std::filesystem::canonical(l.cwd).string();
+  // The worker protocol carries paths as JSON text (docs/program.md): a path the
+  // program is told or reports must be UTF-8, or it would reach the other side changed.
+  for (const auto& [what, path, how] :
+       {std::tuple<const char*, std::string, const char*>{
+            prog.cwd.empty() ? "the config file's directory (program.cwd's default)" : "program.cwd", l.cwd,
+            "set program.cwd to a directory"},
+        {"the run directory", p.run_dir, "pass --run-dir"},
+        {"the checkpoint directory", p.ckpt_dir, "set checkpoint.dir to a directory"}})
+    if (!is_valid_utf8(path))
+      throw Error(ErrorKind::kConfig,
+                  std::string(what) + " " + printable(path) +
+                      " is not UTF-8: a program pilot tells the program its paths, and the program reports its "
+                      "own, as JSON text, which holds UTF-8 only",
+                  std::string(how) + " whose path is UTF-8 (anchor's built-in pilot takes any path)");
+  l.argv = prog.command;
+  for (const auto& e : prog.env) {
+    const auto eq = e.find('=');
+    l.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  const std::string& exe = l.argv[0];
+  std::string found;
+  const auto own_path = l.env.find("PATH");  // the PATH the program runs with, when program.env sets one
+  if (exe.find('/') != std::string::npos) {
+    found = exe[0] == '/' ? exe : l.cwd + "/" + exe;
+    if (::access(found.c_str(), X_OK) != 0) found.clear();
+  } else if (own_path != l.env.end()) {
+    found = proc::find_in_dirs(exe, own_path->second, l.cwd);  // the program runs in program.cwd
+  } else {
+    found = proc::find_on_path(exe);
+  }
+  if (found.empty())
+    throw Error(ErrorKind::kConfig,
+                "program.command[0] '" + printable(exe) + "' is not an executable " +
+                    (exe.find('/') != std::string::npos ? "file (relative to " + printable(l.cwd) + ")"
+                     : own_path != l.env.end()          ? std::string("in program.env's PATH")
+                                                        : std::string("in PATH")),
+                "name the interpreter or script as you run it, e.g. [python3, train.py]; anchor starts it without a "
+                "shell, in program.cwd");
+  l.argv[0] = found;
+  l.dir = p.run_dir + "/program";
+  return l;
+}
+
+void kill_all(const std::vector<proc::Child>& ranks, const std::vector<std::optional<int>>& ended, int sig) {
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    if (!ended[r]) ::kill(-ranks[r].pid, sig);  // its process group: DataLoader workers too
+}
+
+// What the console shows of rank 0's steps (progress.hpp): about 20 step lines
+// per worker at info, each one at debug, worded as the built-in worker's.
+// Plain lines only, on a terminal too: the program writes to the same
+// terminal, so a line redrawn in place would be torn by its output.
+class ProgramSteps {
+ public:
+  ProgramSteps(std::string who, std::int64_t stop_at) : who_(std::move(who)), end_(stop_at), account_(stop_at) {}
+  void saw(const pp::StepLine& s) {
+    const auto shown = account_.saw(s);
+    if (!shown) return;
+    if (!rule_) rule_.emplace(s.step - 1, end_);  // the first step shown says where the worker started
+    ANCHOR_LOG_AT(rule_->shown(shown->done) ? log::Level::kInfo : log::Level::kDebug, "train_step", "{}",
+                  step_line(who_, *shown));
+  }
+
+ private:
+  std::string who_;
+  std::int64_t end_;
+  StepAccount account_;
+  std::optional<StepLineRule> rule_;
+};
+
+// Writes the spec and starts the program once per rank with it, each in its own process group.
+std::vector<proc::Child> start_program_ranks(Pilot& p, const Launch& l, const pp::Spec& spec, const std::string& name) {
+  const std::string spec_path = l.dir + "/" + name + ".spec.json";
+  fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
+  std::error_code ec;
+  std::filesystem::remove(spec.events, ec);     // a reused run directory's
+  const int port = dist::free_loopback_port();  // also for one rank: concurrent pilots must not collide
+  std::vector<proc::Child> ranks;
+  for (int r = 0; r < p.nproc; ++r) {
+    proc::SpawnOptions so;
+    so.env = l.env;
+    for (auto& [k, v] : dist::self_launch_env(r, p.nproc, port)) so.env[k] = v;
+    so.env["ANCHOR_PILOT_SPEC"] = spec_path;
+    so.cwd = l.cwd;
+    so.die_with_parent = true;
+    so.new_process_group = true;
+    ranks.push_back(proc::spawn(l.argv, so));
+  }
+  json pids = json::array();
+  for (const auto& c : ranks) pids.push_back(c.pid);
+  p.events->write({{"event", "worker_started"}, {"worker", name}, {"program", l.argv}, {"pids", pids}}, "supervisor");
+  return ranks;
+}
+
+// One worker of the program once its ranks run (run_program_worker): follows
+// their events file, samples their memory, and stops them as the pilot needs.
+class ProgramRun {
+ public:
+  ProgramRun(Pilot& p, const pp::Spec& spec, std::string name, std::vector<proc::Child> ranks)
+      : p_(p),
+        spec_(spec),
+        name_(std::move(name)),
+        ranks_(std::move(ranks)),
+        t0_(Clock::now()),
+        deadline_(t0_ +
+                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s))),
+        ended_(ranks_.size()),
+        reader_(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(p.nproc)),
+        letter_(spec.role == pp::Role::kReference ? "A"
+                : spec.role == pp::Role::kResume  ? "B"
+                                                  : "probe"),
+        watch_(letter_, /*may_redraw=*/false),  // the program writes to the same terminal
+        steps_(letter_ + (p.nproc > 1 ? " rank 0" : ""), spec.stop_at) {
+    w_.peak_rss.assign(ranks_.size(), 0);
+    watch_.started(name_);
+  }
+
+  Outcome run() {
+    for (;;) {
+      guarded_follow();
+      watch_.tick();
+      if (!w_.killed_by_us) sample_rss();
+      if (all_ended()) break;
+      if (g_signal) {
+        stop_on_signal();
+        break;
+      }
+      if (stop_others_at_ && Clock::now() > *stop_others_at_) kill_all(ranks_, ended_, SIGKILL);
+      if (Clock::now() > deadline_ && !w_.killed_by_us) {
+        kill_all(ranks_, ended_, SIGKILL);
+        if (w_.error.empty())
+          w_.error = worker_name(spec_.role) + " ran past program.timeout_s (" + dump_json(p_.cfg.program.timeout_s) +
+                     " s) and was killed";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    guarded_follow();  // what it wrote last
+    return finish();
+  }
+
+ private:
+  // The process that runs Python: the rank's own pid, or the interpreter a wrapper
+  // (`uv run`, a shell script) started in the rank's process group, as its hello says.
+  pid_t python_pid(int r) {
+    const auto& log = w_.logs[r];
+    if (log.hello && log.hello->pid && ::getpgid(static_cast<pid_t>(*log.hello->pid)) == ranks_[r].pid)
+      return static_cast<pid_t>(*log.hello->pid);
+    return ranks_[r].pid;
+  }
+
+  void sample_rss() {  // the peak RSS of every rank's Python, read by the supervisor as it runs
+    for (std::size_t r = 0; r < ranks_.size(); ++r)
+      w_.peak_rss[r] = std::max(w_.peak_rss[r], measure::read_proc_memory(python_pid(static_cast<int>(r))).hwm_bytes);
+  }
+
+  void kill_now() {
+    // What the program loaded, while it still runs; then the real thing, on every rank.
+    sample_rss();
+    try {
+      const pid_t py = python_pid(0);
+      w_.libraries = manifest::loaded_shared_libraries(py);
+      w_.executable = std::filesystem::read_symlink("/proc/" + std::to_string(py) + "/exe").string();
+    } catch (const std::exception& ex) {
+      ANCHOR_LOG_WARN("pilot", "could not read the program's loaded libraries: {}", ex.what());
+    }
+    kill_all(ranks_, ended_, SIGKILL);
+    w_.killed_by_us = true;
+    json pids = json::array();
+    for (const auto& ch : ranks_) pids.push_back(ch.pid);
+    p_.events->write({{"stage", "kill"}, {"event", "sigkill_sent"}, {"pids", pids}, {"point", kill_point_}},
+                     "supervisor");
+  }
+
+  // Refuses a line the program had no business writing: another rank's, too many, a step past stop_at.
+  void check_line(const pp::Event& e, const std::string& who) {
+    if (++lines_[e.rank] > max_lines_per_rank(spec_.stop_at))
+      throw Error(ErrorKind::kRuntime,
+                  printable(spec_.events) + ": " + who + " wrote more than " +
+                      std::to_string(max_lines_per_rank(spec_.stop_at)) + " lines for a pilot of " +
+                      std::to_string(spec_.stop_at) + " steps",
+                  "anchor_pilot writes a few lines per step; does the program call it in an inner loop, or write "
+                  "to the events file itself? (docs/program.md, \"The contract\")");
+    if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && s->step > spec_.stop_at)
+      throw Error(ErrorKind::kRuntime,
+                  who + " reported step " + std::to_string(s->step) + ", past step " + std::to_string(spec_.stop_at) +
+                      " where anchor asked it to stop",
+                  "end the training loop at pilot.stop_at: for step in range(start + 1, pilot.stop_at + 1) "
+                  "(docs/program.md, \"The Python helper\")");
+  }
+
+  void take_line(const pp::Event& e) {
+    if (e.rank >= p_.nproc)
+      throw Error(ErrorKind::kRuntime,
+                  printable(spec_.events) + ": a line of rank " + std::to_string(e.rank) + " from a worker of " +
+                      std::to_string(p_.nproc) + " rank(s)",
+                  "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
+    const std::string who = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(e.rank) : "");
+    check_line(e, who);
+    if (e.type != "program") p_.events->write(e.raw, "program-" + name_);
+    w_.logs[e.rank].add(e);
+    if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && e.rank == 0 && spec_.role != pp::Role::kProbe)
+      steps_.saw(*s);
+    if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w_.error.empty())
+      w_.error =
+          worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
+    const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
+    if (c && c->phase == "kill_window" && e.rank == 0 && spec_.role == pp::Role::kReference && !kill_at_) {
+      kill_at_ = Clock::now() + std::chrono::seconds(10);
+      kill_point_ = c->point;
+    }
+  }
+
+  void follow() {
+    for (auto& e : reader_.poll()) take_line(e);
+    // Every rank reports its save's digests before it writes a file; rank 0 may be in its
+    // kill window before another rank has said them (10 s at most, then the kill regardless).
+    if (kill_at_ && !w_.killed_by_us) {
+      bool all_said = true;
+      for (int r = 0; r < p_.nproc; ++r)
+        if (!w_.logs[r].digests_at("save", spec_.stop_at)) all_said = false;
+      if (all_said || Clock::now() > *kill_at_) kill_now();
+    }
+  }
+
+  // A line anchor cannot read (or a file it cannot open) ends the worker: no rank is left running.
+  void guarded_follow() {
+    try {
+      follow();
+    } catch (...) {
+      kill_all(ranks_, ended_, SIGKILL);
+      for (std::size_t r = 0; r < ranks_.size(); ++r)
+        if (!ended_[r]) ended_[r] = proc::wait_exit(ranks_[r].pid);
+      throw;
+    }
+  }
+
+  // Reaps the ranks that ended; true once all have. The first failure gives the others a grace.
+  bool all_ended() {
+    bool all = true;
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      if (!ended_[r]) ended_[r] = proc::try_wait(ranks_[r].pid);
+      if (!ended_[r]) {
+        all = false;
+        continue;
+      }
+      if (*ended_[r] != 0 && !w_.killed_by_us && !stop_others_at_)
+        stop_others_at_ = Clock::now() + std::chrono::seconds(10);
+    }
+    return all;
+  }
+
+  void stop_on_signal() {
+    // SIGTERM, as torchrun forwards it; a rank still there 10 s later gets SIGKILL.
+    kill_all(ranks_, ended_, SIGTERM);
+    const auto grace_end = Clock::now() + std::chrono::seconds(10);
+    for (bool left = true; left;) {
+      left = false;
+      for (std::size_t r = 0; r < ranks_.size(); ++r)
+        if (!ended_[r] && !(ended_[r] = proc::try_wait(ranks_[r].pid))) left = true;
+      if (left && Clock::now() > grace_end) kill_all(ranks_, ended_, SIGKILL);
+      if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Every rank has ended: the worker's status is rank 0's, or the first failing rank's.
+  Outcome finish() {
+    w_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+    w_.status = *ended_[0];
+    for (std::size_t r = 1; r < ranks_.size(); ++r)
+      if (w_.status == 0 && *ended_[r] != 0) {
+        w_.status = *ended_[r];
+        w_.failed_rank = static_cast<int>(r);
+      }
+    if (w_.error.empty() && w_.status != 0 && !w_.killed_by_us)
+      w_.error = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
+                 proc::describe_exit(w_.status) + " (its output is above; its events are in " +
+                 printable(spec_.events) + ")";
+    return w_;
+  }
+
+  Pilot& p_;
+  const pp::Spec& spec_;
+  const std::string name_;
+  const std::vector<proc::Child> ranks_;
+  Outcome w_;
+  const Clock::time_point t0_;
+  const Clock::time_point deadline_;
+  std::vector<std::optional<int>> ended_;
+  pp::EventReader reader_;
+  std::optional<Clock::time_point> stop_others_at_;  // a rank failed: the others get a grace, then SIGKILL
+  std::optional<Clock::time_point>
+      kill_at_;  // rank 0 is in its kill window: kill once every rank said its save digests
+  std::string kill_point_;
+  std::map<int, std::uint64_t> lines_;  // per rank
+  const std::string letter_;
+  StageWatch watch_;
+  ProgramSteps steps_;
+};
+
+// Starts the program once per rank with the spec, follows its events file,
+// SIGKILLs every rank at rank 0's kill window (reference), stops every rank
+// when one fails, the program runs past program.timeout_s, or the supervisor
+// is interrupted.
+// `tag` names its spec file and its events in events.jsonl (the role by default).
+Outcome run_program_worker(Pilot& p, const Launch& l, const pp::Spec& spec, const std::string& tag = "") {
+  const std::string name = tag.empty() ? pp::role_name(spec.role) : tag;
+  ProgramRun run(p, spec, name, start_program_ranks(p, l, spec, name));
+  return run.run();
+}
+
+// A worker's stage record from its own account (rank 0).
+json worker_stage(const std::string& stage, const Outcome& w, json figures) {
+  return {{"stage", stage}, {"status", "passed"}, {"seconds", w.seconds}, {"figures", std::move(figures)}};
+}
+
+json steps_json(const pp::WorkerLog& log) {
+  json out = json::array();
+  for (const auto& s : log.steps) {
+    json e = {{"step", s.step}, {"loss", s.loss.known ? json(s.loss.value) : json()}};
+    if (s.grad_norm.known) e["grad_norm"] = s.grad_norm.value;
+    if (s.lr.known) e["lr"] = s.lr.value;
+    if (s.tokens) e["tokens"] = *s.tokens;
+    if (s.data_wait_s) e["data_wait_s"] = *s.data_wait_s;
+    if (s.compute_s) e["compute_s"] = *s.compute_s;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// measurements.model: the parameters, and the shape the program declared
+// (anchor_pilot.shape) with its training FLOPs per token.
+json model_json(const pp::Hello& h) {
+  json m;
+  if (h.parameters) m["parameters"] = *h.parameters;
+  if (!h.shape) return m;
+  const auto& s = *h.shape;
+  m["micro_batch"] = s.micro_batch;
+  m["seq_len"] = s.seq_len;
+  m["grad_accum"] = s.grad_accum;
+  m["precision"] = s.precision;
+  m["n_layer"] = s.n_layer ? json(*s.n_layer) : json();
+  m["n_embd"] = s.n_embd ? json(*s.n_embd) : json();
+  const double n = static_cast<double>(h.parameters.value_or(0));
+  if (s.flops_per_token) {
+    m["flops_per_token"] = *s.flops_per_token;
+    m["flops_source"] = "the program's own figure (anchor_pilot.shape(flops_per_token=...))";
+  } else if (s.n_layer && s.n_embd) {
+    m["flops_per_token"] = 6.0 * n + 12.0 * static_cast<double>(*s.n_layer) * static_cast<double>(*s.n_embd) *
+                                         static_cast<double>(s.seq_len);
+    m["flops_source"] =
+        "6 x parameters + 12 x n_layer x n_embd x seq_len (PaLM appendix B; the program's n_layer "
+        "and n_embd)";
+  } else {
+    m["flops_per_token"] = 6.0 * n;
+    m["flops_source"] =
+        "6 x parameters; the attention term is left out (pass n_layer and n_embd to "
+        "anchor_pilot.shape)";
+  }
+  return m;
+}
+
+std::string fmt_count(long double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0Lf", v);
+  return buf;
+}
+
+// On CPU the peak is the process's VmHWM: the interpreter, its libraries and
+// the data it loaded count in it, and would not be on a GPU. What the process
+// held before its first step beyond its parameters is taken out of every
+// point (the same in each process of one program). 0 on a GPU.
+std::int64_t held_outside_the_step(const pp::StepMemoryLine& sm) {
+  if (sm.device != "cpu" || !sm.baseline_bytes) return 0;
+  return std::max<std::int64_t>(0, *sm.baseline_bytes - sm.parameters_bytes);
+}
+
+// One memory point of the plan's model: rank `rank`'s step_memory line at its shape.
+json memory_point(const pp::StepMemoryLine& sm, int rank, std::int64_t micro_batch, std::int64_t seq_len,
+                  const std::string& from) {
+  json peak;
+  if (sm.peak_bytes) peak = std::max<std::int64_t>(0, *sm.peak_bytes - held_outside_the_step(sm));
+  return {{"micro_batch", micro_batch},
+          {"seq_len", seq_len},
+          {"peak_allocated_bytes", peak},
+          {"raw_peak_bytes", sm.peak_bytes ? json(*sm.peak_bytes) : json()},
+          {"excluded_bytes", held_outside_the_step(sm)},
+          {"device", sm.device},
+          {"rank", rank},
+          {"from", from}};
+}
+
+// The step_memory line of the rank whose step peaked highest, and that rank (the
+// lowest on a tie): the plan must fit the rank that holds most, which under DDP is
+// often rank 0 but need not be. {-1, null} when no rank reported a peak.
+std::pair<int, const pp::StepMemoryLine*> highest_step_memory(const Outcome& o) {
+  std::pair<int, const pp::StepMemoryLine*> best{-1, nullptr};
+  std::int64_t best_peak = 0;
+  for (const auto& [rank, log] : o.logs) {
+    if (!log.step_memory || !log.step_memory->peak_bytes) continue;
+    const std::int64_t peak = *log.step_memory->peak_bytes - held_outside_the_step(*log.step_memory);
+    if (!best.second || peak > best_peak) {
+      best_peak = peak;
+      best = {rank, &*log.step_memory};
+    }
+  }
+  return best;
+}
+
+// The step's figures from the reference's step lines: medians over its steps
+// after the first, which warms up.
+json step_figures(const Pilot& p, const pp::WorkerLog& ref) {
+  std::vector<double> secs, waits, computes, tokens;
+  for (std::size_t i = 1; i < ref.steps.size(); ++i) {
+    const auto& s = ref.steps[i];
+    if (!s.compute_s) continue;
+    waits.push_back(s.data_wait_s.value_or(0));
+    computes.push_back(*s.compute_s);
+    secs.push_back(*s.compute_s + s.data_wait_s.value_or(0));
+    if (s.tokens) tokens.push_back(static_cast<double>(*s.tokens));
+  }
+  const double step_s = median(secs), tok = median(tokens);
+  return {{"source", "the program's step lines (median over the reference's steps after the first)"},
+          {"steps_measured", secs.size()},
+          {"seconds", step_s},
+          {"data_wait_s", median(waits)},
+          {"compute_s", median(computes)},
+          {"stall_percent", step_s > 0 ? 100.0 * median(waits) / step_s : 0.0},
+          {"tokens", tokens.empty() ? json() : json(tok)},
+          {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s)},  // one rank's
+          {"tokens_per_s_all_ranks", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
+          {"world_size", p.nproc}};
+}
+
+// The program's own memory lines (Pilot.memory(stage)), rank 0's of both workers.
+json memory_stage_lines(const pp::WorkerLog& ref, const pp::WorkerLog& res) {
+  json mem = json::array();
+  for (const auto* log : {&ref, &res})
+    for (const auto& l : log->memory) {
+      json e = {{"worker", log == &ref ? "reference" : "resume"}, {"stage", l.stage}, {"device", l.device}};
+      if (l.rss_bytes) e["rss_bytes"] = *l.rss_bytes;
+      if (l.allocated_bytes) e["allocated_bytes"] = *l.allocated_bytes;
+      if (l.reserved_bytes) e["reserved_bytes"] = *l.reserved_bytes;
+      if (l.max_allocated_bytes) e["max_allocated_bytes"] = *l.max_allocated_bytes;
+      if (l.total_bytes) e["device_total_bytes"] = *l.total_bytes;
+      mem.push_back(std::move(e));
+    }
+  return mem;
+}
+
+// Every rank's peak RSS as anchor read it, both workers'.
+json peak_rss_json(const Outcome& a, const Outcome& b) {
+  json peaks = json::array();
+  for (const auto* w : {&a, &b})
+    for (std::size_t r = 0; r < w->peak_rss.size(); ++r)
+      peaks.push_back({{"worker", w == &a ? "reference" : "resume"}, {"rank", r}, {"peak_rss_bytes", w->peak_rss[r]}});
+  return peaks;
+}
+
+// The plan's memory model into `memory`: the reference's second step at the
+// declared shape (from `sm`, rank `mem_rank`'s), and the probe's points.
+void add_memory_model(json& memory, const Pilot& p, const pp::Shape& shape, const pp::StepMemoryLine& sm, int mem_rank,
+                      bool from_highest, const json& probe_points) {
+  json points = json::array({memory_point(sm, mem_rank, shape.micro_batch, shape.seq_len, "reference")});
+  for (const auto& pt : probe_points) points.push_back(pt);
+  const std::int64_t excluded = held_outside_the_step(sm);
+  memory["source"] = sm.peak_source + " on " + sm.device + ", the peak of a process's second step" +
+                     (p.nproc <= 1   ? std::string()
+                      : from_highest ? " (of the rank whose peak was highest: rank " + std::to_string(mem_rank) + ")"
+                                     : std::string(" (rank 0's: no rank reported a peak)")) +
+                     (excluded ? ", less what each process held before its first step beyond its parameters "
+                                 "(excluded_bytes: interpreter, libraries, data)"
+                               : "");
+  memory["precision"] = shape.precision;
+  memory["points"] = points;
+  memory["state_bytes"] = {
+      {"parameters", sm.parameters_bytes}, {"gradients", sm.gradients_bytes}, {"optimizer", sm.optimizer_bytes}};
+  memory["baseline_bytes"] = sm.baseline_bytes ? json(*sm.baseline_bytes - excluded) : json();
+  memory["stage_sources"] =
+      "peak RSS (VmHWM) of every rank read by anchor while it ran; the program's "
+      "memory lines (Pilot.memory(stage))";
+}
+
+// The save's (the reference's) and the restore's (the resume's) size and time, when they said them.
+void add_checkpoint_figures(json& m, const pp::WorkerLog& ref, const pp::WorkerLog& res, std::int64_t save_step) {
+  if (const auto* s = ref.checkpoint("save", "end", save_step); s && s->bytes && s->seconds)
+    m["checkpoint_save"] = {{"step", save_step},
+                            {"bytes", *s->bytes},
+                            {"seconds", *s->seconds},
+                            {"gb_per_s", *s->seconds > 0 ? static_cast<double>(*s->bytes) / *s->seconds / 1e9 : 0.0}};
+  if (const auto* r = res.checkpoint("restore", "end", save_step); r && r->bytes && r->seconds)
+    m["checkpoint_restore"] = {{"step", save_step},
+                               {"bytes", *r->bytes},
+                               {"seconds", *r->seconds},
+                               {"gb_per_s", *r->seconds > 0 ? static_cast<double>(*r->bytes) / *r->seconds / 1e9 : 0.0},
+                               {"includes", "reading, verifying every SHA-256 and load_state_dict of every component"}};
+}
+
+// measurements: the step (median over the reference's steps after the first,
+// which warms up), memory per stage, the save and restore, from rank 0; the
+// plan's memory points from the rank whose step peaked highest.
+json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64_t save_step,
+                  const json& probe_points) {
+  const auto& ref = a.logs.at(0);
+  const auto& res = b.logs.at(0);
+  json m;
+  m["step"] = step_figures(p, ref);
+  if (ref.hello) m["model"] = model_json(*ref.hello);
+  auto [mem_rank, highest] = highest_step_memory(a);
+  const bool from_highest = highest != nullptr;
+  if (!highest && ref.step_memory) mem_rank = 0, highest = &*ref.step_memory;
+  // Where the program ran its step, as its step_memory line says (anchor's `device` key does not reach it).
+  if (highest) m["model"]["device"] = highest->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  json mem = memory_stage_lines(ref, res);
+  json peaks = peak_rss_json(a, b);
+  m["memory"] = {{"source",
+                  "peak RSS (VmHWM) of every rank, read by anchor while it ran; and the program's own "
+                  "memory lines (Pilot.memory(stage): device allocated/reserved/total on CUDA)"},
+                 {"peak_rss", peaks},
+                 {"stages", mem}};
+  // The plan's memory model: the reference's second step at the declared shape, and the probe's points.
+  const auto* shape = ref.hello && ref.hello->shape ? &*ref.hello->shape : nullptr;
+  if (shape && highest) add_memory_model(m["memory"], p, *shape, *highest, mem_rank, from_highest, probe_points);
+  add_checkpoint_figures(m, ref, res, save_step);
+  return m;
+}
+
+// The report's program section: what ran, and what it said it runs on.
+json program_section(const Pilot& p, const Launch& l, const Outcome& a) {
+  json j = {{"command", l.argv}, {"cwd", printable(l.cwd)}, {"world_size", p.nproc}, {"protocol", pp::kProtocol}};
+  if (a.logs.count(0) && a.logs.at(0).hello) {
+    const auto& h = *a.logs.at(0).hello;
+    j["anchor_pilot"] = h.anchor_pilot;
+    j["versions"] = {{"torch", h.versions.torch},
+                     {"cuda", h.versions.cuda},
+                     {"cudnn", h.versions.cudnn},
+                     {"nccl", h.versions.nccl},
+                     {"python", h.versions.python}};
+  }
+  return j;
+}
+
+json torn_temps(const std::string& ckpt_dir) {
+  json torn = json::array();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir, ec))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos)
+      torn.push_back(printable(e.path().filename().string()));
+  return torn;
+}
+
+// One program pilot as it goes: what each step leaves for the next.
+struct Run {
+  explicit Run(Pilot& pilot) : p(pilot) {}
+  Pilot& p;
+  std::int64_t k = 0, last = 0;  // K and K+R
+  Launch l;
+  pp::Spec spec;
+  Outcome a, b;
+  json verdict;
+  json probe_points = json::array();  // the memory probe's, for the plan
+};
+
+std::string with_hint(const Error& e) {
+  return std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")");
+}
+
+// Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
+using Step = std::optional<int>;
+
+Step prepare(Run& r) {
+  Pilot& p = r.p;
+  try {
+    r.l = resolve_launch(p);
+    std::filesystem::create_directories(r.l.dir);
+  } catch (const Error& e) {
+    return fail(p, "program", exit_code_for(e.kind()), with_hint(e));
+  }
+  if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
+  p.report.set_start({{"from", "init"}});
+  r.spec.run_dir = p.run_dir;
+  r.spec.checkpoint_dir = p.ckpt_dir;
+  r.spec.seed = p.cfg.run.seed;
+  r.spec.deterministic = p.cfg.run.deterministic;
+  r.spec.stop_at = r.last;
+  return std::nullopt;
+}
+
+// Worker A: K steps, save, R steps, and the save of step K+R, killed inside.
+Step reference(Run& r) {
+  Pilot& p = r.p;
+  r.spec.role = pp::Role::kReference;
+  r.spec.save_at = {r.k, r.last};
+  r.spec.kill_in_save = r.last;
+  r.spec.events = r.l.dir + "/reference.events.jsonl";
+  try {
+    r.a = run_program_worker(p, r.l, r.spec);
+  } catch (const Error& e) {
+    return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
+  }
+  if (g_signal) return interrupted_exit(p);
+  const Outcome& a = r.a;
+  p.report.set_section("program", program_section(p, r.l, a));
+  if (!a.killed_by_us) {
+    const std::string why =
+        !a.error.empty() ? a.error
+                         : worker_name(pp::Role::kReference) + " exited with status " + std::to_string(a.status) +
+                               " before its kill window (the save of step " + std::to_string(r.last) +
+                               "): does the loop call Pilot.maybe_save(step) every step, up to pilot.stop_at?";
+    return fail(p, "reference", 1, why);
+  }
+  if (a.status != 128 + SIGKILL)
+    return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
+  for (int rank = 0; rank < p.nproc; ++rank)
+    if (!a.logs.count(rank) || !a.logs.at(rank).hello)
+      return fail(p, "reference", 1,
+                  "worker A rank " + std::to_string(rank) + " never said hello (is it using anchor_pilot?)");
+  const auto& ref = a.logs.at(0);
+  json fig = {{"steps", ref.steps.size()}, {"ranks", p.nproc}};
+  if (!ref.steps.empty() && ref.steps.back().loss.known) fig["loss"] = ref.steps.back().loss.value;
+  p.report.add_stage(worker_stage("reference", a, fig));
+  if (const auto* s = ref.checkpoint("save", "end", r.k); s && s->bytes && s->seconds)
+    p.report.add_stage({{"stage", "checkpoint_save"},
+                        {"status", "passed"},
+                        {"seconds", *s->seconds},
+                        {"figures", {{"step", r.k}, {"bytes", *s->bytes}, {"seconds", *s->seconds}}}});
+  return std::nullopt;
+}
+
+// manifest.json: data, the program's sources and Python, the libraries worker A had loaded.
+json pin_program_run(const Run& r) {
+  const Pilot& p = r.p;
+  const auto& log = r.a.logs.at(0);
+  manifest::PinOptions po;
+  po.use_cache = p.opts.use_hash_cache;
+  po.progress = false;
+  po.world_size = p.nproc;
+  // The versions below come from the program's hello; the devices from here.
+  manifest::ProcessFacts facts;
+  facts.runtime = manifest::runtime_versions();
+  facts.device = manifest::device_info(p.cfg.device);
+  facts.libraries = r.a.libraries;
+  facts.executable = r.a.executable.empty() ? proc::self_exe() : r.a.executable;
+  facts.source = "program";
+  po.process = [&] { return facts; };
+  json m = manifest::pin(p.cfg, po);
+  const auto& h = *log.hello;
+  auto& deps = m["dependencies"];
+  deps["libtorch"] = h.versions.torch;  // the torch the program ran, as it said
+  deps["cuda_runtime"] = h.versions.cuda.empty() ? "none" : h.versions.cuda;
+  deps["cudnn"] = h.versions.cudnn.empty() ? "none" : h.versions.cudnn;
+  deps["nccl"] = h.versions.nccl.empty() ? "none" : h.versions.nccl;
+  if (!log.program)
+    throw Error(ErrorKind::kRuntime, "worker A sent no program line before its kill window",
+                "use the anchor_pilot that ships with this anchor");
+  const auto& pl = *log.program;
+  manifest::ProgramPins pins;
+  pins.command = r.l.argv;
+  pins.cwd = r.l.cwd;
+  pins.root = pl.root;
+  pins.sources = pl.sources;
+  pins.executable = pl.executable;
+  pins.sys_path = pl.sys_path;
+  for (const auto& d : pl.distributions) pins.distributions.push_back({d.name, d.version, d.dist_info});
+  pins.distributions_error = pl.distributions_error;
+  pins.python = h.versions.python;
+  pins.anchor_pilot = h.anchor_pilot;
+  m["program"] = manifest::pin_program(pins, po);
+  return m;
+}
+
+Step pin(Run& r) {
+  Pilot& p = r.p;
+  try {
+    p.stage("pin", [&] {
+      json m = pin_program_run(r);
+      fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(m, 2));
+      p.report.set_manifest(m);
+      return json{{"sources", m["program"]["sources"].size()},
+                  {"distributions", m["program"]["python"]["distributions"].size()},
+                  {"shared_libraries", m["dependencies"]["shared_libraries"].size()}};
+    });
+  } catch (const Error& e) {
+    return fail(p, "pin", exit_code_for(e.kind()), with_hint(e));
+  }
+  p.stage("kill", [&] {
+    return json{{"signal", "SIGKILL"}, {"exit_status", r.a.status}, {"torn_checkpoints", torn_temps(p.ckpt_dir)}};
+  });
+  return std::nullopt;
+}
+
+// Whether worker B ended on the helper's RestoreError (a state that differs after loading) and
+// reported restored digests that differ from the reference's save of K.
+bool restored_state_differs(const Run& r) {
+  bool restore_error = false;
+  for (const auto& [rank, res] : r.b.logs)
+    for (const auto& e : res.errors) restore_error = restore_error || e.kind == "RestoreError";
+  if (!restore_error) return false;
+  for (const auto& [rank, res] : r.b.logs) {
+    const auto* got = res.digests_at("restore", r.k);
+    const auto ref = r.a.logs.find(rank);
+    const auto* want = ref == r.a.logs.end() ? nullptr : ref->second.digests_at("save", r.k);
+    if (!got || !want) continue;
+    for (const auto& [name, digest] : want->components)
+      if (const auto* g = got->find(name); g && *g != digest) return true;
+  }
+  return false;
+}
+
+// Worker B: fresh processes restore the newest checkpoint that verifies and train to K+R.
+Step resume(Run& r) {
+  Pilot& p = r.p;
+  r.spec.role = pp::Role::kResume;
+  r.spec.save_at = {r.last};
+  r.spec.kill_in_save.reset();
+  r.spec.events = r.l.dir + "/resume.events.jsonl";
+  try {
+    r.b = run_program_worker(p, r.l, r.spec);
+  } catch (const Error& e) {
+    return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
+  }
+  if (g_signal) return interrupted_exit(p);
+  // The helper raises when a component's state after load_state_dict differs from its file (check_restore),
+  // having reported what it restored: that is the verdict's to name (exit 3), not a runtime failure.
+  if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", 1, r.b.error);
+  for (int rank = 0; rank < p.nproc; ++rank)
+    if (!r.b.logs.count(rank))
+      return fail(p, "resume", 1, "worker B rank " + std::to_string(rank) + " reported nothing");
+  const auto& res = r.b.logs.at(0);
+  if (const auto* c = res.checkpoint("restore", "end", r.k); c && c->bytes && c->seconds)
+    p.report.add_stage({{"stage", "restore"},
+                        {"status", "passed"},
+                        {"seconds", *c->seconds},
+                        {"figures", {{"step", r.k}, {"bytes", *c->bytes}, {"seconds", *c->seconds}}}});
+  json fig = {{"steps", res.steps.size()}, {"ranks", p.nproc}};
+  if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
+  json stage = worker_stage("resume", r.b, fig);
+  if (r.b.status != 0) stage.update({{"status", "failed"}, {"error", r.b.error}});
+  p.report.add_stage(stage);
+  return std::nullopt;
+}
+
+// Per rank: bitwise on CPU, within pilot.tolerance elsewhere; rank 0's verdict with every other rank's failures.
+void compare(Run& r) {
+  Pilot& p = r.p;
+  p.stage("compare", [&] {
+    // The program picks its device: bitwise unless pilot.tolerance says otherwise.
+    const double tol = p.cfg.pilot.tolerance;
+    std::vector<Verdict> ranks;
+    ranks.reserve(static_cast<std::size_t>(std::max(p.nproc, 0)));
+    for (int rank = 0; rank < p.nproc; ++rank)
+      ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol));
+    json& v = r.verdict;
+    v = verdict_over_ranks(ranks);
+    return compare_stage_figures(v, p.nproc);
+  });
+  p.report.set_section("resume", r.verdict);
+  p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
+  p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+}
+
+// The report's measurements as far as the pilot got, and a plan section that
+// says why there is no plan.
+void not_planned(Run& r, const std::string& why) {
+  r.p.report.set_section("measurements", measurements(r.p, r.a, r.b, r.k, r.probe_points));
+  r.p.report.set_section("plan", {{"status", "not planned"}, {"why", why}});
+}
+
+// The memory probe: when the program said it runs at the shape
+// anchor_pilot.shape() returns, fresh processes run two steps each at a
+// smaller micro-batch and a shorter sequence (as the built-in probe does),
+// saving nothing; each reports its second step's peak. Otherwise the plan
+// rests on the reference's one point.
+Step memory_probe(Run& r) {
+  Pilot& p = r.p;
+  const auto& h = *r.a.logs.at(0).hello;
+  if (!h.shape || !h.shape->probe || !r.a.logs.at(0).step_memory) return std::nullopt;
+  const std::int64_t mb = h.shape->micro_batch, T = h.shape->seq_len;
+  const auto shapes = plan::probe_shapes(mb, T, p.cfg.pilot.memory_probe_micro_batch);
+  if (shapes.empty()) return std::nullopt;  // micro-batch 1 and a short sequence: the one point stands
+  const auto t0 = Clock::now();
+  json figures = json::array();
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto [pmb, pT] = shapes[i];
+    const std::string tag = "probe-" + std::to_string(i + 1);
+    pp::Spec spec = r.spec;
+    spec.role = pp::Role::kProbe;
+    spec.probe = shapes[i];
+    spec.save_at.clear();
+    spec.kill_in_save.reset();
+    spec.restore.reset();
+    spec.stop_at = 2;
+    spec.checkpoint_dir = r.l.dir + "/" + tag + ".checkpoints";  // never written: a probe saves nothing
+    spec.events = r.l.dir + "/" + tag + ".events.jsonl";
+    Outcome o;
+    auto failed = [&](int code, const std::string& why) {
+      not_planned(r, "the memory probe failed: " + why);
+      return fail(p, "memory_probe", code, why);
+    };
+    try {
+      o = run_program_worker(p, r.l, spec, tag);
+    } catch (const Error& e) {
+      return failed(exit_code_for(e.kind()), with_hint(e));
+    }
+    if (g_signal) {
+      not_planned(r, "interrupted in the memory probe");
+      return interrupted_exit(p);
+    }
+    const std::string at = "(micro_batch " + std::to_string(pmb) + ", seq_len " + std::to_string(pT) + ")";
+    const std::string hint =
+        "; the program declared probe=True in anchor_pilot.shape(): it must build its model "
+        "and data with the shape it returns, or pass probe=False";
+    if (o.status != 0) return failed(1, "the memory probe at " + at + ": " + o.error + hint);
+    const auto [rank, sm] = highest_step_memory(o);
+    if (!sm)
+      return failed(1, "the memory probe at " + at +
+                           " reported no step_memory line with a peak (it must run 2 "
+                           "steps, calling Pilot.step each)" +
+                           hint);
+    // Sizes are below 2^31 each (the hello's check): their product is exact in a long double.
+    const long double expected = static_cast<long double>(pmb) * pT * h.shape->grad_accum;
+    for (const auto& [k, log] : o.logs)
+      for (const auto& st : log.steps)
+        if (st.tokens && static_cast<long double>(*st.tokens) != expected)
+          return failed(1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) +
+                               " tokens at step " + std::to_string(st.step) +
+                               (o.logs.size() > 1 ? " on rank " + std::to_string(k) : "") + ", not " +
+                               fmt_count(expected) + hint);
+    r.probe_points.push_back(memory_point(*sm, rank, pmb, pT, tag));
+    figures.push_back({{"micro_batch", pmb},
+                       {"seq_len", pT},
+                       {"peak_bytes", *sm->peak_bytes},
+                       {"rank", rank},
+                       {"seconds", o.seconds}});
+  }
+  p.report.add_stage({{"stage", "memory_probe"},
+                      {"status", "passed"},
+                      {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
+                      {"figures", {{"points", figures}}}});
+  return std::nullopt;
+}
+
+// The plan, from the program's measurements as from the built-in's. A program
+// that did not declare its shape, or measurements the plan cannot use, leave
+// the report saying why it is not planned; the pilot's verdict stands.
+Step make_plan(Run& r) {
+  Pilot& p = r.p;
+  p.report.set_section("measurements", measurements(p, r.a, r.b, r.k, r.probe_points));
+  const auto& h = *r.a.logs.at(0).hello;
+  std::string why;
+  std::optional<plan::Measured> m;
+  if (!h.shape) {
+    why =
+        "the program did not declare its step's shape: call anchor_pilot.shape(micro_batch=..., seq_len=...) "
+        "before building its model (docs/program.md, \"The plan\")";
+  } else if (!p.catalog_problem.empty()) {
+    why = "the device catalog: " + p.catalog_problem;
+  } else if (!r.a.logs.at(0).step_memory) {
+    why =
+        "worker A sent no step_memory line (it reports the peak of the second step: does the program call "
+        "Pilot.step every step?)";
+  } else {
+    try {
+      m = plan::measured_from_report(p.report.json());
+    } catch (const Error& e) {
+      why = with_hint(e);
+    }
+  }
+  if (!m) {
+    not_planned(r, why);
+    ANCHOR_LOG_WARN("plan", "not planned: {}", why);
+    return std::nullopt;
+  }
+  try {
+    p.stage("plan", [&] {
+      auto plan = plan::make_plan(*m, p.catalog, p.cfg);
+      p.report.set_plan(plan);
+      return json{{"recommendation", plan.value("recommendation", json())}, {"memory_points", m->memory_points.size()}};
+    });
+  } catch (const Error& e) {
+    return fail(p, "plan", exit_code_for(e.kind()), with_hint(e));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int run_program_pilot(Pilot& p) {
+  Run r(p);
+  p.planned_stages = {"reference", "checkpoint_save", "pin",          "kill", "restore",
+                      "resume",    "compare",         "memory_probe", "plan"};
+  r.k = p.cfg.pilot.steps_before_save;
+  r.last = r.k + p.cfg.pilot.steps_after_resume;
+  for (auto step : {prepare, reference, pin, resume})
+    if (Step end = step(r)) return *end;
+  compare(r);
+  if (r.verdict["verdict"] != "match") {
+    not_planned(r, "the resume does not match its uninterrupted run: a run that does not resume is not planned");
+    return resume_mismatch(p, r.verdict, true);
+  }
+  for (auto step : {memory_probe, make_plan})
+    if (Step end = step(r)) return *end;
+  p.report.set_outcome("passed", static_cast<int>(ExitCode::kOk),
+                       "the program's resume matches its uninterrupted run (" + r.verdict["mode"].get<std::string>() +
+                           ", " + std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
+  return passed(p);
+}
+
+}  // namespace anchor::pipeline

@@ -1,0 +1,796 @@
+#include "anchor/protocol/worker_protocol.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <iterator>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/json_fields.hpp"
+#include "anchor/common/unique_fd.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
+
+namespace anchor::pipeline::protocol {
+namespace {
+
+using nlohmann::json;
+
+// A line longer than this is not one the helper writes (its longest, the
+// program line, lists sources and distributions: tens of kB).
+constexpr std::size_t kMaxLine = 16u << 20;
+
+Error bad(const std::string& why) {
+  return Error(ErrorKind::kRuntime, why,
+               "the events file is written by anchor_pilot (docs/program.md); use the anchor_pilot that ships with "
+               "this anchor and do not write to the file otherwise");
+}
+
+// Field reads go through JsonFields, whose messages name the field as
+// `"<event>".key`; these two read what only this protocol writes.
+
+// A library version: a string, or a number (cuDNN's is an integer), or absent.
+std::string version(const JsonFields& f, const char* key) {
+  if (!f.has(key)) return "";
+  const json& v = f.need(key);
+  if (v.is_number()) return v.dump();
+  return f.str(key);
+}
+
+// A figure that may be infinite (Python's json writes no infinity; the helper sends "inf").
+Number number(const JsonFields& f, const char* key) {
+  Number n;
+  if (!f.has(key)) return n;
+  n.known = true;
+  const json& v = f.need(key);
+  if (v.is_string() && (v == "inf" || v == "-inf")) {
+    n.value = v == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  } else if (v.is_number()) {
+    n.value = v.get<double>();
+  } else {
+    throw bad(f.path(key) + " is " + dump_json(v) + ", expected a number, \"inf\", \"-inf\" or null");
+  }
+  return n;
+}
+
+bool is_sha256(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+Hello parse_hello(const JsonFields& f) {
+  Hello h;
+  if (f.integer("protocol") != kProtocol)
+    throw Error(ErrorKind::kRuntime,
+                "the program speaks protocol " + dump_json(f.need("protocol")) + "; this anchor speaks protocol " +
+                    std::to_string(kProtocol),
+                "install the anchor_pilot that ships with this anchor: pip install <anchor>/python");
+  h.role = f.str("role");
+  h.world_size = static_cast<int>(f.integer("world_size"));
+  const JsonFields v(f.object("versions"), f.path("versions"));
+  h.versions = {version(v, "torch"), version(v, "cuda"), version(v, "cudnn"), version(v, "nccl"), version(v, "python")};
+  h.anchor_pilot = f.str_or("anchor_pilot", "");
+  h.anchor = f.str_or("anchor", "");
+  h.parameters = f.optional_integer("parameters");
+  h.executable = f.str_or("executable", "");
+  h.pid = f.optional_integer("pid");
+  if (f.has("shape")) {
+    const JsonFields s(f.object("shape"), f.path("shape"));
+    Shape sh;
+    sh.micro_batch = s.integer("micro_batch");
+    sh.seq_len = s.integer("seq_len");
+    sh.grad_accum = s.integer_or("grad_accum", 1);
+    sh.precision = s.str("precision");
+    sh.n_layer = s.optional_integer("n_layer");
+    sh.n_embd = s.optional_integer("n_embd");
+    sh.flops_per_token = s.optional_number("flops_per_token");
+    sh.probe = s.boolean("probe");
+    auto size_ok = [](std::int64_t n) { return n >= 1 && n < (std::int64_t{1} << 31); };
+    if (!size_ok(sh.micro_batch) || !size_ok(sh.seq_len) || !size_ok(sh.grad_accum) ||
+        !size_ok(sh.n_layer.value_or(1)) || !size_ok(sh.n_embd.value_or(1)) ||
+        !(sh.flops_per_token.value_or(1) > 0 && sh.flops_per_token.value_or(1) < 1e30))
+      throw bad("\"hello\".shape " + dump_json(f.need("shape")) +
+                " has a size outside 1 .. 2^31-1 or FLOPs not in (0, 1e30)");
+    if (sh.precision != "fp32" && sh.precision != "bf16" && sh.precision != "fp16")
+      throw bad("\"hello\".shape.precision is \"" + printable(sh.precision) + "\", expected fp32, bf16 or fp16");
+    h.shape = sh;
+  }
+  return h;
+}
+
+DigestsLine parse_digests(const JsonFields& f) {
+  DigestsLine d;
+  d.step = f.optional_integer("step");
+  d.when = f.str("when");
+  if (d.when != "step" && d.when != "save" && d.when != "restore" && d.when != "final")
+    throw bad("\"digests\".when is \"" + printable(d.when) + "\", expected step, save, restore or final");
+  for (const auto& [name, v] : f.object("components").items()) {
+    if (!v.is_string() || !is_sha256(v.get<std::string>()))
+      throw bad("\"digests\".components." + printable(name) + " is " + dump_json(v) + ", expected a SHA-256 (64 hex)");
+    d.components.emplace_back(name, v.get<std::string>());
+  }
+  return d;
+}
+
+StepMemoryLine parse_step_memory(const JsonFields& f) {
+  StepMemoryLine m;
+  m.step = f.integer("step");
+  m.device = f.str("device");
+  m.peak_source = f.str("peak_source");
+  m.peak_bytes = f.optional_integer("peak_bytes");
+  m.baseline_bytes = f.optional_integer("baseline_bytes");
+  const JsonFields st(f.object("state"), f.path("state"));
+  m.parameters_bytes = st.integer("parameters");
+  m.gradients_bytes = st.integer("gradients");
+  m.optimizer_bytes = st.integer("optimizer");
+  for (auto v : {m.peak_bytes.value_or(0), m.baseline_bytes.value_or(0), m.parameters_bytes, m.gradients_bytes,
+                 m.optimizer_bytes})
+    if (v < 0) throw bad("\"step_memory\" has a negative byte count");
+  return m;
+}
+
+ProgramLine parse_program(const JsonFields& f) {
+  ProgramLine p;
+  p.root = f.str("root");
+  p.executable = f.str("executable");
+  p.sources = f.strings("sources");
+  p.sys_path = f.strings("sys_path");
+  const json& d = f.need("distributions");
+  if (d.is_object()) {
+    p.distributions_error = JsonFields(d, f.path("distributions")).str_or("error", "");
+  } else if (d.is_array()) {
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      const JsonFields e(d[i], JsonFields::item(f.path("distributions"), i));
+      p.distributions.push_back({e.str("name"), e.str("version"), e.str("dist_info")});
+    }
+  } else {
+    throw bad("\"program\".distributions is neither a list nor an error");
+  }
+  return p;
+}
+
+StageLine parse_stage(const JsonFields& f) {
+  StageLine s;
+  s.stage = f.str("stage");
+  s.phase = f.str("phase");
+  if (s.stage.empty()) throw bad("\"stage\".stage is empty");
+  if (s.phase != "begin" && s.phase != "end")
+    throw bad("\"stage\".phase is \"" + printable(s.phase) + "\", expected begin or end");
+  s.status = f.str_or("status", "");
+  s.seconds = f.optional_number("seconds");
+  return s;
+}
+
+Body parse_body(const std::string& type, const JsonFields& f) {
+  if (type == "hello") return parse_hello(f);
+  if (type == "step") {
+    StepLine s;
+    s.step = f.integer("step");
+    s.loss = number(f, "loss");
+    s.grad_norm = number(f, "grad_norm");
+    s.lr = number(f, "lr");
+    s.tokens = f.optional_integer("tokens");
+    s.data_wait_s = f.optional_number("data_wait_s");
+    s.compute_s = f.optional_number("compute_s");
+    s.stop_at = f.optional_integer("stop_at");
+    return s;
+  }
+  if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
+  if (type == "digests") return parse_digests(f);
+  if (type == "checkpoint") {
+    CheckpointLine c;
+    c.op = f.str("op");
+    c.phase = f.str("phase");
+    c.step = f.optional_integer("step");
+    c.dir = f.str_or("dir", "");
+    c.bytes = f.optional_integer("bytes");
+    c.seconds = f.optional_number("seconds");
+    if (f.has("problems")) c.problems = f.strings("problems");
+    c.point = f.str_or("point", "");
+    return c;
+  }
+  if (type == "memory") {
+    MemoryLine m;
+    m.stage = f.str("stage");
+    m.device = f.str_or("device", "");
+    m.allocated_bytes = f.optional_integer("allocated_bytes");
+    m.reserved_bytes = f.optional_integer("reserved_bytes");
+    m.max_allocated_bytes = f.optional_integer("max_allocated_bytes");
+    m.total_bytes = f.optional_integer("total_bytes");
+    m.rss_bytes = f.optional_integer("rss_bytes");
+    return m;
+  }
+  if (type == "step_memory") return parse_step_memory(f);
+  if (type == "error") return ErrorLine{f.str("message"), f.str_or("kind", ""), f.str_or("hint", "")};
+  if (type == "program") return parse_program(f);
+  if (type == "stage") return parse_stage(f);
+  throw bad("unknown event type \"" + printable(type) + "\"");
+}
+
+// ---- serialisers: one per body, the inverse of its parser ----
+
+json number_json(const Number& n) {
+  if (!n.known) return nullptr;
+  if (std::isinf(n.value)) return n.value > 0 ? "inf" : "-inf";
+  if (std::isnan(n.value)) return nullptr;
+  return n.value;
+}
+
+template <typename T>
+void put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+json version_json(const std::string& v) { return v.empty() ? json(nullptr) : json(v); }
+
+void body_json(json& j, const Hello& h) {
+  j["protocol"] = kProtocol;
+  j["role"] = h.role;
+  j["world_size"] = h.world_size;
+  j["versions"] = {{"torch", version_json(h.versions.torch)},
+                   {"cuda", version_json(h.versions.cuda)},
+                   {"cudnn", version_json(h.versions.cudnn)},
+                   {"nccl", version_json(h.versions.nccl)},
+                   {"python", version_json(h.versions.python)}};
+  if (!h.anchor_pilot.empty()) j["anchor_pilot"] = h.anchor_pilot;
+  if (!h.anchor.empty()) j["anchor"] = h.anchor;
+  put(j, "parameters", h.parameters);
+  if (!h.executable.empty()) j["executable"] = h.executable;
+  put(j, "pid", h.pid);
+  if (h.shape) {
+    const Shape& s = *h.shape;
+    j["shape"] = {{"micro_batch", s.micro_batch}, {"seq_len", s.seq_len}, {"grad_accum", s.grad_accum},
+                  {"precision", s.precision},     {"n_layer", nullptr},   {"n_embd", nullptr},
+                  {"flops_per_token", nullptr},   {"probe", s.probe}};
+    if (s.n_layer) j["shape"]["n_layer"] = *s.n_layer;
+    if (s.n_embd) j["shape"]["n_embd"] = *s.n_embd;
+    if (s.flops_per_token) j["shape"]["flops_per_token"] = *s.flops_per_token;
+  }
+}
+
+void body_json(json& j, const StepLine& s) {
+  j["step"] = s.step;
+  j["loss"] = number_json(s.loss);
+  j["grad_norm"] = number_json(s.grad_norm);
+  j["lr"] = number_json(s.lr);
+  j["tokens"] = s.tokens ? json(*s.tokens) : json(nullptr);
+  j["data_wait_s"] = s.data_wait_s ? json(*s.data_wait_s) : json(nullptr);
+  j["compute_s"] = s.compute_s ? json(*s.compute_s) : json(nullptr);
+  put(j, "stop_at", s.stop_at);
+}
+
+void body_json(json& j, const EvalLine& e) {
+  j["step"] = e.step;
+  j["loss"] = number_json(e.loss);
+}
+
+void body_json(json& j, const DigestsLine& d) {
+  j["step"] = d.step ? json(*d.step) : json(nullptr);
+  j["when"] = d.when;
+  j["components"] = json::object();
+  for (const auto& [name, sha] : d.components) j["components"][name] = sha;
+}
+
+void body_json(json& j, const CheckpointLine& c) {
+  j["op"] = c.op;
+  j["phase"] = c.phase;
+  put(j, "step", c.step);
+  j["dir"] = c.dir;
+  put(j, "bytes", c.bytes);
+  put(j, "seconds", c.seconds);
+  if (!c.problems.empty()) j["problems"] = c.problems;
+  if (!c.point.empty()) j["point"] = c.point;
+}
+
+void body_json(json& j, const MemoryLine& m) {
+  j["stage"] = m.stage;
+  if (!m.device.empty()) j["device"] = m.device;
+  put(j, "allocated_bytes", m.allocated_bytes);
+  put(j, "reserved_bytes", m.reserved_bytes);
+  put(j, "max_allocated_bytes", m.max_allocated_bytes);
+  put(j, "total_bytes", m.total_bytes);
+  put(j, "rss_bytes", m.rss_bytes);
+}
+
+void body_json(json& j, const StepMemoryLine& m) {
+  j["step"] = m.step;
+  j["device"] = m.device;
+  j["peak_source"] = m.peak_source;
+  j["peak_bytes"] = m.peak_bytes ? json(*m.peak_bytes) : json(nullptr);
+  j["baseline_bytes"] = m.baseline_bytes ? json(*m.baseline_bytes) : json(nullptr);
+  j["state"] = {{"parameters", m.parameters_bytes}, {"gradients", m.gradients_bytes}, {"optimizer", m.optimizer_bytes}};
+}
+
+void body_json(json& j, const ErrorLine& e) {
+  j["message"] = e.message;
+  if (!e.kind.empty()) j["kind"] = e.kind;
+  if (!e.hint.empty()) j["hint"] = e.hint;
+}
+
+void body_json(json& j, const ProgramLine& p) {
+  j["root"] = p.root;
+  j["executable"] = p.executable;
+  j["sources"] = p.sources;
+  j["sys_path"] = p.sys_path;
+  if (!p.distributions_error.empty()) {
+    j["distributions"] = {{"error", p.distributions_error}};
+    return;
+  }
+  j["distributions"] = json::array();
+  for (const auto& d : p.distributions)
+    j["distributions"].push_back({{"name", d.name}, {"version", d.version}, {"dist_info", d.dist_info}});
+}
+
+void body_json(json& j, const StageLine& s) {
+  j["stage"] = s.stage;
+  j["phase"] = s.phase;
+  if (!s.status.empty()) j["status"] = s.status;
+  put(j, "seconds", s.seconds);
+}
+
+}  // namespace
+
+const char* type_of(const Body& b) {
+  static constexpr const char* kTypes[] = {"hello",  "step",        "eval",  "digests", "checkpoint",
+                                           "memory", "step_memory", "error", "program", "stage"};
+  static_assert(std::size(kTypes) == std::variant_size_v<Body>, "a type name per body");
+  return kTypes[b.index()];
+}
+
+Event line(Body b, int rank) {
+  Event e;
+  e.type = type_of(b);
+  e.rank = rank;
+  e.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  e.body = std::move(b);
+  return e;
+}
+
+nlohmann::json to_json(const Event& e) {
+  json j = {{"type", type_of(e.body)}, {"rank", e.rank}, {"time", e.time}};
+  std::visit([&](const auto& b) { body_json(j, b); }, e.body);
+  return j;
+}
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::kReference: return "reference";
+    case Role::kResume: return "resume";
+    default: return "probe";
+  }
+}
+
+nlohmann::json to_json(const Spec& s) {
+  json j = {{"protocol", kProtocol},
+            {"role", role_name(s.role)},
+            {"save_at", s.save_at},
+            {"stop_at", s.stop_at},
+            {"restore", nullptr},
+            {"seed", s.seed},
+            {"deterministic", s.deterministic},
+            {"digests_every", s.digests_every},
+            {"kill_in_save", nullptr}};
+  // Paths keep their bytes: printable text, and the exact bytes in "<key>_hex" when that is not UTF-8.
+  set_path_field(j, "run_dir", s.run_dir);
+  set_path_field(j, "checkpoint_dir", s.checkpoint_dir);
+  set_path_field(j, "events", s.events);
+  if (s.restore) set_path_field(j, "restore", *s.restore);
+  if (s.kill_in_save) j["kill_in_save"] = *s.kill_in_save;
+  if (s.probe) j["probe"] = {{"micro_batch", s.probe->first}, {"seq_len", s.probe->second}};
+  if (s.start_latest) j["start_from"] = "latest";
+  return j;
+}
+
+namespace {
+
+// One spec key's check: appends "<key> is <value>, expected <what>" when `ok` fails.
+struct SpecCheck {
+  const json& d;
+  std::vector<std::string>& problems;
+  template <typename Ok>
+  void operator()(const char* key, Ok ok, const char* expected) const {
+    if (d.contains(key) && !ok(d[key]))
+      problems.push_back(std::string("'") + key + "' is " + dump_json(d[key]) + ", expected " + expected);
+  }
+};
+
+// An integer that fits a step count (int64) and is at least `lo`.
+bool int_from(const json& v, std::int64_t lo) {
+  if (v.is_number_unsigned())
+    return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+           static_cast<std::int64_t>(v.get<std::uint64_t>()) >= lo;
+  return v.is_number_integer() && v.get<std::int64_t>() >= lo;
+}
+bool positive_int(const json& v) { return int_from(v, 1); }
+bool is_path_hex(const json& v) {
+  if (!v.is_string()) return false;
+  const auto& h = v.get_ref<const std::string&>();
+  return !h.empty() && h.size() % 2 == 0 && h.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+bool seed_int(const json& v) { return v.is_number_unsigned() || int_from(v, 0); }  // any uint64
+
+std::vector<std::string> spec_problems(const json& d) {
+  static const std::set<std::string> kRequired = {"protocol", "role",    "run_dir", "checkpoint_dir", "save_at",
+                                                  "stop_at",  "restore", "seed",    "deterministic",  "events"};
+  static const std::set<std::string> kOptional = {"digests_every", "kill_in_save",       "probe",      "start_from",
+                                                  "run_dir_hex",   "checkpoint_dir_hex", "events_hex", "restore_hex"};
+  std::vector<std::string> problems;
+  for (const auto& [k, v] : d.items())
+    if (!kRequired.count(k) && !kOptional.count(k)) problems.push_back("unknown key '" + printable(k) + "'");
+  for (const auto& k : kRequired)
+    if (!d.contains(k)) problems.push_back("missing key '" + k + "'");
+  const SpecCheck check{d, problems};
+  check(
+      "protocol", [](const json& v) { return v == kProtocol; }, "1");
+  check(
+      "role", [](const json& v) { return v == "reference" || v == "resume" || v == "probe"; },
+      "\"reference\", \"resume\" or \"probe\"");
+  for (const char* k : {"run_dir", "checkpoint_dir", "events"})
+    check(
+        k, [](const json& v) { return v.is_string() && !v.get<std::string>().empty(); }, "a non-empty string");
+  check(
+      "save_at", [](const json& v) { return v.is_array() && std::all_of(v.begin(), v.end(), positive_int); },
+      "a list of integers >= 1");
+  check("stop_at", positive_int, "an integer >= 1");
+  check(
+      "restore", [](const json& v) { return v.is_null() || (v.is_string() && !v.get<std::string>().empty()); },
+      "null or a step directory");
+  check("seed", seed_int, "an integer >= 0");
+  check(
+      "deterministic", [](const json& v) { return v.is_boolean(); }, "true or false");
+  check(
+      "digests_every", [](const json& v) { return int_from(v, 0); }, "an integer >= 0");
+  check(
+      "kill_in_save", [](const json& v) { return v.is_null() || positive_int(v); }, "null or an integer >= 1");
+  check(
+      "probe",
+      [](const json& v) {
+        return v.is_object() && v.size() == 2 && v.contains("micro_batch") && v.contains("seq_len") &&
+               positive_int(v["micro_batch"]) && positive_int(v["seq_len"]);
+      },
+      "an object {\"micro_batch\": int >= 1, \"seq_len\": int >= 1}");
+  check(
+      "start_from", [](const json& v) { return v == "init" || v == "latest"; }, "\"init\" or \"latest\"");
+  for (const char* k : {"run_dir_hex", "checkpoint_dir_hex", "events_hex", "restore_hex"})
+    check(k, is_path_hex, "a path's bytes in lowercase hex");
+  if (!problems.empty()) return problems;
+  const json kill = d.value("kill_in_save", json());
+  if (!kill.is_null() && std::find(d["save_at"].begin(), d["save_at"].end(), kill) == d["save_at"].end())
+    problems.push_back("'kill_in_save' is " + kill.dump() + " but save_at " + d["save_at"].dump() +
+                       " does not hold it");
+  const bool probe = d.contains("probe") && !d["probe"].is_null();
+  if ((d["role"] == "probe") != probe)
+    problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
+  if (d.contains("restore_hex") && d["restore"].is_null())
+    problems.push_back("'restore_hex' is given but 'restore' is null");
+  if (d["role"] != "resume" && !d["restore"].is_null())
+    problems.push_back("'restore' is " + dump_json(d["restore"]) + " but role is " + d["role"].dump() +
+                       " (only a resume restores)");
+  return problems;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+}  // namespace
+
+Spec spec_from_json(const json& d, const std::string& where) {
+  const char* hint = "the spec is written by the anchor that starts the worker; run the worker through that anchor";
+  if (!d.is_object())
+    throw Error(ErrorKind::kRuntime, "pilot spec " + printable(where) + " is not a JSON object", hint);
+  const auto problems = spec_problems(d);
+  if (!problems.empty())
+    throw Error(ErrorKind::kRuntime,
+                "pilot spec " + printable(where) + ": " + std::to_string(problems.size()) + " problem" +
+                    (problems.size() > 1 ? "s: " : ": ") + join(problems, "; "),
+                hint);
+  Spec s;
+  const std::string role = d["role"];
+  s.role = role == "reference" ? Role::kReference : role == "resume" ? Role::kResume : Role::kProbe;
+  try {
+    s.run_dir = path_field(d, "run_dir");
+    s.checkpoint_dir = path_field(d, "checkpoint_dir");
+    s.events = path_field(d, "events");
+    if (!d["restore"].is_null()) s.restore = path_field(d, "restore");
+  } catch (const Error& e) {  // a <key>_hex that is not hex
+    throw Error(ErrorKind::kRuntime, "pilot spec " + printable(where) + ": " + e.what(), hint);
+  }
+  s.save_at = d["save_at"].get<std::vector<std::int64_t>>();
+  s.stop_at = d["stop_at"];
+  s.seed = d["seed"];
+  s.deterministic = d["deterministic"];
+  s.digests_every = d.value("digests_every", std::int64_t{0});
+  if (d.contains("kill_in_save") && !d["kill_in_save"].is_null()) s.kill_in_save = d["kill_in_save"];
+  if (d.contains("probe") && !d["probe"].is_null()) s.probe = {{d["probe"]["micro_batch"], d["probe"]["seq_len"]}};
+  s.start_latest = d.value("start_from", std::string("init")) == "latest";
+  return s;
+}
+
+Spec read_spec(const std::string& path) {
+  json d;
+  try {
+    d = parse_json(fs::read_file(path));
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::kRuntime, "pilot spec " + printable(path) + " is not JSON: " + e.what(),
+                "the spec is written by the anchor that starts the worker; run the worker through that anchor");
+  }
+  Spec s = spec_from_json(d, path);
+  // Relative paths are the spec file's directory's, as the helper takes them.
+  const std::filesystem::path base = std::filesystem::absolute(path).parent_path();
+  for (std::string* p : {&s.run_dir, &s.checkpoint_dir, &s.events})
+    if (*p != kEventsOnStdout && (*p)[0] != '/') *p = (base / *p).string();
+  if (s.restore && (*s.restore)[0] != '/') s.restore = (base / *s.restore).string();
+  return s;
+}
+
+bool Number::operator==(const Number& o) const {
+  if (known != o.known) return false;
+  if (!known) return true;
+  // The same bits (a NaN equals itself, though the parser makes NaN null), or
+  // equal values: +0 == -0 is not a difference. The bits are compared as an
+  // integer, not by memcmp: a double's object representation is not unique.
+  static_assert(sizeof(std::uint64_t) == sizeof value, "a double is 64 bits");
+  std::uint64_t bits = 0, other_bits = 0;
+  std::memcpy(&bits, &value, sizeof value);
+  std::memcpy(&other_bits, &o.value, sizeof o.value);
+  return bits == other_bits || value == o.value;
+}
+
+std::string Number::text() const {
+  if (!known) return "null";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  os << std::setprecision(17) << value;
+  return os.str();
+}
+
+const std::string* DigestsLine::find(const std::string& name) const {
+  for (const auto& [n, d] : components)
+    if (n == name) return &d;
+  return nullptr;
+}
+
+Event parse_event(const std::string& line) {
+  json j;
+  try {
+    j = parse_json(line);
+  } catch (const json::exception& e) {
+    throw bad(std::string("not a JSON line: ") + e.what());
+  }
+  if (!j.is_object()) throw bad("a line is " + std::string(j.type_name()) + ", not a JSON object");
+  Event e;
+  try {
+    e.type = JsonFields(j, "").str("type");
+    const JsonFields f(j, "\"" + printable(e.type) + "\"");
+    const std::int64_t rank = f.integer("rank");
+    if (rank < 0 || rank > 1'000'000)
+      throw bad("\"" + printable(e.type) + "\".rank is " + std::to_string(rank) + ", not a rank");
+    e.rank = static_cast<int>(rank);
+    e.time = f.number("time");
+    e.body = parse_body(e.type, f);
+  } catch (const std::invalid_argument& x) {
+    throw bad(x.what());
+  }
+  e.raw = std::move(j);
+  return e;
+}
+
+std::vector<Event> EventReader::poll() {
+  std::vector<Event> out;
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) != 0 && errno == ENOENT) return out;  // not written yet
+  auto fd = fs::open_regular(path_, &st, {"the program's events file", ErrorKind::kRuntime, ""});
+  if (static_cast<std::uint64_t>(st.st_size) < offset_)
+    throw bad(path_ + " shrank while the program ran (from " + std::to_string(offset_) + " to " +
+              std::to_string(st.st_size) + " bytes)");
+  if (::lseek(fd.get(), static_cast<off_t>(offset_), SEEK_SET) < 0) throw io_error("seek", path_, errno);
+  // What is there now, no more: a program that never stops writing must not keep the supervisor here.
+  const std::uint64_t end = static_cast<std::uint64_t>(st.st_size);
+  char buf[65536];
+  while (offset_ < end) {
+    const ssize_t n =
+        ::read(fd.get(), buf, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, end - offset_)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("read", path_, errno);
+    }
+    if (n == 0) break;
+    offset_ += static_cast<std::uint64_t>(n);
+    partial_.append(buf, static_cast<std::size_t>(n));
+    std::size_t start = 0, nl;
+    while ((nl = partial_.find('\n', start)) != std::string::npos) {
+      if (++line_no_ > max_lines_)
+        throw bad(path_ + ": more than " + std::to_string(max_lines_) +
+                  " lines; anchor_pilot writes a few per step: does the program call it in an inner loop, or write "
+                  "to the file itself?");
+      const std::string line = partial_.substr(start, nl - start);
+      start = nl + 1;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      try {
+        out.push_back(parse_event(line));
+      } catch (const Error& e) {
+        throw Error(e.kind(), path_ + ":" + std::to_string(line_no_) + ": " + e.what(), e.hint());
+      }
+    }
+    partial_.erase(0, start);
+    if (partial_.size() > kMaxLine)
+      throw bad(path_ + ":" + std::to_string(line_no_ + 1) + ": a line longer than " + std::to_string(kMaxLine >> 20) +
+                " MiB");
+  }
+  return out;
+}
+
+void WorkerLog::add(const Event& e) {
+  std::visit(
+      [&](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, Hello>)
+          hello = b;
+        else if constexpr (std::is_same_v<T, StepLine>)
+          steps.push_back(b);
+        else if constexpr (std::is_same_v<T, EvalLine>)
+          evals.push_back(b);
+        else if constexpr (std::is_same_v<T, DigestsLine>)
+          digests.push_back(b);
+        else if constexpr (std::is_same_v<T, CheckpointLine>)
+          checkpoints.push_back(b);
+        else if constexpr (std::is_same_v<T, MemoryLine>)
+          memory.push_back(b);
+        else if constexpr (std::is_same_v<T, StepMemoryLine>)
+          step_memory = b;
+        else if constexpr (std::is_same_v<T, ErrorLine>)
+          errors.push_back(b);
+        else if constexpr (std::is_same_v<T, ProgramLine>)
+          program = b;
+      },
+      e.body);
+}
+
+const DigestsLine* WorkerLog::digests_at(const std::string& when, std::int64_t step) const {
+  const DigestsLine* found = nullptr;
+  for (const auto& d : digests)
+    if (d.when == when && d.step && *d.step == step) found = &d;
+  return found;
+}
+
+const CheckpointLine* WorkerLog::checkpoint(const std::string& op, const std::string& phase, std::int64_t step) const {
+  const CheckpointLine* found = nullptr;
+  for (const auto& c : checkpoints)
+    if (c.op == op && c.phase == phase && c.step && *c.step == step) found = &c;
+  return found;
+}
+
+namespace {
+
+// The first component whose digest differs (in kComponentOrder, then the rest
+// by name), or "" when they are all equal.
+Check compare_state(const std::string& name, const DigestsLine* ref, const DigestsLine* res,
+                    const std::string& ref_what, const std::string& res_what) {
+  Check c{name, false, "", ""};
+  if (!ref || !res) {
+    c.detail = std::string(!ref ? "the reference reports no digests " + ref_what
+                                : "the resumed run reports no digests " + res_what) +
+               " (hint: the program must save through anchor_pilot: Pilot.maybe_save(step) at the steps anchor asks)";
+    return c;
+  }
+  std::vector<std::string> names;
+  for (const char* n : kComponentOrder) names.emplace_back(n);
+  std::vector<std::string> rest;
+  for (const auto* line : {ref, res})
+    for (const auto& [n, _] : line->components)
+      if (std::find(names.begin(), names.end(), n) == names.end() &&
+          std::find(rest.begin(), rest.end(), n) == rest.end())
+        rest.push_back(n);
+  std::sort(rest.begin(), rest.end());
+  names.insert(names.end(), rest.begin(), rest.end());
+  for (const auto& n : names) {
+    const std::string* a = ref->find(n);
+    const std::string* b = res->find(n);
+    if (!a && !b) continue;
+    if (a && b && *a == *b) continue;
+    c.component = n;
+    c.detail = "component '" + n + "' differs: reference " + (a ? a->substr(0, 16) : std::string("absent")) +
+               ", resumed " + (b ? b->substr(0, 16) : std::string("absent"));
+    return c;
+  }
+  c.ok = true;
+  c.detail = std::to_string(ref->components.size()) + " components equal";
+  return c;
+}
+
+// Numbers as the helper reports them: unknown (null) equals only unknown.
+bool close_enough(const Number& a, const Number& b, double tol) {
+  if (!a.known || !b.known) return a == b;
+  return within_tolerance(a.value, b.value, tol);
+}
+
+}  // namespace
+
+Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step,
+                double tolerance) {
+  Verdict v(tolerance);
+  v.saved_step = save_step;
+  v.last_step = last_step;
+  // 1. The state right after the restore.
+  const CheckpointLine* restored = nullptr;
+  for (const auto& c : res.checkpoints)
+    if (c.op == "restore" && c.phase == "end") restored = &c;
+  v.restored_step = restored && restored->step ? *restored->step : -1;
+  if (v.restored_step != save_step) {
+    v.add({"restored step", false,
+           restored ? "the resumed run restored step " + std::to_string(v.restored_step) + ", not step " +
+                          std::to_string(save_step) + " (the one the reference saved before its kill)"
+                    : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
+           "checkpoint"});
+    v.cause.push_back("checkpoint");
+    return v;
+  }
+  v.add({"restored step", true, "step " + std::to_string(save_step), ""});
+  Check st = compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
+                           "at its save of step " + std::to_string(save_step), "after its restore");
+  if (!st.ok) v.cause.push_back(st.component.empty() ? "state" : st.component);
+  v.add(st);
+  // 2. Every resumed step's loss.
+  std::map<std::int64_t, const StepLine*> ref_steps;
+  for (const auto& s : ref.steps) ref_steps[s.step] = &s;
+  std::int64_t seen = 0;
+  std::set<std::int64_t> resumed_steps;
+  for (const auto& s : res.steps) {
+    if (s.step <= save_step) continue;
+    ++seen;
+    const std::string name = "loss at step " + std::to_string(s.step);
+    if (!resumed_steps.insert(s.step).second) {
+      v.add({name, false, "the resumed run reports step " + std::to_string(s.step) + " twice", "steps"});
+      if (v.cause.empty()) v.cause.push_back("steps");
+      continue;
+    }
+    auto it = ref_steps.find(s.step);
+    Check c{name, false, "", "loss"};
+    if (it == ref_steps.end()) {
+      c.detail = "the reference reports no step " + std::to_string(s.step);
+    } else {
+      c.ok = close_enough(it->second->loss, s.loss, tolerance);
+      c.detail = "reference " + it->second->loss.text() + ", resumed " + s.loss.text();
+    }
+    if (!c.ok && v.cause.empty()) v.cause.push_back("loss");
+    v.add(c);
+  }
+  if (seen != last_step - save_step) {
+    v.add({"resumed steps", false,
+           "the resumed run reports " + std::to_string(seen) + " steps after step " + std::to_string(save_step) +
+               ", expected " + std::to_string(last_step - save_step),
+           "steps"});
+    if (v.cause.empty()) v.cause.push_back("steps");
+  }
+  // 3. The state at the last step.
+  Check last =
+      compare_state("state at step " + std::to_string(last_step), ref.digests_at("save", last_step),
+                    res.digests_at("save", last_step), "at its (killed) save of step " + std::to_string(last_step),
+                    "at its save of step " + std::to_string(last_step));
+  if (!last.ok && tolerance > 0 && !last.component.empty()) {
+    // Within a tolerance the state after R steps is not expected to be bitwise the same: said, not failed.
+    last.ok = true;
+    last.detail += " (tolerance mode: the losses decide)";
+  }
+  const std::string last_cause = last.component.empty() ? "state" : last.component;
+  if (!last.ok && std::find(v.cause.begin(), v.cause.end(), last_cause) == v.cause.end()) v.cause.push_back(last_cause);
+  v.add(last);
+  return v;
+}
+
+}  // namespace anchor::pipeline::protocol

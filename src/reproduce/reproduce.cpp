@@ -1,0 +1,508 @@
+// `anchor reproduce` in the library: verify a past run's report, re-pin and
+// show the drift, re-run the pilot with the recorded effective config and
+// seeds in a new run directory (reproduce), and compare the results stage by
+// stage (compare_reports, the supervisor's reproduce_compare stage).
+#include "anchor/reproduce/reproduce.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/sha256.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "anchor/manifest/manifest.hpp"
+#include "anchor/manifest/path_map.hpp"
+#include "anchor/reproduce/bundle.hpp"
+#include "anchor/pilot/pilot.hpp"
+#include "anchor/report/dsse.hpp"
+#include "anchor/report/statement.hpp"
+
+namespace anchor::pipeline {
+namespace {
+
+// Where an informational line goes ("reproduce: no drift ..."): stderr at the
+// default level, nowhere under -q (--log-level warn and above). Warnings, the
+// drift that refuses a re-run and errors are written whatever the level.
+std::ostream& note() {
+  static std::ostringstream discarded;
+  if (log::enabled(log::Level::kInfo)) return std::cerr;
+  discarded.str("");
+  return discarded;
+}
+
+// How the report was checked, for the reproduction's `reproduces`.
+struct Trust {
+  bool verified = false;
+  // {path, key_id, source}: the key the signature verified with and why it
+  // was used; null for an unsigned report.json.
+  nlohmann::json key;
+  std::string sha256;  // of the bytes checked and used (one read)
+};
+
+// What a reproduction learns on its way, step by step (reproduce below). The
+// re-run's PilotOptions point into it: it outlives the pilot.
+struct Reproduction {
+  explicit Reproduction(const ReproduceOptions& o) : opts(o), report(o.report) {}
+  const ReproduceOptions& opts;
+  // From a bundle (open_bundle): the envelope is checked alone (the run's
+  // other files are not there), and the bundle's catalog plans.
+  std::optional<OpenedBundle> bundle;
+  std::string report;  // the file read: opts.report, or the bundle's envelope
+  bool envelope_only = false;
+  std::string catalog;
+  Trust trust;
+  nlohmann::json original;             // the report reproduced
+  manifest::PathMap where;             // where its inputs are now (--root, --map, the bundle's)
+  nlohmann::json old_manifest;         // its manifest, read as if pinned there
+  config::Config cfg;                  // its effective config, mapped there
+  nlohmann::json new_manifest;         // pinned here, now
+  std::vector<manifest::Drift> drift;  // between the two
+};
+
+// What `reproduces.key.source` says for a key anchor did not get from the user.
+constexpr const char* kKeyBesideReport = "report.pub beside the report (not independently trusted)";
+
+// A bundle: every file it lists checked first; its envelope, key, catalog and inputs used.
+void open_bundle_if_given(Reproduction& r) {
+  if (!is_bundle(r.opts.report)) return;
+  r.bundle = open_bundle(r.opts.report);
+  if (r.bundle->with_data && (!r.opts.root.empty() || !r.opts.map.empty()))
+    throw Error(ErrorKind::kUsage,
+                "the bundle " + printable(r.bundle->dir) + " carries the run's inputs: --root and --map do not apply",
+                "drop them; they are for a bundle made without --with-data, or a report");
+  note() << "reproduce: the bundle " << printable(r.bundle->dir) << " holds every file it lists, by digest\n";
+  r.report = r.bundle->envelope;
+  r.envelope_only = true;
+  r.catalog = r.bundle->catalog;
+}
+
+// The report inside the envelope r.report, which must verify.
+nlohmann::json verified_report(Reproduction& r) {
+  report::VerifyOptions vo;
+  vo.public_key_path = r.opts.key;
+  vo.check_files = !r.envelope_only;
+  auto v = report::verify_envelope(r.report, vo);
+  // As `anchor verify` prints them: without --key, that the key came with
+  // the run and proves integrity, not who signed it.
+  for (const auto& w : v.warnings) std::cerr << "reproduce: warn  " << w << "\n";
+  if (!v.ok) {
+    std::string all;
+    for (const auto& f : v.failures) all += "\n  " + f;
+    throw Error(ErrorKind::kVerification, "the report does not verify:" + all,
+                "a report that fails `anchor verify` cannot be reproduced faithfully");
+  }
+  Trust& trust = r.trust;
+  trust.verified = true;
+  trust.key = {{"path", std::filesystem::absolute(v.public_key_path).lexically_normal().string()},
+               {"key_id", v.key_id},
+               {"source", r.opts.key.empty() ? kKeyBesideReport : "--key"}};
+  note() << "reproduce: the report verifies with key " << v.key_id << " (" << trust.key["source"].get<std::string>()
+         << ": " << trust.key["path"].get<std::string>() << ")\n";
+  // The payload of the bytes verify read and checked, not of another read.
+  trust.sha256 = sha256_hex(v.envelope_text);
+  auto env = report::envelope_from_json(v.envelope_text);
+  return parse_json(env.payload).at("predicate").at("report");
+}
+
+// The report inside a verified envelope, or a plain report.json (unverified).
+nlohmann::json load_report(Reproduction& r) {
+  const std::string text = fs::read_file(r.report);
+  nlohmann::json doc;
+  try {
+    doc = parse_json(text);
+  } catch (const nlohmann::json::parse_error&) {
+    doc = nlohmann::json(nlohmann::json::value_t::discarded);
+  }
+  if (doc.is_discarded())
+    throw Error(ErrorKind::kVerification, r.report + " is not JSON", "give a report.intoto.json or report.json");
+  if (doc.contains("payloadType")) return verified_report(r);
+  if (!r.opts.allow_unsigned)
+    throw Error(ErrorKind::kVerification, r.report + " is an unsigned report.json: it cannot be verified",
+                "reproduce from report.intoto.json, or pass --allow-unsigned to re-run it anyway");
+  ANCHOR_LOG_WARN("reproduce", "UNVERIFIED: {} is unsigned; reproducing it proves nothing about who ran it", r.report);
+  r.trust.verified = false;
+  r.trust.key = nullptr;
+  r.trust.sha256 = sha256_hex(text);
+  return doc;
+}
+
+// The catalog a bundle carries is the one the run planned with: the signed
+// report's plan records its digest. A report from before anchor recorded it
+// gets a warning.
+void check_bundle_catalog(const std::string& catalog, const nlohmann::json& original) {
+  const auto recorded = recorded_catalog(original);  // the rule `anchor bundle` copies by
+  if (catalog.empty()) {
+    // A bundle without catalog.yaml plans with whatever catalog this machine has:
+    // not the run's, when the run recorded which one it used.
+    if (recorded)
+      throw Error(ErrorKind::kVerification,
+                  "the bundle holds no catalog.yaml, but the run planned with a catalog it records (sha256 " +
+                      recorded->second + ")",
+                  "make the bundle again from the run (`anchor bundle RUN`): it carries that catalog");
+    return;
+  }
+  if (!recorded) {
+    std::cerr << "reproduce: warn  the report records no catalog digest: the bundle's catalog.yaml plans, unchecked\n";
+    return;
+  }
+  const std::string got = sha256_file(catalog).sha256;
+  if (recorded->second != got)
+    throw Error(ErrorKind::kVerification,
+                "the bundle's catalog.yaml (sha256 " + got + ") is not the catalog the run planned with (sha256 " +
+                    recorded->second + ")",
+                "make the bundle again from the run (`anchor bundle RUN`)");
+}
+
+// bundle.json is not signed: where it says the inputs are must be where the
+// signed manifest puts them, or a reproduction could read them elsewhere.
+void check_bundle_places(const OpenedBundle& b, const nlohmann::json& original) {
+  InputPlaces want;
+  try {
+    want = input_places(original.at("manifest"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kVerification,
+                std::string("the signed report's manifest cannot place its inputs (") + e.what() + ")");
+  }
+  if (want.root != b.places.root || want.absolute != b.places.absolute)
+    throw Error(ErrorKind::kVerification,
+                "bundle.json places the inputs at root '" + printable(b.places.root) + "', absolute '" +
+                    printable(b.places.absolute) + "'; the signed manifest puts them at '" + want.root + "', '" +
+                    want.absolute + "'",
+                "bundle.json was edited: copy the bundle again from where it was made");
+}
+
+// Where the inputs are now (--root, --map): the config reads them there, and the
+// recorded manifest is read as if pinned there, so that only digests can drift.
+void locate_inputs(Reproduction& r) {
+  if (r.bundle && r.bundle->with_data) r.where = r.bundle->inputs;
+  if (!r.opts.root.empty()) {
+    std::string& root = r.where.root;
+    root = std::filesystem::absolute(r.opts.root).lexically_normal().string();
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    if (!is_valid_utf8(root) || root.find_first_of("*?[") != std::string::npos)
+      throw Error(ErrorKind::kUsage, "--root " + printable(root) + " is not UTF-8 or holds a glob character",
+                  "move or link the inputs to a directory whose path is plain UTF-8");
+  }
+  for (const auto& m : r.opts.map) r.where.prefixes.push_back(manifest::parse_prefix_mapping(m));
+  r.old_manifest = manifest::remap_manifest(r.original["manifest"], r.where);
+  r.cfg = manifest::config_from_manifest(r.old_manifest);  // mapped once, there
+  if (!r.where.empty())
+    note() << "reproduce: the config's directory "
+           << printable(manifest::config_from_manifest(r.original["manifest"]).base_dir) << " is read at "
+           << printable(r.cfg.base_dir) << "\n";
+}
+
+// What a re-run cannot reproduce: a program pilot, and a pilot that started
+// from a checkpoint.
+void refuse_unsupported(const Reproduction& r) {
+  if (!r.cfg.program.command.empty())
+    throw Error(ErrorKind::kUsage,
+                "the report is a program pilot's (program.command): `anchor reproduce` does not re-run a program yet",
+                "check its inputs with `anchor pin --check <run dir>/manifest.json` and run `anchor pilot` on its "
+                "config again (docs/program.md, \"Limits of the supervisor side\")");
+  // A pilot that started from a checkpoint (pilot.start_from: latest) would
+  // start again from whatever is newest in checkpoint.dir now: not the same
+  // run. The report's `start` and its config are both asked: either may say so.
+  const auto start = r.original.value("start", nlohmann::json::object());
+  if (start.value("from", "init") == "latest" || r.cfg.pilot.start_from == "latest")
+    throw Error(ErrorKind::kConfig,
+                "the report's pilot started from a checkpoint" +
+                    (start.contains("dir") && start["dir"].is_string() ? " (" + start["dir"].get<std::string>() + ")"
+                                                                       : std::string()) +
+                    " (pilot.start_from: latest): reproducing it is not supported",
+                "a re-run would start from the newest checkpoint in checkpoint.dir now, not that one; re-run `anchor "
+                "pilot --start-from latest` against a copy of that checkpoint instead (docs/pilot.md)");
+}
+
+// Re-pins the current environment and inputs (r.new_manifest).
+void repin(Reproduction& r) {
+  manifest::PinOptions po;
+  po.use_cache = r.opts.use_cache;
+  try {
+    r.new_manifest = manifest::pin(r.cfg, po);
+  } catch (const Error& e) {
+    // An input not where the run had it (a file, or a pattern that matches none): say how to point at where it is
+    // now.
+    const std::string what = e.what();
+    const bool input = what.rfind("data.", 0) == 0 || what.rfind("model.", 0) == 0 ||
+                       what.find("matches no file") != std::string::npos;
+    if (!input || (e.kind() != ErrorKind::kIo && e.kind() != ErrorKind::kConfig)) throw;
+    throw Error(e.kind(), what,
+                (e.hint().empty() ? std::string() : e.hint() + "; ") +
+                    "the run's relative inputs are read from its config directory " + printable(r.cfg.base_dir) +
+                    (r.where.empty() ? std::string(" (as recorded)") : std::string()) +
+                    ": if the tree moved or this is another machine, pass --root DIR (the directory that now holds "
+                    "what that one held) and --map OLD=NEW for absolute paths; what is found there must match the "
+                    "recorded digests (docs/report.md, \"Reproducing a run elsewhere\")");
+  }
+}
+
+// The drift against the recorded manifest, shown; refused unless --allow-drift.
+void check_drift(Reproduction& r) {
+  r.drift = manifest::compare(r.old_manifest, r.new_manifest);
+  if (r.drift.empty())
+    note() << "reproduce: no drift: every pin matches the original run\n";
+  else
+    std::cerr << "reproduce: " << r.drift.size() << " pins drifted since the original run:\n"
+              << manifest::format_drift_table(r.drift);
+  if (!r.drift.empty() && !r.opts.allow_drift)
+    throw Error(ErrorKind::kVerification, "pins drifted; the re-run would not reproduce the same inputs",
+                "restore the inputs, or pass --allow-drift to re-run anyway and compare within tolerance");
+}
+
+// Where the re-run writes: only what the command line names, else under the
+// current directory. The report's run.output_dir and checkpoint.dir are
+// another machine's paths, or whatever a hostile report wants cleaned
+// (stale temporaries are removed from the checkpoint directory) and
+// written; the effective config keeps them as recorded.
+void note_unused_dirs(const Reproduction& r) {
+  const config::Config& cfg = r.cfg;
+  if (!cfg.checkpoint.dir.empty())
+    note() << "reproduce: the report's checkpoint.dir " << printable(cfg.checkpoint.dir)
+           << " is not used; checkpoints go to "
+           << (r.opts.checkpoint_dir.empty() ? "<run dir>/checkpoints (--checkpoint-dir to choose)"
+                                             : r.opts.checkpoint_dir)
+           << "\n";
+  if (r.opts.run_dir.empty() && cfg.run.output_dir != config::Config{}.run.output_dir)
+    note() << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir)
+           << " is not used; the run goes under " << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
+}
+
+// The report's signing key is a path a report chose: never read. The
+// command line's key signs the re-run, else the per-user key.
+void note_signing_key(const Reproduction& r) {
+  const std::string& key = r.opts.signing_key;
+  const std::string not_used =
+      r.cfg.report.signing_key.empty() || r.cfg.report.signing_key == "none"
+          ? std::string()
+          : " (the report's report.signing_key " + printable(r.cfg.report.signing_key) + " is not used)";
+  if (key == "none")
+    std::cerr << "reproduce: the re-run is unsigned (--signing-key none)\n";
+  else if (key.empty())
+    note() << "reproduce: the re-run is signed with your per-user key" << not_used
+           << "; --signing-key KEY to sign it with another\n";
+}
+
+// The re-run's `reproduces`: the report it reproduces, how it was trusted,
+// where its inputs were read and what drifted.
+nlohmann::json reproduces_json(const Reproduction& r) {
+  nlohmann::json drift_json = nlohmann::json::array();
+  for (const auto& d : r.drift) drift_json.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});
+  return {{"report", std::filesystem::absolute(r.report).string()},
+          {"report_sha256", r.trust.sha256},
+          {"run_id", r.original.value("run_id", "")},
+          {"verified", r.trust.verified},
+          {"key", r.trust.key},
+          {"allow_drift", r.opts.allow_drift},
+          {"inputs_at", r.where.to_json()},
+          {"drift", drift_json}};
+}
+
+// The re-run's pilot: the recorded config, the fresh manifest, the report to
+// compare with, and only the command line's directories and signing key.
+PilotOptions rerun_options(const Reproduction& r) {
+  PilotOptions po;
+  po.config = &r.cfg;
+  po.config_path = r.cfg.source_path;
+  po.use_config_dirs = false;
+  po.run_dir = r.opts.run_dir;                // empty: runs/<run-id>
+  po.checkpoint_dir = r.opts.checkpoint_dir;  // empty: <run dir>/checkpoints
+  note_unused_dirs(r);
+  po.signing_key = r.opts.signing_key;
+  note_signing_key(r);
+  po.baseline = &r.original;
+  po.pinned_manifest = &r.new_manifest;
+  po.use_hash_cache = r.opts.use_cache;
+  po.json_stdout = r.opts.json;
+  po.junit_path = r.opts.junit;
+  po.log_level = r.opts.log_level;
+  // Bitwise where nothing drifted on the CPU; the recorded tolerance otherwise.
+  po.reproduce_bitwise = r.drift.empty() && r.cfg.device == "cpu";
+  po.reproduces = reproduces_json(r);
+  note() << "reproduce: comparing "
+         << (po.reproduce_bitwise ? std::string("bitwise (no drift, CPU)")
+                                  : "within the recorded tolerance " + std::to_string(r.cfg.pilot.tolerance) +
+                                        (r.drift.empty() ? " (GPU)" : " (pins drifted)"))
+         << "\n";
+  if (r.bundle) po.reproduces["bundle"] = printable(r.bundle->dir);
+  po.catalog = r.catalog;
+  po.worker_binary = r.opts.worker_binary;
+  return po;
+}
+
+int reproduce_unchecked(const ReproduceOptions& opts) {
+  Reproduction r(opts);
+  open_bundle_if_given(r);
+  r.original = load_report(r);
+  if (r.bundle && r.bundle->with_data) check_bundle_places(*r.bundle, r.original);
+  if (r.bundle) check_bundle_catalog(r.catalog, r.original);
+  if (!r.original.contains("manifest"))
+    throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
+  locate_inputs(r);
+  refuse_unsupported(r);
+  repin(r);
+  check_drift(r);
+  return opts.run_pilot(rerun_options(r));
+}
+
+}  // namespace
+
+int reproduce(const ReproduceOptions& opts) {
+  // What is read from the signed report is typed where it is read; a type
+  // anchor never writes (a report signed by another hand) is a verification
+  // failure, not an internal error.
+  try {
+    return reproduce_unchecked(opts);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kVerification,
+                std::string("a field of the report has a type anchor does not write (") + e.what() + ")",
+                "the report was not written by anchor's pilot, or was changed and signed again: reproduce a run "
+                "anchor signed (if it is one, this is a bug: report it)");
+  }
+}
+
+namespace {
+
+// The checks of one comparison and the rule figures compare by (compare_reports).
+class Comparison {
+ public:
+  Comparison(bool bitwise, double tolerance) : bitwise_(bitwise), tolerance_(tolerance) {}
+
+  void add(const std::string& name, bool ok, const std::string& detail) {
+    checks_.push_back({{"name", name}, {"ok", ok}, {"detail", detail}});
+    if (!ok) ++differences_;
+  }
+
+  // A figure: equal, or within the tolerance outside bitwise mode; what is not a number must be equal.
+  void figure(const std::string& name, const nlohmann::json& x, const nlohmann::json& y) {
+    if (!x.is_number() || !y.is_number()) {
+      add(name, x == y, x == y ? "equal" : "original " + x.dump() + ", re-run " + y.dump());
+      return;
+    }
+    const bool ok = close(x.get<double>(), y.get<double>());
+    add(name, ok, ok ? "equal (" + x.dump() + ")" : "original " + x.dump() + ", re-run " + y.dump());
+  }
+
+  // A digest: required equal in bitwise mode, reported otherwise.
+  void exact(const std::string& name, const nlohmann::json& x, const nlohmann::json& y) {
+    const bool ok = x == y;
+    if (!ok && !bitwise_) {
+      add(name, true, "differs (not required outside bitwise mode)");
+      return;
+    }
+    add(name, ok, ok ? "equal" : "original " + x.dump() + ", re-run " + y.dump());
+  }
+
+  nlohmann::json result() const {
+    return {{"verdict", differences_ == 0 ? "reproduced" : "differs"},
+            {"mode", bitwise_ ? "bitwise" : "tolerance"},
+            {"tolerance", bitwise_ ? 0.0 : tolerance_},
+            {"differences", differences_},
+            {"checks", checks_}};
+  }
+
+ private:
+  bool close(double x, double y) const {
+    if (bitwise_) return x == y;
+    return std::fabs(x - y) <= tolerance_ * std::max({std::fabs(x), std::fabs(y), 1e-12});
+  }
+
+  bool bitwise_;
+  double tolerance_;
+  nlohmann::json checks_ = nlohmann::json::array();
+  int differences_ = 0;
+};
+
+// Every recorded step of train, reference and resume: loss, gradient norm,
+// learning rate, loss scale, batch digest.
+void compare_steps(Comparison& c, const nlohmann::json& a, const nlohmann::json& b) {
+  const auto steps_a = a.value("steps", nlohmann::json::object()), steps_b = b.value("steps", nlohmann::json::object());
+  for (const char* phase : {"train", "reference", "resume"}) {
+    const auto sa = steps_a.value(phase, nlohmann::json::array()), sb = steps_b.value(phase, nlohmann::json::array());
+    if (sa.size() != sb.size()) {
+      c.add(std::string(phase) + " steps", false,
+            "original ran " + std::to_string(sa.size()) + ", re-run " + std::to_string(sb.size()));
+      continue;
+    }
+    for (size_t i = 0; i < sa.size(); ++i) {
+      const std::string at = std::string(phase) + " step " + sa[i].value("step", nlohmann::json()).dump();
+      c.figure(at + ": loss", sa[i]["loss"], sb[i]["loss"]);
+      c.figure(at + ": grad_norm", sa[i]["grad_norm"], sb[i]["grad_norm"]);
+      c.figure(at + ": learning rate", sa[i]["lr"], sb[i]["lr"]);
+      if (sa[i].contains("loss_scale") || sb[i].contains("loss_scale"))
+        c.figure(at + ": loss scale", sa[i].value("loss_scale", nlohmann::json(1.0)),
+                 sb[i].value("loss_scale", nlohmann::json(1.0)));
+      c.add(at + ": batch", sa[i]["batch_digest"] == sb[i]["batch_digest"],
+            sa[i]["batch_digest"] == sb[i]["batch_digest"] ? "same input tokens"
+                                                           : "different input tokens (data changed)");
+    }
+  }
+}
+
+// The evals, and the precision validation (docs/precision.md): the
+// low-precision side's loss and gradient norm.
+void compare_evals(Comparison& c, const nlohmann::json& a, const nlohmann::json& b) {
+  const auto ea = a.value("eval", nlohmann::json::object()), eb = b.value("eval", nlohmann::json::object());
+  c.figure("eval before save", ea.value("before_save", nlohmann::json()), eb.value("before_save", nlohmann::json()));
+  c.figure("eval after restore", ea.value("after_restore", nlohmann::json()),
+           eb.value("after_restore", nlohmann::json()));
+  if (!a.contains("precision") && !b.contains("precision")) return;
+  const auto pa = a.value("precision", nlohmann::json::object()), pb = b.value("precision", nlohmann::json::object());
+  c.add(
+      "precision verdict", pa.value("verdict", "") == pb.value("verdict", ""),
+      "original " + pa.value("verdict", std::string("none")) + ", re-run " + pb.value("verdict", std::string("none")));
+  for (const char* v : {"loss", "grad_norm"})
+    c.figure(std::string("precision: ") + v, pa.value(v, nlohmann::json::object()).value("value", nlohmann::json()),
+             pb.value(v, nlohmann::json::object()).value("value", nlohmann::json()));
+}
+
+// The resume verdict and the state digests of each save.
+void compare_resume(Comparison& c, const nlohmann::json& a, const nlohmann::json& b) {
+  const auto ra = a.value("resume", nlohmann::json::object()), rb = b.value("resume", nlohmann::json::object());
+  c.add("resume verdict", ra.value("verdict", "") == rb.value("verdict", ""),
+        "original " + ra.value("verdict", std::string("?")) + ", re-run " + rb.value("verdict", std::string("?")));
+  // Reports before the scheme was named digest tensors as v1 (docs/report.md, "State digests").
+  const std::string v1 = "anchor.state-digest/v1";
+  const auto scheme = [&](const nlohmann::json& r) {
+    const auto it = r.find("state_digest_scheme");
+    return it != r.end() && it->is_string() ? it->get<std::string>() : (it == r.end() ? v1 : it->dump());
+  };
+  const std::string sa = scheme(ra), sb = scheme(rb);
+  if (sa != sb) {
+    c.add("state digests", true,
+          "not compared: the original digests the state as " + sa + ", the re-run as " + sb +
+              " (digests of different schemes differ for the same state)");
+    return;
+  }
+  const auto da = ra.value("state_digests", nlohmann::json::object()),
+             db = rb.value("state_digests", nlohmann::json::object());
+  for (auto it = da.begin(); it != da.end(); ++it)
+    for (const char* g : {"model", "optimizer", "rng", "scaler"}) {
+      // Reports from before the loss scaler have no "scaler" group: compared only when both have it.
+      if (std::string(g) == "scaler" &&
+          (!it.value().contains(g) || !db.value(it.key(), nlohmann::json::object()).contains(g)))
+        continue;
+      c.exact("state " + it.key() + ": " + g, it.value().value(g, nlohmann::json()),
+              db.value(it.key(), nlohmann::json::object()).value(g, nlohmann::json()));
+    }
+}
+
+}  // namespace
+
+nlohmann::json compare_reports(const nlohmann::json& a, const nlohmann::json& b, bool bitwise, double tol) {
+  Comparison c(bitwise, tol);
+  compare_steps(c, a, b);
+  compare_evals(c, a, b);
+  compare_resume(c, a, b);
+  return c.result();
+}
+
+}  // namespace anchor::pipeline
