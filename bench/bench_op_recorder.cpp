@@ -67,7 +67,7 @@ Row measure(const std::function<void()>& work, int reps) {
     r.legacy_events = r.legacy_names.size();
     std::string text;
     r.recorder.push_back(seconds([&] {
-      anchor::pipeline::OpRecorder rec;
+      anchor::worker::OpRecorder rec;
       work();
       text = rec.finish().json;  // the trace's text is made here: part of the recorder's cost
     }));

@@ -14,10 +14,12 @@
 // which never trains, no longer pays it (docs/benchmarks.md).
 #include <string>
 
-namespace anchor::pipeline {
+namespace anchor::pilot {
 struct PilotOptions;
+}  // namespace anchor::pilot
+namespace anchor::worker {
 struct WorkerOptions;
-}  // namespace anchor::pipeline
+}  // namespace anchor::worker
 
 namespace anchor::cli {
 
@@ -37,8 +39,8 @@ std::string torch_binary();
 
 // `anchor pilot`: the supervisor here when no launcher started us (anchor has
 // no c10d store); anchor-torch takes the torchrun/srun case.
-int run_pilot(const pipeline::PilotOptions& opts);
+int run_pilot(const pilot::PilotOptions& opts);
 // `anchor __worker`: only in anchor-torch.
-int run_worker(const pipeline::WorkerOptions& opts);
+int run_worker(const worker::WorkerOptions& opts);
 
 }  // namespace anchor::cli

@@ -16,7 +16,7 @@
 namespace anchor::cli {
 
 Runner setup_bundle(CLI::App& sub, const GlobalOptions&) {
-  auto o = std::make_shared<pipeline::BundleOptions>();
+  auto o = std::make_shared<reproduce::BundleOptions>();
   auto json_out = std::make_shared<bool>(false);
   sub.add_option("run", o->run, "a signed run: its directory (or its report.intoto.json)")->required();
   sub.add_option("-o,--output", o->output,
@@ -31,7 +31,7 @@ Runner setup_bundle(CLI::App& sub, const GlobalOptions&) {
       "Exit codes: 0 written, 3 the run does not verify or a file changed since it was signed, 2 usage, "
       "1 file system. Reproduce it with `anchor reproduce DIR` (docs/report.md, \"Reproduction bundles\").");
   return [o, json_out]() {
-    const auto r = pipeline::write_bundle(*o);
+    const auto r = reproduce::write_bundle(*o);
     for (const auto& w : r.warnings) std::cerr << "bundle: warn  " << w << "\n";
     if (*json_out) {
       std::cout << dump_json({{"bundle", printable(r.dir)},

@@ -3,6 +3,7 @@
 #include "anchor/dist/launch.hpp"
 #include "anchor/log.hpp"
 #include "anchor/pilot/pilot.hpp"
+#include "anchor/worker/worker.hpp"
 #include "bridge.hpp"
 #include "commands.hpp"
 
@@ -14,7 +15,7 @@ namespace {
 // the file already, and under a launcher (torchrun, srun) it is the rank that
 // runs the supervisor; other ranks refuse with the same --junit path.
 void write_refusal_junit(const std::string& junit_path, const Error& e) {
-  if (junit_path.empty() || pipeline::junit_published()) return;
+  if (junit_path.empty() || pilot::junit_published()) return;
   try {
     const auto launch = dist::detect_launch();
     if (launch.launcher != dist::Launcher::kNone && launch.rank != 0) return;
@@ -22,7 +23,7 @@ void write_refusal_junit(const std::string& junit_path, const Error& e) {
     // A launch environment that does not parse: this process is the one refused.
   }
   try {
-    fs::atomic_write_file(junit_path, pipeline::refusal_junit_xml(e));
+    fs::atomic_write_file(junit_path, pilot::refusal_junit_xml(e));
   } catch (const Error& w) {
     ANCHOR_LOG_WARN("pilot", "the JUnit file {} could not be written either: {}", junit_path, w.what());
   }
@@ -58,7 +59,7 @@ int writing_junit_on_refusal(const std::string& junit_path, const Runner& run) {
 }
 
 Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
-  auto o = std::make_shared<pipeline::PilotOptions>();
+  auto o = std::make_shared<pilot::PilotOptions>();
   sub.add_option("config", o->config_path, "run config YAML (see docs/config.md)")->required();
   sub.add_option("--set", o->overrides, "override a config key: --set train.micro_batch=8 (repeatable)");
   sub.add_option("--run-dir", o->run_dir, "run directory (default: <run.output_dir>/<run-id>)");
@@ -89,7 +90,7 @@ Runner setup_worker(CLI::App& sub, const GlobalOptions&) {
   sub.group("");  // internal: started by `anchor pilot`, not by people
   // What the worker does is in the spec ANCHOR_PILOT_SPEC names (the worker protocol); only
   // anchor's own options are on its command line.
-  auto o = std::make_shared<pipeline::WorkerOptions>();
+  auto o = std::make_shared<worker::WorkerOptions>();
   sub.add_flag_callback(
       "--no-cache", [o] { o->use_hash_cache = false; }, "pin without the hash cache");
   return [o]() { return cli::run_worker(*o); };

@@ -12,7 +12,7 @@
 namespace anchor::cli {
 namespace {
 
-void add_reproduce_options(CLI::App& sub, pipeline::ReproduceOptions& o) {
+void add_reproduce_options(CLI::App& sub, reproduce::ReproduceOptions& o) {
   sub.add_option("report", o.report,
                  "report.intoto.json of a past run (or report.json with --allow-unsigned), or a bundle directory "
                  "(`anchor bundle`)")
@@ -45,16 +45,16 @@ void add_reproduce_options(CLI::App& sub, pipeline::ReproduceOptions& o) {
 }  // namespace
 
 Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global) {
-  auto o = std::make_shared<pipeline::ReproduceOptions>();
+  auto o = std::make_shared<reproduce::ReproduceOptions>();
   add_reproduce_options(sub, *o);
   Runner body = [o, &global]() {
     // The fresh pin must see the libraries of a process that trains.
     if (!torch_in_process()) hand_over_to_torch("reproduce pins the libraries LibTorch loads");
-    pipeline::ReproduceOptions opts = *o;
+    reproduce::ReproduceOptions opts = *o;
     opts.log_level = global.log_level;
     opts.worker_binary = torch_binary();
     opts.run_pilot = cli::run_pilot;  // the supervisor here, or the launched protocol around it
-    return pipeline::reproduce(opts);
+    return reproduce::run(opts);
   };
   return [o, body]() { return writing_junit_on_refusal(o->junit, body); };
 }

@@ -43,7 +43,7 @@ Runner setup_manpage(CLI::App& sub, const GlobalOptions& global);
 
 // Runs a pilot (`pilot`, `reproduce`); when it throws, it was refused before
 // it wrote a report: the JUnit file (when asked for) then says why
-// (pipeline::refusal_junit_xml), and the error goes on to main.
+// (pilot::refusal_junit_xml), and the error goes on to main.
 int writing_junit_on_refusal(const std::string& junit_path, const Runner& run);
 // The same for a command line that did not parse (main: CLI11's ParseError,
 // `message` its words), when it was a `pilot` or `reproduce` with --junit.

@@ -12,7 +12,6 @@
 #include "anchor/build_info.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
-#include "config/schema.hpp"
 #include "anchor/error.hpp"
 #include "anchor/log.hpp"
 #include "bridge.hpp"
@@ -82,7 +81,7 @@ anchor::Error unknown_command_error(const std::string& word) {
   for (const auto& c : anchor::cli::commands()) {
     if (c.name[0] == '_') continue;  // internal
     names += (names.empty() ? "" : ", ") + std::string(c.name);
-    const std::size_t d = anchor::config::schema::edit_distance(word, c.name);
+    const std::size_t d = anchor::config::edit_distance(word, c.name);
     if (d < best) {
       best = d;
       nearest = c.name;

@@ -73,7 +73,7 @@ std::string suggest(const std::string& section, const std::string& name) {
   std::string best;
   std::size_t best_d = limit + 1;
   for (const auto& sib : schema::children(section)) {
-    std::size_t d = schema::edit_distance(lower(name), lower(sib));
+    std::size_t d = edit_distance(lower(name), lower(sib));
     if (d < best_d) {
       best_d = d;
       best = section.empty() ? sib : section + "." + sib;
@@ -81,7 +81,7 @@ std::string suggest(const std::string& section, const std::string& name) {
   }
   if (!best.empty()) return best;
   for (const auto& f : schema::fields()) {
-    std::size_t d = schema::edit_distance(lower(name), lower(last_part(f.key)));
+    std::size_t d = edit_distance(lower(name), lower(last_part(f.key)));
     if (d < best_d) {
       best_d = d;
       best = f.key;
@@ -699,6 +699,37 @@ std::uint64_t derive_seed(std::uint64_t root, const std::string& purpose) {
   std::uint64_t seed = 0;
   for (int i = 0; i < 8; ++i) seed |= static_cast<std::uint64_t>(d[i]) << (8 * i);
   return seed;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  // Optimal string alignment: Levenshtein plus adjacent transpositions, so
+  // "trian" is one edit from "train".
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[n][m];
+}
+
+std::vector<std::string*> config_relative_paths(Config& c) {
+  std::vector<std::string*> out;
+  for (const auto& f : schema::fields()) {
+    if (f.path != schema::PathKind::kConfigRelative) continue;
+    if (const auto* one = std::get_if<schema::Ref<std::string>>(&f.ref)) {
+      out.push_back(&(*one)(c));
+    } else if (const auto* many = std::get_if<schema::Ref<std::vector<std::string>>>(&f.ref)) {
+      for (auto& p : (*many)(c)) out.push_back(&p);
+    }
+  }
+  return out;
 }
 
 }  // namespace anchor::config

@@ -137,7 +137,4 @@ void emit_value(const Field& f, const Config& c, YAML::Emitter& out);
 // | `key` | type | default | allowed | meaning | used by |
 std::string markdown_row(const Field& f);
 
-// Edit distance (adjacent transpositions count as one edit), for "did you mean".
-std::size_t edit_distance(const std::string& a, const std::string& b);
-
 }  // namespace anchor::config::schema

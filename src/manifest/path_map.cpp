@@ -7,7 +7,6 @@
 #include "anchor/error.hpp"
 #include "anchor/manifest/hasher.hpp"
 #include "anchor/manifest/manifest.hpp"
-#include "config/schema.hpp"
 
 namespace anchor::manifest {
 
@@ -87,15 +86,7 @@ void remap_config(config::Config& cfg, const PathMap& m) {
     cfg.source_path = map_path(m, cfg.source_path);
   }
   if (m.prefixes.empty()) return;
-  for (const auto& f : config::schema::fields()) {
-    if (f.path != config::schema::PathKind::kConfigRelative) continue;
-    if (const auto* s = std::get_if<config::schema::Ref<std::string>>(&f.ref)) {
-      std::string& v = (*s)(cfg);
-      v = map_path(m, v);
-    } else if (const auto* l = std::get_if<config::schema::Ref<std::vector<std::string>>>(&f.ref)) {
-      for (auto& v : (*l)(cfg)) v = map_path(m, v);
-    }
-  }
+  for (std::string* v : config::config_relative_paths(cfg)) *v = map_path(m, *v);
 }
 
 json remap_manifest(const json& manifest, const PathMap& m) {

@@ -26,7 +26,7 @@
 #include "anchor/protocol/work_files.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::pilot {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -218,8 +218,8 @@ std::vector<pid_t> spawn_node_ranks(const dist::LaunchEnv& launch, const PilotOp
     so.env =
         dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr, port);
     so.env.merge(threads::pool_wait_env());  // idle pool threads sleep soon (threads.hpp)
-    so.env["ANCHOR_LIVE_PROGRESS"] = "0";    // no live line here (include/anchor/protocol/progress.hpp): plain step lines
-    so.env[protocol::kSpecEnv] = work::spec(run_dir, group);  // written by the supervisor before the start
+    so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (include/anchor/protocol/progress.hpp): plain step lines
+    so.env[protocol::kSpecEnv] = protocol::work::spec(run_dir, group);  // written by the supervisor before the start
     std::vector<std::string> argv = {binary, "--log-level", opts.log_level, "__worker"};
     if (!opts.use_hash_cache) argv.push_back("--no-cache");
     pids.push_back(proc::spawn(argv, so).pid);
@@ -350,4 +350,4 @@ int run_pilot(const PilotOptions& opts) {
   return code;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::pilot

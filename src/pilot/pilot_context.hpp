@@ -1,9 +1,9 @@
 #pragma once
-// What the supervisor's two drivers share: run_supervisor (the built-in
-// trainer's workers, supervisor.cpp) and run_program_pilot (the user's own
-// program as the worker, program_pilot.cpp). Internal to pipeline.
+// The context both of the supervisor's drivers work on: run_supervisor (the
+// built-in trainer's workers, supervisor.cpp) and run_program_pilot (the
+// user's own program as the worker, program_pilot.cpp). How a pilot ends is
+// outcome.hpp; the signal flag is signals.hpp. Internal to pilot.
 #include <chrono>
-#include <csignal>
 #include <fstream>
 #include <memory>
 #include <ostream>
@@ -22,10 +22,7 @@
 #include "anchor/protocol/events.hpp"
 #include "anchor/run_report/report_writer.hpp"
 
-namespace anchor::pipeline {
-
-// SIGINT/SIGTERM received by the supervisor (0: none); its loops check it.
-extern volatile std::sig_atomic_t g_signal;
+namespace anchor::pilot {
 
 // events.jsonl: one line per event, appended and flushed as it happens. A
 // reused run directory's is begun again: it is this run's account only (its
@@ -36,7 +33,7 @@ class EventLog {
     if (!out_) throw io_error("open", path, errno);
   }
   void write(nlohmann::json e, const std::string& source) {
-    if (!e.contains("time")) e["time"] = utc_now();
+    if (!e.contains("time")) e["time"] = protocol::utc_now();
     e["source"] = source;
     out_ << dump_json(e) << "\n";
     out_.flush();
@@ -53,7 +50,7 @@ struct Pilot {
   std::string copy_to;              // export.copy_to resolved; empty: no copy_off (always, under reproduce)
   fs::DirLock run_lock, ckpt_lock;  // held for the pilot's life: one pilot per directory
   std::unique_ptr<EventLog> events;
-  Report report;
+  run_report::Report report;
   std::string signing_key;      // resolved path; empty: the run is unsigned
   std::string unsigned_reason;  // why signing_key is empty ("report.signing_key is none")
   // Checkpoint directories a worker's restore verified completely: the report's
@@ -89,33 +86,8 @@ struct Pilot {
   }
 };
 
-// The readable stage table: stdout, or stderr when --json reserves stdout for the report.
-std::ostream& summary_stream(const Pilot& p);
-// Writes every output of the run, whatever its outcome: report.json and
-// report.md (signed when a key is configured), the JUnit XML, --json.
-void publish(Pilot& p);
-// The pilot passed (its outcome set): the report published, the plan's
-// summary and the stage table printed; returns 0.
-int passed(Pilot& p);
-// The pilot interrupted by SIGINT/SIGTERM: the report says so; returns 130/143.
-int interrupted_exit(Pilot& p);
-// A failed stage: recorded, the report published, the error printed; returns `code`.
-int fail(Pilot& p, const std::string& stage, int code, const std::string& why);
-
-// The compare stage's figures from a verdict (verdict_over_ranks): verdict,
-// mode, cause, world_size, per_rank; "failed" (what diverged) on a mismatch.
-nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc);
-
-// The resume does not match: the report says what diverged (verdict.cause),
-// the error names it, with each failed check when list_checks; returns 3.
-int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks);
-
 // The start point against what checkpoint.dir holds: "" when fine, else why
 // not, with what to do (pilot.start_from init needs no step directory there).
 std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_dir);
 
-// The user's own program as the pilot's workers (docs/program.md), from the
-// point where the run directory is locked and config.json written.
-int run_program_pilot(Pilot& p);
-
-}  // namespace anchor::pipeline
+}  // namespace anchor::pilot

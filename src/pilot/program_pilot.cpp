@@ -31,9 +31,12 @@
 #include "anchor/plan/memory_model.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 #include "anchor/protocol/progress.hpp"
+#include "outcome.hpp"
 #include "pilot_context.hpp"
+#include "program_pilot.hpp"
+#include "signals.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::pilot {
 namespace {
 
 namespace pp = protocol;
@@ -143,14 +146,14 @@ class ProgramSteps {
     if (!shown) return;
     if (!rule_) rule_.emplace(s.step - 1, end_);  // the first step shown says where the worker started
     ANCHOR_LOG_AT(rule_->shown(shown->done) ? log::Level::kInfo : log::Level::kDebug, "train_step", "{}",
-                  step_line(who_, *shown));
+                  protocol::step_line(who_, *shown));
   }
 
  private:
   std::string who_;
   std::int64_t end_;
-  StepAccount account_;
-  std::optional<StepLineRule> rule_;
+  protocol::StepAccount account_;
+  std::optional<protocol::StepLineRule> rule_;
 };
 
 // Writes the spec and starts the program once per rank with it, each in its own process group.
@@ -206,7 +209,7 @@ class ProgramRun {
       watch_.tick();
       if (!w_.killed_by_us) sample_rss();
       if (all_ended()) break;
-      if (g_signal) {
+      if (interrupt_signal()) {
         stop_on_signal();
         break;
       }
@@ -378,7 +381,7 @@ class ProgramRun {
   std::string kill_point_;
   std::map<int, std::uint64_t> lines_;  // per rank
   const std::string letter_;
-  StageWatch watch_;
+  protocol::StageWatch watch_;
   ProgramSteps steps_;
 };
 
@@ -688,7 +691,7 @@ Step reference(Run& r) {
   } catch (const Error& e) {
     return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
   }
-  if (g_signal) return interrupted_exit(p);
+  if (interrupt_signal()) return interrupted_exit(p);
   const Outcome& a = r.a;
   p.report.set_section("program", program_section(p, r.l, a));
   if (!a.killed_by_us) {
@@ -809,7 +812,7 @@ Step resume(Run& r) {
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
-  if (g_signal) return interrupted_exit(p);
+  if (interrupt_signal()) return interrupted_exit(p);
   // The helper raises when a component's state after load_state_dict differs from its file (check_restore),
   // having reported what it restored: that is the verdict's to name (exit 3), not a runtime failure.
   if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", 1, r.b.error);
@@ -836,12 +839,12 @@ void compare(Run& r) {
   p.stage("compare", [&] {
     // The program picks its device: bitwise unless pilot.tolerance says otherwise.
     const double tol = p.cfg.pilot.tolerance;
-    std::vector<Verdict> ranks;
+    std::vector<protocol::Verdict> ranks;
     ranks.reserve(static_cast<std::size_t>(std::max(p.nproc, 0)));
     for (int rank = 0; rank < p.nproc; ++rank)
       ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol));
     json& v = r.verdict;
-    v = verdict_over_ranks(ranks);
+    v = protocol::verdict_over_ranks(ranks);
     return compare_stage_figures(v, p.nproc);
   });
   p.report.set_section("resume", r.verdict);
@@ -892,7 +895,7 @@ Step memory_probe(Run& r) {
     } catch (const Error& e) {
       return failed(exit_code_for(e.kind()), with_hint(e));
     }
-    if (g_signal) {
+    if (interrupt_signal()) {
       not_planned(r, "interrupted in the memory probe");
       return interrupted_exit(p);
     }
@@ -996,4 +999,4 @@ int run_program_pilot(Pilot& p) {
   return passed(p);
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::pilot

@@ -37,7 +37,7 @@
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/protocol/compare.hpp"
 #include "anchor/pilot/pilot.hpp"
-#include "anchor/reproduce/reproduce.hpp"
+#include "anchor/run_report/compare_reports.hpp"
 #include "anchor/plan/catalog.hpp"
 #include "anchor/plan/plan.hpp"
 #include "anchor/report/keys.hpp"
@@ -47,27 +47,20 @@
 #include "anchor/protocol/events.hpp"
 #include "anchor/protocol/progress.hpp"
 #include "anchor/run_report/report_writer.hpp"
+#include "outcome.hpp"
 #include "pilot_context.hpp"
+#include "program_pilot.hpp"
+#include "signals.hpp"
 #include "anchor/protocol/work_files.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 
-namespace anchor::pipeline {
-
-// Signals set a flag and nothing else; the supervisor's loops check it.
-volatile std::sig_atomic_t g_signal = 0;
+namespace anchor::pilot {
 
 namespace {
 
-extern "C" void on_signal(int sig) { g_signal = sig; }
-
-void install_signal_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR so the loop sees the flag
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
+// Which worker a WorkerRun starts: A (the reference) or B (the resume, which
+// also runs the memory probe once its results are written).
+enum class WorkerRole { kReference, kResume };
 
 std::string make_run_id(const std::string& name) {
   auto t = std::time(nullptr);
@@ -130,7 +123,7 @@ class WorkerRun {
   WorkerRun(Pilot& p, WorkerRole role)
       : p_(p),
         role_(role),
-        spec_path_(work::spec(p.run_dir, role == WorkerRole::kReference ? "reference" : "resume")),
+        spec_path_(protocol::work::spec(p.run_dir, role == WorkerRole::kReference ? "reference" : "resume")),
         name_(role == WorkerRole::kReference ? "reference" : "resume"),
         nproc_(p.nproc),
         nodes_(p.opts.nodes),
@@ -197,10 +190,10 @@ class WorkerRun {
         so.env = dist::self_launch_env(r, nproc_, port_);
       if (early_) {
         so.pipe_stdin = true;
-        so.env[kReleaseEnv] = "stdin";
+        so.env[protocol::kReleaseEnv] = "stdin";
       }
       so.env.merge(threads::pool_wait_env());  // idle pool threads sleep soon (threads.hpp)
-      so.env[kLiveProgressEnv] = live ? "1" : "0";
+      so.env[protocol::kLiveProgressEnv] = live ? "1" : "0";
       so.env[protocol::kSpecEnv] = spec_path_;  // what the worker is told (docs/program.md, "The contract")
       std::vector<std::string> argv = {p_.worker_binary, "--log-level", p_.opts.log_level, "__worker"};
       if (!p_.opts.use_hash_cache) argv.push_back("--no-cache");
@@ -283,7 +276,7 @@ class WorkerRun {
     std::string buf;
     char chunk[4096];
     for (;;) {
-      if (g_signal) {  // a signal that came outside poll() (during a read, or the events' handling)
+      if (interrupt_signal()) {  // a signal that came outside poll() (during a read, or the events' handling)
         terminate_ranks();
         break;
       }
@@ -291,7 +284,7 @@ class WorkerRun {
       pollfd pfd{fd, POLLIN, 0};
       const int ready = ::poll(&pfd, 1, ranks_.size() > 1 ? 100 : watch_.poll_ms());
       if (ready < 0 && errno == EINTR) {
-        if (g_signal) {
+        if (interrupt_signal()) {
           terminate_ranks();
           break;
         }
@@ -315,14 +308,14 @@ class WorkerRun {
   // One line of rank 0's stdout: a line of the worker protocol after kEventPrefix
   // (worker_protocol.hpp), or the worker's stray output, shown as it is.
   void handle_line(const std::string& line) {
-    if (line.rfind(kEventPrefix, 0) != 0) {
+    if (line.rfind(protocol::kEventPrefix, 0) != 0) {
       watch_.erase();
       std::fprintf(stderr, "%s\n", line.c_str());  // a worker's stray stdout: keep it visible
       return;
     }
     protocol::Event ev;
     try {
-      ev = protocol::parse_event(line.substr(std::strlen(kEventPrefix)));
+      ev = protocol::parse_event(line.substr(std::strlen(protocol::kEventPrefix)));
     } catch (const Error& e) {  // not this build's worker: said, not acted on
       watch_.erase();
       ANCHOR_LOG_WARN("pilot", "{}: a line that is not the worker protocol's ({})", who(0), e.what());
@@ -394,7 +387,7 @@ class WorkerRun {
   void collect_remote_ranks() {
     try {
       nlohmann::json remote = nlohmann::json::array();
-      for (const auto& rr : nodes_->collect(name_, (w_.status != 0 && !w_.killed_by_us) || g_signal)) {
+      for (const auto& rr : nodes_->collect(name_, (w_.status != 0 && !w_.killed_by_us) || interrupt_signal())) {
         remote.push_back(
             {{"rank", rr.rank}, {"node", rr.node}, {"host", rr.host}, {"status", rr.status}, {"killed", rr.killed}});
         if (rr.status == 0 || rr.killed || w_.killed_by_us) continue;
@@ -424,8 +417,8 @@ class WorkerRun {
   PilotNodes* const nodes_;  // several nodes: this one runs ranks 0 .. local_world_size - 1
   const int local_;
   const int port_;
-  StageWatch watch_;
-  StepAccount steps_;  // rank 0's step lines, for the live line
+  protocol::StageWatch watch_;
+  protocol::StepAccount steps_;  // rank 0's step lines, for the live line
   std::vector<proc::Child> ranks_;
   WorkerOutcome w_;
   std::vector<std::optional<int>> ended_;  // the other ranks' statuses, once they have ended
@@ -464,160 +457,11 @@ void tell_worker(const Pilot& p, WorkerRole role, std::int64_t stop_at) {
   } else {
     spec.role = protocol::Role::kResume;
   }
-  std::filesystem::create_directories(work::dir(p.run_dir));
-  fs::atomic_write_file(work::spec(p.run_dir, name), dump_json(protocol::to_json(spec), 2));
+  std::filesystem::create_directories(protocol::work::dir(p.run_dir));
+  fs::atomic_write_file(protocol::work::spec(p.run_dir, name), dump_json(protocol::to_json(spec), 2));
 }
 
 }  // namespace
-
-// The readable stage table goes to stdout, unless --json reserves stdout for the report.
-std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::cerr : std::cout; }
-
-namespace {
-std::atomic<bool> g_junit_published{false};
-
-void write_junit(const Pilot& p) {
-  if (p.opts.junit_path.empty()) return;
-  fs::atomic_write_file(p.opts.junit_path, junit_xml(p.report.json(), p.planned_stages));
-  g_junit_published = true;
-}
-}  // namespace
-
-bool junit_published() { return g_junit_published; }
-
-// Writes every output of the run, whatever its outcome: report.json and
-// report.md, the JUnit XML (--junit) and the report on stdout (--json).
-void publish(Pilot& p) {
-  if (p.signing_key.empty()) {
-    p.report.set_unsigned(p.unsigned_reason);
-    p.report.write(p.run_dir);
-    ANCHOR_LOG_WARN("report", "UNSIGNED: {}; {}/report.json is not signed and `anchor verify` will refuse it",
-                    p.unsigned_reason, p.run_dir);
-  } else {
-    try {
-      // report.json says it is signed and by which key before it becomes a subject of the signature.
-      p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
-      p.report.write(p.run_dir);
-      report::SignOptions how;
-      how.seen_checkpoints = p.seen_checkpoints;
-      report::sign_run(p.run_dir, p.signing_key, how);  // it logs the envelope, the key id and the subjects
-    } catch (const Error& e) {
-      // The pilot fails with this error: its report and JUnit file say so too.
-      const std::string why = std::string("signing failed: ") + e.what();
-      p.report.set_unsigned(why);
-      if (p.report.json().value("status", "") == "passed") p.report.set_outcome("failed", exit_code_for(e.kind()), why);
-      p.report.write(p.run_dir);
-      write_junit(p);
-      throw;
-    }
-  }
-  write_junit(p);
-  if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
-}
-
-int passed(Pilot& p) {
-  publish(p);
-  if (const auto& rj = p.report.json(); rj.contains("plan"))
-    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
-  p.report.print_summary(summary_stream(p));
-  if (const auto& rj = p.report.json(); rj.contains("reproduction"))  // `anchor reproduce`: its verdict, last
-    summary_stream(p) << "  reproduced: the re-run matches "
-                      << printable(rj["reproduces"].value("report", std::string())) << " ("
-                      << rj["reproduction"].value("mode", std::string()) << ")\n";
-  return static_cast<int>(ExitCode::kOk);
-}
-
-int interrupted_exit(Pilot& p) {
-  const int sig = static_cast<int>(g_signal);
-  p.events->write({{"event", "interrupted"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}, "supervisor");
-  const int code = static_cast<int>(sig == SIGINT ? ExitCode::kInterrupted : ExitCode::kTerminated);
-  p.report.set_outcome(
-      "interrupted", code,
-      "interrupted by " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + "; only committed checkpoints are kept");
-  publish(p);
-  ANCHOR_LOG_WARN("pilot", "interrupted; report written to {}/report.json", p.run_dir);
-  return code;
-}
-
-int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
-  p.report.add_stage({{"stage", stage}, {"status", "failed"}, {"error", why}});
-  p.events->write({{"stage", stage}, {"event", "end"}, {"status", "failed"}, {"error", why}}, "supervisor");
-  p.report.set_outcome("failed", code, stage + ": " + why);
-  try {
-    publish(p);
-  } catch (const Error& e) {
-    // The failure being reported stays the error; the report's own is said too.
-    std::fprintf(stderr, "anchor: error: the report of the failed pilot could not be written: %s\n", e.what());
-  }
-  p.report.print_summary(summary_stream(p));
-  std::fprintf(stderr, "anchor: error: pilot failed in stage %s: %s\n", stage.c_str(), why.c_str());
-  return code;
-}
-
-namespace {
-// "optimizer, rank 1: rng": what diverged, as the report and stderr say it.
-std::string causes(const nlohmann::json& verdict) {
-  std::string out;
-  for (const auto& c : verdict["cause"]) out += (out.empty() ? "" : ", ") + c.get<std::string>();
-  return out;
-}
-}  // namespace
-
-nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc) {
-  nlohmann::json f = {{"verdict", verdict["verdict"]},
-                      {"mode", verdict["mode"]},
-                      {"cause", verdict["cause"]},
-                      {"world_size", nproc},
-                      {"per_rank", verdict["per_rank"]}};
-  if (verdict["verdict"] != "match")
-    f["failed"] = "resume does not match the uninterrupted run: " + causes(verdict) + " diverged";
-  return f;
-}
-
-int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
-  const std::string cause = causes(verdict);
-  p.report.set_outcome("failed", static_cast<int>(ExitCode::kVerification),
-                       "resume does not match the uninterrupted run: " + cause + " diverged");
-  publish(p);
-  p.report.print_summary(summary_stream(p));
-  std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
-  if (list_checks)
-    for (const auto& c : verdict["checks"])
-      if (!c["ok"].get<bool>())
-        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(),
-                     c["detail"].get<std::string>().c_str());
-  std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
-  return static_cast<int>(ExitCode::kVerification);
-}
-
-// The start point against what checkpoint.dir holds (step directories; the
-// stale temps are gone by now). "" when fine, else why not, with what to do.
-// init: the directory must hold no step directory at all: the pilot would save
-// step K over one, its retention would delete older ones, and worker B restores
-// the newest — possibly another run's. latest: there must be one to start from.
-std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_dir) {
-  std::vector<std::string> steps;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir, ec)) {
-    const auto name = e.path().filename().string();
-    if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos) steps.push_back(name);
-  }
-  std::sort(steps.begin(), steps.end());
-  if (cfg.pilot.start_from == "latest") {
-    if (!steps.empty()) return "";
-    return "pilot.start_from is latest, but checkpoint.dir " + ckpt_dir +
-           " holds no checkpoint (no step-* directory) (hint: point checkpoint.dir at the directory of the run to "
-           "restart, or start from initialisation: pilot.start_from init)";
-  }
-  if (steps.empty()) return "";
-  return "checkpoint.dir " + ckpt_dir + " already holds " + std::to_string(steps.size()) + " checkpoint(s), newest " +
-         steps.back() + "; a pilot starting from initialisation would save its steps " +
-         std::to_string(cfg.pilot.steps_before_save) + " and " +
-         std::to_string(cfg.pilot.steps_before_save + cfg.pilot.steps_after_resume) +
-         " among them (replacing a directory of the same step), delete older ones by retention, and restore the "
-         "newest in its resume worker (hint: to restart from the newest committed one, pass --start-from "
-         "latest; to start afresh, use an empty checkpoint.dir or leave it empty for <run dir>/checkpoints)";
-}
 
 namespace {
 
@@ -692,9 +536,9 @@ struct BuiltinRun {
   const PilotOptions& opts;
   std::unique_ptr<WorkerRun> b_run;  // worker B, started early with worker A (reference_worker)
   WorkerOutcome a, b;
-  WorkerResult ref, res;                           // work/reference.json, work/resume.json (rank 0)
-  std::vector<WorkerResult> ref_ranks, res_ranks;  // ranks 1..n-1, read and checked once
-  nlohmann::json verdict;                          // the comparison
+  protocol::WorkerResult ref, res;                           // work/reference.json, work/resume.json (rank 0)
+  std::vector<protocol::WorkerResult> ref_ranks, res_ranks;  // ranks 1..n-1, read and checked once
+  nlohmann::json verdict;                                    // the comparison
 };
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
@@ -857,7 +701,7 @@ Step before_workers(BuiltinRun& r) {
   //    supervisor never loads LibTorch. `anchor reproduce` pinned already.
   if (r.opts.pinned_manifest)
     fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*r.opts.pinned_manifest, 2));
-  if (g_signal) return interrupted_exit(p);
+  if (interrupt_signal()) return interrupted_exit(p);
   p.report.set_start({{"from", p.cfg.pilot.start_from}});
   if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
   return std::nullopt;
@@ -877,18 +721,19 @@ std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
 }
 
 // The results of ranks 1.. of a worker (rank 0's is read apart: it carries the stages).
-std::vector<WorkerResult> read_other_ranks(const Pilot& p, const char* role) {
-  std::vector<WorkerResult> out;
+std::vector<protocol::WorkerResult> read_other_ranks(const Pilot& p, const char* role) {
+  std::vector<protocol::WorkerResult> out;
   for (int rank = 1; rank < p.nproc; ++rank)
-    out.push_back(read_worker_result(work::result(p.run_dir, role, rank), role));
+    out.push_back(protocol::read_worker_result(protocol::work::result(p.run_dir, role, rank), role));
   return out;
 }
 
 // 4. Worker A: load, train K, eval, save + commit, R reference steps, second save -> SIGKILL.
 Step reference_worker(BuiltinRun& r) {
   Pilot& p = r.p;
-  const std::string start_json = work::start(p.run_dir);  // worker A writes it when it starts from a checkpoint
-  std::filesystem::remove(start_json);                    // not a reused run directory's
+  const std::string start_json =
+      protocol::work::start(p.run_dir);  // worker A writes it when it starts from a checkpoint
+  std::filesystem::remove(start_json);   // not a reused run directory's
   try {
     tell_worker(p, WorkerRole::kReference, p.cfg.pilot.steps_before_save + p.cfg.pilot.steps_after_resume);
   } catch (const Error& e) {
@@ -913,17 +758,17 @@ Step reference_worker(BuiltinRun& r) {
                                                          : nlohmann::json{{"from", p.cfg.pilot.start_from}});
   if (std::filesystem::exists(p.run_dir + "/manifest.json"))
     p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
-  if (g_signal) return interrupted_exit(p);
+  if (interrupt_signal()) return interrupted_exit(p);
   // The numerical validation of train.precision, passed or not (docs/precision.md).
-  if (std::filesystem::exists(work::precision(p.run_dir)))
-    p.report.set_precision(read_json(work::precision(p.run_dir)));
+  if (std::filesystem::exists(protocol::work::precision(p.run_dir)))
+    p.report.set_precision(read_json(protocol::work::precision(p.run_dir)));
   if (!a.killed_by_us)
     return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status),
                 reference_failure(p, a));
   if (a.status != 128 + SIGKILL)
     return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   try {
-    r.ref = read_worker_result(work::result(p.run_dir, "reference"), "reference");
+    r.ref = protocol::read_worker_result(protocol::work::result(p.run_dir, "reference"), "reference");
     r.ref_ranks = read_other_ranks(p, "reference");
   } catch (const Error& e) {
     return fail(p, "reference", exit_code_for(e.kind()), with_hint(e));
@@ -958,14 +803,14 @@ Step resume_worker(BuiltinRun& r) {
   if (!r.b_run) r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
   r.b = r.b_run->run();
   const WorkerOutcome& b = r.b;
-  if (g_signal) return interrupted_exit(p);
+  if (interrupt_signal()) return interrupted_exit(p);
   if (b.status != 0) {
     const std::string who = "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string());
     return fail(p, b.open_stage.empty() ? "resume" : b.open_stage, worker_exit_code(b.status),
                 with_remote(b.error.empty() ? who + " exited with status " + std::to_string(b.status) : b.error, b));
   }
   try {
-    r.res = read_worker_result(work::result(p.run_dir, "resume"), "resume");
+    r.res = protocol::read_worker_result(protocol::work::result(p.run_dir, "resume"), "resume");
     r.res_ranks = read_other_ranks(p, "resume");
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
@@ -980,10 +825,10 @@ void compare_ranks(BuiltinRun& r) {
   nlohmann::json& verdict = r.verdict;
   p.stage("compare", [&] {
     const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
-    std::vector<Verdict> ranks{compare_resume(r.ref, r.res, tol)};
+    std::vector<protocol::Verdict> ranks{protocol::compare_resume(r.ref, r.res, tol)};
     for (int rank = 1; rank < p.nproc; ++rank)
-      ranks.push_back(compare_resume(r.ref_ranks.at(rank - 1), r.res_ranks.at(rank - 1), tol));
-    verdict = verdict_over_ranks(ranks);
+      ranks.push_back(protocol::compare_resume(r.ref_ranks.at(rank - 1), r.res_ranks.at(rank - 1), tol));
+    verdict = protocol::verdict_over_ranks(ranks);
     return compare_stage_figures(verdict, p.nproc);
   });
 }
@@ -1007,7 +852,7 @@ Step distributed_section(BuiltinRun& r) {
   if (p.nproc > 1) {
     nlohmann::json ranks = nlohmann::json::array();
     for (int rank = 0; rank < p.nproc; ++rank) {
-      const WorkerResult& rj = rank == 0 ? r.ref : r.ref_ranks.at(rank - 1);
+      const protocol::WorkerResult& rj = rank == 0 ? r.ref : r.ref_ranks.at(rank - 1);
       auto row = rj.sharding.is_object() ? rj.sharding : nlohmann::json::object();
       row["rank"] = rank;
       if (p.opts.nodes) {
@@ -1040,9 +885,9 @@ Step distributed_section(BuiltinRun& r) {
 // 9. The plan for the long run, from what was measured (docs/plan.md).
 Step probe_and_plan(BuiltinRun& r) {
   Pilot& p = r.p;
-  WorkerResult probe;
+  protocol::WorkerResult probe;
   try {
-    probe = read_worker_result(work::result(p.run_dir, "probe"), "probe");
+    probe = protocol::read_worker_result(protocol::work::result(p.run_dir, "probe"), "probe");
   } catch (const Error& e) {
     return fail(p, "memory_probe", exit_code_for(e.kind()), with_hint(e));
   }
@@ -1051,8 +896,8 @@ Step probe_and_plan(BuiltinRun& r) {
   nlohmann::json points = nlohmann::json::array();
   if (p.nproc == 1) {
     const auto& sm = r.ref.step_memory.tensors;
-    points.push_back(MemoryPoint{p.cfg.train.micro_batch, p.cfg.data.seq_len, sm.peak_allocated_bytes,
-                                 sm.peak_reserved_bytes, r.ref.state_bytes, "reference", std::nullopt}
+    points.push_back(protocol::MemoryPoint{p.cfg.train.micro_batch, p.cfg.data.seq_len, sm.peak_allocated_bytes,
+                                           sm.peak_reserved_bytes, r.ref.state_bytes, "reference", std::nullopt}
                          .to_json());
   }
   for (const auto& pt : probe.memory_points) points.push_back(pt.to_json());
@@ -1077,7 +922,8 @@ Step reproduce_compare(BuiltinRun& r) {
   nlohmann::json repro;
   std::string differing;  // the names of the figures that differ, for the stage and the last line
   p.stage("reproduce_compare", [&] {
-    repro = compare_reports(*r.opts.baseline, p.report.json(), r.opts.reproduce_bitwise, p.cfg.pilot.tolerance);
+    repro =
+        run_report::compare_reports(*r.opts.baseline, p.report.json(), r.opts.reproduce_bitwise, p.cfg.pilot.tolerance);
     std::size_t n = 0;  // the first five named, then how many more
     for (const auto& c : repro["checks"])
       if (!c["ok"].get<bool>() && ++n <= 5) differing += (differing.empty() ? "" : ", ") + c["name"].get<std::string>();
@@ -1118,7 +964,7 @@ std::string refusal_junit_xml(const Error& e) {
   if (const auto* c = dynamic_cast<const config::ConfigError*>(&e))  // its problems, as main prints them
     for (const auto& problem : c->problems()) message += "\n  " + problem.format();
   if (!e.hint().empty()) message += "\nhint: " + e.hint();
-  return junit_error_xml(config ? "config" : "start", type, message, utc_now().substr(0, 19));
+  return run_report::junit_error_xml(config ? "config" : "start", type, message, protocol::utc_now().substr(0, 19));
 }
 
 int run_supervisor(const PilotOptions& opts, int launched_world) {
@@ -1163,4 +1009,4 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
   return passed(p);
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::pilot

@@ -9,7 +9,7 @@
 
 #include "anchor/error.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::protocol {
 namespace {
 
 // Human names for the state groups, as the report prints them.
@@ -218,4 +218,4 @@ nlohmann::json verdict_over_ranks(const std::vector<Verdict>& ranks) {
   return out;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

@@ -5,7 +5,7 @@
 
 #include "anchor/common/utf8.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::protocol {
 
 std::string utc_now() {
   auto now = std::chrono::system_clock::now();
@@ -48,4 +48,4 @@ nlohmann::json StageTimer::end(nlohmann::json figures) {
   return rec;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

@@ -16,7 +16,7 @@
 #include "anchor/log.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::protocol {
 
 bool stderr_is_live_terminal() {
   if (::isatty(STDERR_FILENO) != 1) return false;
@@ -203,4 +203,4 @@ void StageWatch::erase() {
   drawn_ = false;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

@@ -24,7 +24,7 @@
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
-namespace anchor::pipeline::protocol {
+namespace anchor::protocol {
 namespace {
 
 using nlohmann::json;
@@ -793,4 +793,4 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
   return v;
 }
 
-}  // namespace anchor::pipeline::protocol
+}  // namespace anchor::protocol

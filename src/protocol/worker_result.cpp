@@ -7,7 +7,7 @@
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::protocol {
 namespace {
 
 using nlohmann::json;
@@ -284,4 +284,4 @@ WorkerResult read_worker_result(const std::string& path, const std::string& role
   return r;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

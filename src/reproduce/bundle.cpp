@@ -21,9 +21,8 @@
 #include "anchor/manifest/manifest.hpp"
 #include "anchor/report/dsse.hpp"
 #include "anchor/report/statement.hpp"
-#include "config/schema.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::reproduce {
 namespace {
 
 namespace stdfs = std::filesystem;
@@ -159,13 +158,7 @@ std::size_t most_up_of(config::Config& cfg, const std::vector<Input>& inputs) {
     most = std::max(most, up);
   };
   for (const auto& in : inputs) take(in.written);
-  for (const auto& f : config::schema::fields()) {
-    if (f.path != config::schema::PathKind::kConfigRelative) continue;
-    if (const auto* one = std::get_if<config::schema::Ref<std::string>>(&f.ref))
-      take((*one)(cfg));
-    else if (const auto* many = std::get_if<config::schema::Ref<std::vector<std::string>>>(&f.ref))
-      for (const auto& p : (*many)(cfg)) take(p);
-  }
+  for (const std::string* p : config::config_relative_paths(cfg)) take(*p);
   return most;
 }
 
@@ -578,4 +571,4 @@ OpenedBundle open_bundle(const std::string& dir) {
   return b;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::reproduce

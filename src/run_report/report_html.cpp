@@ -13,7 +13,7 @@
 #include "anchor/common/utf8.hpp"
 #include "anchor/run_report/report_writer.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::run_report {
 namespace {
 
 using json = nlohmann::json;
@@ -537,4 +537,4 @@ std::string report_html(const json& report, const json& trace) {
   return o.str();
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::run_report

@@ -21,7 +21,7 @@
 #include "anchor/run_report/report_html.hpp"
 #include "anchor/run_report/trace.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::run_report {
 namespace {
 
 // Text for XML 1.0, for an attribute value or element content: valid UTF-8
@@ -388,7 +388,7 @@ std::string markup_escape(const std::string& raw) { return xml_escape(raw); }
 void Report::begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path) {
   j_["format"] = "anchor.report/v1";
   j_["run_id"] = run_id;
-  j_["created_at"] = utc_now();
+  j_["created_at"] = protocol::utc_now();
   j_["anchor"] = {{"version", build::kVersion}, {"git_commit", build::kGitCommit}};
   j_["config_path"] = config_path;
   j_["config"] = config::to_json(cfg);
@@ -409,7 +409,7 @@ void Report::add_stage(const nlohmann::json& s) { j_["stages"].push_back(s); }
 namespace {
 
 // The loss scaler: every skipped step, and the scale saved vs restored.
-nlohmann::json loss_scaler_section(const WorkerResult& ref, const WorkerResult& res) {
+nlohmann::json loss_scaler_section(const protocol::WorkerResult& ref, const protocol::WorkerResult& res) {
   nlohmann::json skipped = nlohmann::json::array();
   for (const auto& [part, steps] :
        {std::pair<const char*, const std::vector<train::StepRecord>*>{"train", &ref.train_steps},
@@ -428,7 +428,7 @@ nlohmann::json loss_scaler_section(const WorkerResult& ref, const WorkerResult& 
 
 // measurements.step: the measured step is the last of the K training steps,
 // the first with full optimizer state.
-nlohmann::json step_section(const WorkerResult& ref, const nlohmann::json& cfg) {
+nlohmann::json step_section(const protocol::WorkerResult& ref, const nlohmann::json& cfg) {
   const auto& s = ref.train_steps.back();
   const double wall = s.compute_s + s.data_wait_s;
   const double tps = wall > 0 ? static_cast<double>(s.tokens) / wall : 0.0;
@@ -454,7 +454,8 @@ nlohmann::json step_section(const WorkerResult& ref, const nlohmann::json& cfg) 
 
 }  // namespace
 
-void Report::set_resume(const WorkerResult& ref, const WorkerResult& res, const nlohmann::json& verdict) {
+void Report::set_resume(const protocol::WorkerResult& ref, const protocol::WorkerResult& res,
+                        const nlohmann::json& verdict) {
   j_["steps"] = {{"train", train::steps_json(ref.train_steps)},
                  {"reference", train::steps_json(ref.reference_steps)},
                  {"resume", train::steps_json(res.resume_steps)}};
@@ -546,7 +547,7 @@ void Report::set_outcome(const std::string& status, int exit_code, const std::st
   j_["status"] = status;
   j_["exit_code"] = exit_code;
   j_["message"] = message;
-  j_["finished_at"] = utc_now();
+  j_["finished_at"] = protocol::utc_now();
 }
 
 void Report::set_reproduction(const nlohmann::json& reproduces, const nlohmann::json& result) {
@@ -676,4 +677,4 @@ std::string junit_error_xml(const std::string& name, const std::string& type, co
   return x.str();
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::run_report

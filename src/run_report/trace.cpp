@@ -13,7 +13,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/common/utf8.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::run_report {
 
 std::optional<double> event_time(const nlohmann::json& e) {
   auto it = e.find("time");
@@ -277,4 +277,4 @@ nlohmann::json write_trace(const std::string& run_dir) {
   return trace;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::run_report

@@ -11,7 +11,7 @@
 #include "anchor/measure/memory.hpp"
 #include "anchor/train/trainer.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::worker {
 namespace {
 
 constexpr int kMeasuredSteps = 7;  // timed rounds after one untimed step (odd: a true median)
@@ -125,4 +125,4 @@ nlohmann::json measure_activation_checkpointing(const config::Config& cfg) {
           {"trade", trade}};
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::worker

@@ -5,7 +5,7 @@
 
 #include "anchor/config/config.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::worker {
 
 // Runs in the resume worker's memory probe when train.activation_checkpointing
 // is N > 0, against the same config with checkpointing off. Memory: a fresh
@@ -19,4 +19,4 @@ namespace anchor::pipeline {
 // Returns the "activation_checkpointing" section of the report (docs/report.md).
 nlohmann::json measure_activation_checkpointing(const config::Config& cfg);
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::worker

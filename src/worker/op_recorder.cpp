@@ -17,7 +17,7 @@
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -141,4 +141,4 @@ OpTrace OpRecorder::finish() {
   return out;
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::worker

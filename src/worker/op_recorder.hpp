@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace anchor::pipeline {
+namespace anchor::worker {
 
 // What a recorder saw: a Chrome trace (a JSON array of complete events).
 struct OpTrace {
@@ -39,4 +39,4 @@ class OpRecorder {
   std::uint64_t handle_ = 0;  // LibTorch's handle of the callback; 0 once removed
 };
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::worker

@@ -40,7 +40,7 @@
 #include "anchor/measure/memory.hpp"
 #include "anchor/model/hf_export.hpp"
 #include "anchor/measure/proc.hpp"
-#include "anchor/pilot/pilot.hpp"
+#include "anchor/worker/worker.hpp"
 #include "anchor/protocol/worker_result.hpp"
 #include "anchor/plan/memory_model.hpp"
 #include "anchor/train/state_format.hpp"
@@ -55,7 +55,7 @@
 #include "anchor/protocol/progress.hpp"
 #include "anchor/protocol/work_files.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::worker {
 namespace {
 
 struct WorkerContext {
@@ -70,7 +70,7 @@ struct WorkerContext {
   std::unique_ptr<dist::ProcessGroup> pg;  // only with several ranks
   std::string device;                      // this rank's device (dist::rank_device); empty: cfg.device
   train::RestoreFaults faults;             // ANCHOR_PILOT_FAULT, read once on every rank (a typo fails every rank)
-  WorkerResult out;                        // becomes work/<role>.json
+  protocol::WorkerResult out;              // becomes work/<role>.json
 };
 
 // The spec's steps as the built-in worker runs them: worker A saves at
@@ -134,10 +134,10 @@ WorkerContext load_context() {
 class StageMemory {
  public:
   explicit StageMemory(std::string device) : device_(std::move(device)) { measure::reset_peak(device_); }
-  MemoryReading reading() const { return {measure::tensor_memory(device_), measure::read_proc_memory(), ""}; }
+  protocol::MemoryReading reading() const { return {measure::tensor_memory(device_), measure::read_proc_memory(), ""}; }
   // The stage's reading for its figures, said also as the protocol's `memory` line of `stage`.
   nlohmann::json read_and_report(const std::string& stage) const {
-    const MemoryReading m = reading();
+    const protocol::MemoryReading m = reading();
     protocol::MemoryLine l;
     l.stage = stage;
     l.device = device_;
@@ -146,7 +146,7 @@ class StageMemory {
     if (m.tensors.reserved_bytes >= 0) l.reserved_bytes = m.tensors.reserved_bytes;
     if (m.tensors.device_total_bytes >= 0) l.total_bytes = m.tensors.device_total_bytes;
     l.rss_bytes = static_cast<std::int64_t>(m.process.rss_bytes);
-    emit(l);
+    protocol::emit(l);
     return m.to_json();
   }
 
@@ -187,8 +187,8 @@ protocol::StepLine step_line_of(const train::StepRecord& r, std::int64_t stop_at
 // The measured step's peak as the protocol's step_memory line: the peak since
 // the reset right before the step, from the allocator; the state's bytes. What
 // the process held before its first step is not measured here (null).
-protocol::StepMemoryLine step_memory_line(std::int64_t step, const std::string& device, const MemoryReading& m,
-                                          const train::StateBytes& state) {
+protocol::StepMemoryLine step_memory_line(std::int64_t step, const std::string& device,
+                                          const protocol::MemoryReading& m, const train::StateBytes& state) {
   protocol::StepMemoryLine l;
   l.step = step;
   l.device = device;
@@ -226,15 +226,15 @@ using StepFn = std::function<train::StepRecord(train::Trainer&)>;
 
 std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepProgress& at, const StepFn& last = {}) {
   std::vector<train::StepRecord> steps;
-  const StepLineRule rule(at.start, at.end);
-  const bool live = live_progress_requested();
+  const protocol::StepLineRule rule(at.start, at.end);
+  const bool live = protocol::live_progress_requested();
   const std::string who = at.world > 1 ? fmt::format("{} rank {}", at.worker, at.rank) : std::string(at.worker);
   double spent_s = 0;
   for (int i = 0; i < n; ++i) {
     auto r = last && i + 1 == n ? last(t) : t.train_step();
     const double step_s = r.compute_s + r.data_wait_s;
     spent_s += step_s;
-    StepShown shown;
+    protocol::StepShown shown;
     shown.done = r.step + 1;
     shown.end = at.end;
     shown.loss = r.loss;
@@ -244,8 +244,8 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepPro
     shown.step_s = step_s;
     shown.eta_s = spent_s / (i + 1) * static_cast<double>(std::max<std::int64_t>(0, at.end - shown.done));
     const auto level = !live && rule.shown(shown.done) ? log::Level::kInfo : log::Level::kDebug;
-    ANCHOR_LOG_AT(level, "train_step", "{}", step_line(who, shown));
-    emit(step_line_of(r, at.end));
+    ANCHOR_LOG_AT(level, "train_step", "{}", protocol::step_line(who, shown));
+    protocol::emit(step_line_of(r, at.end));
     // A non-finite loss or applied gradient poisons every later step: fail
     // here, naming it (a step the loss scaler skipped is not applied).
     if (!std::isfinite(r.loss) || (!r.skipped && !std::isfinite(r.grad_norm)))
@@ -332,7 +332,7 @@ nlohmann::json save_figures(const checkpoint::SaveResult& s) {
 
 void write_result(WorkerContext& ctx, const std::string& role) {
   auto mem = measure::read_proc_memory();
-  WorkerResult& out = ctx.out;
+  protocol::WorkerResult& out = ctx.out;
   out.role = role;
   out.pid = ::getpid();
   out.rss_bytes = static_cast<std::int64_t>(mem.rss_bytes);
@@ -342,7 +342,7 @@ void write_result(WorkerContext& ctx, const std::string& role) {
     out.world_size = ctx.env.world_size;
     out.backend = ctx.pg->backend();
   }
-  fs::atomic_write_file(work::result(ctx.run_dir, role, ctx.env.rank), dump_json(out.to_json(), 2));
+  fs::atomic_write_file(protocol::work::result(ctx.run_dir, role, ctx.env.rank), dump_json(out.to_json(), 2));
 }
 
 // run.threads governs every pool the worker runs (docs/config.md): LibTorch's
@@ -383,7 +383,7 @@ nlohmann::json threads_json(int configured) {
 // (docs/manifest.md). `anchor reproduce` has pinned already: its manifest stands.
 void pin_stage(WorkerContext& ctx, bool use_cache) {
   const std::string path = ctx.run_dir + "/manifest.json";
-  StageTimer pin("pin");
+  protocol::StageTimer pin("pin");
   const bool reused = std::filesystem::exists(path);
   nlohmann::json m;
   if (reused) {
@@ -578,7 +578,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   const auto diffs =
       st.config.is_object() ? config_differences(st.config, config::to_json(ctx.cfg)) : nlohmann::json::array();
   start["config_differences"] = diffs;
-  if (ctx.env.rank == 0) fs::atomic_write_file(work::start(ctx.run_dir), dump_json(start, 2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(protocol::work::start(ctx.run_dir), dump_json(start, 2));
 
   refuse_misfit(t, *loaded, diffs);
   for (const auto& d : diffs)
@@ -591,7 +591,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
   start["rng_restore"] = t.rng_restore();
   ANCHOR_LOG_INFO("pilot", "worker A starts from {} (step {}, saved by {} rank(s))", loaded->dir, loaded->step,
                   start["world_size"].get<int>());
-  if (ctx.env.rank == 0) fs::atomic_write_file(work::start(ctx.run_dir), dump_json(start, 2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(protocol::work::start(ctx.run_dir), dump_json(start, 2));
   return start;
 }
 
@@ -601,7 +601,7 @@ nlohmann::json restore_start(WorkerContext& ctx, train::Trainer& t) {
 // newest committed checkpoint (restored).
 std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cache) {
   if (ctx.env.rank == 0) pin_stage(ctx, use_hash_cache);
-  StageTimer load("load");
+  protocol::StageTimer load("load");
   StageMemory load_mem("cpu");
   auto tp = make_trainer(ctx);
   auto& t = *tp;
@@ -631,10 +631,10 @@ std::unique_ptr<train::Trainer> load_stage(WorkerContext& ctx, bool use_hash_cac
 void precision_stage(WorkerContext& ctx, train::Trainer& t) {
   if (t.precision() == train::Precision::kFp32) return;
   const auto& p = ctx.cfg.pilot;
-  StageTimer prec("precision");
+  protocol::StageTimer prec("precision");
   auto v = t.validate_precision(p.precision_tolerance);
   ctx.out.precision = v;
-  if (ctx.env.rank == 0) fs::atomic_write_file(work::precision(ctx.run_dir), v.dump(2));
+  if (ctx.env.rank == 0) fs::atomic_write_file(protocol::work::precision(ctx.run_dir), v.dump(2));
   const std::string verdict = v["verdict"].get<std::string>();
   if (verdict == "non_finite") {
     std::string names;
@@ -660,7 +660,7 @@ void precision_stage(WorkerContext& ctx, train::Trainer& t) {
 // clip, optimizer step; item() synchronises).
 void train_stage(WorkerContext& ctx, train::Trainer& t) {
   const std::string dev = t.device();
-  StageTimer train("train");
+  protocol::StageTimer train("train");
   auto& steps = ctx.out.train_steps;
   const StepProgress at = progress(ctx, "A", t.step(), t.step() + ctx.k + ctx.r);
   steps = run_steps(t, static_cast<int>(ctx.k) - 1, at);
@@ -668,7 +668,7 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
   const train::StepRecord last = run_steps(t, 1, at).at(0);
   ctx.out.step_memory = step_mem.reading();
   ctx.out.step_memory.device_report = measure::device_smi_report(dev);
-  emit(step_memory_line(last.step + 1, dev, ctx.out.step_memory, t.state_bytes()));
+  protocol::emit(step_memory_line(last.step + 1, dev, ctx.out.step_memory, t.state_bytes()));
   ctx.out.state_bytes = t.state_bytes();
   if (ctx.pg) ctx.out.sharding = t.sharding();  // this rank's state vs DDP's, after the measured step
   steps.push_back(last);
@@ -686,11 +686,11 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
 
 double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   const auto& p = ctx.cfg.pilot;
-  StageTimer eval("eval");
+  protocol::StageTimer eval("eval");
   StageMemory eval_mem(t.device());
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval");
   ctx.out.eval_loss = eval_loss;
-  emit(protocol::EvalLine{t.step(), {true, eval_loss}});
+  protocol::emit(protocol::EvalLine{t.step(), {true, eval_loss}});
   ctx.out.stages.push_back(eval.end({{"loss", eval_loss},
                                      {"perplexity", std::exp(eval_loss)},
                                      {"batches", p.eval_batches},
@@ -700,14 +700,14 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
 
 // The save of step K, committed; retention as the long run applies it.
 void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store, double eval_loss) {
-  StageTimer save("checkpoint_save");
+  protocol::StageTimer save("checkpoint_save");
   StageMemory save_mem(t.device());
   // The run and its config travel in state.json: a later pilot starting from
   // this checkpoint names the run and compares the configs.
   double replica_check_s = 0;
   std::map<std::string, checkpoint::TensorDigests> written;
   const std::string step_dir = ctx.ckpt_dir + "/" + checkpoint::step_dir_name(t.step());
-  emit(checkpoint_line("save", "begin", t.step(), printable(step_dir)));
+  protocol::emit(checkpoint_line("save", "begin", t.step(), printable(step_dir)));
   auto saved = save_checkpoint(ctx, t, store,
                                {{"eval_loss", eval_loss}, {"run_id", ctx.run_id}, {"config", config::to_json(ctx.cfg)}},
                                {}, &replica_check_s, &written);
@@ -718,8 +718,8 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
   ctx.out.saved_step = t.step();
   auto end = checkpoint_line("save", "end", t.step(), printable(step_dir));
   if (saved) end.bytes = static_cast<std::int64_t>(saved->bytes), end.seconds = saved->seconds;
-  emit(end);
-  emit(digests_line("save", *ctx.out.saved_state));
+  protocol::emit(end);
+  protocol::emit(digests_line("save", *ctx.out.saved_state));
   // Only after a newer commit, never the newest valid one.
   if (saved)
     // The new step counts as valid unread only when this process wrote and
@@ -736,14 +736,14 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
 // The second save: the supervisor SIGKILLs us once the first file is on disk,
 // leaving a torn checkpoint that the resume worker must skip.
 [[noreturn]] void killed_save(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store) {
-  emit(protocol::StageLine{"kill", "begin", "", std::nullopt});
+  protocol::emit(protocol::StageLine{"kill", "begin", "", std::nullopt});
   const std::string step_dir = printable(ctx.ckpt_dir + "/" + checkpoint::step_dir_name(t.step()));
-  emit(checkpoint_line("save", "begin", t.step(), step_dir));
+  protocol::emit(checkpoint_line("save", "begin", t.step(), step_dir));
   auto hook = [&](std::string_view point) {
     if (point.rfind("after_file:", 0) == 0) {
       auto window = checkpoint_line("save", "kill_window", t.step(), step_dir);
       window.point = std::string(point);
-      emit(window);
+      protocol::emit(window);
       for (;;) ::pause();  // until SIGKILL; PR_SET_PDEATHSIG ends us if the supervisor dies
     }
   };
@@ -766,11 +766,11 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   diverge_replica_fault(ctx, t);
   save_stage(ctx, t, store, eval_loss);
 
-  StageTimer ref("reference");
+  protocol::StageTimer ref("reference");
   ctx.out.reference_steps =
       run_steps(t, static_cast<int>(ctx.r), progress(ctx, "A", t.step() - ctx.k, t.step() + ctx.r));
   ctx.out.final_state = t.digest();
-  emit(digests_line("final", *ctx.out.final_state));
+  protocol::emit(digests_line("final", *ctx.out.final_state));
   ctx.out.stages.push_back(ref.end({{"steps", ctx.r}}));
   write_result(ctx, "reference");
   killed_save(ctx, t, store);
@@ -789,7 +789,7 @@ int run_resume(WorkerContext& ctx) {
   // The resumed run's trainer is gone: the probe (rank 0 only, one process,
   // no collectives) measures from an empty allocator, and saves the start-up
   // of a process of its own.
-  ctx.out = WorkerResult{};
+  ctx.out = protocol::WorkerResult{};
   return run_probe(ctx);
 }
 
@@ -812,7 +812,7 @@ double export_check_loss(model::Model& m, const config::ModelConfig& mc, const s
 // against its SHA-256 (fs::copy_verified). The plan times the long run's
 // copies at this rate.
 void copy_off_stage(WorkerContext& ctx, const model::HfExport& exported) {
-  StageTimer stage("copy_off");
+  protocol::StageTimer stage("copy_off");
   std::vector<fs::KnownFile> files;
   for (const auto& f : exported.files) files.push_back({f.name, f.size, f.sha256, ""});
   const std::string to = ctx.copy_to + "/" + (ctx.run_id.empty() ? std::string("export") : ctx.run_id);
@@ -836,7 +836,7 @@ void export_stage(WorkerContext& ctx, train::Trainer& t) {
                     "not exported: a TorchScript module has no GPT-2 layout (export.hf applies to the built-in GPT)");
     return;
   }
-  StageTimer stage("export");
+  protocol::StageTimer stage("export");
   const auto files = model::export_gpt2_hf(t.model().named_parameters(), model::GptOptions::from(ctx.cfg.model),
                                            ctx.run_dir + "/export");
   const double seconds = stage.elapsed();
@@ -864,13 +864,13 @@ void report_restore(const checkpoint::Store::Loaded& loaded, std::uint64_t bytes
   for (const auto& s : loaded.skipped) {
     auto skip = checkpoint_line("restore", "skip", std::nullopt, printable(s.dir));
     skip.problems = {printable(s.reason)};
-    emit(skip);
+    protocol::emit(skip);
   }
   auto end = checkpoint_line("restore", "end", loaded.step, printable(loaded.dir));
   end.bytes = static_cast<std::int64_t>(bytes);
   end.seconds = read_s;
-  emit(end);
-  emit(digests_line("restore", restored));
+  protocol::emit(end);
+  protocol::emit(digests_line("restore", restored));
 }
 
 // Worker B's steps from the restored checkpoint's step (its directory's, not
@@ -894,13 +894,13 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   // The stage's parts, timed apart: building the model (not restore work), reading and
   // verifying every file (SHA-256 against the manifest: the read path), loading the tensors
   // into the trainer, and the state digest the verdict compares.
-  StageTimer restore("restore");
+  protocol::StageTimer restore("restore");
   auto tp = make_trainer(ctx);
   auto& t = *tp;
   const double build_s = restore.elapsed();
   StageMemory restore_mem(t.device());
   checkpoint::Store store(ctx.ckpt_dir);
-  emit(checkpoint_line("restore", "begin", std::nullopt, printable(ctx.ckpt_dir)));
+  protocol::emit(checkpoint_line("restore", "begin", std::nullopt, printable(ctx.ckpt_dir)));
   auto loaded = store.restore_newest();
   if (!loaded) throw Error(ErrorKind::kVerification, "no committed checkpoint that verifies in " + ctx.ckpt_dir);
   const int steps = resume_steps(ctx, *loaded);
@@ -935,20 +935,20 @@ void resume_from_checkpoint(WorkerContext& ctx) {
                                 {"state_digest_s", digest_s},
                                 {"memory", restore_mem.read_and_report("restore")}}));
 
-  StageTimer eval("eval_after_restore");
+  protocol::StageTimer eval("eval_after_restore");
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval after the restore");
   ctx.out.eval_loss = eval_loss;
-  emit(protocol::EvalLine{t.step(), {true, eval_loss}});
+  protocol::emit(protocol::EvalLine{t.step(), {true, eval_loss}});
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
 
-  StageTimer resume("resume");
+  protocol::StageTimer resume("resume");
   nlohmann::json profile;
   StepFn profiled;  // rank 0's last step: the profile of a step (docs/report.md, "profile.json")
   if (ctx.env.rank == 0) profiled = [&](train::Trainer& tr) { return profiled_step(ctx, tr, profile); };
   ctx.out.resume_steps = run_steps(t, steps, progress(ctx, "B", t.step(), ctx.spec.stop_at), profiled);
   const double replica_check_s = check_replicas(ctx, t);  // the resumed replicas, at the end
   ctx.out.final_state = t.digest();
-  emit(digests_line("final", *ctx.out.final_state));
+  protocol::emit(digests_line("final", *ctx.out.final_state));
   nlohmann::json resume_fig = {{"steps", ctx.out.resume_steps.size()}};
   if (!profile.is_null()) resume_fig["profile"] = profile;
   if (ctx.pg) resume_fig["replica_check_s"] = replica_check_s;
@@ -1174,8 +1174,8 @@ int run_probe(WorkerContext& ctx) {
   std::vector<std::pair<std::int64_t, std::int64_t>> points;
   if (ctx.env.world_size > 1) points.push_back({mb, T});
   for (const auto& shape : plan::probe_shapes(mb, T, ctx.cfg.pilot.memory_probe_micro_batch)) points.push_back(shape);
-  StageTimer probe("memory_probe");
-  std::vector<MemoryPoint> out;
+  protocol::StageTimer probe("memory_probe");
+  std::vector<protocol::MemoryPoint> out;
   double build_s = 0, state_s = 0;  // what the points' steps cost on top, for the report
   if (!points.empty()) {
     // One trainer for every point, its AdamW state created as a first step
@@ -1197,7 +1197,7 @@ int run_probe(WorkerContext& ctx) {
     for (const auto& [pmb, pT] : points) {
       t.set_step_shape(static_cast<int>(pmb), static_cast<int>(pT));
       train::StepRecord r;
-      MemoryReading mem;
+      protocol::MemoryReading mem;
       for (int i = 0; i == 0 || r.skipped; ++i) {
         if (i == kMaxSkippedSteps)
           throw Error(ErrorKind::kVerification,
@@ -1217,7 +1217,7 @@ int run_probe(WorkerContext& ctx) {
   ctx.out.stages.push_back(
       probe.end({{"points", out.size()}, {"model_build_s", build_s}, {"optimizer_state_s", state_s}}));
   if (ctx.cfg.train.activation_checkpointing > 0) {
-    StageTimer ac("activation_ckpt");
+    protocol::StageTimer ac("activation_ckpt");
     ctx.out.activation_checkpointing = measure_activation_checkpointing(ctx.cfg);
     ctx.out.stages.push_back(ac.end(ctx.out.activation_checkpointing));
   }
@@ -1245,7 +1245,7 @@ protocol::Hello hello(protocol::Role role, int world_size) {
 // A worker started early (kReleaseEnv) waits here, having read nothing, until
 // the supervisor releases it with "go" on its stdin; anything else stops it.
 void wait_for_release() {
-  const char* how = std::getenv(kReleaseEnv);
+  const char* how = std::getenv(protocol::kReleaseEnv);
   if (!how || std::string(how) != "stdin") return;
   const auto line = proc::read_line(STDIN_FILENO);
   if (!line || *line != "go")
@@ -1258,8 +1258,8 @@ void wait_for_release() {
 // The worker's task once it is told it: the process group (several ranks), then worker A or B.
 int run_task(WorkerContext& ctx, const WorkerOptions& opts) {
   bind_threads(ctx.cfg.run.threads, ctx.cfg.run.deterministic);
-  std::filesystem::create_directories(work::dir(ctx.run_dir));
-  emit(hello(ctx.spec.role, ctx.env.world_size));
+  std::filesystem::create_directories(protocol::work::dir(ctx.run_dir));
+  protocol::emit(hello(ctx.spec.role, ctx.env.world_size));
   if (ctx.env.distributed()) {
     // One process per device: this rank's GPU, then the backend that reduces there (docs/distributed.md).
     ctx.device = dist::rank_device(ctx.cfg.device, ctx.env, static_cast<int>(torch::cuda::device_count()));
@@ -1286,7 +1286,7 @@ int run_worker(const WorkerOptions& opts) {
   // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...
   // (docs/distributed.md); rank 0 speaks for the group.
   const dist::LaunchEnv env = dist::detect_launch();
-  if (env.distributed()) set_events_enabled(env.rank == 0);
+  if (env.distributed()) protocol::set_events_enabled(env.rank == 0);
   try {
     wait_for_release();
     WorkerContext ctx = load_context();
@@ -1298,9 +1298,9 @@ int run_worker(const WorkerOptions& opts) {
     if (const auto* ce = dynamic_cast<const config::ConfigError*>(&e))
       for (const auto& pr : ce->problems()) message += "; " + pr.format();
     if (const auto* ae = dynamic_cast<const Error*>(&e)) hint = ae->hint();
-    emit(protocol::ErrorLine{message, "", hint});
+    protocol::emit(protocol::ErrorLine{message, "", hint});
     throw;
   }
 }
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::worker

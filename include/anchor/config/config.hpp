@@ -230,6 +230,17 @@ std::string digest(const Config& c);
 // instead and is not passed through this.
 std::string resolve_path(const Config& c, const std::string& p);
 
+// Every setting whose value is a path relative to the config file's directory
+// (data.train, data.val, model.init_from, ...; docs/config.md), each element of
+// a list one entry: references into `c`, valid while `c` lives. What a
+// reproduction's path map rewrites and a bundle places; from the schema, so a
+// new path setting is in it.
+std::vector<std::string*> config_relative_paths(Config& c);
+
+// The edit distance the "did you mean" suggestions use (an unknown key, an
+// unknown command): Levenshtein plus adjacent transpositions.
+std::size_t edit_distance(const std::string& a, const std::string& b);
+
 // Seeds derived from the root seed, one per purpose (init, data, dropout, ...),
 // so that changing one use never shifts another. Defined as the first 8 bytes,
 // read little-endian, of SHA-256(root as 8 little-endian bytes || purpose),

@@ -1,8 +1,8 @@
 #pragma once
 // The pilot: a supervisor process and fresh worker processes (DESIGN.md, "The
 // pilot"). run_supervisor is `anchor pilot` (no LibTorch in it: it runs in the
-// front end); run_pilot adds the torchrun/srun case (anchor-torch);
-// run_worker is the hidden `anchor-torch __worker` the supervisor starts.
+// front end); run_pilot adds the torchrun/srun case (anchor-torch). The
+// workers it starts are worker::run_worker (anchor/worker/worker.hpp).
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -10,7 +10,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::pilot {
 
 // A rank of a worker group that ran on another node (multi-node pilot).
 struct RemoteRank {
@@ -106,22 +106,4 @@ bool junit_published();
 // around it (docs/distributed.md). Needs LibTorch (c10d's store).
 int run_pilot(const PilotOptions& opts);
 
-// The resume worker also runs the memory probe once its results are written.
-enum class WorkerRole { kReference, kResume };
-
-struct WorkerOptions {
-  bool use_hash_cache = true;  // the pin's hash cache (worker A, rank 0)
-};
-
-// A worker: told its task by the worker protocol's spec (the file
-// ANCHOR_PILOT_SPEC names: its role, run and checkpoint directories, the steps
-// to save at and stop at; docs/program.md, "The contract"), reads
-// <run_dir>/config.json, runs its stages, reports the protocol's lines on
-// stdout (each after "@anchor-event ") and writes <run_dir>/work/<role>.json.
-// Worker A's rank 0 first pins the run into <run_dir>/manifest.json unless the
-// supervisor wrote one: the manifest's libraries and runtime versions are
-// those of the process that trains. A failure is also reported as an "error"
-// event carrying the message and hint, for the supervisor's report.
-int run_worker(const WorkerOptions& opts);
-
-}  // namespace anchor::pipeline
+}  // namespace anchor::pilot

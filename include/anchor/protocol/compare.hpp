@@ -25,7 +25,7 @@
 
 #include "anchor/protocol/worker_result.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::protocol {
 
 struct Check {
   std::string name;  // "restored vs saved: optimizer state", "loss at step 5"
@@ -66,4 +66,4 @@ Verdict compare_resume(const WorkerResult& reference, const WorkerResult& resume
 // {rank, verdict, cause} for each.
 nlohmann::json verdict_over_ranks(const std::vector<Verdict>& ranks);
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

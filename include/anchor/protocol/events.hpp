@@ -10,7 +10,7 @@
 
 #include "anchor/protocol/worker_protocol.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::protocol {
 
 inline constexpr const char* kEventPrefix = "@anchor-event ";
 
@@ -43,4 +43,4 @@ class StageTimer {
 // Wall-clock UTC timestamp, ISO 8601 with milliseconds.
 std::string utc_now();
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

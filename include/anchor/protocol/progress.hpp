@@ -10,10 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace anchor::pipeline {
-namespace protocol {
+namespace anchor::protocol {
 struct StepLine;
-}
 
 // Set by the supervisor in a built-in worker's environment when it draws that
 // worker's live line (stderr a terminal, info on): the worker then logs its
@@ -112,4 +110,4 @@ class StageWatch {
   Clock::time_point t0_, next_;
 };
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

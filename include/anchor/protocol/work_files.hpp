@@ -3,7 +3,7 @@
 // supervisor (supervisor.cpp) to read: each name made in one place, for both.
 #include <string>
 
-namespace anchor::pipeline::work {
+namespace anchor::protocol::work {
 
 inline std::string dir(const std::string& run_dir) { return run_dir + "/work"; }
 
@@ -24,4 +24,4 @@ inline std::string spec(const std::string& run_dir, const std::string& role) {
   return dir(run_dir) + "/" + role + ".spec.json";
 }
 
-}  // namespace anchor::pipeline::work
+}  // namespace anchor::protocol::work

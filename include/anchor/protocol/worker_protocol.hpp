@@ -26,7 +26,7 @@
 
 #include "anchor/protocol/compare.hpp"
 
-namespace anchor::pipeline::protocol {
+namespace anchor::protocol {
 
 inline constexpr int kProtocol = 1;
 // The components in the order a verdict names the first that differs.
@@ -235,4 +235,4 @@ struct WorkerLog {
 Verdict compare(const WorkerLog& reference, const WorkerLog& resumed, std::int64_t save_step, std::int64_t last_step,
                 double tolerance);
 
-}  // namespace anchor::pipeline::protocol
+}  // namespace anchor::protocol

@@ -28,7 +28,7 @@
 #include "anchor/measure/memory.hpp"
 #include "anchor/train/records.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::protocol {
 
 inline constexpr const char* kWorkerResultFormat = "anchor.worker-result/v1";
 
@@ -127,4 +127,4 @@ struct WorkerResult {
 // when it is missing, unreadable, of another format version or another role.
 WorkerResult read_worker_result(const std::string& path, const std::string& role);
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::protocol

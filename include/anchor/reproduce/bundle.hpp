@@ -27,7 +27,7 @@
 
 #include "anchor/manifest/path_map.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::reproduce {
 
 inline constexpr const char* kBundleFile = "bundle.json";
 inline constexpr const char* kBundleFormat = "anchor.bundle/v1";
@@ -94,4 +94,4 @@ struct OpenedBundle {
 // changed.
 OpenedBundle open_bundle(const std::string& dir);
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::reproduce

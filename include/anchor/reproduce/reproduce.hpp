@@ -7,9 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
-namespace anchor::pipeline {
-
+namespace anchor::pilot {
 struct PilotOptions;
+}  // namespace anchor::pilot
+
+namespace anchor::reproduce {
+
+using pilot::PilotOptions;
 
 // What `anchor reproduce` is asked (its command line, docs/report.md).
 struct ReproduceOptions {
@@ -30,7 +34,7 @@ struct ReproduceOptions {
   std::string log_level = "info";  // passed on to the workers
   std::string worker_binary;       // the workers' executable (anchor-torch)
   // Runs the re-run's pilot and returns its exit code: the binary's
-  // (pipeline::run_pilot needs LibTorch; this library code does not). Required.
+  // (pilot::run_pilot needs LibTorch; this library code does not). Required.
   std::function<int(const PilotOptions&)> run_pilot;
 };
 
@@ -50,15 +54,6 @@ struct ReproduceOptions {
 // kUsage/kConfig for what cannot be reproduced (a program pilot, a pilot
 // started from a checkpoint) or a bad --root; kIo/kConfig for an input not
 // found, with a hint naming --root and --map.
-int reproduce(const ReproduceOptions& opts);
+int run(const ReproduceOptions& opts);
 
-// Compares the figures of two reports: every recorded step (loss, gradient
-// norm, learning rate, batch digest) of train/reference/resume, the evals, the
-// resume verdict and the state digests. bitwise: exact equality; otherwise
-// figures within `tolerance` (relative) and digests reported, not required.
-// Returns {"verdict": "reproduced"|"differs", "mode": "bitwise"|"tolerance",
-//          "tolerance": x, "checks": [{name, ok, detail}], "differences": n}.
-nlohmann::json compare_reports(const nlohmann::json& original, const nlohmann::json& rerun, bool bitwise,
-                               double tolerance);
-
-}  // namespace anchor::pipeline
+}  // namespace anchor::reproduce

@@ -9,7 +9,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/protocol/worker_result.hpp"
 
-namespace anchor::pipeline {
+namespace anchor::run_report {
 
 class Report {
  public:
@@ -18,7 +18,8 @@ class Report {
   void add_stage(const nlohmann::json& stage);
   // steps, eval, resume (the verdict and the state digests), loss_scaler and
   // measurements, from worker A's and worker B's results.
-  void set_resume(const WorkerResult& reference, const WorkerResult& resume, const nlohmann::json& verdict);
+  void set_resume(const protocol::WorkerResult& reference, const protocol::WorkerResult& resume,
+                  const nlohmann::json& verdict);
   void set_memory_points(const nlohmann::json& points);
   // measurements.activation_checkpointing: both sides of the trade (activation_probe.hpp).
   void set_activation_checkpointing(const nlohmann::json& figures);
@@ -81,4 +82,4 @@ std::string junit_xml(const nlohmann::json& report, const std::vector<std::strin
 std::string junit_error_xml(const std::string& name, const std::string& type, const std::string& message,
                             const std::string& timestamp);
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::run_report

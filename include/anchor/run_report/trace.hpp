@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace anchor::pipeline {
+namespace anchor::run_report {
 
 // Builds the trace from events.jsonl's lines. A line that is not a JSON
 // object, or has no readable time, is left out and counted in
@@ -29,4 +29,4 @@ std::optional<double> event_time(const nlohmann::json& event);
 // trace without events.
 nlohmann::json write_trace(const std::string& run_dir);
 
-}  // namespace anchor::pipeline
+}  // namespace anchor::run_report

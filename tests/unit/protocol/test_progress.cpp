@@ -21,9 +21,9 @@
 #include "anchor/protocol/progress.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 
-using anchor::pipeline::StageWatch;
-using anchor::pipeline::StepLineRule;
-using anchor::pipeline::StepShown;
+using anchor::protocol::StageWatch;
+using anchor::protocol::StepLineRule;
+using anchor::protocol::StepShown;
 
 namespace {
 
@@ -71,8 +71,8 @@ TEST(Progress, AboutTwentyStepLinesAWorkerShowTheFirstEveryNthAndTheLast) {
 }
 
 TEST(Progress, AStepAccountShowsAWorkersStepLinesWithTheirRateAndEta) {
-  namespace pp = anchor::pipeline::protocol;
-  anchor::pipeline::StepAccount account(/*stop_at=*/10);
+  namespace pp = anchor::protocol;
+  anchor::protocol::StepAccount account(/*stop_at=*/10);
   pp::StepLine l;
   l.step = 3;
   l.loss = {true, 4.5};

@@ -17,7 +17,7 @@
 #include "anchor/error.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 
-namespace pp = anchor::pipeline::protocol;
+namespace pp = anchor::protocol;
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "anchor/protocol/worker_result.hpp"
 
 using anchor::Error;
-using anchor::pipeline::WorkerResult;
+using anchor::protocol::WorkerResult;
 using nlohmann::json;
 
 namespace {
@@ -96,7 +96,7 @@ struct TempFile {
 std::string refusal(const json& doc, const std::string& role = "reference") {
   TempFile f;
   try {
-    anchor::pipeline::read_worker_result(f.write(doc.dump()), role);
+    anchor::protocol::read_worker_result(f.write(doc.dump()), role);
   } catch (const Error& e) {
     return e.what();
   }
@@ -115,7 +115,7 @@ TEST(WorkerResult, EveryRoleReadsBackAsWritten) {
     EXPECT_EQ(written["format"], "anchor.worker-result/v1");
     EXPECT_EQ(WorkerResult::from_json(written).to_json(), written) << r.role;
     TempFile f;
-    EXPECT_EQ(anchor::pipeline::read_worker_result(f.write(written.dump()), r.role).to_json(), written);
+    EXPECT_EQ(anchor::protocol::read_worker_result(f.write(written.dump()), r.role).to_json(), written);
   }
   // Several ranks: rank, world and backend travel; one rank writes none of them.
   WorkerResult r1 = reference();
@@ -199,7 +199,7 @@ TEST(WorkerResult, ARefusedFileNamesTheField) {
   EXPECT_NE(refusal(good, "resume").find("is the reference worker's, expected the resume worker's"), std::string::npos);
   TempFile f;
   try {
-    anchor::pipeline::read_worker_result(f.write("{\"format\": "), "reference");
+    anchor::protocol::read_worker_result(f.write("{\"format\": "), "reference");
     FAIL() << "a truncated file read";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(f.path + " is not JSON"), std::string::npos) << e.what();
@@ -208,32 +208,32 @@ TEST(WorkerResult, ARefusedFileNamesTheField) {
 }
 
 TEST(WorkerResult, TheComparisonMatchesAndNamesWhatDiverged) {
-  const auto v = anchor::pipeline::compare_resume(reference(), resume(), 0.0).to_json();
+  const auto v = anchor::protocol::compare_resume(reference(), resume(), 0.0).to_json();
   EXPECT_EQ(v["verdict"], "match") << v.dump(2);
 
   // Negative controls: the optimizer restored wrongly, the data cursor, the loss.
   WorkerResult bad = resume();
   bad.restored_state = digest(2, kC);
-  auto m = anchor::pipeline::compare_resume(reference(), bad, 0.0).to_json();
+  auto m = anchor::protocol::compare_resume(reference(), bad, 0.0).to_json();
   EXPECT_EQ(m["verdict"], "mismatch");
   EXPECT_EQ(m["cause"], json::array({"optimizer"}));
   EXPECT_NE(m.dump().find("differs in: wte.weight.exp_avg"), std::string::npos) << m.dump(2);
 
   bad = resume();
   bad.resume_steps[1].batch_digest = kB;
-  m = anchor::pipeline::compare_resume(reference(), bad, 0.0).to_json();
+  m = anchor::protocol::compare_resume(reference(), bad, 0.0).to_json();
   EXPECT_EQ(m["cause"], json::array({"data_cursor"}));
 
   bad = resume();
   bad.resume_steps[0].loss = 4.8000001;
-  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 0.0).to_json()["cause"], json::array({"loss"}));
-  EXPECT_EQ(anchor::pipeline::compare_resume(reference(), bad, 1e-6).to_json()["verdict"], "match")
+  EXPECT_EQ(anchor::protocol::compare_resume(reference(), bad, 0.0).to_json()["cause"], json::array({"loss"}));
+  EXPECT_EQ(anchor::protocol::compare_resume(reference(), bad, 1e-6).to_json()["verdict"], "match")
       << "within the tolerance";
 }
 
 // One tolerance rule for both kinds of worker (compare.hpp).
 TEST(Verdict, OneToleranceRule) {
-  using anchor::pipeline::within_tolerance;
+  using anchor::protocol::within_tolerance;
   EXPECT_TRUE(within_tolerance(1.5, 1.5, 0));
   EXPECT_FALSE(within_tolerance(1.5, 1.5000001, 0)) << "bitwise";
   EXPECT_TRUE(within_tolerance(0.0, -0.0, 0));
@@ -248,19 +248,19 @@ TEST(Verdict, OneToleranceRule) {
 
 // Several ranks: rank 0's verdict, with every other rank's failures in it, named.
 TEST(Verdict, OverRanksNamesTheRankThatDiverged) {
-  using anchor::pipeline::compare_resume;
+  using anchor::protocol::compare_resume;
   const auto good = compare_resume(reference(), resume(), 0.0);
   WorkerResult bad = resume();
   bad.restored_state = digest(2, kC);
   const auto wrong = compare_resume(reference(), bad, 0.0);
 
-  const json all_good = anchor::pipeline::verdict_over_ranks({good, good});
+  const json all_good = anchor::protocol::verdict_over_ranks({good, good});
   EXPECT_EQ(all_good["verdict"], "match") << all_good.dump(2);
   ASSERT_EQ(all_good["per_rank"].size(), 2u);
   EXPECT_EQ(all_good["per_rank"][1]["rank"], 1);
   EXPECT_EQ(all_good["checks"].size(), good.checks.size()) << "rank 0's checks only, when the others match";
 
-  const json one_bad = anchor::pipeline::verdict_over_ranks({good, wrong});
+  const json one_bad = anchor::protocol::verdict_over_ranks({good, wrong});
   EXPECT_EQ(one_bad["verdict"], "mismatch");
   EXPECT_EQ(one_bad["cause"], json::array({"rank 1: optimizer"}));
   EXPECT_EQ(one_bad["diverged"], json::array({"rank 1: optimizer"})) << "everything that differed, on any rank";
@@ -272,7 +272,7 @@ TEST(Verdict, OverRanksNamesTheRankThatDiverged) {
       named = true;
   EXPECT_TRUE(named) << one_bad["checks"].dump(2);
 
-  const json rank0_bad = anchor::pipeline::verdict_over_ranks({wrong});
+  const json rank0_bad = anchor::protocol::verdict_over_ranks({wrong});
   EXPECT_EQ(rank0_bad["cause"], json::array({"optimizer"}));
   EXPECT_EQ(rank0_bad["saved_step"], 2);
 }

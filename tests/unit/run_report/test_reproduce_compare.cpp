@@ -1,4 +1,4 @@
-// pipeline::compare_reports on the resume section: the state digests are
+// run_report::compare_reports on the resume section: the state digests are
 // compared only when both reports made them the same way
 // (resume.state_digest_scheme; docs/report.md, "anchor reproduce").
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "anchor/reproduce/reproduce.hpp"
+#include "anchor/run_report/compare_reports.hpp"
 
 namespace {
 
@@ -31,16 +31,16 @@ const json* check(const json& result, const std::string& name) {
 TEST(ReproduceCompare, StateDigestsOfTheSameSchemeAreComparedAndOfAnotherAreNot) {
   const char* v2 = "anchor.state-digest/v2";
   // Same scheme: equal digests reproduce, a different model digest differs (bitwise).
-  auto same = anchor::pipeline::compare_reports(report("m", v2), report("m", v2), true, 0);
+  auto same = anchor::run_report::compare_reports(report("m", v2), report("m", v2), true, 0);
   EXPECT_EQ(same["verdict"], "reproduced") << same.dump(2);
-  auto diff = anchor::pipeline::compare_reports(report("m", v2), report("x", v2), true, 0);
+  auto diff = anchor::run_report::compare_reports(report("m", v2), report("x", v2), true, 0);
   EXPECT_EQ(diff["verdict"], "differs") << diff.dump(2);
   ASSERT_NE(check(diff, "state saved: model"), nullptr) << diff.dump(2);
   EXPECT_FALSE((*check(diff, "state saved: model"))["ok"].get<bool>());
 
   // A report from before the scheme was named (v1) against a v2 re-run: the
   // digests differ for the same state, so they are not compared, and the check says why.
-  auto old = anchor::pipeline::compare_reports(report("m", nullptr), report("x", v2), true, 0);
+  auto old = anchor::run_report::compare_reports(report("m", nullptr), report("x", v2), true, 0);
   EXPECT_EQ(old["verdict"], "reproduced") << old.dump(2);
   EXPECT_EQ(check(old, "state saved: model"), nullptr) << old.dump(2);
   const json* why = check(old, "state digests");

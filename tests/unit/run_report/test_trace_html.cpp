@@ -14,9 +14,9 @@
 #include "anchor/run_report/report_writer.hpp"
 #include "anchor/run_report/trace.hpp"
 
-using anchor::pipeline::chrome_trace;
-using anchor::pipeline::event_time;
-using anchor::pipeline::report_html;
+using anchor::run_report::chrome_trace;
+using anchor::run_report::event_time;
+using anchor::run_report::report_html;
 using nlohmann::json;
 
 namespace {
@@ -318,7 +318,7 @@ TEST(ReportHtml, AViewThatCannotBeWrittenDoesNotStopTheReport) {
   stdfs::create_directories(dir / "trace.json");
   std::ofstream(dir / "events.jsonl") << kPilotEvents;
   std::ofstream(dir / "report.html") << "a stale page";
-  anchor::pipeline::Report report;
+  anchor::run_report::Report report;
   report.set_outcome("passed", 0, "fine");
   report.set_section("stages", json::array());
   ASSERT_NO_THROW(report.write(dir.string()));

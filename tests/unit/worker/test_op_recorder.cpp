@@ -18,10 +18,10 @@
 
 namespace {
 
-using anchor::pipeline::OpRecorder;
+using anchor::worker::OpRecorder;
 using nlohmann::json;
 
-json parsed(const anchor::pipeline::OpTrace& t) {
+json parsed(const anchor::worker::OpTrace& t) {
   json j = json::parse(t.json);
   EXPECT_TRUE(j.is_array());
   EXPECT_EQ(j.size(), t.events);

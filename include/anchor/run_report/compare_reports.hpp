@@ -1,0 +1,17 @@
+#pragma once
+// Two reports of the same run compared stage by stage: the verdict of
+// `anchor reproduce` on its re-run (anchor/reproduce/reproduce.hpp).
+#include <nlohmann/json.hpp>
+
+namespace anchor::run_report {
+
+// Compares the figures of two reports: every recorded step (loss, gradient
+// norm, learning rate, batch digest) of train/reference/resume, the evals, the
+// resume verdict and the state digests. bitwise: exact equality; otherwise
+// figures within `tolerance` (relative) and digests reported, not required.
+// Returns {"verdict": "reproduced"|"differs", "mode": "bitwise"|"tolerance",
+//          "tolerance": x, "checks": [{name, ok, detail}], "differences": n}.
+nlohmann::json compare_reports(const nlohmann::json& original, const nlohmann::json& rerun, bool bitwise,
+                               double tolerance);
+
+}  // namespace anchor::run_report

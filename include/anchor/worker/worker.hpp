@@ -1,0 +1,22 @@
+#pragma once
+// The built-in worker: `anchor-torch __worker`, the process the supervisor
+// (anchor/pilot/pilot.hpp) starts for worker A and worker B. Needs LibTorch.
+
+namespace anchor::worker {
+
+struct WorkerOptions {
+  bool use_hash_cache = true;  // the pin's hash cache (worker A, rank 0)
+};
+
+// A worker: told its task by the worker protocol's spec (the file
+// ANCHOR_PILOT_SPEC names: its role, run and checkpoint directories, the steps
+// to save at and stop at; docs/program.md, "The contract"), reads
+// <run_dir>/config.json, runs its stages, reports the protocol's lines on
+// stdout (each after "@anchor-event ") and writes <run_dir>/work/<role>.json.
+// Worker A's rank 0 first pins the run into <run_dir>/manifest.json unless the
+// supervisor wrote one: the manifest's libraries and runtime versions are
+// those of the process that trains. A failure is also reported as an "error"
+// event carrying the message and hint, for the supervisor's report.
+int run_worker(const WorkerOptions& opts);
+
+}  // namespace anchor::worker

@@ -1,0 +1,142 @@
+// How a pilot ends, for both drivers (supervisor.cpp, program_pilot.cpp):
+// the report published whatever the outcome, and the exit code chosen.
+#include "outcome.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "anchor/common/fs.hpp"
+#include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
+#include "anchor/log.hpp"
+#include "anchor/pilot/pilot.hpp"
+#include "anchor/plan/plan.hpp"
+#include "anchor/report/keys.hpp"
+#include "anchor/report/statement.hpp"
+#include "signals.hpp"
+
+namespace anchor::pilot {
+
+// The readable stage table goes to stdout, unless --json reserves stdout for the report.
+std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::cerr : std::cout; }
+
+namespace {
+std::atomic<bool> g_junit_published{false};
+
+void write_junit(const Pilot& p) {
+  if (p.opts.junit_path.empty()) return;
+  fs::atomic_write_file(p.opts.junit_path, run_report::junit_xml(p.report.json(), p.planned_stages));
+  g_junit_published = true;
+}
+}  // namespace
+
+bool junit_published() { return g_junit_published; }
+
+// Writes every output of the run, whatever its outcome: report.json and
+// report.md, the JUnit XML (--junit) and the report on stdout (--json).
+void publish(Pilot& p) {
+  if (p.signing_key.empty()) {
+    p.report.set_unsigned(p.unsigned_reason);
+    p.report.write(p.run_dir);
+    ANCHOR_LOG_WARN("report", "UNSIGNED: {}; {}/report.json is not signed and `anchor verify` will refuse it",
+                    p.unsigned_reason, p.run_dir);
+  } else {
+    try {
+      // report.json says it is signed and by which key before it becomes a subject of the signature.
+      p.report.set_signed(report::key_id(report::load_private_key(p.signing_key, report::resolve_passphrase(""))));
+      p.report.write(p.run_dir);
+      report::SignOptions how;
+      how.seen_checkpoints = p.seen_checkpoints;
+      report::sign_run(p.run_dir, p.signing_key, how);  // it logs the envelope, the key id and the subjects
+    } catch (const Error& e) {
+      // The pilot fails with this error: its report and JUnit file say so too.
+      const std::string why = std::string("signing failed: ") + e.what();
+      p.report.set_unsigned(why);
+      if (p.report.json().value("status", "") == "passed") p.report.set_outcome("failed", exit_code_for(e.kind()), why);
+      p.report.write(p.run_dir);
+      write_junit(p);
+      throw;
+    }
+  }
+  write_junit(p);
+  if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
+}
+
+int passed(Pilot& p) {
+  publish(p);
+  if (const auto& rj = p.report.json(); rj.contains("plan"))
+    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
+  p.report.print_summary(summary_stream(p));
+  if (const auto& rj = p.report.json(); rj.contains("reproduction"))  // `anchor reproduce`: its verdict, last
+    summary_stream(p) << "  reproduced: the re-run matches "
+                      << printable(rj["reproduces"].value("report", std::string())) << " ("
+                      << rj["reproduction"].value("mode", std::string()) << ")\n";
+  return static_cast<int>(ExitCode::kOk);
+}
+
+int interrupted_exit(Pilot& p) {
+  const int sig = static_cast<int>(interrupt_signal());
+  p.events->write({{"event", "interrupted"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}, "supervisor");
+  const int code = static_cast<int>(sig == SIGINT ? ExitCode::kInterrupted : ExitCode::kTerminated);
+  p.report.set_outcome(
+      "interrupted", code,
+      "interrupted by " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + "; only committed checkpoints are kept");
+  publish(p);
+  ANCHOR_LOG_WARN("pilot", "interrupted; report written to {}/report.json", p.run_dir);
+  return code;
+}
+
+int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
+  p.report.add_stage({{"stage", stage}, {"status", "failed"}, {"error", why}});
+  p.events->write({{"stage", stage}, {"event", "end"}, {"status", "failed"}, {"error", why}}, "supervisor");
+  p.report.set_outcome("failed", code, stage + ": " + why);
+  try {
+    publish(p);
+  } catch (const Error& e) {
+    // The failure being reported stays the error; the report's own is said too.
+    std::fprintf(stderr, "anchor: error: the report of the failed pilot could not be written: %s\n", e.what());
+  }
+  p.report.print_summary(summary_stream(p));
+  std::fprintf(stderr, "anchor: error: pilot failed in stage %s: %s\n", stage.c_str(), why.c_str());
+  return code;
+}
+
+namespace {
+// "optimizer, rank 1: rng": what diverged, as the report and stderr say it.
+std::string causes(const nlohmann::json& verdict) {
+  std::string out;
+  for (const auto& c : verdict["cause"]) out += (out.empty() ? "" : ", ") + c.get<std::string>();
+  return out;
+}
+}  // namespace
+
+nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc) {
+  nlohmann::json f = {{"verdict", verdict["verdict"]},
+                      {"mode", verdict["mode"]},
+                      {"cause", verdict["cause"]},
+                      {"world_size", nproc},
+                      {"per_rank", verdict["per_rank"]}};
+  if (verdict["verdict"] != "match")
+    f["failed"] = "resume does not match the uninterrupted run: " + causes(verdict) + " diverged";
+  return f;
+}
+
+int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
+  const std::string cause = causes(verdict);
+  p.report.set_outcome("failed", static_cast<int>(ExitCode::kVerification),
+                       "resume does not match the uninterrupted run: " + cause + " diverged");
+  publish(p);
+  p.report.print_summary(summary_stream(p));
+  std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
+  if (list_checks)
+    for (const auto& c : verdict["checks"])
+      if (!c["ok"].get<bool>())
+        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(),
+                     c["detail"].get<std::string>().c_str());
+  std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
+  return static_cast<int>(ExitCode::kVerification);
+}
+
+}  // namespace anchor::pilot

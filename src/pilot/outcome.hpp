@@ -1,0 +1,35 @@
+#pragma once
+// How a pilot ends, the same for both drivers: every outcome publishes the
+// report (report.json, report.md, signed when a key is configured; the JUnit
+// file; --json) and returns the process exit code. Internal to pilot.
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "pilot_context.hpp"
+
+namespace anchor::pilot {
+
+// The readable stage table: stdout, or stderr when --json reserves stdout for the report.
+std::ostream& summary_stream(const Pilot& p);
+// Writes every output of the run, whatever its outcome: report.json and
+// report.md (signed when a key is configured), the JUnit XML, --json.
+void publish(Pilot& p);
+// The pilot passed (its outcome set): the report published, the plan's
+// summary and the stage table printed; returns 0.
+int passed(Pilot& p);
+// The pilot interrupted by SIGINT/SIGTERM: the report says so; returns 130/143.
+int interrupted_exit(Pilot& p);
+// A failed stage: recorded, the report published, the error printed; returns `code`.
+int fail(Pilot& p, const std::string& stage, int code, const std::string& why);
+
+// The compare stage's figures from a verdict (verdict_over_ranks): verdict,
+// mode, cause, world_size, per_rank; "failed" (what diverged) on a mismatch.
+nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc);
+
+// The resume does not match: the report says what diverged (verdict.cause),
+// the error names it, with each failed check when list_checks; returns 3.
+int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks);
+
+}  // namespace anchor::pilot
