@@ -8,8 +8,6 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <torch/version.h>  // macros only: TORCH_VERSION
-
 #include <cctype>
 #include <cstddef>
 #include <cerrno>
@@ -20,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "anchor/build_info.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/unique_fd.hpp"
@@ -172,7 +171,7 @@ nlohmann::json os_info() {
 
 nlohmann::json runtime_versions() {
   nlohmann::json j;
-  j["libtorch"] = TORCH_VERSION;
+  j["libtorch"] = build::kLibTorchVersion;  // TorchConfig's version, the same as its headers' TORCH_VERSION
   // GPU runtimes: ask the libraries this process has loaded, if any. A CPU
   // LibTorch loads none of them, so these read "none" there.
   using IntGetter = int (*)(int*);
