@@ -1,5 +1,5 @@
 # The two README commands. Everything else is plain CMake (see CMakePresets.json).
-#   make pilot   install what is missing, build, run the pilot on the embedded default
+#   make pilot   install what is missing, build the two binaries, run the pilot on the embedded default
 #   make test    install what is missing, build and run the whole suite against both
 #                LibTorch lines: Debian's 1.13 (build/release) and PyTorch 2.x with
 #                CUDA from PyPI (build/torch2)
@@ -30,7 +30,11 @@ torch2: deps torch2-deps
 	cmake --preset torch2
 	cmake --build --preset torch2 -j $(JOBS)
 
-pilot: build
+# Only what the pilot runs: the two binaries, not the tests and benchmarks
+# (docs/development.md, "Set-up time").
+pilot: deps
+	cmake --preset release
+	cmake --build --preset release -j $(JOBS) --target anchor anchor-torch
 	build/release/bin/anchor pilot configs/pilot.yaml
 
 # Both lines are built and tested even when the first one fails, then the

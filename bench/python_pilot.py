@@ -240,10 +240,34 @@ def build_model(torch, m, ckpt_every=0):
 
 # ---------------------------------------------------------------- worker ----
 
+def bind_blas_threads(n):
+    """OpenBLAS's own thread pool to n threads, as anchor's workers bind every
+    pool to run.threads (src/common/threads.cpp, bind_blas). torch.set_num_threads
+    sets OpenMP's pool (and MKL's), not OpenBLAS's pthreads pool, which Debian's
+    LibTorch does its matrix products on; left at the machine's core count, it
+    splits some products differently, and on some CPUs (an AMD EPYC with 2 cores)
+    the sums differ in the last bits from the same product on one thread. With
+    every pool at the same count, the same LibTorch runs the same operations the
+    same way in both pilots, so their losses are bitwise equal on any CPU
+    (ctest bench.pilot_tiny, --require-bitwise). Returns what it bound: "openblas",
+    or None where no OpenBLAS is loaded (PyPI's torch: MKL, bound by set_num_threads)."""
+    import ctypes
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        paths = {line.split()[5] for line in maps if len(line.split()) >= 6}
+    for path in sorted(paths):
+        if os.path.basename(path).startswith("libopenblas"):
+            lib = ctypes.CDLL(path)  # already loaded: the same library, not a second copy
+            if hasattr(lib, "openblas_set_num_threads"):
+                lib.openblas_set_num_threads(ctypes.c_int(n))
+                return "openblas"
+    return None
+
+
 class Trainer:
     def __init__(self, torch, cfg):
         self.torch, self.cfg = torch, cfg
         torch.set_num_threads(cfg["run"]["threads"])
+        self.blas_bound = bind_blas_threads(cfg["run"]["threads"])
         torch.use_deterministic_algorithms(bool(cfg["run"]["deterministic"]))
         d = cfg["data"]
         self.train_data = ByteData(torch, d["train"], d["seq_len"])

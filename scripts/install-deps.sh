@@ -19,12 +19,13 @@ packages=(
   libgloo-dev              # headers ProcessGroupGloo.hpp includes
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgtest-dev libssl-dev openssl
-  python3-torch            # interop tests and torchrun (for /usr/bin/python3 only)
-  python3-cryptography     # independent signature verification in the tests
   python3-venv             # the torch2 environment (scripts/install-torch2.sh) when python3 is Debian's
 )
+# What only the test suite needs (`make test`); `make pilot` does without.
 if [[ "${1:-}" == --test ]]; then
   packages+=(
+    python3-torch                         # interop tests and torchrun (for /usr/bin/python3 only)
+    python3-cryptography                  # independent signature verification in the tests
     slurmctld slurmd slurm-client munge   # `srun anchor pilot` on a private Slurm cluster (tests/support/slurm_cluster.hpp)
     libxml2-utils                         # xmllint: the JUnit files against Jenkins' xunit schema (tests/support/junit-10.xsd)
     zsh mandoc                            # the generated zsh completion run in zsh, the man page linted (test_cli_completion)
