@@ -51,6 +51,11 @@ Error io_error(const std::string& op, const std::string& path, int err, std::str
 // The symbolic name of an errno value ("ENOSPC"), or its number as text.
 std::string errno_name(int err);
 
-int exit_code_for(ErrorKind kind) noexcept;
+// The exit code an error of this kind ends the process with (main).
+ExitCode exit_code_for(ErrorKind kind) noexcept;
+// The ExitCode a number stands for, as another process reported it (a
+// launched rank reads rank 0's through the store): a documented code as
+// itself, any other number as kRuntime.
+ExitCode exit_code_from(int code) noexcept;
 
 }  // namespace anchor

@@ -176,7 +176,7 @@ FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const 
   const bool parallel = L.data_len >= kParallelHashBytes;
   std::future<std::string> hashed;
   FileDigest d;
-  int fd = fs.create_excl(path, 0644);
+  fs::UniqueFd fd = fs.create_excl(path, 0644);
   try {
     if (parallel) hashed = std::async(std::launch::async, hash_all);
     std::uint64_t flushed = 0;
@@ -184,7 +184,7 @@ FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const 
       const char* c = static_cast<const char*>(p);
       while (n > 0) {
         std::size_t k = std::min(n, kChunk);
-        fs.write_all(fd, c, k, path);
+        fs.write_all(fd.get(), c, k, path);
         c += k;
         n -= k;
         d.size += k;
@@ -192,7 +192,7 @@ FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const 
         // we keep writing and the final fsync has little left to do. A hint
         // only: errors surface in fsync, which is checked.
         if (d.size - flushed >= kWritebackBytes) {
-          ::sync_file_range(fd, static_cast<off_t>(flushed), static_cast<off_t>(d.size - flushed),
+          ::sync_file_range(fd.get(), static_cast<off_t>(flushed), static_cast<off_t>(d.size - flushed),
                             SYNC_FILE_RANGE_WRITE);
           flushed = d.size;
         }
@@ -200,12 +200,9 @@ FileDigest write_safetensors(fs::FileSystem& fs, const std::string& path, const 
     };
     put(L.prefix.data(), L.prefix.size());
     for (const TensorRef* t : L.order) put(t->data, t->nbytes);
-    fs.fsync(fd, path);
-    int f = fd;
-    fd = -1;
-    fs.close(f, path);
+    fs.fsync(fd.get(), path);
+    fs.close(std::move(fd), path);
   } catch (...) {
-    if (fd >= 0) ::close(fd);
     ::unlink(path.c_str());
     throw;  // ~future joins the hashing thread
   }

@@ -72,15 +72,12 @@ std::string join(const std::string& a, const std::string& b) { return a + "/" + 
 
 // Writes bytes to a new file through the seam, hashing while streaming.
 FileDigest write_bytes(fs::FileSystem& fs, const std::string& path, const std::string& bytes) {
-  int fd = fs.create_excl(path, 0644);
+  fs::UniqueFd fd = fs.create_excl(path, 0644);
   try {
-    fs.write_all(fd, bytes.data(), bytes.size(), path);
-    fs.fsync(fd, path);
-    int f = fd;
-    fd = -1;
-    fs.close(f, path);
+    fs.write_all(fd.get(), bytes.data(), bytes.size(), path);
+    fs.fsync(fd.get(), path);
+    fs.close(std::move(fd), path);
   } catch (...) {
-    if (fd >= 0) ::close(fd);
     ::unlink(path.c_str());
     throw;
   }

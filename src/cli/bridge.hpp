@@ -14,6 +14,8 @@
 // which never trains, no longer pays it (docs/benchmarks.md).
 #include <string>
 
+#include "anchor/error.hpp"
+
 namespace anchor::pilot {
 struct PilotOptions;
 }  // namespace anchor::pilot
@@ -39,8 +41,8 @@ std::string torch_binary();
 
 // `anchor pilot`: the supervisor here when no launcher started us (anchor has
 // no c10d store); anchor-torch takes the torchrun/srun case.
-int run_pilot(const pilot::PilotOptions& opts);
+ExitCode run_pilot(const pilot::PilotOptions& opts);
 // `anchor __worker`: only in anchor-torch.
-int run_worker(const worker::WorkerOptions& opts);
+ExitCode run_worker(const worker::WorkerOptions& opts);
 
 }  // namespace anchor::cli

@@ -9,7 +9,7 @@ namespace anchor::cli {
 
 bool torch_in_process() { return false; }
 
-int run_pilot(const pilot::PilotOptions& opts) {
+ExitCode run_pilot(const pilot::PilotOptions& opts) {
   const auto launch = dist::detect_launch();  // a partial or contradictory environment: exit 2
   if (launch.launcher != dist::Launcher::kNone)
     hand_over_to_torch(std::string("started by ") + dist::launcher_name(launch.launcher) +
@@ -17,6 +17,6 @@ int run_pilot(const pilot::PilotOptions& opts) {
   return pilot::run_supervisor(opts, 0);
 }
 
-int run_worker(const worker::WorkerOptions&) { hand_over_to_torch("a pilot worker trains"); }
+ExitCode run_worker(const worker::WorkerOptions&) { hand_over_to_torch("a pilot worker trains"); }
 
 }  // namespace anchor::cli

@@ -6,7 +6,7 @@
 namespace anchor::cli {
 
 bool torch_in_process() { return true; }
-int run_pilot(const pilot::PilotOptions& opts) { return pilot::run_pilot(opts); }
-int run_worker(const worker::WorkerOptions& opts) { return worker::run_worker(opts); }
+ExitCode run_pilot(const pilot::PilotOptions& opts) { return pilot::run_pilot(opts); }
+ExitCode run_worker(const worker::WorkerOptions& opts) { return worker::run_worker(opts); }
 
 }  // namespace anchor::cli

@@ -50,7 +50,7 @@ Runner setup_bundle(CLI::App& sub, const GlobalOptions&) {
                               : " (no data: a reproduction finds the inputs itself, --root/--map)",
                  r.seconds);
     std::fprintf(stderr, "bundle: reproduce it with: anchor reproduce %s\n", printable(r.dir).c_str());
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   };
 }
 

@@ -26,7 +26,7 @@ nlohmann::json to_json(const checkpoint::Store::Verification& v) {
           {"bytes", v.bytes},        {"problems", v.problems}};
 }
 
-int run_verify(const CheckpointOptions& o) {
+ExitCode run_verify(const CheckpointOptions& o) {
   std::error_code ec;
   if (!std::filesystem::is_directory(o.dir, ec))
     throw Error(ErrorKind::kUsage, "checkpoint verify: " + o.dir + " is not a directory",
@@ -47,10 +47,10 @@ int run_verify(const CheckpointOptions& o) {
     for (const auto& p : v.problems) std::cout << "  - " << p << "\n";
     std::cout << "restore skips this directory and falls back to the next older committed step\n";
   }
-  return v.ok ? static_cast<int>(ExitCode::kOk) : static_cast<int>(ExitCode::kVerification);
+  return v.ok ? ExitCode::kOk : ExitCode::kVerification;
 }
 
-int run_list(const CheckpointOptions& o) {
+ExitCode run_list(const CheckpointOptions& o) {
   std::error_code ec;
   if (!std::filesystem::is_directory(o.dir, ec))
     throw Error(ErrorKind::kUsage, "checkpoint list: " + o.dir + " is not a directory",
@@ -61,7 +61,7 @@ int run_list(const CheckpointOptions& o) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& v : all) j.push_back(to_json(v));
     std::cout << j.dump(2) << "\n";
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   }
   std::printf("%-10s %-12s %-11s %s\n", "STEP", "STATE", "SIZE", "DIRECTORY / PROBLEMS");
   bool newest_marked = false;
@@ -81,7 +81,7 @@ int run_list(const CheckpointOptions& o) {
     std::printf("* the step restore would pick\n");
   else
     std::printf("no checkpoint verifies: restore would start from scratch\n");
-  return static_cast<int>(ExitCode::kOk);
+  return ExitCode::kOk;
 }
 
 }  // namespace

@@ -331,14 +331,14 @@ Runner setup_completion(CLI::App& sub, const GlobalOptions&) {
   return [&sub, shell]() {
     const CommandInfo tree = command_tree(*sub.get_parent());
     std::cout << (*shell == "bash" ? bash_completion(tree, build::kVersion) : zsh_completion(tree, build::kVersion));
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   };
 }
 
 Runner setup_manpage(CLI::App& sub, const GlobalOptions&) {
   return [&sub]() {
     std::cout << man_page(command_tree(*sub.get_parent()), build::kVersion, build::kGitDate);
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   };
 }
 

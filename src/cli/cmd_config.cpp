@@ -31,13 +31,13 @@ Runner setup_config(CLI::App& sub, const GlobalOptions&) {
     config::Config c = config::load(opts->file, opts->overrides);
     if (check->parsed()) {
       std::cout << opts->file << ": ok (config digest " << config::digest(c) << ")\n";
-      return static_cast<int>(ExitCode::kOk);
+      return ExitCode::kOk;
     }
     if (opts->json)
       std::cout << config::to_json(c).dump(2) << "\n";
     else
       std::cout << config::to_yaml(c);
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   };
 }
 

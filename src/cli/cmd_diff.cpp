@@ -105,7 +105,7 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
     }
     std::fprintf(stderr, "anchor diff: %zu key(s) differ from run %s, %zu of them decide the result%s\n", diffs.size(),
                  printable(text(report, "run_id")).c_str(), deciding, deciding ? "" : " (exit 0)");
-    return static_cast<int>(deciding ? ExitCode::kVerification : ExitCode::kOk);
+    return deciding ? ExitCode::kVerification : ExitCode::kOk;
   };
 }
 

@@ -85,10 +85,10 @@ Runner setup_keygen(CLI::App& sub, const GlobalOptions&) {
                                   {"public_key", printable(std::filesystem::absolute(k.public_path).string())},
                                   {"encrypted", r.encrypted}};
       std::cout << dump_json(out, 2) << std::endl;
-      return static_cast<int>(ExitCode::kOk);
+      return ExitCode::kOk;
     }
     std::cout << r.key_id << "\n";
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   };
 }
 

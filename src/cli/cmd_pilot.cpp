@@ -46,7 +46,7 @@ void write_junit_for_command_line_error(const CLI::App& app, const std::string& 
   write_refusal_junit(junit->results().back(), Error(ErrorKind::kUsage, message, "see the command's --help"));
 }
 
-int writing_junit_on_refusal(const std::string& junit_path, const Runner& run) {
+ExitCode writing_junit_on_refusal(const std::string& junit_path, const Runner& run) {
   try {
     return run();
   } catch (const Error& e) {

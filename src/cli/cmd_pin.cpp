@@ -115,7 +115,7 @@ int pin_config(const PinCliOptions& o, bool config_given, manifest::PinOptions& 
   fs::atomic_write_file(o.output, m.dump(2) + "\n");
   print_summary(m, "pinned");
   std::fprintf(stderr, "anchor pin: wrote %s\n", o.output.c_str());
-  return static_cast<int>(ExitCode::kOk);
+  return ExitCode::kOk;
 }
 
 // The manifest --check names, as a JSON object.
@@ -186,10 +186,10 @@ int check_manifest(const PinCliOptions& o, bool output_given, manifest::PinOptio
   print_summary(new_m, "re-pinned");
   if (drift.empty()) {
     std::fprintf(stderr, "anchor pin: %s: no drift\n", o.check_manifest.c_str());
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   }
   std::fprintf(stderr, "anchor pin: %s: %zu pin(s) drifted\n", o.check_manifest.c_str(), drift.size());
-  return static_cast<int>(ExitCode::kVerification);
+  return ExitCode::kVerification;
 }
 
 }  // namespace
@@ -205,7 +205,7 @@ Runner setup_process_facts(CLI::App& sub, const GlobalOptions&) {
     const auto facts = manifest::this_process_facts(*device);
     // On a line of its own, whatever a library printed before it without a newline.
     std::cout << "\n" << manifest::kProcessFactsLine << dump_json(manifest::to_json(facts)) << "\n" << std::flush;
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   };
 }
 

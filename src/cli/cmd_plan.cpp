@@ -74,7 +74,7 @@ Runner setup_plan(CLI::App& sub, const GlobalOptions&) {
       std::cout << p.dump(2) << "\n";
     else
       std::cout << plan::format_plan(p);
-    return static_cast<int>(ExitCode::kOk);
+    return ExitCode::kOk;
   };
 }
 

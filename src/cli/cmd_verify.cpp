@@ -53,18 +53,18 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
           {"report", printable(o->report)}, {"verified", r.ok},      {"key_id", r.key_id}, {"checks", r.checks},
           {"warnings", r.warnings},         {"failures", r.failures}};
       std::cout << dump_json(out, 2) << std::endl;
-      return static_cast<int>(r.ok ? ExitCode::kOk : ExitCode::kVerification);
+      return r.ok ? ExitCode::kOk : ExitCode::kVerification;
     }
     for (const auto& c : r.checks) std::cout << "ok    " << c << "\n";
     for (const auto& w : r.warnings) std::cout << "warn  " << w << "\n";
     for (const auto& f : r.failures) std::cout << "FAIL  " << f << "\n";
     if (r.ok) {
       std::cout << o->report << ": verified (key " << r.key_id << ")\n";
-      return static_cast<int>(ExitCode::kOk);
+      return ExitCode::kOk;
     }
     std::cout << o->report << ": verification FAILED (" << r.failures.size() << " problem"
               << (r.failures.size() == 1 ? "" : "s") << ")\n";
-    return static_cast<int>(ExitCode::kVerification);
+    return ExitCode::kVerification;
   };
 }
 

@@ -15,7 +15,7 @@ struct GlobalOptions {
   std::string log_level = "info";
 };
 
-using Runner = std::function<int()>;
+using Runner = std::function<ExitCode()>;
 
 struct Command {
   const char* name;
@@ -44,7 +44,7 @@ Runner setup_manpage(CLI::App& sub, const GlobalOptions& global);
 // Runs a pilot (`pilot`, `reproduce`); when it throws, it was refused before
 // it wrote a report: the JUnit file (when asked for) then says why
 // (pilot::refusal_junit_xml), and the error goes on to main.
-int writing_junit_on_refusal(const std::string& junit_path, const Runner& run);
+ExitCode writing_junit_on_refusal(const std::string& junit_path, const Runner& run);
 // The same for a command line that did not parse (main: CLI11's ParseError,
 // `message` its words), when it was a `pilot` or `reproduce` with --junit.
 void write_junit_for_command_line_error(const CLI::App& app, const std::string& message);

@@ -23,7 +23,8 @@ namespace {
 // anchor writes is fsynced before it is renamed into place): the static
 // destructors of LibTorch's ~290 shared libraries cost ~0.2 s per process and
 // protect nothing. Sanitizer builds exit normally so leak checks still run.
-int finish(int rc) {
+int finish(anchor::ExitCode code) {
+  const int rc = static_cast<int>(code);  // the one place an ExitCode becomes the process's int
   std::cout.flush();
   std::fflush(stdout);
   std::fflush(stderr);
@@ -102,7 +103,7 @@ const char* clear_line() {
 
 // The one place a fatal error is printed: "anchor: error: <what>", a config's
 // problems one a line, "hint: <hint>"; returns the kind's exit code.
-int report_error(const anchor::Error& e) {
+anchor::ExitCode report_error(const anchor::Error& e) {
   std::fprintf(stderr, "%sanchor: error: %s\n", clear_line(), e.what());
   if (const auto* config_error = dynamic_cast<const anchor::config::ConfigError*>(&e))
     for (const auto& p : config_error->problems()) std::fprintf(stderr, "  %s\n", p.format().c_str());
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (const std::string word = unknown_command(argc, argv); !word.empty())
-      return report_error(unknown_command_error(word));
+      return static_cast<int>(report_error(unknown_command_error(word)));
     int rc = app.exit(e);
     if (rc != 0) cli::write_junit_for_command_line_error(app, e.what());
     return static_cast<int>(rc == 0 ? ExitCode::kOk : ExitCode::kUsage);
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return finish(run());
   } catch (const Error& e) {
-    return report_error(e);
+    return static_cast<int>(report_error(e));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%sanchor: error: internal: %s\n", clear_line(), e.what());
     std::fprintf(stderr, "hint: this is a bug in anchor; please report it with the command line\n");

@@ -42,8 +42,8 @@ void make_parents(const std::string& root, const std::string& name, std::vector<
 // One file: read in chunks, hashed as read, written, fsynced, dropped from the cache.
 void copy_file(const std::string& src, const KnownFile& f, const std::string& dst, FileSystem& fs) {
   UniqueFd in = open_regular(src);
-  const int out = fs.create_excl(dst, 0644);
-  try {
+  UniqueFd out = fs.create_excl(dst, 0644);
+  {
     std::vector<char> buf(kChunk);
     Sha256 h;
     std::uint64_t n = 0;
@@ -53,7 +53,7 @@ void copy_file(const std::string& src, const KnownFile& f, const std::string& ds
       if (got < 0) throw io_error("read", src, errno);
       if (got == 0) break;
       h.update(buf.data(), static_cast<std::size_t>(got));
-      fs.write_all(out, buf.data(), static_cast<std::size_t>(got), dst);
+      fs.write_all(out.get(), buf.data(), static_cast<std::size_t>(got), dst);
       n += static_cast<std::uint64_t>(got);
     }
     const std::string digest = h.hex();
@@ -62,14 +62,11 @@ void copy_file(const std::string& src, const KnownFile& f, const std::string& ds
                   "copy: " + printable(src) + " is not the file recorded (" + std::to_string(n) + " bytes, sha256 " +
                       digest + "; recorded " + std::to_string(f.size) + " bytes, " + f.sha256 + ")",
                   "something changed it after it was written; run the pilot again");
-    fs.fsync(out, dst);
+    fs.fsync(out.get(), dst);
     // What verify_files reads next should come from the destination, not this process's page cache.
-    (void)::posix_fadvise(out, 0, 0, POSIX_FADV_DONTNEED);
-  } catch (...) {
-    ::close(out);
-    throw;
+    (void)::posix_fadvise(out.get(), 0, 0, POSIX_FADV_DONTNEED);
   }
-  fs.close(out, dst);
+  fs.close(std::move(out), dst);
 }
 
 }  // namespace

@@ -54,10 +54,10 @@ std::string describe_holder(int fd) {
 DirLock DirLock::acquire(const std::string& dir, const std::string& what, const std::string& run_id) {
   const std::string path = dir + "/" + kFile;
   // O_NOFOLLOW: a symlink planted at the lock's name is refused, not followed.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) throw io_error("open the lock file", path, errno);
   DirLock lock;
-  lock.fd_ = fd;
+  lock.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!lock.fd_) throw io_error("open the lock file", path, errno);
+  const int fd = lock.fd_.get();
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     if (e == EWOULDBLOCK)
@@ -75,21 +75,6 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& what, const 
   // Best effort: the lock holds whether or not the note about its holder is written.
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, who.data(), who.size(), 0);
   return lock;
-}
-
-DirLock::DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-
-DirLock& DirLock::operator=(DirLock&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-DirLock::~DirLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
 }
 
 }  // namespace anchor::fs

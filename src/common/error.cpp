@@ -49,17 +49,24 @@ Error io_error(const std::string& op, const std::string& path, int err, std::str
   return Error(ErrorKind::kIo, msg, std::move(hint));
 }
 
-int exit_code_for(ErrorKind kind) noexcept {
+ExitCode exit_code_for(ErrorKind kind) noexcept {
   switch (kind) {
     case ErrorKind::kRuntime:
-    case ErrorKind::kIo: return static_cast<int>(ExitCode::kRuntime);
+    case ErrorKind::kIo: return ExitCode::kRuntime;
     case ErrorKind::kUsage:
-    case ErrorKind::kConfig: return static_cast<int>(ExitCode::kUsage);
-    case ErrorKind::kVerification: return static_cast<int>(ExitCode::kVerification);
-    case ErrorKind::kInterrupted: return static_cast<int>(ExitCode::kInterrupted);
-    case ErrorKind::kTerminated: return static_cast<int>(ExitCode::kTerminated);
+    case ErrorKind::kConfig: return ExitCode::kUsage;
+    case ErrorKind::kVerification: return ExitCode::kVerification;
+    case ErrorKind::kInterrupted: return ExitCode::kInterrupted;
+    case ErrorKind::kTerminated: return ExitCode::kTerminated;
   }
-  return 1;
+  return ExitCode::kRuntime;
+}
+
+ExitCode exit_code_from(int code) noexcept {
+  for (ExitCode c : {ExitCode::kOk, ExitCode::kRuntime, ExitCode::kUsage, ExitCode::kVerification,
+                     ExitCode::kInterrupted, ExitCode::kTerminated})
+    if (static_cast<int>(c) == code) return c;
+  return ExitCode::kRuntime;
 }
 
 }  // namespace anchor

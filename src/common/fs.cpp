@@ -32,9 +32,9 @@ const char* op_name(Op op) {
   return "?";
 }
 
-int FileSystem::create_excl(const std::string& path, mode_t mode) {
-  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode);
-  if (fd < 0) throw io_error("create", path, errno);
+UniqueFd FileSystem::create_excl(const std::string& path, mode_t mode) {
+  UniqueFd fd(::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode));
+  if (!fd) throw io_error("create", path, errno);
   return fd;
 }
 
@@ -56,9 +56,9 @@ void FileSystem::fsync(int fd, const std::string& path) {
   if (::fsync(fd) != 0) throw io_error("fsync", path, errno);
 }
 
-void FileSystem::close(int fd, const std::string& path) {
+void FileSystem::close(UniqueFd fd, const std::string& path) {
   // close() after a successful fsync cannot lose data; an error is still reported.
-  if (::close(fd) != 0 && errno != EINTR) throw io_error("close", path, errno);
+  if (const int err = fd.close(); err != 0 && err != EINTR) throw io_error("close", path, err);
 }
 
 void FileSystem::rename(const std::string& from, const std::string& to) {
@@ -71,12 +71,9 @@ void FileSystem::exchange(const std::string& a, const std::string& b) {
 }
 
 void FileSystem::fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw io_error("open directory", dir, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw io_error("fsync directory", dir, err);
+  const UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) throw io_error("open directory", dir, errno);
+  if (::fsync(fd.get()) != 0) throw io_error("fsync directory", dir, errno);
 }
 
 void FileSystem::mkdir(const std::string& dir, mode_t mode) {
@@ -107,7 +104,7 @@ void FaultInjectingFs::tick(Op op, const std::string& path) {
   if (it != fail_.end() && it->second.first == n) throw io_error(op_name(op), path, it->second.second);
 }
 
-int FaultInjectingFs::create_excl(const std::string& path, mode_t mode) {
+UniqueFd FaultInjectingFs::create_excl(const std::string& path, mode_t mode) {
   tick(Op::kCreate, path);
   return FileSystem::create_excl(path, mode);
 }
@@ -160,15 +157,13 @@ void atomic_write_file(const std::string& path, const std::string& content, File
   std::filesystem::path p(path);
   std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
   std::string tmp = dir + "/." + p.filename().string() + ".tmp-" + random_suffix();
-  int fd = fs.create_excl(tmp, mode);
+  UniqueFd fd = fs.create_excl(tmp, mode);
   try {
-    fs.write_all(fd, content.data(), content.size(), tmp);
-    fs.fsync(fd, tmp);
-    fs.close(fd, tmp);
-    fd = -1;
+    fs.write_all(fd.get(), content.data(), content.size(), tmp);
+    fs.fsync(fd.get(), tmp);
+    fs.close(std::move(fd), tmp);
     fs.rename(tmp, path);
   } catch (...) {
-    if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
     throw;
   }

@@ -92,24 +92,21 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   for (auto& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
 
-  int pipefd[2] = {-1, -1}, infd[2] = {-1, -1};
-  if (opts.capture_stdout && ::pipe2(pipefd, O_CLOEXEC) != 0)
-    throw Error(ErrorKind::kRuntime, std::string("pipe: ") + std::strerror(errno));
-  if (opts.pipe_stdin && ::pipe2(infd, O_CLOEXEC) != 0) {
-    const int err = errno;
-    if (opts.capture_stdout) ::close(pipefd[0]), ::close(pipefd[1]);
-    throw Error(ErrorKind::kRuntime, std::string("pipe: ") + std::strerror(err));
-  }
+  // The parent's ends and the child's, owned until the child has its own.
+  fs::UniqueFd out_read, out_write, in_read, in_write;
+  auto make_pipe = [](fs::UniqueFd& read_end, fs::UniqueFd& write_end) {
+    int p[2] = {-1, -1};
+    if (::pipe2(p, O_CLOEXEC) != 0) throw Error(ErrorKind::kRuntime, std::string("pipe: ") + std::strerror(errno));
+    read_end.reset(p[0]);
+    write_end.reset(p[1]);
+  };
+  if (opts.capture_stdout) make_pipe(out_read, out_write);
+  if (opts.pipe_stdin) make_pipe(in_read, in_write);
 
   const pid_t parent = ::getpid();
   const int max_fd = descriptor_limit();
   pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    for (const int fd : {pipefd[0], pipefd[1], infd[0], infd[1]})
-      if (fd >= 0) ::close(fd);
-    throw Error(ErrorKind::kRuntime, std::string("fork: ") + std::strerror(err));
-  }
+  if (pid < 0) throw Error(ErrorKind::kRuntime, std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     if (opts.die_with_parent) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -123,8 +120,9 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
-    const int out = opts.capture_stdout ? lift(pipefd[1], STDOUT_FILENO) : -1;
-    const int in = opts.pipe_stdin ? lift(infd[0], STDIN_FILENO) : -1;
+    // The child never returns from here (exec or _exit): no destructor closes these.
+    const int out = opts.capture_stdout ? lift(out_write.get(), STDOUT_FILENO) : -1;
+    const int in = opts.pipe_stdin ? lift(in_read.get(), STDIN_FILENO) : -1;
     if (opts.capture_stdout) move_onto(out, STDOUT_FILENO);
     if (opts.capture_stdout && opts.merge_stderr) move_onto(out, STDERR_FILENO);
     if (opts.pipe_stdin) move_onto(in, STDIN_FILENO);
@@ -144,14 +142,10 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   if (opts.new_process_group) ::setpgid(pid, pid);
   Child c;
   c.pid = pid;
-  if (opts.capture_stdout) {
-    ::close(pipefd[1]);
-    c.stdout_fd = pipefd[0];
-  }
-  if (opts.pipe_stdin) {
-    ::close(infd[0]);
-    c.stdin_fd = infd[1];
-  }
+  out_write.reset();  // the child's ends: only the child holds them now
+  in_read.reset();
+  c.stdout_fd = std::move(out_read);
+  c.stdin_fd = std::move(in_write);
   return c;
 }
 
@@ -220,12 +214,12 @@ RunResult run_capture(const std::vector<std::string>& argv, const SpawnOptions& 
   RunResult r;
   char buf[65536];
   for (;;) {
-    ssize_t n = ::read(c.stdout_fd, buf, sizeof buf);
+    ssize_t n = ::read(c.stdout_fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     r.out.append(buf, static_cast<size_t>(n));
   }
-  ::close(c.stdout_fd);
+  c.stdout_fd.reset();
   r.status = wait_exit(c.pid);
   return r;
 }

@@ -23,9 +23,16 @@ int UniqueFd::release() noexcept {
   return fd;
 }
 
-void UniqueFd::reset() noexcept {
+void UniqueFd::reset(int fd) noexcept {
   if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+int UniqueFd::close() noexcept {
+  if (fd_ < 0) return 0;
+  const int rc = ::close(fd_);
   fd_ = -1;
+  return rc == 0 ? 0 : errno;
 }
 
 namespace {

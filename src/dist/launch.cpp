@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "anchor/common/faults.hpp"
+#include "anchor/common/unique_fd.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 
@@ -211,15 +212,13 @@ LaunchEnv detect_launch(const EnvLookup& env) {
 }
 
 bool port_is_free(int port, std::uint32_t addr) {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) return false;
+  const fs::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(addr);
   a.sin_port = htons(static_cast<std::uint16_t>(port));
-  const bool ok = ::bind(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
-  ::close(s);
-  return ok;
+  return ::bind(s.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
 }
 
 namespace {
@@ -247,19 +246,15 @@ int free_port_on(std::uint32_t addr, const char* what) {
     for (int i = 0; i < 256; ++i)
       if (const int port = kLow + (start + i) % span; port_is_free(port, addr)) return port;
   }
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) throw io_error("socket", what, errno);
+  const fs::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) throw io_error("socket", what, errno);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(addr);
   socklen_t n = sizeof a;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
-    int e = errno;
-    ::close(s);
-    throw io_error("bind", std::string(what) + ":0", e);
-  }
-  ::close(s);
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &n) != 0)
+    throw io_error("bind", std::string(what) + ":0", errno);
   return ntohs(a.sin_port);
 }
 

@@ -40,15 +40,10 @@ std::vector<std::string> gpt2_names(const GptOptions& o) {
 }
 
 void write_text(fs::FileSystem& fs, const std::string& path, const std::string& text) {
-  const int fd = fs.create_excl(path, 0644);
-  try {
-    fs.write_all(fd, text.data(), text.size(), path);
-    fs.fsync(fd, path);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  fs.close(fd, path);
+  fs::UniqueFd fd = fs.create_excl(path, 0644);
+  fs.write_all(fd.get(), text.data(), text.size(), path);
+  fs.fsync(fd.get(), path);
+  fs.close(std::move(fd), path);
 }
 
 }  // namespace

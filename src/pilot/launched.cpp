@@ -159,11 +159,11 @@ std::pair<std::size_t, std::string> wait_any(dist::Store& store, const std::vect
   }
 }
 
-int read_verdict(dist::Store& store) {
+ExitCode read_verdict(dist::Store& store) {
   const int code = std::stoi(store.wait_get("pilot/exit", kSupervisor));
   store.add("pilot/ack", 1);
   ANCHOR_LOG_INFO("pilot", "rank 0's pilot exited with {}", code);
-  return code;
+  return exit_code_from(code);
 }
 
 // Whether `dir` holds the supervisor's nonce: "" when it does, else why not.
@@ -270,7 +270,7 @@ json wait_node_ranks(dist::Store& store, const std::vector<pid_t>& pids, int nod
 // A node's agent (LOCAL_RANK 0 on a node other than rank 0's): for each
 // worker group it starts this node's ranks, SIGKILLs them on the relayed kill
 // or stop, and reports their statuses; then exits with the pilot's verdict.
-int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOptions& opts) {
+ExitCode run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOptions& opts) {
   const int node = launch.rank / launch.local_world_size;
   const std::string host = proc::host_name();
   ANCHOR_LOG_INFO("pilot", "{}: agent of node {} ({}): starts this node's ranks of each worker", launch.describe(),
@@ -278,7 +278,7 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
   auto [which, value] = wait_any(store, {"pilot/exit", "pilot/run_dir"});
   if (which == 0) {
     store.add("pilot/ack", 1);
-    return std::stoi(value);  // the pilot ended before its run directory (a config error): its code
+    return exit_code_from(std::stoi(value));  // the pilot ended before its run directory (a config error): its code
   }
   const auto shared = json::parse(value);
   const std::string run_dir = shared.value("run_dir", "");
@@ -300,7 +300,7 @@ int run_agent(const dist::LaunchEnv& launch, dist::Store& store, const PilotOpti
 
 }  // namespace
 
-int run_pilot(const PilotOptions& opts) {
+ExitCode run_pilot(const PilotOptions& opts) {
   const auto launch = dist::detect_launch();  // a partial or contradictory environment: exit 2
   if (launch.launcher == dist::Launcher::kNone) return run_supervisor(opts, 0);
 
@@ -333,15 +333,14 @@ int run_pilot(const PilotOptions& opts) {
                                 : std::string());
   StoreNodes nodes(store, launch, cfg.distributed.timeout_s);
   if (several_nodes) here.nodes = &nodes;
-  int code = 1;
+  ExitCode code = ExitCode::kRuntime;
   try {
     code = run_supervisor(here, launch.world_size);
   } catch (const Error& e) {
-    code = exit_code_for(e.kind());
-    store.set("pilot/exit", std::to_string(code));
+    store.set("pilot/exit", std::to_string(static_cast<int>(exit_code_for(e.kind()))));
     throw;
   }
-  store.set("pilot/exit", std::to_string(code));
+  store.set("pilot/exit", std::to_string(static_cast<int>(code)));
   // The store lives in this process (unless the agent hosts it): stay until every rank has read the verdict.
   const auto t0 = std::chrono::steady_clock::now();
   while (store.add("pilot/ack", 0) < launch.world_size - 1 &&

@@ -64,7 +64,7 @@ void publish(Pilot& p) {
   if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
 }
 
-int passed(Pilot& p) {
+ExitCode passed(Pilot& p) {
   publish(p);
   if (const auto& rj = p.report.json(); rj.contains("plan"))
     summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
@@ -73,13 +73,13 @@ int passed(Pilot& p) {
     summary_stream(p) << "  reproduced: the re-run matches "
                       << printable(rj["reproduces"].value("report", std::string())) << " ("
                       << rj["reproduction"].value("mode", std::string()) << ")\n";
-  return static_cast<int>(ExitCode::kOk);
+  return ExitCode::kOk;
 }
 
-int interrupted_exit(Pilot& p) {
+ExitCode interrupted_exit(Pilot& p) {
   const int sig = static_cast<int>(interrupt_signal());
   p.events->write({{"event", "interrupted"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}, "supervisor");
-  const int code = static_cast<int>(sig == SIGINT ? ExitCode::kInterrupted : ExitCode::kTerminated);
+  const ExitCode code = sig == SIGINT ? ExitCode::kInterrupted : ExitCode::kTerminated;
   p.report.set_outcome(
       "interrupted", code,
       "interrupted by " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + "; only committed checkpoints are kept");
@@ -88,7 +88,7 @@ int interrupted_exit(Pilot& p) {
   return code;
 }
 
-int fail(Pilot& p, const std::string& stage, int code, const std::string& why) {
+ExitCode fail(Pilot& p, const std::string& stage, ExitCode code, const std::string& why) {
   p.report.add_stage({{"stage", stage}, {"status", "failed"}, {"error", why}});
   p.events->write({{"stage", stage}, {"event", "end"}, {"status", "failed"}, {"error", why}}, "supervisor");
   p.report.set_outcome("failed", code, stage + ": " + why);
@@ -123,9 +123,9 @@ nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc) {
   return f;
 }
 
-int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
+ExitCode resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
   const std::string cause = causes(verdict);
-  p.report.set_outcome("failed", static_cast<int>(ExitCode::kVerification),
+  p.report.set_outcome("failed", ExitCode::kVerification,
                        "resume does not match the uninterrupted run: " + cause + " diverged");
   publish(p);
   p.report.print_summary(summary_stream(p));
@@ -136,7 +136,7 @@ int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
         std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(),
                      c["detail"].get<std::string>().c_str());
   std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
-  return static_cast<int>(ExitCode::kVerification);
+  return ExitCode::kVerification;
 }
 
 }  // namespace anchor::pilot

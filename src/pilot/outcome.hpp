@@ -18,11 +18,11 @@ std::ostream& summary_stream(const Pilot& p);
 void publish(Pilot& p);
 // The pilot passed (its outcome set): the report published, the plan's
 // summary and the stage table printed; returns 0.
-int passed(Pilot& p);
+ExitCode passed(Pilot& p);
 // The pilot interrupted by SIGINT/SIGTERM: the report says so; returns 130/143.
-int interrupted_exit(Pilot& p);
+ExitCode interrupted_exit(Pilot& p);
 // A failed stage: recorded, the report published, the error printed; returns `code`.
-int fail(Pilot& p, const std::string& stage, int code, const std::string& why);
+ExitCode fail(Pilot& p, const std::string& stage, ExitCode code, const std::string& why);
 
 // The compare stage's figures from a verdict (verdict_over_ranks): verdict,
 // mode, cause, world_size, per_rank; "failed" (what diverged) on a mismatch.
@@ -30,6 +30,6 @@ nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc);
 
 // The resume does not match: the report says what diverged (verdict.cause),
 // the error names it, with each failed check when list_checks; returns 3.
-int resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks);
+ExitCode resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks);
 
 }  // namespace anchor::pilot

@@ -659,7 +659,7 @@ std::string with_hint(const Error& e) {
 }
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
-using Step = std::optional<int>;
+using Step = std::optional<ExitCode>;
 
 Step prepare(Run& r) {
   Pilot& p = r.p;
@@ -669,7 +669,7 @@ Step prepare(Run& r) {
   } catch (const Error& e) {
     return fail(p, "program", exit_code_for(e.kind()), with_hint(e));
   }
-  if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
+  if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", ExitCode::kUsage, why);
   p.report.set_start({{"from", "init"}});
   r.spec.run_dir = p.run_dir;
   r.spec.checkpoint_dir = p.ckpt_dir;
@@ -700,13 +700,14 @@ Step reference(Run& r) {
                          : worker_name(pp::Role::kReference) + " exited with status " + std::to_string(a.status) +
                                " before its kill window (the save of step " + std::to_string(r.last) +
                                "): does the loop call Pilot.maybe_save(step) every step, up to pilot.stop_at?";
-    return fail(p, "reference", 1, why);
+    return fail(p, "reference", ExitCode::kRuntime, why);
   }
   if (a.status != 128 + SIGKILL)
-    return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
+    return fail(p, "kill", ExitCode::kRuntime,
+                "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   for (int rank = 0; rank < p.nproc; ++rank)
     if (!a.logs.count(rank) || !a.logs.at(rank).hello)
-      return fail(p, "reference", 1,
+      return fail(p, "reference", ExitCode::kRuntime,
                   "worker A rank " + std::to_string(rank) + " never said hello (is it using anchor_pilot?)");
   const auto& ref = a.logs.at(0);
   json fig = {{"steps", ref.steps.size()}, {"ranks", p.nproc}};
@@ -815,10 +816,10 @@ Step resume(Run& r) {
   if (interrupt_signal()) return interrupted_exit(p);
   // The helper raises when a component's state after load_state_dict differs from its file (check_restore),
   // having reported what it restored: that is the verdict's to name (exit 3), not a runtime failure.
-  if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", 1, r.b.error);
+  if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", ExitCode::kRuntime, r.b.error);
   for (int rank = 0; rank < p.nproc; ++rank)
     if (!r.b.logs.count(rank))
-      return fail(p, "resume", 1, "worker B rank " + std::to_string(rank) + " reported nothing");
+      return fail(p, "resume", ExitCode::kRuntime, "worker B rank " + std::to_string(rank) + " reported nothing");
   const auto& res = r.b.logs.at(0);
   if (const auto* c = res.checkpoint("restore", "end", r.k); c && c->bytes && c->seconds)
     p.report.add_stage({{"stage", "restore"},
@@ -886,7 +887,7 @@ Step memory_probe(Run& r) {
     spec.checkpoint_dir = r.l.dir + "/" + tag + ".checkpoints";  // never written: a probe saves nothing
     spec.events = r.l.dir + "/" + tag + ".events.jsonl";
     Outcome o;
-    auto failed = [&](int code, const std::string& why) {
+    auto failed = [&](ExitCode code, const std::string& why) {
       not_planned(r, "the memory probe failed: " + why);
       return fail(p, "memory_probe", code, why);
     };
@@ -903,22 +904,22 @@ Step memory_probe(Run& r) {
     const std::string hint =
         "; the program declared probe=True in anchor_pilot.shape(): it must build its model "
         "and data with the shape it returns, or pass probe=False";
-    if (o.status != 0) return failed(1, "the memory probe at " + at + ": " + o.error + hint);
+    if (o.status != 0) return failed(ExitCode::kRuntime, "the memory probe at " + at + ": " + o.error + hint);
     const auto [rank, sm] = highest_step_memory(o);
     if (!sm)
-      return failed(1, "the memory probe at " + at +
-                           " reported no step_memory line with a peak (it must run 2 "
-                           "steps, calling Pilot.step each)" +
-                           hint);
+      return failed(ExitCode::kRuntime, "the memory probe at " + at +
+                                            " reported no step_memory line with a peak (it must run 2 "
+                                            "steps, calling Pilot.step each)" +
+                                            hint);
     // Sizes are below 2^31 each (the hello's check): their product is exact in a long double.
     const long double expected = static_cast<long double>(pmb) * pT * h.shape->grad_accum;
     for (const auto& [k, log] : o.logs)
       for (const auto& st : log.steps)
         if (st.tokens && static_cast<long double>(*st.tokens) != expected)
-          return failed(1, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) +
-                               " tokens at step " + std::to_string(st.step) +
-                               (o.logs.size() > 1 ? " on rank " + std::to_string(k) : "") + ", not " +
-                               fmt_count(expected) + hint);
+          return failed(ExitCode::kRuntime, "the memory probe at " + at + " reported " + std::to_string(*st.tokens) +
+                                                " tokens at step " + std::to_string(st.step) +
+                                                (o.logs.size() > 1 ? " on rank " + std::to_string(k) : "") + ", not " +
+                                                fmt_count(expected) + hint);
     r.probe_points.push_back(memory_point(*sm, rank, pmb, pT, tag));
     figures.push_back({{"micro_batch", pmb},
                        {"seq_len", pT},
@@ -978,7 +979,7 @@ Step make_plan(Run& r) {
 
 }  // namespace
 
-int run_program_pilot(Pilot& p) {
+ExitCode run_program_pilot(Pilot& p) {
   Run r(p);
   p.planned_stages = {"reference", "checkpoint_save", "pin",          "kill", "restore",
                       "resume",    "compare",         "memory_probe", "plan"};
@@ -993,7 +994,7 @@ int run_program_pilot(Pilot& p) {
   }
   for (auto step : {memory_probe, make_plan})
     if (Step end = step(r)) return *end;
-  p.report.set_outcome("passed", static_cast<int>(ExitCode::kOk),
+  p.report.set_outcome("passed", ExitCode::kOk,
                        "the program's resume matches its uninterrupted run (" + r.verdict["mode"].get<std::string>() +
                            ", " + std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
   return passed(p);

@@ -6,6 +6,6 @@ namespace anchor::pilot {
 
 // The user's own program as the pilot's workers (docs/program.md), from the
 // point where the run directory is locked and config.json written.
-int run_program_pilot(Pilot& p);
+ExitCode run_program_pilot(Pilot& p);
 
 }  // namespace anchor::pilot

@@ -139,10 +139,10 @@ class WorkerRun {
   // with the report) is closed by now.
   ~WorkerRun() {
     if (ranks_.empty() || ran_) return;
-    for (const auto& c : ranks_) {
+    for (auto& c : ranks_) {
       ::kill(c.pid, SIGKILL);
-      if (c.stdin_fd >= 0) ::close(c.stdin_fd);
-      if (c.stdout_fd >= 0) ::close(c.stdout_fd);
+      c.stdin_fd.reset();
+      c.stdout_fd.reset();
       proc::wait_exit(c.pid);
     }
   }
@@ -165,7 +165,7 @@ class WorkerRun {
     ended_.resize(ranks_.size());
     relay_rank0();
     watch_.stopped();  // a stage still open: the worker ended in it (what follows may log)
-    ::close(ranks_[0].stdout_fd);
+    ranks_[0].stdout_fd.reset();
     reap_ranks();
     if (nodes_) collect_remote_ranks();
     return w_;
@@ -223,10 +223,8 @@ class WorkerRun {
             ::kill(ranks_[o].pid, SIGKILL);
             proc::wait_exit(ranks_[o].pid);
           }
-          ::close(ranks_[o].stdin_fd);
-          if (ranks_[o].stdout_fd >= 0) ::close(ranks_[o].stdout_fd);
         }
-        ranks_.clear();
+        ranks_.clear();  // their pipes closed
         early_ = false;
         spawn_ranks();
         return;
@@ -234,9 +232,8 @@ class WorkerRun {
     }
     p_.events->write({{"event", "worker_released"}, {"worker", name_}}, "supervisor");
     for (auto& c : ranks_) {
-      write_to_child(c.stdin_fd, "go\n");
-      ::close(c.stdin_fd);
-      c.stdin_fd = -1;
+      write_to_child(c.stdin_fd.get(), "go\n");
+      c.stdin_fd.reset();
     }
   }
 
@@ -272,7 +269,7 @@ class WorkerRun {
 
   // Reads rank 0's stdout until it closes or a signal comes, handling each line.
   void relay_rank0() {
-    const int fd = ranks_[0].stdout_fd;
+    const int fd = ranks_[0].stdout_fd.get();
     std::string buf;
     char chunk[4096];
     for (;;) {
@@ -542,7 +539,7 @@ struct BuiltinRun {
 };
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
-using Step = std::optional<int>;
+using Step = std::optional<ExitCode>;
 
 std::string with_hint(const Error& e) {
   return std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")");
@@ -703,7 +700,7 @@ Step before_workers(BuiltinRun& r) {
     fs::atomic_write_file(p.run_dir + "/manifest.json", dump_json(*r.opts.pinned_manifest, 2));
   if (interrupt_signal()) return interrupted_exit(p);
   p.report.set_start({{"from", p.cfg.pilot.start_from}});
-  if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", 2, why);
+  if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", ExitCode::kUsage, why);
   return std::nullopt;
 }
 
@@ -766,7 +763,8 @@ Step reference_worker(BuiltinRun& r) {
     return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status),
                 reference_failure(p, a));
   if (a.status != 128 + SIGKILL)
-    return fail(p, "kill", 1, "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
+    return fail(p, "kill", ExitCode::kRuntime,
+                "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   try {
     r.ref = protocol::read_worker_result(protocol::work::result(p.run_dir, "reference"), "reference");
     r.ref_ranks = read_other_ranks(p, "reference");
@@ -936,7 +934,7 @@ Step reproduce_compare(BuiltinRun& r) {
   const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
   p.report.set_reproduction(reproduces, repro);
   if (repro["verdict"] == "reproduced") return std::nullopt;
-  p.report.set_outcome("failed", static_cast<int>(ExitCode::kVerification),
+  p.report.set_outcome("failed", ExitCode::kVerification,
                        "not reproduced: the re-run differs from the report it reproduces (" +
                            std::to_string(repro["differences"].get<int>()) + " differences, " +
                            repro["mode"].get<std::string>() + ")");
@@ -948,7 +946,7 @@ Step reproduce_compare(BuiltinRun& r) {
   p.report.print_summary(summary_stream(p));  // its last line: not reproduced, and how many differ
   summary_stream(p) << "  not reproduced: " << differing
                     << (repro["differences"].get<int>() == 1 ? " differs" : " differ") << "\n";
-  return static_cast<int>(ExitCode::kVerification);
+  return ExitCode::kVerification;
 }
 
 }  // namespace
@@ -967,7 +965,7 @@ std::string refusal_junit_xml(const Error& e) {
   return run_report::junit_error_xml(config ? "config" : "start", type, message, protocol::utc_now().substr(0, 19));
 }
 
-int run_supervisor(const PilotOptions& opts, int launched_world) {
+ExitCode run_supervisor(const PilotOptions& opts, int launched_world) {
   Pilot p;
   p.opts = opts;
   p.worker_binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
@@ -1004,7 +1002,7 @@ int run_supervisor(const PilotOptions& opts, int launched_world) {
 
   // 11. Outcome, report, summary.
   if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, false);
-  p.report.set_outcome("passed", static_cast<int>(ExitCode::kOk),
+  p.report.set_outcome("passed", ExitCode::kOk,
                        "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
   return passed(p);
 }

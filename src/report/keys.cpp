@@ -133,12 +133,11 @@ void publish_file(const std::string& path, const std::string& content, mode_t mo
   std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
   std::string tmp = dir + "/." + p.filename().string() + ".tmp-" + fs::random_suffix();
   fs::FileSystem& f = fs::real_fs();
-  int fd = f.create_excl(tmp, mode);
+  fs::UniqueFd fd = f.create_excl(tmp, mode);
   try {
-    f.write_all(fd, content.data(), content.size(), tmp);
-    f.fsync(fd, tmp);
-    f.close(fd, tmp);
-    fd = -1;
+    f.write_all(fd.get(), content.data(), content.size(), tmp);
+    f.fsync(fd.get(), tmp);
+    f.close(std::move(fd), tmp);
     if (force) {
       f.rename(tmp, path);
     } else {
@@ -152,7 +151,6 @@ void publish_file(const std::string& path, const std::string& content, mode_t mo
       ::unlink(tmp.c_str());
     }
   } catch (...) {
-    if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
     throw;
   }

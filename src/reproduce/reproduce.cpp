@@ -338,7 +338,7 @@ pilot::PilotOptions rerun_options(const Reproduction& r) {
   return po;
 }
 
-int reproduce_unchecked(const ReproduceOptions& opts) {
+ExitCode reproduce_unchecked(const ReproduceOptions& opts) {
   Reproduction r(opts);
   open_bundle_if_given(r);
   r.original = load_report(r);
@@ -355,7 +355,7 @@ int reproduce_unchecked(const ReproduceOptions& opts) {
 
 }  // namespace
 
-int run(const ReproduceOptions& opts) {
+ExitCode run(const ReproduceOptions& opts) {
   // What is read from the signed report is typed where it is read; a type
   // anchor never writes (a report signed by another hand) is a verification
   // failure, not an internal error.

@@ -543,9 +543,9 @@ void Report::add_checkpoints(const std::string& ckpt_dir, const std::string& run
   if (!unverified.empty()) j_["unverified_checkpoints"] = unverified;
 }
 
-void Report::set_outcome(const std::string& status, int exit_code, const std::string& message) {
+void Report::set_outcome(const std::string& status, ExitCode exit_code, const std::string& message) {
   j_["status"] = status;
-  j_["exit_code"] = exit_code;
+  j_["exit_code"] = static_cast<int>(exit_code);  // report.json holds the number the process exits with
   j_["message"] = message;
   j_["finished_at"] = protocol::utc_now();
 }

@@ -753,7 +753,7 @@ void save_stage(WorkerContext& ctx, train::Trainer& t, checkpoint::Store& store,
 
 // Worker A: load, K steps, eval, the save of K, R reference steps, then the
 // save of K+R that the supervisor kills.
-int run_reference(WorkerContext& ctx, bool use_hash_cache) {
+ExitCode run_reference(WorkerContext& ctx, bool use_hash_cache) {
   if (ctx.spec.start_latest != (ctx.cfg.pilot.start_from == "latest"))
     throw Error(ErrorKind::kRuntime, "the pilot spec's start_from is not the run's pilot.start_from",
                 "the spec is written by the anchor that starts the worker; run the worker through that anchor");
@@ -776,15 +776,15 @@ int run_reference(WorkerContext& ctx, bool use_hash_cache) {
   killed_save(ctx, t, store);
 }
 
-int run_probe(WorkerContext& ctx);
+ExitCode run_probe(WorkerContext& ctx);
 void resume_from_checkpoint(WorkerContext& ctx);
 
-int run_resume(WorkerContext& ctx) {
+ExitCode run_resume(WorkerContext& ctx) {
   resume_from_checkpoint(ctx);
   if (ctx.pg) {
     // Rank 0 hosts the store: nobody leaves while another rank may still read it.
     ctx.pg->barrier("end of the resume worker");
-    if (ctx.env.rank != 0) return 0;
+    if (ctx.env.rank != 0) return ExitCode::kOk;
   }
   // The resumed run's trainer is gone: the probe (rank 0 only, one process,
   // no collectives) measures from an empty allocator, and saves the start-up
@@ -1169,7 +1169,7 @@ train::StepRecord profiled_step(const WorkerContext& ctx, train::Trainer& t, nlo
 // measures the configured shape in a process of its own too. Runs in the
 // resume worker after its results are written and its trainer destroyed, so
 // it never touches the reference or the resumed run.
-int run_probe(WorkerContext& ctx) {
+ExitCode run_probe(WorkerContext& ctx) {
   const int mb = ctx.cfg.train.micro_batch, T = ctx.cfg.data.seq_len;
   std::vector<std::pair<std::int64_t, std::int64_t>> points;
   if (ctx.env.world_size > 1) points.push_back({mb, T});
@@ -1222,7 +1222,7 @@ int run_probe(WorkerContext& ctx) {
     ctx.out.stages.push_back(ac.end(ctx.out.activation_checkpointing));
   }
   write_result(ctx, "probe");
-  return 0;
+  return ExitCode::kOk;
 }
 
 // The worker's first line: who it is and the libraries it runs (docs/program.md, "The contract").
@@ -1256,7 +1256,7 @@ void wait_for_release() {
 }
 
 // The worker's task once it is told it: the process group (several ranks), then worker A or B.
-int run_task(WorkerContext& ctx, const WorkerOptions& opts) {
+ExitCode run_task(WorkerContext& ctx, const WorkerOptions& opts) {
   bind_threads(ctx.cfg.run.threads, ctx.cfg.run.deterministic);
   std::filesystem::create_directories(protocol::work::dir(ctx.run_dir));
   protocol::emit(hello(ctx.spec.role, ctx.env.world_size));
@@ -1280,7 +1280,7 @@ int run_task(WorkerContext& ctx, const WorkerOptions& opts) {
 
 }  // namespace
 
-int run_worker(const WorkerOptions& opts) {
+ExitCode run_worker(const WorkerOptions& opts) {
   // Before any tensor exists, so every allocation of the run is counted.
   measure::install_counting_allocator();
   // The supervisor starts each rank of a worker with RANK/WORLD_SIZE/...

@@ -811,8 +811,8 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   ::kill(child.pid, SIGTERM);
   std::string out;
   char buf[4096];
-  for (ssize_t n; (n = ::read(child.stdout_fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(child.stdout_fd);
+  for (ssize_t n; (n = ::read(child.stdout_fd.get(), buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  child.stdout_fd.reset();
   EXPECT_EQ(anchor::proc::wait_exit(child.pid), 143) << out;
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["status"], "interrupted");

@@ -35,7 +35,7 @@ Held start_and_stop(const std::vector<std::string>& args) {
   o.capture_stdout = true;
   o.merge_stderr = true;
   Held h{anchor::proc::spawn(argv, o), "", ""};
-  while (auto line = anchor::proc::read_line(h.child.stdout_fd)) {
+  while (auto line = anchor::proc::read_line(h.child.stdout_fd.get())) {
     h.output += *line + "\n";
     const auto at = line->find("[pilot] run ");
     if (at == std::string::npos) continue;
@@ -49,7 +49,7 @@ Held start_and_stop(const std::vector<std::string>& args) {
 // Lets it go on and returns its exit status.
 int resume_and_wait(Held& h) {
   ::kill(h.child.pid, SIGCONT);
-  while (auto line = anchor::proc::read_line(h.child.stdout_fd)) h.output += *line + "\n";
+  while (auto line = anchor::proc::read_line(h.child.stdout_fd.get())) h.output += *line + "\n";
   return anchor::proc::wait_exit(h.child.pid);
 }
 

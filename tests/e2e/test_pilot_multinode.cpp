@@ -53,8 +53,8 @@ std::vector<NodeRun> run_together(const std::vector<std::vector<std::string>>& a
   std::vector<std::thread> readers;
   for (std::size_t i = 0; i < kids.size(); ++i)
     readers.emplace_back([&, i] {
-      while (auto l = anchor::proc::read_line(kids[i].stdout_fd)) res[i].out += *l + "\n";
-      ::close(kids[i].stdout_fd);
+      while (auto l = anchor::proc::read_line(kids[i].stdout_fd.get())) res[i].out += *l + "\n";
+      kids[i].stdout_fd.reset();
       res[i].status = anchor::proc::wait_exit(kids[i].pid);
     });
   for (auto& t : readers) t.join();

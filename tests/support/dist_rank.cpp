@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const Error& e) {
     std::cerr << "dist_rank: error: " << e.what() << "\n";
-    return exit_code_for(e.kind());
+    return static_cast<int>(exit_code_for(e.kind()));
   } catch (const std::exception& e) {
     std::cerr << "dist_rank: error: " << e.what() << "\n";
     return 1;

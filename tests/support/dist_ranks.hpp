@@ -54,8 +54,8 @@ inline std::vector<RankRun> run_ranks(const std::string& dist_rank, const std::s
     auto& k = kids[static_cast<std::size_t>(r)];
     auto& x = res[static_cast<std::size_t>(r)];
     if (r == 1 && kill_rank1_after_rank0) ::kill(k.pid, SIGKILL);
-    while (auto l = proc::read_line(k.stdout_fd)) x.out += *l + "\n";
-    ::close(k.stdout_fd);
+    while (auto l = proc::read_line(k.stdout_fd.get())) x.out += *l + "\n";
+    k.stdout_fd.reset();
     x.status = proc::wait_exit(k.pid);
     x.seconds = std::chrono::duration<double>(Clock::now() - t0[static_cast<std::size_t>(r)]).count();
   }

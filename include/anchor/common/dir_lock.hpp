@@ -14,6 +14,8 @@
 // lock support (NFSv4 has it; some FUSE file systems lock per host only).
 #include <string>
 
+#include "anchor/common/unique_fd.hpp"
+
 namespace anchor::fs {
 
 class DirLock {
@@ -27,17 +29,12 @@ class DirLock {
   // created or locked for another reason.
   static DirLock acquire(const std::string& dir, const std::string& what, const std::string& run_id);
 
-  DirLock() = default;
-  DirLock(DirLock&& o) noexcept;
-  DirLock& operator=(DirLock&& o) noexcept;
-  DirLock(const DirLock&) = delete;
-  DirLock& operator=(const DirLock&) = delete;
-  ~DirLock();
-
-  bool held() const { return fd_ >= 0; }
+  // Move-only (the descriptor's): closing the last descriptor of the lock
+  // file releases the flock.
+  bool held() const { return static_cast<bool>(fd_); }
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace anchor::fs

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "anchor/common/unique_fd.hpp"
+
 namespace anchor::fs {
 
 enum class Op { kCreate, kWrite, kFsync, kRename, kFsyncDir, kMkdir, kRemove };
@@ -23,11 +25,13 @@ class FileSystem {
  public:
   virtual ~FileSystem() = default;
   // open(O_CREAT|O_EXCL|O_WRONLY|O_CLOEXEC): never reuses an existing file.
-  virtual int create_excl(const std::string& path, mode_t mode = 0644);
+  // The descriptor is owned: an error path that leaves it closes it.
+  virtual UniqueFd create_excl(const std::string& path, mode_t mode = 0644);
   // Writes all of data (retrying short writes and EINTR).
   virtual void write_all(int fd, const void* data, std::size_t len, const std::string& path);
   virtual void fsync(int fd, const std::string& path);
-  virtual void close(int fd, const std::string& path);
+  // Closes a file that was written, and says so when close(2) fails.
+  virtual void close(UniqueFd fd, const std::string& path);
   virtual void rename(const std::string& from, const std::string& to);
   // Atomically swaps two existing paths (renameat2 RENAME_EXCHANGE).
   virtual void exchange(const std::string& a, const std::string& b);
@@ -46,7 +50,7 @@ class FaultInjectingFs : public FileSystem {
   void fail_on(Op op, int nth, int err);
   int calls(Op op) const;
 
-  int create_excl(const std::string& path, mode_t mode) override;
+  UniqueFd create_excl(const std::string& path, mode_t mode) override;
   void write_all(int fd, const void* data, std::size_t len, const std::string& path) override;
   void fsync(int fd, const std::string& path) override;
   void rename(const std::string& from, const std::string& to) override;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "anchor/common/unique_fd.hpp"
+
 namespace anchor::proc {
 
 // Absolute path of the running executable (/proc/self/exe).
@@ -33,10 +35,12 @@ struct SpawnOptions {
   std::string cwd;               // the child's working directory; "" -> this process's
 };
 
+// A started process and the parent's ends of its pipes, owned: closed when
+// the Child goes (reset() closes one sooner: the child reads EOF on stdin).
 struct Child {
   pid_t pid = -1;
-  int stdout_fd = -1;  // read end when capture_stdout, else -1
-  int stdin_fd = -1;   // write end when pipe_stdin, else -1 (close it: the child reads EOF)
+  fs::UniqueFd stdout_fd;  // read end when capture_stdout, else none
+  fs::UniqueFd stdin_fd;   // write end when pipe_stdin, else none
 };
 
 // fork + execv. Throws Error (kRuntime) when the process cannot be started.

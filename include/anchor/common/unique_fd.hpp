@@ -31,8 +31,12 @@ class UniqueFd {
   explicit operator bool() const noexcept { return fd_ >= 0; }
   // Gives up ownership: the caller closes the descriptor.
   int release() noexcept;
-  // Closes the descriptor now (errors ignored: the file was only read).
-  void reset() noexcept;
+  // Closes the descriptor now (errors ignored: the file was only read, or an
+  // error is already on its way), and owns `fd` instead.
+  void reset(int fd = -1) noexcept;
+  // Closes the descriptor now and returns 0, or the errno close(2) gave (a
+  // written file: FileSystem::close says it). Owns nothing afterwards.
+  int close() noexcept;
 
  private:
   int fd_ = -1;

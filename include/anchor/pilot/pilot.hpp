@@ -92,7 +92,7 @@ struct PilotOptions {
 // before the run directory exists (bad config, unwritable output dir).
 // launched_world > 0: under an external launcher on one node, the number of
 // ranks it started (the workers get as many).
-int run_supervisor(const PilotOptions& opts, int launched_world = 0);
+ExitCode run_supervisor(const PilotOptions& opts, int launched_world = 0);
 // The JUnit XML of a pilot refused before it had a report (what run_pilot or
 // the command around it throws: a config or usage error exits 2): one failed
 // test case, "config" for a config or usage error and "start" otherwise,
@@ -104,6 +104,6 @@ std::string refusal_junit_xml(const Error& e);
 bool junit_published();
 // run_supervisor, or under torchrun/srun the launched processes' protocol
 // around it (docs/distributed.md). Needs LibTorch (c10d's store).
-int run_pilot(const PilotOptions& opts);
+ExitCode run_pilot(const PilotOptions& opts);
 
 }  // namespace anchor::pilot

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/error.hpp"
+
 namespace anchor::pilot {
 struct PilotOptions;
 }  // namespace anchor::pilot
@@ -35,7 +37,7 @@ struct ReproduceOptions {
   std::string worker_binary;       // the workers' executable (anchor-torch)
   // Runs the re-run's pilot and returns its exit code: the binary's
   // (pilot::run_pilot needs LibTorch; this library code does not). Required.
-  std::function<int(const PilotOptions&)> run_pilot;
+  std::function<ExitCode(const PilotOptions&)> run_pilot;
 };
 
 // Reproduces a past run: opens the bundle (every file it lists checked
@@ -54,6 +56,6 @@ struct ReproduceOptions {
 // kUsage/kConfig for what cannot be reproduced (a program pilot, a pilot
 // started from a checkpoint) or a bad --root; kIo/kConfig for an input not
 // found, with a hint naming --root and --map.
-int run(const ReproduceOptions& opts);
+ExitCode run(const ReproduceOptions& opts);
 
 }  // namespace anchor::reproduce

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "anchor/config/config.hpp"
+#include "anchor/error.hpp"
 #include "anchor/protocol/worker_result.hpp"
 
 namespace anchor::run_report {
@@ -42,7 +43,7 @@ class Report {
   // checkpoint::VerifiedDir) not at all.
   void add_checkpoints(const std::string& ckpt_dir, const std::string& run_dir,
                        const std::vector<checkpoint::VerifiedDir>& seen = {});
-  void set_outcome(const std::string& status, int exit_code, const std::string& message);
+  void set_outcome(const std::string& status, ExitCode exit_code, const std::string& message);
   void set_signed(const std::string& key_id);
   // `reproduces` alone (the report reproduced, the key trusted), from the
   // start: a re-run that fails still says what it reproduced.

@@ -1,6 +1,7 @@
 #pragma once
 // The built-in worker: `anchor-torch __worker`, the process the supervisor
 // (anchor/pilot/pilot.hpp) starts for worker A and worker B. Needs LibTorch.
+#include "anchor/error.hpp"
 
 namespace anchor::worker {
 
@@ -17,6 +18,6 @@ struct WorkerOptions {
 // supervisor wrote one: the manifest's libraries and runtime versions are
 // those of the process that trains. A failure is also reported as an "error"
 // event carrying the message and hint, for the supervisor's report.
-int run_worker(const WorkerOptions& opts);
+ExitCode run_worker(const WorkerOptions& opts);
 
 }  // namespace anchor::worker

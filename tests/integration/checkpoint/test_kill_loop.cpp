@@ -45,7 +45,7 @@ TEST_F(KillLoop, RestoreAlwaysFindsACommittedVerifiedStep) {
     // delay choose where in the following save (or retention) the kill lands.
     const int lines = static_cast<int>(rng() % 3);
     for (int seen = 0; seen < lines;) {
-      auto line = anchor::proc::read_line(child.stdout_fd);
+      auto line = anchor::proc::read_line(child.stdout_fd.get());
       ASSERT_TRUE(line.has_value()) << "saver exited early";
       if (line->rfind("saved ", 0) == 0) {
         last_saved = std::stoll(line->substr(6));
@@ -58,9 +58,9 @@ TEST_F(KillLoop, RestoreAlwaysFindsACommittedVerifiedStep) {
     ::kill(child.pid, SIGKILL);
     int status = anchor::proc::wait_exit(child.pid);
     // Drain what it printed before dying.
-    while (auto line = anchor::proc::read_line(child.stdout_fd))
+    while (auto line = anchor::proc::read_line(child.stdout_fd.get()))
       if (line->rfind("saved ", 0) == 0) last_saved = std::stoll(line->substr(6));
-    ::close(child.stdout_fd);
+    child.stdout_fd.reset();
     if (status == 128 + SIGKILL) ++kills_mid_save;
 
     ck::Store store(root());

@@ -57,6 +57,45 @@ TEST_F(FsTest, FailedAtomicWriteKeepsOldFileAndNoTemp) {
   }
 }
 
+// The descriptors this process holds (/proc/self/fd, less the directory's own).
+int open_descriptors() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) (void)e, ++n;
+  return n - 1;
+}
+
+// create_excl's descriptor is owned: a write that fails on its way leaves no
+// descriptor open, whichever step failed; the control counts one that is held.
+TEST_F(FsTest, AFailedWriteLeavesNoDescriptorOpen) {
+  const auto p = (dir_ / "b.json").string();
+  const int before = open_descriptors();
+  for (auto op : {fs::Op::kWrite, fs::Op::kFsync, fs::Op::kRename}) {
+    fs::FaultInjectingFs faulty;
+    faulty.fail_on(op, 1, EIO);
+    EXPECT_THROW(fs::atomic_write_file(p, "bad", faulty), anchor::Error) << fs::op_name(op);
+    EXPECT_EQ(open_descriptors(), before) << "a descriptor left open after a failed " << fs::op_name(op);
+  }
+  fs::UniqueFd held = fs::real_fs().create_excl((dir_ / "held").string());
+  EXPECT_EQ(open_descriptors(), before + 1);
+  fs::real_fs().close(std::move(held), (dir_ / "held").string());
+  EXPECT_FALSE(held);
+  EXPECT_EQ(open_descriptors(), before);
+}
+
+// UniqueFd::close reports what close(2) said; a second close is a no-op.
+TEST(UniqueFd, CloseReportsTheErrnoOnce) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  fs::UniqueFd a(p[0]), b(p[1]);
+  EXPECT_EQ(a.close(), 0);
+  EXPECT_EQ(a.close(), 0);
+  EXPECT_FALSE(a);
+  const int raw = b.release();
+  ASSERT_EQ(::close(raw), 0);
+  fs::UniqueFd stale(raw);  // closed already: close(2) says EBADF
+  EXPECT_EQ(stale.close(), EBADF);
+}
+
 TEST_F(FsTest, GlobMatchingNothingIsAConfigError) {
   try {
     fs::expand_glob((dir_ / "*.bin").string());

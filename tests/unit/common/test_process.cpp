@@ -64,9 +64,9 @@ TEST(Spawn, OnlyTheStandardDescriptorsReachTheChild) {
   const std::string check = "for fd in 1 " + std::to_string(leaky) +
                             "; do if test -e /proc/self/fd/$fd; then echo open; else echo closed; fi; done";
   auto c = proc::spawn({"/bin/sh", "-c", check}, o);
-  const auto stdout_line = proc::read_line(c.stdout_fd);
-  const auto leaky_line = proc::read_line(c.stdout_fd);
-  ::close(c.stdout_fd);
+  const auto stdout_line = proc::read_line(c.stdout_fd.get());
+  const auto leaky_line = proc::read_line(c.stdout_fd.get());
+  c.stdout_fd.reset();
   EXPECT_EQ(proc::wait_exit(c.pid), 0);
   ::close(leaky);
   EXPECT_EQ(stdout_line.value_or("eof"), "open");
@@ -87,8 +87,8 @@ TEST(Spawn, AStdoutPipeThatIsAlreadyDescriptorOneReachesTheChild) {
       proc::SpawnOptions o;
       o.capture_stdout = true;
       auto c = proc::spawn({"/bin/echo", "through"}, o);
-      if (c.stdout_fd != STDIN_FILENO) ::_exit(3);  // not the case this test is for
-      const auto line = proc::read_line(c.stdout_fd);
+      if (c.stdout_fd.get() != STDIN_FILENO) ::_exit(3);  // not the case this test is for
+      const auto line = proc::read_line(c.stdout_fd.get());
       code = proc::wait_exit(c.pid) == 0 && line && *line == "through" ? 0 : 1;
     } catch (...) {
       code = 2;
@@ -117,11 +117,11 @@ TEST(Spawn, PipesOnEveryStandardDescriptorReachTheChildIntact) {
       o.pipe_stdin = true;
       auto c = proc::spawn({"/bin/sh", "-c", "read x; echo \"got $x\""}, o);
       // stdout's pipe on 0 and 1 leaves 2 and 3 for stdin's: its read end on 2, the write end 3.
-      if (c.stdout_fd != STDIN_FILENO || c.stdin_fd != 3) ::_exit(3);  // not the case this test is for
+      if (c.stdout_fd.get() != STDIN_FILENO || c.stdin_fd.get() != 3) ::_exit(3);  // not the case this test is for
       const char line[] = "ping\n";
-      if (::write(c.stdin_fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) ::_exit(2);
-      ::close(c.stdin_fd);
-      const auto got = proc::read_line(c.stdout_fd);
+      if (::write(c.stdin_fd.get(), line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) ::_exit(2);
+      c.stdin_fd.reset();
+      const auto got = proc::read_line(c.stdout_fd.get());
       code = proc::wait_exit(c.pid) == 0 && got && *got == "got ping" ? 0 : 1;
     } catch (...) {
       code = 2;

@@ -228,7 +228,7 @@ TEST(ConfigLoad, ThreeMistakesGiveThreeProblemsWithPositions) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "config bad.yaml has 3 problems");
     EXPECT_EQ(e.kind(), anchor::ErrorKind::kConfig);
-    EXPECT_EQ(anchor::exit_code_for(e.kind()), 2);
+    EXPECT_EQ(anchor::exit_code_for(e.kind()), anchor::ExitCode::kUsage);
     EXPECT_NE(e.hint().find("docs/config.md"), std::string::npos);
     ASSERT_EQ(e.problems().size(), 3u) << dump(e.problems());
     const auto& p = e.problems();
