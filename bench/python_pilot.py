@@ -389,6 +389,11 @@ class Stages:
 def worker(args):
     st = Stages()
     t = time.perf_counter()
+    # MKL's conditional numerical reproducibility, as anchor's workers ask for
+    # it (threads::request_reproducible_blas): MKL reads MKL_CBWR at its first
+    # call, and without it may sum a product in another order on another path.
+    # A user's setting stands. No effect on OpenBLAS (Debian's LibTorch).
+    os.environ.setdefault("MKL_CBWR", "AUTO")
     import torch  # the workers' real start-up cost; the parent never pays it
     st.list.append({"stage": "import_torch", "seconds": time.perf_counter() - t})
     cfg = load_config(args.config)
