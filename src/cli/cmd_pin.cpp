@@ -97,7 +97,7 @@ PinCliFlags add_pin_options(CLI::App& sub, PinCliOptions& o) {
 }
 
 // anchor pin CONFIG: pins it into o.output.
-int pin_config(const PinCliOptions& o, bool config_given, manifest::PinOptions& popts) {
+ExitCode pin_config(const PinCliOptions& o, bool config_given, manifest::PinOptions& popts) {
   if (!config_given)
     throw Error(ErrorKind::kUsage, "pin: give a CONFIG to pin, or --check MANIFEST",
                 "anchor pin configs/pilot.yaml   |   anchor pin --check manifest.json");
@@ -163,7 +163,7 @@ nlohmann::json repin_program_manifest(const std::string& path, const nlohmann::j
 
 // anchor pin --check MANIFEST: re-pins with its config and prints the drift
 // (the table, or --json); exit 3 when anything drifted.
-int check_manifest(const PinCliOptions& o, bool output_given, manifest::PinOptions& popts) {
+ExitCode check_manifest(const PinCliOptions& o, bool output_given, manifest::PinOptions& popts) {
   const nlohmann::json old_m = read_manifest(o.check_manifest);
   config::Config c = manifest::config_from_manifest(old_m);
   nlohmann::json new_m;

@@ -1,12 +1,14 @@
 #pragma once
 // The subcommand table. Each command lives in its own cmd_<name>.cpp with a
 // setup function that declares its options on a CLI11 subcommand and returns
-// the function that runs it (returning the process exit code).
+// the function that runs it (returning the process's ExitCode).
 #include <CLI/CLI.hpp>
 
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "anchor/error.hpp"
 
 namespace anchor::cli {
 

@@ -96,7 +96,9 @@ std::string with_remote(std::string why, const WorkerOutcome& w) {
 // The pilot's exit code for a worker that failed: a config/data error (2) or a
 // verification failure (3) keeps its meaning; anything else (a crash, a
 // signal, an I/O error) is a runtime failure (1).
-int worker_exit_code(int status) { return status == 2 || status == 3 ? status : 1; }
+ExitCode worker_exit_code(int status) {
+  return status == 2 || status == 3 ? exit_code_from(status) : ExitCode::kRuntime;
+}
 
 // Writes a line to a child's stdin; a child that has ended (EPIPE) is not an
 // error here (its status says how it ended) and raises no SIGPIPE.
