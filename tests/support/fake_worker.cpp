@@ -32,6 +32,7 @@
 #include "anchor/protocol/work_files.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 #include "anchor/protocol/worker_result.hpp"
+#include "support/made_up_records.hpp"
 
 namespace {
 
@@ -75,30 +76,10 @@ Script read_script() {
   return s;
 }
 
-const std::string kA(64, 'a'), kB(64, 'b'), kC(64, 'c'), kD(64, 'd'), kE(64, 'e');
+const std::string kOther(64, 'e');  // worker B's model when told to diverge
 
 anchor::train::StepRecord step(std::int64_t s) {
-  anchor::train::StepRecord r;
-  r.step = s;
-  r.loss = 5.5 - 0.01 * static_cast<double>(s);
-  r.grad_norm = 1.5;
-  r.lr = 1e-3;
-  r.batch_digest = kA;
-  r.data_wait_s = 0.0001;
-  r.compute_s = 0.001;
-  r.tokens = 256;
-  return r;
-}
-
-anchor::train::StateDigest digest(std::int64_t s, const std::string& model = kA) {
-  anchor::train::StateDigest d;
-  d.model = model;
-  d.optimizer = kB;
-  d.rng = kC;
-  d.scaler = kD;
-  d.step = s;
-  d.tensors = {{"model/wte.weight", model}, {"optimizer/wte.weight.exp_avg", kB}};
-  return d;
+  return anchor::test::made_up_step(s, 5.5 - 0.01 * static_cast<double>(s));
 }
 
 // One stage: its begin line, then what the script says for it, then the work, then its end.
@@ -191,7 +172,7 @@ int reference(const protocol::Spec& spec, const Script& script) {
   });
   w.stage("checkpoint_save", out, [&] {
     out.saved_step = k;
-    out.saved_state = digest(k);
+    out.saved_state = anchor::test::made_up_digest(k);
     return nlohmann::json{{"dir", spec.checkpoint_dir + "/step-" + std::to_string(k)},
                           {"bytes", 1000},
                           {"seconds", 0.001},
@@ -201,7 +182,7 @@ int reference(const protocol::Spec& spec, const Script& script) {
     steps(out, out.reference_steps, k, spec.stop_at, spec.stop_at);
     return none;
   });
-  out.final_state = digest(spec.stop_at);
+  out.final_state = anchor::test::made_up_digest(spec.stop_at);
   write_result(spec.run_dir, "reference", out);
   if (script.has("no_kill_window")) return 0;
   protocol::emit(protocol::StageLine{"kill", "begin", "", std::nullopt});
@@ -228,7 +209,7 @@ int resume(const protocol::Spec& spec, const Script& script) {
   w.stage("restore", out, [&] {
     out.restored_step = k;
     out.restored_dir = spec.checkpoint_dir + "/step-" + std::to_string(k);
-    out.restored_state = digest(k);
+    out.restored_state = anchor::test::made_up_digest(k);
     out.rng_restore = nlohmann::json::object();
     return nlohmann::json{{"step", k}, {"dir", out.restored_dir}, {"bytes", 1000}, {"seconds", 0.001}};
   });
@@ -240,7 +221,7 @@ int resume(const protocol::Spec& spec, const Script& script) {
     steps(out, out.resume_steps, k, spec.stop_at, spec.stop_at);
     return nlohmann::json{{"steps", spec.stop_at - k}};
   });
-  out.final_state = digest(spec.stop_at, script.has("diverge") ? kE : kA);
+  out.final_state = anchor::test::made_up_digest(spec.stop_at, script.has("diverge") ? kOther : anchor::test::kDigestA);
   write_result(spec.run_dir, "resume", out);
 
   WorkerResult probe;

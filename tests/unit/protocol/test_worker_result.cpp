@@ -13,6 +13,7 @@
 #include "anchor/error.hpp"
 #include "anchor/protocol/compare.hpp"
 #include "anchor/protocol/worker_result.hpp"
+#include "support/made_up_records.hpp"
 
 using anchor::Error;
 using anchor::protocol::WorkerResult;
@@ -20,30 +21,17 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kA(64, 'a'), kB(64, 'b'), kC(64, 'c'), kD(64, 'd');
+using anchor::test::kDigestA;
+using anchor::test::kDigestB;
+using anchor::test::kDigestC;
+const std::string& kA = kDigestA;
+const std::string& kB = kDigestB;
+const std::string& kC = kDigestC;
 
-anchor::train::StepRecord step(std::int64_t s, double loss) {
-  anchor::train::StepRecord r;
-  r.step = s;
-  r.loss = loss;
-  r.grad_norm = 1.5;
-  r.lr = 1e-3;
-  r.batch_digest = kA;
-  r.data_wait_s = 0.001;
-  r.compute_s = 0.01;
-  r.tokens = 256;
-  return r;
-}
+anchor::train::StepRecord step(std::int64_t s, double loss) { return anchor::test::made_up_step(s, loss); }
 
 anchor::train::StateDigest digest(std::int64_t s, const std::string& opt = kB) {
-  anchor::train::StateDigest d;
-  d.model = kA;
-  d.optimizer = opt;
-  d.rng = kC;
-  d.scaler = kD;
-  d.step = s;
-  d.tensors = {{"model/wte.weight", kA}, {"optimizer/wte.weight.exp_avg", opt}};
-  return d;
+  return anchor::test::made_up_digest(s, kA, opt);
 }
 
 WorkerResult reference() {
