@@ -6,7 +6,7 @@
 #include <set>
 
 #include "anchor/checkpoint/safetensors.hpp"
-#include "anchor/checkpoint/torch_tensors.hpp"
+#include "anchor/model/torch_tensors.hpp"
 #include "anchor/error.hpp"
 #include "compat/torch_compat.hpp"
 
@@ -159,7 +159,7 @@ torch::ScalarType float_dtype(checkpoint::DType d) {
   if (d != checkpoint::DType::F32 && d != checkpoint::DType::F16 && d != checkpoint::DType::BF16 &&
       d != checkpoint::DType::F64)
     throw Error(ErrorKind::kConfig, "GPT-2 weights must be floating point (F32, F16, BF16 or F64)");
-  return checkpoint::torch_dtype(d);
+  return model::torch_dtype(d);
 }
 
 std::string shape_str(const std::vector<std::int64_t>& s) {

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "anchor/checkpoint/safetensors.hpp"
-#include "anchor/checkpoint/torch_tensors.hpp"
+#include "anchor/model/torch_tensors.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/error.hpp"
 
@@ -104,7 +104,7 @@ HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& pa
       throw Error(ErrorKind::kRuntime,
                   "export: the model has no parameter " + name + " (only the built-in GPT exports in GPT-2's layout)");
     }
-    tensors.push_back(checkpoint::tensor_ref(name, t, keep));
+    tensors.push_back(model::tensor_ref(name, t, keep));
   }
   if (taken != by_name.size()) {
     for (const auto& [name, t] : by_name)

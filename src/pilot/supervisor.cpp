@@ -1,7 +1,7 @@
 // `anchor pilot`: the supervisor. It never trains and has no LibTorch: it
 // starts fresh worker processes (anchor-torch), kills one for real, compares,
 // and writes the report. Worker A pins the run before it trains. Reads top to bottom as the stage sequence
-// (DESIGN.md "The pilot").
+// (docs/pilot.md).
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>

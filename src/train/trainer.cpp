@@ -17,7 +17,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "anchor/checkpoint/torch_tensors.hpp"
+#include "anchor/model/torch_tensors.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/threads.hpp"
@@ -36,7 +36,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-using checkpoint::tensor_ref;
+using model::tensor_ref;
 
 // A tensor's digest (train::kStateDigestScheme): SHA-256 over its dtype, rank
 // and shape and the SHA-256 of its data bytes. `data_hex`, when given, is that
@@ -66,7 +66,7 @@ torch::Tensor view_of(const checkpoint::SafetensorsFile& f, const std::string& f
     throw Error(ErrorKind::kVerification, "checkpoint " + file + " has no tensor '" + name + "'",
                 "the checkpoint was written by a different model or anchor version");
   return torch::from_blob(const_cast<std::uint8_t*>(f.data(*e)), e->shape,
-                          torch::TensorOptions().dtype(checkpoint::torch_dtype(e->dtype)));
+                          torch::TensorOptions().dtype(model::torch_dtype(e->dtype)));
 }
 
 void copy_into(torch::Tensor& dst, const torch::Tensor& src, const std::string& what) {

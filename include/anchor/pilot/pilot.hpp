@@ -1,8 +1,9 @@
 #pragma once
-// The pilot: a supervisor process and fresh worker processes (DESIGN.md, "The
-// pilot"). run_supervisor is `anchor pilot` (no LibTorch in it: it runs in the
-// front end); run_pilot adds the torchrun/srun case (anchor-torch). The
-// workers it starts are worker::run_worker (anchor/worker/worker.hpp).
+// The pilot: a supervisor process and fresh worker processes (docs/pilot.md;
+// docs/architecture.md, "A pilot, through the modules"). run_supervisor is
+// `anchor pilot` (no LibTorch in it: it runs in the front end); run_pilot adds
+// the torchrun/srun case (anchor-torch). The workers it starts are
+// worker::run_worker (anchor/worker/worker.hpp).
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

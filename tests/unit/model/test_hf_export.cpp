@@ -11,7 +11,7 @@
 
 #include "../../support/run_anchor.hpp"
 #include "anchor/checkpoint/safetensors.hpp"
-#include "anchor/checkpoint/torch_tensors.hpp"
+#include "anchor/model/torch_tensors.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/error.hpp"
@@ -190,7 +190,7 @@ TEST(HfExport, TransformersLoadsItWithTheSameLogits) {
   std::vector<checkpoint::TensorRef> refs;
   for (const auto& e : file.entries()) {
     auto t = torch::from_blob(const_cast<std::uint8_t*>(file.data(e)), e.shape, torch::kFloat32);
-    refs.push_back(checkpoint::tensor_ref(e.name, e.name == "h.0.attn.c_proj.weight" ? t.t() : t, keep));
+    refs.push_back(model::tensor_ref(e.name, e.name == "h.0.attn.c_proj.weight" ? t.t() : t, keep));
   }
   stdfs::create_directories(tmp.path() / "wrong");
   stdfs::copy_file(tmp.path() / "export/config.json", tmp.path() / "wrong/config.json");
@@ -203,9 +203,9 @@ TEST(HfExport, TransformersLoadsItWithTheSameLogits) {
   keep.clear();
   refs.clear();
   for (const auto& e : file.entries())
-    refs.push_back(checkpoint::tensor_ref(
+    refs.push_back(model::tensor_ref(
         e.name, torch::from_blob(const_cast<std::uint8_t*>(file.data(e)), e.shape, torch::kFloat32), keep));
-  refs.push_back(checkpoint::tensor_ref("h.0.attn.rotary", torch::zeros({2}), keep));
+  refs.push_back(model::tensor_ref("h.0.attn.rotary", torch::zeros({2}), keep));
   stdfs::remove(tmp.path() / "wrong/model.safetensors");
   checkpoint::write_safetensors(fs::real_fs(), tmp.str("wrong/model.safetensors"), refs, {{"format", "pt"}});
   auto r = hf_gpt2({tmp.str("wrong"), "--check-loss"});

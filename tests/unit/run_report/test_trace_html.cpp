@@ -319,7 +319,7 @@ TEST(ReportHtml, AViewThatCannotBeWrittenDoesNotStopTheReport) {
   std::ofstream(dir / "events.jsonl") << kPilotEvents;
   std::ofstream(dir / "report.html") << "a stale page";
   anchor::run_report::Report report;
-  report.set_outcome("passed", 0, "fine");
+  report.set_outcome("passed", anchor::ExitCode::kOk, "fine");
   report.set_section("stages", json::array());
   ASSERT_NO_THROW(report.write(dir.string()));
   EXPECT_TRUE(stdfs::exists(dir / "report.json"));
