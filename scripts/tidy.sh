@@ -9,12 +9,15 @@
 #   scripts/tidy.sh FILE...         # these files
 #   --build DIR                     # the compile database's build (default build/release: cmake --preset release)
 #   --no-cache                      # run clang-tidy on every file, even one found clean before with the same inputs
+#   -j N                            # clang-tidy runs at a time (default 2)
+#   --verbose                       # say which sources each clang-tidy run checks
 #
 # clang-tidy 14 (Debian 12's) when it is there: the checks bugprone-* and
 # performance-* hold differ from version to version. A file not in the
 # compile database (a fixture) is read as C++17 with include/ and src/ on the
 # include path. Module headers are checked through the sources that include
-# them. A file found clean is remembered by the key scripts/tidy_key.py gives
+# them. Sources with the same compile flags are checked together, one parse
+# for up to 40 of them (scripts/tidy_run.py says why and how). A file found clean is remembered by the key scripts/tidy_key.py gives
 # (clang-tidy's version, .clang-tidy, the compile command, the preprocessed
 # file: a change to the file or to any header it includes is a new key) in
 # $ANCHOR_TIDY_CACHE (default ~/.cache/anchor-tidy), and not parsed again.
@@ -30,6 +33,8 @@ fi
 base=""
 db=build/release
 use_cache=1
+jobs=2
+verbose=()
 cache=${ANCHOR_TIDY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/anchor-tidy}
 files=()
 while [[ $# -gt 0 ]]; do
@@ -39,7 +44,11 @@ while [[ $# -gt 0 ]]; do
       if [[ $1 == --base ]]; then base=$2; else db=$2; fi
       shift 2 ;;
     --no-cache) use_cache=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --verbose) verbose=(--verbose); shift ;;
+    -j|--jobs)
+      if [[ $# -lt 2 ]]; then echo "tidy: $1 needs a value" >&2; exit 2; fi
+      jobs=$2; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) files+=("$1"); shift ;;
   esac
 done
@@ -83,38 +92,15 @@ if grep -q 'cmake_pch\.hxx' "$db/compile_commands.json"; then
   done < <(grep -oE '/[^ "]*/cmake_pch\.hxx[ "]' "$db/compile_commands.json" | sed 's/.$//' | sort -u)
 fi
 
-status=0
-remembered=0
 for f in "${files[@]}"; do
   if [[ ! -f $f ]]; then
     echo "tidy: $f: no such file" >&2
     exit 2
   fi
-  abs=$(realpath "$f")
-  extra=()
-  if ! grep -qF "\"file\": \"$abs\"" "$db/compile_commands.json"; then
-    extra=(-- -std=c++17 -Iinclude -Isrc)
-  fi
-  key=""
-  if [[ $use_cache -eq 1 && ${#extra[@]} -eq 0 ]]; then
-    key=$(python3 scripts/tidy_key.py . "$db" "$f" "$tidy" 2>/dev/null || true)
-    if [[ -n $key && -f $cache/$key ]]; then remembered=$((remembered + 1)); continue; fi  # clean with these inputs
-  fi
-  rc=0
-  out=$("$tidy" -p "$tidy_db" --quiet "$f" "${extra[@]}" 2>&1) || rc=$?
-  found=$(printf '%s\n' "$out" | grep -E '^[^ ].*:[0-9]+:[0-9]+: (warning|error): ' || true)
-  if [[ -n $found ]]; then
-    echo "$found"
-    status=1
-  elif [[ $rc -ne 0 ]]; then
-    echo "tidy: clang-tidy failed on $f (exit $rc) without a finding:" >&2
-    printf '%s\n' "$out" | tail -5 >&2
-    exit 2
-  elif [[ -n $key ]]; then
-    mkdir -p "$cache" && : > "$cache/$key" || true
-  fi
 done
-if [[ $status -eq 0 ]]; then
-  echo "tidy: ${#files[@]} file(s) clean ($remembered remembered clean from an earlier run with the same inputs)"
-fi
-exit $status
+cache_args=()
+if [[ $use_cache -eq 1 ]]; then cache_args=(--cache "$cache"); fi
+rc=0
+python3 scripts/tidy_run.py --root . --db "$db" --tidy-db "$tidy_db" --tidy "$tidy" \
+  --jobs "$jobs" "${verbose[@]}" "${cache_args[@]}" "${files[@]}" || rc=$?
+exit $rc

@@ -18,15 +18,15 @@ import subprocess
 import sys
 
 
-def main() -> int:
-    root, db_dir, path, tidy = sys.argv[1:5]
+def key(root, db_dir, path, tidy) -> str:
+    """The key, or "" when there is none."""
     root = os.path.realpath(root)
     target = os.path.realpath(path)
     with open(os.path.join(db_dir, "compile_commands.json"), encoding="utf-8") as f:
         entries = json.load(f)
     entry = next((e for e in entries if os.path.realpath(os.path.join(e["directory"], e["file"])) == target), None)
     if entry is None:
-        return 0
+        return ""
     args = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
     pre, skip = [], False
     for a in args:  # the same command, preprocessing only, to stdout
@@ -38,7 +38,7 @@ def main() -> int:
             pre.append(a)
     run = subprocess.run(pre + ["-E"], cwd=entry["directory"], capture_output=True, check=False)
     if run.returncode != 0:
-        return 0
+        return ""
     version = subprocess.run([tidy, "--version"], capture_output=True, check=False).stdout
     with open(os.path.join(root, ".clang-tidy"), "rb") as f:
         config = f.read()
@@ -46,7 +46,13 @@ def main() -> int:
     for part in (version, config, " ".join(args).encode(), entry["file"].encode(), run.stdout):
         part = part.replace(root.encode(), b"@ROOT@")
         h.update(str(len(part)).encode() + b":" + part)
-    print(h.hexdigest())
+    return h.hexdigest()
+
+
+def main() -> int:
+    k = key(*sys.argv[1:5])
+    if k:
+        print(k)
     return 0
 
 
