@@ -55,9 +55,17 @@ source "$src/tests/install/podman_lib.sh"
 podman_setup
 
 # 1. The base, then the Dockerfile on it.
+# ccache hashes the locale variables into every key: the build in the image
+# gets the host's, or it could take none of the torch2 build's objects from the
+# mounted cache (with LANG=C.UTF-8 outside and none inside, it compiled all of
+# them again: ~17 of this test's ~20 minutes on 2 cores).
+locale_env=()
+for v in LANG LC_ALL LC_CTYPE LC_MESSAGES; do
+  if [[ -n ${!v:-} ]]; then locale_env+=(--change "ENV $v=${!v}"); fi
+done
 podman_base_image localhost/anchor-base:test \
   --change "ENV PATH=$env_dir/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-  --change "ENV HOME=/root"
+  --change "ENV HOME=/root" "${locale_env[@]}"
 podman_pick_runtime localhost/anchor-base:test
 ccache_dir=$(ccache --get-config cache_dir 2>/dev/null || true)
 # The environment's interpreter lives under its base prefix (a venv links to it).
