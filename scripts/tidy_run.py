@@ -30,9 +30,11 @@ whole group is clean.
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,7 +116,6 @@ class Runner:
 
 def groups_of(opts, files):
     """[(files, directory, flags or None)]: sources with the same flags together."""
-    import json
     with open(os.path.join(opts.tidy_db, "compile_commands.json"), encoding="utf-8") as f:
         entries = json.load(f)
     by_file = {}
@@ -164,22 +165,24 @@ def main() -> int:
 
     runner = Runner(opts)
     findings, status = [], 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-        work = {pool.submit(runner.check, *g): g[0] for g in groups_of(opts, files)}
-        for done in concurrent.futures.as_completed(work):
-            try:
-                found = done.result()
-            except RuntimeError as e:
-                print(f"tidy: {e}", file=sys.stderr)
-                status = 2
-                continue
-            findings += found
-            if not found and opts.cache:
-                for f in work[done]:
-                    if keys.get(f):
-                        os.makedirs(opts.cache, exist_ok=True)
-                        open(os.path.join(opts.cache, keys[f]), "w").close()
-    subprocess.run(["rm", "-rf", runner.tmp], check=False)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+            work = {pool.submit(runner.check, *g): g[0] for g in groups_of(opts, files)}
+            for done in concurrent.futures.as_completed(work):
+                try:
+                    found = done.result()
+                except RuntimeError as e:
+                    print(f"tidy: {e}", file=sys.stderr)
+                    status = 2
+                    continue
+                findings += found
+                if not found and opts.cache:
+                    for f in work[done]:
+                        if keys.get(f):
+                            os.makedirs(opts.cache, exist_ok=True)
+                            open(os.path.join(opts.cache, keys[f]), "w").close()
+    finally:
+        shutil.rmtree(runner.tmp, ignore_errors=True)  # the generated unity files
     if status:
         return status
     if findings:
