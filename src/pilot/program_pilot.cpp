@@ -301,12 +301,18 @@ class ProgramRun {
   void follow() {
     for (auto& e : reader_.poll()) take_line(e);
     // Every rank reports its save's digests before it writes a file; rank 0 may be in its
-    // kill window before another rank has said them (10 s at most, then the kill regardless).
+    // kill window before another rank has said them (10 s at most, then the kill regardless;
+    // at once when a rank that has not said them has ended: it never will).
     if (kill_at_ && !w_.killed_by_us) {
-      bool all_said = true;
-      for (int r = 0; r < p_.nproc; ++r)
-        if (!w_.logs[r].digests_at("save", spec_.stop_at)) all_said = false;
-      if (all_said || Clock::now() > *kill_at_) kill_now();
+      bool all_said = true, one_ended = false;
+      for (int r = 0; r < p_.nproc; ++r) {
+        if (w_.logs[r].digests_at("save", spec_.stop_at)) continue;
+        all_said = false;
+        const auto i = static_cast<std::size_t>(r);
+        if (!ended_[i]) ended_[i] = proc::try_wait(ranks_[i].pid);
+        one_ended = one_ended || ended_[i].has_value();
+      }
+      if (all_said || one_ended || Clock::now() > *kill_at_) kill_now();
     }
   }
 
@@ -351,14 +357,20 @@ class ProgramRun {
   }
 
   // Every rank has ended: the worker's status is rank 0's, or the first failing rank's.
+  // Once anchor killed them, a rank that ended otherwise ended on its own, before the kill.
   Outcome finish() {
     w_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+    const int expected = w_.killed_by_us ? 128 + SIGKILL : 0;
     w_.status = *ended_[0];
     for (std::size_t r = 1; r < ranks_.size(); ++r)
-      if (w_.status == 0 && *ended_[r] != 0) {
+      if (w_.status == expected && *ended_[r] != expected) {
         w_.status = *ended_[r];
         w_.failed_rank = static_cast<int>(r);
       }
+    if (w_.error.empty() && w_.killed_by_us && w_.status != expected)
+      w_.error = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
+                 proc::describe_exit(w_.status) + " before its kill window (its output is above; its events are in " +
+                 printable(spec_.events) + ")";
     if (w_.error.empty() && w_.status != 0 && !w_.killed_by_us)
       w_.error = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
                  proc::describe_exit(w_.status) + " (its output is above; its events are in " +
@@ -703,8 +715,9 @@ Step reference(Run& r) {
     return fail(p, "reference", ExitCode::kRuntime, why);
   }
   if (a.status != 128 + SIGKILL)
-    return fail(p, "kill", ExitCode::kRuntime,
-                "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
+    return fail(
+        p, "reference", ExitCode::kRuntime,
+        !a.error.empty() ? a.error : "worker A ended with status " + std::to_string(a.status) + ", not by SIGKILL");
   for (int rank = 0; rank < p.nproc; ++rank)
     if (!a.logs.count(rank) || !a.logs.at(rank).hello)
       return fail(p, "reference", ExitCode::kRuntime,
