@@ -248,8 +248,9 @@ def bind_blas_threads(n):
     splits some products differently, and on some CPUs (an AMD EPYC with 2 cores)
     the sums differ in the last bits from the same product on one thread. With
     every pool at the same count, the same LibTorch runs the same operations the
-    same way in both pilots, so their losses are bitwise equal on any CPU
-    (ctest bench.pilot_tiny, --require-bitwise). Returns what it bound: "openblas",
+    same way in both pilots, so on one CPU their losses are bitwise equal, and on
+    any CPU within 1e-6 (ctest bench.pilot_tiny; docs/benchmarks.md, "Anchor and
+    the peer train alike"). Returns what it bound: "openblas",
     or None where no OpenBLAS is loaded (PyPI's torch: MKL, bound by set_num_threads)."""
     import ctypes
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
