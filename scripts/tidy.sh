@@ -74,22 +74,24 @@ if [[ ${#files[@]} -eq 0 ]]; then
   exit 0
 fi
 
+# clang-tidy gets a copy of the database with one entry per source: the
+# build compiles sources in generated unity units (cmake/AnchorTargets.cmake,
+# anchor_unity), which scripts/compile_db.py expands into the sources they hold.
 # The torch sources are compiled with GCC's precompiled header (-include
-# .../cmake_pch.hxx, its .gch beside it), which clang cannot read: give
-# clang-tidy a copy of the database whose -include names a copy of each
-# cmake_pch.hxx with no .gch beside it (the same header text, parsed).
-tidy_db=$db
-if grep -q 'cmake_pch\.hxx' "$db/compile_commands.json"; then
-  tidy_db=$(mktemp -d "${TMPDIR:-/tmp}/anchor-tidy.XXXXXX")
-  trap 'rm -rf "$tidy_db"' EXIT
-  cp "$db/compile_commands.json" "$tidy_db/compile_commands.json"
+# .../cmake_pch.hxx, its .gch beside it), which clang cannot read: in the copy
+# -include names a copy of each cmake_pch.hxx with no .gch beside it (the
+# same header text, parsed).
+tidy_db=$(mktemp -d "${TMPDIR:-/tmp}/anchor-tidy.XXXXXX")
+trap 'rm -rf "$tidy_db"' EXIT
+python3 scripts/compile_db.py "$db" "$tidy_db"
+if grep -q 'cmake_pch\.hxx' "$tidy_db/compile_commands.json"; then
   i=0
   while IFS= read -r pch; do
     mkdir -p "$tidy_db/pch$i"
     cp "$pch" "$tidy_db/pch$i/cmake_pch.hxx"
     sed -i "s|$pch\\([ \"]\\)|$tidy_db/pch$i/cmake_pch.hxx\\1|g" "$tidy_db/compile_commands.json"
     i=$((i + 1))
-  done < <(grep -oE '/[^ "]*/cmake_pch\.hxx[ "]' "$db/compile_commands.json" | sed 's/.$//' | sort -u)
+  done < <(grep -oE '/[^ "]*/cmake_pch\.hxx[ "]' "$tidy_db/compile_commands.json" | sed 's/.$//' | sort -u)
 fi
 
 for f in "${files[@]}"; do

@@ -11,19 +11,20 @@ the command and the output, so a clone elsewhere gets the same key.
                                                or does not preprocess
 """
 import hashlib
-import json
 import os
 import shlex
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compile_db  # noqa: E402  (scripts/compile_db.py)
 
 
 def key(root, db_dir, path, tidy) -> str:
     """The key, or "" when there is none."""
     root = os.path.realpath(root)
     target = os.path.realpath(path)
-    with open(os.path.join(db_dir, "compile_commands.json"), encoding="utf-8") as f:
-        entries = json.load(f)
+    entries = compile_db.load(db_dir)  # one entry per source, unity units expanded
     entry = next((e for e in entries if os.path.realpath(os.path.join(e["directory"], e["file"])) == target), None)
     if entry is None:
         return ""

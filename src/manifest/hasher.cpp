@@ -37,10 +37,6 @@ std::int64_t now_realtime_ns() {
   return static_cast<std::int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-// A write landing in the same coarse-clock tick as the mtime we cached would
-// leave size and mtime unchanged; 100 ms is far above any kernel tick.
-constexpr std::int64_t kRacyWindowNs = 100'000'000;
-
 Error with_label(const Error& e, const std::string& label) {
   if (label.empty()) return e;
   return Error(e.kind(), label + ": " + e.what(), e.hint());

@@ -27,7 +27,7 @@ namespace anchor::manifest {
 namespace {
 
 constexpr const char* kFactsFormat = "anchor.process-facts/v1";
-constexpr const char* kCacheFormat = "anchor.process-facts-cache/v1";
+constexpr const char* kFactsCacheFormat = "anchor.process-facts-cache/v1";
 // One entry per (binary, configured device); a machine has a few builds at most.
 constexpr std::size_t kMaxCacheEntries = 16;
 // Far more than 16 entries of a few hundred libraries each: anything larger is not ours.
@@ -66,10 +66,8 @@ std::int64_t newest_change_ns(const nlohmann::json& j) {
   return newest;
 }
 
-// A key whose files changed this recently is not cached: a second change in
-// the same coarse clock tick would leave every identity as it is (the hash
-// cache's "racy clean" rule, docs/manifest.md, "The hash cache").
-constexpr std::int64_t kRacyWindowNs = 100'000'000;
+// A key whose files changed within kRacyWindowNs (hasher.hpp) is not cached: a
+// second change in the same coarse clock tick would leave every identity as it is.
 bool settled(const nlohmann::json& key) {
   const std::int64_t now =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -201,7 +199,8 @@ nlohmann::json read_cache(const std::string& file, bool warn = true) {
         static_cast<std::uintmax_t>(st.st_size) > kMaxCacheBytes)
       throw std::runtime_error(std::to_string(st.st_size) + " bytes, more than a process-facts cache holds");
     const nlohmann::json j = parse_json(fs::read_file(file));
-    if (!j.is_object() || j.value("format", "") != kCacheFormat || !j.contains("entries") || !j["entries"].is_object())
+    if (!j.is_object() || j.value("format", "") != kFactsCacheFormat || !j.contains("entries") ||
+        !j["entries"].is_object())
       throw std::runtime_error("not an anchor process-facts cache");
     nlohmann::json entries = nlohmann::json::object();
     for (const auto& [name, e] : j["entries"].items())
@@ -233,7 +232,7 @@ void write_cache(const std::string& file, const std::string& name, nlohmann::jso
   }
   try {
     std::filesystem::create_directories(std::filesystem::path(file).parent_path());
-    fs::atomic_write_file(file, dump_json(nlohmann::json{{"format", kCacheFormat}, {"entries", entries}}) + "\n");
+    fs::atomic_write_file(file, dump_json(nlohmann::json{{"format", kFactsCacheFormat}, {"entries", entries}}) + "\n");
   } catch (const std::exception& e) {
     ANCHOR_LOG_WARN("pin", "could not write the process-facts cache {}: {}", printable(file), e.what());
   }

@@ -19,6 +19,10 @@
 
 namespace anchor::pilot {
 
+std::string with_hint(const Error& e) {
+  return std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")");
+}
+
 // The readable stage table goes to stdout, unless --json reserves stdout for the report.
 std::ostream& summary_stream(const Pilot& p) { return p.opts.json_stdout ? std::cerr : std::cout; }
 

@@ -11,6 +11,9 @@
 
 namespace anchor::pilot {
 
+// An error's message with its hint, as a failed stage's report says it: "what (hint: how)".
+std::string with_hint(const Error& e);
+
 // The readable stage table: stdout, or stderr when --json reserves stdout for the report.
 std::ostream& summary_stream(const Pilot& p);
 // Writes every output of the run, whatever its outcome: report.json and

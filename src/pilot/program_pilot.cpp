@@ -666,10 +666,6 @@ struct Run {
   json probe_points = json::array();  // the memory probe's, for the plan
 };
 
-std::string with_hint(const Error& e) {
-  return std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")");
-}
-
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
 using Step = std::optional<ExitCode>;
 

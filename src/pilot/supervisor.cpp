@@ -543,10 +543,6 @@ struct BuiltinRun {
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
 using Step = std::optional<ExitCode>;
 
-std::string with_hint(const Error& e) {
-  return std::string(e.what()) + (e.hint().empty() ? "" : " (hint: " + e.hint() + ")");
-}
-
 // 1. Config: defaults < file < --set; every problem reported at once (exit 2).
 //    What a program pilot does not do, the signing key, the ranks and the
 //    catalog are all checked here, before anything is written.

@@ -17,6 +17,9 @@ import os
 import shlex
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import compile_db  # noqa: E402  (scripts/compile_db.py)
+
 
 def include_dirs(entry):
     args = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
@@ -41,8 +44,7 @@ def main():
         print(__doc__.strip(), file=sys.stderr)
         return 2
     build = sys.argv[1]
-    with open(os.path.join(build, "compile_commands.json"), encoding="utf-8") as f:
-        db = json.load(f)
+    db = compile_db.load(build)  # one entry per source: anchor_unity's units expanded
     with open(os.path.join(build, "torch_boundary.json"), encoding="utf-8") as f:
         lists = json.load(f)
     torch_dirs = {os.path.realpath(d) for d in lists["torch_include_dirs"]}

@@ -17,6 +17,12 @@
 
 namespace anchor::manifest {
 
+// A file changed this recently is not cached: a write landing in the same
+// coarse-clock tick as the mtime cached would leave size and mtime unchanged
+// (the "racy clean" rule, docs/manifest.md, "The hash cache"); 100 ms is far
+// above any kernel tick. The hash cache's and the process facts' rule.
+inline constexpr std::int64_t kRacyWindowNs = 100'000'000;
+
 // Identity of a file's contents as the cache sees it.
 struct FileKey {
   std::string path;  // canonical absolute path (realpath)
