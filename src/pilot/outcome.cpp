@@ -109,25 +109,24 @@ ExitCode fail(Pilot& p, const std::string& stage, ExitCode code, const std::stri
 
 namespace {
 // "optimizer, rank 1: rng": what diverged, as the report and stderr say it.
-std::string causes(const nlohmann::json& verdict) {
+std::string causes(const protocol::RankVerdicts& verdict) {
   std::string out;
-  for (const auto& c : verdict["cause"]) out += (out.empty() ? "" : ", ") + c.get<std::string>();
+  for (const auto& c : verdict.combined.cause) out += (out.empty() ? "" : ", ") + c;
   return out;
 }
 }  // namespace
 
-nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc) {
-  nlohmann::json f = {{"verdict", verdict["verdict"]},
-                      {"mode", verdict["mode"]},
-                      {"cause", verdict["cause"]},
+nlohmann::json compare_stage_figures(const protocol::RankVerdicts& verdict, int nproc) {
+  nlohmann::json f = {{"verdict", verdict.match() ? "match" : "mismatch"},
+                      {"mode", verdict.combined.mode},
+                      {"cause", verdict.combined.cause},
                       {"world_size", nproc},
-                      {"per_rank", verdict["per_rank"]}};
-  if (verdict["verdict"] != "match")
-    f["failed"] = "resume does not match the uninterrupted run: " + causes(verdict) + " diverged";
+                      {"per_rank", verdict.per_rank_json()}};
+  if (!verdict.match()) f["failed"] = "resume does not match the uninterrupted run: " + causes(verdict) + " diverged";
   return f;
 }
 
-ExitCode resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks) {
+ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool list_checks) {
   const std::string cause = causes(verdict);
   p.report.set_outcome("failed", ExitCode::kVerification,
                        "resume does not match the uninterrupted run: " + cause + " diverged");
@@ -135,10 +134,8 @@ ExitCode resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_chec
   p.report.print_summary(summary_stream(p));
   std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
   if (list_checks)
-    for (const auto& c : verdict["checks"])
-      if (!c["ok"].get<bool>())
-        std::fprintf(stderr, "  %s: %s\n", c["name"].get<std::string>().c_str(),
-                     c["detail"].get<std::string>().c_str());
+    for (const auto& c : verdict.combined.checks)
+      if (!c.ok) std::fprintf(stderr, "  %s: %s\n", c.name.c_str(), c.detail.c_str());
   std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
   return ExitCode::kVerification;
 }

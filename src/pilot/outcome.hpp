@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anchor/protocol/compare.hpp"
 #include "pilot_context.hpp"
 
 namespace anchor::pilot {
@@ -27,12 +28,12 @@ ExitCode interrupted_exit(Pilot& p);
 // A failed stage: recorded, the report published, the error printed; returns `code`.
 ExitCode fail(Pilot& p, const std::string& stage, ExitCode code, const std::string& why);
 
-// The compare stage's figures from a verdict (verdict_over_ranks): verdict,
+// The compare stage's figures from the verdict over every rank: verdict,
 // mode, cause, world_size, per_rank; "failed" (what diverged) on a mismatch.
-nlohmann::json compare_stage_figures(const nlohmann::json& verdict, int nproc);
+nlohmann::json compare_stage_figures(const protocol::RankVerdicts& verdict, int nproc);
 
-// The resume does not match: the report says what diverged (verdict.cause),
+// The resume does not match: the report says what diverged (the cause),
 // the error names it, with each failed check when list_checks; returns 3.
-ExitCode resume_mismatch(Pilot& p, const nlohmann::json& verdict, bool list_checks);
+ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool list_checks);
 
 }  // namespace anchor::pilot

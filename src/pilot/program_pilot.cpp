@@ -662,8 +662,8 @@ struct Run {
   Launch l;
   pp::Spec spec;
   Outcome a, b;
-  json verdict;
-  json probe_points = json::array();  // the memory probe's, for the plan
+  std::optional<protocol::RankVerdicts> verdict;  // the comparison
+  json probe_points = json::array();              // the memory probe's, for the plan
 };
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
@@ -853,11 +853,10 @@ void compare(Run& r) {
     ranks.reserve(static_cast<std::size_t>(std::max(p.nproc, 0)));
     for (int rank = 0; rank < p.nproc; ++rank)
       ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol));
-    json& v = r.verdict;
-    v = protocol::verdict_over_ranks(ranks);
-    return compare_stage_figures(v, p.nproc);
+    r.verdict.emplace(std::move(ranks));
+    return compare_stage_figures(*r.verdict, p.nproc);
   });
-  p.report.set_section("resume", r.verdict);
+  p.report.set_section("resume", r.verdict->to_json());
   p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
   p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
 }
@@ -997,15 +996,15 @@ ExitCode run_program_pilot(Pilot& p) {
   for (auto step : {prepare, reference, pin, resume})
     if (Step end = step(r)) return *end;
   compare(r);
-  if (r.verdict["verdict"] != "match") {
+  if (!r.verdict->match()) {
     not_planned(r, "the resume does not match its uninterrupted run: a run that does not resume is not planned");
-    return resume_mismatch(p, r.verdict, true);
+    return resume_mismatch(p, *r.verdict, true);
   }
   for (auto step : {memory_probe, make_plan})
     if (Step end = step(r)) return *end;
   p.report.set_outcome("passed", ExitCode::kOk,
-                       "the program's resume matches its uninterrupted run (" + r.verdict["mode"].get<std::string>() +
-                           ", " + std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
+                       "the program's resume matches its uninterrupted run (" + r.verdict->combined.mode + ", " +
+                           std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
   return passed(p);
 }
 

@@ -537,7 +537,7 @@ struct BuiltinRun {
   WorkerOutcome a, b;
   protocol::WorkerResult ref, res;                           // work/reference.json, work/resume.json (rank 0)
   std::vector<protocol::WorkerResult> ref_ranks, res_ranks;  // ranks 1..n-1, read and checked once
-  nlohmann::json verdict;                                    // the comparison
+  std::optional<protocol::RankVerdicts> verdict;             // the comparison
 };
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
@@ -818,14 +818,13 @@ Step resume_worker(BuiltinRun& r) {
 // The verdict: rank 0's, and with several ranks every rank's against its own reference.
 void compare_ranks(BuiltinRun& r) {
   Pilot& p = r.p;
-  nlohmann::json& verdict = r.verdict;
   p.stage("compare", [&] {
     const double tol = p.cfg.device == "cpu" ? 0.0 : p.cfg.pilot.tolerance;
     std::vector<protocol::Verdict> ranks{protocol::compare_resume(r.ref, r.res, tol)};
     for (int rank = 1; rank < p.nproc; ++rank)
       ranks.push_back(protocol::compare_resume(r.ref_ranks.at(rank - 1), r.res_ranks.at(rank - 1), tol));
-    verdict = protocol::verdict_over_ranks(ranks);
-    return compare_stage_figures(verdict, p.nproc);
+    r.verdict.emplace(std::move(ranks));
+    return compare_stage_figures(*r.verdict, p.nproc);
   });
 }
 
@@ -838,7 +837,7 @@ Step compare_workers(BuiltinRun& r) {
   } catch (const Error& e) {  // results without what the comparison needs (read_worker_result checks them)
     return fail(p, "compare", exit_code_for(e.kind()), with_hint(e));
   }
-  p.report.set_resume(r.ref, r.res, r.verdict);
+  p.report.set_resume(r.ref, r.res, r.verdict->to_json());
   return std::nullopt;
 }
 
@@ -999,9 +998,9 @@ ExitCode run_supervisor(const PilotOptions& opts, int launched_world) {
     if (Step end = step(r)) return *end;
 
   // 11. Outcome, report, summary.
-  if (r.verdict["verdict"] != "match") return resume_mismatch(p, r.verdict, false);
+  if (!r.verdict->match()) return resume_mismatch(p, *r.verdict, false);
   p.report.set_outcome("passed", ExitCode::kOk,
-                       "resume matches the uninterrupted run (" + r.verdict["mode"].get<std::string>() + ")");
+                       "resume matches the uninterrupted run (" + r.verdict->combined.mode + ")");
   return passed(p);
 }
 

@@ -123,8 +123,8 @@ struct Checker {
   static std::string num(double v) { return nlohmann::json(v).dump(); }
 };
 
-nlohmann::json check_json(const Check& c, const std::string& who = "") {
-  nlohmann::json e = {{"name", who + c.name}, {"ok", c.ok}, {"detail", c.detail}};
+nlohmann::json check_json(const Check& c) {
+  nlohmann::json e = {{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}};
   if (!c.component.empty()) {
     e["component"] = c.component;
     e["state"] = c.component;  // its name in reports before the one verdict type (2026-12): kept for their readers
@@ -199,22 +199,31 @@ Verdict compare_resume(const WorkerResult& ref, const WorkerResult& res, double 
   return v;
 }
 
-nlohmann::json verdict_over_ranks(const std::vector<Verdict>& ranks) {
-  if (ranks.empty()) throw Error(ErrorKind::kRuntime, "verdict_over_ranks: no rank's verdict", "");
-  nlohmann::json out = ranks.front().to_json();
-  nlohmann::json per_rank = nlohmann::json::array();
-  for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
+RankVerdicts::RankVerdicts(std::vector<Verdict> all) : ranks(std::move(all)) {
+  if (ranks.empty()) throw Error(ErrorKind::kRuntime, "RankVerdicts: no rank's verdict", "");
+  combined = ranks.front();
+  for (std::size_t rank = 1; rank < ranks.size(); ++rank) {
     const Verdict& v = ranks[rank];
-    per_rank.push_back({{"rank", rank}, {"verdict", v.match() ? "match" : "mismatch"}, {"cause", v.cause}});
-    if (rank == 0 || v.match()) continue;
+    if (v.match()) continue;
     const std::string who = "rank " + std::to_string(rank) + ": ";
-    out["verdict"] = "mismatch";
-    for (const auto& c : v.cause) out["cause"].push_back(who + c);
-    for (const auto& d : v.diverged) out["diverged"].push_back(who + d);
+    for (const auto& c : v.cause) combined.cause.push_back(who + c);
+    for (const auto& d : v.diverged) combined.diverged.push_back(who + d);
     for (const auto& c : v.checks)
-      if (!c.ok) out["checks"].push_back(check_json(c, who));
+      if (!c.ok) combined.checks.push_back({who + c.name, c.ok, c.detail, c.component});
   }
-  out["per_rank"] = std::move(per_rank);
+}
+
+nlohmann::json RankVerdicts::per_rank_json() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t rank = 0; rank < ranks.size(); ++rank)
+    out.push_back(
+        {{"rank", rank}, {"verdict", ranks[rank].match() ? "match" : "mismatch"}, {"cause", ranks[rank].cause}});
+  return out;
+}
+
+nlohmann::json RankVerdicts::to_json() const {
+  nlohmann::json out = combined.to_json();
+  out["per_rank"] = per_rank_json();
   return out;
 }
 

@@ -60,10 +60,21 @@ bool within_tolerance(double a, double b, double tolerance);
 // are reported but not required to match (GPU kernels without determinism).
 Verdict compare_resume(const WorkerResult& reference, const WorkerResult& resume, double tolerance);
 
-// Every rank's verdict, rank 0 first, as the report holds it: rank 0's
-// verdict, a mismatch on any rank makes it a mismatch and adds that rank's
-// causes and failed checks ("rank 1: optimizer"), and "per_rank" lists
-// {rank, verdict, cause} for each.
-nlohmann::json verdict_over_ranks(const std::vector<Verdict>& ranks);
+// Every rank's verdict, rank 0 first, and the one verdict the pilot gives:
+// rank 0's, which a mismatch on any other rank makes a mismatch, with that
+// rank's causes, what diverged and its failed checks named by rank ("rank 1:
+// optimizer"). Kept typed for the drivers (pilot/outcome); to_json() is the
+// report's "resume" section.
+struct RankVerdicts {
+  // Throws Error (kRuntime) when `ranks` is empty.
+  explicit RankVerdicts(std::vector<Verdict> ranks);
+  std::vector<Verdict> ranks;
+  Verdict combined;
+  bool match() const { return combined.match(); }
+  // [{rank, verdict, cause}] for every rank.
+  nlohmann::json per_rank_json() const;
+  // combined.to_json() with "per_rank" (docs/report.md, "resume").
+  nlohmann::json to_json() const;
+};
 
 }  // namespace anchor::protocol

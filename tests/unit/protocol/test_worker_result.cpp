@@ -242,13 +242,13 @@ TEST(Verdict, OverRanksNamesTheRankThatDiverged) {
   bad.restored_state = digest(2, kC);
   const auto wrong = compare_resume(reference(), bad, 0.0);
 
-  const json all_good = anchor::protocol::verdict_over_ranks({good, good});
+  const json all_good = anchor::protocol::RankVerdicts({good, good}).to_json();
   EXPECT_EQ(all_good["verdict"], "match") << all_good.dump(2);
   ASSERT_EQ(all_good["per_rank"].size(), 2u);
   EXPECT_EQ(all_good["per_rank"][1]["rank"], 1);
   EXPECT_EQ(all_good["checks"].size(), good.checks.size()) << "rank 0's checks only, when the others match";
 
-  const json one_bad = anchor::protocol::verdict_over_ranks({good, wrong});
+  const json one_bad = anchor::protocol::RankVerdicts({good, wrong}).to_json();
   EXPECT_EQ(one_bad["verdict"], "mismatch");
   EXPECT_EQ(one_bad["cause"], json::array({"rank 1: optimizer"}));
   EXPECT_EQ(one_bad["diverged"], json::array({"rank 1: optimizer"})) << "everything that differed, on any rank";
@@ -260,7 +260,14 @@ TEST(Verdict, OverRanksNamesTheRankThatDiverged) {
       named = true;
   EXPECT_TRUE(named) << one_bad["checks"].dump(2);
 
-  const json rank0_bad = anchor::protocol::verdict_over_ranks({wrong});
+  // The drivers read the same verdict typed.
+  const anchor::protocol::RankVerdicts typed({good, wrong});
+  EXPECT_FALSE(typed.match());
+  EXPECT_TRUE(anchor::protocol::RankVerdicts({good, good}).match());
+  EXPECT_EQ(typed.combined.cause, std::vector<std::string>{"rank 1: optimizer"});
+  EXPECT_EQ(typed.to_json(), one_bad);
+
+  const json rank0_bad = anchor::protocol::RankVerdicts({wrong}).to_json();
   EXPECT_EQ(rank0_bad["cause"], json::array({"optimizer"}));
   EXPECT_EQ(rank0_bad["saved_step"], 2);
 }
