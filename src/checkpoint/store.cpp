@@ -431,8 +431,9 @@ SaveResult Store::save(const SaveRequest& req, const Hook& hook) {
   return run.res;
 }
 
-namespace {
-// What Store::inspect finds (Store::Inspection is this, by name).
+namespace detail {
+// What Store::inspect finds (Store::Inspection is this, by name). Not in the
+// anonymous namespace: a type with linkage (Inspection) derives from it.
 struct Found {
   Store::Verification v;
   json state;
@@ -441,7 +442,8 @@ struct Found {
   std::map<std::string, TensorDigests> digests;  // verified, of the files pinned per tensor
   VerifiedDir seen;                              // the directory as the verification saw it (restore only)
 };
-}  // namespace
+}  // namespace detail
+using detail::Found;
 
 struct Store::Inspection : Found {};
 

@@ -884,7 +884,7 @@ ck::RemoteFile write_remote(const std::string& dir, const std::string& name, flo
   std::fill(data.begin(), data.end(), v);
   auto d = ck::write_safetensors(afs::real_fs(), dir + "/" + name,
                                  {{"shard", ck::DType::F32, {64}, data.data(), data.size() * 4}});
-  return {name, d};
+  return {name, d, std::nullopt};
 }
 
 TEST_F(StoreRemoteTest, RemoteFilesAreListedAndVerified) {
