@@ -9,7 +9,6 @@
 // program is a stand-in. Each pilot runs in a forked child (its signal flag
 // and handlers are the process's), in a fresh run directory.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,10 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "anchor/common/fs.hpp"
 #include "anchor/error.hpp"
 #include "anchor/pilot/pilot.hpp"
-#include "support/in_child.hpp"
+#include "support/run_pilot.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -30,15 +28,8 @@ using anchor::ExitCode;
 using nlohmann::json;
 namespace stdfs = std::filesystem;
 
-struct Ran {
-  int code = -1;      // the exit code run_supervisor returned; -1: it threw or hung
-  std::string threw;  // what it threw (an Error before the run directory), else ""
-  anchor::ErrorKind threw_kind = anchor::ErrorKind::kRuntime;
-  json report;        // report.json, when there is one
-  std::string junit;  // the JUnit file, when there is one
-  std::string run_dir;
-  std::string message() const { return report.value("message", std::string()); }
-};
+using anchor::test::stage_of;
+using Ran = anchor::test::PilotRan;
 
 constexpr std::int64_t kK = 3, kR = 2;  // steps before the save, and after the restore
 
@@ -53,9 +44,8 @@ class ProgramPilot : public ::testing::Test {
 
   // A program pilot of the fake program with `script` (ANCHOR_FAKE_PROGRAM).
   Ran pilot(const std::string& script, std::vector<std::string> sets = {}) {
-    Ran r;
     const std::string n = std::to_string(++n_);
-    r.run_dir = (tmp_.path() / ("run-" + n)).string();
+    const std::string run_dir = (tmp_.path() / ("run-" + n)).string();
     const std::string config = (tmp_.path() / ("pilot-" + n + ".yaml")).string();
     std::ofstream(config) << "run: {name: fake-program, seed: 0}\n"
                           << "program:\n  command: [" << json(FAKE_PROGRAM).dump() << "]\n  timeout_s: 20\n"
@@ -64,39 +54,16 @@ class ProgramPilot : public ::testing::Test {
     o.config_path = config;
     o.overrides = {"report.signing_key=none"};
     for (auto& s : sets) o.overrides.push_back(std::move(s));
-    o.run_dir = r.run_dir;
-    o.junit_path = r.run_dir + ".junit.xml";
+    o.run_dir = run_dir;
+    o.junit_path = run_dir + ".junit.xml";
     o.catalog = std::string(ANCHOR_SOURCE_DIR) + "/configs/catalog.yaml";
     o.log_level = "error";
-    const auto out = anchor::test::in_child(
-        [&] {
-          ::setenv("ANCHOR_FAKE_PROGRAM", script.c_str(), 1);
-          return std::to_string(static_cast<int>(anchor::pilot::run_supervisor(o)));
-        },
-        30);
-    EXPECT_FALSE(out.timed_out) << "the pilot did not end within 30 s: " << script;
-    if (out.threw) {
-      r.threw = out.text;
-      r.threw_kind = out.kind;
-    } else if (!out.text.empty())
-      r.code = std::stoi(out.text);
-    if (stdfs::exists(r.run_dir + "/report.json"))
-      r.report = json::parse(anchor::fs::read_file(r.run_dir + "/report.json"));
-    if (stdfs::exists(o.junit_path)) r.junit = anchor::fs::read_file(o.junit_path);
-    return r;
+    return anchor::test::run_pilot(o, "ANCHOR_FAKE_PROGRAM", script);
   }
 
  private:
   int n_ = 0;
 };
-
-const json* stage_of(const json& report, const std::string& name) {
-  const auto stages = report.find("stages");
-  if (stages == report.end() || !stages->is_array()) return nullptr;
-  for (const auto& s : *stages)
-    if (s.value("stage", "") == name) return &s;
-  return nullptr;
-}
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

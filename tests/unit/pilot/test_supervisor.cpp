@@ -6,7 +6,6 @@
 // only the worker is a stand-in. Each pilot runs in a forked child (its signal
 // flag and handlers are the process's), in a fresh run directory.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,10 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "anchor/common/fs.hpp"
 #include "anchor/error.hpp"
 #include "anchor/pilot/pilot.hpp"
-#include "support/in_child.hpp"
+#include "support/run_pilot.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -27,14 +25,8 @@ using anchor::ExitCode;
 using nlohmann::json;
 namespace stdfs = std::filesystem;
 
-struct Ran {
-  int code = -1;      // the exit code run_supervisor returned; -1: it threw or hung
-  std::string threw;  // what it threw (an Error before the run directory), else ""
-  anchor::ErrorKind threw_kind = anchor::ErrorKind::kRuntime;
-  json report;        // report.json, when there is one
-  std::string junit;  // the JUnit file, when there is one
-  std::string run_dir;
-};
+using anchor::test::stage_of;
+using Ran = anchor::test::PilotRan;
 
 class Supervisor : public ::testing::Test {
  protected:
@@ -42,45 +34,21 @@ class Supervisor : public ::testing::Test {
 
   // The embedded default under the fake worker, with `script` (ANCHOR_FAKE_WORKER).
   Ran pilot(const std::string& script, std::vector<std::string> sets = {}) {
-    Ran r;
-    r.run_dir = (tmp_.path() / ("run-" + std::to_string(++n_))).string();
+    const std::string run_dir = (tmp_.path() / ("run-" + std::to_string(++n_))).string();
     anchor::pilot::PilotOptions o;
     o.config_path = std::string(ANCHOR_SOURCE_DIR) + "/configs/pilot.yaml";
     o.overrides = {"report.signing_key=none"};
     for (auto& s : sets) o.overrides.push_back(std::move(s));
-    o.run_dir = r.run_dir;
-    o.junit_path = r.run_dir + ".junit.xml";
+    o.run_dir = run_dir;
+    o.junit_path = run_dir + ".junit.xml";
     o.worker_binary = FAKE_WORKER;
     o.log_level = "error";
-    const auto out = anchor::test::in_child(
-        [&] {
-          ::setenv("ANCHOR_FAKE_WORKER", script.c_str(), 1);
-          return std::to_string(static_cast<int>(anchor::pilot::run_supervisor(o)));
-        },
-        30);
-    EXPECT_FALSE(out.timed_out) << "the pilot did not end within 30 s: " << script;
-    if (out.threw) {
-      r.threw = out.text;
-      r.threw_kind = out.kind;
-    } else if (!out.text.empty())
-      r.code = std::stoi(out.text);
-    if (stdfs::exists(r.run_dir + "/report.json"))
-      r.report = json::parse(anchor::fs::read_file(r.run_dir + "/report.json"));
-    if (stdfs::exists(o.junit_path)) r.junit = anchor::fs::read_file(o.junit_path);
-    return r;
+    return anchor::test::run_pilot(o, "ANCHOR_FAKE_WORKER", script);
   }
 
  private:
   int n_ = 0;
 };
-
-const json* stage_of(const json& report, const std::string& name) {
-  const auto stages = report.find("stages");
-  if (stages == report.end() || !stages->is_array()) return nullptr;
-  for (const auto& s : *stages)
-    if (s.value("stage", "") == name) return &s;
-  return nullptr;
-}
 
 // The control: a fake that does as it is told passes, and the report says so.
 TEST_F(Supervisor, AFakeThatDoesItsJobPasses) {
