@@ -15,6 +15,7 @@
 #include "anchor/error.hpp"
 #include "anchor/plan/catalog.hpp"
 #include "anchor/plan/plan.hpp"
+#include "anchor/run_report/plan_inputs.hpp"
 #include "commands.hpp"
 #include "report_file.hpp"
 
@@ -33,8 +34,8 @@ struct PlanCliOptions {
 
 // The directory the pilot's config was loaded from, so budget.catalog and
 // other relative inputs resolve as they did for the pilot ("" -> cwd).
-std::string config_dir(const json& report) {
-  const std::string p = report.value("config_path", "");
+std::string config_dir(const run_report::RunReport& report) {
+  const std::string p = report.config_path.value_or("");
   if (p.empty()) return "";
   std::error_code ec;
   const stdfs::path dir = stdfs::absolute(stdfs::path(p), ec).parent_path();
@@ -62,14 +63,15 @@ Runner setup_plan(CLI::App& sub, const GlobalOptions&) {
 
   return [o]() {
     const json report = read_report(o->report);
-    if (!report.contains("config") || !report["config"].is_object())
+    const run_report::RunReport typed = run_report::RunReport::from_json(report);
+    if (!typed.config || !typed.config->is_object())
       throw Error(ErrorKind::kUsage, "report " + o->report + ": has no config object",
                   "give a report written by `anchor pilot`");
     // The stored effective config, re-validated with the overrides on top.
     const config::Config cfg =
-        config::load_string(report["config"].dump(2), o->report + " (config)", o->sets, config_dir(report));
+        config::load_string(typed.config->dump(2), o->report + " (config)", o->sets, config_dir(typed));
     const plan::Catalog catalog = plan::load_catalog(plan::find_catalog(cfg, o->catalog));
-    const json p = plan::make_plan(report, catalog, cfg);
+    const json p = plan::make_plan(run_report::measured_from_report(typed), catalog, cfg);
     if (o->json_out)
       std::cout << p.dump(2) << "\n";
     else

@@ -31,7 +31,7 @@ std::atomic<bool> g_junit_published{false};
 
 void write_junit(const Pilot& p) {
   if (p.opts.junit_path.empty()) return;
-  fs::atomic_write_file(p.opts.junit_path, run_report::junit_xml(p.report.json(), p.planned_stages));
+  fs::atomic_write_file(p.opts.junit_path, run_report::junit_xml(p.report.typed(), p.planned_stages));
   g_junit_published = true;
 }
 }  // namespace
@@ -58,7 +58,7 @@ void publish(Pilot& p) {
       // The pilot fails with this error: its report and JUnit file say so too.
       const std::string why = std::string("signing failed: ") + e.what();
       p.report.set_unsigned(why);
-      if (p.report.json().value("status", "") == "passed") p.report.set_outcome("failed", exit_code_for(e.kind()), why);
+      if (p.report.typed().status == "passed") p.report.set_outcome("failed", exit_code_for(e.kind()), why);
       p.report.write(p.run_dir);
       write_junit(p);
       throw;
@@ -70,13 +70,13 @@ void publish(Pilot& p) {
 
 ExitCode passed(Pilot& p) {
   publish(p);
-  if (const auto& rj = p.report.json(); rj.contains("plan"))
-    summary_stream(p) << plan::format_plan_summary(rj["plan"], printable(p.run_dir)) << "\n";
+  const run_report::RunReport report = p.report.typed();
+  if (report.plan) summary_stream(p) << plan::format_plan_summary(*report.plan, printable(p.run_dir)) << "\n";
   p.report.print_summary(summary_stream(p));
-  if (const auto& rj = p.report.json(); rj.contains("reproduction"))  // `anchor reproduce`: its verdict, last
+  if (report.reproduction)  // `anchor reproduce`: its verdict, last
     summary_stream(p) << "  reproduced: the re-run matches "
-                      << printable(rj["reproduces"].value("report", std::string())) << " ("
-                      << rj["reproduction"].value("mode", std::string()) << ")\n";
+                      << printable(report.reproduces ? report.reproduces->report.value_or("") : "") << " ("
+                      << report.reproduction->mode.value_or("") << ")\n";
   return ExitCode::kOk;
 }
 

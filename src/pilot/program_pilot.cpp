@@ -29,6 +29,7 @@
 #include "anchor/measure/proc.hpp"
 #include "anchor/plan/plan.hpp"
 #include "anchor/plan/memory_model.hpp"
+#include "anchor/run_report/plan_inputs.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 #include "anchor/protocol/progress.hpp"
 #include "outcome.hpp"
@@ -963,7 +964,7 @@ Step make_plan(Run& r) {
         "Pilot.step every step?)";
   } else {
     try {
-      m = plan::measured_from_report(p.report.json());
+      m = run_report::measured_from_report(p.report.typed());
     } catch (const Error& e) {
       why = with_hint(e);
     }

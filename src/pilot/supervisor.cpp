@@ -38,6 +38,7 @@
 #include "anchor/protocol/compare.hpp"
 #include "anchor/pilot/pilot.hpp"
 #include "anchor/run_report/compare_reports.hpp"
+#include "anchor/run_report/plan_inputs.hpp"
 #include "anchor/plan/catalog.hpp"
 #include "anchor/plan/plan.hpp"
 #include "anchor/report/keys.hpp"
@@ -708,10 +709,11 @@ std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
   std::string why = with_remote(
       a.error.empty() ? "worker A exited with status " + std::to_string(a.status) + " before its kill window" : a.error,
       a);
-  if (a.error.empty() && a.open_stage == "precision" && p.report.json().contains("precision"))
-    for (const auto& n : p.report.json()["precision"].value("non_finite", nlohmann::json::array()))
-      why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.value("what", "") + " " +
-             n.value("tensor", "");
+  if (const auto report = p.report.typed();
+      a.error.empty() && a.open_stage == "precision" && report.precision && report.precision->non_finite)
+    for (const auto& n : *report.precision->non_finite)
+      why += (why.find(": non-finite") == std::string::npos ? ": non-finite " : ", ") + n.what.value_or("") + " " +
+             n.tensor.value_or("");
   return why;
 }
 
@@ -900,7 +902,7 @@ Step probe_and_plan(BuiltinRun& r) {
   if (!probe.activation_checkpointing.is_null()) p.report.set_activation_checkpointing(probe.activation_checkpointing);
   try {
     p.stage("plan", [&] {
-      auto plan = plan::make_plan(p.report.json(), p.catalog, p.cfg);
+      auto plan = plan::make_plan(run_report::measured_from_report(p.report.typed()), p.catalog, p.cfg);
       p.report.set_plan(plan);
       return nlohmann::json{{"recommendation", plan.value("recommendation", nlohmann::json())}};
     });
@@ -914,35 +916,32 @@ Step probe_and_plan(BuiltinRun& r) {
 Step reproduce_compare(BuiltinRun& r) {
   Pilot& p = r.p;
   if (!r.opts.baseline) return std::nullopt;
-  nlohmann::json repro;
-  std::string differing;  // the names of the figures that differ, for the stage and the last line
+  run_report::Reproduction repro;
+  std::vector<run_report::Check> differ;  // the figures that differ, for the stage and the last line
+  std::string differing;                  // the first five named, then how many more
   p.stage("reproduce_compare", [&] {
-    repro =
-        run_report::compare_reports(*r.opts.baseline, p.report.json(), r.opts.reproduce_bitwise, p.cfg.pilot.tolerance);
-    std::size_t n = 0;  // the first five named, then how many more
-    for (const auto& c : repro["checks"])
-      if (!c["ok"].get<bool>() && ++n <= 5) differing += (differing.empty() ? "" : ", ") + c["name"].get<std::string>();
-    if (n > 5) differing += " and " + std::to_string(n - 5) + " more";
-    nlohmann::json f = {{"verdict", repro["verdict"]}, {"mode", repro["mode"]}, {"differences", repro["differences"]}};
-    if (repro["verdict"] != "reproduced")
-      f["failed"] = "the re-run differs from the report it reproduces: " + differing;
+    repro = run_report::compare_reports(*r.opts.baseline, p.report.typed(), r.opts.reproduce_bitwise,
+                                        p.cfg.pilot.tolerance);
+    for (const auto& c : *repro.checks)
+      if (!c.ok.value_or(false)) differ.push_back(c);
+    for (std::size_t i = 0; i < differ.size() && i < 5; ++i)
+      differing += (differing.empty() ? "" : ", ") + differ[i].name.value_or("");
+    if (differ.size() > 5) differing += " and " + std::to_string(differ.size() - 5) + " more";
+    nlohmann::json f = {{"verdict", *repro.verdict}, {"mode", *repro.mode}, {"differences", *repro.differences}};
+    if (!differ.empty()) f["failed"] = "the re-run differs from the report it reproduces: " + differing;
     return f;
   });
-  const nlohmann::json reproduces = p.report.json().at("reproduces");  // with the checkpoint_dir added above
-  p.report.set_reproduction(reproduces, repro);
-  if (repro["verdict"] == "reproduced") return std::nullopt;
+  // With the checkpoint_dir added above.
+  p.report.set_reproduction(p.report.json().at("reproduces"), run_report::section_to_json(repro));
+  if (differ.empty()) return std::nullopt;
   p.report.set_outcome("failed", ExitCode::kVerification,
                        "not reproduced: the re-run differs from the report it reproduces (" +
-                           std::to_string(repro["differences"].get<int>()) + " differences, " +
-                           repro["mode"].get<std::string>() + ")");
+                           std::to_string(*repro.differences) + " differences, " + *repro.mode + ")");
   publish(p);
-  for (const auto& c : repro["checks"])
-    if (!c["ok"].get<bool>())
-      std::fprintf(stderr, "  differs: %s: %s\n", c["name"].get<std::string>().c_str(),
-                   c["detail"].get<std::string>().c_str());
+  for (const auto& c : differ)
+    std::fprintf(stderr, "  differs: %s: %s\n", c.name.value_or("").c_str(), c.detail.value_or("").c_str());
   p.report.print_summary(summary_stream(p));  // its last line: not reproduced, and how many differ
-  summary_stream(p) << "  not reproduced: " << differing
-                    << (repro["differences"].get<int>() == 1 ? " differs" : " differ") << "\n";
+  summary_stream(p) << "  not reproduced: " << differing << (differ.size() == 1 ? " differs" : " differ") << "\n";
   return ExitCode::kVerification;
 }
 

@@ -3,7 +3,9 @@
 #include <iomanip>
 #include <sstream>
 
+#include "anchor/common/json_doc.hpp"
 #include "anchor/plan/plan.hpp"
+#include "anchor/plan/plan_doc.hpp"
 
 namespace anchor::plan {
 namespace {
@@ -16,12 +18,16 @@ std::string f(double v, int digits) {
   return os.str();
 }
 
-double d(const json& j, const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0; }
+using json_doc::or_empty;
 
-std::string s(const json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return "-";
-  if (j[key].is_string()) return j[key].get<std::string>();
-  return j[key].dump();
+// A figure the plan may lack: 0.
+double d(const doc::Opt<double>& v) { return v.value_or(0.0); }
+
+// A field as text: a string as it is, a number as JSON writes it, "-" when the plan lacks it.
+std::string s(const doc::Opt<std::string>& v) { return v ? *v : "-"; }
+template <class T>
+std::string s(const doc::Opt<T>& v) {
+  return v ? json(*v).dump() : "-";
 }
 
 std::string bytes(double b) {
@@ -41,147 +47,140 @@ std::string seconds(double v) {
 // The sections below write to one stream in order: the std::left/std::right
 // set by one section carries into the next, as when they were one function.
 
-void write_measured(std::ostream& o, const json& me) {
-  o << "Measured on " << s(me, "device") << " (memory: " << s(me, "memory_source") << "): step "
-    << seconds(d(me, "step_seconds")) << ", " << f(d(me, "tokens_per_s"), 0) << " tokens/s, stall "
-    << f(d(me, "stall_percent"), 1) << "%, " << f(d(me, "achieved_tflops"), 4) << " TFLOP/s, checkpoint "
-    << bytes(d(me, "checkpoint_save_bytes")) << " in " << seconds(d(me, "checkpoint_save_seconds")) << "\n\n";
+void write_measured(std::ostream& o, const doc::Measured& me) {
+  o << "Measured on " << s(me.device) << " (memory: " << s(me.memory_source) << "): step "
+    << seconds(d(me.step_seconds)) << ", " << f(d(me.tokens_per_s), 0) << " tokens/s, stall "
+    << f(d(me.stall_percent), 1) << "%, " << f(d(me.achieved_tflops), 4) << " TFLOP/s, checkpoint "
+    << bytes(d(me.checkpoint_save_bytes)) << " in " << seconds(d(me.checkpoint_save_seconds)) << "\n\n";
 }
 
-void write_memory_model(std::ostream& o, const json& mm) {
-  o << "Memory model: " << s(mm, "formula") << "\n";
-  o << "  fixed " << bytes(d(mm, "fixed_bytes")) << " = state " << bytes(d(mm["state_bytes"], "total")) << " (params "
-    << bytes(d(mm["state_bytes"], "parameters")) << ", grads " << bytes(d(mm["state_bytes"], "gradients"))
-    << ", optimizer " << bytes(d(mm["state_bytes"], "optimizer")) << ") + other fixed "
-    << bytes(d(mm, "other_fixed_bytes")) << "\n";
-  o << "  a = " << f(d(mm, "a_bytes_per_token"), 2) << " B/token, b = " << f(d(mm, "b_bytes_per_token_per_seq"), 4)
-    << " B/token/position (measured in " << s(mm, "measured_precision") << ")\n";
-  if (!s(mm, "note").empty() && s(mm, "note") != "-") o << "  note: " << s(mm, "note") << "\n";
+void write_memory_model(std::ostream& o, const doc::MemoryModel& mm) {
+  const doc::StateBytes& state = or_empty(mm.state_bytes);
+  o << "Memory model: " << s(mm.formula) << "\n";
+  o << "  fixed " << bytes(d(mm.fixed_bytes)) << " = state " << bytes(d(state.total)) << " (params "
+    << bytes(d(state.parameters)) << ", grads " << bytes(d(state.gradients)) << ", optimizer "
+    << bytes(d(state.optimizer)) << ") + other fixed " << bytes(d(mm.other_fixed_bytes)) << "\n";
+  o << "  a = " << f(d(mm.a_bytes_per_token), 2) << " B/token, b = " << f(d(mm.b_bytes_per_token_per_seq), 4)
+    << " B/token/position (measured in " << s(mm.measured_precision) << ")\n";
+  if (!mm.note.value_or("").empty()) o << "  note: " << *mm.note << "\n";
   o << "  " << std::left << std::setw(8) << "mb" << std::setw(8) << "T" << std::setw(14) << "measured" << std::setw(14)
     << "fitted"
     << "residual\n";
-  for (const auto& pt : mm["points"])
-    o << "  " << std::setw(8) << s(pt, "micro_batch") << std::setw(8) << s(pt, "seq_len") << std::setw(14)
-      << bytes(d(pt, "measured_bytes")) << std::setw(14) << bytes(d(pt, "fitted_bytes"))
-      << f(d(pt, "residual_bytes"), 0) << " B\n";
+  for (const auto& pt : or_empty(mm.points))
+    o << "  " << std::setw(8) << s(pt.micro_batch) << std::setw(8) << s(pt.seq_len) << std::setw(14)
+      << bytes(d(pt.measured_bytes)) << std::setw(14) << bytes(d(pt.fitted_bytes)) << f(d(pt.residual_bytes), 0)
+      << " B\n";
 }
 
-void write_target(std::ostream& o, const json& t) {
-  o << "\nTarget: micro_batch " << s(t, "micro_batch") << ", seq_len " << s(t, "seq_len") << ", grad_accum "
-    << s(t, "grad_accum") << ", " << s(t, "precision") << ", " << s(t, "nodes") << " node(s) x "
-    << s(t, "gpus_per_node") << " GPUs, headroom " << f(d(t, "headroom") * 100, 0) << "%, "
-    << f(d(t, "long_run_steps"), 0) << " steps\n\n";
+void write_target(std::ostream& o, const doc::Target& t) {
+  o << "\nTarget: micro_batch " << s(t.micro_batch) << ", seq_len " << s(t.seq_len) << ", grad_accum "
+    << s(t.grad_accum) << ", " << s(t.precision) << ", " << s(t.nodes) << " node(s) x " << s(t.gpus_per_node)
+    << " GPUs, headroom " << f(d(t.headroom) * 100, 0) << "%, " << f(d(t.long_run_steps), 0) << " steps\n\n";
 }
 
-void write_device_table(std::ostream& o, const json& devices) {
+void write_device_table(std::ostream& o, const std::vector<doc::Device>& devices) {
   o << "  " << std::setw(16) << "device" << std::setw(6) << "fits" << std::setw(9) << "strategy" << std::setw(7)
     << "degree" << std::setw(12) << "peak" << std::setw(9) << "max mb" << std::setw(12) << "step (est)" << std::setw(11)
     << "comm/step" << std::setw(9) << "days" << std::setw(13) << "7-day cost"
     << "30-day cost\n";
   for (const auto& dv : devices) {
-    o << "  " << std::setw(16) << s(dv, "name") << std::setw(6) << (dv.value("fits", false) ? "yes" : "NO")
-      << std::setw(9) << s(dv, "strategy") << std::setw(7) << s(dv, "sharding_degree") << std::setw(12)
-      << bytes(d(dv, "predicted_peak_bytes")) << std::setw(9) << s(dv, "max_micro_batch") << std::setw(12)
-      << seconds(d(dv, "projected_step_seconds")) << std::setw(11) << seconds(d(dv, "comm_seconds_per_step"))
-      << std::setw(9) << f(d(dv, "days"), 2) << std::setw(13) << f(d(dv, "cost_7_day"), 0) << f(d(dv, "cost_30_day"), 0)
-      << "\n";
+    o << "  " << std::setw(16) << s(dv.name) << std::setw(6) << (dv.fits.value_or(false) ? "yes" : "NO") << std::setw(9)
+      << s(dv.strategy) << std::setw(7) << s(dv.sharding_degree) << std::setw(12) << bytes(d(dv.predicted_peak_bytes))
+      << std::setw(9) << s(dv.max_micro_batch) << std::setw(12) << seconds(d(dv.projected_step_seconds))
+      << std::setw(11) << seconds(d(dv.comm_seconds_per_step)) << std::setw(9) << f(d(dv.days), 2) << std::setw(13)
+      << f(d(dv.cost_7_day), 0) << f(d(dv.cost_30_day), 0) << "\n";
   }
   o << "\n";
-  for (const auto& dv : devices) o << "  " << s(dv, "name") << ": " << s(dv, "decision") << "\n";
+  for (const auto& dv : devices) o << "  " << s(dv.name) << ": " << s(dv.decision) << "\n";
 }
 
-void write_recommendation(std::ostream& o, const json& r) {
+void write_recommendation(std::ostream& o, const doc::Recommendation& r) {
   o << "\nRecommendation: ";
-  if (r["device"].is_null()) {
-    o << "none. " << s(r, "why") << "\n";
+  if (!r.device) {
+    o << "none. " << s(r.why) << "\n";
   } else {
-    o << s(r, "gpus") << " x " << s(r, "device") << ", " << s(r, "strategy") << " (degree " << s(r, "sharding_degree")
-      << "), " << f(d(r, "days"), 2) << " days, term " << s(r, "term") << ", cost " << f(d(r, "cost"), 0) << " ("
-      << s(r, "cheaper_term") << " terms)\n  " << s(r, "why") << "\n";
+    o << s(r.gpus) << " x " << s(r.device) << ", " << s(r.strategy) << " (degree " << s(r.sharding_degree) << "), "
+      << f(d(r.days), 2) << " days, term " << s(r.term) << ", cost " << f(d(r.cost), 0) << " (" << s(r.cheaper_term)
+      << " terms)\n  " << s(r.why) << "\n";
   }
 }
 
-void write_budget(std::ostream& o, const json& b) {
-  o << "\nBudget on " << s(b, "device") << " (" << s(b, "currency") << ", prices " << s(b, "prices_are") << "):\n";
-  for (const auto& it : b["items"])
-    o << "  " << std::setw(16) << s(it, "name") << std::right << std::setw(12) << f(d(it, "hours"), 3) << " h  "
-      << std::left << s(it, "detail") << "\n";
-  o << "  " << std::setw(16) << "total" << std::right << std::setw(12) << f(d(b, "hours"), 3) << " h" << std::left
-    << "  -> " << f(d(b, "days"), 2) << " days with " << f(d(b, "margin") * 100, 0) << "% margin: " << s(b, "term")
-    << " term\n";
-  o << "  7-day: " << s(b, "terms_7_day") << " term(s) = " << f(d(b, "cost_7_day"), 0)
-    << "; 30-day: " << s(b, "terms_30_day") << " term(s) = " << f(d(b, "cost_30_day"), 0) << "; expected restarts "
-    << f(d(b, "expected_restarts"), 2) << "\n";
-  if (b.contains("note")) o << "  " << s(b, "note") << "\n";
+void write_budget(std::ostream& o, const doc::Budget& b) {
+  o << "\nBudget on " << s(b.device) << " (" << s(b.currency) << ", prices " << s(b.prices_are) << "):\n";
+  for (const auto& it : or_empty(b.items))
+    o << "  " << std::setw(16) << s(it.name) << std::right << std::setw(12) << f(d(it.hours), 3) << " h  " << std::left
+      << s(it.detail) << "\n";
+  o << "  " << std::setw(16) << "total" << std::right << std::setw(12) << f(d(b.hours), 3) << " h" << std::left
+    << "  -> " << f(d(b.days), 2) << " days with " << f(d(b.margin) * 100, 0) << "% margin: " << s(b.term) << " term\n";
+  o << "  7-day: " << s(b.terms_7_day) << " term(s) = " << f(d(b.cost_7_day), 0) << "; 30-day: " << s(b.terms_30_day)
+    << " term(s) = " << f(d(b.cost_30_day), 0) << "; expected restarts " << f(d(b.expected_restarts), 2) << "\n";
+  if (b.note) o << "  " << *b.note << "\n";
 }
 
-void write_rocm_qualifications(std::ostream& o, const json& devices) {
+void write_rocm_qualifications(std::ostream& o, const std::vector<doc::Device>& devices) {
   for (const auto& dv : devices)
-    if (dv.contains("rocm_qualification")) {
-      const json& q = dv["rocm_qualification"];
-      o << "\nROCm qualification for " << s(dv, "name") << ": " << s(q, "status") << "\n";
-      o << "  custom ops/kernels: " << s(q, "custom_ops_note") << "\n";
-      for (const auto& pk : q["packages"]) o << "  package: " << pk.get<std::string>() << "\n";
-      for (const auto& ex : q["exercised_by_pilot"]) o << "  exercised: " << ex.get<std::string>() << "\n";
+    if (const auto& q = dv.rocm_qualification) {
+      o << "\nROCm qualification for " << s(dv.name) << ": " << s(q->status) << "\n";
+      o << "  custom ops/kernels: " << s(q->custom_ops_note) << "\n";
+      for (const auto& pk : or_empty(q->packages)) o << "  package: " << pk << "\n";
+      for (const auto& ex : or_empty(q->exercised_by_pilot)) o << "  exercised: " << ex << "\n";
     }
 }
 
-void write_warnings_and_assumptions(std::ostream& o, const json& p) {
-  if (!p["warnings"].empty()) {
+void write_warnings_and_assumptions(std::ostream& o, const doc::Plan& p) {
+  if (!or_empty(p.warnings).empty()) {
     o << "\nWarnings:\n";
-    for (const auto& w : p["warnings"]) o << "  - " << w.get<std::string>() << "\n";
+    for (const auto& w : *p.warnings) o << "  - " << w << "\n";
   }
   o << "\nAssumptions:\n";
-  for (const auto& a : p["assumptions"]) o << "  - " << a.get<std::string>() << "\n";
+  for (const auto& a : or_empty(p.assumptions)) o << "  - " << a << "\n";
 }
 
 }  // namespace
 
-std::string format_plan(const nlohmann::json& p) {
+std::string format_plan(const nlohmann::json& plan) {
+  const doc::Plan p = doc::plan_from_json(plan);
   std::ostringstream o;
-  o << "anchor plan (" << s(p, "format") << ")\n\n";
-  write_measured(o, p["measured"]);
-  write_memory_model(o, p["memory_model"]);
-  write_target(o, p["target"]);
-  write_device_table(o, p["devices"]);
-  write_recommendation(o, p["recommendation"]);
-  if (p["budget"].is_object()) write_budget(o, p["budget"]);
-  write_rocm_qualifications(o, p["devices"]);
+  o << "anchor plan (" << s(p.format) << ")\n\n";
+  write_measured(o, or_empty(p.measured));
+  write_memory_model(o, or_empty(p.memory_model));
+  write_target(o, or_empty(p.target));
+  write_device_table(o, or_empty(p.devices));
+  write_recommendation(o, or_empty(p.recommendation));
+  if (p.budget) write_budget(o, *p.budget);
+  write_rocm_qualifications(o, or_empty(p.devices));
   write_warnings_and_assumptions(o, p);
   return o.str();
 }
 
-std::string format_plan_summary(const nlohmann::json& p, const std::string& run_dir) {
+std::string format_plan_summary(const nlohmann::json& plan, const std::string& run_dir) {
+  const doc::Plan p = doc::plan_from_json(plan);
   std::ostringstream o;
-  if (!p.is_object() || !p.contains("recommendation") || !p["recommendation"].is_object()) {
-    o << "Plan: not planned" << (p.is_object() && p.contains("why") ? ": " + s(p, "why") : std::string()) << "\n";
+  if (!p.recommendation) {
+    o << "Plan: not planned" << (p.why ? ": " + *p.why : std::string()) << "\n";
     return o.str();
   }
-  const json& r = p["recommendation"];
-  const json none = json::array();
-  const json& devices = p.contains("devices") ? p["devices"] : none;
+  const doc::Recommendation& r = *p.recommendation;
   o << "Plan: ";
-  if (!r.contains("device") || r["device"].is_null()) {
-    o << "no device fits. " << s(r, "why") << "\n";
+  if (!r.device) {
+    o << "no device fits. " << s(r.why) << "\n";
   } else {
-    const json* dev = nullptr;
-    for (const auto& dv : devices)
-      if (dv.is_object() && dv.value("name", "") == r["device"]) dev = &dv;
-    o << s(r, "gpus") << " x " << s(r, "device") << ", " << s(r, "strategy") << " (degree " << s(r, "sharding_degree")
-      << "), " << f(d(r, "days"), 2) << " days, " << s(r, "term") << " term, cost " << f(d(r, "cost"), 0);
-    if (p.contains("budget") && p["budget"].is_object()) o << " (prices " << s(p["budget"], "prices_are") << ")";
+    const doc::Device* dev = nullptr;
+    for (const auto& dv : or_empty(p.devices))
+      if (dv.name == r.device) dev = &dv;
+    o << s(r.gpus) << " x " << s(r.device) << ", " << s(r.strategy) << " (degree " << s(r.sharding_degree) << "), "
+      << f(d(r.days), 2) << " days, " << s(r.term) << " term, cost " << f(d(r.cost), 0);
+    if (p.budget) o << " (prices " << s(p.budget->prices_are) << ")";
     o << "\n";
     if (dev) {
-      o << "  fits: " << s(*dev, "decision") << "\n";
-      if (dev->contains("step_time_is")) o << "  step time: " << s(*dev, "step_time_is") << "\n";
+      o << "  fits: " << s(dev->decision) << "\n";
+      if (dev->step_time_is) o << "  step time: " << *dev->step_time_is << "\n";
     }
   }
-  if (p.contains("warnings"))
-    for (const auto& w : p["warnings"])
-      if (w.is_string()) o << "  warning: " << w.get<std::string>() << "\n";
-  o << "  the whole plan (every device, the memory model, the budget, "
-    << (p.contains("assumptions") ? p["assumptions"].size() : 0) << " assumptions): " << run_dir
-    << "/report.md; `anchor plan " << run_dir << "` plans it again from the measurements\n";
+  for (const auto& w : or_empty(p.warnings)) o << "  warning: " << w << "\n";
+  o << "  the whole plan (every device, the memory model, the budget, " << or_empty(p.assumptions).size()
+    << " assumptions): " << run_dir << "/report.md; `anchor plan " << run_dir
+    << "` plans it again from the measurements\n";
   return o.str();
 }
 

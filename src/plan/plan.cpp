@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "anchor/error.hpp"
+#include "anchor/plan/plan_doc.hpp"
 
 namespace anchor::plan {
 namespace {
@@ -12,36 +13,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr double kSecondsPerDay = 86400.0;
-const char* const kReportHint =
-    "the report needs the measurements of a pilot that measures memory and the model "
-    "(measurements.model, .step, .memory, .checkpoint_save; docs/plan.md); re-run "
-    "`anchor pilot` with this anchor";
-
-// The value at `pointer` (e.g. "/measurements/step/seconds"); Error naming it
-// when absent or null.
-const json& at(const json& j, const std::string& pointer) {
-  const json::json_pointer p(pointer);
-  if (!j.contains(p) || j.at(p).is_null())
-    throw Error(ErrorKind::kUsage, "report: missing " + pointer.substr(1), kReportHint);
-  return j.at(p);
-}
-
-double num(const json& j, const std::string& pointer) {
-  const json& v = at(j, pointer);
-  if (!v.is_number())
-    throw Error(ErrorKind::kUsage, "report: " + pointer.substr(1) + " is " + v.dump() + ", expected a number",
-                kReportHint);
-  return v.get<double>();
-}
-
-double positive(const json& j, const std::string& pointer) {
-  const double v = num(j, pointer);
-  if (!(v > 0))
-    throw Error(ErrorKind::kUsage, "report: " + pointer.substr(1) + " is " + std::to_string(v) + ", expected > 0",
-                kReportHint);
-  return v;
-}
-
 // Training FLOPs per token at another sequence length: the attention term
 // 12 * n_layer * n_embd * T (PaLM appendix B; 6N is the rest) moves with T.
 double flops_per_token_at(const Measured& m, double seq_len) {
@@ -237,99 +208,6 @@ nlohmann::json make_budget(const BudgetInput& in) {
 
 // ---------------------------------------------------------------------------
 // From the report.
-
-namespace {
-
-double optional_num(const json& r, const std::string& pointer, double otherwise) {
-  const json::json_pointer p(pointer);
-  return r.contains(p) && !r.at(p).is_null() ? num(r, pointer) : otherwise;
-}
-
-void read_memory(const json& r, Measured& m) {
-  m.memory_source = at(r, "/measurements/memory/source").get<std::string>();
-  m.precision = parse_precision(at(r, "/measurements/memory/precision").get<std::string>());
-  const json& pts = at(r, "/measurements/memory/points");
-  if (!pts.is_array()) throw Error(ErrorKind::kUsage, "report: measurements.memory.points is not a list", kReportHint);
-  for (std::size_t i = 0; i < pts.size(); ++i) {
-    const std::string p = "/measurements/memory/points/" + std::to_string(i);
-    m.memory_points.push_back({static_cast<std::int64_t>(num(r, p + "/micro_batch")),
-                               static_cast<std::int64_t>(num(r, p + "/seq_len")), num(r, p + "/peak_allocated_bytes")});
-  }
-  m.state.parameters = num(r, "/measurements/memory/state_bytes/parameters");
-  m.state.gradients = num(r, "/measurements/memory/state_bytes/gradients");
-  m.state.optimizer = num(r, "/measurements/memory/state_bytes/optimizer");
-  const json::json_pointer base("/measurements/memory/baseline_bytes");
-  if (r.contains(base) && !r.at(base).is_null()) m.baseline_bytes = num(r, base.to_string());
-}
-
-// A program reports its parameters and shape; its FLOPs per token are 6N plus
-// the attention term when it said n_layer and n_embd, or what it said.
-void read_program_model(const json& r, Measured& m) {
-  m.program = true;
-  m.micro_batch = static_cast<std::int64_t>(positive(r, "/measurements/model/micro_batch"));  // bounded below
-  m.seq_len = static_cast<std::int64_t>(positive(r, "/measurements/model/seq_len"));
-  m.grad_accum = static_cast<int>(optional_num(r, "/measurements/model/grad_accum", 1));
-  m.n_layer = static_cast<int>(optional_num(r, "/measurements/model/n_layer", 0));
-  m.n_embd = optional_num(r, "/measurements/model/n_embd", 0);
-  m.flops_per_token = positive(r, "/measurements/model/flops_per_token");
-  m.flops_source = at(r, "/measurements/model/flops_source").get<std::string>();
-  const json::json_pointer dev("/measurements/model/device");  // where the program ran its step
-  if (r.contains(dev) && r.at(dev).is_string()) m.device = r.at(dev).get<std::string>();
-  constexpr double kMaxSize = 2147483647.0;
-  for (const char* k : {"micro_batch", "seq_len", "grad_accum", "n_layer", "n_embd"})
-    if (optional_num(r, std::string("/measurements/model/") + k, 1) > kMaxSize)
-      throw Error(ErrorKind::kUsage, std::string("report: measurements.model.") + k + " is above 2^31", kReportHint);
-  if (m.grad_accum < 1) throw Error(ErrorKind::kUsage, "report: measurements.model.grad_accum is below 1", kReportHint);
-}
-
-}  // namespace
-
-Measured measured_from_report(const json& r) {
-  Measured m;
-  m.device = r.value("device", "unknown");
-  m.parameters = positive(r, "/measurements/model/parameters");
-  if (r.contains("program")) {
-    read_program_model(r, m);
-  } else {
-    m.n_layer = static_cast<int>(positive(r, "/measurements/model/n_layer"));
-    m.n_embd = positive(r, "/measurements/model/n_embd");
-    m.seq_len = static_cast<std::int64_t>(positive(r, "/measurements/model/seq_len"));
-    m.flops_per_token = positive(r, "/measurements/model/flops_per_token");
-    m.flops_source = "the built-in model's 6N + 12 x n_layer x n_embd x seq_len";
-    const json& mm = r.at(json::json_pointer("/measurements/model"));
-    if (mm.contains("n_head") && mm["n_head"].is_number_integer()) m.n_head = mm["n_head"].get<int>();
-    if (mm.contains("vocab_size") && mm["vocab_size"].is_number_integer()) m.vocab_size = mm["vocab_size"].get<int>();
-  }
-  m.step_seconds = positive(r, "/measurements/step/seconds");
-  m.step_tokens = positive(r, "/measurements/step/tokens");
-  m.tokens_per_s = positive(r, "/measurements/step/tokens_per_s");
-  m.data_wait_s = num(r, "/measurements/step/data_wait_s");
-  m.compute_s = num(r, "/measurements/step/compute_s");
-  m.stall_percent = num(r, "/measurements/step/stall_percent");
-  m.save_bytes = positive(r, "/measurements/checkpoint_save/bytes");
-  m.save_seconds = positive(r, "/measurements/checkpoint_save/seconds");
-  read_memory(r, m);
-  for (const char* ptr : {"/manifest/dependencies/libtorch", "/program/versions/torch"}) {
-    const json::json_pointer lt(ptr);
-    if (m.libtorch.empty() && r.contains(lt) && r.at(lt).is_string()) m.libtorch = r.at(lt).get<std::string>();
-  }
-  if (r.contains("stages") && r["stages"].is_array())
-    for (const auto& s : r["stages"]) {
-      if (s.value("status", "") == "passed") m.stages_passed.push_back(s.value("stage", ""));
-      // The export copied off the node: the rate the plan's copies take.
-      if (s.value("stage", "") == "copy_off" && s.value("status", "") == "passed" && s.contains("figures") &&
-          s["figures"].is_object() && s["figures"].value("bytes", 0.0) > 0 && s["figures"].value("seconds", 0.0) > 0) {
-        m.copy_off_bytes = s["figures"]["bytes"].get<double>();
-        m.copy_off_seconds = s["figures"]["seconds"].get<double>();
-      }
-      // The built-in loader's training windows: how much data the run has (a program's is not known).
-      if (s.value("stage", "") == "load" && s.contains("figures") && s["figures"].is_object() &&
-          s["figures"].contains("train_windows") && s["figures"]["train_windows"].is_number() &&
-          s["figures"]["train_windows"].get<double>() > 0)
-        m.train_sequences = s["figures"]["train_windows"].get<double>();
-    }
-  return m;
-}
 
 MemoryModel memory_model(const Measured& m) {
   if (m.program && m.memory_points.size() == 1) {
@@ -725,10 +603,17 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
   std::size_t best = 0;
   double best_cost = std::numeric_limits<double>::infinity();
   double best_per_token = std::numeric_limits<double>::infinity();
+  std::vector<doc::Device> evaluated;
+  std::vector<doc::Budget> costs;
   for (std::size_t i = 0; i < devs.size(); ++i) {
-    if (!devs[i]["fits"].get<bool>()) continue;
-    const double cost = std::min(budgets[i]["cost_7_day"].get<double>(), budgets[i]["cost_30_day"].get<double>());
-    const double per_token = devices[i]->price_30_day * t.world / devs[i]["projected_tokens_per_s"].get<double>();
+    evaluated.push_back(doc::device_from_json(devs[i]));
+    costs.push_back(doc::budget_from_json(budgets[i]));
+  }
+  for (std::size_t i = 0; i < evaluated.size(); ++i) {
+    const doc::Device& dv = evaluated[i];
+    if (!dv.fits.value_or(false)) continue;
+    const double cost = std::min(costs[i].cost_7_day.value_or(0.0), costs[i].cost_30_day.value_or(0.0));
+    const double per_token = devices[i]->price_30_day * t.world / dv.projected_tokens_per_s.value_or(0.0);
     if (cost < best_cost || (cost == best_cost && per_token < best_per_token)) {
       best_cost = cost;
       best_per_token = per_token;
@@ -745,24 +630,25 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
     out["budget"] = nullptr;
     return;
   }
-  const json& bd = devs[best];
-  const json& b = budgets[best];
-  out["recommendation"] = {
-      {"device", bd["name"]},
-      {"strategy", bd["strategy"]},
-      {"sharding_degree", bd["sharding_degree"]},
-      {"gpus", t.world},
-      {"micro_batch", t.mb},
-      {"max_micro_batch", bd["max_micro_batch"]},
-      {"projected_step_seconds", bd["projected_step_seconds"]},
-      {"days", b["days"]},
-      {"term", b["term"]},
-      {"cost", best_cost},
-      {"cheaper_term", b["cheaper_term"]},
-      {"why", "the fitting device with the lowest cost for the whole run (" + b["cheaper_term"].get<std::string>() +
-                  " terms, example prices); ties go to "
-                  "the lower cost per token"}};
-  out["budget"] = b;
+  const doc::Device& bd = evaluated[best];
+  const doc::Budget& b = costs[best];
+  const std::string cheaper = b.cheaper_term.value_or("");
+  json rec = {{"device", bd.name.value_or("")},
+              {"strategy", bd.strategy.value_or("")},
+              {"sharding_degree", bd.sharding_degree.value_or(1)},
+              {"gpus", t.world},
+              {"micro_batch", t.mb},
+              {"max_micro_batch", bd.max_micro_batch ? json(*bd.max_micro_batch) : json()},
+              {"projected_step_seconds", bd.projected_step_seconds.value_or(0.0)},
+              {"days", b.days.value_or(0.0)},
+              {"term", b.term.value_or("")},
+              {"cost", best_cost},
+              {"cheaper_term", cheaper},
+              {"why", "the fitting device with the lowest cost for the whole run (" + cheaper +
+                          " terms, example prices); ties go to "
+                          "the lower cost per token"}};
+  out["recommendation"] = rec;
+  out["budget"] = budgets[best];
 }
 
 // Assumptions, stated with the numbers they use.
@@ -846,10 +732,6 @@ json assumptions_of(const Measured& m, const Target& t) {
 }
 
 }  // namespace
-
-nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog, const config::Config& cfg) {
-  return make_plan(measured_from_report(report), catalog, cfg);
-}
 
 nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config::Config& cfg) {
   const MemoryModel mm = memory_model(m);

@@ -39,16 +39,17 @@ std::string normal(const std::string& p) { return stdfs::path(p).lexically_norma
 
 // The run's report and subjects, from the bytes that verified.
 struct Verified {
-  json report;
+  run_report::RunReport report;
   std::map<std::string, std::string> subjects;  // name -> sha256
 };
 
 Verified read_verified(const std::string& envelope_text) {
   const auto env = report::envelope_from_json(envelope_text);
   Verified v;
+  json report;
   try {
     const json statement = parse_json(env.payload);
-    v.report = statement.at("predicate").at("report");
+    report = statement.at("predicate").at("report");
     for (const auto& s : statement.at("subject"))
       v.subjects[s.at("name").get<std::string>()] = s.at("digest").at("sha256").get<std::string>();
   } catch (const json::exception& e) {
@@ -56,8 +57,9 @@ Verified read_verified(const std::string& envelope_text) {
                 "the signed statement is not one anchor writes (" + std::string(e.what()) + ")",
                 "a bundle carries only a run anchor signed");
   }
-  if (!v.report.is_object())
+  if (!report.is_object())
     throw Error(ErrorKind::kVerification, "the signed statement's predicate holds no report object");
+  v.report = run_report::RunReport::from_json(report);
   return v;
 }
 
@@ -206,8 +208,8 @@ fs::KnownFile known(const std::string& name, const std::string& source, const st
   return fs::KnownFile{name, d.size, d.sha256, source};
 }
 
-std::string default_output(const json& report) {
-  const std::string id = string_member(report, "run_id");
+std::string default_output(const run_report::RunReport& report) {
+  const std::string id = report.run_id.value_or("");
   static const std::regex plain("[A-Za-z0-9][A-Za-z0-9._-]{0,200}");
   if (!std::regex_match(id, plain))
     throw Error(ErrorKind::kUsage, "the report's run_id is not a plain file name",
@@ -383,7 +385,7 @@ void add_run_files(const VerifiedRun& run, const Verified& signed_run, const std
 }
 
 // The catalog the plan's figures came from: the bytes whose digest the report records.
-void add_catalog(const json& report, BundleFiles& out, std::vector<std::string>& warnings) {
+void add_catalog(const run_report::RunReport& report, BundleFiles& out, std::vector<std::string>& warnings) {
   if (const auto catalog = recorded_catalog(report)) {
     const auto& [path, want] = *catalog;
     FileDigest d;
@@ -409,10 +411,9 @@ void add_catalog(const json& report, BundleFiles& out, std::vector<std::string>&
 
 // --with-data: the run's inputs the manifest lists; returns bundle.json's
 // "inputs" (where a reproduction finds them) and counts them in `r`.
-json add_inputs(const json& report, BundleFiles& out, BundleResult& r) {
-  if (!report.contains("manifest") || !report["manifest"].is_object())
-    throw Error(ErrorKind::kVerification, "the report has no manifest: its inputs are unknown");
-  PlacedInputs placed = place_inputs(report["manifest"]);
+json add_inputs(const run_report::RunReport& report, BundleFiles& out, BundleResult& r) {
+  if (!report.manifest) throw Error(ErrorKind::kVerification, "the report has no manifest: its inputs are unknown");
+  PlacedInputs placed = place_inputs(run_report::section_to_json(*report.manifest));
   for (auto& f : placed.files) {
     out.listed.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}, {"role", "input"}});
     out.files.push_back(std::move(f));
@@ -423,7 +424,7 @@ json add_inputs(const json& report, BundleFiles& out, BundleResult& r) {
 }
 
 // The bundle's directory: -o DIR, else named after the run; never one that exists.
-std::string output_dir(const BundleOptions& opts, const json& report) {
+std::string output_dir(const BundleOptions& opts, const run_report::RunReport& report) {
   std::string out = opts.output.empty() ? default_output(report) : opts.output;
   while (out.size() > 1 && out.back() == '/') out.pop_back();  // "made/" names the directory made
   std::error_code ec;
@@ -489,7 +490,7 @@ BundleResult write_bundle(const BundleOptions& opts) {
 
   const std::string out = output_dir(opts, signed_run.report);
   json bundle = {
-      {"format", kBundleFormat},     {"run_id", string_member(signed_run.report, "run_id")},
+      {"format", kBundleFormat},     {"run_id", signed_run.report.run_id.value_or("")},
       {"key_id", run.v.key_id},      {"anchor", {{"version", build::kVersion}, {"git_commit", build::kGitCommit}}},
       {"with_data", opts.with_data}, {"inputs", inputs},
       {"files", carried.listed}};
@@ -505,11 +506,9 @@ InputPlaces input_places(const nlohmann::json& manifest) {
   return {placed.root, placed.absolute ? std::string(kAbs) : std::string()};
 }
 
-std::optional<std::pair<std::string, std::string>> recorded_catalog(const nlohmann::json& report) {
-  if (!report.is_object() || !report.contains("plan") || !report["plan"].is_object() ||
-      !report["plan"].contains("catalog"))
-    return std::nullopt;
-  const json& c = report["plan"]["catalog"];
+std::optional<std::pair<std::string, std::string>> recorded_catalog(const run_report::RunReport& report) {
+  if (!report.plan || !report.plan->is_object() || !report.plan->contains("catalog")) return std::nullopt;
+  const json& c = report.plan->at("catalog");
   const std::string path = string_member(c, "path"), sha = string_member(c, "sha256");
   if (path.empty() || !is_sha256_hex(sha)) return std::nullopt;
   return std::make_pair(path, sha);

@@ -59,7 +59,7 @@ struct Reproduction {
   bool envelope_only = false;
   std::string catalog;
   Trust trust;
-  nlohmann::json original;             // the report reproduced
+  run_report::RunReport original;      // the report reproduced
   manifest::PathMap where;             // where its inputs are now (--root, --map, the bundle's)
   nlohmann::json old_manifest;         // its manifest, read as if pinned there
   config::Config cfg;                  // its effective config, mapped there
@@ -137,7 +137,7 @@ nlohmann::json load_report(Reproduction& r) {
 // The catalog a bundle carries is the one the run planned with: the signed
 // report's plan records its digest. A report from before anchor recorded it
 // gets a warning.
-void check_bundle_catalog(const std::string& catalog, const nlohmann::json& original) {
+void check_bundle_catalog(const std::string& catalog, const run_report::RunReport& original) {
   const auto recorded = recorded_catalog(original);  // the rule `anchor bundle` copies by
   if (catalog.empty()) {
     // A bundle without catalog.yaml plans with whatever catalog this machine has:
@@ -163,10 +163,10 @@ void check_bundle_catalog(const std::string& catalog, const nlohmann::json& orig
 
 // bundle.json is not signed: where it says the inputs are must be where the
 // signed manifest puts them, or a reproduction could read them elsewhere.
-void check_bundle_places(const OpenedBundle& b, const nlohmann::json& original) {
+void check_bundle_places(const OpenedBundle& b, const run_report::RunReport& original) {
   InputPlaces want;
   try {
-    want = input_places(original.at("manifest"));
+    want = input_places(run_report::section_to_json(*original.manifest));
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::kVerification,
                 std::string("the signed report's manifest cannot place its inputs (") + e.what() + ")");
@@ -192,12 +192,12 @@ void locate_inputs(Reproduction& r) {
                   "move or link the inputs to a directory whose path is plain UTF-8");
   }
   for (const auto& m : r.opts.map) r.where.prefixes.push_back(manifest::parse_prefix_mapping(m));
-  r.old_manifest = manifest::remap_manifest(r.original["manifest"], r.where);
+  const nlohmann::json pinned = run_report::section_to_json(*r.original.manifest);
+  r.old_manifest = manifest::remap_manifest(pinned, r.where);
   r.cfg = manifest::config_from_manifest(r.old_manifest);  // mapped once, there
   if (!r.where.empty())
-    note() << "reproduce: the config's directory "
-           << printable(manifest::config_from_manifest(r.original["manifest"]).base_dir) << " is read at "
-           << printable(r.cfg.base_dir) << "\n";
+    note() << "reproduce: the config's directory " << printable(manifest::config_from_manifest(pinned).base_dir)
+           << " is read at " << printable(r.cfg.base_dir) << "\n";
 }
 
 // What a re-run cannot reproduce: a program pilot, and a pilot that started
@@ -211,12 +211,10 @@ void refuse_unsupported(const Reproduction& r) {
   // A pilot that started from a checkpoint (pilot.start_from: latest) would
   // start again from whatever is newest in checkpoint.dir now: not the same
   // run. The report's `start` and its config are both asked: either may say so.
-  const auto start = r.original.value("start", nlohmann::json::object());
-  if (start.value("from", "init") == "latest" || r.cfg.pilot.start_from == "latest")
+  const run_report::Start& start = r.original.start ? *r.original.start : run_report::Start{};
+  if (start.from.value_or("init") == "latest" || r.cfg.pilot.start_from == "latest")
     throw Error(ErrorKind::kConfig,
-                "the report's pilot started from a checkpoint" +
-                    (start.contains("dir") && start["dir"].is_string() ? " (" + start["dir"].get<std::string>() + ")"
-                                                                       : std::string()) +
+                "the report's pilot started from a checkpoint" + (start.dir ? " (" + *start.dir + ")" : std::string()) +
                     " (pilot.start_from: latest): reproducing it is not supported",
                 "a re-run would start from the newest checkpoint in checkpoint.dir now, not that one; re-run `anchor "
                 "pilot --start-from latest` against a copy of that checkpoint instead (docs/pilot.md)");
@@ -298,7 +296,7 @@ nlohmann::json reproduces_json(const Reproduction& r) {
   for (const auto& d : r.drift) drift_json.push_back({{"what", d.what}, {"old", d.old_value}, {"new", d.new_value}});
   return {{"report", std::filesystem::absolute(r.report).string()},
           {"report_sha256", r.trust.sha256},
-          {"run_id", r.original.value("run_id", "")},
+          {"run_id", r.original.run_id.value_or("")},
           {"verified", r.trust.verified},
           {"key", r.trust.key},
           {"allow_drift", r.opts.allow_drift},
@@ -341,11 +339,11 @@ pilot::PilotOptions rerun_options(const Reproduction& r) {
 ExitCode reproduce_unchecked(const ReproduceOptions& opts) {
   Reproduction r(opts);
   open_bundle_if_given(r);
-  r.original = load_report(r);
+  r.original = run_report::RunReport::from_json(load_report(r));
+  if (!r.original.manifest)
+    throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
   if (r.bundle && r.bundle->with_data) check_bundle_places(*r.bundle, r.original);
   if (r.bundle) check_bundle_catalog(r.catalog, r.original);
-  if (!r.original.contains("manifest"))
-    throw Error(ErrorKind::kVerification, "the report has no manifest: it cannot be reproduced");
   locate_inputs(r);
   refuse_unsupported(r);
   repin(r);

@@ -221,55 +221,51 @@ std::string bar_chart(const std::string& id, const std::string& title, const std
 // A step list of report.json (steps.train, .reference, .resume) as points of
 // `key` against the step as the console counts it (from 1): the built-in
 // workers number their steps from 0 (`first` 1), a user's program from 1 (`first` 0).
-std::vector<std::pair<double, double>> points(const json& steps, const char* key, double first) {
+std::vector<std::pair<double, double>> points(const std::vector<StepRow>& steps, Opt<double> StepRow::*key,
+                                              double first) {
   std::vector<std::pair<double, double>> out;
-  if (!steps.is_array()) return out;
   for (const auto& s : steps) {
-    const auto step = number(field(s, "step")), v = number(field(s, key));
-    if (step && v) out.emplace_back(*step + first, *v);
+    const auto& v = s.*key;
+    if (s.step && v && std::isfinite(*v)) out.emplace_back(static_cast<double>(*s.step) + first, *v);
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-// Worker A's steps: those before its save (steps.train) and after (steps.reference).
-json worker_a_steps(const json& report) {
-  json all = json::array();
-  for (const char* part : {"train", "reference"})
-    if (const json& s = field(field(report, "steps"), part); s.is_array())
-      for (const auto& x : s) all.push_back(x);
-  return all;
-}
-
-std::string training_charts(const json& report) {
+std::string training_charts(const RunReport& report) {
   // A user program's pilot (report.program) writes steps.resumed, numbered from 1.
-  const bool program = field(report, "program").is_object();
+  const bool program = report.program.has_value();
   const double first = program ? 0 : 1;
-  const json& steps = field(report, "steps");
-  const json a = worker_a_steps(report),
-             b = field(steps, "resume").is_array() ? field(steps, "resume") : field(steps, "resumed");
+  const Steps& steps = or_empty(report.steps);
+  // Worker A's steps: those before its save (steps.train) and after (steps.reference).
+  std::vector<StepRow> a = or_empty(steps.train);
+  a.insert(a.end(), or_empty(steps.reference).begin(), or_empty(steps.reference).end());
+  const std::vector<StepRow>& b = steps.resume ? *steps.resume : or_empty(steps.resumed);
   std::vector<Marker> markers;
-  const json& resume = field(report, "resume");
-  if (const auto saved = number(field(resume, "saved_step")))
-    markers.push_back({*saved + 0.5, "saved at step " + num(*saved, 10) + ", killed, B restored it"});
+  if (report.resume && report.resume->saved_step) {
+    const auto saved = static_cast<double>(*report.resume->saved_step);
+    markers.push_back({saved + 0.5, "saved at step " + num(saved, 10) + ", killed, B restored it"});
+  }
   std::ostringstream o;
-  auto both = [&](const char* key) {
+  auto both = [&](Opt<double> StepRow::*key) {
     return std::vector<Series>{{"worker A (uninterrupted)", kColourA, false, points(a, key, first)},
                                {"worker B (resumed)", kColourB, true, points(b, key, first)}};
   };
-  o << line_chart("loss", "Training loss: worker A and the resumed worker B", both("loss"), "step", "loss", markers);
+  o << line_chart("loss", "Training loss: worker A and the resumed worker B", both(&StepRow::loss), "step", "loss",
+                  markers);
   o << "<div class=\"row\">"
-    << line_chart("grad_norm", "Gradient norm", both("grad_norm"), "step", "grad norm", markers)
-    << line_chart("lr", "Learning rate", both("lr"), "step", "lr", markers) << "</div>";
+    << line_chart("grad_norm", "Gradient norm", both(&StepRow::grad_norm), "step", "grad norm", markers)
+    << line_chart("lr", "Learning rate", both(&StepRow::lr), "step", "lr", markers) << "</div>";
   // The step time split of worker A's steps; more than 30 steps, as the means of 30 runs of them.
   struct Split {
     double step, data, compute, comm;
   };
+  const auto finite = [](const Opt<double>& v) { return v && std::isfinite(*v) ? *v : 0.0; };
   std::vector<Split> split;
   for (const auto& s : a)
-    if (const auto step = number(field(s, "step")))
-      split.push_back({*step + first, number(field(s, "data_wait_s")).value_or(0),
-                       number(field(s, "compute_s")).value_or(0), number(field(s, "comm_s")).value_or(0)});
+    if (s.step)
+      split.push_back(
+          {static_cast<double>(*s.step) + first, finite(s.data_wait_s), finite(s.compute_s), finite(s.comm_s)});
   constexpr std::size_t kBars = 30;
   const std::size_t per = std::max<std::size_t>(1, (split.size() + kBars - 1) / kBars);
   std::vector<Bar> bars;
@@ -288,31 +284,26 @@ std::string training_charts(const json& report) {
   return o.str();
 }
 
-std::string memory_chart(const json& report) {
-  const json& mem = field(field(report, "measurements"), "memory");
-  const json& stages = field(mem, "stages");
+std::string memory_chart(const RunReport& report) {
+  const auto& m = report.measurements;
+  const MemoryFigures& mem = m ? or_empty(m->memory) : or_empty(Opt<MemoryFigures>());
   std::vector<Bar> bars;
-  if (stages.is_object()) {
-    std::vector<std::string> order;  // the order the stages ran, then the rest
-    if (const json& list = field(report, "stages"); list.is_array())
-      for (const auto& st : list)
-        if (field(st, "stage").is_string() && stages.contains(field(st, "stage").get<std::string>()))
-          order.push_back(field(st, "stage").get<std::string>());
-    for (const auto& [name, v] : stages.items())
-      if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
-    for (const auto& name : order) {
-      const json& v = stages.at(name);
+  if (mem.stages)
+    for (const auto& name : detail::memory_stage_order(report)) {
+      const StageMemory& v = mem.stages->at(name);
       // The device's own figure when there is one (reserved: what the allocator holds), else allocated.
-      auto peak = number(field(v, "peak_reserved_bytes"));
-      if (!peak || *peak < 0) peak = number(field(v, "peak_allocated_bytes"));
-      if (peak && *peak >= 0) bars.push_back({name, {{"peak", *peak}}});
+      auto peak = v.peak_reserved_bytes;
+      if (!peak || *peak < 0) peak = v.peak_allocated_bytes;
+      if (peak && *peak >= 0) bars.push_back({name, {{"peak", static_cast<double>(*peak)}}});
     }
-  }
-  const auto total = number(field(mem, "device_total_bytes"));
+  const auto total = mem.device_total_bytes;
   const std::string title =
       "Peak memory per stage (" +
-      std::string(total ? "against the device's " + detail::bytes_text(*total) : "no device total: a CPU run") + ")";
-  return bar_chart("memory", title, bars, {kColourMemory}, "MB", 1e6, total.value_or(0), "device total");
+      std::string(total ? "against the device's " + detail::bytes_text(static_cast<double>(*total))
+                        : "no device total: a CPU run") +
+      ")";
+  return bar_chart("memory", title, bars, {kColourMemory}, "MB", 1e6, total ? static_cast<double>(*total) : 0.0,
+                   "device total");
 }
 
 // The stages of every process on one time line, from trace.json's spans.
@@ -386,30 +377,40 @@ std::string timeline(const json& trace) {
   return o.str();
 }
 
-// A table from a JSON array of objects: the given columns, in order.
-std::string table(const json& rows, const std::vector<std::pair<const char*, const char*>>& columns,
-                  const char* cls = "") {
-  if (!rows.is_array() || rows.empty()) return "<p class=\"none\">none</p>";
+// A table cell: text escaped, a flag as yes/NO, nothing for what the report lacks.
+std::string cell(const Opt<std::string>& v) { return v ? esc(*v) : ""; }
+std::string cell(const Opt<bool>& v) { return v ? (*v ? "yes" : "NO") : ""; }
+std::string cell(const Opt<Json>& v) {
+  if (!v || v->is_null()) return "";
+  return v->is_boolean() ? (v->get<bool>() ? "yes" : "NO") : text(*v);
+}
+std::string seconds_cell(const Opt<double>& v) { return v && std::isfinite(*v) ? num(*v, 3) + " s" : ""; }
+
+struct Row {
+  bool bad = false;                // drawn as a failure
+  std::vector<std::string> cells;  // HTML
+};
+
+// A table of the given columns, or "none".
+std::string table(const std::vector<Row>& rows, const std::vector<const char*>& columns, const char* cls = "") {
+  if (rows.empty()) return "<p class=\"none\">none</p>";
   std::ostringstream o;
   o << "<table class=\"" << cls << "\"><tr>";
-  for (const auto& c : columns) o << "<th>" << c.second << "</th>";
+  for (const auto* c : columns) o << "<th>" << c << "</th>";
   o << "</tr>";
   for (const auto& r : rows) {
-    o << "<tr" << (field(r, "ok") == false ? " class=\"bad\"" : "") << ">";
-    for (const auto& c : columns) {
-      const json& v = field(r, c.first);
-      o << "<td>";
-      if (v.is_boolean())
-        o << (v.get<bool>() ? "yes" : "NO");
-      else if (std::string(c.first) == "seconds" && number(v))
-        o << num(*number(v), 3) << " s";
-      else if (!v.is_null())
-        o << text(v);
-      o << "</td>";
-    }
+    o << "<tr" << (r.bad ? " class=\"bad\"" : "") << ">";
+    for (const auto& c : r.cells) o << "<td>" << c << "</td>";
     o << "</tr>";
   }
   return o.str() + "</table>";
+}
+
+std::string checks_table(const std::vector<Check>& checks) {
+  std::vector<Row> rows;
+  rows.reserve(checks.size());
+  for (const auto& c : checks) rows.push_back({c.ok == false, {cell(c.name), cell(c.ok), cell(c.detail)}});
+  return table(rows, {"check", "ok", "detail"});
 }
 
 // report.md's markdown (its tables, bullets and text) as HTML, escaped.
@@ -465,66 +466,66 @@ svg.chart{width:100%;height:auto;background:#fbfcfd;border:1px solid #e6e9ee}
 
 }  // namespace
 
-std::string report_html(const json& report, const json& trace) {
+std::string report_html(const RunReport& report, const json& trace) {
   std::ostringstream o;
-  const std::string status = field(report, "status").is_string() ? field(report, "status").get<std::string>() : "";
+  const std::string status = report.status.value_or("");
+  const char* what = report.reproduction ? "reproduce " : "pilot ";
+  const std::string run_id = report.run_id ? esc(*report.run_id) : "n/a";
+  const auto or_na = [](const Opt<std::string>& v) { return v ? esc(*v) : std::string("n/a"); };
+  const auto int_text = [](const Opt<std::int64_t>& v) { return v ? std::to_string(*v) : std::string("n/a"); };
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
     << "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
     // Nothing to fetch and nothing to run: the page is its own content.
     << "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
        "img-src data:\">"
-    << "<title>anchor " << (field(report, "reproduction").is_object() ? "reproduce " : "pilot ")
-    << text(field(report, "run_id")) << "</title><style>" << kStyle << "</style></head><body>\n";
-  o << "<h1>anchor " << (field(report, "reproduction").is_object() ? "reproduce " : "pilot ")
-    << text(field(report, "run_id")) << "</h1>";
-  o << "<p class=\"meta\">" << text(field(report, "created_at")) << " to " << text(field(report, "finished_at"))
-    << " &middot; config " << text(field(report, "config_path")) << " &middot; device " << text(field(report, "device"))
-    << " &middot; "
-    << (field(report, "signed") == true
-            ? "signed by key " + text(field(report, "signer_key_id")) + " (report.intoto.json)"
-            : "<b>UNSIGNED</b>: " + text(field(report, "unsigned_reason")))
+    << "<title>anchor " << what << run_id << "</title><style>" << kStyle << "</style></head><body>\n";
+  o << "<h1>anchor " << what << run_id << "</h1>";
+  o << "<p class=\"meta\">" << or_na(report.created_at) << " to " << or_na(report.finished_at) << " &middot; config "
+    << or_na(report.config_path) << " &middot; device " << or_na(report.device) << " &middot; "
+    << (report.is_signed == true ? "signed by key " + or_na(report.signer_key_id) + " (report.intoto.json)"
+                                 : "<b>UNSIGNED</b>: " + or_na(report.unsigned_reason))
     << "</p>";
   o << "<div class=\"verdict " << esc(status) << "\" id=\"verdict\"><b>" << esc(status.empty() ? "unknown" : status)
-    << "</b>: " << text(field(report, "message")) << "</div>";
+    << "</b>: " << or_na(report.message) << "</div>";
   bool profiled = false;  // worker B's profile of a step (docs/report.md, "profile.json")
-  if (const json& stages = field(report, "stages"); stages.is_array())
-    for (const auto& st : stages) profiled |= field(field(field(st, "figures"), "profile"), "file") == "profile.json";
+  for (const auto& st : or_empty(report.stages))
+    profiled |= st.figures && st.figures->profile && st.figures->profile->file == "profile.json";
   o << "<p class=\"meta\">Beside this page: <code>report.json</code> (everything), <code>report.md</code>, "
        "<a href=\"trace.json\">trace.json</a> (the stages of every process, for ui.perfetto.dev or "
        "chrome://tracing), "
     << (profiled ? "<a href=\"profile.json\">profile.json</a> (LibTorch's profile of one step, the same way), " : "")
     << "<code>events.jsonl</code>.</p>";
 
-  o << "<h2>Stages</h2>"
-    << table(field(report, "stages"),
-             {{"stage", "stage"}, {"status", "status"}, {"seconds", "seconds"}, {"error", "error"}});
+  std::vector<Row> stages;
+  for (const auto& st : or_empty(report.stages))
+    stages.push_back({false, {cell(st.stage), cell(st.status), seconds_cell(st.seconds), cell(st.error)}});
+  o << "<h2>Stages</h2>" << table(stages, {"stage", "status", "seconds", "error"});
   o << timeline(trace);
 
   o << "<h2>Resume</h2>";
-  const json& resume = field(report, "resume");
-  if (resume.is_object())
-    o << "<p>Verdict: <b>" << text(field(resume, "verdict")) << "</b> (" << text(field(resume, "mode"))
-      << "); saved at step " << text(field(resume, "saved_step")) << ", restored step "
-      << text(field(resume, "restored_step")) << ".</p>"
-      << table(field(resume, "checks"), {{"name", "check"}, {"ok", "ok"}, {"detail", "detail"}});
+  if (const auto& resume = report.resume)
+    o << "<p>Verdict: <b>" << or_na(resume->verdict) << "</b> (" << or_na(resume->mode) << "); saved at step "
+      << int_text(resume->saved_step) << ", restored step " << int_text(resume->restored_step) << ".</p>"
+      << checks_table(or_empty(resume->checks));
   else
     o << "<p class=\"none\">no resume comparison: the pilot stopped before it</p>";
   o << training_charts(report);
 
-  if (const json& repro = field(report, "reproduction"); repro.is_object()) {
-    o << "<h2>Reproduction</h2><p>Verdict: <b>" << text(field(repro, "verdict")) << "</b> ("
-      << text(field(repro, "mode")) << ") of " << text(field(field(report, "reproduces"), "report")) << ".</p>"
-      << "<p>What drifted since the original run:</p>"
-      << table(field(field(report, "reproduces"), "drift"), {{"what", "what"}, {"old", "then"}, {"new", "now"}})
-      << "<p>The re-run against the original: " << text(field(repro, "differences"))
-      << " difference(s), those first:</p>";
+  if (const auto& repro = report.reproduction) {
+    const Reproduces& of = or_empty(report.reproduces);
+    std::vector<Row> drift;
+    for (const auto& d : or_empty(of.drift))
+      drift.push_back({false, {cell(d.what), cell(d.old_value), cell(d.new_value)}});
+    o << "<h2>Reproduction</h2><p>Verdict: <b>" << or_na(repro->verdict) << "</b> (" << or_na(repro->mode) << ") of "
+      << or_na(of.report) << ".</p>"
+      << "<p>What drifted since the original run:</p>" << table(drift, {"what", "then", "now"})
+      << "<p>The re-run against the original: " << int_text(repro->differences) << " difference(s), those first:</p>";
     // The differences first: hundreds of equal figures should not hide one that is not.
-    json checks = json::array();
+    std::vector<Check> checks;
     for (bool ok : {false, true})
-      if (const json& all = field(repro, "checks"); all.is_array())
-        for (const auto& c : all)
-          if ((field(c, "ok") == true) == ok) checks.push_back(c);
-    o << table(checks, {{"name", "check"}, {"ok", "ok"}, {"detail", "detail"}});
+      for (const auto& c : or_empty(repro->checks))
+        if ((c.ok == true) == ok) checks.push_back(c);
+    o << checks_table(checks);
   }
 
   o << "<h2>Memory</h2>" << memory_chart(report);

@@ -95,50 +95,16 @@ std::string fmt_seconds(double s) {
   return os.str();
 }
 
-// The headline figure of a stage for the summary table.
-std::string stage_figure(const nlohmann::json& s) {
-  const auto& f = s.value("figures", nlohmann::json::object());
-  std::ostringstream os;
-  os << std::setprecision(5);
-  const std::string name = s.value("stage", "");
-  if (name == "precision" && f.contains("verdict"))
-    os << f.value("precision", "") << " vs fp32: " << f["verdict"].get<std::string>() << ", loss rel "
-       << std::setprecision(2) << f.value("loss_rel_diff", 0.0) << ", grad norm rel "
-       << f.value("grad_norm_rel_diff", 0.0);
-  else if (f.contains("loss"))
-    os << "loss " << f["loss"].get<double>();
-  else if (f.contains("tokens_per_s"))
-    os << std::fixed << std::setprecision(0) << f["tokens_per_s"].get<double>() << " tok/s";
-  else if (f.contains("bytes") && f.contains("seconds"))
-    os << std::fixed << std::setprecision(2) << f["bytes"].get<double>() / 1e6 << " MB in "
-       << f["seconds"].get<double>() << " s";
-  else if (name == "kill" && f.contains("torn_checkpoints"))
-    os << "SIGKILL, " << f["torn_checkpoints"].size() << " torn save left";
-  else if (name == "restore" && f.contains("step"))
-    os << "step " << f["step"] << ", skipped " << f["skipped"].size();
-  else if (f.contains("verdict"))
-    os << f["verdict"].get<std::string>() << " (" << f["mode"].get<std::string>() << ")";
-  else if (f.contains("parameters"))
-    os << f["parameters"] << " params"
-       << (f.value("attention", "module") != "module" ? ", " + f["attention"].get<std::string>() + " attention"
-                                                      : std::string())
-       << (f.value("start_from", "init") == "latest" ? ", from step " + f["start_step"].dump() : std::string());
-  else if (f.contains("memory_saved_bytes") && f.contains("time_added_percent"))
-    os << std::fixed << std::setprecision(1) << f["memory_saved_percent"].get<double>() << "% memory saved, "
-       << std::showpos << f["time_added_percent"].get<double>() << "% time";
-  return os.str();
+// A field as report.md shows it: a string as it is, a number as JSON writes
+// it, "n/a" when the report lacks it.
+std::string text_of(const Opt<std::string>& v) { return v ? *v : "n/a"; }
+template <class T>
+std::string text_of(const Opt<T>& v) {
+  return v ? Json(*v).dump() : "n/a";
 }
 
-// A value at a JSON pointer, or null when the report lacks it (a failed pilot
-// stops before its measurements; an older report lacks newer keys).
-nlohmann::json at(const nlohmann::json& j, const std::string& pointer) {
-  const nlohmann::json::json_pointer p(pointer);
-  return j.contains(p) ? j.at(p) : nlohmann::json();
-}
-
-std::string fmt_bytes(const nlohmann::json& v) {
-  if (!v.is_number() || v.get<double>() < 0) return "n/a";
-  const double b = v.get<double>();
+std::string fmt_bytes(double b) {
+  if (!(b >= 0)) return "n/a";
   std::ostringstream os;
   os << std::fixed << std::setprecision(2);
   if (b >= 1e9)
@@ -149,239 +115,298 @@ std::string fmt_bytes(const nlohmann::json& v) {
     os << b / 1e3 << " kB";
   return os.str();
 }
+std::string fmt_bytes(const Opt<std::int64_t>& v) { return v ? fmt_bytes(static_cast<double>(*v)) : "n/a"; }
 
-std::string fmt_number(const nlohmann::json& v, int precision = 3) {
-  if (!v.is_number()) return "n/a";
+std::string fmt_number(const Opt<double>& v, int precision = 3) {
+  if (!v) return "n/a";
   std::ostringstream os;
-  os << std::fixed << std::setprecision(precision) << v.get<double>();
+  os << std::fixed << std::setprecision(precision) << *v;
   return os.str();
 }
 
-std::string text_of(const nlohmann::json& v) {
-  return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string("n/a") : v.dump();
+// The headline figure of a stage for the summary table.
+std::string stage_figure(const Stage& s) {
+  const StageFigures& f = or_empty(s.figures);
+  std::ostringstream os;
+  os << std::setprecision(5);
+  const std::string name = s.stage.value_or("");
+  if (name == "precision" && f.verdict)
+    os << f.precision.value_or("") << " vs fp32: " << *f.verdict << ", loss rel " << std::setprecision(2)
+       << f.loss_rel_diff.value_or(0.0) << ", grad norm rel " << f.grad_norm_rel_diff.value_or(0.0);
+  else if (f.loss)
+    os << "loss " << *f.loss;
+  else if (f.tokens_per_s)
+    os << std::fixed << std::setprecision(0) << *f.tokens_per_s << " tok/s";
+  else if (f.bytes && f.seconds)
+    os << std::fixed << std::setprecision(2) << static_cast<double>(*f.bytes) / 1e6 << " MB in " << *f.seconds << " s";
+  else if (name == "kill" && f.torn_checkpoints)
+    os << "SIGKILL, " << f.torn_checkpoints->size() << " torn save left";
+  else if (name == "restore" && f.step)
+    os << "step " << *f.step << ", skipped " << (f.skipped ? f.skipped->size() : 0);
+  else if (f.verdict)
+    os << *f.verdict << " (" << f.mode.value_or("") << ")";
+  else if (f.parameters)
+    os << *f.parameters << " params"
+       << (f.attention.value_or("module") != "module" ? ", " + *f.attention + " attention" : std::string())
+       << (f.start_from.value_or("init") == "latest" ? ", from step " + text_of(f.start_step) : std::string());
+  else if (f.memory_saved_bytes && f.time_added_percent)
+    os << std::fixed << std::setprecision(1) << f.memory_saved_percent.value_or(0.0) << "% memory saved, "
+       << std::showpos << *f.time_added_percent << "% time";
+  return os.str();
 }
 
 // report.md's "Measurements": the measured step, memory against the device,
 // checkpoint I/O and validation, from report.json's measurements.
-void write_measurements_md(std::ostream& md, const nlohmann::json& j) {
-  const nlohmann::json m = at(j, "/measurements");
-  if (!m.is_object()) return;
+void write_measurements_md(std::ostream& md, const RunReport& r) {
+  if (!r.measurements) return;
+  const Measurements& m = *r.measurements;
   md << "\n## Measurements\n\n| what | figure |\n|---|---|\n";
-  if (const auto step = at(m, "/step"); step.is_object()) {
-    md << "| measured step | " << fmt_number(at(step, "/seconds")) << " s: compute "
-       << fmt_number(at(step, "/compute_s")) << " s, data wait " << fmt_number(at(step, "/data_wait_s"), 4) << " s ("
-       << fmt_number(at(step, "/stall_percent"), 2) << "% stalled)";
-    if (at(step, "/comm_s").is_number() && at(step, "/world_size").is_number() &&
-        at(step, "/world_size").get<double>() > 1)
-      md << ", communication " << fmt_number(at(step, "/comm_s")) << " s";
-    md << "; micro-batch " << text_of(at(step, "/micro_batch")) << " x grad_accum " << text_of(at(step, "/grad_accum"))
-       << ", " << text_of(at(step, "/tokens")) << " tokens |\n";
-    md << "| throughput | " << fmt_number(at(step, "/tokens_per_s"), 0) << " tokens/s per rank, "
-       << fmt_number(at(step, "/tokens_per_s_all_ranks"), 0) << " over " << text_of(at(step, "/world_size"))
-       << " rank(s); MFU estimate " << fmt_number(at(step, "/mfu_estimate"), 3) << " |\n";
+  if (const auto& step = m.step) {
+    md << "| measured step | " << fmt_number(step->seconds) << " s: compute " << fmt_number(step->compute_s)
+       << " s, data wait " << fmt_number(step->data_wait_s, 4) << " s (" << fmt_number(step->stall_percent, 2)
+       << "% stalled)";
+    if (step->comm_s && step->world_size.value_or(1) > 1) md << ", communication " << fmt_number(step->comm_s) << " s";
+    md << "; micro-batch " << text_of(step->micro_batch) << " x grad_accum " << text_of(step->grad_accum) << ", "
+       << text_of(step->tokens) << " tokens |\n";
+    md << "| throughput | " << fmt_number(step->tokens_per_s, 0) << " tokens/s per rank, "
+       << fmt_number(step->tokens_per_s_all_ranks, 0) << " over " << text_of(step->world_size)
+       << " rank(s); MFU estimate " << fmt_number(step->mfu_estimate, 3) << " |\n";
   }
-  if (const auto mem = at(m, "/memory"); mem.is_object()) {
-    md << "| peak memory, measured step | allocated " << fmt_bytes(at(mem, "/step/peak_allocated_bytes"))
-       << ", reserved " << fmt_bytes(at(mem, "/step/peak_reserved_bytes")) << ", device total "
-       << fmt_bytes(at(mem, "/device_total_bytes")) << " (" << text_of(at(mem, "/source")) << ") |\n";
-    if (const auto sb = at(mem, "/state_bytes"); sb.is_object())
-      md << "| state | parameters " << fmt_bytes(at(sb, "/parameters")) << ", gradients "
-         << fmt_bytes(at(sb, "/gradients")) << ", optimizer " << fmt_bytes(at(sb, "/optimizer")) << " |\n";
+  if (const auto& mem = m.memory) {
+    const StepMemory& sm = or_empty(mem->step);
+    md << "| peak memory, measured step | allocated " << fmt_bytes(sm.peak_allocated_bytes) << ", reserved "
+       << fmt_bytes(sm.peak_reserved_bytes) << ", device total " << fmt_bytes(mem->device_total_bytes) << " ("
+       << text_of(mem->source) << ") |\n";
+    if (const auto& sb = mem->state_bytes)
+      md << "| state | parameters " << fmt_bytes(sb->parameters) << ", gradients " << fmt_bytes(sb->gradients)
+         << ", optimizer " << fmt_bytes(sb->optimizer) << " |\n";
   }
-  for (const char* io : {"checkpoint_save", "restore"})
-    if (const auto c = at(m, std::string("/") + io); c.is_object()) {
-      md << "| " << (std::string(io) == "restore" ? "restore" : "checkpoint save") << " | "
-         << fmt_bytes(at(c, "/bytes")) << " in " << fmt_number(at(c, "/seconds")) << " s ("
-         << fmt_number(at(c, "/gb_per_s"), 2) << " GB/s)";
-      if (at(c, "/model_build_s").is_number())
-        md << "; model build " << fmt_number(at(c, "/model_build_s")) << " s, load "
-           << fmt_number(at(c, "/load_state_s")) << " s, state digest " << fmt_number(at(c, "/state_digest_s")) << " s";
+  for (const auto* io : {&m.checkpoint_save, &m.restore})
+    if (const auto& c = *io) {
+      md << "| " << (io == &m.restore ? "restore" : "checkpoint save") << " | " << fmt_bytes(c->bytes) << " in "
+         << fmt_number(c->seconds) << " s (" << fmt_number(c->gb_per_s, 2) << " GB/s)";
+      if (c->model_build_s)
+        md << "; model build " << fmt_number(c->model_build_s) << " s, load " << fmt_number(c->load_state_s)
+           << " s, state digest " << fmt_number(c->state_digest_s) << " s";
       md << " |\n";
     }
   // The profile of a step at the configured shape (worker B's last resumed step; docs/report.md, "profile.json").
-  for (const auto& st : j.value("stages", nlohmann::json::array()))
-    if (const auto prof = at(st, "/figures/profile"); st.is_object() && prof.is_object()) {
-      if (prof.contains("file"))
-        md << "| profile of a step | " << text_of(at(prof, "/file")) << ": " << text_of(at(prof, "/events"))
-           << " spans of one step at micro-batch " << text_of(at(prof, "/micro_batch")) << " x "
-           << text_of(at(prof, "/seq_len")) << " tokens; " << text_of(at(prof, "/profiler"))
-           << "; open it in ui.perfetto.dev |\n";
+  for (const auto& st : or_empty(r.stages))
+    if (const auto& prof = or_empty(st.figures).profile) {
+      if (prof->file)
+        md << "| profile of a step | " << *prof->file << ": " << text_of(prof->events)
+           << " spans of one step at micro-batch " << text_of(prof->micro_batch) << " x " << text_of(prof->seq_len)
+           << " tokens; " << text_of(prof->profiler) << "; open it in ui.perfetto.dev |\n";
       else
-        md << "| profile of a step | none: " << text_of(at(prof, prof.contains("skipped") ? "/skipped" : "/error"))
-           << " |\n";
+        md << "| profile of a step | none: " << text_of(prof->skipped ? prof->skipped : prof->error) << " |\n";
     }
-  if (const auto ev = at(j, "/eval"); ev.is_object())
-    md << "| validation loss | " << fmt_number(at(ev, "/before_save"), 4) << " before the save, "
-       << fmt_number(at(ev, "/after_restore"), 4) << " after the restore |\n";
-  if (const auto stages = at(m, "/memory/stages"); stages.is_object() && !stages.empty()) {
-    md << "\nPeak memory per stage (device total " << fmt_bytes(at(m, "/memory/device_total_bytes")) << "):\n\n"
+  if (const auto& ev = r.eval)
+    md << "| validation loss | " << fmt_number(ev->before_save, 4) << " before the save, "
+       << fmt_number(ev->after_restore, 4) << " after the restore |\n";
+  const auto* stages = m.memory && m.memory->stages ? &*m.memory->stages : nullptr;
+  if (stages && !stages->empty()) {
+    md << "\nPeak memory per stage (device total " << fmt_bytes(m.memory->device_total_bytes) << "):\n\n"
        << "| stage | peak allocated | peak reserved | peak RSS |\n|---|---|---|---|\n";
-    // In the order the stages ran, then any the stage list lacks.
-    std::vector<std::string> order;
-    for (const auto& st : j.value("stages", nlohmann::json::array()))
-      if (st.is_object() && stages.contains(st.value("stage", ""))) order.push_back(st.value("stage", ""));
-    for (const auto& [stage, v] : stages.items())
-      if (std::find(order.begin(), order.end(), stage) == order.end()) order.push_back(stage);
-    for (const auto& stage : order) {
-      const auto& v = stages.at(stage);
-      md << "| " << stage << " | " << fmt_bytes(at(v, "/peak_allocated_bytes")) << " | "
-         << fmt_bytes(at(v, "/peak_reserved_bytes")) << " | " << fmt_bytes(at(v, "/peak_rss_bytes")) << " |\n";
+    for (const auto& name : detail::memory_stage_order(r)) {
+      const StageMemory& v = stages->at(name);
+      md << "| " << name << " | " << fmt_bytes(v.peak_allocated_bytes) << " | " << fmt_bytes(v.peak_reserved_bytes)
+         << " | " << fmt_bytes(v.peak_rss_bytes) << " |\n";
     }
   }
 }
 
 // report.md's "Environment": what ran, from the pinned manifest (docs/manifest.md).
-void write_environment_md(std::ostream& md, const nlohmann::json& j) {
-  const nlohmann::json man = at(j, "/manifest");
-  md << "\n## Environment\n\n- anchor " << text_of(at(j, "/anchor/version")) << " (commit "
-     << text_of(at(j, "/anchor/git_commit")) << ")\n";
-  if (!man.is_object()) {
+void write_environment_md(std::ostream& md, const RunReport& r) {
+  const AnchorBuild& build = or_empty(r.anchor);
+  md << "\n## Environment\n\n- anchor " << text_of(build.version) << " (commit " << text_of(build.git_commit) << ")\n";
+  if (!r.manifest) {
     md << "- not pinned: the pilot stopped before its pin stage\n";
     return;
   }
-  const auto deps = at(man, "/dependencies");
-  md << "- LibTorch " << text_of(at(deps, "/libtorch")) << "; CUDA runtime " << text_of(at(deps, "/cuda_runtime"))
-     << ", driver " << text_of(at(deps, "/cuda_driver")) << ", cuDNN " << text_of(at(deps, "/cudnn")) << ", NCCL "
-     << text_of(at(deps, "/nccl")) << "; HIP " << text_of(at(deps, "/hip_runtime")) << "\n";
-  md << "- device: " << text_of(at(man, "/device/accelerator")) << ", " << text_of(at(man, "/device/count"))
-     << " visible";
-  for (const auto& d : at(man, "/device/devices").is_array() ? at(man, "/device/devices") : nlohmann::json::array())
-    md << "; " << text_of(at(d, "/name"));
-  md << "\n- host " << text_of(at(man, "/host/hostname")) << ": " << text_of(at(man, "/host/cpu_model")) << ", "
-     << text_of(at(man, "/host/cpu_count")) << " CPUs, " << fmt_bytes(at(man, "/host/memory_total_bytes")) << "; "
-     << text_of(at(deps, "/os/pretty_name")) << ", glibc " << text_of(at(deps, "/glibc")) << "\n";
-  md << "- threads: run.threads " << text_of(at(man, "/threads/run_threads")) << " (intra-op "
-     << text_of(at(man, "/threads/intra_op")) << ", inter-op " << text_of(at(man, "/threads/inter_op")) << ", BLAS "
-     << text_of(at(man, "/threads/blas/library")) << " " << text_of(at(man, "/threads/blas/threads")) << ")\n";
-  md << "- container: "
-     << (at(man, "/container/digest").is_string() ? at(man, "/container/digest").get<std::string>()
-                                                  : std::string("no digest"))
-     << "\n- the manifest's SHA-256: " << text_of(at(j, "/manifest_sha256")) << " (every pinned input and library)\n";
+  const Manifest& man = *r.manifest;
+  const Dependencies& deps = or_empty(man.dependencies);
+  const DeviceFacts& device = or_empty(man.device);
+  const HostFacts& host = or_empty(man.host);
+  const ThreadFacts& threads = or_empty(man.threads);
+  const BlasFacts& blas = or_empty(threads.blas);
+  md << "- LibTorch " << text_of(deps.libtorch) << "; CUDA runtime " << text_of(deps.cuda_runtime) << ", driver "
+     << text_of(deps.cuda_driver) << ", cuDNN " << text_of(deps.cudnn) << ", NCCL " << text_of(deps.nccl) << "; HIP "
+     << text_of(deps.hip_runtime) << "\n";
+  md << "- device: " << text_of(device.accelerator) << ", " << text_of(device.count) << " visible";
+  for (const auto& d : or_empty(device.devices)) md << "; " << text_of(d.name);
+  md << "\n- host " << text_of(host.hostname) << ": " << text_of(host.cpu_model) << ", " << text_of(host.cpu_count)
+     << " CPUs, " << fmt_bytes(host.memory_total_bytes) << "; " << text_of(or_empty(deps.os).pretty_name) << ", glibc "
+     << text_of(deps.glibc) << "\n";
+  md << "- threads: run.threads " << text_of(threads.run_threads) << " (intra-op " << text_of(threads.intra_op)
+     << ", inter-op " << text_of(threads.inter_op) << ", BLAS " << text_of(blas.library) << " " << text_of(blas.threads)
+     << ")\n";
+  md << "- container: " << or_empty(man.container).digest.value_or("no digest")
+     << "\n- the manifest's SHA-256: " << text_of(r.manifest_sha256) << " (every pinned input and library)\n";
 }
+
+std::string stage_seconds(const Stage& s, const char* none) { return s.seconds ? fmt_seconds(*s.seconds) : none; }
 
 // report.md's title, outcome and stage table.
-void write_stages_md(std::ostream& md, const nlohmann::json& j) {
-  md << "# anchor pilot " << j.value("run_id", "") << "\n\n";
-  md << "**" << j.value("status", "") << "**: " << j.value("message", "") << "\n\n";
+void write_stages_md(std::ostream& md, const RunReport& r) {
+  md << "# anchor pilot " << r.run_id.value_or("") << "\n\n";
+  md << "**" << r.status.value_or("") << "**: " << r.message.value_or("") << "\n\n";
   md << "| stage | status | time | figure |\n|---|---|---|---|\n";
-  for (const auto& s : j["stages"])
-    md << "| " << s.value("stage", "") << " | " << s.value("status", "") << " | "
-       << (s.contains("seconds") ? fmt_seconds(s["seconds"].get<double>()) : "") << " | " << stage_figure(s) << " |\n";
+  for (const auto& s : or_empty(r.stages))
+    md << "| " << s.stage.value_or("") << " | " << s.status.value_or("") << " | " << stage_seconds(s, "") << " | "
+       << stage_figure(s) << " |\n";
 }
+
+// A restore onto another world size re-derives the RNG of the ranks it lacks.
+bool resharded(const Opt<RngRestore>& rr) {
+  return rr && rr->saved_world_size.value_or(0) != rr->world_size.value_or(0);
+}
+std::string rederived(const RngRestore& rr) { return rr.rederived.value_or(Json::array()).dump(); }
 
 // Where the run started: initialisation, or the checkpoint it restored.
-void write_start_md(std::ostream& md, const nlohmann::json& st) {
+void write_start_md(std::ostream& md, const Start& st) {
   md << "\n## Start\n\n";
-  if (st.value("from", "init") != "latest" || !st.contains("step")) {
-    md << (st.value("from", "init") == "latest" ? "From the newest committed checkpoint (none was restored).\n"
-                                                : "From initialisation (run.seed).\n");
+  const bool latest = st.from.value_or("init") == "latest";
+  if (!latest || !st.step) {
+    md << (latest ? "From the newest committed checkpoint (none was restored).\n"
+                  : "From initialisation (run.seed).\n");
     return;
   }
-  md << "From step " << st["step"].dump() << ": `" << st.value("dir", "") << "` (manifest sha256 "
-     << st.value("manifest_sha256", "") << "), written by run "
-     << (st["run_id"].is_string() ? st["run_id"].get<std::string>() : std::string("(not recorded)")) << " with "
-     << st.value("world_size", 1) << " rank(s), " << st.value("strategy", "") << ".\n";
-  for (const auto& sk : st.value("skipped", nlohmann::json::array()))
-    md << "- passed over " << sk.value("dir", "") << ": " << sk.value("reason", "") << "\n";
-  for (const auto& d : st.value("config_differences", nlohmann::json::array()))
-    md << "- config " << d.value("key", "") << ": " << d["checkpoint"].dump() << " in the checkpoint, "
-       << d["config"].dump() << " here" << (d.value("refused", false) ? " (REFUSED)" : "") << "\n";
-  const auto& rr = st.value("rng_restore", nlohmann::json::object());
-  if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
-    md << "- restored from " << rr.value("saved_world_size", 0) << " rank(s) to " << rr.value("world_size", 0)
-       << ": RNG re-derived " << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
+  md << "From step " << *st.step << ": `" << st.dir.value_or("") << "` (manifest sha256 "
+     << st.manifest_sha256.value_or("") << "), written by run " << st.run_id.value_or("(not recorded)") << " with "
+     << st.world_size.value_or(1) << " rank(s), " << st.strategy.value_or("") << ".\n";
+  for (const auto& sk : or_empty(st.skipped))
+    md << "- passed over " << sk.dir.value_or("") << ": " << sk.reason.value_or("") << "\n";
+  for (const auto& d : or_empty(st.config_differences))
+    md << "- config " << d.key.value_or("") << ": " << d.checkpoint.value_or(Json()).dump() << " in the checkpoint, "
+       << d.config.value_or(Json()).dump() << " here" << (d.refused.value_or(false) ? " (REFUSED)" : "") << "\n";
+  if (resharded(st.rng_restore))
+    md << "- restored from " << st.rng_restore->saved_world_size.value_or(0) << " rank(s) to "
+       << st.rng_restore->world_size.value_or(0) << ": RNG re-derived " << rederived(*st.rng_restore) << "\n";
 }
 
-void write_resume_md(std::ostream& md, const nlohmann::json& resume) {
-  md << "\n## Resume\n\nVerdict: " << resume.value("verdict", "") << " (" << resume.value("mode", "") << ")\n\n";
-  for (const auto& c : resume["checks"])
-    if (!c["ok"].get<bool>())
-      md << "- DIVERGED " << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>() << "\n";
+void write_resume_md(std::ostream& md, const Resume& resume) {
+  md << "\n## Resume\n\nVerdict: " << resume.verdict.value_or("") << " (" << resume.mode.value_or("") << ")\n\n";
+  for (const auto& c : or_empty(resume.checks))
+    if (!c.ok.value_or(false)) md << "- DIVERGED " << c.name.value_or("") << ": " << c.detail.value_or("") << "\n";
+}
+
+void precision_row(std::ostream& md, const char* what, const PrecisionFigure& f) {
+  md << "| " << what << " | " << f.fp32.value_or(0.0) << " | " << f.value.value_or(0.0) << " | "
+     << f.rel_diff.value_or(0.0) << (f.flagged.value_or(false) ? " FLAGGED" : "") << " |\n";
 }
 
 // The loss, the global gradient norm and the parameters of the precision check, as a table.
-void write_precision_table_md(std::ostream& md, const nlohmann::json& p) {
-  md << "| value | fp32 | " << p.value("precision", "") << " | relative difference |\n|---|---|---|---|\n";
-  md << "| loss | " << p["loss"]["fp32"].get<double>() << " | " << p["loss"]["value"].get<double>() << " | "
-     << p["loss"]["rel_diff"].get<double>() << (p["loss"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
-  md << "| global gradient norm | " << p["grad_norm"]["fp32"].get<double>() << " | "
-     << p["grad_norm"]["value"].get<double>() << " | " << p["grad_norm"]["rel_diff"].get<double>()
-     << (p["grad_norm"]["flagged"].get<bool>() ? " FLAGGED" : "") << " |\n";
-  const auto& params = p["parameters"];
-  const bool any_flag = !params["flagged"].empty();
+void write_precision_table_md(std::ostream& md, const Precision& p) {
+  md << "| value | fp32 | " << p.precision.value_or("") << " | relative difference |\n|---|---|---|---|\n";
+  precision_row(md, "loss", or_empty(p.loss));
+  precision_row(md, "global gradient norm", or_empty(p.grad_norm));
+  const PrecisionParameters& params = or_empty(p.parameters);
+  const bool any_flag = !or_empty(params.flagged).empty();
   md << "\n"
      << (any_flag ? "Parameters whose gradient norm differs beyond the tolerance:"
                   : "Largest per-parameter gradient-norm differences (none beyond the tolerance):")
      << "\n\n| parameter | grad norm fp32 | grad norm | relative difference | relative error "
         "|\n|---|---|---|---|---|\n";
-  for (const auto& x : any_flag ? params["flagged"] : params["largest"])
-    md << "| " << x["name"].get<std::string>() << " | " << x["grad_norm_fp32"].get<double>() << " | "
-       << x["grad_norm"].get<double>() << " | " << x["rel_diff"].get<double>() << " | " << x["rel_error"].get<double>()
-       << " |\n";
+  for (const auto& x : any_flag ? *params.flagged : or_empty(params.largest))
+    md << "| " << x.name.value_or("") << " | " << x.grad_norm_fp32.value_or(0.0) << " | " << x.grad_norm.value_or(0.0)
+       << " | " << x.rel_diff.value_or(0.0) << " | " << x.rel_error.value_or(0.0) << " |\n";
 }
 
-void write_precision_md(std::ostream& md, const nlohmann::json& p) {
+void write_precision_md(std::ostream& md, const Precision& p) {
   md << "\n## Precision\n\n"
-     << p.value("precision", "") << " vs " << p.value("reference", "fp32") << " on the step " << p.value("step", 0)
-     << " from the same state: **" << p.value("verdict", "") << "** (tolerance " << p.value("tolerance", 0.0)
+     << p.precision.value_or("") << " vs " << p.reference.value_or("fp32") << " on the step " << p.step.value_or(0)
+     << " from the same state: **" << p.verdict.value_or("") << "** (tolerance " << p.tolerance.value_or(0.0)
      << ")\n\n";
-  for (const auto& n : p.value("non_finite", nlohmann::json::array()))
-    md << "- NON-FINITE " << n.value("what", "") << " " << n.value("tensor", "") << "\n";
-  if (p.contains("loss")) write_precision_table_md(md, p);
+  for (const auto& n : or_empty(p.non_finite))
+    md << "- NON-FINITE " << n.what.value_or("") << " " << n.tensor.value_or("") << "\n";
+  if (p.loss) write_precision_table_md(md, p);
 }
 
-void write_loss_scaler_md(std::ostream& md, const nlohmann::json& ls) {
-  md << "\n## Loss scaler\n\nScale saved " << ls["saved_scale"].get<double>() << ", restored "
-     << ls["restored_scale"].get<double>() << ", final " << ls["final_scale"].get<double>()
-     << ". Skipped steps: " << (ls["skipped_steps"].empty() ? "none" : "") << "\n\n";
-  for (const auto& st : ls["skipped_steps"])
-    md << "- step " << st["step"].dump() << " (" << st["part"].get<std::string>() << "): inf/NaN gradient in "
-       << st["nonfinite_grad"].get<std::string>() << " at scale " << st["loss_scale"].dump() << "\n";
+void write_loss_scaler_md(std::ostream& md, const LossScaler& ls) {
+  const auto& skipped = or_empty(ls.skipped_steps);
+  md << "\n## Loss scaler\n\nScale saved " << ls.saved_scale.value_or(0.0) << ", restored "
+     << ls.restored_scale.value_or(0.0) << ", final " << ls.final_scale.value_or(0.0)
+     << ". Skipped steps: " << (skipped.empty() ? "none" : "") << "\n\n";
+  for (const auto& st : skipped)
+    md << "- step " << text_of(st.step) << " (" << st.part.value_or("") << "): inf/NaN gradient in "
+       << st.nonfinite_grad.value_or("") << " at scale " << text_of(st.loss_scale) << "\n";
 }
 
-void write_ranks_md(std::ostream& md, const nlohmann::json& d) {
-  const bool nodes = d.value("nodes", 1) > 1;  // several nodes: which one each rank ran on
-  md << "\n## Ranks\n\nStrategy " << d.value("strategy", "") << ", " << d.value("world_size", 0) << " ranks"
-     << (nodes ? " on " + std::to_string(d.value("nodes", 1)) + " nodes" : std::string())
-     << (d.value("backend", "").empty() ? std::string() : " over " + d.value("backend", std::string()))
+void write_ranks_md(std::ostream& md, const Distributed& d) {
+  const std::int64_t node_count = d.nodes.value_or(1);
+  const bool nodes = node_count > 1;  // several nodes: which one each rank ran on
+  const std::string backend = d.backend.value_or("");
+  md << "\n## Ranks\n\nStrategy " << d.strategy.value_or("") << ", " << d.world_size.value_or(0) << " ranks"
+     << (nodes ? " on " + std::to_string(node_count) + " nodes" : std::string())
+     << (backend.empty() ? std::string() : " over " + backend)
      << ". Per rank after the measured step (DDP: every rank holds all of it):\n\n"
      << "| rank |" << (nodes ? " node | host |" : "")
      << " optimizer bytes | DDP | gradient bytes | DDP | comm_s |\n|---|" << (nodes ? "---|---|" : "")
      << "---|---|---|---|---|\n";
-  for (const auto& r : d["per_rank"]) {
-    md << "| " << r.value("rank", 0) << " | ";
-    if (nodes) md << r.value("node", 0) << " | " << r.value("host", "") << " | ";
-    md << r.value("optimizer_bytes", 0) << " | " << r.value("optimizer_bytes_ddp", 0) << " | "
-       << r.value("gradient_bytes", 0) << " | " << r.value("gradient_bytes_ddp", 0) << " | " << r.value("comm_s", 0.0)
+  for (const auto& r : or_empty(d.per_rank)) {
+    md << "| " << r.rank.value_or(0) << " | ";
+    if (nodes) md << r.node.value_or(0) << " | " << r.host.value_or("") << " | ";
+    md << r.optimizer_bytes.value_or(0) << " | " << r.optimizer_bytes_ddp.value_or(0) << " | "
+       << r.gradient_bytes.value_or(0) << " | " << r.gradient_bytes_ddp.value_or(0) << " | " << r.comm_s.value_or(0.0)
        << " |\n";
   }
-  const auto& rr = d.value("rng_restore", nlohmann::json::object());
-  if (rr.value("saved_world_size", 0) != rr.value("world_size", 0))
-    md << "\nRestored from " << rr.value("saved_world_size", 0) << " ranks: RNG re-derived "
-       << rr.value("rederived", nlohmann::json::array()).dump() << "\n";
+  if (resharded(d.rng_restore))
+    md << "\nRestored from " << d.rng_restore->saved_world_size.value_or(0) << " ranks: RNG re-derived "
+       << rederived(*d.rng_restore) << "\n";
 }
 
 // The plan (or why there is none), then whether the report is signed.
-void write_plan_and_signed_md(std::ostream& md, const nlohmann::json& j) {
-  if (j.contains("plan") && j["plan"].is_object()) {
-    const auto& plan = j["plan"];
+void write_plan_and_signed_md(std::ostream& md, const RunReport& r) {
+  if (r.plan && r.plan->is_object()) {
+    const Json& plan = *r.plan;
     if (plan.contains("recommendation"))  // the whole plan, as `anchor plan` prints it
       md << "\n## Plan\n\n```text\n" << plan::format_plan(plan) << "```\n";
-    else if (plan.contains("why"))
-      md << "\n## Plan\n\nNot planned: " << plan.value("why", std::string()) << "\n";
+    else if (const auto why = plan.find("why"); why != plan.end() && why->is_string())
+      md << "\n## Plan\n\nNot planned: " << why->get<std::string>() << "\n";
   }
   md << "\nSigned: "
-     << (j.value("signed", false) ? "yes, key " + j.value("signer_key_id", std::string()) + " (report.intoto.json)"
-                                  : "NO: " + j.value("unsigned_reason", std::string("not signed")))
+     << (r.is_signed.value_or(false) ? "yes, key " + r.signer_key_id.value_or("") + " (report.intoto.json)"
+                                     : "NO: " + r.unsigned_reason.value_or("not signed"))
      << "\n";
+}
+
+// report.md, all of it.
+std::string report_md(const RunReport& r) {
+  std::ostringstream md;
+  write_stages_md(md, r);
+  if (r.start) write_start_md(md, *r.start);
+  if (r.resume) write_resume_md(md, *r.resume);
+  if (r.precision) write_precision_md(md, *r.precision);
+  if (r.loss_scaler && r.loss_scaler->enabled.value_or(false)) write_loss_scaler_md(md, *r.loss_scaler);
+  if (r.distributed) write_ranks_md(md, *r.distributed);
+  if (r.measurements && r.measurements->activation_checkpointing)
+    md << "\n## Activation checkpointing\n\n" << r.measurements->activation_checkpointing->trade.value_or("") << "\n";
+  write_measurements_md(md, r);
+  write_environment_md(md, r);
+  write_plan_and_signed_md(md, r);
+  return md.str();
 }
 
 }  // namespace
 
 namespace detail {
-void measurements_md(std::ostream& md, const nlohmann::json& report) { write_measurements_md(md, report); }
-void environment_md(std::ostream& md, const nlohmann::json& report) { write_environment_md(md, report); }
-std::string bytes_text(const nlohmann::json& v) { return fmt_bytes(v); }
+void measurements_md(std::ostream& md, const RunReport& report) { write_measurements_md(md, report); }
+void environment_md(std::ostream& md, const RunReport& report) { write_environment_md(md, report); }
+std::string bytes_text(double bytes) { return fmt_bytes(bytes); }
+// In the order the stages ran, then any the stage list lacks.
+std::vector<std::string> memory_stage_order(const RunReport& r) {
+  std::vector<std::string> order;
+  const auto* stages = r.measurements && r.measurements->memory && r.measurements->memory->stages
+                           ? &*r.measurements->memory->stages
+                           : nullptr;
+  if (!stages) return order;
+  for (const auto& st : or_empty(r.stages))
+    if (st.stage && stages->count(*st.stage)) order.push_back(*st.stage);
+  for (const auto& [stage, v] : *stages)
+    if (std::find(order.begin(), order.end(), stage) == order.end()) order.push_back(stage);
+  return order;
+}
+
 std::string markup_escape(const std::string& raw) { return xml_escape(raw); }
 }  // namespace detail
 
@@ -393,6 +418,7 @@ void Report::begin(const std::string& run_id, const config::Config& cfg, const s
   j_["config_path"] = config_path;
   j_["config"] = config::to_json(cfg);
   j_["config_digest"] = config::digest(cfg);
+  micro_batch_ = cfg.train.micro_batch, grad_accum_ = cfg.train.grad_accum, precision_ = cfg.train.precision;
   j_["device"] = cfg.device;
   j_["stages"] = nlohmann::json::array();
   j_["status"] = "running";
@@ -428,7 +454,7 @@ nlohmann::json loss_scaler_section(const protocol::WorkerResult& ref, const prot
 
 // measurements.step: the measured step is the last of the K training steps,
 // the first with full optimizer state.
-nlohmann::json step_section(const protocol::WorkerResult& ref, const nlohmann::json& cfg) {
+nlohmann::json step_section(const protocol::WorkerResult& ref, int micro_batch, int grad_accum) {
   const auto& s = ref.train_steps.back();
   const double wall = s.compute_s + s.data_wait_s;
   const double tps = wall > 0 ? static_cast<double>(s.tokens) / wall : 0.0;
@@ -443,8 +469,8 @@ nlohmann::json step_section(const protocol::WorkerResult& ref, const nlohmann::j
           {"tokens", s.tokens},
           {"tokens_per_s", tps},  // one rank's: the plan scales per GPU
           {"tokens_per_s_all_ranks", tps * ref.world_size},
-          {"micro_batch", cfg["train"]["micro_batch"]},
-          {"grad_accum", cfg["train"]["grad_accum"]},
+          {"micro_batch", micro_batch},
+          {"grad_accum", grad_accum},
           {"world_size", ref.world_size},
           {"achieved_flops", achieved},
           {"reference_matmul_flops", peak},
@@ -475,28 +501,29 @@ void Report::set_resume(const protocol::WorkerResult& ref, const protocol::Worke
   j_["loss_scaler"] = loss_scaler_section(ref, res);
 
   // Measurements (docs/report.md).
-  const auto& cfg = j_["config"];
   nlohmann::json m = nlohmann::json::object();
   m["model"] = ref.model.to_json();
-  m["step"] = step_section(ref, cfg);
+  m["step"] = step_section(ref, micro_batch_, grad_accum_);
+  // Each stage's peak memory, and the checkpoint I/O of the save and the restore, from the stages' figures.
   nlohmann::json stages = nlohmann::json::object();
-  for (const auto& st : j_["stages"]) {
-    const std::string n = st.value("stage", "");
-    const auto& f = st.value("figures", nlohmann::json::object());
-    if (f.contains("memory")) stages[n] = f["memory"];
-    if (n == "checkpoint_save")
-      m["checkpoint_save"] = {{"bytes", f["bytes"]}, {"seconds", f["seconds"]}, {"gb_per_s", f["gb_per_s"]}};
-    if (n == "restore")
-      m["restore"] = {{"bytes", f.value("bytes", 0)},
-                      {"seconds", f.value("seconds", 0.0)},
-                      {"gb_per_s", f.value("gb_per_s", 0.0)},
-                      {"model_build_s", f.value("model_build_s", 0.0)},
-                      {"load_state_s", f.value("load_state_s", 0.0)},
-                      {"state_digest_s", f.value("state_digest_s", 0.0)}};
+  const RunReport so_far = typed();  // named: the loop reads into it
+  for (const auto& st : or_empty(so_far.stages)) {
+    const std::string n = st.stage.value_or("");
+    const StageFigures& f = or_empty(st.figures);
+    if (f.memory) stages[n] = section_to_json(*f.memory);
+    IoFigures io;
+    io.bytes = f.bytes, io.seconds = f.seconds, io.gb_per_s = f.gb_per_s;
+    if (n == "checkpoint_save") m["checkpoint_save"] = section_to_json(io);
+    if (n == "restore") {
+      io.bytes = f.bytes.value_or(0), io.seconds = f.seconds.value_or(0.0), io.gb_per_s = f.gb_per_s.value_or(0.0);
+      io.model_build_s = f.model_build_s.value_or(0.0), io.load_state_s = f.load_state_s.value_or(0.0),
+      io.state_digest_s = f.state_digest_s.value_or(0.0);
+      m["restore"] = section_to_json(io);
+    }
   }
   const auto& step_mem = ref.step_memory.tensors;
   m["memory"] = {{"source", step_mem.source},
-                 {"precision", cfg["train"]["precision"]},
+                 {"precision", precision_},
                  {"step", ref.step_memory.to_json()},
                  {"state_bytes", ref.state_bytes.to_json()},
                  {"stages", stages},
@@ -567,27 +594,15 @@ void Report::set_unsigned(const std::string& why) {
 }
 
 void Report::write(const std::string& run_dir) const {
-  fs::atomic_write_file(run_dir + "/report.json", dump_json(j_, 2) + "\n");
-  std::ostringstream md;
-  write_stages_md(md, j_);
-  if (j_.contains("start")) write_start_md(md, j_["start"]);
-  if (j_.contains("resume")) write_resume_md(md, j_["resume"]);
-  if (j_.contains("precision")) write_precision_md(md, j_["precision"]);
-  if (j_.contains("loss_scaler") && j_["loss_scaler"].value("enabled", false))
-    write_loss_scaler_md(md, j_["loss_scaler"]);
-  if (j_.contains("distributed")) write_ranks_md(md, j_["distributed"]);
-  if (j_.contains("measurements") && j_["measurements"].contains("activation_checkpointing"))
-    md << "\n## Activation checkpointing\n\n"
-       << j_["measurements"]["activation_checkpointing"].value("trade", "") << "\n";
-  write_measurements_md(md, j_);
-  write_environment_md(md, j_);
-  write_plan_and_signed_md(md, j_);
-  fs::atomic_write_file(run_dir + "/report.md", md.str());
+  // The typed report is what every view reads, and what report.json is written from.
+  const RunReport r = RunReport::from_json(j_);
+  fs::atomic_write_file(run_dir + "/report.json", dump_json(r.to_json(), 2) + "\n");
+  fs::atomic_write_file(run_dir + "/report.md", report_md(r));
   // The trace, then the page that draws its stages (docs/report.md, "report.html" and "trace.json").
   // Views of report.json and events.jsonl: one that cannot be written (a full disk) is a warning,
   // never the pilot's outcome, and no stale copy is left to be signed as this run's.
   try {
-    fs::atomic_write_file(run_dir + "/report.html", report_html(j_, write_trace(run_dir)));
+    fs::atomic_write_file(run_dir + "/report.html", report_html(r, write_trace(run_dir)));
   } catch (const std::exception& e) {
     ANCHOR_LOG_WARN("report", "report.html and trace.json not written: {}", printable(e.what()));
     for (const char* view : {"/report.html", "/trace.json"}) ::unlink((run_dir + view).c_str());
@@ -595,30 +610,31 @@ void Report::write(const std::string& run_dir) const {
 }
 
 void Report::print_summary(std::ostream& os) const {
+  const RunReport r = RunReport::from_json(j_);
   os << "\n  " << std::left << std::setw(20) << "stage" << std::setw(8) << "status" << std::setw(11) << "time"
      << "figure\n";
-  for (const auto& s : j_["stages"])
-    os << "  " << std::setw(20) << s.value("stage", "") << std::setw(8) << s.value("status", "") << std::setw(11)
-       << (s.contains("seconds") ? fmt_seconds(s["seconds"].get<double>()) : "-") << stage_figure(s) << "\n";
-  os << "\n  " << j_.value("status", "") << ": " << j_.value("message", "") << "\n\n";
+  for (const auto& s : or_empty(r.stages))
+    os << "  " << std::setw(20) << s.stage.value_or("") << std::setw(8) << s.status.value_or("") << std::setw(11)
+       << stage_seconds(s, "-") << stage_figure(s) << "\n";
+  os << "\n  " << r.status.value_or("") << ": " << r.message.value_or("") << "\n\n";
 }
 
-std::string junit_xml(const nlohmann::json& r, const std::vector<std::string>& planned) {
+std::string junit_xml(const RunReport& r, const std::vector<std::string>& planned) {
   int tests = 0, failures = 0, skipped = 0;
   double total = 0;
   std::ostringstream cases;
   std::string stopped_in;  // the stage the pilot stopped in, for the skipped ones' message
   std::vector<std::string> ran;
-  for (const auto& s : r["stages"]) {
+  for (const auto& s : or_empty(r.stages)) {
     ++tests;
-    const std::string name = s.value("stage", ""), status = s.value("status", "");
-    const double seconds = s.contains("seconds") && s["seconds"].is_number() ? s["seconds"].get<double>() : 0.0;
+    const std::string name = s.stage.value_or(""), status = s.status.value_or("");
+    const double seconds = s.seconds.value_or(0.0);
     total += seconds;
     ran.push_back(name);
     std::string why;
     if (status != "passed") {
       ++failures;
-      why = s.value("error", status.empty() ? std::string("failed") : status);
+      why = s.error.value_or(status.empty() ? std::string("failed") : status);
       stopped_in = name;  // the last that failed: later stages may still run after a failure (compare)
     }
     testcase(cases, "anchor.pilot.stage", name, junit_seconds(seconds), status != "passed" ? &why : nullptr, "stage");
@@ -626,7 +642,7 @@ std::string junit_xml(const nlohmann::json& r, const std::vector<std::string>& p
   // A pilot that failed without a failed stage (interrupted, or refused
   // after its last stage): its outcome is a failed case, so CI never reads a
   // failed pilot as green.
-  const std::string status = r.value("status", ""), message = r.value("message", "");
+  const std::string status = r.status.value_or(""), message = r.message.value_or("");
   if (failures == 0 && !status.empty() && status != "passed") {
     ++tests;
     ++failures;
@@ -643,19 +659,19 @@ std::string junit_xml(const nlohmann::json& r, const std::vector<std::string>& p
                                 : "not run: the pilot " + status + " (" + message + ")";
     testcase(cases, "anchor.pilot.stage", name, "", nullptr, "", &why);
   }
-  if (r.contains("resume") && r["resume"].contains("checks"))
-    for (const auto& c : r["resume"]["checks"]) {
+  if (r.resume)
+    for (const auto& c : or_empty(r.resume->checks)) {
       ++tests;
-      const bool ok = c.value("ok", false);
-      const std::string detail = c.value("detail", "");
+      const bool ok = c.ok.value_or(false);
+      const std::string detail = c.detail.value_or("");
       if (!ok) ++failures;
-      testcase(cases, "anchor.pilot.resume", c.value("name", ""), "", ok ? nullptr : &detail, "resume");
+      testcase(cases, "anchor.pilot.resume", c.name.value_or(""), "", ok ? nullptr : &detail, "resume");
     }
-  const std::string created = r.value("created_at", "");
+  const std::string created = r.created_at.value_or("");
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"anchor pilot\" tests=\"" << tests
     << "\" failures=\"" << failures << "\" errors=\"0\" time=\"" << junit_seconds(total) << "\">\n"
-    << "  <testsuite name=\"anchor pilot " << xml_escape(r.value("run_id", "")) << "\" tests=\"" << tests
+    << "  <testsuite name=\"anchor pilot " << xml_escape(r.run_id.value_or("")) << "\" tests=\"" << tests
     << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"" << junit_seconds(total)
     << "\" timestamp=\"" << xml_escape(created.substr(0, 19)) << "\" hostname=\"" << xml_escape(proc::host_name())
     << "\">\n"

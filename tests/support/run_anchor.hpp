@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/run_report/run_report.hpp"
 #include "support/temp_dir.hpp"
 
 namespace anchor::testing {
@@ -17,9 +20,16 @@ struct AnchorRun {
   std::string output;  // stdout and stderr, interleaved
 };
 
-// A JSON file the run wrote (report.json, manifest.json, work/*.json).
+// A JSON file the run wrote (report.json, manifest.json, work/*.json). A
+// report.json must also read into run_report::RunReport and write back to the
+// same bytes: every report an e2e test reads checks the typed document.
 inline nlohmann::json read_json(const std::filesystem::path& path) {
-  return nlohmann::json::parse(fs::read_file(path.string()));
+  nlohmann::json j = nlohmann::json::parse(fs::read_file(path.string()));
+  if (path.filename() == "report.json") {
+    const std::string again = run_report::RunReport::from_json(j).to_json().dump(2);
+    EXPECT_EQ(again, j.dump(2)) << path << " does not round-trip through run_report::RunReport";
+  }
+  return j;
 }
 
 // Runs `anchor args...` from the source directory with extra environment.

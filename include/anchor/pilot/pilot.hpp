@@ -10,6 +10,7 @@
 
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
+#include "anchor/run_report/run_report.hpp"
 
 namespace anchor::pilot {
 
@@ -78,7 +79,7 @@ struct PilotOptions {
   // `anchor reproduce`: run this config instead of loading config_path, and
   // compare the results with `baseline` (a past report.json) stage by stage.
   const config::Config* config = nullptr;
-  const nlohmann::json* baseline = nullptr;
+  const run_report::RunReport* baseline = nullptr;
   // Already pinned for this config (reproduce): written as the run's manifest,
   // not re-hashed. Otherwise worker A pins, in the process that trains.
   const nlohmann::json* pinned_manifest = nullptr;

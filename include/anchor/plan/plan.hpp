@@ -119,10 +119,6 @@ struct Measured {
   std::optional<double> baseline_bytes;
 };
 
-// Reads a report.json's measurements (either kind of pilot). Throws Error
-// (kUsage) naming the missing or mistyped field.
-Measured measured_from_report(const nlohmann::json& report);
-
 // The memory model of the measured points: the fitted model with two or more
 // points; with one (a program that cannot be probed), fixed = the state plus
 // what was held before the first step, and everything above it activations
@@ -136,8 +132,6 @@ MemoryModel memory_model(const Measured& m);
 // (kUsage) when a measurement is unusable or a device named in budget.devices
 // is not in the catalog.
 nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config::Config& cfg);
-// make_plan(measured_from_report(report), catalog, cfg).
-nlohmann::json make_plan(const nlohmann::json& report, const Catalog& catalog, const config::Config& cfg);
 
 // A readable rendering of make_plan's output (tables, then assumptions).
 std::string format_plan(const nlohmann::json& plan);

@@ -26,6 +26,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "anchor/manifest/path_map.hpp"
+#include "anchor/run_report/run_report.hpp"
 
 namespace anchor::reproduce {
 
@@ -75,7 +76,7 @@ InputPlaces input_places(const nlohmann::json& manifest);
 
 // The catalog a signed report's plan records ({path, sha256}: a non-empty
 // path and a SHA-256), or nullopt: one rule for the bundle and its reader.
-std::optional<std::pair<std::string, std::string>> recorded_catalog(const nlohmann::json& report);
+std::optional<std::pair<std::string, std::string>> recorded_catalog(const run_report::RunReport& report);
 
 struct OpenedBundle {
   std::string dir;         // absolute

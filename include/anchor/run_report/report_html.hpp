@@ -9,11 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "anchor/run_report/run_report.hpp"
+
 namespace anchor::run_report {
 
-// `report` is report.json; `trace` is trace.json (trace.hpp). Whatever either
+// `report` is report.json, typed; `trace` is trace.json (trace.hpp). Whatever either
 // holds is escaped; a section whose data the report lacks (a pilot that
 // failed early, an older report) says so instead of drawing.
-std::string report_html(const nlohmann::json& report, const nlohmann::json& trace);
+std::string report_html(const RunReport& report, const nlohmann::json& trace);
 
 }  // namespace anchor::run_report

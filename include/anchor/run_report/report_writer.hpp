@@ -9,6 +9,7 @@
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
 #include "anchor/protocol/worker_result.hpp"
+#include "anchor/run_report/run_report.hpp"
 
 namespace anchor::run_report {
 
@@ -55,18 +56,26 @@ class Report {
   void write(const std::string& run_dir) const;
   void print_summary(std::ostream& os) const;
   const nlohmann::json& json() const { return j_; }
+  // The report so far as the typed document every view reads.
+  RunReport typed() const { return RunReport::from_json(j_); }
 
  private:
   nlohmann::json j_ = nlohmann::json::object();
+  // The config's shape, for measurements.step and .memory (begin).
+  int micro_batch_ = 0, grad_accum_ = 0;
+  std::string precision_;
 };
 
 namespace detail {
 // report.md's "Measurements" and "Environment" sections (markdown), which
 // report.html shows too, and a byte count as report.md writes it ("n/a" for
-// what is not a count).
-void measurements_md(std::ostream& md, const nlohmann::json& report);
-void environment_md(std::ostream& md, const nlohmann::json& report);
-std::string bytes_text(const nlohmann::json& v);
+// what is negative or not a number).
+void measurements_md(std::ostream& md, const RunReport& report);
+void environment_md(std::ostream& md, const RunReport& report);
+std::string bytes_text(double bytes);
+// The stages measurements.memory.stages holds, in the order the stages ran,
+// then those the stage list lacks (report.md's table, report.html's chart).
+std::vector<std::string> memory_stage_order(const RunReport& report);
 // Text for XML or HTML content and attribute values (the JUnit file's
 // escaping): bytes that are not UTF-8 as \xNN, control characters as \xNN or
 // character references, and & < > " ' escaped.
@@ -77,7 +86,7 @@ std::string markup_escape(const std::string& raw);
 // (junit-10.xsd): one test case per stage and per resume check; a stage in
 // `planned` that the report does not hold is <skipped/>, saying where the
 // pilot stopped.
-std::string junit_xml(const nlohmann::json& report, const std::vector<std::string>& planned = {});
+std::string junit_xml(const RunReport& report, const std::vector<std::string>& planned = {});
 // The JUnit XML of a pilot refused before it had a report: one failed test
 // case `name` whose failure has `type` and the message.
 std::string junit_error_xml(const std::string& name, const std::string& type, const std::string& message,

@@ -8,12 +8,21 @@
 
 #include "anchor/error.hpp"
 #include "anchor/plan/plan.hpp"
+#include "anchor/run_report/plan_inputs.hpp"
 #include "synthetic_report.hpp"
 
 namespace {
 
 using namespace anchor::plan;
 using nlohmann::json;
+
+// The plan's inputs and the plan of a report as report.json holds it.
+Measured measured_from_report(const json& report) {
+  return anchor::run_report::measured_from_report(anchor::run_report::RunReport::from_json(report));
+}
+json make_plan(const json& report, const Catalog& catalog, const anchor::config::Config& cfg) {
+  return anchor::plan::make_plan(measured_from_report(report), catalog, cfg);
+}
 
 // ---------------------------------------------------------------- comm volume
 

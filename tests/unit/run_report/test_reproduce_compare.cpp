@@ -22,6 +22,12 @@ json report(const std::string& model_digest, const char* scheme) {
   return r;
 }
 
+// The comparison as the re-run's report.json holds it (`reproduction`).
+json compare(const json& a, const json& b) {
+  return anchor::run_report::section_to_json(anchor::run_report::compare_reports(
+      anchor::run_report::RunReport::from_json(a), anchor::run_report::RunReport::from_json(b), true, 0));
+}
+
 const json* check(const json& result, const std::string& name) {
   for (const auto& c : result["checks"])
     if (c["name"] == name) return &c;
@@ -31,16 +37,16 @@ const json* check(const json& result, const std::string& name) {
 TEST(ReproduceCompare, StateDigestsOfTheSameSchemeAreComparedAndOfAnotherAreNot) {
   const char* v2 = "anchor.state-digest/v2";
   // Same scheme: equal digests reproduce, a different model digest differs (bitwise).
-  auto same = anchor::run_report::compare_reports(report("m", v2), report("m", v2), true, 0);
+  auto same = compare(report("m", v2), report("m", v2));
   EXPECT_EQ(same["verdict"], "reproduced") << same.dump(2);
-  auto diff = anchor::run_report::compare_reports(report("m", v2), report("x", v2), true, 0);
+  auto diff = compare(report("m", v2), report("x", v2));
   EXPECT_EQ(diff["verdict"], "differs") << diff.dump(2);
   ASSERT_NE(check(diff, "state saved: model"), nullptr) << diff.dump(2);
   EXPECT_FALSE((*check(diff, "state saved: model"))["ok"].get<bool>());
 
   // A report from before the scheme was named (v1) against a v2 re-run: the
   // digests differ for the same state, so they are not compared, and the check says why.
-  auto old = anchor::run_report::compare_reports(report("m", nullptr), report("x", v2), true, 0);
+  auto old = compare(report("m", nullptr), report("x", v2));
   EXPECT_EQ(old["verdict"], "reproduced") << old.dump(2);
   EXPECT_EQ(check(old, "state saved: model"), nullptr) << old.dump(2);
   const json* why = check(old, "state digests");

@@ -16,10 +16,14 @@
 
 using anchor::run_report::chrome_trace;
 using anchor::run_report::event_time;
-using anchor::run_report::report_html;
 using nlohmann::json;
 
 namespace {
+
+// report.html of a report as report.json holds it.
+std::string report_html(const json& report, const json& trace) {
+  return anchor::run_report::report_html(anchor::run_report::RunReport::from_json(report), trace);
+}
 
 json trace_of(const std::string& lines, std::size_t max_lines = 1000000) {
   std::istringstream in(lines);
