@@ -46,7 +46,7 @@ template <class T>
 constexpr bool kIsSection = std::is_base_of_v<Rest, T>;
 
 // JSON -> a field. A value of another type than the field's is not taken
-// (false): the key stays in its object's `rest`, as read. Numbers are taken
+// (false): the key stays in its object's `keys`, as read. Numbers are taken
 // into either number type (below).
 inline bool parse(const Json& j, std::string& out) {
   if (!j.is_string()) return false;
@@ -76,7 +76,7 @@ inline bool parse(const Json& j, std::int64_t& out) {
   return true;
 }
 // Whether a number was read as its own JSON type: an integer read into a
-// double field (or a float into an integer field) also stays in `rest`, so it
+// double field (or a float into an integer field) also stays in `keys`, so it
 // is written back as it was ("tokens": 512.0 stays 512.0).
 inline bool same_type(const Json& j, const double& /*field*/) { return j.is_number_float(); }
 inline bool same_type(const Json& j, const std::int64_t& /*field*/) { return j.is_number_integer(); }
@@ -115,7 +115,7 @@ bool parse(const Json& j, std::map<std::string, T>& out) {
 
 class Reader {
  public:
-  // `rest`: the object being read; each key taken is removed from it.
+  // `rest`: the object being read (a struct's `keys`); each key taken is removed from it.
   explicit Reader(Json& rest) : rest_(rest) {}
   template <class T>
   void operator()(const char* key, std::optional<T>& out) {
@@ -157,7 +157,7 @@ class Writer {
   void operator()(const char* key, const std::optional<T>& v) {
     if (!v) return;
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-      // Kept in `rest` as read, in its own number type (Reader): written as it was.
+      // Kept in `keys` as read, in its own number type (Reader): written as it was.
       if (const auto it = out_.find(key);
           it != out_.end() && it->is_number() && it->template get<double>() == double(*v))
         return;

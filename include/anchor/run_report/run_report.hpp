@@ -340,7 +340,7 @@ struct RunReport : Rest {
   Opt<Reproduces> reproduces;
   Opt<Reproduction> reproduction;
 
-  // Never throws: what is not an object is an empty report, whose keys all stay in `rest`.
+  // Never throws: what is not an object reads as an empty report.
   static RunReport from_json(const Json& j);
   Json to_json() const;
 };
