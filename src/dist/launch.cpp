@@ -12,7 +12,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <random>
 #include <string>
 #include <vector>
@@ -69,12 +72,48 @@ std::string LaunchEnv::store_prefix() const {
 std::string LaunchEnv::describe() const {
   std::string s = "rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " (local " +
                   std::to_string(local_rank) + "/" + std::to_string(local_world_size) + ") via " +
-                  launcher_name(launcher) + ", store " + master_addr + ":" + std::to_string(master_port);
+                  launcher_name(launcher) + ", store ";
+  if (meets_in_attempt_dir()) return s + "rank 0's, published in " + attempt_dir + " (not the agent's)";
+  s += master_addr + ":" + std::to_string(master_port);
   if (agent_store)
     s += " (agent's, " + store_prefix() + ")";
   else if (store_server())
     s += " (hosted here)";
   return s;
+}
+
+std::optional<std::string> torch_version_of_process(int pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  if (!maps) return std::nullopt;
+  std::set<std::filesystem::path> seen;
+  static const std::regex kVersion(R"(^__version__\s*=\s*['"]([^'"]{1,64})['"])");
+  std::string line;
+  for (int lines = 0; lines < 100000 && std::getline(maps, line); ++lines) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    // A mapped file under a package directory named torch: .../torch/lib/libtorch_cpu.so, .../torch/_C.*.so.
+    for (std::filesystem::path dir = std::filesystem::path(line.substr(slash)).parent_path(); dir.has_relative_path();
+         dir = dir.parent_path()) {
+      if (dir.filename() != "torch") continue;
+      if (!seen.insert(dir).second) break;
+      std::ifstream version(dir / "version.py");
+      std::string v;
+      for (int n = 0; n < 200 && std::getline(version, v); ++n) {
+        std::smatch m;
+        if (std::regex_search(v, m, kVersion)) return m[1].str();
+      }
+      break;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string store_protocol_mismatch(const std::string& ours, const std::string& theirs) {
+  const auto major = [](const std::string& v) { return v.substr(0, v.find('.')); };
+  if (major(ours) == major(theirs)) return "";
+  return "this anchor's LibTorch " + ours + " and the agent's torch " + theirs +
+         " speak different c10d store protocols (a 2.x store waits for a handshake a 1.x client never sends; a "
+         "1.x store reads 2.x's handshake as a command and drops the connection)";
 }
 
 EnvLookup process_env() {
@@ -172,6 +211,11 @@ LaunchEnv detect_launch(const EnvLookup& env) {
         bad("TORCHELASTIC_USE_AGENT_STORE='" + *a + "' is neither True nor False", "fix the launcher's environment");
     }
     if (auto r = env("TORCHELASTIC_RESTART_COUNT")) e.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", *r);
+    // .../attempt_<n>/<local rank>/error.json: the attempt's directory is two up.
+    if (auto f = env("TORCHELASTIC_ERROR_FILE"); f && !f->empty()) {
+      const std::filesystem::path dir = std::filesystem::path(*f).parent_path().parent_path();
+      if (dir.is_absolute() && dir.has_relative_path()) e.attempt_dir = dir.string();
+    }
     return e;
   }
 

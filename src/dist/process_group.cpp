@@ -13,13 +13,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <unistd.h>
+
 #include <csignal>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
+#include "anchor/common/fs.hpp"
 #include "anchor/dist/store.hpp"
 #include "compat/torch_compat.hpp"
 #include "anchor/error.hpp"
@@ -109,16 +113,106 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeo
   }
 }
 
+// The file in torchrun's attempt directory where rank 0 publishes its store's port.
+const char* const kPublishedStore = "anchor-launch-store";
+
+// One node under torchrun's agent store (LaunchEnv::meets_in_attempt_dir):
+// rank 0 hosts a store of this build's LibTorch on a free loopback port and
+// publishes the port in the attempt's directory (atomically: written, fsynced,
+// renamed); the other ranks, the same binary, wait for it there. Sets
+// `published` on rank 0 to the file it wrote.
+c10::intrusive_ptr<c10d::Store> meet_in_attempt_dir(const LaunchEnv& env, double timeout_s, std::string& published) {
+  ignore_broken_pipes();
+  const std::string file = env.attempt_dir + "/" + kPublishedStore;
+  c10d::TCPStoreOptions o;
+  o.waitWorkers = false;
+  o.timeout = to_ms(timeout_s);
+  try {
+    if (env.rank == 0) {
+      o.isServer = true;
+      o.port = 0;  // the kernel picks a free one
+      o.numWorkers = static_cast<std::size_t>(env.world_size);
+      auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+      fs::atomic_write_file(file, std::to_string(store->getPort()) + "\n");
+      published = file;
+      return store;
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": cannot host a store: " + compat::message_of(e));
+  }
+  const auto deadline = Clock::now() + to_ms(timeout_s);
+  std::error_code ec;
+  if (!wait_until([&] { return std::filesystem::exists(file, ec); }, deadline))
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": rank 0 did not publish its store in " + file + " within " +
+                    std::to_string(static_cast<int>(timeout_s)) + " s",
+                "look at rank 0's output: it may have failed before it started the pilot");
+  int port = 0;
+  const auto size = std::filesystem::file_size(file, ec);
+  const std::string text = !ec && size <= 64 ? fs::read_file(file) : std::string();
+  try {
+    std::size_t used = 0;
+    port = std::stoi(text, &used);
+    if (used == 0 || port < 1 || port > 65535) port = 0;
+  } catch (const std::exception&) {
+    port = 0;
+  }
+  if (port == 0)
+    throw Error(ErrorKind::kRuntime, "rendezvous: " + env.describe() + ": " + file + " holds no port",
+                "it is anchor's; was it written by something else?");
+  try {
+    o.port = static_cast<std::uint16_t>(port);
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": cannot reach rank 0's store on 127.0.0.1:" + std::to_string(port) +
+                    " within " + std::to_string(static_cast<int>(timeout_s)) + " s: " + compat::message_of(e),
+                "look at rank 0's output");
+  }
+}
+
+// Refuses the agent's store when the agent runs a torch whose store protocol
+// this build's LibTorch does not speak: a 1.x client and a 2.x store (or the
+// reverse) hang or drop the connection instead of failing.
+void check_agent_store(const LaunchEnv& env) {
+  if (!env.agent_store) return;
+  const auto theirs = torch_version_of_process(static_cast<int>(::getppid()));
+  if (!theirs) return;  // the parent is not the agent, or has no torch package mapped: as before
+  const std::string why = store_protocol_mismatch(TORCH_VERSION, *theirs);
+  if (why.empty()) return;
+  throw Error(ErrorKind::kConfig,
+              std::string("anchor pilot under torchrun (") + env.describe() + "): its ranks meet through the " +
+                  "torchrun agent's store, and " + why,
+              "launch with the torchrun of torch " + std::string(TORCH_VERSION).substr(0, 1) +
+                  ".x (the one whose LibTorch this anchor was built with), or use the anchor built with torch " +
+                  theirs->substr(0, theirs->find('+')) +
+                  "; on one node either torchrun works (the ranks meet without the agent's store)");
+}
+
 }  // namespace
 
 struct Store::Impl {
   c10::intrusive_ptr<c10d::Store> store;
+  std::string published;  // rank 0's port file in the attempt directory, removed with the store
 };
 
 Store::Store(const LaunchEnv& env, double timeout_s) : impl_(std::make_unique<Impl>()) {
-  impl_->store = c10::make_intrusive<c10d::PrefixStore>("anchor-launch", connect_store(env, timeout_s));
+  c10::intrusive_ptr<c10d::Store> base;
+  if (env.meets_in_attempt_dir()) {
+    base = meet_in_attempt_dir(env, timeout_s, impl_->published);
+  } else {
+    check_agent_store(env);
+    base = connect_store(env, timeout_s);
+  }
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>("anchor-launch", base);
 }
-Store::~Store() = default;
+Store::~Store() {
+  std::error_code ec;
+  if (!impl_->published.empty()) std::filesystem::remove(impl_->published, ec);
+}
 
 void Store::set(const std::string& k, const std::string& v) {
   try {

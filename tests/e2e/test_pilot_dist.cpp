@@ -11,6 +11,8 @@
 #include <iostream>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
@@ -145,26 +147,44 @@ TEST(PilotDist, ReplicasAreComparedBeforeTheSaveAndADivergedRankIsNamed) {
   EXPECT_EQ(checked, 2);
 }
 
-// torchrun (the torch of this build: python3-torch 1.13, or torch2's 2.x) launching the binary: 2 processes; rank 0
-// supervises the pilot with 2 ranks, rank 1 waits for its verdict and exits
-// with it. `static`: --master_port, the agent hosts the store
-// (TORCHELASTIC_USE_AGENT_STORE=True); `c10d` (the dynamic rendezvous
-// --standalone uses): rank 0 hosts it.
-class PilotTorchrun : public ::testing::TestWithParam<bool> {};
+// The torch version `python` imports, "" when it has none.
+std::string torch_version_of(const std::string& python) {
+  anchor::proc::SpawnOptions o;
+  auto r = anchor::proc::run_capture({python, "-c", "import torch; print(torch.__version__)"}, o);
+  if (r.status != 0) return "";
+  std::string v = r.out;
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  return v.substr(v.rfind('\n') == std::string::npos ? 0 : v.rfind('\n') + 1);
+}
+
+// torchrun launching the binary: 2 processes; rank 0 supervises the pilot with
+// 2 ranks, rank 1 waits for its verdict and exits with it. Both LibTorch lines'
+// torchrun (this build's torch, and the other line's: python3-torch 1.13 and
+// torch2's 2.x), whose stores speak different protocols. `static`:
+// --master_port, the agent hosts a store (TORCHELASTIC_USE_AGENT_STORE=True)
+// that anchor's ranks do not use: rank 0 publishes its own in torchrun's
+// attempt directory. `c10d` (the dynamic rendezvous --standalone uses): rank 0
+// hosts it on MASTER_PORT.
+struct TorchrunCase {
+  bool c10d;
+  bool other_line;
+};
+void PrintTo(const TorchrunCase& c, std::ostream* os) {
+  *os << (c.c10d ? "c10d" : "static") << (c.other_line ? ", the other line's torchrun" : ", this line's torchrun");
+}
+class PilotTorchrun : public ::testing::TestWithParam<TorchrunCase> {};
 
 TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
+  const std::string python = GetParam().other_line ? ANCHOR_OTHER_TORCH_PYTHON : ANCHOR_TEST_PYTHON;
+  const std::string torch = torch_version_of(python);
+  if (GetParam().other_line && torch.empty())
+    GTEST_SKIP() << python << " has no torch here: the other LibTorch line is not installed (make test installs both)";
+  ASSERT_FALSE(torch.empty()) << python << " cannot import torch";
+  std::cout << "torchrun of torch " << torch << " (" << python << ")\n";
   TempDir t("pilottr");
-  std::vector<std::string> argv = {ANCHOR_TEST_PYTHON,
-                                   "-m",
-                                   "torch.distributed.run",
-                                   "--no_python",
-                                   "--nproc_per_node",
-                                   "2",
-                                   "--redirects",
-                                   "1",
-                                   "--tee",
-                                   "1"};
-  if (GetParam()) {
+  std::vector<std::string> argv = {
+      python, "-m", "torch.distributed.run", "--no_python", "--nproc_per_node", "2", "--redirects", "1", "--tee", "1"};
+  if (GetParam().c10d) {
     // What --standalone sets up, on a free port: --standalone always takes
     // 29400, which any other torchrun on the machine may hold.
     for (const auto& a : {std::string("--rdzv_backend"), std::string("c10d"), std::string("--rdzv_endpoint"),
@@ -182,10 +202,26 @@ TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
     argv.push_back(a);
   anchor::proc::SpawnOptions o;
   o.merge_stderr = true;
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = anchor::proc::run_capture(argv, o);
+  std::cout << "pilot under torchrun: " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+            << " s\n";
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find(GetParam() ? "(hosted here)" : "(agent's, /worker/attempt_0)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 0's pilot exited with 0"), std::string::npos) << r.out;
+  if (GetParam().c10d) {
+    EXPECT_NE(r.out.find("(hosted here)"), std::string::npos) << r.out;
+  } else {
+    // Rank 0's store, published in the attempt directory, which every rank names; the file goes with the store.
+    const std::string mark = "store rank 0's, published in ";
+    const auto at = r.out.find(mark);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string dir = r.out.substr(at + mark.size(), r.out.find(" (not the agent's)", at) - at - mark.size());
+    EXPECT_NE(dir.find("attempt_0"), std::string::npos) << dir;
+    EXPECT_NE(r.out.find(mark, at + 1), std::string::npos) << "rank 1 met it there too: " << r.out;
+    EXPECT_TRUE(std::filesystem::is_directory(dir)) << dir;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/anchor-launch-store")) << "rank 0 leaves its port file behind";
+    EXPECT_EQ(r.out.find("(agent's"), std::string::npos) << r.out;
+  }
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["status"], "passed");
   EXPECT_EQ(report["resume"]["mode"], "bitwise");
@@ -194,8 +230,13 @@ TEST_P(PilotTorchrun, TwoRanksPassWithBitwiseResume) {
   EXPECT_TRUE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/rng-rank00001-of-00002.safetensors")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Rendezvous, PilotTorchrun, ::testing::Values(false, true),
-                         [](const auto& info) { return std::string(info.param ? "c10d" : "static"); });
+INSTANTIATE_TEST_SUITE_P(Rendezvous, PilotTorchrun,
+                         ::testing::Values(TorchrunCase{false, false}, TorchrunCase{true, false},
+                                           TorchrunCase{false, true}, TorchrunCase{true, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.c10d ? "c10d" : "static") +
+                                  (info.param.other_line ? "_OtherLinesTorchrun" : "_ThisLinesTorchrun");
+                         });
 
 // Rank 1 of the reference worker SIGKILLs itself in step 1 after backward,
 // before the all-reduce: rank 0 ends with an error naming rank 1 well within

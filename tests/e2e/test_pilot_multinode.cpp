@@ -168,14 +168,14 @@ TEST(PilotMultinode, TwoSrunStyleNodesShareTheSupervisorsRunDirectory) {
   expect_passed_on_two_nodes(t);
 }
 
-// torchrun (this build's torch: 1.13 or 2.x), one agent per "node", static rendezvous on
-// node 0's torchrun agent store (TORCHELASTIC_USE_AGENT_STORE=True).
-TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
-  TempDir t("pilotmntr");
+// Two torchrun agents (`python`'s torch), one per "node", static rendezvous
+// on node 0's agent store (TORCHELASTIC_USE_AGENT_STORE=True), each starting
+// one anchor pilot; node 0's with --run-dir <t>/run.
+std::vector<NodeRun> torchrun_two_nodes(const TempDir& t, const std::string& python) {
   const std::string port = std::to_string(anchor::dist::free_loopback_port());
   std::vector<std::vector<std::string>> argvs;
   for (int node = 0; node < 2; ++node) {
-    std::vector<std::string> a = {ANCHOR_TEST_PYTHON,
+    std::vector<std::string> a = {python,
                                   "-m",
                                   "torch.distributed.run",
                                   "--no_python",
@@ -202,8 +202,15 @@ TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
     }
     argvs.push_back(a);
   }
+  return run_together(argvs, {{}, {}});
+}
+
+// torchrun (this build's torch: 1.13 or 2.x): the ranks on two nodes meet
+// through node 0's agent store.
+TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
+  TempDir t("pilotmntr");
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = run_together(argvs, {{}, {}});
+  auto r = torchrun_two_nodes(t, ANCHOR_TEST_PYTHON);
   std::cout << "two-node pilot (torchrun): "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
   ASSERT_EQ(r[0].status, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
@@ -211,6 +218,33 @@ TEST(PilotMultinode, TorchrunWithTwoNodesPassesWithBitwiseResume) {
   EXPECT_NE(r[0].out.find("(agent's, /worker/attempt_0)"), std::string::npos) << r[0].out;
   EXPECT_NE(r[1].out.find("agent of node 1"), std::string::npos) << r[1].out;
   expect_passed_on_two_nodes(t);
+}
+
+// The other LibTorch line's torchrun over two nodes: its agent's store speaks
+// another protocol than this build's LibTorch (1.13's client hangs on 2.x's
+// store, 2.x's client is dropped by 1.13's), and over several nodes it is the
+// only place the ranks can meet. Each node refuses at once, before it touches
+// the store, naming both versions and what to launch instead; no run starts.
+TEST(PilotMultinode, TheOtherLinesTorchrunOverTwoNodesIsRefusedNamingBothVersions) {
+  const std::string other = ANCHOR_OTHER_TORCH_PYTHON;
+  {
+    anchor::proc::SpawnOptions o;
+    if (anchor::proc::run_capture({other, "-c", "import torch"}, o).status != 0)
+      GTEST_SKIP() << other << " has no torch here: the other LibTorch line is not installed (make test installs both)";
+  }
+  TempDir t("pilotmnother");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = torchrun_two_nodes(t, other);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "refused after " << s << " s\n";
+  for (const auto& n : r) {
+    EXPECT_NE(n.status, 0) << n.out;
+    EXPECT_NE(n.out.find("speak different c10d store protocols"), std::string::npos) << n.out;
+    EXPECT_NE(n.out.find("exitcode  : 2"), std::string::npos) << "anchor's exit code for a config error: " << n.out;
+    EXPECT_NE(n.out.find("on one node either torchrun works"), std::string::npos) << n.out;
+  }
+  EXPECT_LT(s, 60.0) << "no wait for a store that cannot answer";
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/report.json")));
 }
 
 // Node 1 does not see the run directory (fault injection: it looks for the

@@ -27,8 +27,18 @@ struct LaunchEnv {
   // under "/worker/attempt_<restart_count>".
   bool agent_store = false;
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+  // torchrun's directory for this attempt of the launch (.../attempt_<n>, the
+  // grandparent of TORCHELASTIC_ERROR_FILE): made afresh by the agent for each
+  // attempt, one per node, seen by every rank on it. "" when not set.
+  std::string attempt_dir;
 
   bool distributed() const { return world_size > 1; }
+  // Whether the launched processes of `anchor pilot` meet through a store rank
+  // 0 hosts on a free port and publishes in attempt_dir, instead of the
+  // agent's store (docs/distributed.md, "Under torchrun"): one node under
+  // torchrun's agent store. The agent's store speaks the wire protocol of the
+  // agent's torch, which need not be this build's LibTorch.
+  bool meets_in_attempt_dir() const { return agent_store && local_world_size == world_size && !attempt_dir.empty(); }
   // Whether this process hosts the TCPStore (rank 0 unless the agent does).
   bool store_server() const { return !agent_store && rank == 0; }
   // The PrefixStore prefix every key goes under ("" when none).
@@ -36,6 +46,17 @@ struct LaunchEnv {
   // "rank 1/2 (local 1/2) via torchrun, store 127.0.0.1:29500 (agent, /worker/attempt_0)"
   std::string describe() const;
 };
+
+// The torch version process `pid` has loaded: the `__version__` in the
+// version.py of the torch package it has mapped (/proc/<pid>/maps), such as
+// "2.15.0+cu132"; nullopt when it has none mapped or it cannot be read. For
+// the torchrun agent, which hosts the store its ranks use.
+std::optional<std::string> torch_version_of_process(int pid);
+
+// Why a c10d store client of LibTorch `ours` cannot use a store hosted by torch
+// `theirs` ("" when it can): their major versions differ. 2.x's store expects
+// a handshake 1.x's client never sends, and 1.x's reads 2.x's as a command.
+std::string store_protocol_mismatch(const std::string& ours, const std::string& theirs);
 
 // Looks a variable up: nullopt when unset. The default reads the process environment.
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

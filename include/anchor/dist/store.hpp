@@ -3,7 +3,10 @@
 // torch-free interface), for coordination outside the process group: the
 // pilot's rank 0 tells the other launched processes its verdict. Rank 0 hosts
 // it on MASTER_ADDR:MASTER_PORT, or the torchrun agent does
-// (TORCHELASTIC_USE_AGENT_STORE=True; keys then live under its prefix).
+// (TORCHELASTIC_USE_AGENT_STORE=True; keys then live under its prefix). On one
+// node under the agent's store, rank 0 hosts it anyway, on a free port it
+// publishes in torchrun's attempt directory (LaunchEnv::meets_in_attempt_dir):
+// the agent's torch may speak another store protocol than this build's.
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,7 +17,9 @@ namespace anchor::dist {
 
 class Store {
  public:
-  // Connects (or hosts) within timeout_s; throws Error (kRuntime) naming the address.
+  // Connects (or hosts) within timeout_s; throws Error (kRuntime) naming the
+  // address, or Error (kConfig) when the agent's store runs a torch whose
+  // store protocol this build's LibTorch does not speak (several nodes).
   Store(const LaunchEnv& env, double timeout_s);
   ~Store();
   Store(const Store&) = delete;

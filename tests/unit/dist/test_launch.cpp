@@ -8,9 +8,13 @@
 
 #include <cerrno>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
+#include "anchor/common/process.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/dist/store.hpp"
 #include "anchor/error.hpp"
@@ -80,6 +84,137 @@ TEST(Launch, TorchrunAgentStoreEveryRankIsAClientUnderThePrefix) {
   EXPECT_FALSE(e.store_server());
   EXPECT_EQ(e.store_prefix(), "/worker/attempt_3");
   EXPECT_NE(e.describe().find("/worker/attempt_3"), std::string::npos) << e.describe();
+}
+
+// torchrun's per-attempt directory (two up from TORCHELASTIC_ERROR_FILE):
+// on one node under the agent's store the ranks meet there, on several nodes
+// (or without the agent's store, or without the file) they do not.
+TEST(Launch, TorchrunAttemptDirectoryIsWhereOneNodesRanksMeet) {
+  auto v = kTorchrun;
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  v["TORCHELASTIC_ERROR_FILE"] = "/tmp/torchelastic_ab/none_cd/attempt_0/1/error.json";
+  auto e = detect(v);
+  EXPECT_EQ(e.attempt_dir, "/tmp/torchelastic_ab/none_cd/attempt_0");
+  EXPECT_TRUE(e.meets_in_attempt_dir());
+  EXPECT_NE(e.describe().find("store rank 0's, published in /tmp/torchelastic_ab/none_cd/attempt_0 (not the agent's)"),
+            std::string::npos)
+      << e.describe();
+  auto nodes = v;
+  nodes["LOCAL_RANK"] = "0";
+  nodes["LOCAL_WORLD_SIZE"] = "1";
+  EXPECT_FALSE(detect(nodes).meets_in_attempt_dir());
+  EXPECT_NE(detect(nodes).describe().find("(agent's, /worker/attempt_0)"), std::string::npos);
+  auto own = v;
+  own["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(detect(own).meets_in_attempt_dir());
+  for (const char* f : {"", "error.json", "relative/attempt_0/1/error.json", "/error.json"}) {
+    auto bad = v;
+    bad["TORCHELASTIC_ERROR_FILE"] = f;
+    EXPECT_FALSE(detect(bad).meets_in_attempt_dir()) << f;
+  }
+  v.erase("TORCHELASTIC_ERROR_FILE");
+  EXPECT_FALSE(detect(v).meets_in_attempt_dir());
+}
+
+// Real stores: rank 0 hosts on a free port and publishes it in the attempt
+// directory; rank 1 finds it there, and a value set by one is read by the
+// other. The port file goes with rank 0's store.
+TEST(Launch, RanksOfOneNodeMeetThroughThePortRankZeroPublishes) {
+  const std::string dir = ::testing::TempDir() + "anchor-attempt-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto v = kTorchrun;
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  v["TORCHELASTIC_ERROR_FILE"] = dir + "/0/error.json";
+  v["RANK"] = v["LOCAL_RANK"] = "0";
+  const auto env0 = detect(v);
+  v["RANK"] = v["LOCAL_RANK"] = "1";
+  const auto env1 = detect(v);
+  ASSERT_EQ(env0.attempt_dir, std::filesystem::path(dir).string());
+  {
+    dist::Store host(env0, 10);
+    EXPECT_TRUE(std::filesystem::exists(dir + "/anchor-launch-store"));
+    dist::Store client(env1, 10);
+    host.set("pilot/exit", "3");
+    EXPECT_EQ(client.try_get("pilot/exit", "rank 0"), std::optional<std::string>("3"));
+    EXPECT_EQ(client.add("pilot/ack", 1), 1);
+    EXPECT_EQ(host.add("pilot/ack", 0), 1);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/anchor-launch-store"));
+  std::filesystem::remove_all(dir);
+}
+
+// Rank 1 with nothing published: an error naming the file within its timeout,
+// not a hang; a file that holds no port is named as such.
+TEST(Launch, ARankWithNoPublishedStoreSaysWhereItLookedWithinTheTimeout) {
+  const std::string dir = ::testing::TempDir() + "anchor-attempt-none-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto v = kTorchrun;
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  v["TORCHELASTIC_ERROR_FILE"] = dir + "/1/error.json";
+  const auto env1 = detect(v);
+  auto expect_runtime = [&](const std::string& fragment) {
+    try {
+      dist::Store client(env1, 0.3);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kRuntime);
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_runtime("rank 0 did not publish its store in " + std::filesystem::path(dir).string() +
+                 "/anchor-launch-store within 0 s");
+  for (const char* junk : {"", "port\n", "0\n", "70000\n", "-5\n"}) {
+    std::ofstream(dir + "/anchor-launch-store") << junk;
+    expect_runtime("anchor-launch-store holds no port");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A store client of one major torch version cannot use another's store; minor
+// versions of one line share a protocol.
+TEST(Launch, StoreProtocolsDifferAcrossMajorTorchVersions) {
+  const std::string why = dist::store_protocol_mismatch("1.13.0", "2.15.0+cu132");
+  EXPECT_NE(why.find("LibTorch 1.13.0 and the agent's torch 2.15.0+cu132"), std::string::npos) << why;
+  EXPECT_NE(dist::store_protocol_mismatch("2.15.0", "1.13.0a0+gitunknown"), "");
+  EXPECT_EQ(dist::store_protocol_mismatch("2.15.0", "2.4.1+cpu"), "");
+  EXPECT_EQ(dist::store_protocol_mismatch("1.13.0", "1.13.0a0+gitunknown"), "");
+}
+
+// The torch a live process has loaded, read from what it maps: a Python that
+// imported torch (this build's, and the other line's when installed) gives the
+// version it prints itself; a process without torch gives none.
+TEST(Launch, TheTorchVersionOfAProcessIsReadFromWhatItMaps) {
+  for (const std::string python : {std::string(ANCHOR_TEST_PYTHON), std::string(ANCHOR_OTHER_TORCH_PYTHON)}) {
+    proc::SpawnOptions o;
+    o.capture_stdout = true;
+    o.pipe_stdin = true;  // held open: the child waits on it until killed
+    o.die_with_parent = true;
+    auto kid =
+        proc::spawn({python, "-c", "import sys, torch; print(torch.__version__, flush=True); sys.stdin.read()"}, o);
+    const auto line = proc::read_line(kid.stdout_fd.get());
+    if (!line) {  // no torch in that Python: only acceptable for the other line
+      ::kill(kid.pid, SIGKILL);
+      proc::wait_exit(kid.pid);
+      EXPECT_NE(python, std::string(ANCHOR_TEST_PYTHON)) << "this build's Python must import torch";
+      continue;
+    }
+    EXPECT_EQ(dist::torch_version_of_process(kid.pid), std::optional<std::string>(*line)) << python;
+    ::kill(kid.pid, SIGKILL);
+    proc::wait_exit(kid.pid);
+  }
+  proc::SpawnOptions o;
+  auto sleeper = proc::spawn({"/bin/sleep", "30"}, o);
+  // Until its exec: before it the child is a fork of this test, which may map torch itself.
+  std::error_code ec;
+  for (int i = 0;
+       i < 2000 &&
+       std::filesystem::read_symlink("/proc/" + std::to_string(sleeper.pid) + "/exe", ec).filename() != "sleep";
+       ++i)
+    ::usleep(1000);
+  EXPECT_EQ(dist::torch_version_of_process(sleeper.pid), std::nullopt);
+  ::kill(sleeper.pid, SIGKILL);
+  proc::wait_exit(sleeper.pid);
+  EXPECT_EQ(dist::torch_version_of_process(-1), std::nullopt);
 }
 
 TEST(Launch, HandMadeSingleNodeLaunchMayOmitTheLocalPair) {
@@ -230,6 +365,7 @@ TEST(Launch, FreePortIsAUsableTcpPortBelowTheEphemeralOnes) {
 int write_to_a_closed_peer(bool join_a_store) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);  // as a fresh process has it (an earlier test here may have joined a store)
     if (join_a_store) {
       dist::LaunchEnv env;
       env.master_port = dist::free_port();
