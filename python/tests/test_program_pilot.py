@@ -12,6 +12,7 @@ in a temporary directory; `python3` in PATH is this test's interpreter.
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import unittest
@@ -61,7 +62,7 @@ class ProgramPilot(support.TempDirTest):
         return proc, report, run_dir
 
     def assertMatch(self, proc, report, ranks=1):
-        self.assertEqual(proc.returncode, 0, "pilot failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual(proc.returncode, 0, "pilot failed:\n" + proc.stdout[-3000:] + (proc.stderr or "")[-3000:])
         self.assertEqual(report["status"], "passed")
         self.assertEqual(report["resume"]["verdict"], "match")
         self.assertEqual(report["resume"]["mode"], "bitwise")
@@ -197,6 +198,52 @@ class ProgramPilot(support.TempDirTest):
         proc, report, run = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
         self.assertCaught(proc, report, "data", run)
         self.assertIn("rank 1: data", report["resume"]["cause"])  # every rank's own cursor
+
+    def test_ddp_pilot_launched_by_torchrun(self):
+        """`torchrun --nproc_per_node 2 anchor pilot` on the DDP example: the launched anchors are not the
+        program; rank 0 supervises and starts the program's 2 ranks itself, rank 1 waits for its verdict.
+        The launch also carries srun's task variables (as `srun torchrun` would): the program's ranks see
+        anchor's torchrun variables only, neither srun's nor the outer torchrun's own."""
+        d = self.example("ddp")
+        train = os.path.join(d, "train.py")
+        with open(train) as f:
+            src = f.read()
+        seen = self.path("seen")
+        os.mkdir(seen)
+        # Each process of the program records what it was given, before anything else.
+        probe = ("import json as _j, os as _o\n"
+                 "_j.dump(dict(_o.environ), open(_o.path.join(%r, 'env-%%d.json' %% _o.getpid()), 'w'))\n" % seen)
+        with open(train, "w") as f:
+            f.write(src.replace("import argparse\n", probe + "import argparse\n", 1))
+        env = dict(self.env, SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        run_dir = self.path("run")
+        proc = subprocess.run([support.sys.executable, "-m", "torch.distributed.run", "--no_python",
+                               "--nproc_per_node", "2", "--redirects", "1", "--tee", "1", "--master_addr",
+                               "127.0.0.1", "--master_port", str(port), BIN, "pilot", os.path.join(d, "pilot.yaml"),
+                               "--run-dir", run_dir], env=env, cwd=self.tmp, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+        with open(os.path.join(run_dir, "report.json")) as f:
+            report = json.load(f)
+        self.assertMatch(proc, report, ranks=2)
+        self.assertIn("this process supervises the pilot", proc.stdout)
+        self.assertIn("rank 0's pilot exited with 0", proc.stdout)
+        self.assertEqual(report["program"]["world_size"], 2)
+        envs = []
+        for name in os.listdir(seen):
+            with open(os.path.join(seen, name)) as f:
+                envs.append(json.load(f))
+        self.assertGreaterEqual(len(envs), 4)  # worker A's and B's two ranks each
+        self.assertEqual(sorted({e["RANK"] for e in envs}), ["0", "1"])
+        for e in envs:
+            self.assertEqual((e["WORLD_SIZE"], e["MASTER_ADDR"], e["TORCHELASTIC_USE_AGENT_STORE"]),
+                             ("2", "127.0.0.1", "False"))
+            self.assertNotEqual(e["MASTER_PORT"], str(port))  # anchor's own, not the outer launch's
+            for leaked in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "GROUP_RANK",
+                           "ROLE_RANK", "TORCHELASTIC_ERROR_FILE"):
+                self.assertFalse(leaked in e, "%s reached the program: %s" % (leaked, e.get(leaked)))
 
     @unittest.skipUnless(HAVE_TRANSFORMERS, WHY_NOT)
     def test_hf_gpt2(self):

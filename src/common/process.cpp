@@ -82,6 +82,9 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
     std::string kv(*e);
     auto eq = kv.find('=');
     if (eq != std::string::npos && opts.env.count(kv.substr(0, eq))) continue;
+    if (eq != std::string::npos &&
+        std::find(opts.unset.begin(), opts.unset.end(), kv.substr(0, eq)) != opts.unset.end())
+      continue;
     env_strings.push_back(std::move(kv));
   }
   for (const auto& [k, v] : opts.env) env_strings.push_back(k + "=" + v);

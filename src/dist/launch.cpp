@@ -318,6 +318,18 @@ std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port
           {"TORCHELASTIC_RESTART_COUNT", "0"}};
 }
 
+const std::vector<std::string>& outer_launch_variables() {
+  static const std::vector<std::string> kVars = {
+      // srun's task geometry (Slurm's job-level variables stay: SLURM_JOB_ID, ...)
+      "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE",
+      "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_NODES",
+      "SLURM_STEP_NODELIST", "SLURM_STEPID", "SLURM_STEP_ID", "SLURM_GTIDS",
+      // torchrun's, besides those self_launch_env sets
+      "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_ERROR_FILE",
+      "TORCHELASTIC_RUN_ID", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_SIGNALS_TO_HANDLE"};
+  return kVars;
+}
+
 std::map<std::string, std::string> placed_launch_env(int rank, int world, int local_rank, int local_world,
                                                      const std::string& addr, int port) {
   auto e = self_launch_env(rank, world, port);

@@ -333,19 +333,29 @@ ExitCode run_pilot(const PilotOptions& opts) {
                                 : std::string());
   StoreNodes nodes(store, launch, cfg.distributed.timeout_s);
   if (several_nodes) here.nodes = &nodes;
+  // The store lives in this process (unless the agent hosts it): stay until
+  // every rank has read the verdict, also when the pilot failed at once (a
+  // config error): a rank that connects after the store is gone would retry
+  // for the whole distributed.timeout_s.
+  auto tell = [&](ExitCode code) {
+    store.set("pilot/exit", std::to_string(static_cast<int>(code)));
+    const auto t0 = std::chrono::steady_clock::now();
+    while (store.add("pilot/ack", 0) < launch.world_size - 1 &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(cfg.distributed.timeout_s))
+      ::usleep(20000);
+  };
   ExitCode code = ExitCode::kRuntime;
   try {
     code = run_supervisor(here, launch.world_size);
   } catch (const Error& e) {
-    store.set("pilot/exit", std::to_string(static_cast<int>(exit_code_for(e.kind()))));
+    try {
+      tell(exit_code_for(e.kind()));
+    } catch (const Error& lost) {  // the pilot's own error is the one to report
+      ANCHOR_LOG_WARN("pilot", "could not give the other ranks the verdict: {}", lost.what());
+    }
     throw;
   }
-  store.set("pilot/exit", std::to_string(static_cast<int>(code)));
-  // The store lives in this process (unless the agent hosts it): stay until every rank has read the verdict.
-  const auto t0 = std::chrono::steady_clock::now();
-  while (store.add("pilot/ack", 0) < launch.world_size - 1 &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(cfg.distributed.timeout_s))
-    ::usleep(20000);
+  tell(code);
   return code;
 }
 

@@ -168,6 +168,7 @@ std::vector<proc::Child> start_program_ranks(Pilot& p, const Launch& l, const pp
   for (int r = 0; r < p.nproc; ++r) {
     proc::SpawnOptions so;
     so.env = l.env;
+    so.unset = dist::outer_launch_variables();  // under torchrun or srun: the program's rank is the one anchor gives
     for (auto& [k, v] : dist::self_launch_env(r, p.nproc, port)) so.env[k] = v;
     so.env["ANCHOR_PILOT_SPEC"] = spec_path;
     so.cwd = l.cwd;

@@ -593,13 +593,13 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
   if (!p.cfg.program.command.empty()) {
     const char* what = opts.baseline                        ? "`anchor reproduce` of a program pilot"
-                       : opts.nodes || launched_world > 0   ? "a program pilot under torchrun/srun or on several nodes"
+                       : opts.nodes                         ? "a program pilot over several nodes"
                        : p.cfg.pilot.start_from == "latest" ? "pilot.start_from latest with program.command"
                                                             : nullptr;
     if (what)
       throw Error(ErrorKind::kUsage, std::string(what) + " is not supported",
-                  "run `anchor pilot CONFIG` on one node; anchor starts the program's distributed.nproc_per_node ranks "
-                  "itself with torchrun's variables (docs/program.md, \"Limits\")");
+                  "run `anchor pilot CONFIG` on one node (by itself, or under torchrun or srun there); anchor starts "
+                  "the program's ranks itself with torchrun's variables (docs/program.md, \"Limits\")");
   }
   // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
   // many as the external launcher started: docs/distributed.md).

@@ -79,6 +79,55 @@ TEST(PilotSlurm, SrunTwoTasksOnOneNodePassWithBitwiseResumePerRank) {
   EXPECT_TRUE(std::filesystem::exists(t.str("run/checkpoints/step-00000002/rng-rank00001-of-00002.safetensors")));
 }
 
+// A program pilot under srun (docs/program.md, "How to pilot a torchrun
+// script"): srun's two tasks are anchors; rank 0 supervises and starts the DDP
+// example's two ranks itself, with torchrun's variables and without srun's task
+// variables; the resume matches bitwise on both ranks. Over two nodes a program
+// pilot is refused (exit 2) before anything runs, saying what to do instead,
+// on both nodes within seconds.
+TEST(PilotSlurm, AProgramPilotUnderSrunOnOneNodeStartsTheProgramsRanks) {
+  SKIP_WITHOUT_SLURM();
+  TempDir t("slurmprog");
+  std::filesystem::copy(source_path("examples/ddp"), t.path() / "ddp", std::filesystem::copy_options::recursive);
+  // `python3`, as the example's pilot.yaml names it: this build's Python (its torch, its LibTorch line).
+  std::filesystem::create_directories(t.path() / "bin");
+  {
+    std::ofstream w(t.str("bin/python3"));
+    w << "#!/bin/sh\nexec '" << ANCHOR_TEST_PYTHON << "' \"$@\"\n";
+  }
+  std::filesystem::permissions(t.str("bin/python3"), std::filesystem::perms::owner_all);
+  const char* path = std::getenv("PATH");
+  const std::map<std::string, std::string> env = {{"PATH", t.str("bin") + ":" + (path ? path : "/usr/bin:/bin")},
+                                                  {"PYTHONPATH", source_path("python")},
+                                                  {"OMP_NUM_THREADS", "1"}};
+  SlurmCluster cluster(t.path() / "cluster", 2);
+  auto r =
+      srun(cluster, {"-n", "2", "--nodes", "1"}, {"pilot", t.str("ddp/pilot.yaml"), "--run-dir", t.str("run")}, env);
+  std::cout << "srun -n 2 anchor pilot (a program): " << r.seconds << " s\n";
+  ASSERT_EQ(r.status, 0) << r.output << cluster.logs();
+  EXPECT_NE(r.output.find("rank 0 runs the pilot with 2 ranks; waiting for its verdict"), std::string::npos)
+      << r.output;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  EXPECT_EQ(report["program"]["world_size"], 2);
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u) << report["resume"].dump(2);
+  for (const auto& pr : report["resume"]["per_rank"]) EXPECT_EQ(pr["verdict"], "match");
+
+  auto two = srun(
+      cluster, {"--nodes", "2", "--ntasks-per-node", "1"},
+      {"pilot", t.str("ddp/pilot.yaml"), "--run-dir", t.str("run2"), "--set", "distributed.nproc_per_node=1"}, env);
+  EXPECT_EQ(two.status, 2) << two.output;
+  EXPECT_NE(two.output.find("a program pilot over several nodes is not supported"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("on one node (by itself, or under torchrun or srun there)"), std::string::npos)
+      << two.output;
+  EXPECT_FALSE(std::filesystem::exists(t.str("run2/program"))) << "the program never started";
+  // Rank 0 waits for node 1 to read its exit code: node 1 does not retry a store that is gone for the whole
+  // distributed.timeout_s (300 s), as it did when rank 0 exited at once.
+  std::cout << "refused over two nodes in " << two.seconds << " s\n";
+  EXPECT_LT(two.seconds, 60.0);
+}
+
 // Under srun, a rank of the reference worker killed in the middle of a step:
 // rank 0's pilot fails naming it, the waiting task exits with the same code,
 // srun returns it, and nothing hangs: all within the distributed timeout.

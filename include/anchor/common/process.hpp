@@ -27,6 +27,7 @@ std::string find_in_dirs(const std::string& tool, const std::string& dirs, const
 
 struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or overriding) the inherited environment
+  std::vector<std::string> unset;          // inherited variables the child does not get (env still adds)
   bool capture_stdout = false;             // pipe the child's stdout to Child::stdout_fd
   bool pipe_stdin = false;                 // the child's stdin a pipe whose write end is Child::stdin_fd
   bool merge_stderr = false;               // with capture_stdout: stderr into the same pipe

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace anchor::dist {
 
@@ -93,6 +94,15 @@ bool port_is_free(int port, std::uint32_t addr = 0);
 // The variables the supervisor gives rank `rank` of `nproc` ranks it starts
 // itself on this node (torchrun's names, rank 0 hosting the store on `port`).
 std::map<std::string, std::string> self_launch_env(int rank, int nproc, int port);
+// The variables an outer launcher (torchrun's agent, srun) gives each of the
+// processes it starts that would be wrong in a process anchor starts itself
+// with self_launch_env/placed_launch_env: the outer task's place (SLURM_PROCID,
+// SLURM_NTASKS, ..., GROUP_RANK, ROLE_RANK, ...) and torchrun's error file of
+// the launched anchor. A program reading them would take every rank for rank
+// 0 of the outer launch (Lightning looks for Slurm's first) or write its
+// error into anchor's file. Removed from what the child inherits (SpawnOptions::unset).
+const std::vector<std::string>& outer_launch_variables();
+
 // The same variables for a rank placed by a multi-node launch: global `rank` of
 // `world`, `local_rank` of `local_world` on its node, the store on addr:port.
 std::map<std::string, std::string> placed_launch_env(int rank, int world, int local_rank, int local_world,

@@ -76,6 +76,34 @@ TEST(Spawn, OnlyTheStandardDescriptorsReachTheChild) {
 // A parent whose stdin and stdout are closed gets descriptors 0 and 1 for the
 // pipe it reads the child's stdout from: the child's end is already 1, and it
 // must still be open after exec (dup2 onto itself would leave it close-on-exec).
+// SpawnOptions::unset: an inherited variable the child does not get, while
+// others still reach it and `env` may still set a listed one. Control: the same
+// variable without `unset` does reach it.
+TEST(Spawn, UnsetVariablesAreNotInheritedButEnvStillSetsThem) {
+  ::setenv("ANCHOR_TEST_OUTER_A", "outer", 1);
+  ::setenv("ANCHOR_TEST_OUTER_B", "outer", 1);
+  auto child_env = [](const proc::SpawnOptions& base) {
+    proc::SpawnOptions o = base;
+    o.capture_stdout = true;
+    auto c = proc::spawn({"/usr/bin/env"}, o);
+    std::string all;
+    while (auto l = proc::read_line(c.stdout_fd.get())) all += *l + "\n";
+    proc::wait_exit(c.pid);
+    return all;
+  };
+  proc::SpawnOptions o;
+  o.unset = {"ANCHOR_TEST_OUTER_A", "ANCHOR_TEST_OUTER_B"};
+  o.env["ANCHOR_TEST_OUTER_B"] = "mine";
+  const std::string with = child_env(o);
+  EXPECT_EQ(with.find("ANCHOR_TEST_OUTER_A="), std::string::npos) << with;
+  EXPECT_NE(with.find("ANCHOR_TEST_OUTER_B=mine\n"), std::string::npos) << with;
+  EXPECT_NE(with.find("PATH="), std::string::npos) << "the rest is inherited";
+  const std::string without = child_env({});
+  EXPECT_NE(without.find("ANCHOR_TEST_OUTER_A=outer\n"), std::string::npos) << without;
+  ::unsetenv("ANCHOR_TEST_OUTER_A");
+  ::unsetenv("ANCHOR_TEST_OUTER_B");
+}
+
 TEST(Spawn, AStdoutPipeThatIsAlreadyDescriptorOneReachesTheChild) {
   const pid_t helper = ::fork();
   ASSERT_GE(helper, 0);
