@@ -264,13 +264,53 @@ class ProgramPilot(support.TempDirTest):
         self.assertIn("call anchor_pilot.shape(", report["plan"]["why"])
         v = self.anchor("verify", run, "--key", os.path.join(keys, "anchor.pub"))
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
-        # Reproducing a program pilot is refused before anything runs, saying what to do instead.
-        rep = self.anchor("reproduce", os.path.join(run, "report.intoto.json"), "--key", os.path.join(keys, "anchor.pub"),
-                          "--run-dir", self.path("rep"))
+        # `anchor reproduce` re-runs the program from its pinned sources and compares stage by stage: bitwise.
+        envelope, pub = os.path.join(run, "report.intoto.json"), os.path.join(keys, "anchor.pub")
+        rep = self.anchor("reproduce", envelope, "--key", pub, "--run-dir", self.path("rep"))
+        self.assertEqual(rep.returncode, 0, rep.stdout + rep.stderr)
+        self.assertIn("reproduce: no drift", rep.stderr)
+        with open(self.path("rep", "report.json")) as f:
+            again = json.load(f)
+        self.assertEqual((again["reproduction"]["verdict"], again["reproduction"]["mode"]), ("reproduced", "bitwise"))
+        names = [c["name"] for c in again["reproduction"]["checks"]]
+        self.assertIn("resumed step 11: loss", names)  # worker B's steps too, not only worker A's
+        self.assertEqual(again["reproduces"]["run_id"], report["run_id"])
+        # A changed source is drift: refused with the table naming it, before anything runs (exit 3).
+        train = self.path("minimal", "train.py")
+        with open(train) as f:
+            src = f.read()
+        with open(train, "w") as f:
+            f.write(src.replace("lr=1e-2", "lr=2e-2"))
+        rep = self.anchor("reproduce", envelope, "--key", pub, "--run-dir", self.path("rep2"))
+        self.assertEqual(rep.returncode, 3, rep.stdout + rep.stderr)
+        self.assertIn("program source train.py", rep.stderr)
+        self.assertIn("pins drifted", rep.stderr)
+        self.assertFalse(os.path.exists(self.path("rep2")))
+        # Negative control of the comparison: re-run anyway (--allow-drift), and the changed learning rate differs.
+        rep = self.anchor("reproduce", envelope, "--key", pub, "--allow-drift", "--run-dir", self.path("rep3"))
+        self.assertEqual(rep.returncode, 3, rep.stdout + rep.stderr)
+        self.assertIn("differs: train step 1: learning rate", rep.stderr)
+        with open(self.path("rep3", "report.json")) as f:
+            self.assertEqual(json.load(f)["reproduction"]["verdict"], "differs")
+        # Another interpreter first in PATH than the one the run started (and the re-pin checked): refused.
+        with open(train, "w") as f:
+            f.write(src)
+        other = self.path("other-bin")
+        os.mkdir(other)
+        shutil.copy(os.path.join(self.path("bin"), "python3"), os.path.join(other, "python3"))
+        env = dict(self.env, PATH=other + os.pathsep + self.env["PATH"])
+        rep = subprocess.run([BIN, "reproduce", envelope, "--key", pub, "--run-dir", self.path("rep4")], env=env,
+                             cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                             timeout=300)
+        self.assertEqual(rep.returncode, 3, rep.stdout + rep.stderr)
+        self.assertIn("program.command[0] 'python3' is %s here; the run this reproduces started %s"
+                      % (os.path.join(other, "python3"), os.path.join(self.path("bin"), "python3")), rep.stderr)
+        # Its bundle carries no sources: reproducing one is refused (exit 2), nothing run.
+        self.assertEqual(self.anchor("bundle", run, "-o", self.path("b")).returncode, 0)
+        rep = self.anchor("reproduce", self.path("b"), "--key", pub, "--run-dir", self.path("rep5"))
         self.assertEqual(rep.returncode, 2, rep.stdout + rep.stderr)
-        self.assertIn("does not re-run a program yet", rep.stderr)
-        self.assertIn("anchor pin --check", rep.stderr)
-        self.assertFalse(os.path.exists(self.path("rep")))
+        self.assertIn("re-runs a program only where it ran, not from a bundle", rep.stderr)
+        self.assertFalse(os.path.exists(self.path("rep5")))
 
     def test_a_component_the_helper_finds_not_restored_is_named(self):
         """A load_state_dict that restores nothing: the helper raises after loading (check_restore), having

@@ -129,38 +129,6 @@ nlohmann::json read_manifest(const std::string& path) {
   return old_m;
 }
 
-// A program pilot's manifest: the libraries and the interpreter the
-// program had loaded are hashed again on disk, its sources and Python
-// distributions listed again; the versions torch reported stay as recorded.
-nlohmann::json repin_program_manifest(const std::string& path, const nlohmann::json& old_m, const config::Config& c,
-                                      manifest::PinOptions& popts) {
-  const nlohmann::json deps = old_m.value("dependencies", nlohmann::json::object());
-  const nlohmann::json exe = deps.is_object() ? deps.value("executable", nlohmann::json::object()) : nlohmann::json();
-  const nlohmann::json listed =
-      deps.is_object() ? deps.value("shared_libraries", nlohmann::json::array()) : nlohmann::json();
-  if (!exe.is_object() || !exe.contains("path") || !exe["path"].is_string() || !listed.is_array())
-    throw Error(ErrorKind::kConfig,
-                path +
-                    ": dependencies.executable.path or "
-                    "dependencies.shared_libraries is missing or mistyped",
-                "pass the manifest.json a program pilot wrote into its run directory");
-  manifest::ProcessFacts facts;
-  facts.runtime = manifest::runtime_versions();
-  facts.device = manifest::device_info(c.device);
-  for (const auto& l : listed)
-    if (l.is_object() && l.contains("path") && l["path"].is_string() &&
-        !(l.contains("deleted") && l["deleted"].is_boolean() && l["deleted"].get<bool>()))
-      facts.libraries.push_back({l["path"].get<std::string>(), false, false});
-  facts.executable = exe["path"].get<std::string>();
-  facts.source = "program";
-  popts.process = [facts] { return facts; };  // a copy: popts outlives this function
-  nlohmann::json new_m = manifest::pin(c, popts);
-  for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
-    if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
-  new_m["program"] = manifest::repin_program(old_m["program"], popts);
-  return new_m;
-}
-
 // anchor pin --check MANIFEST: re-pins with its config and prints the drift
 // (the table, or --json); exit 3 when anything drifted.
 ExitCode check_manifest(const PinCliOptions& o, bool output_given, manifest::PinOptions& popts) {
@@ -168,7 +136,7 @@ ExitCode check_manifest(const PinCliOptions& o, bool output_given, manifest::Pin
   config::Config c = manifest::config_from_manifest(old_m);
   nlohmann::json new_m;
   if (old_m.contains("program")) {
-    new_m = repin_program_manifest(o.check_manifest, old_m, c, popts);
+    new_m = manifest::repin_program_manifest(o.check_manifest, old_m, c, popts);
   } else {
     set_training_process(popts, c);
     new_m = manifest::pin(c, popts);

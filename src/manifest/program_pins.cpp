@@ -198,4 +198,36 @@ nlohmann::json repin_program(const nlohmann::json& old, const PinOptions& opts) 
                       sys_path, scan_distributions(sys_path), "", old.value("runtime", json::object()), opts);
 }
 
+// A program pilot's manifest: the libraries and the interpreter the
+// program had loaded are hashed again on disk, its sources and Python
+// distributions listed again; the versions torch reported stay as recorded.
+nlohmann::json repin_program_manifest(const std::string& path, const nlohmann::json& old_m, const config::Config& c,
+                                      PinOptions& popts) {
+  const nlohmann::json deps = old_m.value("dependencies", nlohmann::json::object());
+  const nlohmann::json exe = deps.is_object() ? deps.value("executable", nlohmann::json::object()) : nlohmann::json();
+  const nlohmann::json listed =
+      deps.is_object() ? deps.value("shared_libraries", nlohmann::json::array()) : nlohmann::json();
+  if (!exe.is_object() || !exe.contains("path") || !exe["path"].is_string() || !listed.is_array())
+    throw Error(ErrorKind::kConfig,
+                path +
+                    ": dependencies.executable.path or "
+                    "dependencies.shared_libraries is missing or mistyped",
+                "pass the manifest.json a program pilot wrote into its run directory");
+  ProcessFacts facts;
+  facts.runtime = runtime_versions();
+  facts.device = device_info(c.device);
+  for (const auto& l : listed)
+    if (l.is_object() && l.contains("path") && l["path"].is_string() &&
+        !(l.contains("deleted") && l["deleted"].is_boolean() && l["deleted"].get<bool>()))
+      facts.libraries.push_back({l["path"].get<std::string>(), false, false});
+  facts.executable = exe["path"].get<std::string>();
+  facts.source = "program";
+  popts.process = [facts] { return facts; };  // a copy: popts outlives this function
+  nlohmann::json new_m = pin(c, popts);
+  for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
+    if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
+  new_m["program"] = repin_program(old_m["program"], popts);
+  return new_m;
+}
+
 }  // namespace anchor::manifest

@@ -15,6 +15,7 @@
 #include "anchor/plan/plan.hpp"
 #include "anchor/report/keys.hpp"
 #include "anchor/report/statement.hpp"
+#include "anchor/run_report/compare_reports.hpp"
 #include "signals.hpp"
 
 namespace anchor::pilot {
@@ -137,6 +138,40 @@ ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool l
     for (const auto& c : verdict.combined.checks)
       if (!c.ok) std::fprintf(stderr, "  %s: %s\n", c.name.c_str(), c.detail.c_str());
   std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
+  return ExitCode::kVerification;
+}
+
+// `anchor reproduce`'s last stage, for both drivers: the re-run against the
+// report it reproduces (run_report::compare_reports).
+std::optional<ExitCode> compare_with_baseline(Pilot& p) {
+  const PilotOptions& opts = p.opts;
+  if (!opts.baseline) return std::nullopt;
+  run_report::Reproduction repro;
+  std::vector<run_report::Check> differ;  // the figures that differ, for the stage and the last line
+  std::string differing;                  // the first five named, then how many more
+  p.stage("reproduce_compare", [&] {
+    repro =
+        run_report::compare_reports(*opts.baseline, p.report.typed(), opts.reproduce_bitwise, p.cfg.pilot.tolerance);
+    for (const auto& c : *repro.checks)
+      if (!c.ok.value_or(false)) differ.push_back(c);
+    for (std::size_t i = 0; i < differ.size() && i < 5; ++i)
+      differing += (differing.empty() ? "" : ", ") + differ[i].name.value_or("");
+    if (differ.size() > 5) differing += " and " + std::to_string(differ.size() - 5) + " more";
+    nlohmann::json f = {{"verdict", *repro.verdict}, {"mode", *repro.mode}, {"differences", *repro.differences}};
+    if (!differ.empty()) f["failed"] = "the re-run differs from the report it reproduces: " + differing;
+    return f;
+  });
+  // With the checkpoint_dir added above.
+  p.report.set_reproduction(p.report.json().at("reproduces"), run_report::section_to_json(repro));
+  if (differ.empty()) return std::nullopt;
+  p.report.set_outcome("failed", ExitCode::kVerification,
+                       "not reproduced: the re-run differs from the report it reproduces (" +
+                           std::to_string(*repro.differences) + " differences, " + *repro.mode + ")");
+  publish(p);
+  for (const auto& c : differ)
+    std::fprintf(stderr, "  differs: %s: %s\n", c.name.value_or("").c_str(), c.detail.value_or("").c_str());
+  p.report.print_summary(summary_stream(p));  // its last line: not reproduced, and how many differ
+  summary_stream(p) << "  not reproduced: " << differing << (differ.size() == 1 ? " differs" : " differ") << "\n";
   return ExitCode::kVerification;
 }
 

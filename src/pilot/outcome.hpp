@@ -2,6 +2,7 @@
 // How a pilot ends, the same for both drivers: every outcome publishes the
 // report (report.json, report.md, signed when a key is configured; the JUnit
 // file; --json) and returns the process exit code. Internal to pilot.
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -23,6 +24,11 @@ void publish(Pilot& p);
 // The pilot passed (its outcome set): the report published, the plan's
 // summary and the stage table printed; returns 0.
 ExitCode passed(Pilot& p);
+// Under `anchor reproduce` (PilotOptions::baseline): the reproduce_compare
+// stage, the re-run compared figure by figure with the report it reproduces
+// (bitwise when PilotOptions::reproduce_bitwise). nullopt when there is no
+// baseline or nothing differs; else the report published and exit 3.
+std::optional<ExitCode> compare_with_baseline(Pilot& p);
 // The pilot interrupted by SIGINT/SIGTERM: the report says so; returns 130/143.
 ExitCode interrupted_exit(Pilot& p);
 // A failed stage: recorded, the report published, the error printed; returns `code`.

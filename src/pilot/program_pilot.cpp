@@ -671,10 +671,30 @@ struct Run {
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
 using Step = std::optional<ExitCode>;
 
+// Under `anchor reproduce`: program.command[0] ("python3") must resolve to
+// what the run it reproduces started, whose files the reproduction's re-pin
+// checked; PATH may now find another interpreter. Throws Error
+// (kVerification) unless the reproduction allows drift.
+void check_same_interpreter(const Pilot& p, const Launch& l) {
+  if (!p.opts.baseline || !p.opts.baseline->program) return;
+  const auto& was = p.opts.baseline->program->command;
+  if (!was || was->empty() || (*was)[0] == l.argv[0]) return;
+  const std::string what = "program.command[0] '" + printable(p.cfg.program.command[0]) + "' is " +
+                           printable(l.argv[0]) + " here; the run this reproduces started " + printable((*was)[0]);
+  if (p.opts.reproduce_allow_drift) {
+    ANCHOR_LOG_WARN("reproduce", "{} (--allow-drift: re-run with it)", what);
+    return;
+  }
+  throw Error(ErrorKind::kVerification, what,
+              "put the run's interpreter first in PATH (or in program.env's PATH), or pass --allow-drift to re-run "
+              "with this one");
+}
+
 Step prepare(Run& r) {
   Pilot& p = r.p;
   try {
     r.l = resolve_launch(p);
+    check_same_interpreter(p, r.l);
     std::filesystem::create_directories(r.l.dir);
   } catch (const Error& e) {
     return fail(p, "program", exit_code_for(e.kind()), with_hint(e));
@@ -993,6 +1013,7 @@ ExitCode run_program_pilot(Pilot& p) {
   Run r(p);
   p.planned_stages = {"reference", "checkpoint_save", "pin",          "kill", "restore",
                       "resume",    "compare",         "memory_probe", "plan"};
+  if (p.opts.baseline) p.planned_stages.push_back("reproduce_compare");
   r.k = p.cfg.pilot.steps_before_save;
   r.last = r.k + p.cfg.pilot.steps_after_resume;
   for (auto step : {prepare, reference, pin, resume})
@@ -1004,6 +1025,7 @@ ExitCode run_program_pilot(Pilot& p) {
   }
   for (auto step : {memory_probe, make_plan})
     if (Step end = step(r)) return *end;
+  if (Step end = compare_with_baseline(p)) return *end;  // under `anchor reproduce`
   p.report.set_outcome("passed", ExitCode::kOk,
                        "the program's resume matches its uninterrupted run (" + r.verdict->combined.mode + ", " +
                            std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");

@@ -592,8 +592,7 @@ void choose_signing_key(Pilot& p) {
 void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
   if (!p.cfg.program.command.empty()) {
-    const char* what = opts.baseline                        ? "`anchor reproduce` of a program pilot"
-                       : opts.nodes                         ? "a program pilot over several nodes"
+    const char* what = opts.nodes                           ? "a program pilot over several nodes"
                        : p.cfg.pilot.start_from == "latest" ? "pilot.start_from latest with program.command"
                                                             : nullptr;
     if (what)
@@ -913,37 +912,7 @@ Step probe_and_plan(BuiltinRun& r) {
 }
 
 // 10. `anchor reproduce`: the re-run against the report it reproduces.
-Step reproduce_compare(BuiltinRun& r) {
-  Pilot& p = r.p;
-  if (!r.opts.baseline) return std::nullopt;
-  run_report::Reproduction repro;
-  std::vector<run_report::Check> differ;  // the figures that differ, for the stage and the last line
-  std::string differing;                  // the first five named, then how many more
-  p.stage("reproduce_compare", [&] {
-    repro = run_report::compare_reports(*r.opts.baseline, p.report.typed(), r.opts.reproduce_bitwise,
-                                        p.cfg.pilot.tolerance);
-    for (const auto& c : *repro.checks)
-      if (!c.ok.value_or(false)) differ.push_back(c);
-    for (std::size_t i = 0; i < differ.size() && i < 5; ++i)
-      differing += (differing.empty() ? "" : ", ") + differ[i].name.value_or("");
-    if (differ.size() > 5) differing += " and " + std::to_string(differ.size() - 5) + " more";
-    nlohmann::json f = {{"verdict", *repro.verdict}, {"mode", *repro.mode}, {"differences", *repro.differences}};
-    if (!differ.empty()) f["failed"] = "the re-run differs from the report it reproduces: " + differing;
-    return f;
-  });
-  // With the checkpoint_dir added above.
-  p.report.set_reproduction(p.report.json().at("reproduces"), run_report::section_to_json(repro));
-  if (differ.empty()) return std::nullopt;
-  p.report.set_outcome("failed", ExitCode::kVerification,
-                       "not reproduced: the re-run differs from the report it reproduces (" +
-                           std::to_string(*repro.differences) + " differences, " + *repro.mode + ")");
-  publish(p);
-  for (const auto& c : differ)
-    std::fprintf(stderr, "  differs: %s: %s\n", c.name.value_or("").c_str(), c.detail.value_or("").c_str());
-  p.report.print_summary(summary_stream(p));  // its last line: not reproduced, and how many differ
-  summary_stream(p) << "  not reproduced: " << differing << (differ.size() == 1 ? " differs" : " differ") << "\n";
-  return ExitCode::kVerification;
-}
+Step reproduce_compare(BuiltinRun& r) { return compare_with_baseline(r.p); }
 
 }  // namespace
 
@@ -992,6 +961,7 @@ ExitCode run_supervisor(const PilotOptions& opts, int launched_world) {
                       "memory_probe",
                       "plan"};
   if (!p.copy_to.empty()) p.planned_stages.insert(p.planned_stages.begin() + 11, "copy_off");
+  if (opts.baseline) p.planned_stages.push_back("reproduce_compare");
   for (auto step : {before_workers, reference_worker, resume_worker, compare_workers, distributed_section,
                     probe_and_plan, reproduce_compare})
     if (Step end = step(r)) return *end;

@@ -203,11 +203,16 @@ void locate_inputs(Reproduction& r) {
 // What a re-run cannot reproduce: a program pilot, and a pilot that started
 // from a checkpoint.
 void refuse_unsupported(const Reproduction& r) {
-  if (!r.cfg.program.command.empty())
+  // A program re-runs where its sources, interpreter and packages were
+  // pinned: the program section records absolute paths that --root, --map
+  // and a bundle's inputs do not move.
+  if (!r.cfg.program.command.empty() && (r.bundle || !r.where.empty()))
     throw Error(ErrorKind::kUsage,
-                "the report is a program pilot's (program.command): `anchor reproduce` does not re-run a program yet",
-                "check its inputs with `anchor pin --check <run dir>/manifest.json` and run `anchor pilot` on its "
-                "config again (docs/program.md, \"Limits of the supervisor side\")");
+                std::string("the report is a program pilot's (program.command): `anchor reproduce` re-runs a program "
+                            "only where it ran, not ") +
+                    (r.bundle ? "from a bundle" : "with --root or --map"),
+                "reproduce its report.intoto.json on the machine and paths it ran on (docs/program.md, \"Reproducing "
+                "a program's run\")");
   // A pilot that started from a checkpoint (pilot.start_from: latest) would
   // start again from whatever is newest in checkpoint.dir now: not the same
   // run. The report's `start` and its config are both asked: either may say so.
@@ -220,10 +225,16 @@ void refuse_unsupported(const Reproduction& r) {
                 "pilot --start-from latest` against a copy of that checkpoint instead (docs/pilot.md)");
 }
 
-// Re-pins the current environment and inputs (r.new_manifest).
+// Re-pins the current environment and inputs (r.new_manifest). A program's:
+// what it had loaded, its sources and packages, hashed again where they were
+// (manifest::repin_program_manifest, as `anchor pin --check` does).
 void repin(Reproduction& r) {
   manifest::PinOptions po;
   po.use_cache = r.opts.use_cache;
+  if (!r.cfg.program.command.empty()) {
+    r.new_manifest = manifest::repin_program_manifest("the report's manifest", r.old_manifest, r.cfg, po);
+    return;
+  }
   try {
     r.new_manifest = manifest::pin(r.cfg, po);
   } catch (const Error& e) {
@@ -324,6 +335,7 @@ pilot::PilotOptions rerun_options(const Reproduction& r) {
   po.log_level = r.opts.log_level;
   // Bitwise where nothing drifted on the CPU; the recorded tolerance otherwise.
   po.reproduce_bitwise = r.drift.empty() && r.cfg.device == "cpu";
+  po.reproduce_allow_drift = r.opts.allow_drift;
   po.reproduces = reproduces_json(r);
   note() << "reproduce: comparing "
          << (po.reproduce_bitwise ? std::string("bitwise (no drift, CPU)")

@@ -74,13 +74,15 @@ class Comparison {
   std::int64_t differences_ = 0;
 };
 
-// Every recorded step of train, reference and resume: loss, gradient norm,
-// learning rate, loss scale, batch digest.
+// Every recorded step of train, reference and resume (a program pilot's:
+// train, worker A's, and resumed, worker B's): loss, gradient norm, learning
+// rate, loss scale, batch digest.
 void compare_steps(Comparison& c, const RunReport& a, const RunReport& b) {
   const Steps &steps_a = or_empty(a.steps), &steps_b = or_empty(b.steps);
   for (const auto& [phase, part] : {std::pair<const char*, Opt<std::vector<StepRow>> Steps::*>{"train", &Steps::train},
                                     {"reference", &Steps::reference},
-                                    {"resume", &Steps::resume}}) {
+                                    {"resume", &Steps::resume},
+                                    {"resumed", &Steps::resumed}}) {
     const auto &sa = or_empty(steps_a.*part), &sb = or_empty(steps_b.*part);
     if (sa.size() != sb.size()) {
       c.add(std::string(phase) + " steps", false,

@@ -437,6 +437,7 @@ void fields(V& v, ProgramVersions& s) {
 
 template <class V>
 void fields(V& v, Program& s) {
+  v("command", s.command);
   v("versions", s.versions);
 }
 

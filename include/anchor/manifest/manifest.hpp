@@ -71,6 +71,15 @@ nlohmann::json pin_program(const ProgramPins& pins, const PinOptions& opts = {})
 // the distributions listed again from its sys_path.
 nlohmann::json repin_program(const nlohmann::json& program, const PinOptions& opts = {});
 
+// A program pilot's whole manifest pinned again (`anchor pin --check`,
+// `anchor reproduce`): the libraries and the interpreter the program had
+// loaded hashed again on disk, its sources and Python distributions listed
+// again (repin_program); the versions torch reported stay as recorded.
+// `path` names the manifest in errors. Throws Error (kConfig) when the
+// recorded process facts are missing or mistyped.
+nlohmann::json repin_program_manifest(const std::string& path, const nlohmann::json& old_manifest,
+                                      const config::Config& cfg, PinOptions& opts);
+
 // Rebuilds the Config stored in a manifest (config.effective + its base_dir),
 // for `pin --check` and `reproduce`. Throws Error (kConfig) when `manifest` is
 // not an anchor.manifest/v1 document.

@@ -83,8 +83,9 @@ struct PilotOptions {
   // Already pinned for this config (reproduce): written as the run's manifest,
   // not re-hashed. Otherwise worker A pins, in the process that trains.
   const nlohmann::json* pinned_manifest = nullptr;
-  nlohmann::json reproduces;      // link to the report reproduced, its drift
-  bool reproduce_bitwise = true;  // no drift on CPU: bitwise; else the recorded tolerance
+  nlohmann::json reproduces;           // link to the report reproduced, its drift
+  bool reproduce_bitwise = true;       // no drift on CPU: bitwise; else the recorded tolerance
+  bool reproduce_allow_drift = false;  // --allow-drift: a re-run that differs from the pins still runs
   // Under a multi-node launch: the other nodes (launched.cpp); null on one node.
   PilotNodes* nodes = nullptr;
 };

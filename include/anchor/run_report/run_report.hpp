@@ -311,6 +311,7 @@ struct ProgramVersions : Rest {
   Opt<std::string> torch;
 };
 struct Program : Rest {
+  Opt<std::vector<std::string>> command;  // as started: command[0] resolved to a path
   Opt<ProgramVersions> versions;
 };
 
