@@ -200,8 +200,9 @@ void locate_inputs(Reproduction& r) {
            << " is read at " << printable(r.cfg.base_dir) << "\n";
 }
 
-// What a re-run cannot reproduce: a program pilot, and a pilot that started
-// from a checkpoint.
+// What a re-run cannot reproduce: a program pilot anywhere but where it ran
+// (from a bundle, or with --root/--map), and a pilot that started from a
+// checkpoint.
 void refuse_unsupported(const Reproduction& r) {
   // A program re-runs where its sources, interpreter and packages were
   // pinned: the program section records absolute paths that --root, --map
