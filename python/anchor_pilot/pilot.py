@@ -1,5 +1,6 @@
 """The Pilot: checkpoints, restores and reports one training loop."""
 import collections
+import contextlib
 import json
 import os
 import random
@@ -13,6 +14,7 @@ from . import safetensors as st
 from . import tensors as tt
 from . import state as stt
 from . import store
+from . import observe as obs
 from .errors import CheckpointError, PilotError, RestoreError
 from .declare import declared as _declared_shape
 from .spec import Spec
@@ -169,7 +171,7 @@ class Pilot:
 
     def __init__(self, checkpoint_dir=None, *, model, optimizer=None, scheduler=None, scaler=None, data=None,
                  save_at=(), stop_at=None, seed=None, deterministic=False, events=None, digests_every=0,
-                 restore=None, role="standalone", spec=None, check_restore=True):
+                 restore=None, role="standalone", spec=None, check_restore=True, observe=False):
         if spec is not None:
             ev.check_program_paths()
             checkpoint_dir, save_at, stop_at, seed = spec.checkpoint_dir, spec.save_at, spec.stop_at, spec.seed
@@ -181,6 +183,7 @@ class Pilot:
         if model is None:
             raise PilotError("create Pilot", "no model", "pass model=<your torch.nn.Module>")
         self.spec, self.role, self.checkpoint_dir = spec, role, checkpoint_dir
+        self.observe = bool(observe)  # the program's own save and load code (saving(), restored())
         self.save_at = sorted(set(save_at or ()))
         self.stop_at, self.seed, self.restore_dir = stop_at, seed, restore
         self.digests_every, self.check_restore = digests_every, check_restore
@@ -197,6 +200,7 @@ class Pilot:
         self._data_ready = None
         self._closed = False
         self._restoring = None
+        self._observed_step = 0
         self.components = collections.OrderedDict()
         self.components["model"] = _Component("model", self._model_get, self._model_put)
         if optimizer is not None:
@@ -230,16 +234,21 @@ class Pilot:
         self._peak_reset = False
         self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
                          anchor_pilot=__version__, parameters=params, executable=sys.executable, pid=os.getpid(),
-                         shape=shape)
+                         shape=shape, checkpoints="program" if self.observe else "helper")
 
     @classmethod
-    def from_env(cls, *, model, optimizer=None, scheduler=None, scaler=None, data=None, **standalone):
+    def from_env(cls, *, model, optimizer=None, scheduler=None, scaler=None, data=None, observe=False,
+                 **standalone):
         """A Pilot configured by ANCHOR_PILOT_SPEC when it is set, else by
-        the keyword arguments in ``standalone`` (checkpoint_dir, save_at, ...)."""
+        the keyword arguments in ``standalone`` (checkpoint_dir, save_at, ...).
+        ``observe=True``: the program saves and loads with its own code
+        (saving(), restored()); the helper only fingerprints the state."""
         spec = Spec.from_env()
         if spec is not None:
-            return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, spec=spec)
-        return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, **standalone)
+            return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, spec=spec,
+                       observe=observe)
+        return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, observe=observe,
+                   **standalone)
 
     # ----- components ---------------------------------------------------------------------------------------
     def _model_get(self):
@@ -276,9 +285,9 @@ class Pilot:
     def _writes(self, name):
         return name in PER_RANK or self.rank == 0
 
-    def _serialize(self, name):
-        comp = self.components[name]
-        value = comp.get()
+    def _serialize(self, name, value=None):
+        if value is None:
+            value = self.components[name].get()
         tensors = {}
         meta = {"anchor_pilot.format": COMPONENT_FORMAT, "anchor_pilot.component": name}
         if name == "model":
@@ -296,6 +305,10 @@ class Pilot:
         saved as (so a digest after restore equals the manifest's)."""
         out = collections.OrderedDict()
         for name in self.components:
+            if name == "rng" and self.observe:  # each stream on its own: the verdict names the one not restored
+                for stream, value in _rng_streams():
+                    out["rng." + stream] = st.digest(*self._serialize("rng", {stream: value}))
+                continue
             prefix, chunks = self._serialize(name)
             out[name] = st.digest(prefix, chunks)
         self.last_digests = dict(out)
@@ -372,9 +385,79 @@ class Pilot:
         """Saves when ``step`` is one of save_at; returns the step directory or None."""
         return self.save(step) if step in self.save_at else None
 
+    def should_save(self, step):
+        """Whether ``step`` is one anchor asks the program to save (save_at)."""
+        return step in self.save_at
+
+    # ----- observed mode: the program's own save and load code ---------------------------------------------
+    def _need_observe(self, what, instead):
+        if not self.observe:
+            raise PilotError(what, "this Pilot saves and restores with the helper's own checkpoints",
+                             "create it with observe=True to keep your own save and load code, or call %s" % instead)
+
+    @contextlib.contextmanager
+    def saving(self, step):
+        """Wraps the program's own save of ``step`` (observe=True): fingerprints
+        the live state before the save, then reports the files the save wrote
+        under checkpoint_dir. Under anchor, in the save anchor kills, the
+        program is held once its first file there is whole, and killed."""
+        self._need_observe("Pilot.saving()", "Pilot.maybe_save(step)")
+        self._say_program()
+        t0 = time.monotonic()
+        root = self.checkpoint_dir
+        self.events.emit("checkpoint", op="save", phase="begin", step=step, dir=root)
+        self.digests(step, when="save")  # before any file: a save anchor kills still says what it held
+        before = obs.listing(root)
+        window = self._kill_window(step)
+        watch = obs.FirstFileWatch(root, window) if window is not None else None
+        try:
+            if watch is not None:
+                watch.arm()
+            yield
+        finally:
+            if watch is not None:
+                watch.disarm()
+                watch.close()
+        after = obs.listing(root)
+        files = obs.changed(before, after)
+        if watch is not None:  # the save anchor kills, and it ended without being held inside
+            raise CheckpointError(
+                "save checkpoint step %d" % step,
+                "anchor_pilot saw no file written under %s while the save ran%s" %
+                (root, " (%d appeared: written by another thread or process?)" % len(files) if files else ""),
+                "save into pilot.checkpoint_dir from the thread that calls pilot.saving(step) "
+                "(docs/program.md, \"Your own checkpoint code\")")
+        if self.spec is not None and not files and self.rank == 0:  # under DDP often rank 0 alone writes
+            raise CheckpointError("save checkpoint step %d" % step, "the save wrote no file under %s" % root,
+                                  "under anchor, save into pilot.checkpoint_dir: anchor pins and kills what it "
+                                  "finds there")
+        self.events.emit("checkpoint", op="save", phase="end", step=step, dir=root, files=files,
+                         bytes=sum(after[f][0] for f in files), seconds=time.monotonic() - t0)
+        self._last = time.monotonic()  # the save is not the next step's data wait
+        if self._steps_seen == 1:
+            self._peak_reset = ev.reset_peak(self._device)
+
+    def restored(self, step, seconds=None):
+        """Call right after the program's own load (observe=True) with the step
+        it resumes from (0 or None: it found nothing to resume). Fingerprints
+        the state it loaded, for anchor to compare with the save of that step.
+        ``seconds``: how long the load took, when the program timed it."""
+        self._need_observe("Pilot.restored()", "Pilot.restore()")
+        if not step:
+            return 0
+        self.events.emit("checkpoint", op="restore", phase="end", step=step, dir=self.checkpoint_dir,
+                         seconds=seconds)
+        self.digests(step, when="restore")
+        self._observed_step = step
+        self._last = time.monotonic()
+        return step
+
     def save(self, step):
         """Saves every component as checkpoint ``step`` (atomic; see docs/checkpoints.md).
         Under DDP every rank must call it. Returns the step directory."""
+        if self.observe:
+            raise PilotError("Pilot.save()", "this Pilot observes the program's own save (observe=True)",
+                             "wrap your save in `with pilot.saving(step):`")
         self._say_program()
         t0 = time.monotonic()
         self.events.emit("checkpoint", op="save", phase="begin", step=step,
@@ -509,6 +592,9 @@ class Pilot:
         ``self.skipped`` and as "checkpoint" lines with phase "skip"). A
         reference run never restores. ``skip`` names components deliberately
         left as they are (experiments only: the resume then is not exact)."""
+        if self.observe:
+            raise PilotError("Pilot.restore()", "this Pilot observes the program's own load (observe=True)",
+                             "load with your own code, then call pilot.restored(step)")
         if self.role in ("reference", "probe"):
             return 0
         for name in skip:
@@ -633,7 +719,6 @@ class Pilot:
             raise RestoreError("restore optimizer from %s" % where, "the checkpoint has %d parameter groups, the "
                                "optimizer %d" % (len(groups), len(opt.param_groups)),
                                "build the optimizer with the same parameter groups as the run that saved it")
-        params = [p for g in opt.param_groups for p in g["params"]]
         saved_sizes = [len(g["params"]) for g in groups]
         sizes = [len(g["params"]) for g in opt.param_groups]
         if saved_sizes != sizes:
@@ -705,6 +790,8 @@ class Pilot:
 
     @property
     def start_step(self):
+        if self.observe:
+            return self._observed_step
         return self.restored_from.step if self.restored_from else 0
 
 
@@ -716,6 +803,12 @@ def _rng_get():
     if np is not None:
         s["numpy"] = np.random.get_state()
     return s
+
+
+def _rng_streams():
+    """(name, state) of every RNG stream, each fingerprinted on its own in observed mode."""
+    s = _rng_get()
+    return [(k, s[k]) for k in ("torch", "cuda", "python", "numpy") if k in s]
 
 
 def _rng_put(s):

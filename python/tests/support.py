@@ -54,3 +54,52 @@ class TempDirTest(unittest.TestCase):
     def assertOk(self, proc, what="the child"):
         self.assertEqual(proc.returncode, 0, "%s failed (rc %s):\nstdout:\n%s\nstderr:\n%s"
                          % (what, proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+
+
+class ProgramPilotTest(TempDirTest):
+    """`anchor pilot` (ANCHOR_BIN) on copies of the examples/ programs, with
+    `python3` in PATH this test's interpreter (torch 1.13 or 2.x)."""
+
+    BIN = os.environ.get("ANCHOR_BIN")
+    EXAMPLES = os.path.join(REPO, "examples")
+
+    def setUp(self):
+        super().setUp()
+        bindir = self.path("bin")
+        os.mkdir(bindir)
+        wrapper = os.path.join(bindir, "python3")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nexec "%s" "$@"\n' % sys.executable)
+        os.chmod(wrapper, 0o700)
+        self.env = env(PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+
+    def example(self, name):
+        dst = self.path(name)
+        shutil.copytree(os.path.join(self.EXAMPLES, name), dst)
+        return dst
+
+    def anchor(self, *args, timeout=300, **extra_env):
+        return subprocess.run([self.BIN] + list(args), env=dict(self.env, **extra_env), cwd=self.tmp,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=timeout)
+
+    def pilot(self, name, *sets, run="run", **extra_env):
+        d = self.example(name) if not os.path.isdir(self.path(name)) else self.path(name)
+        run_dir = self.path(run)
+        args = ["pilot", os.path.join(d, "pilot.yaml"), "--run-dir", run_dir, "--junit", run_dir + ".junit.xml"]
+        for s in sets:
+            args += ["--set", s]
+        proc = self.anchor(*args, **extra_env)
+        report = None
+        if os.path.exists(os.path.join(run_dir, "report.json")):
+            with open(os.path.join(run_dir, "report.json")) as f:
+                report = json.load(f)
+        return proc, report, run_dir
+
+    def edit(self, path, old, new):
+        """Replaces `old` (which must be there) with `new` in a copied example's file."""
+        with open(path) as f:
+            src = f.read()
+        self.assertIn(old, src)
+        with open(path, "w") as f:
+            f.write(src.replace(old, new))

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import socket
-import stat
 import subprocess
 import unittest
 from xml.etree import ElementTree
@@ -23,44 +22,10 @@ from tests import support
 from tests.test_hf_example import HAVE_TRANSFORMERS, WHY_NOT
 
 BIN = os.environ.get("ANCHOR_BIN")
-EXAMPLES = os.path.join(support.REPO, "examples")
 
 
 @unittest.skipUnless(BIN, "ANCHOR_BIN (the anchor binary to test) is not set; ctest sets it")
-class ProgramPilot(support.TempDirTest):
-    def setUp(self):
-        super().setUp()
-        # `python3` as the examples' pilot.yaml names it: this interpreter (torch 1.13 or 2.x).
-        bindir = self.path("bin")
-        os.mkdir(bindir)
-        wrapper = os.path.join(bindir, "python3")
-        with open(wrapper, "w") as f:
-            f.write('#!/bin/sh\nexec "%s" "$@"\n' % support.sys.executable)
-        os.chmod(wrapper, stat.S_IRWXU)
-        self.env = support.env(PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
-
-    def example(self, name):
-        dst = self.path(name)
-        shutil.copytree(os.path.join(EXAMPLES, name), dst)
-        return dst
-
-    def anchor(self, *args, timeout=300):
-        return subprocess.run([BIN] + list(args), env=self.env, cwd=self.tmp, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
-
-    def pilot(self, name, *sets, run="run"):
-        d = self.example(name) if not os.path.isdir(self.path(name)) else self.path(name)
-        run_dir = self.path(run)
-        args = ["pilot", os.path.join(d, "pilot.yaml"), "--run-dir", run_dir, "--junit", run_dir + ".junit.xml"]
-        for s in sets:
-            args += ["--set", s]
-        proc = self.anchor(*args)
-        report = None
-        if os.path.exists(os.path.join(run_dir, "report.json")):
-            with open(os.path.join(run_dir, "report.json")) as f:
-                report = json.load(f)
-        return proc, report, run_dir
-
+class ProgramPilot(support.ProgramPilotTest):
     def assertMatch(self, proc, report, ranks=1):
         self.assertEqual(proc.returncode, 0, "pilot failed:\n" + proc.stdout[-3000:] + (proc.stderr or "")[-3000:])
         self.assertEqual(report["status"], "passed")

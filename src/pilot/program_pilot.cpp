@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -32,6 +33,7 @@
 #include "anchor/run_report/plan_inputs.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 #include "anchor/protocol/progress.hpp"
+#include "anchor/pilot/observed.hpp"
 #include "outcome.hpp"
 #include "pilot_context.hpp"
 #include "program_pilot.hpp"
@@ -666,7 +668,40 @@ struct Run {
   Outcome a, b;
   std::optional<protocol::RankVerdicts> verdict;  // the comparison
   json probe_points = json::array();              // the memory probe's, for the plan
+  bool observed = false;                          // the program's own save and load code (hello "checkpoints")
+  observed::TornSave torn;                        // observed: what the kill left of the save of K+R
 };
+
+// Observed mode: the files the finished saves of a worker reported (every rank), and those of one step.
+std::set<std::string> finished_files(const Outcome& o, std::optional<std::int64_t> step = std::nullopt) {
+  std::set<std::string> out;
+  for (const auto& [rank, log] : o.logs)
+    for (const auto& c : log.checkpoints)
+      if (c.op == "save" && c.phase == "end" && (!step || (c.step && *c.step == *step)))
+        out.insert(c.files.begin(), c.files.end());
+  return out;
+}
+
+// Observed mode: the step worker B's own load restored (rank 0), 0 when it reports none.
+std::int64_t observed_restore(const Outcome& b) {
+  const auto it = b.logs.find(0);
+  if (it == b.logs.end()) return 0;
+  std::int64_t step = 0;
+  for (const auto& c : it->second.checkpoints)
+    if (c.op == "restore" && c.phase == "end" && c.step) step = *c.step;
+  return step;
+}
+
+// Every rank's hello says the same mode: returns whether it is "program" (observed).
+std::optional<std::string> mixed_modes(const Outcome& o, bool& observed) {
+  std::set<std::string> modes;
+  for (const auto& [rank, log] : o.logs)
+    if (log.hello) modes.insert(log.hello->checkpoints);
+  observed = modes.count("program") > 0;
+  if (modes.size() > 1)
+    return std::string("the ranks disagree on who saves: some create the Pilot with observe=True, some without");
+  return std::nullopt;
+}
 
 // Each step returns the pilot's exit code when the pilot ends there, nothing otherwise.
 using Step = std::optional<ExitCode>;
@@ -724,12 +759,16 @@ Step reference(Run& r) {
   if (interrupt_signal()) return interrupted_exit(p);
   const Outcome& a = r.a;
   p.report.set_section("program", program_section(p, r.l, a));
+  if (auto why = mixed_modes(a, r.observed)) return fail(p, "reference", ExitCode::kRuntime, *why);
   if (!a.killed_by_us) {
     const std::string why =
         !a.error.empty() ? a.error
                          : worker_name(pp::Role::kReference) + " exited with status " + std::to_string(a.status) +
-                               " before its kill window (the save of step " + std::to_string(r.last) +
-                               "): does the loop call Pilot.maybe_save(step) every step, up to pilot.stop_at?";
+                               " before its kill window (the save of step " + std::to_string(r.last) + "): " +
+                               (r.observed ? "does the loop wrap its save in `with pilot.saving(step):` whenever "
+                                             "pilot.should_save(step), up to pilot.stop_at?"
+                                           : "does the loop call Pilot.maybe_save(step) every step, up to "
+                                             "pilot.stop_at?");
     return fail(p, "reference", ExitCode::kRuntime, why);
   }
   if (a.status != 128 + SIGKILL)
@@ -808,9 +847,41 @@ Step pin(Run& r) {
   } catch (const Error& e) {
     return fail(p, "pin", exit_code_for(e.kind()), with_hint(e));
   }
-  p.stage("kill", [&] {
-    return json{{"signal", "SIGKILL"}, {"exit_status", r.a.status}, {"torn_checkpoints", torn_temps(p.ckpt_dir)}};
-  });
+  if (!r.observed) {
+    p.stage("kill", [&] {
+      return json{{"signal", "SIGKILL"}, {"exit_status", r.a.status}, {"torn_checkpoints", torn_temps(p.ckpt_dir)}};
+    });
+    return std::nullopt;
+  }
+  // Observed: what the kill left of the program's save of K+R, and the finished saves pinned by digest.
+  try {
+    p.stage("kill", [&] {
+      const auto saved = finished_files(r.a, r.k);
+      r.torn = observed::torn_save(p.ckpt_dir, finished_files(r.a), {saved.begin(), saved.end()}, r.k, r.last);
+      json saves = json::array();
+      std::set<std::int64_t> steps;
+      for (const auto& c : r.a.logs.at(0).checkpoints)
+        if (c.op == "save" && c.phase == "end" && c.step && steps.insert(*c.step).second) {
+          const auto files = finished_files(r.a, *c.step);
+          saves.push_back(observed::hashed_save(p.ckpt_dir, *c.step, {files.begin(), files.end()}));
+        }
+      p.report.set_section("program_checkpoints", {{"dir", printable(p.ckpt_dir)},
+                                                   {"kind", "the program's own (observed)"},
+                                                   {"saves", saves},
+                                                   {"torn", r.torn.to_json()}});
+      json torn = json::array();
+      if (!r.torn.empty()) torn.push_back(r.torn.summary());
+      return json{{"signal", "SIGKILL"},
+                  {"exit_status", r.a.status},
+                  {"point", printable(r.a.logs.at(0).checkpoint("save", "kill_window", r.last)
+                                          ? r.a.logs.at(0).checkpoint("save", "kill_window", r.last)->point
+                                          : "")},
+                  {"torn_checkpoints", torn},
+                  {"torn_save", r.torn.to_json()}};
+    });
+  } catch (const Error& e) {
+    return fail(p, "kill", exit_code_for(e.kind()), with_hint(e));
+  }
   return std::nullopt;
 }
 
@@ -845,6 +916,24 @@ Step resume(Run& r) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
   if (interrupt_signal()) return interrupted_exit(p);
+  bool b_observed = false;
+  if (auto why = mixed_modes(r.b, b_observed)) return fail(p, "resume", ExitCode::kRuntime, *why);
+  if (b_observed != r.observed)
+    return fail(p, "resume", ExitCode::kRuntime,
+                std::string("worker B ") +
+                    (b_observed ? "observes the program's own save and load (observe=True)"
+                                : "saves and restores through the helper") +
+                    ", worker A did not: the same program must run both ways");
+  // Observed: a resume that failed after anchor tore a save is told what the torn save holds and lacks.
+  // When its error names a file of that save, the resume took it: the resume's defect (exit 3).
+  if (r.b.status != 0 && r.observed && !r.torn.empty()) {
+    const bool took_it = r.torn.named_in(r.b.error);
+    return fail(p, "resume", took_it ? ExitCode::kVerification : ExitCode::kRuntime,
+                r.b.error + ". anchor killed your save of step " + std::to_string(r.last) + " inside: " +
+                    r.torn.words(r.k) + (took_it ? ". Your resume loaded that save" : ". If your resume chose it") +
+                    ": make it pass over a save that did not finish (write a marker file last and look for it, or "
+                    "save into a temporary directory and rename it into place)");
+  }
   // The helper raises when a component's state after load_state_dict differs from its file (check_restore),
   // having reported what it restored: that is the verdict's to name (exit 3), not a runtime failure.
   if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", ExitCode::kRuntime, r.b.error);
@@ -852,7 +941,11 @@ Step resume(Run& r) {
     if (!r.b.logs.count(rank))
       return fail(p, "resume", ExitCode::kRuntime, "worker B rank " + std::to_string(rank) + " reported nothing");
   const auto& res = r.b.logs.at(0);
-  if (const auto* c = res.checkpoint("restore", "end", r.k); c && c->bytes && c->seconds)
+  if (const auto* c = res.checkpoint("restore", "end", r.k); r.observed && c && c->seconds) {
+    json fig = {{"step", r.k}, {"seconds", *c->seconds}};  // what the program's load read: the save of K
+    if (const auto* s = r.a.logs.at(0).checkpoint("save", "end", r.k); s && s->bytes) fig["bytes"] = *s->bytes;
+    p.report.add_stage({{"stage", "restore"}, {"status", "passed"}, {"seconds", *c->seconds}, {"figures", fig}});
+  } else if (c && c->bytes && c->seconds)
     p.report.add_stage({{"stage", "restore"},
                         {"status", "passed"},
                         {"seconds", *c->seconds},
@@ -873,14 +966,27 @@ void compare(Run& r) {
     const double tol = p.cfg.pilot.tolerance;
     std::vector<protocol::Verdict> ranks;
     ranks.reserve(static_cast<std::size_t>(std::max(p.nproc, 0)));
+    // Observed: the program may save more often than anchor asks; its load may resume a later finished save.
+    std::int64_t from = r.k;
+    if (const std::int64_t got = observed_restore(r.b);
+        r.observed && got > r.k && got < r.last && r.a.logs.at(0).digests_at("save", got))
+      from = got;
     for (int rank = 0; rank < p.nproc; ++rank)
-      ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), r.k, r.last, tol));
+      ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), from, r.last, tol, r.observed));
+    // Observed: a load that took the save anchor tore is told what that save lacks.
+    if (r.observed && observed_restore(r.b) == r.last)
+      for (auto& c : ranks[0].checks)
+        if (c.name == "restored step" && !c.ok)
+          c.detail = "your load restored step " + std::to_string(r.last) +
+                     " from the save anchor killed inside: " + r.torn.words(r.k) +
+                     "; a resume must pass over a save that did not finish (write a marker file last and look for "
+                     "it, or save into a temporary directory and rename it into place)";
     r.verdict.emplace(std::move(ranks));
     return compare_stage_figures(*r.verdict, p.nproc);
   });
   p.report.set_section("resume", r.verdict->to_json());
   p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
-  p.report.add_checkpoints(p.ckpt_dir, p.run_dir);
+  if (!r.observed) p.report.add_checkpoints(p.ckpt_dir, p.run_dir);  // observed: program_checkpoints, at the kill
 }
 
 // The report's measurements as far as the pilot got, and a plan section that

@@ -86,6 +86,9 @@ Hello parse_hello(const JsonFields& f) {
   h.parameters = f.optional_integer("parameters");
   h.executable = f.str_or("executable", "");
   h.pid = f.optional_integer("pid");
+  h.checkpoints = f.str_or("checkpoints", "helper");
+  if (h.checkpoints != "helper" && h.checkpoints != "program")
+    throw bad("\"hello\".checkpoints is \"" + printable(h.checkpoints) + "\", expected helper or program");
   if (f.has("shape")) {
     const JsonFields s(f.object("shape"), f.path("shape"));
     Shape sh;
@@ -199,6 +202,7 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     c.seconds = f.optional_number("seconds");
     if (f.has("problems")) c.problems = f.strings("problems");
     c.point = f.str_or("point", "");
+    if (f.has("files")) c.files = f.strings("files");
     return c;
   }
   if (type == "memory") {
@@ -249,6 +253,7 @@ void body_json(json& j, const Hello& h) {
   put(j, "parameters", h.parameters);
   if (!h.executable.empty()) j["executable"] = h.executable;
   put(j, "pid", h.pid);
+  if (h.checkpoints != "helper") j["checkpoints"] = h.checkpoints;
   if (h.shape) {
     const Shape& s = *h.shape;
     j["shape"] = {{"micro_batch", s.micro_batch}, {"seq_len", s.seq_len}, {"grad_accum", s.grad_accum},
@@ -292,6 +297,7 @@ void body_json(json& j, const CheckpointLine& c) {
   put(j, "seconds", c.seconds);
   if (!c.problems.empty()) j["problems"] = c.problems;
   if (!c.point.empty()) j["point"] = c.point;
+  if (!c.files.empty()) j["files"] = c.files;
 }
 
 void body_json(json& j, const MemoryLine& m) {
@@ -680,12 +686,15 @@ namespace {
 // The first component whose digest differs (in kComponentOrder, then the rest
 // by name), or "" when they are all equal.
 Check compare_state(const std::string& name, const DigestsLine* ref, const DigestsLine* res,
-                    const std::string& ref_what, const std::string& res_what) {
+                    const std::string& ref_what, const std::string& res_what, bool observed = false) {
   Check c{name, false, "", ""};
   if (!ref || !res) {
     c.detail = std::string(!ref ? "the reference reports no digests " + ref_what
                                 : "the resumed run reports no digests " + res_what) +
-               " (hint: the program must save through anchor_pilot: Pilot.maybe_save(step) at the steps anchor asks)";
+               (observed ? " (hint: wrap the program's save in `with pilot.saving(step):` at the steps "
+                           "pilot.should_save(step) names, and call pilot.restored(step) after its load)"
+                         : " (hint: the program must save through anchor_pilot: Pilot.maybe_save(step) at the steps "
+                           "anchor asks)");
     return c;
   }
   std::vector<std::string> names;
@@ -703,11 +712,19 @@ Check compare_state(const std::string& name, const DigestsLine* ref, const Diges
     const std::string* b = res->find(n);
     if (!a && !b) continue;
     if (a && b && *a == *b) continue;
-    c.component = n;
-    c.detail = "component '" + n + "' differs: reference " + (a ? a->substr(0, 16) : std::string("absent")) +
-               ", resumed " + (b ? b->substr(0, 16) : std::string("absent"));
-    return c;
+    const std::string was = a ? a->substr(0, 12) : std::string("absent"), is = b ? b->substr(0, 12) : "absent";
+    if (!observed) {
+      c.component = n;
+      c.detail = "component '" + n + "' differs: reference " + (a ? a->substr(0, 16) : std::string("absent")) +
+                 ", resumed " + (b ? b->substr(0, 16) : std::string("absent"));
+      return c;
+    }
+    // The program's own checkpoint: every component it does not bring back, in its terms.
+    if (c.component.empty()) c.component = n;
+    c.detail += (c.detail.empty() ? "" : "; ") + component_words(n) + ": " + res_what + " its state differs from " +
+                ref_what + " (" + was + " saved, " + is + " now)";
   }
+  if (!c.component.empty()) return c;
   c.ok = true;
   c.detail = std::to_string(ref->components.size()) + " components equal";
   return c;
@@ -721,8 +738,23 @@ bool close_enough(const Number& a, const Number& b, double tol) {
 
 }  // namespace
 
+std::string component_words(const std::string& component) {
+  static const std::map<std::string, std::string> words = {{"model", "the model"},
+                                                           {"optimizer", "the optimizer"},
+                                                           {"scheduler", "the scheduler"},
+                                                           {"scaler", "the grad scaler"},
+                                                           {"data", "the data cursor"},
+                                                           {"rng", "the random generators"},
+                                                           {"rng.torch", "torch's CPU random generator"},
+                                                           {"rng.cuda", "the CUDA random generators"},
+                                                           {"rng.python", "Python's random"},
+                                                           {"rng.numpy", "NumPy's global random generator"}};
+  const auto it = words.find(component);
+  return it != words.end() ? it->second : "'" + printable(component) + "'";
+}
+
 Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step,
-                double tolerance) {
+                double tolerance, bool observed) {
   Verdict v(tolerance);
   v.saved_step = save_step;
   v.last_step = last_step;
@@ -735,14 +767,20 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
     v.add({"restored step", false,
            restored ? "the resumed run restored step " + std::to_string(v.restored_step) + ", not step " +
                           std::to_string(save_step) + " (the one the reference saved before its kill)"
-                    : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
+           : observed ? "the resumed run reports no restore: its load found nothing to resume from "
+                        "(hint: call pilot.restored(step) after the program's own load)"
+                      : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
            "checkpoint"});
     v.cause.push_back("checkpoint");
     return v;
   }
   v.add({"restored step", true, "step " + std::to_string(save_step), ""});
-  Check st = compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
-                           "at its save of step " + std::to_string(save_step), "after its restore");
+  Check st =
+      observed
+          ? compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
+                          "your save of step " + std::to_string(save_step), "after your load", true)
+          : compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
+                          "at its save of step " + std::to_string(save_step), "after its restore");
   if (!st.ok) v.cause.push_back(st.component.empty() ? "state" : st.component);
   v.add(st);
   // 2. Every resumed step's loss.

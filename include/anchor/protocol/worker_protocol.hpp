@@ -97,6 +97,9 @@ struct Hello {
   std::string executable;
   std::optional<std::int64_t> pid;
   std::optional<Shape> shape;
+  // "helper": the helper writes and restores the checkpoints; "program": the
+  // program's own save and load code, observed (saving()/restored()).
+  std::string checkpoints = "helper";
 };
 struct StepLine {
   std::int64_t step = 0;  // the step count after this step (1 for the first step of a run)
@@ -124,6 +127,7 @@ struct CheckpointLine {
   std::optional<double> seconds;
   std::vector<std::string> problems;  // skip
   std::string point;                  // kill_window
+  std::vector<std::string> files;     // an observed save's end: what it wrote, relative to dir
 };
 struct MemoryLine {
   std::string stage, device;
@@ -232,7 +236,15 @@ struct WorkerLog {
 // 0, else within_tolerance, and then a differing state at the last step is
 // reported in its check but does not fail. Causes: the first component that
 // differs, "checkpoint" (the wrong step restored), "loss" or "steps".
+// `observed`: the program's own save and load code (hello "checkpoints":
+// "program"): the digests are the helper's fingerprints of the live state,
+// RNG streams one by one ("rng.torch"), and a state restored wrongly is said
+// in the program's terms, every differing component named ("the scheduler:
+// after your load its state differs from your save of step K").
 Verdict compare(const WorkerLog& reference, const WorkerLog& resumed, std::int64_t save_step, std::int64_t last_step,
-                double tolerance);
+                double tolerance, bool observed = false);
+// What a component of the helper's fingerprints is, in a user's words
+// ("scheduler" -> "the scheduler", "rng.torch" -> "torch's CPU random generator").
+std::string component_words(const std::string& component);
 
 }  // namespace anchor::protocol

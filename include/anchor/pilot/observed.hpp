@@ -1,0 +1,50 @@
+#pragma once
+// A program pilot in observed mode (docs/program.md, "Your own checkpoint
+// code"): the program saves and loads with its own code, anchor_pilot reports
+// which files each save wrote under the checkpoint directory, and anchor
+// kills the save of K+R once its first file is whole. What the kill left,
+// and the files of the saves that finished, pinned by digest. No torch.
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+namespace anchor::pilot::observed {
+
+// `path` with every run of digits that reads as `from` written as `to`, in
+// the run's width when it was zero-padded: "ckpt/step_000004/model.pt" with
+// 4 -> 8 is "ckpt/step_000008/model.pt"; "checkpoint-4" is "checkpoint-8";
+// "v14/4.pt" is "v14/8.pt".
+std::string with_step(const std::string& path, std::int64_t from, std::int64_t to);
+
+// Every regular file under `root`, relative to it, sorted (symlinks not
+// followed; anchor's own .anchor.lock left out).
+std::vector<std::string> files_under(const std::string& root);
+
+// The save anchor killed: the files under the checkpoint directory that no
+// finished save claimed, and the files the save of `saved` wrote whose
+// counterpart for `killed` (with_step) is not there. `finished` holds the
+// files every finished save reported, relative to the directory.
+struct TornSave {
+  std::int64_t step = 0;
+  std::vector<std::string> files, missing;
+  bool empty() const { return files.empty() && missing.empty(); }
+  nlohmann::json to_json() const;
+  // "it holds model.pt and lacks optimizer.pt, COMPLETE (which your save of step 4 wrote)"
+  std::string words(std::int64_t saved) const;
+  // "step 8: 1 file written, 5 missing"
+  std::string summary() const;
+  // Whether `text` (a resumed run's error) names one of its files or missing files.
+  bool named_in(const std::string& text) const;
+};
+TornSave torn_save(const std::string& ckpt_dir, const std::set<std::string>& finished,
+                   const std::vector<std::string>& saved_files, std::int64_t saved, std::int64_t killed);
+
+// {"step", "files": [{"path", "bytes", "sha256"}]} of one finished save,
+// hashed now (streaming, constant memory). Throws Error (kIo) naming a file
+// that cannot be read.
+nlohmann::json hashed_save(const std::string& ckpt_dir, std::int64_t step, const std::vector<std::string>& files);
+
+}  // namespace anchor::pilot::observed
