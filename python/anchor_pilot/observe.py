@@ -3,12 +3,14 @@
 
 What the helper needs around a save it does not write: the files the save
 left under the checkpoint directory (a listing before and after), and, for the
-save anchor kills, the moment its first file is whole. That moment is found
+save anchor kills, the moment its first file appears. That moment is found
 with inotify, from a profile hook that reads the inotify queue each time a
-function returns, so the program is held right after the call that finished
-its first file (torch.save, safetensors, open().write, DCP's writer) and
-before it can start the next: anchor's SIGKILL then lands inside the save
-whatever the save's speed. Linux only, as anchor is.
+function returns, so the program is held right after the call that created
+(or first wrote, or renamed into place) a file under the checkpoint
+directory, before it can go on: open() returns an empty file, torch.save's
+writer has just opened its file, safetensors has written its whole file, and
+anchor's SIGKILL then lands inside the save whatever the save's speed. A save
+of one file is torn too. Linux only, as anchor is.
 """
 import ctypes
 import os
@@ -16,13 +18,15 @@ import struct
 import sys
 import threading
 
+_IN_MODIFY = 0x00000002
+_IN_OPEN = 0x00000020
 _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
 _IN_CREATE = 0x00000100
 _IN_ISDIR = 0x40000000
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
-_MASK = _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
+_MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
 _EVENT = struct.Struct("iIII")
 
 
@@ -49,8 +53,8 @@ def changed(before, after):
 
 class FirstFileWatch:
     """Calls on_file(relative path) once, from the saving thread, as soon as a
-    file under root has been written and closed (or renamed into place) while
-    armed. Directories made during the save are watched as they appear."""
+    file under root is created, written or renamed into place while armed.
+    Directories made during the save are watched as they appear."""
 
     def __init__(self, root, on_file):
         self.root, self.on_file = root, on_file
@@ -82,7 +86,7 @@ class FirstFileWatch:
         return found
 
     def poll(self):
-        """The first file the queue says is whole, or None."""
+        """The first file the queue names, or None."""
         try:
             buf = os.read(self._fd, 65536)
         except BlockingIOError:
@@ -101,7 +105,7 @@ class FirstFileWatch:
                     inside = self._watch_tree(path)
                     if inside is not None:
                         return inside
-            elif mask & (_IN_CLOSE_WRITE | _IN_MOVED_TO):
+            else:
                 return path
         return None
 
@@ -127,3 +131,42 @@ class FirstFileWatch:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class OpenWatch:
+    """The files under root that this process opens from now on (inotify
+    IN_OPEN, queued by the kernel: nothing runs in the program meanwhile).
+    Worker B's resume: which save the program's own load read."""
+
+    def __init__(self, root):
+        self.root = root
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if self._fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "inotify_init1: %s" % os.strerror(e))
+        self._dirs = {}
+        for dirpath, dirnames, _ in os.walk(root):
+            wd = self._libc.inotify_add_watch(self._fd, os.fsencode(dirpath), _IN_OPEN)
+            if wd >= 0:
+                self._dirs[wd] = dirpath
+        self.seen = []
+
+    def opened(self):
+        """Every file opened so far, relative to root, in first-open order."""
+        while self._fd >= 0:
+            try:
+                buf = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            off = 0
+            while off + _EVENT.size <= len(buf):
+                wd, mask, _cookie, length = _EVENT.unpack_from(buf, off)
+                name = buf[off + _EVENT.size:off + _EVENT.size + length].rstrip(b"\0")
+                off += _EVENT.size + length
+                if mask & _IN_ISDIR or not name or wd not in self._dirs:
+                    continue
+                rel = os.path.relpath(os.path.join(self._dirs[wd], os.fsdecode(name)), self.root)
+                if rel not in self.seen:
+                    self.seen.append(rel)
+        return list(self.seen)

@@ -143,10 +143,57 @@ def setup(seed=0, deterministic=False):
     spec = Spec.from_env()
     if spec is not None:
         seed, deterministic = spec.seed, spec.deterministic
+        _report_uncaught(spec)
+        _watch_reads(spec)
     if deterministic:
         set_deterministic()
     seed_all(seed)
     return spec
+
+
+_reads = None  # worker B: the files under checkpoint_dir its own load opens (observed mode)
+
+
+def _watch_reads(spec):
+    global _reads
+    if spec.role == "resume" and _reads is None and os.path.isdir(spec.checkpoint_dir):
+        try:
+            _reads = obs.OpenWatch(spec.checkpoint_dir)
+        except OSError:
+            _reads = None  # no inotify: anchor then cannot say which save the resume read
+
+
+def _say_reads(log):
+    """A "checkpoint" line with phase "read": the files under checkpoint_dir this
+    process has opened since setup(), once (worker B, under anchor)."""
+    global _reads
+    if _reads is None:
+        return
+    files, _reads = _reads.opened(), None
+    log.emit("checkpoint", op="restore", phase="read", files=files)
+
+
+def _report_uncaught(spec):
+    """Under anchor: an exception nothing catches, also before any Pilot exists
+    (a framework's resume that fails inside train()), becomes an "error" line,
+    so anchor's verdict can say what the program died of."""
+    previous = sys.excepthook
+
+    def hook(kind, exc, tb):
+        if exc is not None and not getattr(exc, "_anchor_pilot_reported", False):
+            try:
+                log = ev.EventLog(spec.events, rank_and_world()[0])
+                _say_reads(log)
+                log.emit("error", message="%s: %s" % (kind.__name__, exc), kind=kind.__name__)
+                log.close()
+            except Exception:  # noqa: BLE001 - the program's own traceback follows regardless
+                pass
+        previous(kind, exc, tb)
+
+    if getattr(previous, "_anchor_pilot", False):
+        return
+    hook._anchor_pilot = True
+    sys.excepthook = hook
 
 
 def _unwrap(model):
@@ -400,7 +447,7 @@ class Pilot:
         """Wraps the program's own save of ``step`` (observe=True): fingerprints
         the live state before the save, then reports the files the save wrote
         under checkpoint_dir. Under anchor, in the save anchor kills, the
-        program is held once its first file there is whole, and killed."""
+        program is held once its first file there appears, and killed."""
         self._need_observe("Pilot.saving()", "Pilot.maybe_save(step)")
         self._say_program()
         t0 = time.monotonic()
@@ -443,6 +490,7 @@ class Pilot:
         the state it loaded, for anchor to compare with the save of that step.
         ``seconds``: how long the load took, when the program timed it."""
         self._need_observe("Pilot.restored()", "Pilot.restore()")
+        _say_reads(self.events)
         if not step:
             return 0
         self.events.emit("checkpoint", op="restore", phase="end", step=step, dir=self.checkpoint_dir,
@@ -784,7 +832,13 @@ class Pilot:
     def __exit__(self, exc_type, exc, tb):
         if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self._say_program()
+            if self.observe:
+                _say_reads(self.events)
             self.error("%s: %s" % (type(exc).__name__, exc), kind=type(exc).__name__)
+            try:
+                exc._anchor_pilot_reported = True  # said once: not again by setup()'s excepthook
+            except AttributeError:
+                pass
         self.close()
         return False
 

@@ -25,9 +25,9 @@ EXAMPLE = "own-checkpoints"
 
 
 class FirstFileWatch(unittest.TestCase):
-    """The watch fires in the saving thread after the first whole file, before the next call starts."""
+    """The watch fires in the saving thread once the first file appears, before the program goes on."""
 
-    def test_holds_the_program_after_its_first_file(self):
+    def test_holds_the_program_once_its_first_file_appears(self):
         root = tempfile.mkdtemp()
         self.addCleanup(__import__("shutil").rmtree, root, True)
         seen = []
@@ -53,6 +53,21 @@ class FirstFileWatch(unittest.TestCase):
             w.close()
         self.assertEqual(seen, [os.path.join("step_7", "nested", "model.pt"), "held"])
         self.assertEqual(os.listdir(os.path.join(root, "step_7")), ["nested"])
+        # open() returned an empty file: a save of one file is torn too.
+        with open(os.path.join(root, "one.json"), "w") as f:
+            f.write("{}")
+        w = obs.FirstFileWatch(root, on_file)
+        try:
+            w.arm()
+            with open(os.path.join(root, "one.json"), "w") as f:  # rewritten in place
+                f.write('{"step": 7}')
+        except Held:
+            seen.append("held")
+        finally:
+            w.disarm()
+            w.close()
+        self.assertEqual(seen[2:], ["one.json", "held"])
+        self.assertEqual(os.path.getsize(os.path.join(root, "one.json")), 0)
 
     def test_quiet_when_nothing_is_written(self):  # the negative control: no file, no call
         root = tempfile.mkdtemp()
@@ -79,7 +94,7 @@ class OwnCheckpoints(support.ProgramPilotTest):
         self.assertEqual(report["resume"]["verdict"], "match")
         self.assertEqual(report["resume"]["mode"], "bitwise")
         kill = [s for s in report["stages"] if s["stage"] == "kill"][0]["figures"]
-        self.assertEqual(kill["point"], "step_000008/model.pt")  # held after its first whole file
+        self.assertEqual(kill["point"], "step_000008/model.pt")  # held once its first file appeared
         self.assertEqual(kill["torn_checkpoints"], ["step 8: 1 file written, 5 missing"])
         ck = report["program_checkpoints"]
         self.assertEqual(ck["torn"]["files"], ["step_000008/model.pt"])
@@ -119,26 +134,22 @@ class OwnCheckpoints(support.ProgramPilotTest):
         # As written, the load crashes on the file the torn save lacks: exit 3, the file named.
         proc, report, _ = self.pilot(EXAMPLE, run="run-crash", EXAMPLE_FORGET="marker")
         self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
-        self.assertIn("anchor killed your save of step 8 inside: it holds step_000008/model.pt and lacks "
+        self.assertIn("anchor killed your save of step 8 inside: it holds step_000008/model.pt (0 bytes) and lacks "
                       "step_000008/COMPLETE, step_000008/data.json, step_000008/optimizer.pt", proc.stderr)
-        self.assertIn("Your resume loaded that save", proc.stderr)
+        self.assertIn("Your resume read step_000008/model.pt from that save", proc.stderr)  # it opened it
         self.assertEqual([s["status"] for s in report["stages"] if s["stage"] == "resume"], ["failed"])
-        # A load that skips what is not there restores the torn save without a crash: the verdict says so.
+        # A load that returns early when a file is missing or empty takes the torn save without a crash:
+        # the verdict says so.
         train = os.path.join(self.path(EXAMPLE), "train.py")
-        self.edit(train, '    opt.load_state_dict(torch.load(os.path.join(d, "optimizer.pt")))\n',
-                  '    if os.path.exists(os.path.join(d, "optimizer.pt")):\n'
-                  '        opt.load_state_dict(torch.load(os.path.join(d, "optimizer.pt")))\n'
-                  '    if not os.path.exists(os.path.join(d, "data.json")):\n'
-                  '        return\n')
-        self.edit(train, '    if "scheduler" not in FORGET:\n        sched.load_state_dict',
-                  '    if os.path.exists(os.path.join(d, "scheduler.pt")):\n        sched.load_state_dict')
-        self.edit(train, '    if "rng" not in FORGET:\n        rng = torch.load',
-                  '    if os.path.exists(os.path.join(d, "rng.pt")):\n        rng = torch.load')
+        self.edit(train, "def load(step):\n    d = step_dir(step)\n",
+                  "def load(step):\n    d = step_dir(step)\n"
+                  "    ok = lambda name: os.path.exists(os.path.join(d, name)) and os.path.getsize(os.path.join(d, name))\n"
+                  "    if not ok(\"data.json\"):\n        return\n")
         proc, report, _ = self.pilot(EXAMPLE, run="run-quiet", EXAMPLE_FORGET="marker")
         self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
         self.assertEqual(report["resume"]["cause"][0], "checkpoint", report["resume"])
         self.assertIn("your load restored step 8 from the save anchor killed inside: it holds step_000008/model.pt "
-                      "and lacks step_000008/COMPLETE", self.failed_checks(report)["restored step"])
+                      "(0 bytes) and lacks step_000008/COMPLETE", self.failed_checks(report)["restored step"])
 
     def test_a_save_outside_the_checkpoint_dir_is_refused(self):
         train = os.path.join(self.example(EXAMPLE), "train.py")

@@ -52,7 +52,7 @@ nlohmann::json TornSave::to_json() const {
   std::vector<std::string> f, m;
   for (const auto& s : files) f.push_back(printable(s));
   for (const auto& s : missing) m.push_back(printable(s));
-  return {{"step", step}, {"files", f}, {"missing", m}};
+  return {{"step", step}, {"files", f}, {"bytes", sizes}, {"missing", m}};
 }
 
 namespace {
@@ -70,14 +70,29 @@ std::string TornSave::summary() const {
 }
 
 bool TornSave::named_in(const std::string& text) const {
+  // A file of the save, or a directory holding one ("Can't find a valid checkpoint at .../checkpoint-6"),
+  // ending where a path component ends.
+  auto names = [&](const std::string& what) {
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+      const std::size_t end = at + what.size();
+      const bool starts = at == 0 || text[at - 1] == '/' || !std::isalnum(static_cast<unsigned char>(text[at - 1]));
+      const bool ends = end == text.size() || !std::isalnum(static_cast<unsigned char>(text[end]));
+      if (starts && ends) return true;
+    }
+    return false;
+  };
   for (const auto* list : {&files, &missing})
     for (const auto& f : *list)
-      if (!f.empty() && text.find(f) != std::string::npos) return true;
+      for (std::string p = f; !p.empty() && p != "."; p = std::filesystem::path(p).parent_path().string())
+        if (names(p)) return true;
   return false;
 }
 
 std::string TornSave::words(std::int64_t saved) const {
-  std::string out = "it holds " + (files.empty() ? std::string("no file") : listed(files));
+  std::vector<std::string> held;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    held.push_back(files[i] + (i < sizes.size() ? " (" + std::to_string(sizes[i]) + " bytes)" : ""));
+  std::string out = "it holds " + (files.empty() ? std::string("no file") : listed(held));
   if (!missing.empty())
     out += " and lacks " + listed(missing) + " (which your save of step " + std::to_string(saved) + " wrote)";
   return out;
@@ -90,7 +105,12 @@ TornSave torn_save(const std::string& ckpt_dir, const std::set<std::string>& fin
   const auto now = files_under(ckpt_dir);
   const std::set<std::string> there(now.begin(), now.end());
   for (const auto& f : now)
-    if (!finished.count(f)) t.files.push_back(f);
+    if (!finished.count(f)) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(std::filesystem::path(ckpt_dir) / f, ec);
+      t.files.push_back(f);
+      t.sizes.push_back(ec ? 0 : size);
+    }
   for (const auto& f : saved_files) {
     const std::string g = with_step(f, saved, killed);
     if (g != f && !there.count(g)) t.missing.push_back(g);

@@ -692,6 +692,18 @@ std::int64_t observed_restore(const Outcome& b) {
   return step;
 }
 
+// Observed mode: the files of the torn save that worker B's own load opened (its "read" lines, every rank).
+std::vector<std::string> torn_files_read(const Outcome& b, const observed::TornSave& torn) {
+  std::set<std::string> read;
+  for (const auto& [rank, log] : b.logs)
+    for (const auto& c : log.checkpoints)
+      if (c.op == "restore" && c.phase == "read") read.insert(c.files.begin(), c.files.end());
+  std::vector<std::string> out;
+  for (const auto& f : torn.files)
+    if (read.count(f)) out.push_back(printable(f));
+  return out;
+}
+
 // Every rank's hello says the same mode: returns whether it is "program" (observed).
 std::optional<std::string> mixed_modes(const Outcome& o, bool& observed) {
   std::set<std::string> modes;
@@ -918,7 +930,8 @@ Step resume(Run& r) {
   if (interrupt_signal()) return interrupted_exit(p);
   bool b_observed = false;
   if (auto why = mixed_modes(r.b, b_observed)) return fail(p, "resume", ExitCode::kRuntime, *why);
-  if (b_observed != r.observed)
+  const bool b_said_hello = std::any_of(r.b.logs.begin(), r.b.logs.end(), [](const auto& l) { return l.second.hello; });
+  if (b_said_hello && b_observed != r.observed)
     return fail(p, "resume", ExitCode::kRuntime,
                 std::string("worker B ") +
                     (b_observed ? "observes the program's own save and load (observe=True)"
@@ -926,11 +939,18 @@ Step resume(Run& r) {
                     ", worker A did not: the same program must run both ways");
   // Observed: a resume that failed after anchor tore a save is told what the torn save holds and lacks.
   // When its error names a file of that save, the resume took it: the resume's defect (exit 3).
+  // So does a load that opened one of its files (the helper watches what worker B opens there).
   if (r.b.status != 0 && r.observed && !r.torn.empty()) {
-    const bool took_it = r.torn.named_in(r.b.error);
+    const auto read = torn_files_read(r.b, r.torn);
+    const bool took_it = !read.empty() || r.torn.named_in(r.b.error);
+    std::string read_words;
+    for (const auto& f : read) read_words += (read_words.empty() ? "" : ", ") + f;
     return fail(p, "resume", took_it ? ExitCode::kVerification : ExitCode::kRuntime,
-                r.b.error + ". anchor killed your save of step " + std::to_string(r.last) + " inside: " +
-                    r.torn.words(r.k) + (took_it ? ". Your resume loaded that save" : ". If your resume chose it") +
+                r.b.error + ". anchor killed your save of step " + std::to_string(r.last) +
+                    " inside: " + r.torn.words(r.k) +
+                    (!read.empty() ? ". Your resume read " + read_words + " from that save"
+                     : took_it     ? ". Your resume loaded that save"
+                                   : ". If your resume chose it") +
                     ": make it pass over a save that did not finish (write a marker file last and look for it, or "
                     "save into a temporary directory and rename it into place)");
   }

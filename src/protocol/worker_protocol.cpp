@@ -767,8 +767,13 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
     v.add({"restored step", false,
            restored ? "the resumed run restored step " + std::to_string(v.restored_step) + ", not step " +
                           std::to_string(save_step) + " (the one the reference saved before its kill)"
-           : observed ? "the resumed run reports no restore: its load found nothing to resume from "
-                        "(hint: call pilot.restored(step) after the program's own load)"
+           : observed ? "the resumed run started from scratch: it reports no restore, although the reference's save "
+                        "of step " +
+                            std::to_string(save_step) +
+                            " finished (hint: does your resume look in pilot.checkpoint_dir? A framework "
+                            "resumes only from what it is given: Trainer.train(resume_from_checkpoint=...), "
+                            "Trainer.fit(ckpt_path=...), Accelerator.load_state(...); call pilot.restored(step) "
+                            "after your own load)"
                       : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
            "checkpoint"});
     v.cause.push_back("checkpoint");

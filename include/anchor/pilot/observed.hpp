@@ -30,9 +30,10 @@ std::vector<std::string> files_under(const std::string& root);
 struct TornSave {
   std::int64_t step = 0;
   std::vector<std::string> files, missing;
+  std::vector<std::uint64_t> sizes;  // of `files`, as the kill left them
   bool empty() const { return files.empty() && missing.empty(); }
   nlohmann::json to_json() const;
-  // "it holds model.pt and lacks optimizer.pt, COMPLETE (which your save of step 4 wrote)"
+  // "it holds model.pt (0 bytes) and lacks optimizer.pt, COMPLETE (which your save of step 4 wrote)"
   std::string words(std::int64_t saved) const;
   // "step 8: 1 file written, 5 missing"
   std::string summary() const;

@@ -46,9 +46,13 @@ TEST_F(TornSave, NamesWhatTheKillLeftAndWhatItLacks) {
   EXPECT_EQ(t.missing, std::vector<std::string>({"step_8/DONE", "step_8/optimizer.pt"}));
   EXPECT_EQ(t.summary(), "step 8: 1 file written, 2 missing");
   EXPECT_EQ(t.words(4),
-            "it holds step_8/model.pt and lacks step_8/DONE, step_8/optimizer.pt (which your save of step 4 wrote)");
+            "it holds step_8/model.pt (15 bytes) and lacks step_8/DONE, step_8/optimizer.pt (which your save of step 4 "
+            "wrote)");
   EXPECT_TRUE(t.named_in("FileNotFoundError: '/x/checkpoints/step_8/optimizer.pt'"));
   EXPECT_FALSE(t.named_in("FileNotFoundError: '/x/checkpoints/step_4/optimizer.pt'"));
+  EXPECT_TRUE(t.named_in("ValueError: Can't find a valid checkpoint at /x/checkpoints/step_8"));  // its directory
+  EXPECT_FALSE(t.named_in("ValueError: Can't find a valid checkpoint at /x/checkpoints/step_80"));
+  EXPECT_FALSE(t.named_in("ValueError: Can't find a valid checkpoint at /x/checkpoints/xstep_8"));
 }
 
 TEST_F(TornSave, ASaveThatOverwritesOneFileLacksNothing) {

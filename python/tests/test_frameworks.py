@@ -1,0 +1,68 @@
+"""The framework integrations of anchor_pilot (docs/program.md), each piloted
+with the framework's own checkpoints and resume: examples/hf-trainer (a
+transformers Trainer, anchor_pilot.hf.PilotCallback). Each example matches
+bitwise on the CPU; each negative control, the thing users forget with that
+framework, fails with exit 3 and the verdict naming it.
+
+The frameworks are locked only in the torch 2.x environment
+(requirements/torch2.txt): on the torch 1.13 line these tests skip, saying so.
+"""
+import importlib.util
+import os
+import unittest
+
+from tests import support
+
+BIN = support.ProgramPilotTest.BIN
+
+
+def _missing(*modules):
+    gone = [m for m in modules if importlib.util.find_spec(m) is None]
+    return ("%s not importable by this Python: the frameworks are locked only in the torch 2.x environment "
+            "(requirements/torch2.txt, scripts/torch2-python), not on the torch 1.13 line" % ", ".join(gone)
+            if gone else None)
+
+
+HF_MISSING = _missing("transformers", "accelerate")
+
+
+@unittest.skipUnless(BIN, "ANCHOR_BIN (the anchor binary to test) is not set; ctest sets it")
+@unittest.skipIf(HF_MISSING, HF_MISSING)
+class HfTrainer(support.ProgramPilotTest):
+    EXAMPLE = "hf-trainer"
+
+    def test_the_trainers_own_checkpoints_resume_bitwise(self):
+        proc, report, run_dir = self.pilot(self.EXAMPLE)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual((report["resume"]["verdict"], report["resume"]["mode"]), ("match", "bitwise"))
+        checks = {c["name"]: c for c in report["resume"]["checks"]}
+        self.assertEqual(checks["restored step"]["detail"], "step 3")
+        # model, optimizer, scheduler, the Trainer's step and epoch, and the RNG streams the Trainer saves
+        self.assertEqual(checks["restored state"]["detail"], "7 components equal")
+        self.assertEqual([c for c in checks if c.startswith("loss at step")], ["loss at step %d" % i for i in (4, 5, 6)])
+        ck = report["program_checkpoints"]
+        self.assertEqual(ck["torn"]["files"], ["checkpoint-6/config.json"])  # held as its first file appeared
+        self.assertIn("checkpoint-6/trainer_state.json", ck["torn"]["missing"])
+        (save,) = ck["saves"]
+        self.assertIn("checkpoint-3/model.safetensors", [f["path"] for f in save["files"]])
+
+    def test_a_train_without_resume_from_checkpoint_is_named(self):
+        proc, report, _ = self.pilot(self.EXAMPLE, EXAMPLE_FORGET="resume")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["cause"], ["checkpoint"])
+        self.assertIn("the resumed run started from scratch: it reports no restore, although the reference's save of "
+                      "step 3 finished", proc.stderr)
+        self.assertIn("Trainer.train(resume_from_checkpoint=...)", proc.stderr)
+
+    def test_resume_from_checkpoint_true_takes_the_torn_save(self):
+        """The Trainer's own pick (the highest checkpoint-N) is the save anchor killed."""
+        proc, report, _ = self.pilot(self.EXAMPLE, EXAMPLE_FORGET="marker")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("worker B: ValueError: Can't find a valid checkpoint at", proc.stderr)
+        self.assertIn("anchor killed your save of step 6 inside: it holds checkpoint-6/config.json (0 bytes) and "
+                      "lacks checkpoint-6/generation_config.json, checkpoint-6/model.safetensors", proc.stderr)
+        self.assertIn("Your resume", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
