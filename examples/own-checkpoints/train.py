@@ -115,7 +115,7 @@ with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=data, o
         loss.backward()
         opt.step()
         sched.step()
-        pilot.step(step, loss=loss.item(), tokens=x.shape[0])
+        pilot.step(step, loss=loss.item(), tokens=x.shape[0], batch=(x, y))
         if pilot.should_save(step):
             with pilot.saving(step):
                 save(step)

@@ -1,6 +1,7 @@
 """The Pilot: checkpoints, restores and reports one training loop."""
 import collections
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -196,6 +197,31 @@ def _report_uncaught(spec):
     sys.excepthook = hook
 
 
+def batch_digest(batch):
+    """SHA-256 of a batch's tensors (nested in lists, tuples and dicts, dict keys
+    sorted), each as its dtype, shape and bytes; other leaves by their repr."""
+    h = hashlib.sha256()
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            t = v.detach().cpu().contiguous()
+            h.update(("T%s%s;" % (t.dtype, tuple(t.shape))).encode())
+            h.update(tt.tensor_bytes(t))
+        elif isinstance(v, dict) or hasattr(v, "keys") and hasattr(v, "__getitem__"):
+            for k in sorted(v.keys(), key=str):
+                h.update(("K%s;" % k).encode())
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            h.update(b"L%d;" % len(v))
+            for x in v:
+                walk(x)
+        else:
+            h.update(("V%r;" % (v,)).encode())
+
+    walk(batch)
+    return h.hexdigest()
+
+
 def _unwrap(model):
     return model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
 
@@ -368,8 +394,12 @@ class Pilot:
         """Marks that the batch of this step is ready (splits data_wait_s from compute_s)."""
         self._data_ready = time.monotonic()
 
-    def step(self, step, loss=None, grad_norm=None, lr=None, tokens=None, data_wait_s=None, compute_s=None):
-        """Reports one step (a "step" line); digests too every digests_every steps."""
+    def step(self, step, loss=None, grad_norm=None, lr=None, tokens=None, data_wait_s=None, compute_s=None,
+             batch=None):
+        """Reports one step (a "step" line); digests too every digests_every steps.
+        ``batch``: the step's input (tensors, or lists/tuples/dicts of them):
+        its SHA-256 goes in the line, so anchor can say when a resumed step
+        trains on other data than the reference's (the data cursor)."""
         now = time.monotonic()
         if self._data_ready is not None:
             if data_wait_s is None:
@@ -386,8 +416,9 @@ class Pilot:
             loss = loss.item()
         if isinstance(grad_norm, torch.Tensor):
             grad_norm = grad_norm.item()
+        fields = {"batch": batch_digest(batch)} if batch is not None else {}
         self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
-                         data_wait_s=data_wait_s, compute_s=compute_s)
+                         data_wait_s=data_wait_s, compute_s=compute_s, **fields)
         if self.digests_every and step % self.digests_every == 0:
             self.digests(step)
         # The second step's peak: reset after the first (and after anything of the helper's in it).

@@ -1,6 +1,7 @@
 """The framework integrations of anchor_pilot (docs/program.md), each piloted
 with the framework's own checkpoints and resume: examples/hf-trainer (a
-transformers Trainer, anchor_pilot.hf.PilotCallback). Each example matches
+transformers Trainer, anchor_pilot.hf.PilotCallback), examples/lightning (a
+PyTorch Lightning Trainer, anchor_pilot.lightning.PilotCallback). Each example matches
 bitwise on the CPU; each negative control, the thing users forget with that
 framework, fails with exit 3 and the verdict naming it.
 
@@ -62,6 +63,43 @@ class HfTrainer(support.ProgramPilotTest):
         self.assertIn("anchor killed your save of step 6 inside: it holds checkpoint-6/config.json (0 bytes) and "
                       "lacks checkpoint-6/generation_config.json, checkpoint-6/model.safetensors", proc.stderr)
         self.assertIn("Your resume", proc.stderr)
+
+
+PL_MISSING = _missing("pytorch_lightning")
+
+
+@unittest.skipUnless(BIN, "ANCHOR_BIN (the anchor binary to test) is not set; ctest sets it")
+@unittest.skipIf(PL_MISSING, PL_MISSING)
+class Lightning(support.ProgramPilotTest):
+    EXAMPLE = "lightning"
+
+    def test_lightnings_own_checkpoints_resume_bitwise_mid_epoch(self):
+        proc, report, _ = self.pilot(self.EXAMPLE)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual((report["resume"]["verdict"], report["resume"]["mode"]), ("match", "bitwise"))
+        checks = {c["name"]: c for c in report["resume"]["checks"]}
+        self.assertEqual(checks["restored step"]["detail"], "step 3")
+        ck = report["program_checkpoints"]
+        (save,) = ck["saves"]
+        self.assertEqual(save["step"], 3)
+        self.assertIn("epoch=0-step=3.ckpt", [f["path"] for f in save["files"]])
+        # Lightning writes each .ckpt elsewhere and renames it into place: the kill, at that rename, left the
+        # step 6 file whole and last.ckpt still the save of step 3, which fit(ckpt_path="last") resumed.
+        self.assertEqual(ck["torn"]["files"], ["epoch=0-step=6.ckpt"])
+        self.assertEqual(ck["torn"]["missing"], [])
+        self.assertGreater(ck["torn"]["bytes"][0], 0)
+
+    def test_what_lightning_users_forget_is_named(self):
+        for forget, cause, words in (
+                ("rng", "rng.torch", "torch's CPU random generator: after your load its state differs from your "
+                                     "save of step 3"),
+                ("cursor", "data", "batch at step 4: the resumed run trains on other data than the reference"),
+                ("resume", "checkpoint", "Trainer.fit(ckpt_path=...)")):
+            with self.subTest(forget=forget):
+                proc, report, _ = self.pilot(self.EXAMPLE, run="run-" + forget, EXAMPLE_FORGET=forget)
+                self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+                self.assertEqual(report["resume"]["cause"][0], cause, report["resume"])
+                self.assertIn(words, proc.stderr)
 
 
 if __name__ == "__main__":

@@ -188,6 +188,7 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     s.data_wait_s = f.optional_number("data_wait_s");
     s.compute_s = f.optional_number("compute_s");
     s.stop_at = f.optional_integer("stop_at");
+    s.batch = f.str_or("batch", "");
     return s;
   }
   if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
@@ -274,6 +275,7 @@ void body_json(json& j, const StepLine& s) {
   j["data_wait_s"] = s.data_wait_s ? json(*s.data_wait_s) : json(nullptr);
   j["compute_s"] = s.compute_s ? json(*s.compute_s) : json(nullptr);
   put(j, "stop_at", s.stop_at);
+  if (!s.batch.empty()) j["batch"] = s.batch;
 }
 
 void body_json(json& j, const EvalLine& e) {
@@ -791,6 +793,20 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
   // 2. Every resumed step's loss.
   std::map<std::int64_t, const StepLine*> ref_steps;
   for (const auto& s : ref.steps) ref_steps[s.step] = &s;
+  // The input of the first resumed step whose batch differs (both runs gave theirs): the data cursor.
+  for (const auto& s : res.steps) {
+    const auto it = ref_steps.find(s.step);
+    if (s.step <= save_step || it == ref_steps.end() || s.batch.empty() || it->second->batch.empty()) continue;
+    if (s.batch == it->second->batch) continue;
+    v.add({"batch at step " + std::to_string(s.step), false,
+           "the resumed run trains on other data than the reference at this step (batch " + s.batch.substr(0, 12) +
+               ", reference " + it->second->batch.substr(0, 12) +
+               "): the data cursor is not where it was (is the loader's position saved and restored, and its "
+               "iterator made the same way?)",
+           "data"});
+    if (v.cause.empty()) v.cause.push_back("data");
+    break;
+  }
   std::int64_t seen = 0;
   std::set<std::int64_t> resumed_steps;
   for (const auto& s : res.steps) {

@@ -104,6 +104,7 @@ struct Hello {
 struct StepLine {
   std::int64_t step = 0;  // the step count after this step (1 for the first step of a run)
   Number loss, grad_norm, lr;
+  std::string batch;  // SHA-256 of the step's input batch, when the program gives it ("" otherwise)
   std::optional<std::int64_t> tokens;
   std::optional<double> data_wait_s, compute_s;
   std::optional<std::int64_t> stop_at;  // the step count this worker stops at, when it says (the built-in does)
@@ -235,7 +236,10 @@ struct WorkerLog {
 // Digests are compared exactly (a SHA-256); losses bitwise when tolerance is
 // 0, else within_tolerance, and then a differing state at the last step is
 // reported in its check but does not fail. Causes: the first component that
-// differs, "checkpoint" (the wrong step restored), "loss" or "steps".
+// differs, "checkpoint" (the wrong step restored), "loss" or "steps". Where
+// both runs give a step's input batch digest, the first resumed step whose
+// batch differs is a failed check of its own, cause "data" (the resumed run
+// trains on other data: the data cursor), before the losses.
 // `observed`: the program's own save and load code (hello "checkpoints":
 // "program"): the digests are the helper's fingerprints of the live state,
 // RNG streams one by one ("rng.torch"), and a state restored wrongly is said
