@@ -1,7 +1,9 @@
 """The framework integrations of anchor_pilot (docs/program.md), each piloted
 with the framework's own checkpoints and resume: examples/hf-trainer (a
 transformers Trainer, anchor_pilot.hf.PilotCallback), examples/lightning (a
-PyTorch Lightning Trainer, anchor_pilot.lightning.PilotCallback). Each example matches
+PyTorch Lightning Trainer, anchor_pilot.lightning.PilotCallback),
+examples/accelerate (Accelerator.save_state/load_state/skip_first_batches,
+the observed Pilot). Each example matches
 bitwise on the CPU; each negative control, the thing users forget with that
 framework, fails with exit 3 and the verdict naming it.
 
@@ -100,6 +102,37 @@ class Lightning(support.ProgramPilotTest):
                 self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
                 self.assertEqual(report["resume"]["cause"][0], cause, report["resume"])
                 self.assertIn(words, proc.stderr)
+
+
+ACC_MISSING = _missing("accelerate")
+
+
+@unittest.skipUnless(BIN, "ANCHOR_BIN (the anchor binary to test) is not set; ctest sets it")
+@unittest.skipIf(ACC_MISSING, ACC_MISSING)
+class Accelerate(support.ProgramPilotTest):
+    EXAMPLE = "accelerate"
+
+    def test_save_state_and_load_state_resume_bitwise(self):
+        proc, report, _ = self.pilot(self.EXAMPLE)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual((report["resume"]["verdict"], report["resume"]["mode"]), ("match", "bitwise"))
+        ck = report["program_checkpoints"]
+        self.assertEqual(ck["torn"]["files"], ["step_6/model.safetensors"])  # the first file save_state writes
+        self.assertIn("step_6/custom_checkpoint_0.pkl", ck["torn"]["missing"])
+        (save,) = ck["saves"]
+        self.assertEqual(sorted(f["path"] for f in save["files"]),
+                         ["step_3/%s" % f for f in ("custom_checkpoint_0.pkl", "model.safetensors", "optimizer.bin",
+                                                    "random_states_0.pkl", "scheduler.bin")])
+
+    def test_what_accelerate_users_forget_is_named(self):
+        proc, report, _ = self.pilot(self.EXAMPLE, run="run-skip", EXAMPLE_FORGET="skip")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["cause"][0], "data", report["resume"])
+        self.assertIn("batch at step 4: the resumed run trains on other data than the reference", proc.stderr)
+        proc, report, _ = self.pilot(self.EXAMPLE, run="run-marker", EXAMPLE_FORGET="marker")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("anchor killed your save of step 6 inside: it holds step_6/model.safetensors", proc.stderr)
+        self.assertIn("Your resume read step_6/model.safetensors from that save", proc.stderr)
 
 
 if __name__ == "__main__":
