@@ -170,8 +170,8 @@ def _say_reads(log):
     global _reads
     if _reads is None:
         return
-    files, _reads = _reads.opened(), None
-    log.emit("checkpoint", op="restore", phase="read", files=files)
+    watch, _reads = _reads, None
+    log.emit("checkpoint", op="restore", phase="read", dir=watch.root, files=watch.opened())
 
 
 def _report_uncaught(spec):
@@ -524,8 +524,8 @@ class Pilot:
         _say_reads(self.events)
         if not step:
             return 0
-        self.events.emit("checkpoint", op="restore", phase="end", step=step, dir=self.checkpoint_dir,
-                         seconds=seconds)
+        timed = {"seconds": float(seconds)} if seconds is not None else {}
+        self.events.emit("checkpoint", op="restore", phase="end", step=step, dir=self.checkpoint_dir, **timed)
         self.digests(step, when="restore")
         self._observed_step = step
         self._last = time.monotonic()
@@ -839,7 +839,8 @@ class Pilot:
             return None
 
         def window(point):
-            self.events.emit("checkpoint", op="save", phase="kill_window", step=step, point=point)
+            self.events.emit("checkpoint", op="save", phase="kill_window", step=step, dir=self.checkpoint_dir,
+                             point=point)
             sys.stdout.flush()
             sys.stderr.flush()
             deadline = time.monotonic() + 600

@@ -19,6 +19,7 @@ import torch
 
 from anchor_pilot import observe as obs
 from tests import support
+from tests.test_schema import SCHEMA, validate
 
 BIN = support.ProgramPilotTest.BIN
 EXAMPLE = "own-checkpoints"
@@ -109,9 +110,22 @@ class OwnCheckpoints(support.ProgramPilotTest):
             with open(os.path.join(run_dir, "checkpoints", f["path"]), "rb") as fh:
                 data = fh.read()
             self.assertEqual((f["bytes"], f["sha256"]), (len(data), hashlib.sha256(data).hexdigest()))
+        # Every line both workers wrote is one the protocol's schema describes (docs/worker-protocol.schema.json).
+        with open(SCHEMA) as f:
+            schema = json.load(f)
+        phases = set()
+        for worker in ("reference", "resume"):
+            for line in support.read_lines(os.path.join(run_dir, "program", worker + ".events.jsonl")):
+                self.assertEqual(validate(line, schema["$defs"]["event"], schema), [], line)
+                phases.add((worker, line["type"], line.get("phase")))
+        self.assertIn(("reference", "checkpoint", "kill_window"), phases)
+        self.assertIn(("resume", "checkpoint", "read"), phases)
         # The restored state was fingerprinted per RNG stream, and equal.
         with open(os.path.join(run_dir, "program", "resume.events.jsonl")) as f:
             lines = [json.loads(x) for x in f]
+        self.assertEqual([x["files"] for x in lines if x["type"] == "checkpoint" and x["phase"] == "read"],
+                         [["step_000004/%s" % f for f in ("model.pt", "optimizer.pt", "scheduler.pt", "rng.pt",
+                                                          "data.json")]])  # what the resume's own load opened
         restored = [x for x in lines if x["type"] == "digests" and x["when"] == "restore"]
         self.assertEqual(len(restored), 1)
         self.assertIn("rng.torch", restored[0]["components"])

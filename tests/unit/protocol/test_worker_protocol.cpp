@@ -171,6 +171,50 @@ TEST(ProgramProtocol, ARestoreOfAnotherStepOrMissingStepsFail) {
   EXPECT_NE(v.to_json().dump().find("reports 1 steps after step 2, expected 2"), std::string::npos);
 }
 
+// Observed mode (the program's own save and load): every component the load did not bring back is named in
+// the program's terms; a start from scratch is told where to look.
+TEST(ProgramProtocol, ObservedModeNamesWhatTheProgramsLoadDidNotBringBack) {
+  auto v = pp::compare(reference(), resumed(kA), 2, 4, 0.0, /*observed=*/true);
+  ASSERT_FALSE(v.match());
+  EXPECT_EQ(v.cause[0], "optimizer");
+  EXPECT_NE(v.to_json().dump().find("the optimizer: after your load its state differs from your save of step 2"),
+            std::string::npos)
+      << v.to_json().dump(2);
+  EXPECT_TRUE(pp::compare(reference(), resumed(), 2, 4, 0.0, true).match());  // the control
+  auto scratch =
+      log_of({step(1, "3.0"), step(2, "2.0"), step(3, "1.25"), step(4, "1.125"), digests("save", 4, kB, kA)});
+  v = pp::compare(reference(), scratch, 2, 4, 0.0, true);
+  EXPECT_EQ(v.cause, std::vector<std::string>{"checkpoint"});
+  EXPECT_NE(v.to_json().dump().find("the resumed run started from scratch"), std::string::npos);
+  EXPECT_EQ(pp::component_words("rng.torch"), "torch's CPU random generator");
+  EXPECT_EQ(pp::component_words("ema"), "'ema'");
+}
+
+// Where both runs give their input batches' digests, the first resumed step on other data is named: the cursor.
+TEST(ProgramProtocol, ABatchThatDiffersNamesTheDataCursor) {
+  auto with_batch = [](int s, const std::string& loss, const std::string& batch) {
+    std::string line = step(s, loss);
+    return line.substr(0, line.size() - 1) + R"(,"batch":")" + batch + R"("})";
+  };
+  const std::string b3(64, 'c'), b4(64, 'd');
+  auto ref = log_of(
+      {digests("save", 2, kA, kB), with_batch(3, "1.25", b3), with_batch(4, "1.125", b4), digests("save", 4, kB, kA)});
+  auto same = log_of({restore_end(2), digests("restore", 2, kA, kB), with_batch(3, "1.25", b3),
+                      with_batch(4, "1.125", b4), digests("save", 4, kB, kA)});
+  EXPECT_TRUE(pp::compare(ref, same, 2, 4, 0.0).match());
+  auto other = log_of({restore_end(2), digests("restore", 2, kA, kB), with_batch(3, "1.5", b4),
+                       with_batch(4, "1.125", b3), digests("save", 4, kB, kA)});
+  auto v = pp::compare(ref, other, 2, 4, 0.0);
+  ASSERT_FALSE(v.match());
+  EXPECT_EQ(v.cause[0], "data");
+  const auto j = v.to_json().dump();
+  EXPECT_NE(j.find("batch at step 3"), std::string::npos) << j;
+  EXPECT_EQ(j.find("batch at step 4"), std::string::npos) << j;  // the first one only
+  // A run that gives no batch digests is compared by its losses alone.
+  EXPECT_EQ(pp::compare(ref, resumed(), 2, 4, 0.0).cause.size(), 0u);
+  EXPECT_EQ(std::get<pp::StepLine>(pp::parse_event(with_batch(3, "1.0", b3)).body).batch, b3);
+}
+
 TEST(ProgramProtocol, SpecSerialisesWhatTheHelperReads) {
   pp::Spec s;
   s.role = pp::Role::kResume;
