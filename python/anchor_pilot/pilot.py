@@ -361,6 +361,8 @@ class Pilot:
     def _serialize(self, name, value=None):
         if value is None:
             value = self.components[name].get()
+        if self.observe:  # FSDP2's DTensors: this rank's shard, fingerprinted without a collective
+            value = _local_shards(value)
         tensors = {}
         meta = {"anchor_pilot.format": COMPONENT_FORMAT, "anchor_pilot.component": name}
         if name == "model":
@@ -889,6 +891,30 @@ def _rng_get():
     if np is not None:
         s["numpy"] = np.random.get_state()
     return s
+
+
+def _local_shards(value):
+    """`value` with every DTensor replaced by this rank's local tensor (dicts,
+    lists and tuples walked; an OrderedDict's _metadata kept)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch 1.13: no DTensor
+        return value
+
+    def walk(v):
+        if isinstance(v, DTensor):
+            return v.to_local()
+        if isinstance(v, dict):
+            out = type(v)((k, walk(x)) for k, x in v.items()) if isinstance(v, collections.OrderedDict) else \
+                {k: walk(x) for k, x in v.items()}
+            if hasattr(v, "_metadata"):
+                out._metadata = v._metadata
+            return out
+        if isinstance(v, (list, tuple)):
+            return type(v)(walk(x) for x in v)
+        return v
+
+    return walk(value)
 
 
 def _rng_streams():

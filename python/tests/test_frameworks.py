@@ -3,6 +3,7 @@ with the framework's own checkpoints and resume: examples/hf-trainer (a
 transformers Trainer, anchor_pilot.hf.PilotCallback), examples/lightning (a
 PyTorch Lightning Trainer, anchor_pilot.lightning.PilotCallback),
 examples/accelerate (Accelerator.save_state/load_state/skip_first_batches,
+the observed Pilot), examples/fsdp-dcp (FSDP2 over 2 ranks, DCP checkpoints,
 the observed Pilot). Each example matches
 bitwise on the CPU; each negative control, the thing users forget with that
 framework, fails with exit 3 and the verdict naming it.
@@ -133,6 +134,49 @@ class Accelerate(support.ProgramPilotTest):
         self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
         self.assertIn("anchor killed your save of step 6 inside: it holds step_6/model.safetensors", proc.stderr)
         self.assertIn("Your resume read step_6/model.safetensors from that save", proc.stderr)
+
+
+def _no_fsdp2():
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401 - PyTorch 2.x
+        import torch.distributed.checkpoint.state_dict  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - torch 1.13 on Python 3.11 fails importing DCP with a ValueError
+        return ("FSDP2 (torch.distributed.fsdp.fully_shard) and DCP's state_dict API do not import from this torch "
+                "(%s: %s): they are PyTorch 2.x's" % (type(e).__name__, str(e)[:120]))
+    return None
+
+
+FSDP_MISSING = _no_fsdp2()
+
+
+@unittest.skipUnless(BIN, "ANCHOR_BIN (the anchor binary to test) is not set; ctest sets it")
+@unittest.skipIf(FSDP_MISSING, FSDP_MISSING)
+class FsdpDcp(support.ProgramPilotTest):
+    """examples/fsdp-dcp: FSDP2 over 2 ranks on the CPU (gloo), checkpointed with DCP by its own code."""
+    EXAMPLE = "fsdp-dcp"
+
+    def test_a_sharded_dcp_checkpoint_resumes_bitwise_on_two_ranks(self):
+        proc, report, _ = self.pilot(self.EXAMPLE)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual((report["resume"]["verdict"], report["resume"]["mode"]), ("match", "bitwise"))
+        self.assertEqual([r["verdict"] for r in report["resume"]["per_rank"]], ["match", "match"])
+        (save,) = report["program_checkpoints"]["saves"]  # DCP's files, each pinned by digest
+        self.assertEqual([f["path"] for f in save["files"]], ["step_3/.metadata", "step_3/__0_0.distcp",
+                                                              "step_3/__1_0.distcp"])
+        torn = report["program_checkpoints"]["torn"]
+        self.assertIn("step_6/.metadata", torn["missing"])  # DCP writes it last: the kill came before
+
+    def test_what_a_dcp_program_forgets_is_named(self):
+        proc, report, _ = self.pilot(self.EXAMPLE, run="run-rng", EXAMPLE_FORGET="rng")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["cause"][0], "rng.torch", report["resume"])
+        self.assertIn("rank 1: rng.torch", report["resume"]["cause"])  # each rank's own stream, each named
+        proc, report, _ = self.pilot(self.EXAMPLE, run="run-marker", EXAMPLE_FORGET="marker")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("No such file or directory: '%s'" % self.path("run-marker", "checkpoints", "step_6",
+                                                                    ".metadata"), proc.stderr)
+        self.assertIn("anchor killed your save of step 6 inside", proc.stderr)
+        self.assertIn("lacks step_6/.metadata", proc.stderr)
 
 
 if __name__ == "__main__":
