@@ -13,7 +13,9 @@ checkpoint_dir().
 
 EXAMPLE_FORGET makes the mistakes anchor must name: rng (no RNG in the
 checkpoint, Lightning's default), cursor (a plain DataLoader: the resumed
-epoch starts again at its first batch), resume (fit() without ckpt_path).
+epoch starts again at its first batch), generator (a DataLoader without
+generator=: its iterator, made after the restore, draws from torch's RNG),
+resume (fit() without ckpt_path).
 """
 import os
 import random
@@ -85,8 +87,9 @@ g = torch.Generator().manual_seed(1234)
 x = torch.randn(256, 8, generator=g)
 data = torch.utils.data.TensorDataset(x, x.sum(dim=1, keepdim=True))
 # generator=: making an iterator draws its base seed from this, not from torch's global RNG
+# (Lightning makes the iterator after the restore)
 Loader = torch.utils.data.DataLoader if "cursor" in FORGET else ResumableLoader
-loader = Loader(data, batch_size=16, shuffle=False, generator=torch.Generator())
+loader = Loader(data, batch_size=16, shuffle=False, generator=None if "generator" in FORGET else torch.Generator())
 
 ckpt = ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=3, save_last=True, save_top_k=-1)
 trainer = pl.Trainer(max_steps=6, accelerator="cpu", devices=1, callbacks=[ckpt, PilotCallback()], logger=False,

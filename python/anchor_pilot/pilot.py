@@ -197,6 +197,21 @@ def _report_uncaught(spec):
     sys.excepthook = hook
 
 
+def rng_digest():
+    """SHA-256 of every RNG stream: torch's CPU generator, each CUDA device's once
+    CUDA is initialized (never initializing it), Python's random, NumPy's global."""
+    h = hashlib.sha256(tt.tensor_bytes(torch.get_rng_state()))
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for state in torch.cuda.get_rng_state_all():
+            h.update(tt.tensor_bytes(state))
+    h.update(repr(random.getstate()).encode())
+    np = sys.modules.get("numpy")
+    if np is not None:
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        h.update(keys.tobytes() + repr((kind, pos, has_gauss, cached)).encode())
+    return h.hexdigest()
+
+
 def batch_digest(batch):
     """SHA-256 of a batch's tensors (nested in lists, tuples and dicts, dict keys
     sorted), each as its dtype, shape and bytes; other leaves by their repr."""
@@ -274,6 +289,7 @@ class Pilot:
         self._closed = False
         self._restoring = None
         self._observed_step = 0
+        self._rng_at_start = None
         self.components = collections.OrderedDict()
         self.components["model"] = _Component("model", self._model_get, self._model_put)
         if optimizer is not None:
@@ -393,15 +409,19 @@ class Pilot:
 
     # ----- the loop -------------------------------------------------------------------------------------------
     def data_ready(self):
-        """Marks that the batch of this step is ready (splits data_wait_s from compute_s)."""
+        """Marks that the batch of this step is ready (splits data_wait_s from compute_s),
+        and notes the digest of the RNG streams there, before the step draws from them."""
         self._data_ready = time.monotonic()
+        self._rng_at_start = rng_digest()
 
     def step(self, step, loss=None, grad_norm=None, lr=None, tokens=None, data_wait_s=None, compute_s=None,
              batch=None):
         """Reports one step (a "step" line); digests too every digests_every steps.
         ``batch``: the step's input (tensors, or lists/tuples/dicts of them):
         its SHA-256 goes in the line, so anchor can say when a resumed step
-        trains on other data than the reference's (the data cursor)."""
+        trains on other data than the reference's (the data cursor). The line
+        also carries the RNG streams' digest at the step's start (data_ready),
+        so anchor can say when something drew from them after a restore."""
         now = time.monotonic()
         if self._data_ready is not None:
             if data_wait_s is None:
@@ -419,6 +439,8 @@ class Pilot:
         if isinstance(grad_norm, torch.Tensor):
             grad_norm = grad_norm.item()
         fields = {"batch": batch_digest(batch)} if batch is not None else {}
+        # The RNG streams at the step's start (data_ready), else at its end: the same point in both workers.
+        fields["rng"], self._rng_at_start = self._rng_at_start or rng_digest(), None
         self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
                          data_wait_s=data_wait_s, compute_s=compute_s, **fields)
         if self.digests_every and step % self.digests_every == 0:

@@ -189,6 +189,7 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     s.compute_s = f.optional_number("compute_s");
     s.stop_at = f.optional_integer("stop_at");
     s.batch = f.str_or("batch", "");
+    s.rng = f.str_or("rng", "");
     return s;
   }
   if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
@@ -276,6 +277,7 @@ void body_json(json& j, const StepLine& s) {
   j["compute_s"] = s.compute_s ? json(*s.compute_s) : json(nullptr);
   put(j, "stop_at", s.stop_at);
   if (!s.batch.empty()) j["batch"] = s.batch;
+  if (!s.rng.empty()) j["rng"] = s.rng;
 }
 
 void body_json(json& j, const EvalLine& e) {
@@ -793,6 +795,26 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
   // 2. Every resumed step's loss.
   std::map<std::int64_t, const StepLine*> ref_steps;
   for (const auto& s : ref.steps) ref_steps[s.step] = &s;
+  // The restored state equal, the RNG streams not at the first resumed step's start: drawn from in between.
+  if (st.ok)
+    for (const auto& s : res.steps) {
+      if (s.step <= save_step) continue;
+      const auto it = ref_steps.find(s.step);
+      const bool same_batch = it != ref_steps.end() && s.batch == it->second->batch;
+      if (it != ref_steps.end() && same_batch && !s.rng.empty() && !it->second->rng.empty() &&
+          s.rng != it->second->rng) {
+        v.add({"rng at step " + std::to_string(s.step), false,
+               "the state came back equal, but the random generators differ at the start of step " +
+                   std::to_string(s.step) + " (" + s.rng.substr(0, 12) + ", reference " +
+                   it->second->rng.substr(0, 12) +
+                   "): something drew from them between the restore and this step. A DataLoader iterator made "
+                   "after the restore draws its base seed from torch's global generator: give the DataLoader "
+                   "generator=torch.Generator(), or make the iterator before restoring",
+               "rng"});
+        if (v.cause.empty()) v.cause.push_back("rng");
+      }
+      break;  // the first resumed step only: after it, every difference follows from the first
+    }
   // The input of the first resumed step whose batch differs (both runs gave theirs): the data cursor.
   for (const auto& s : res.steps) {
     const auto it = ref_steps.find(s.step);

@@ -105,6 +105,7 @@ struct StepLine {
   std::int64_t step = 0;  // the step count after this step (1 for the first step of a run)
   Number loss, grad_norm, lr;
   std::string batch;  // SHA-256 of the step's input batch, when the program gives it ("" otherwise)
+  std::string rng;    // SHA-256 of the RNG streams at the step's start, when the helper says it ("" otherwise)
   std::optional<std::int64_t> tokens;
   std::optional<double> data_wait_s, compute_s;
   std::optional<std::int64_t> stop_at;  // the step count this worker stops at, when it says (the built-in does)
@@ -239,7 +240,10 @@ struct WorkerLog {
 // differs, "checkpoint" (the wrong step restored), "loss" or "steps". Where
 // both runs give a step's input batch digest, the first resumed step whose
 // batch differs is a failed check of its own, cause "data" (the resumed run
-// trains on other data: the data cursor), before the losses.
+// trains on other data: the data cursor), before the losses. Where the
+// restored state is equal but the RNG streams differ at the first resumed
+// step's start, that is a failed check, cause "rng": something drew from
+// them between the restore and the step.
 // `observed`: the program's own save and load code (hello "checkpoints":
 // "program"): the digests are the helper's fingerprints of the live state,
 // RNG streams one by one ("rng.torch"), and a state restored wrongly is said

@@ -215,6 +215,33 @@ TEST(ProgramProtocol, ABatchThatDiffersNamesTheDataCursor) {
   EXPECT_EQ(std::get<pp::StepLine>(pp::parse_event(with_batch(3, "1.0", b3)).body).batch, b3);
 }
 
+// The state restored equal, the RNG streams not where they were at the first resumed step's start: something
+// drew from them in between (a DataLoader iterator made after the restore).
+TEST(ProgramProtocol, AnRngDrawnFromAfterTheRestoreIsNamed) {
+  auto with_rng = [](int s, const std::string& loss, const std::string& rng) {
+    std::string line = step(s, loss);
+    return line.substr(0, line.size() - 1) + R"(,"rng":")" + rng + R"("})";
+  };
+  const std::string r3(64, '3'), r4(64, '4'), drawn(64, 'e');
+  auto ref = log_of(
+      {digests("save", 2, kA, kB), with_rng(3, "1.25", r3), with_rng(4, "1.125", r4), digests("save", 4, kB, kA)});
+  auto same = log_of({restore_end(2), digests("restore", 2, kA, kB), with_rng(3, "1.25", r3), with_rng(4, "1.125", r4),
+                      digests("save", 4, kB, kA)});
+  EXPECT_TRUE(pp::compare(ref, same, 2, 4, 0.0).match());
+  auto drew = log_of({restore_end(2), digests("restore", 2, kA, kB), with_rng(3, "1.5", drawn),
+                      with_rng(4, "1.0", drawn), digests("save", 4, kA, kA)});
+  auto v = pp::compare(ref, drew, 2, 4, 0.0);
+  ASSERT_FALSE(v.match());
+  EXPECT_EQ(v.cause[0], "rng");
+  EXPECT_NE(v.to_json().dump().find("something drew from them between the restore and this step"), std::string::npos);
+  // A state restored wrongly explains the rest: no rng check then.
+  auto wrong = log_of({restore_end(2), digests("restore", 2, kA, kA), with_rng(3, "1.5", drawn),
+                       with_rng(4, "1.0", drawn), digests("save", 4, kA, kA)});
+  v = pp::compare(ref, wrong, 2, 4, 0.0);
+  EXPECT_EQ(v.cause[0], "optimizer");
+  EXPECT_EQ(v.to_json().dump().find("rng at step"), std::string::npos);
+}
+
 TEST(ProgramProtocol, SpecSerialisesWhatTheHelperReads) {
   pp::Spec s;
   s.role = pp::Role::kResume;
