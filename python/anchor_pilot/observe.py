@@ -51,27 +51,55 @@ def changed(before, after):
     return sorted(p for p, sig in after.items() if before.get(p) != sig)
 
 
-class FirstFileWatch:
-    """Calls on_file(relative path) once, from the saving thread, as soon as a
-    file under root is created, written or renamed into place while armed.
-    Directories made during the save are watched as they appear."""
+class _Inotify:
+    """An inotify instance (non-blocking, close-on-exec) and the directories it watches."""
 
-    def __init__(self, root, on_file):
-        self.root, self.on_file = root, on_file
-        self.fired = None
+    def __init__(self, root, mask):
+        self.root, self._mask = root, mask
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if self._fd < 0:
             e = ctypes.get_errno()
             raise OSError(e, "inotify_init1: %s" % os.strerror(e))
         self._dirs = {}
-        self._watch_tree(root)
-        self._old = None
 
     def _watch(self, path):
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK)
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), self._mask)
         if wd >= 0:
             self._dirs[wd] = path
+
+    def _events(self):
+        """(path, mask) of every event queued so far, in order; nothing when none is."""
+        while self._fd >= 0:
+            try:
+                buf = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return
+            off = 0
+            while off + _EVENT.size <= len(buf):
+                wd, mask, _cookie, length = _EVENT.unpack_from(buf, off)
+                name = buf[off + _EVENT.size:off + _EVENT.size + length].rstrip(b"\0")
+                off += _EVENT.size + length
+                if name and wd in self._dirs:
+                    yield os.path.join(self._dirs[wd], os.fsdecode(name)), mask
+
+    def close(self):
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class FirstFileWatch(_Inotify):
+    """Calls on_file(relative path) once, from the saving thread, as soon as a
+    file under root is created, written or renamed into place while armed.
+    Directories made during the save are watched as they appear."""
+
+    def __init__(self, root, on_file):
+        super().__init__(root, _MASK)
+        self.on_file = on_file
+        self.fired = None
+        self._watch_tree(root)
+        self._old = None
 
     def _watch_tree(self, top):
         """Watches top and every directory below it; returns a file already
@@ -87,26 +115,13 @@ class FirstFileWatch:
 
     def poll(self):
         """The first file the queue names, or None."""
-        try:
-            buf = os.read(self._fd, 65536)
-        except BlockingIOError:
-            return None
-        off = 0
-        while off + _EVENT.size <= len(buf):
-            wd, mask, _cookie, length = _EVENT.unpack_from(buf, off)
-            name = buf[off + _EVENT.size:off + _EVENT.size + length].rstrip(b"\0")
-            off += _EVENT.size + length
-            parent = self._dirs.get(wd)
-            if parent is None or not name:
-                continue
-            path = os.path.join(parent, os.fsdecode(name))
-            if mask & _IN_ISDIR:
-                if mask & (_IN_CREATE | _IN_MOVED_TO):
-                    inside = self._watch_tree(path)
-                    if inside is not None:
-                        return inside
-            else:
+        for path, mask in self._events():
+            if not mask & _IN_ISDIR:
                 return path
+            if mask & (_IN_CREATE | _IN_MOVED_TO):
+                inside = self._watch_tree(path)
+                if inside is not None:
+                    return inside
         return None
 
     def _hook(self, frame, event, arg):
@@ -127,46 +142,22 @@ class FirstFileWatch:
         sys.setprofile(self._old)
         threading.setprofile(None)
 
-    def close(self):
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
-
-class OpenWatch:
+class OpenWatch(_Inotify):
     """The files under root that this process opens from now on (inotify
     IN_OPEN, queued by the kernel: nothing runs in the program meanwhile).
     Worker B's resume: which save the program's own load read."""
 
     def __init__(self, root):
-        self.root = root
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        if self._fd < 0:
-            e = ctypes.get_errno()
-            raise OSError(e, "inotify_init1: %s" % os.strerror(e))
-        self._dirs = {}
-        for dirpath, dirnames, _ in os.walk(root):
-            wd = self._libc.inotify_add_watch(self._fd, os.fsencode(dirpath), _IN_OPEN)
-            if wd >= 0:
-                self._dirs[wd] = dirpath
+        super().__init__(root, _IN_OPEN)
+        for dirpath, _dirnames, _files in os.walk(root):
+            self._watch(dirpath)
         self.seen = []
 
     def opened(self):
         """Every file opened so far, relative to root, in first-open order."""
-        while self._fd >= 0:
-            try:
-                buf = os.read(self._fd, 65536)
-            except BlockingIOError:
-                break
-            off = 0
-            while off + _EVENT.size <= len(buf):
-                wd, mask, _cookie, length = _EVENT.unpack_from(buf, off)
-                name = buf[off + _EVENT.size:off + _EVENT.size + length].rstrip(b"\0")
-                off += _EVENT.size + length
-                if mask & _IN_ISDIR or not name or wd not in self._dirs:
-                    continue
-                rel = os.path.relpath(os.path.join(self._dirs[wd], os.fsdecode(name)), self.root)
-                if rel not in self.seen:
-                    self.seen.append(rel)
+        for path, mask in self._events():
+            rel = os.path.relpath(path, self.root)
+            if not mask & _IN_ISDIR and rel not in self.seen:
+                self.seen.append(rel)
         return list(self.seen)

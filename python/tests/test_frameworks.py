@@ -11,8 +11,8 @@ framework, fails with exit 3 and the verdict naming it.
 The frameworks are locked only in the torch 2.x environment
 (requirements/torch2.txt): on the torch 1.13 line these tests skip, saying so.
 """
+import importlib
 import importlib.util
-import os
 import unittest
 
 from tests import support
@@ -140,8 +140,9 @@ class Accelerate(support.ProgramPilotTest):
 
 def _no_fsdp2():
     try:
-        from torch.distributed.fsdp import fully_shard  # noqa: F401 - PyTorch 2.x
-        import torch.distributed.checkpoint.state_dict  # noqa: F401
+        if not hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard"):  # PyTorch 2.x's
+            raise ImportError("torch.distributed.fsdp has no fully_shard")
+        importlib.import_module("torch.distributed.checkpoint.state_dict")
     except Exception as e:  # noqa: BLE001 - torch 1.13 on Python 3.11 fails importing DCP with a ValueError
         return ("FSDP2 (torch.distributed.fsdp.fully_shard) and DCP's state_dict API do not import from this torch "
                 "(%s: %s): they are PyTorch 2.x's" % (type(e).__name__, str(e)[:120]))
