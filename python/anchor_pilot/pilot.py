@@ -932,6 +932,8 @@ def _local_shards(value):
             if hasattr(v, "_metadata"):
                 out._metadata = v._metadata
             return out
+        if isinstance(v, tuple) and hasattr(v, "_fields"):  # a namedtuple takes its fields one by one
+            return type(v)(*[walk(x) for x in v])
         if isinstance(v, (list, tuple)):
             return type(v)(walk(x) for x in v)
         return v

@@ -740,6 +740,58 @@ bool close_enough(const Number& a, const Number& b, double tol) {
   return within_tolerance(a.value, b.value, tol);
 }
 
+// Why the resumed run did not restore the step the reference saved: another step (`got`), or none (-1).
+std::string wrong_restore(std::int64_t got, std::int64_t save_step, bool observed) {
+  if (got >= 0)
+    return "the resumed run restored step " + std::to_string(got) + ", not step " + std::to_string(save_step) +
+           " (the one the reference saved before its kill)";
+  if (!observed) return "the resumed run reports no restore (hint: call Pilot.restore() before the loop)";
+  return "the resumed run started from scratch: it reports no restore, although the reference's save of step " +
+         std::to_string(save_step) +
+         " finished (hint: does your resume look in pilot.checkpoint_dir? A framework resumes only from what it is "
+         "given: Trainer.train(resume_from_checkpoint=...), Trainer.fit(ckpt_path=...), Accelerator.load_state(...); "
+         "call pilot.restored(step) after your own load)";
+}
+
+// The restored state equal, the RNG streams not at the first resumed step's start: drawn from in between.
+void check_first_step_rng(Verdict& v, const std::map<std::int64_t, const StepLine*>& ref_steps, const WorkerLog& res,
+                          std::int64_t save_step) {
+  for (const auto& s : res.steps) {
+    if (s.step <= save_step) continue;
+    const auto it = ref_steps.find(s.step);
+    const bool same_batch = it != ref_steps.end() && s.batch == it->second->batch;
+    if (it != ref_steps.end() && same_batch && !s.rng.empty() && !it->second->rng.empty() && s.rng != it->second->rng) {
+      v.add({"rng at step " + std::to_string(s.step), false,
+             "the state came back equal, but the random generators differ at the start of step " +
+                 std::to_string(s.step) + " (" + s.rng.substr(0, 12) + ", reference " + it->second->rng.substr(0, 12) +
+                 "): something drew from them between the restore and this step. A DataLoader iterator made "
+                 "after the restore draws its base seed from torch's global generator: give the DataLoader "
+                 "generator=torch.Generator(), or make the iterator before restoring",
+             "rng"});
+      if (v.cause.empty()) v.cause.push_back("rng");
+    }
+    return;  // the first resumed step only: after it, every difference follows from the first
+  }
+}
+
+// The input of the first resumed step whose batch differs (both runs gave theirs): the data cursor.
+void check_first_batch(Verdict& v, const std::map<std::int64_t, const StepLine*>& ref_steps, const WorkerLog& res,
+                       std::int64_t save_step) {
+  for (const auto& s : res.steps) {
+    const auto it = ref_steps.find(s.step);
+    if (s.step <= save_step || it == ref_steps.end() || s.batch.empty() || it->second->batch.empty()) continue;
+    if (s.batch == it->second->batch) continue;
+    v.add({"batch at step " + std::to_string(s.step), false,
+           "the resumed run trains on other data than the reference at this step (batch " + s.batch.substr(0, 12) +
+               ", reference " + it->second->batch.substr(0, 12) +
+               "): the data cursor is not where it was (is the loader's position saved and restored, and its "
+               "iterator made the same way?)",
+           "data"});
+    if (v.cause.empty()) v.cause.push_back("data");
+    return;
+  }
+}
+
 }  // namespace
 
 std::string component_words(const std::string& component) {
@@ -768,67 +820,21 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
     if (c.op == "restore" && c.phase == "end") restored = &c;
   v.restored_step = restored && restored->step ? *restored->step : -1;
   if (v.restored_step != save_step) {
-    v.add({"restored step", false,
-           restored ? "the resumed run restored step " + std::to_string(v.restored_step) + ", not step " +
-                          std::to_string(save_step) + " (the one the reference saved before its kill)"
-           : observed ? "the resumed run started from scratch: it reports no restore, although the reference's save "
-                        "of step " +
-                            std::to_string(save_step) +
-                            " finished (hint: does your resume look in pilot.checkpoint_dir? A framework "
-                            "resumes only from what it is given: Trainer.train(resume_from_checkpoint=...), "
-                            "Trainer.fit(ckpt_path=...), Accelerator.load_state(...); call pilot.restored(step) "
-                            "after your own load)"
-                      : "the resumed run reports no restore (hint: call Pilot.restore() before the loop)",
-           "checkpoint"});
+    v.add({"restored step", false, wrong_restore(restored ? v.restored_step : -1, save_step, observed), "checkpoint"});
     v.cause.push_back("checkpoint");
     return v;
   }
   v.add({"restored step", true, "step " + std::to_string(save_step), ""});
-  Check st =
-      observed
-          ? compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
-                          "your save of step " + std::to_string(save_step), "after your load", true)
-          : compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
-                          "at its save of step " + std::to_string(save_step), "after its restore");
+  const std::string saved = (observed ? "your save of step " : "at its save of step ") + std::to_string(save_step);
+  Check st = compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
+                           saved, observed ? "after your load" : "after its restore", observed);
   if (!st.ok) v.cause.push_back(st.component.empty() ? "state" : st.component);
   v.add(st);
   // 2. Every resumed step's loss.
   std::map<std::int64_t, const StepLine*> ref_steps;
   for (const auto& s : ref.steps) ref_steps[s.step] = &s;
-  // The restored state equal, the RNG streams not at the first resumed step's start: drawn from in between.
-  if (st.ok)
-    for (const auto& s : res.steps) {
-      if (s.step <= save_step) continue;
-      const auto it = ref_steps.find(s.step);
-      const bool same_batch = it != ref_steps.end() && s.batch == it->second->batch;
-      if (it != ref_steps.end() && same_batch && !s.rng.empty() && !it->second->rng.empty() &&
-          s.rng != it->second->rng) {
-        v.add({"rng at step " + std::to_string(s.step), false,
-               "the state came back equal, but the random generators differ at the start of step " +
-                   std::to_string(s.step) + " (" + s.rng.substr(0, 12) + ", reference " +
-                   it->second->rng.substr(0, 12) +
-                   "): something drew from them between the restore and this step. A DataLoader iterator made "
-                   "after the restore draws its base seed from torch's global generator: give the DataLoader "
-                   "generator=torch.Generator(), or make the iterator before restoring",
-               "rng"});
-        if (v.cause.empty()) v.cause.push_back("rng");
-      }
-      break;  // the first resumed step only: after it, every difference follows from the first
-    }
-  // The input of the first resumed step whose batch differs (both runs gave theirs): the data cursor.
-  for (const auto& s : res.steps) {
-    const auto it = ref_steps.find(s.step);
-    if (s.step <= save_step || it == ref_steps.end() || s.batch.empty() || it->second->batch.empty()) continue;
-    if (s.batch == it->second->batch) continue;
-    v.add({"batch at step " + std::to_string(s.step), false,
-           "the resumed run trains on other data than the reference at this step (batch " + s.batch.substr(0, 12) +
-               ", reference " + it->second->batch.substr(0, 12) +
-               "): the data cursor is not where it was (is the loader's position saved and restored, and its "
-               "iterator made the same way?)",
-           "data"});
-    if (v.cause.empty()) v.cause.push_back("data");
-    break;
-  }
+  if (st.ok) check_first_step_rng(v, ref_steps, res, save_step);
+  check_first_batch(v, ref_steps, res, save_step);
   std::int64_t seen = 0;
   std::set<std::int64_t> resumed_steps;
   for (const auto& s : res.steps) {
