@@ -709,7 +709,7 @@ std::optional<std::string> mixed_modes(const Outcome& o, bool& observed) {
   std::set<std::string> modes;
   for (const auto& [rank, log] : o.logs)
     if (log.hello) modes.insert(log.hello->checkpoints);
-  observed = std::find(modes.begin(), modes.end(), "program") != modes.end();  // a set of strings, not JSON
+  observed = modes.count(std::string("program")) > 0;  // a set of strings, not JSON
   if (modes.size() > 1)
     return std::string("the ranks disagree on who saves: some create the Pilot with observe=True, some without");
   return std::nullopt;
