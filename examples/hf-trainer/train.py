@@ -11,7 +11,9 @@ file the Trainer writes last. anchor_pilot adds one callback and output_dir().
 
 EXAMPLE_FORGET makes the mistakes anchor must name: resume (train() is not
 given resume_from_checkpoint), marker (resume_from_checkpoint=True: the
-Trainer's own pick, the highest checkpoint-N, finished or not).
+Trainer's own pick, the highest checkpoint-N, finished or not), steps
+(save_strategy="best": the Trainer saves only when the eval loss gets worse,
+as greater_is_better=True says, and skips the save anchor kills).
 """
 import os
 import sys
@@ -34,11 +36,15 @@ g = torch.Generator().manual_seed(1234)
 tokens = torch.randint(0, 256, (64, 32), generator=g)
 train = [{"input_ids": t, "labels": t} for t in tokens]
 
+saving = dict(save_strategy="steps", save_steps=3)
+if "steps" in FORGET:
+    saving = dict(save_strategy="best", eval_strategy="steps", eval_steps=3, metric_for_best_model="loss",
+                  greater_is_better=True)
 args = TrainingArguments(output_dir=out, max_steps=6, per_device_train_batch_size=4, learning_rate=1e-3,
-                         warmup_steps=2, lr_scheduler_type="linear", save_strategy="steps", save_steps=3,
-                         logging_steps=1, report_to=[], use_cpu=True, seed=0, dataloader_num_workers=0,
-                         disable_tqdm=True)
-trainer = Trainer(model=model, args=args, train_dataset=train, callbacks=[PilotCallback()])
+                         warmup_steps=2, lr_scheduler_type="linear", logging_steps=1, report_to=[], use_cpu=True,
+                         seed=0, dataloader_num_workers=0, disable_tqdm=True, **saving)
+trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=train[:8] if "steps" in FORGET else None,
+                  callbacks=[PilotCallback()])
 
 
 def finished_checkpoint(folder):

@@ -46,6 +46,10 @@ class _TrainerProgress:
         raise AssertionError("observed mode does not restore")
 
 
+class _SaveSkipped(Exception):
+    """Thrown into a Pilot.saving wrapper the Trainer never saved under."""
+
+
 class PilotCallback(TrainerCallback):
     """anchor_pilot for a transformers Trainer. ``standalone`` takes the
     Pilot's keyword arguments for a run outside anchor (events=..., save_at=...)."""
@@ -55,11 +59,12 @@ class PilotCallback(TrainerCallback):
         self.pilot = None
         self._progress = _TrainerProgress()
         self._resumed_at = None  # the step the Trainer resumed from, fingerprinted at the next step's start
-        self._save = None
+        self._save = None  # (step, the open Pilot.saving wrapper) from the save announced to its on_save
 
     # ----- the Trainer's events ----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
         self._progress.state = state
+        self._strategy = str(getattr(args.save_strategy, "value", args.save_strategy))
         spec = Spec.from_env()
         if spec is not None and os.path.realpath(args.output_dir) != os.path.realpath(spec.checkpoint_dir):
             raise PilotError("pilot a Trainer", "TrainingArguments.output_dir is %s, not the checkpoint directory "
@@ -76,6 +81,8 @@ class PilotCallback(TrainerCallback):
             self.pilot.restored(0)
 
     def on_step_begin(self, args, state, control, **kwargs):
+        if self._save is not None:  # announced, then skipped (save_strategy="best" decides after on_step_end)
+            self._skipped(*self._save)
         if self._resumed_at is not None:
             self.pilot.restored(self._resumed_at)
             self._resumed_at = None
@@ -89,8 +96,8 @@ class PilotCallback(TrainerCallback):
         if p.should_save(state.global_step):
             control.should_save = True
         if control.should_save:  # the Trainer saves once this step's logging (and evaluation) is done
-            self._save = p.saving(state.global_step)
-            self._save.__enter__()
+            self._save = (state.global_step, p.saving(state.global_step))
+            self._save[1].__enter__()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -101,8 +108,19 @@ class PilotCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         save, self._save = self._save, None
         if save is not None:
-            save.__exit__(None, None, None)
+            save[1].__exit__(None, None, None)
+
+    def _skipped(self, step, save):
+        self._save = None
+        save.__exit__(_SaveSkipped, _SaveSkipped(), None)  # closes the watch; reports no save
+        if self.pilot.should_save(step):
+            raise PilotError("pilot a Trainer", "the Trainer skipped the save of step %d that anchor asked for "
+                             "(TrainingArguments.save_strategy=%r decides on its own)" % (step, self._strategy),
+                             "pilot with save_strategy=\"steps\": anchor makes the Trainer save at the steps "
+                             "it checks")
 
     def on_train_end(self, args, state, control, **kwargs):
+        if self._save is not None:
+            self._skipped(*self._save)
         if self.pilot is not None:
             self.pilot.close()

@@ -1,6 +1,8 @@
 """The Pilot: checkpoints, restores and reports one training loop."""
+import array
 import collections
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -199,17 +201,33 @@ def _report_uncaught(spec):
 
 def rng_digest():
     """SHA-256 of every RNG stream: torch's CPU generator, each CUDA device's once
-    CUDA is initialized (never initializing it), Python's random, NumPy's global."""
-    h = hashlib.sha256(tt.tensor_bytes(torch.get_rng_state()))
+    CUDA is initialized (never initializing it), Python's random, NumPy's global.
+
+    Raw bytes, not reprs: it runs at every step (55-75 us on this 2-core VM, where reprs took 259 us).
+    NumPy's part is its MT19937 key and position read in place; the legacy
+    gaussian cache is left to the fingerprint of a save, which holds it."""
+    h = hashlib.sha256(torch.get_rng_state().numpy().tobytes())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         for state in torch.cuda.get_rng_state_all():
-            h.update(tt.tensor_bytes(state))
-    h.update(repr(random.getstate()).encode())
+            h.update(state.numpy().tobytes())
+    version, words, gauss = random.getstate()
+    h.update(array.array("Q", words).tobytes())
+    h.update(repr((version, gauss)).encode())
     np = sys.modules.get("numpy")
     if np is not None:
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        h.update(keys.tobytes() + repr((kind, pos, has_gauss, cached)).encode())
+        h.update(_numpy_mt_bytes(np))
     return h.hexdigest()
+
+
+def _numpy_mt_bytes(np):
+    """NumPy's global MT19937 state (624 key words and the position), read from
+    the generator's C struct; its get_state() copies into Python objects (85 us)."""
+    try:
+        bits = np.random.mtrand._rand._bit_generator
+        return ctypes.string_at(bits.ctypes.state_address, 624 * 4 + 4)
+    except (AttributeError, TypeError, ValueError):
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        return keys.tobytes() + repr((kind, pos, has_gauss, cached)).encode()
 
 
 def batch_digest(batch):

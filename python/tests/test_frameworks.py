@@ -67,6 +67,13 @@ class HfTrainer(support.ProgramPilotTest):
                       "lacks checkpoint-6/generation_config.json, checkpoint-6/model.safetensors", proc.stderr)
         self.assertIn("Your resume", proc.stderr)
 
+    def test_a_save_strategy_that_skips_the_save_anchor_asked_for_is_named(self):
+        proc, _, _ = self.pilot(self.EXAMPLE, EXAMPLE_FORGET="steps")
+        self.assertNotEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("the Trainer skipped the save of step 6 that anchor asked for "
+                      "(TrainingArguments.save_strategy='best' decides on its own)", proc.stderr)
+        self.assertIn('pilot with save_strategy="steps"', proc.stderr)
+
 
 PL_MISSING = _missing("pytorch_lightning")
 
