@@ -12,6 +12,8 @@ The frameworks are locked only in the torch 2.x environment
 (requirements/torch2.txt): on the torch 1.13 line these tests skip, saying so.
 """
 import importlib
+import json
+import os
 import importlib.util
 import unittest
 
@@ -166,7 +168,7 @@ class FsdpDcp(support.ProgramPilotTest):
     EXAMPLE = "fsdp-dcp"
 
     def test_a_sharded_dcp_checkpoint_resumes_bitwise_on_two_ranks(self):
-        proc, report, _ = self.pilot(self.EXAMPLE)
+        proc, report, run_dir = self.pilot(self.EXAMPLE)
         self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
         self.assertEqual((report["resume"]["verdict"], report["resume"]["mode"]), ("match", "bitwise"))
         self.assertEqual([r["verdict"] for r in report["resume"]["per_rank"]], ["match", "match"])
@@ -175,6 +177,40 @@ class FsdpDcp(support.ProgramPilotTest):
                                                               "step_3/__1_0.distcp"])
         torn = report["program_checkpoints"]["torn"]
         self.assertIn("step_6/.metadata", torn["missing"])  # DCP writes it last: the kill came before
+        (dcp,) = save["dcp"]  # .metadata read as data (never unpickled): every item inside its shard
+        self.assertEqual((dcp["dir"], dcp["ok"], [f["name"] for f in dcp["files"]]),
+                         ("step_3", True, ["__0_0.distcp", "__1_0.distcp"]))
+        self._check_verify(run_dir)
+
+    def _check_verify(self, run_dir):
+        """`anchor checkpoint verify` on the DCP directories the pilot left, against its report's digests."""
+        step3, step6 = (os.path.join(run_dir, "checkpoints", s) for s in ("step_3", "step_6"))
+        v = self.anchor("checkpoint", "verify", step3, "--against", run_dir)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        self.assertIn("ok (DCP checkpoint, 2 shard files", v.stdout)
+        self.assertIn("every file's size and SHA-256 match the save of step 3 the report pins", v.stdout)
+        v = self.anchor("checkpoint", "verify", step6)  # the resumed run's own save of step 6, whole
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        os.remove(os.path.join(step6, ".metadata"))  # as the kill left the reference's
+        v = self.anchor("checkpoint", "verify", step6)
+        self.assertEqual(v.returncode, 3, v.stdout + v.stderr)
+        self.assertIn(".metadata is missing: DCP writes it last, so the save did not finish", v.stdout)
+        shard = os.path.join(step3, "__1_0.distcp")
+        with open(shard, "r+b") as f:  # one byte changed: the structure holds, the digest does not
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 1]))
+        v = self.anchor("checkpoint", "verify", step3)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        v = self.anchor("checkpoint", "verify", step3, "--against", os.path.join(run_dir, "report.intoto.json"))
+        self.assertEqual(v.returncode, 3, v.stdout + v.stderr)
+        self.assertIn("__1_0.distcp: SHA-256 ", v.stdout)
+        os.truncate(shard, 1000)  # cut short: the structure fails too
+        v = self.anchor("checkpoint", "verify", step3, "--json")
+        self.assertEqual(v.returncode, 3, v.stdout + v.stderr)
+        (problem,) = json.loads(v.stdout)["problems"]
+        self.assertRegex(problem, r"^__1_0\.distcp holds 1000 bytes, but '.*' ends at byte \d+ of it")
 
     def test_what_a_dcp_program_forgets_is_named(self):
         proc, report, _ = self.pilot(self.EXAMPLE, run="run-rng", EXAMPLE_FORGET="rng")

@@ -1,21 +1,26 @@
-// anchor checkpoint verify STEP_DIR [--json] | anchor checkpoint list ROOT [--json]
+// anchor checkpoint verify DIR [--against REPORT] [--json] | anchor checkpoint list ROOT [--json]
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/units.hpp"
 #include "anchor/common/utf8.hpp"
+#include "anchor/checkpoint/dcp.hpp"
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/error.hpp"
+#include "anchor/pilot/observed.hpp"
 #include "commands.hpp"
+#include "report_file.hpp"
 
 namespace anchor::cli {
 namespace {
 
 struct CheckpointOptions {
   std::string dir;
+  std::string against;  // a program pilot's report: the digests it pinned for this save
   bool json = false;
 };
 
@@ -26,6 +31,36 @@ nlohmann::json to_json(const checkpoint::Store::Verification& v) {
           {"bytes", v.bytes},        {"problems", v.problems}};
 }
 
+// A program's own save (docs/checkpoints.md, "A program's checkpoints"): a DCP
+// directory's structure, and with --against the digests a pilot pinned.
+ExitCode verify_program_save(const std::string& dir, const CheckpointOptions& o) {
+  std::optional<checkpoint::DcpVerification> dcp;
+  std::optional<pilot::observed::PinnedCheck> pinned;
+  if (checkpoint::is_dcp_dir(dir)) dcp = checkpoint::verify_dcp(dir);
+  if (!o.against.empty()) pinned = pilot::observed::check_pinned(dir, read_report(o.against));
+  std::vector<std::string> problems;
+  if (dcp) problems = dcp->problems;
+  if (pinned) problems.insert(problems.end(), pinned->problems.begin(), pinned->problems.end());
+  if (o.json) {
+    nlohmann::json j = {{"dir", printable(dir)}, {"ok", problems.empty()}, {"problems", problems}};
+    if (dcp) j["dcp"] = dcp->to_json();
+    if (pinned) j["against"] = pinned->to_json();
+    std::cout << j.dump(2) << "\n";
+  } else if (problems.empty()) {
+    std::cout << printable(dir) << ": ok (";
+    if (dcp) std::cout << "DCP checkpoint, " << dcp->summary() << "; every storage item lies inside its file";
+    if (dcp && pinned) std::cout << "; ";
+    if (pinned)
+      std::cout << "every file's size and SHA-256 match the save of step " << pinned->step << " the report pins";
+    std::cout << ")\n";
+  } else {
+    std::cout << printable(dir) << ": INVALID, " << problems.size() << (problems.size() == 1 ? " problem" : " problems")
+              << ":\n";
+    for (const auto& p : problems) std::cout << "  - " << p << "\n";
+  }
+  return problems.empty() ? ExitCode::kOk : ExitCode::kVerification;
+}
+
 ExitCode run_verify(const CheckpointOptions& o) {
   std::error_code ec;
   if (!std::filesystem::is_directory(o.dir, ec))
@@ -33,6 +68,7 @@ ExitCode run_verify(const CheckpointOptions& o) {
                 "pass one step directory, e.g. runs/<id>/checkpoints/step-00000002");
   std::string dir = std::filesystem::path(o.dir).lexically_normal().string();
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (!o.against.empty() || checkpoint::is_dcp_dir(dir)) return verify_program_save(dir, o);
   auto parent = std::filesystem::path(dir).parent_path().string();
   checkpoint::Store store(parent.empty() ? "." : parent);
   auto v = store.verify(dir);
@@ -91,7 +127,14 @@ Runner setup_checkpoint(CLI::App& sub, const GlobalOptions&) {
   sub.require_subcommand(1);
   CLI::App* verify = sub.add_subcommand(
       "verify", "Check one checkpoint directory completely; explains every problem (exit 3 if invalid)");
-  verify->add_option("dir", opts->dir, "a step directory, e.g. runs/<id>/checkpoints/step-00000002")->required();
+  verify
+      ->add_option("dir", opts->dir,
+                   "a step directory, e.g. runs/<id>/checkpoints/step-00000002, or a program's save (a "
+                   "torch.distributed.checkpoint directory is recognised by its .metadata)")
+      ->required();
+  verify->add_option("--against", opts->against,
+                     "a program pilot's report.json (or run directory): check every file of this save against the "
+                     "SHA-256 it pinned");
   verify->add_flag("--json", opts->json, "print the result as JSON on stdout (default: off)");
   CLI::App* list = sub.add_subcommand("list", "Show every step, temp and trash directory with its state");
   list->add_option("dir", opts->dir, "a checkpoint root, e.g. runs/<id>/checkpoints")->required();

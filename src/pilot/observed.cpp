@@ -4,8 +4,12 @@
 #include <cctype>
 #include <filesystem>
 #include <system_error>
+#include <map>
+
+#include "anchor/common/json_fields.hpp"
 #include "anchor/common/sha256.hpp"
 #include "anchor/common/utf8.hpp"
+#include "anchor/error.hpp"
 
 namespace anchor::pilot::observed {
 
@@ -125,6 +129,125 @@ nlohmann::json hashed_save(const std::string& ckpt_dir, std::int64_t step, const
     list.push_back({{"path", printable(f)}, {"bytes", d.size}, {"sha256", d.sha256}});
   }
   return {{"step", step}, {"files", list}};
+}
+
+std::vector<checkpoint::DcpVerification> dcp_in_save(const std::string& ckpt_dir,
+                                                     const std::vector<std::string>& files) {
+  std::vector<checkpoint::DcpVerification> out;
+  for (const auto& f : files) {
+    const std::filesystem::path rel(f);
+    if (rel.filename() != ".metadata") continue;
+    auto v = checkpoint::verify_dcp((std::filesystem::path(ckpt_dir) / rel.parent_path()).string());
+    v.dir = rel.parent_path().empty() ? "." : rel.parent_path().string();  // as the report names files
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+namespace {
+
+struct Pinned {
+  std::int64_t step = 0;
+  std::map<std::string, std::pair<std::uint64_t, std::string>> files;  // under the directory: bytes, sha256
+};
+
+// The saves report.json's program_checkpoints pins, each file's path relative to the checkpoint directory.
+std::vector<Pinned> pinned_saves(const nlohmann::json& report) {
+  std::vector<Pinned> out;
+  try {
+    const JsonFields top(report, "");
+    if (!top.has("program_checkpoints"))
+      throw Error(ErrorKind::kUsage,
+                  "the report pins no program checkpoints (it is not a program pilot's in "
+                  "observed mode)",
+                  "give the report of a pilot whose program saved with its own code (docs/program.md)");
+    const JsonFields ck(top.object("program_checkpoints"), "program_checkpoints");
+    const auto& saves = ck.array("saves");
+    for (std::size_t i = 0; i < saves.size(); ++i) {
+      const JsonFields save(saves.at(i), JsonFields::item("program_checkpoints.saves", i));
+      Pinned p;
+      p.step = save.integer("step");
+      const auto& files = save.array("files");
+      for (std::size_t j = 0; j < files.size(); ++j) {
+        const JsonFields f(files.at(j), JsonFields::item(save.path("files"), j));
+        const auto bytes = f.integer("bytes");
+        const std::string sha = f.str("sha256");
+        if (bytes < 0 || !is_sha256_hex(sha))
+          throw std::invalid_argument(JsonFields::item(save.path("files"), j) +
+                                      " has a negative size or a "
+                                      "sha256 that is no digest");
+        p.files[f.str("path")] = {static_cast<std::uint64_t>(bytes), sha};
+      }
+      out.push_back(std::move(p));
+    }
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::kUsage, std::string("the report's program_checkpoints: ") + e.what(),
+                "give the report.json a program pilot wrote (anchor verify checks it is the signed one)");
+  }
+  return out;
+}
+
+// "model.pt" for "step_3/model.pt" under "step_3"; empty when `path` is not under `name` or leaves it.
+std::string under(const std::string& path, const std::string& name) {
+  if (path.compare(0, name.size() + 1, name + "/") != 0) return {};
+  const std::string rest = path.substr(name.size() + 1);
+  for (const auto& part : std::filesystem::path(rest))
+    if (part == ".." || part == ".") return {};
+  return rest.empty() || rest.front() == '/' ? std::string() : rest;
+}
+
+}  // namespace
+
+PinnedCheck check_pinned(const std::string& dir, const nlohmann::json& report) {
+  const std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
+  const Pinned* best = nullptr;
+  std::size_t best_n = 0;
+  const auto saves = pinned_saves(report);
+  std::string names;
+  for (const auto& s : saves) {
+    std::size_t n = 0;
+    for (const auto& [path, pin] : s.files) {
+      n += !under(path, name).empty();
+      const auto slash = path.find('/');
+      const std::string top = slash == std::string::npos ? "(the checkpoint directory itself)" : path.substr(0, slash);
+      if (names.find(top) == std::string::npos && names.size() < 400) names += (names.empty() ? "" : ", ") + top;
+    }
+    if (n > best_n) best = &s, best_n = n;
+  }
+  if (!best)
+    throw Error(ErrorKind::kUsage, "the report pins no save under a directory named " + printable(name),
+                "pass one of the directories its saves wrote: " + printable(names.empty() ? "(none)" : names));
+  PinnedCheck c;
+  c.step = best->step;
+  std::set<std::string> pinned;
+  for (const auto& [path, pin] : best->files) {
+    const std::string rest = under(path, name);
+    if (rest.empty()) continue;
+    pinned.insert(rest);
+    ++c.files;
+    const std::string at = (std::filesystem::path(dir) / rest).string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(at, ec))) {
+      c.problems.push_back(printable(rest) + " is missing (or not a regular file): the save of step " +
+                           std::to_string(c.step) + " wrote it");
+      continue;
+    }
+    const auto d = sha256_file(at);
+    c.bytes += d.size;
+    if (d.size != pin.first)
+      c.problems.push_back(printable(rest) + " holds " + std::to_string(d.size) + " bytes; the report pins " +
+                           std::to_string(pin.first));
+    else if (d.sha256 != pin.second)
+      c.problems.push_back(printable(rest) + ": SHA-256 " + d.sha256 + ", the report pins " + pin.second);
+  }
+  for (const auto& f : files_under(dir))
+    if (!pinned.count(f))
+      c.problems.push_back(printable(f) + " is not in the save of step " + std::to_string(c.step) + " the report pins");
+  return c;
+}
+
+nlohmann::json PinnedCheck::to_json() const {
+  return {{"step", step}, {"files", files}, {"bytes", bytes}, {"problems", problems}, {"ok", problems.empty()}};
 }
 
 }  // namespace anchor::pilot::observed

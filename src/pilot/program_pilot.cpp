@@ -845,6 +845,26 @@ json pin_program_run(const Run& r) {
   return m;
 }
 
+// A finished save that wrote a DCP checkpoint: its `.metadata` and shards must hold together (as
+// `anchor checkpoint verify` checks them); the result goes beside the save's digests. A save the
+// program reported finished whose DCP checkpoint does not fails the pilot.
+void check_dcp(const std::string& ckpt_dir, std::int64_t step, const std::vector<std::string>& files, json& save) {
+  const auto found = observed::dcp_in_save(ckpt_dir, files);
+  if (found.empty()) return;
+  json list = json::array();
+  for (const auto& v : found) {
+    list.push_back(v.to_json());
+    if (!v.ok)
+      throw Error(ErrorKind::kVerification,
+                  "your save of step " + std::to_string(step) + " finished, but its DCP checkpoint " +
+                      printable(v.dir) + " does not hold together: " + v.problems.front() +
+                      (v.problems.size() > 1 ? " (and " + std::to_string(v.problems.size() - 1) + " more)" : ""),
+                  "the save returned before its files were whole: wait for dcp.async_save's future, or save "
+                  "with dcp.save (docs/program.md, \"FSDP with DCP\")");
+  }
+  save["dcp"] = list;
+}
+
 Step pin(Run& r) {
   Pilot& p = r.p;
   try {
@@ -876,6 +896,7 @@ Step pin(Run& r) {
         if (c.op == "save" && c.phase == "end" && c.step && steps.insert(*c.step).second) {
           const auto files = finished_files(r.a, *c.step);
           saves.push_back(observed::hashed_save(p.ckpt_dir, *c.step, {files.begin(), files.end()}));
+          check_dcp(p.ckpt_dir, *c.step, {files.begin(), files.end()}, saves.back());
         }
       p.report.set_section("program_checkpoints", {{"dir", printable(p.ckpt_dir)},
                                                    {"kind", "the program's own (observed)"},

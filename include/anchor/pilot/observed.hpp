@@ -11,6 +11,8 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "anchor/checkpoint/dcp.hpp"
+
 namespace anchor::pilot::observed {
 
 // `path` with every run of digits that reads as `from` written as `to`, in
@@ -47,5 +49,26 @@ TornSave torn_save(const std::string& ckpt_dir, const std::set<std::string>& fin
 // hashed now (streaming, constant memory). Throws Error (kIo) naming a file
 // that cannot be read.
 nlohmann::json hashed_save(const std::string& ckpt_dir, std::int64_t step, const std::vector<std::string>& files);
+
+// The DCP checkpoints among one finished save's files (each directory in
+// which it wrote a `.metadata`, relative to ckpt_dir), checked as
+// `anchor checkpoint verify` checks them (checkpoint/dcp.hpp).
+std::vector<checkpoint::DcpVerification> dcp_in_save(const std::string& ckpt_dir,
+                                                     const std::vector<std::string>& files);
+
+// One of a program's saves checked against the digests a pilot's report
+// pinned (report.json's program_checkpoints; `anchor checkpoint verify DIR
+// --against REPORT`). The save is the one whose files lie under a directory
+// named as `dir` is ("step_3/..." for .../ckpt/step_3); every file it pinned
+// must be in `dir` with its size and SHA-256, and `dir` must hold no other.
+// Throws Error (kUsage) when the report pins no save there (naming those it pins).
+struct PinnedCheck {
+  std::int64_t step = 0;
+  std::size_t files = 0;
+  std::uint64_t bytes = 0;
+  std::vector<std::string> problems;
+  nlohmann::json to_json() const;
+};
+PinnedCheck check_pinned(const std::string& dir, const nlohmann::json& report);
 
 }  // namespace anchor::pilot::observed
