@@ -14,7 +14,13 @@ saving() around the save.
 
 EXAMPLE_FORGET makes the mistakes anchor must name: rng (the RNG is not
 in the checkpoint), marker (the resume takes the newest step_N, finished or
-not).
+not), sched (the load does not restore the scheduler).
+
+Resumed at fewer ranks (anchor's pilot.resume_world_size), DCP reshards
+the model and optimizer on load, and each rank takes back its own data
+cursor and RNG (keyed by rank). At more ranks, DCP's load would fail on the
+keys no saving rank wrote (data_2, ...): such a program must make a new
+rank's cursor and RNG itself.
 """
 import os
 import random
@@ -83,7 +89,8 @@ class AppState(Stateful):
 
     def load_state_dict(self, sd):
         set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
-        sched.load_state_dict(sd["sched"])
+        if "sched" not in FORGET:
+            sched.load_state_dict(sd["sched"])
         data.load_state_dict(sd["data_%d" % rank])
         if "rng_%d" % rank in sd:
             torch.set_rng_state(sd["rng_%d" % rank]["torch"])

@@ -395,8 +395,10 @@ class Pilot:
     def _serialize(self, name, value=None):
         if value is None:
             value = self.components[name].get()
-        if self.observe:  # FSDP2's DTensors: this rank's shard, fingerprinted without a collective
-            value = _local_shards(value)
+        if self.observe:  # FSDP2's DTensors: this rank's shard, fingerprinted without a collective ...
+            # ... unless the resume runs at another world size: then the full tensor, gathered (every rank
+            # fingerprints at the same points, so the collectives match), which both world sizes share.
+            value = _local_shards(value, full=self.spec is not None and self.spec.reshard is not None)
         tensors = {}
         meta = {"anchor_pilot.format": COMPONENT_FORMAT, "anchor_pilot.component": name}
         if name == "model":
@@ -933,9 +935,11 @@ def _rng_get():
     return s
 
 
-def _local_shards(value):
-    """`value` with every DTensor replaced by this rank's local tensor (dicts,
-    lists and tuples walked; an OrderedDict's _metadata kept)."""
+def _local_shards(value, full=False):
+    """`value` with every DTensor replaced by this rank's local tensor, or with
+    ``full`` by the whole tensor (DTensor.full_tensor(): a collective every
+    rank must call); dicts, lists and tuples walked, an OrderedDict's
+    _metadata kept."""
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # torch 1.13: no DTensor
@@ -943,7 +947,7 @@ def _local_shards(value):
 
     def walk(v):
         if isinstance(v, DTensor):
-            return v.to_local()
+            return v.full_tensor() if full else v.to_local()
         if isinstance(v, dict):
             out = type(v)((k, walk(x)) for k, x in v.items()) if isinstance(v, collections.OrderedDict) else \
                 {k: walk(x) for k, x in v.items()}

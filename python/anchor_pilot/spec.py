@@ -28,7 +28,7 @@ ROLES = ("reference", "resume", "probe")
 _REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_at", "restore", "seed",
              "deterministic", "events")
 _PATHS = ("run_dir", "checkpoint_dir", "events", "restore")
-_OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from") + tuple(k + "_hex" for k in _PATHS)
+_OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from", "reshard") + tuple(k + "_hex" for k in _PATHS)
 
 
 def _is_int(v):
@@ -39,13 +39,14 @@ class Spec:
     """A validated spec (attributes named as the keys)."""
 
     def __init__(self, role, run_dir, checkpoint_dir, save_at, stop_at, restore, seed, deterministic, events,
-                 digests_every=0, kill_in_save=None, path=None, probe=None):
+                 digests_every=0, kill_in_save=None, path=None, probe=None, reshard=None):
         self.protocol = PROTOCOL
         self.role, self.run_dir, self.checkpoint_dir = role, run_dir, checkpoint_dir
         self.save_at, self.stop_at, self.restore = sorted(set(save_at)), stop_at, restore
         self.seed, self.deterministic, self.events = seed, deterministic, events
         self.digests_every, self.kill_in_save, self.path = digests_every, kill_in_save, path
         self.probe = probe
+        self.reshard = reshard  # {"from": A, "to": B}: the resume runs at another world size
 
     @classmethod
     def from_file(cls, path):
@@ -102,6 +103,8 @@ class Spec:
         check("probe", lambda v: isinstance(v, dict) and sorted(v) == ["micro_batch", "seq_len"] and
               all(_is_int(x) and x >= 1 for x in v.values()),
               'an object {"micro_batch": int >= 1, "seq_len": int >= 1}')
+        check("reshard", lambda v: isinstance(v, dict) and sorted(v) == ["from", "to"] and
+              all(_is_int(x) and x >= 1 for x in v.values()), 'an object {"from": int >= 1, "to": int >= 1}')
         if not problems and (d["role"] == "probe") != (d.get("probe") is not None):
             problems.append("'probe' is given exactly when role is \"probe\" (role %s, probe %s)"
                             % (json.dumps(d["role"]), json.dumps(d.get("probe"))))
@@ -126,7 +129,7 @@ class Spec:
                    save_at=d["save_at"], stop_at=d["stop_at"], restore=rel(d["restore"]), seed=d["seed"],
                    deterministic=d["deterministic"], events=rel(d["events"]),
                    digests_every=d.get("digests_every", 0), kill_in_save=d.get("kill_in_save"), path=path,
-                   probe=d.get("probe"))
+                   probe=d.get("probe"), reshard=d.get("reshard"))
 
     @classmethod
     def from_env(cls, environ=None):

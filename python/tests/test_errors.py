@@ -211,6 +211,15 @@ class Spec(support.TempDirTest):
             ap.Spec.from_file(self.spec(restore="ck/step-00000001"))
         self.assertIn("'restore' is \"ck/step-00000001\" but role is \"reference\"", str(cm.exception))
 
+    def test_reshard_is_two_world_sizes(self):
+        s = ap.Spec.from_file(self.spec(reshard={"from": 2, "to": 1}))
+        self.assertEqual(s.reshard, {"from": 2, "to": 1})
+        self.assertIsNone(ap.Spec.from_file(self.spec()).reshard)
+        with self.assertRaises(ap.SpecError) as cm:
+            ap.Spec.from_file(self.spec(reshard={"from": 2}))
+        self.assertIn("'reshard' is {\"from\": 2}, expected an object {\"from\": int >= 1, \"to\": int >= 1}",
+                      str(cm.exception))
+
     def test_probe_needs_its_shape_and_only_a_probe_has_one(self):
         with self.assertRaises(ap.SpecError) as cm:
             ap.Spec.from_file(self.spec(role="probe"))

@@ -182,6 +182,29 @@ class FsdpDcp(support.ProgramPilotTest):
                          ("step_3", True, ["__0_0.distcp", "__1_0.distcp"]))
         self._check_verify(run_dir)
 
+    def test_a_resume_at_another_world_size_is_resharded(self):
+        """Saved by 2 ranks, resumed by 1: DCP reshards; the full state (DTensors gathered) is compared."""
+        proc, report, _ = self.pilot(self.EXAMPLE, "pilot.resume_world_size=1")
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertIn("the program's resume at 1 rank restored the state its 2 ranks saved (resharded, bitwise in "
+                      "full)", proc.stdout + proc.stderr)
+        self.assertEqual((report["resume"]["verdict"], report["resume"]["mode"]), ("match", "resharded"))
+        checks = {c["name"]: c for c in report["resume"]["checks"]}
+        self.assertEqual(checks["restored state"]["detail"],
+                         "3 components equal in full (each sharded tensor gathered), resharded from 2 to 1 ranks; "
+                         "not compared: data, rng.numpy, rng.python, rng.torch (each rank's own, and the ranks are "
+                         "not the same ranks)")
+        self.assertTrue(checks["resumed steps"]["ok"])
+        self.assertIn("not compared, the data is split over another number of ranks", checks["resumed steps"]["detail"])
+        self.assertEqual([s["figures"]["ranks"] for s in report["stages"] if s["stage"] == "resume"], [1])
+        # The negative control: a load that leaves the scheduler out is named at the reshard too.
+        proc, report, _ = self.pilot(self.EXAMPLE, "pilot.resume_world_size=1", run="run-sched",
+                                     EXAMPLE_FORGET="sched")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual(report["resume"]["cause"], ["scheduler"], report["resume"])
+        self.assertIn("the scheduler: after your load its state differs from your save of step 3",
+                      proc.stdout + proc.stderr)
+
     def _check_verify(self, run_dir):
         """`anchor checkpoint verify` on the DCP directories the pilot left, against its report's digests."""
         step3, step6 = (os.path.join(run_dir, "checkpoints", s) for s in ("step_3", "step_6"))

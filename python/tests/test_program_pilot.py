@@ -163,6 +163,12 @@ class ProgramPilot(support.ProgramPilotTest):
         proc, report, run = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
         self.assertCaught(proc, report, "data", run)
         self.assertIn("rank 1: data", report["resume"]["cause"])  # every rank's own cursor
+        # The helper's own checkpoints keep a file per rank: a resume at another world size is refused, saying
+        # what does reshard (a resharded DCP resume: test_frameworks.FsdpDcp).
+        proc, report, run = self.pilot("ddp", "pilot.resume_world_size=1", run="run-reshard")
+        self.assertEqual(proc.returncode, 2, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("pilot.resume_world_size is 1, but the program saves through anchor_pilot's own checkpoints",
+                      proc.stderr)
 
     def test_ddp_pilot_launched_by_torchrun(self):
         """`torchrun --nproc_per_node 2 anchor pilot` on the DDP example: the launched anchors are not the

@@ -386,6 +386,11 @@ class Loader {
           conflict({"program.env"}, "program.env sets " + e.substr(0, eq) +
                                         ", which anchor sets for each worker (docs/program.md, \"The contract\")");
       }
+    if (ok({"pilot.resume_world_size", "program.command"}) && c.pilot.resume_world_size != 0 &&
+        c.program.command.empty())
+      conflict({"pilot.resume_world_size", "program.command"},
+               "pilot.resume_world_size is for a program pilot (program.command): the built-in trainer resumes at "
+               "the world size it saved at");
   }
 
   // Warmup, the memory probe and activation checkpointing against the run and the model.

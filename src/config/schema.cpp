@@ -162,6 +162,9 @@ std::vector<Field> make_fields() {  // NOLINT(readability-function-size): the sc
     Field(ANCHOR_KEY(pilot.start_from), "Where worker A starts: init (the model initialised from run.seed; checkpoint.dir must hold no step directory) or latest (restored from the newest committed checkpoint in checkpoint.dir, which must exist, verify and fit the config; docs/pilot.md). `anchor pilot --start-from`.",
           "pilot restart (#7)").one_of({"init", "latest"}),
 
+    Field(ANCHOR_KEY(pilot.resume_world_size), "Ranks of a program pilot's resumed run (worker B); 0: distributed.nproc_per_node. Another count resumes the program's checkpoint at that world size (DCP reshards on load) and compares the full restored state (docs/program.md, \"Resuming at another world size\").",
+          "program pilot (#41)").at_least(0),
+
     // device ---------------------------------------------------------------
     Field(ANCHOR_KEY(device), "Device: cpu, cuda (the rank's local device), cuda:N, rocm (HIP builds expose it as cuda), auto (a GPU when present, else cpu).",
           "pilot (#3), measure (#6)").checked(check_device, "cpu, cuda, cuda:N, rocm, auto"),

@@ -159,6 +159,12 @@ class ProgramSteps {
   std::optional<protocol::StepLineRule> rule_;
 };
 
+// The ranks a worker runs at: worker B's own count when it resumes at another world size
+// (pilot.resume_world_size), else the pilot's.
+int world_of(const Pilot& p, const pp::Spec& spec) {
+  return spec.role == pp::Role::kResume && spec.reshard ? static_cast<int>(spec.reshard->second) : p.nproc;
+}
+
 // Writes the spec and starts the program once per rank with it, each in its own process group.
 std::vector<proc::Child> start_program_ranks(Pilot& p, const Launch& l, const pp::Spec& spec, const std::string& name) {
   const std::string spec_path = l.dir + "/" + name + ".spec.json";
@@ -167,11 +173,12 @@ std::vector<proc::Child> start_program_ranks(Pilot& p, const Launch& l, const pp
   std::filesystem::remove(spec.events, ec);     // a reused run directory's
   const int port = dist::free_loopback_port();  // also for one rank: concurrent pilots must not collide
   std::vector<proc::Child> ranks;
-  for (int r = 0; r < p.nproc; ++r) {
+  const int world = world_of(p, spec);
+  for (int r = 0; r < world; ++r) {
     proc::SpawnOptions so;
     so.env = l.env;
     so.unset = dist::outer_launch_variables();  // under torchrun or srun: the program's rank is the one anchor gives
-    for (auto& [k, v] : dist::self_launch_env(r, p.nproc, port)) so.env[k] = v;
+    for (auto& [k, v] : dist::self_launch_env(r, world, port)) so.env[k] = v;
     so.env["ANCHOR_PILOT_SPEC"] = spec_path;
     so.cwd = l.cwd;
     so.die_with_parent = true;
@@ -197,12 +204,12 @@ class ProgramRun {
         deadline_(t0_ +
                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s))),
         ended_(ranks_.size()),
-        reader_(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(p.nproc)),
+        reader_(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(world_of(p, spec))),
         letter_(spec.role == pp::Role::kReference ? "A"
                 : spec.role == pp::Role::kResume  ? "B"
                                                   : "probe"),
         watch_(letter_, /*may_redraw=*/false),  // the program writes to the same terminal
-        steps_(letter_ + (p.nproc > 1 ? " rank 0" : ""), spec.stop_at) {
+        steps_(letter_ + (world_of(p, spec) > 1 ? " rank 0" : ""), spec.stop_at) {
     w_.peak_rss.assign(ranks_.size(), 0);
     watch_.started(name_);
   }
@@ -281,20 +288,19 @@ class ProgramRun {
   }
 
   void take_line(const pp::Event& e) {
-    if (e.rank >= p_.nproc)
+    if (e.rank >= nproc())
       throw Error(ErrorKind::kRuntime,
                   printable(spec_.events) + ": a line of rank " + std::to_string(e.rank) + " from a worker of " +
-                      std::to_string(p_.nproc) + " rank(s)",
+                      std::to_string(nproc()) + " rank(s)",
                   "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
-    const std::string who = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(e.rank) : "");
+    const std::string who = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(e.rank) : "");
     check_line(e, who);
     if (e.type != "program") p_.events->write(e.raw, "program-" + name_);
     w_.logs[e.rank].add(e);
     if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && e.rank == 0 && spec_.role != pp::Role::kProbe)
       steps_.saw(*s);
     if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w_.error.empty())
-      w_.error =
-          worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
+      w_.error = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
     const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
     if (c && c->phase == "kill_window" && e.rank == 0 && spec_.role == pp::Role::kReference && !kill_at_) {
       kill_at_ = Clock::now() + std::chrono::seconds(10);
@@ -309,7 +315,7 @@ class ProgramRun {
     // at once when a rank that has not said them has ended: it never will).
     if (kill_at_ && !w_.killed_by_us) {
       bool all_said = true, one_ended = false;
-      for (int r = 0; r < p_.nproc; ++r) {
+      for (int r = 0; r < nproc(); ++r) {
         if (w_.logs[r].digests_at("save", spec_.stop_at)) continue;
         all_said = false;
         const auto i = static_cast<std::size_t>(r);
@@ -372,15 +378,17 @@ class ProgramRun {
         w_.failed_rank = static_cast<int>(r);
       }
     if (w_.error.empty() && w_.killed_by_us && w_.status != expected)
-      w_.error = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
+      w_.error = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
                  proc::describe_exit(w_.status) + " before its kill window (its output is above; its events are in " +
                  printable(spec_.events) + ")";
     if (w_.error.empty() && w_.status != 0 && !w_.killed_by_us)
-      w_.error = worker_name(spec_.role) + (p_.nproc > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
+      w_.error = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
                  proc::describe_exit(w_.status) + " (its output is above; its events are in " +
                  printable(spec_.events) + ")";
     return w_;
   }
+
+  int nproc() const { return world_of(p_, spec_); }
 
   Pilot& p_;
   const pp::Spec& spec_;
@@ -753,6 +761,7 @@ Step prepare(Run& r) {
   r.spec.seed = p.cfg.run.seed;
   r.spec.deterministic = p.cfg.run.deterministic;
   r.spec.stop_at = r.last;
+  if (const int to = p.cfg.pilot.resume_world_size; to > 0 && to != p.nproc) r.spec.reshard = {{p.nproc, to}};
   return std::nullopt;
 }
 
@@ -772,6 +781,13 @@ Step reference(Run& r) {
   const Outcome& a = r.a;
   p.report.set_section("program", program_section(p, r.l, a));
   if (auto why = mixed_modes(a, r.observed)) return fail(p, "reference", ExitCode::kRuntime, *why);
+  if (r.spec.reshard && !r.observed && a.logs.count(0) && a.logs.at(0).hello)
+    return fail(p, "reference", ExitCode::kUsage,
+                "pilot.resume_world_size is " + std::to_string(r.spec.reshard->second) +
+                    ", but the program saves through anchor_pilot's own checkpoints, which keep one file per rank "
+                    "and restore only at the world size that wrote them. Resume at another world size with your "
+                    "own DCP save and load, observed (Pilot(observe=True); docs/program.md, \"Resuming at another "
+                    "world size\"), or leave pilot.resume_world_size at 0");
   if (!a.killed_by_us) {
     const std::string why =
         !a.error.empty() ? a.error
@@ -978,7 +994,8 @@ Step resume(Run& r) {
   // The helper raises when a component's state after load_state_dict differs from its file (check_restore),
   // having reported what it restored: that is the verdict's to name (exit 3), not a runtime failure.
   if (r.b.status != 0 && !restored_state_differs(r)) return fail(p, "resume", ExitCode::kRuntime, r.b.error);
-  for (int rank = 0; rank < p.nproc; ++rank)
+  const int b_world = world_of(p, r.spec);
+  for (int rank = 0; rank < b_world; ++rank)
     if (!r.b.logs.count(rank))
       return fail(p, "resume", ExitCode::kRuntime, "worker B rank " + std::to_string(rank) + " reported nothing");
   const auto& res = r.b.logs.at(0);
@@ -995,7 +1012,7 @@ Step resume(Run& r) {
                         {"status", "passed"},
                         {"seconds", *c->seconds},
                         {"figures", {{"step", r.k}, {"bytes", *c->bytes}, {"seconds", *c->seconds}}}});
-  json fig = {{"steps", res.steps.size()}, {"ranks", p.nproc}};
+  json fig = {{"steps", res.steps.size()}, {"ranks", b_world}};
   if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
   json stage = worker_stage("resume", r.b, fig);
   if (r.b.status != 0) stage.update({{"status", "failed"}, {"error", r.b.error}});
@@ -1016,8 +1033,12 @@ void compare(Run& r) {
     if (const std::int64_t got = observed_restore(r.b);
         r.observed && got > r.k && got < r.last && r.a.logs.at(0).digests_at("save", got))
       from = got;
-    for (int rank = 0; rank < p.nproc; ++rank)
-      ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), from, r.last, tol, r.observed));
+    if (r.spec.reshard)  // another world size: rank 0's full-state fingerprints, one verdict
+      ranks.push_back(pp::compare_resharded(r.a.logs.at(0), r.b.logs.at(0), from, r.last, r.spec.reshard->first,
+                                            r.spec.reshard->second));
+    else
+      for (int rank = 0; rank < p.nproc; ++rank)
+        ranks.push_back(pp::compare(r.a.logs.at(rank), r.b.logs.at(rank), from, r.last, tol, r.observed));
     // Observed: a load that took the save anchor tore is told what that save lacks.
     if (r.observed && observed_restore(r.b) == r.last)
       for (auto& c : ranks[0].checks)
@@ -1027,7 +1048,7 @@ void compare(Run& r) {
                      "; a resume must pass over a save that did not finish (write a marker file last and look for "
                      "it, or save into a temporary directory and rename it into place)";
     r.verdict.emplace(std::move(ranks));
-    return compare_stage_figures(*r.verdict, p.nproc);
+    return compare_stage_figures(*r.verdict, r.spec.reshard ? static_cast<int>(r.spec.reshard->second) : p.nproc);
   });
   p.report.set_section("resume", r.verdict->to_json());
   p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
@@ -1178,8 +1199,12 @@ ExitCode run_program_pilot(Pilot& p) {
     if (Step end = step(r)) return *end;
   if (Step end = compare_with_baseline(p)) return *end;  // under `anchor reproduce`
   p.report.set_outcome("passed", ExitCode::kOk,
-                       "the program's resume matches its uninterrupted run (" + r.verdict->combined.mode + ", " +
-                           std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
+                       r.spec.reshard
+                           ? "the program's resume at " + std::to_string(r.spec.reshard->second) + " rank" +
+                                 (r.spec.reshard->second > 1 ? "s" : "") + " restored the state its " +
+                                 std::to_string(r.spec.reshard->first) + " ranks saved (resharded, bitwise in full)"
+                           : "the program's resume matches its uninterrupted run (" + r.verdict->combined.mode + ", " +
+                                 std::to_string(p.nproc) + " rank" + (p.nproc > 1 ? "s" : "") + ")");
   return passed(p);
 }
 

@@ -605,6 +605,13 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   // Each worker rank picks its device and backend itself (it has LibTorch):
   // dist::rank_device, dist::choose_backend.
   p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
+  if (launched_world > 0 && p.cfg.pilot.resume_world_size > 0 && p.cfg.pilot.resume_world_size != launched_world)
+    throw Error(ErrorKind::kUsage,
+                "pilot.resume_world_size is " + std::to_string(p.cfg.pilot.resume_world_size) + ", but " +
+                    std::to_string(launched_world) +
+                    " ranks were started by an external launcher (torchrun or srun), which fixes the world size",
+                "run `anchor pilot CONFIG` by itself: anchor then starts worker B's ranks at pilot.resume_world_size "
+                "(docs/program.md, \"Resuming at another world size\")");
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   // A program pilot plans only when the program declares its shape: a catalog
   // problem then leaves it unplanned (saying why) rather than refusing the pilot.

@@ -400,6 +400,7 @@ nlohmann::json to_json(const Spec& s) {
   if (s.kill_in_save) j["kill_in_save"] = *s.kill_in_save;
   if (s.probe) j["probe"] = {{"micro_batch", s.probe->first}, {"seq_len", s.probe->second}};
   if (s.start_latest) j["start_from"] = "latest";
+  if (s.reshard) j["reshard"] = {{"from", s.reshard->first}, {"to", s.reshard->second}};
   return j;
 }
 
@@ -434,8 +435,9 @@ bool seed_int(const json& v) { return v.is_number_unsigned() || int_from(v, 0); 
 std::vector<std::string> spec_problems(const json& d) {
   static const std::set<std::string> kRequired = {"protocol", "role",    "run_dir", "checkpoint_dir", "save_at",
                                                   "stop_at",  "restore", "seed",    "deterministic",  "events"};
-  static const std::set<std::string> kOptional = {"digests_every", "kill_in_save",       "probe",      "start_from",
-                                                  "run_dir_hex",   "checkpoint_dir_hex", "events_hex", "restore_hex"};
+  static const std::set<std::string> kOptional = {"digests_every", "kill_in_save", "probe",
+                                                  "start_from",    "run_dir_hex",  "checkpoint_dir_hex",
+                                                  "events_hex",    "restore_hex",  "reshard"};
   std::vector<std::string> problems;
   for (const auto& [k, v] : d.items())
     if (!kRequired.count(k) && !kOptional.count(k)) problems.push_back("unknown key '" + printable(k) + "'");
@@ -473,6 +475,13 @@ std::vector<std::string> spec_problems(const json& d) {
       "an object {\"micro_batch\": int >= 1, \"seq_len\": int >= 1}");
   check(
       "start_from", [](const json& v) { return v == "init" || v == "latest"; }, "\"init\" or \"latest\"");
+  check(
+      "reshard",
+      [](const json& v) {
+        return v.is_object() && v.size() == 2 && v.contains("from") && v.contains("to") && positive_int(v.at("from")) &&
+               positive_int(v.at("to"));
+      },
+      "an object {\"from\": int >= 1, \"to\": int >= 1}");
   for (const char* k : {"run_dir_hex", "checkpoint_dir_hex", "events_hex", "restore_hex"})
     check(k, is_path_hex, "a path's bytes in lowercase hex");
   if (!problems.empty()) return problems;
@@ -528,6 +537,8 @@ Spec spec_from_json(const json& d, const std::string& where) {
   if (d.contains("kill_in_save") && !d["kill_in_save"].is_null()) s.kill_in_save = d["kill_in_save"];
   if (d.contains("probe") && !d["probe"].is_null()) s.probe = {{d["probe"]["micro_batch"], d["probe"]["seq_len"]}};
   s.start_latest = d.value("start_from", std::string("init")) == "latest";
+  if (const auto it = d.find("reshard"); it != d.end())
+    s.reshard = {{it->at("from").get<std::int64_t>(), it->at("to").get<std::int64_t>()}};
   return s;
 }
 
@@ -877,6 +888,78 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
   const std::string last_cause = last.component.empty() ? "state" : last.component;
   if (!last.ok && std::find(v.cause.begin(), v.cause.end(), last_cause) == v.cause.end()) v.cause.push_back(last_cause);
   v.add(last);
+  return v;
+}
+
+namespace {
+
+// A digests line without each rank's own components (its RNG streams and data cursor).
+std::optional<DigestsLine> global_part(const DigestsLine* line, std::vector<std::string>& left_out) {
+  if (!line) return std::nullopt;
+  DigestsLine out = *line;
+  out.components.clear();
+  for (const auto& c : line->components) {
+    if (c.first == "data" || c.first.rfind("rng", 0) == 0) {
+      if (std::find(left_out.begin(), left_out.end(), c.first) == left_out.end()) left_out.push_back(c.first);
+      continue;
+    }
+    out.components.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+Verdict compare_resharded(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step,
+                          std::int64_t from_world, std::int64_t to_world) {
+  Verdict v(0);
+  v.mode = "resharded";
+  v.saved_step = save_step;
+  v.last_step = last_step;
+  const CheckpointLine* restored = nullptr;
+  for (const auto& c : res.checkpoints)
+    if (c.op == "restore" && c.phase == "end") restored = &c;
+  v.restored_step = restored && restored->step ? *restored->step : -1;
+  if (v.restored_step != save_step) {
+    v.add({"restored step", false, wrong_restore(restored ? v.restored_step : -1, save_step, true), "checkpoint"});
+    v.cause.push_back("checkpoint");
+    return v;
+  }
+  const std::string worlds = std::to_string(from_world) + " to " + std::to_string(to_world) + " ranks";
+  v.add({"restored step", true, "step " + std::to_string(save_step) + ", resharded from " + worlds, ""});
+  std::vector<std::string> per_rank;
+  const auto want = global_part(ref.digests_at("save", save_step), per_rank);
+  const auto got = global_part(res.digests_at("restore", save_step), per_rank);
+  Check st = compare_state("restored state", want ? &*want : nullptr, got ? &*got : nullptr,
+                           "your save of step " + std::to_string(save_step), "after your load", true);
+  if (st.ok) st.detail += " in full (each sharded tensor gathered), resharded from " + worlds;
+  std::string skipped;
+  for (const auto& n : per_rank) skipped += (skipped.empty() ? "" : ", ") + n;
+  if (!per_rank.empty())
+    st.detail += "; not compared: " + skipped + " (each rank's own, and the ranks are not the same ranks)";
+  if (!st.ok) v.cause.push_back(st.component.empty() ? "state" : st.component);
+  v.add(st);
+  // The steps after the reshard: each reported once, with a finite loss; shown beside the reference's.
+  std::map<std::int64_t, const StepLine*> ref_steps;
+  for (const auto& s : ref.steps) ref_steps[s.step] = &s;
+  std::set<std::int64_t> seen;
+  std::string shown, bad;
+  for (const auto& s : res.steps) {
+    if (s.step <= save_step) continue;
+    if (!seen.insert(s.step).second || !s.loss.known || !std::isfinite(s.loss.value))
+      bad += (bad.empty() ? "step " : ", step ") + std::to_string(s.step);
+    const auto it = ref_steps.find(s.step);
+    shown += (shown.empty() ? "" : "; ") + std::to_string(s.step) + ": " + s.loss.text() +
+             (it == ref_steps.end() ? "" : " (reference " + it->second->loss.text() + ")");
+  }
+  const bool all = static_cast<std::int64_t>(seen.size()) == last_step - save_step;
+  Check steps{"resumed steps", all && bad.empty(), "", "steps"};
+  steps.detail = !bad.empty() ? "the resumed run reports " + bad + " twice or without a finite loss"
+                 : !all       ? "the resumed run reports " + std::to_string(seen.size()) + " steps after step " +
+                              std::to_string(save_step) + ", expected " + std::to_string(last_step - save_step)
+                        : "losses " + shown + ": not compared, the data is split over another number of ranks";
+  if (!steps.ok && v.cause.empty()) v.cause.push_back("steps");
+  v.add(steps);
   return v;
 }
 

@@ -94,6 +94,7 @@ struct PilotConfig {
   double precision_tolerance = 0.05;  // fp32 vs low-precision relative difference flagged above it
   int memory_probe_micro_batch = 0;   // second micro-batch for the memory fit; 0 -> micro_batch/4 (plan::probe_shapes)
   std::string start_from = "init";    // init | latest: worker A starts from the newest committed checkpoint
+  int resume_world_size = 0;          // a program's worker B at this many ranks (DCP reshards); 0: nproc_per_node
 };
 
 struct DistributedConfig {

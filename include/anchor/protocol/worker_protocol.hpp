@@ -58,6 +58,10 @@ struct Spec {
   // the worker first restores the newest committed checkpoint that verifies,
   // and save_at, stop_at and kill_in_save count from its step. Absent: from 0.
   bool start_latest = false;
+  // "reshard": {"from": A, "to": B} when worker B runs at another world size
+  // than worker A (pilot.resume_world_size): both fingerprint the full state
+  // (a DTensor gathered, not this rank's shard), so that the two compare.
+  std::optional<std::pair<std::int64_t, std::int64_t>> reshard;
 };
 nlohmann::json to_json(const Spec& s);
 // The spec as JSON, checked as the helper checks it (python/anchor_pilot/spec.py):
@@ -251,6 +255,17 @@ struct WorkerLog {
 // after your load its state differs from your save of step K").
 Verdict compare(const WorkerLog& reference, const WorkerLog& resumed, std::int64_t save_step, std::int64_t last_step,
                 double tolerance, bool observed = false);
+// A resume at another world size (pilot.resume_world_size, spec "reshard"):
+// both runs fingerprinted the full state (each DTensor gathered), so rank 0's
+// save of `save_step` and rank 0's state after the program's load compare
+// component by component, bitwise, except each rank's own (its RNG streams
+// and data cursor: "rng.*", "data"), which a reshard does not carry rank for
+// rank: those are listed as not compared. The steps after it train on
+// another split of the data: each resumed step up to `last_step` must be
+// reported with a finite loss; the losses are shown, not compared. Mode
+// "resharded".
+Verdict compare_resharded(const WorkerLog& reference, const WorkerLog& resumed, std::int64_t save_step,
+                          std::int64_t last_step, std::int64_t from_world, std::int64_t to_world);
 // What a component of the helper's fingerprints is, in a user's words
 // ("scheduler" -> "the scheduler", "rng.torch" -> "torch's CPU random generator").
 std::string component_words(const std::string& component);

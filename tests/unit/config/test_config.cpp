@@ -767,6 +767,17 @@ TEST(ConfigProgram, DataIsOptionalForAProgramAndEnvIsChecked) {
     EXPECT_NE(all.find("'BAD NAME=1' is not NAME=VALUE"), std::string::npos) << all;
     EXPECT_NE(all.find("sets RANK, which anchor sets"), std::string::npos) << all;
   }
+  // pilot.resume_world_size: a program's (DCP reshards its checkpoint); the built-in trainer is refused.
+  c = cfg::load_string("program:\n  command: [python3]\npilot:\n  resume_world_size: 1\n", "p.yaml");
+  EXPECT_EQ(c.pilot.resume_world_size, 1);
+  try {
+    cfg::load_string("data:\n  train: [a.bin]\npilot:\n  resume_world_size: 1\n", "p.yaml");
+    FAIL() << "the built-in trainer resumes at the world size it saved at";
+  } catch (const cfg::ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_NE(e.problems()[0].format().find("pilot.resume_world_size is for a program pilot"), std::string::npos)
+        << e.problems()[0].format();
+  }
 }
 
 namespace {

@@ -190,6 +190,39 @@ TEST(ProgramProtocol, ObservedModeNamesWhatTheProgramsLoadDidNotBringBack) {
   EXPECT_EQ(pp::component_words("ema"), "'ema'");
 }
 
+// A resume at another world size: the full state compared without each rank's own; the losses shown, not judged.
+TEST(ProgramProtocol, AReshardedResumeComparesTheFullStateWithoutEachRanksOwn) {
+  // The resumed run's rng differs (another rank's stream) and its losses too: neither fails a reshard.
+  auto res = log_of({restore_end(2),
+                     R"({"type":"digests","rank":0,"time":1.5,"when":"restore","step":2,"components":{"model":")" + kA +
+                         R"(","optimizer":")" + kB + R"(","rng":")" + kA + R"("}})",
+                     step(3, "1.5"), step(4, "1.375")});
+  auto v = pp::compare_resharded(reference(), res, 2, 4, 2, 1);
+  EXPECT_TRUE(v.match()) << v.to_json().dump(2);
+  EXPECT_EQ(v.mode, "resharded");
+  const auto text = v.to_json().dump();
+  EXPECT_NE(text.find("2 components equal in full (each sharded tensor gathered), resharded from 2 to 1 ranks; not "
+                      "compared: rng (each rank's own"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("losses 3: 1.5 (reference 1.25); 4: 1.375 (reference 1.125): not compared"), std::string::npos);
+  // The controls: an optimizer not restored, a step missing, a loss that is not finite, another step restored.
+  v = pp::compare_resharded(reference(), resumed(kA), 2, 4, 2, 1);
+  EXPECT_EQ(v.cause, std::vector<std::string>{"optimizer"});
+  EXPECT_NE(v.to_json().dump().find("the optimizer: after your load its state differs from your save of step 2"),
+            std::string::npos);
+  v = pp::compare_resharded(reference(), log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.5")}), 2, 4,
+                            2, 1);
+  EXPECT_EQ(v.cause, std::vector<std::string>{"steps"});
+  EXPECT_NE(v.to_json().dump().find("reports 1 steps after step 2, expected 2"), std::string::npos);
+  v = pp::compare_resharded(reference(),
+                            log_of({restore_end(2), digests("restore", 2, kA, kB), step(3, "1.5"), step(4, "null")}), 2,
+                            4, 2, 1);
+  EXPECT_NE(v.to_json().dump().find("reports step 4 twice or without a finite loss"), std::string::npos);
+  v = pp::compare_resharded(reference(), log_of({restore_end(1), digests("restore", 1, kA, kB)}), 2, 4, 2, 1);
+  EXPECT_EQ(v.cause, std::vector<std::string>{"checkpoint"});
+}
+
 // Where both runs give their input batches' digests, the first resumed step on other data is named: the cursor.
 TEST(ProgramProtocol, ABatchThatDiffersNamesTheDataCursor) {
   auto with_batch = [](int s, const std::string& loss, const std::string& batch) {
@@ -451,6 +484,10 @@ TEST(WorkerProtocol, ASpecReadsBackAsWrittenAndEveryProblemIsNamed) {
                         s.deterministic, true, false)));
   s.start_latest = false;
   EXPECT_FALSE(pp::to_json(s).contains("start_from")) << "a program's spec is unchanged";
+  EXPECT_FALSE(pp::to_json(s).contains("reshard"));
+  s.reshard = {{2, 1}};
+  EXPECT_EQ(pp::to_json(s)["reshard"], (nlohmann::json{{"from", 2}, {"to", 1}}));
+  EXPECT_EQ(pp::spec_from_json(pp::to_json(s), "spec.json").reshard, s.reshard);
 
   auto problems = [&](const std::function<void(nlohmann::json&)>& change) {
     nlohmann::json bad = j;
@@ -464,6 +501,10 @@ TEST(WorkerProtocol, ASpecReadsBackAsWrittenAndEveryProblemIsNamed) {
     return std::string();
   };
   EXPECT_EQ(problems([](nlohmann::json&) {}), "") << "the control: the spec as written";
+  EXPECT_NE(problems([](nlohmann::json& d) {
+              d["reshard"] = {{"from", 2}, {"to", 0}};
+            }).find(R"('reshard' is {"from":2,"to":0}, expected an object {"from": int >= 1, "to": int >= 1})"),
+            std::string::npos);
   const std::string many = problems([](nlohmann::json& d) {
     d.erase("seed");
     d["extra"] = 1;
