@@ -280,8 +280,37 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertEqual(self.anchor("bundle", run, "-o", self.path("b")).returncode, 0)
         rep = self.anchor("reproduce", self.path("b"), "--key", pub, "--run-dir", self.path("rep5"))
         self.assertEqual(rep.returncode, 2, rep.stdout + rep.stderr)
-        self.assertIn("re-runs a program only where it ran, not from a bundle", rep.stderr)
+        self.assertIn("re-runs a program from its files where they are now, not from a bundle", rep.stderr)
         self.assertFalse(os.path.exists(self.path("rep5")))
+        # Moved: the program's directory and the interpreter's. Without --root the sources are not where the run
+        # had them (drift, exit 3); --root and --map say where they are now, what is there is hashed again and
+        # matches, and the re-run reproduces bitwise.
+        moved, bin2 = self.path("moved"), self.path("bin2")
+        shutil.move(self.path("minimal"), moved)
+        shutil.copytree(self.path("bin"), bin2)
+        env = dict(self.env, PATH=bin2 + os.pathsep + self.env["PATH"])
+
+        def reproduce(*args):
+            return subprocess.run([BIN, "reproduce", envelope, "--key", pub] + list(args), env=env, cwd=self.tmp,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                  timeout=300)
+        rep = reproduce("--run-dir", self.path("rep6"))
+        self.assertEqual(rep.returncode, 3, rep.stdout + rep.stderr)
+        self.assertRegex(rep.stderr, r"program source train.py +[0-9a-f]{16}\.\.\. [0-9]+ B +\(removed\)")
+        self.assertFalse(os.path.exists(self.path("rep6")))
+        # --root alone: the sources are found, but PATH now finds the moved interpreter, which --map must name.
+        rep = reproduce("--root", moved, "--run-dir", self.path("rep8"))
+        self.assertEqual(rep.returncode, 3, rep.stdout + rep.stderr)
+        self.assertIn("the config's directory %s is read at %s" % (self.path("minimal"), moved), rep.stderr)
+        self.assertIn("program.command[0] 'python3' is %s here; the run this reproduces started %s"
+                      % (os.path.join(bin2, "python3"), os.path.join(self.path("bin"), "python3")), rep.stderr)
+        rep = reproduce("--root", moved, "--map", "%s=%s" % (self.path("bin"), bin2), "--run-dir", self.path("rep7"))
+        self.assertEqual(rep.returncode, 0, rep.stdout + rep.stderr)
+        self.assertIn("reproduce: no drift", rep.stderr)
+        with open(self.path("rep7", "report.json")) as f:
+            again = json.load(f)
+        self.assertEqual((again["reproduction"]["verdict"], again["reproduction"]["mode"]), ("reproduced", "bitwise"))
+        self.assertEqual(again["manifest"]["program"]["root"], os.path.realpath(moved))
 
     def test_a_component_the_helper_finds_not_restored_is_named(self):
         """A load_state_dict that restores nothing: the helper raises after loading (check_restore), having

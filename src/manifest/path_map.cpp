@@ -89,6 +89,55 @@ void remap_config(config::Config& cfg, const PathMap& m) {
   for (std::string* v : config::config_relative_paths(cfg)) *v = map_path(m, *v);
 }
 
+PathMap with_root_prefix(const PathMap& m, const std::string& recorded_base_dir) {
+  PathMap out = m;
+  if (!m.root.empty() && !recorded_base_dir.empty() && recorded_base_dir[0] == '/')
+    out.prefixes.emplace_back(normal(recorded_base_dir), m.root);
+  return out;
+}
+
+namespace {
+
+// A string field holding an absolute path, mapped in place; anything else left as it is.
+void map_field(json& obj, const char* key, const PathMap& m) {
+  if (!obj.is_object()) return;
+  const auto it = obj.find(key);
+  if (it != obj.end() && it->is_string()) *it = map_path(m, it->get<std::string>());
+}
+void map_strings(json& arr, const PathMap& m) {
+  if (!arr.is_array()) return;
+  for (auto& v : arr)
+    if (v.is_string()) v = map_path(m, v.get<std::string>());
+}
+
+// A program pilot's pins (docs/manifest.md, "program"), as pinned where the
+// run's files are now: its command's absolute arguments, cwd, root and source
+// directories, interpreter, sys.path and distributions, and the executable
+// and shared libraries it had loaded. Sources are relative to root; sizes and
+// digests are untouched, for the drift check to compare.
+void remap_program(json& out, const PathMap& m) {
+  json& prog = out["program"];
+  if (!prog.is_object()) return;
+  for (const char* k : {"cwd", "root"}) map_field(prog, k, m);
+  for (const char* k : {"command", "source_dirs"})
+    if (const auto it = prog.find(k); it != prog.end()) map_strings(*it, m);
+  if (const auto src = prog.find("sources"); src != prog.end() && src->is_array())
+    for (auto& f : *src) map_field(f, "path", m);
+  if (const auto it = prog.find("interpreter"); it != prog.end()) map_field(*it, "path", m);
+  if (const auto py = prog.find("python"); py != prog.end() && py->is_object()) {
+    if (const auto sp = py->find("sys_path"); sp != py->end()) map_strings(*sp, m);
+    if (const auto ds = py->find("distributions"); ds != py->end() && ds->is_array())
+      for (auto& d : *ds) map_field(d, "dist_info", m);
+  }
+  const auto deps = out.find("dependencies");
+  if (deps == out.end() || !deps->is_object()) return;
+  if (const auto it = deps->find("executable"); it != deps->end()) map_field(*it, "path", m);
+  if (const auto libs = deps->find("shared_libraries"); libs != deps->end() && libs->is_array())
+    for (auto& l : *libs) map_field(l, "path", m);
+}
+
+}  // namespace
+
 json remap_manifest(const json& manifest, const PathMap& m) {
   if (m.empty()) return manifest;
   json out = manifest;
@@ -96,6 +145,10 @@ json remap_manifest(const json& manifest, const PathMap& m) {
   const config::Config recorded = config_from_manifest(manifest);  // validates what it reads
   config::Config cfg = recorded;
   remap_config(cfg, m);
+  if (out.contains("program")) {
+    // --root moves the config's directory: the program's files under it move with it.
+    remap_program(out, with_root_prefix(m, recorded.base_dir));
+  }
   json& c = out["config"];
   set_path_field(c, "base_dir", cfg.base_dir);
   if (c.contains("source") || c.contains("source_hex")) set_path_field(c, "source", cfg.source_path);

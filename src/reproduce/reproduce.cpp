@@ -60,6 +60,7 @@ struct Reproduction {
   std::string catalog;
   Trust trust;
   run_report::RunReport original;      // the report reproduced
+  run_report::RunReport baseline;      // what the re-run compares with: original, its program's paths mapped
   manifest::PathMap where;             // where its inputs are now (--root, --map, the bundle's)
   nlohmann::json old_manifest;         // its manifest, read as if pinned there
   config::Config cfg;                  // its effective config, mapped there
@@ -195,25 +196,29 @@ void locate_inputs(Reproduction& r) {
   const nlohmann::json pinned = run_report::section_to_json(*r.original.manifest);
   r.old_manifest = manifest::remap_manifest(pinned, r.where);
   r.cfg = manifest::config_from_manifest(r.old_manifest);  // mapped once, there
+  r.baseline = r.original;
+  if (r.baseline.program && r.baseline.program->command) {  // the interpreter the run started, where it is now
+    const auto m = manifest::with_root_prefix(r.where, manifest::config_from_manifest(pinned).base_dir);
+    for (auto& arg : *r.baseline.program->command) arg = manifest::map_path(m, arg);
+  }
   if (!r.where.empty())
     note() << "reproduce: the config's directory " << printable(manifest::config_from_manifest(pinned).base_dir)
            << " is read at " << printable(r.cfg.base_dir) << "\n";
 }
 
-// What a re-run cannot reproduce: a program pilot anywhere but where it ran
-// (from a bundle, or with --root/--map), and a pilot that started from a
-// checkpoint.
+// What a re-run cannot reproduce: a program pilot from a bundle (the
+// program's files and environment are not in it), and a pilot that started
+// from a checkpoint.
 void refuse_unsupported(const Reproduction& r) {
-  // A program re-runs where its sources, interpreter and packages were
-  // pinned: the program section records absolute paths that --root, --map
-  // and a bundle's inputs do not move.
-  if (!r.cfg.program.command.empty() && (r.bundle || !r.where.empty()))
+  // A program re-runs from its sources, interpreter and packages where they
+  // are now (--root, --map move the recorded paths; the digests must match).
+  if (!r.cfg.program.command.empty() && r.bundle)
     throw Error(ErrorKind::kUsage,
-                std::string("the report is a program pilot's (program.command): `anchor reproduce` re-runs a program "
-                            "only where it ran, not ") +
-                    (r.bundle ? "from a bundle" : "with --root or --map"),
-                "reproduce its report.intoto.json on the machine and paths it ran on (docs/program.md, \"Reproducing "
-                "a program's run\")");
+                "the report is a program pilot's (program.command): `anchor reproduce` re-runs a program from its "
+                "files where they are now, not from a bundle",
+                "reproduce its report.intoto.json where the program is, with --root DIR (where its config's "
+                "directory is now) and --map OLD=NEW for its interpreter and packages (docs/program.md, "
+                "\"Reproducing a program's run\")");
   // A pilot that started from a checkpoint (pilot.start_from: latest) would
   // start again from whatever is newest in checkpoint.dir now: not the same
   // run. The report's `start` and its config are both asked: either may say so.
@@ -328,7 +333,7 @@ pilot::PilotOptions rerun_options(const Reproduction& r) {
   note_unused_dirs(r);
   po.signing_key = r.opts.signing_key;
   note_signing_key(r);
-  po.baseline = &r.original;
+  po.baseline = &r.baseline;
   po.pinned_manifest = &r.new_manifest;
   po.use_hash_cache = r.opts.use_cache;
   po.json_stdout = r.opts.json;

@@ -32,14 +32,21 @@ std::pair<std::string, std::string> parse_prefix_mapping(const std::string& text
 // unchanged when none applies or the path is relative.
 std::string map_path(const PathMap& m, const std::string& path);
 
+// `m` for a program's recorded absolute paths (its root, sources, cwd):
+// with --root, the recorded config directory is one more OLD prefix, moved
+// to the root (a longer --map prefix still wins).
+PathMap with_root_prefix(const PathMap& m, const std::string& recorded_base_dir);
+
 // The config as it reads its inputs here: base_dir (and source_path) from
 // --root, else mapped; every absolute config-relative path mapped.
 void remap_config(config::Config& cfg, const PathMap& m);
 
 // A recorded manifest as it would read had the run been pinned here: its
 // config directory and source, its effective config's absolute input paths
-// (and so its config digest) and its absolute data paths, mapped. What was
-// hashed (sizes, digests) is untouched: the drift check compares those.
+// (and so its config digest) and its absolute data paths, mapped; a program
+// pilot's program section and the executable and libraries it loaded too
+// (with_root_prefix). What was hashed (sizes, digests) is untouched: the
+// drift check compares those.
 nlohmann::json remap_manifest(const nlohmann::json& manifest, const PathMap& m);
 
 }  // namespace anchor::manifest
