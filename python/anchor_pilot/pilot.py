@@ -313,7 +313,10 @@ class Pilot:
         if optimizer is not None:
             self.components["optimizer"] = _Component("optimizer", optimizer.state_dict, optimizer.load_state_dict)
         if scheduler is not None:
-            self.components["scheduler"] = _Component("scheduler", scheduler.state_dict, scheduler.load_state_dict)
+            # A value that is the scheduler's own method (torch 1.13's OneCycleLR, CyclicLR) goes by its name.
+            self.components["scheduler"] = _Component(
+                "scheduler", lambda: stt.mark_own(scheduler.state_dict()),
+                lambda sd: scheduler.load_state_dict(stt.fill_own(sd, scheduler.state_dict(), "scheduler")))
         if scaler is not None:
             self.components["scaler"] = _Component("scaler", scaler.state_dict, scaler.load_state_dict)
         self.components["rng"] = _Component("rng", _rng_get, _rng_put)

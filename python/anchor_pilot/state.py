@@ -6,17 +6,88 @@ it into a JSON value in which each tensor is ``{"__tensor__": name}`` and puts
 the tensor under that name; types JSON lacks are tagged so ``decode`` gives
 back the same tree: ``{"__tuple__": [...]}``, ``{"__float__": "nan"|"inf"|"-inf"}``,
 ``{"__dict__": [[key, value], ...]}`` (keys that are not strings, sorted),
-``{"__ndarray__": {"dtype", "shape", "data"}}`` (NumPy arrays, e.g. NumPy's RNG).
+``{"__ndarray__": {"dtype", "shape", "data"}}`` (NumPy arrays, e.g. NumPy's RNG),
+``{"__own__": {"name", "weak"}}`` (a value that belongs to the object itself:
+``mark_own``/``fill_own``).
 """
+import copy
 import json
 import math
 import sys
+import types
+import weakref
 
 import torch
 
 from .errors import CheckpointError, RestoreError
 
-TAGS = ("__tensor__", "__tuple__", "__float__", "__dict__", "__ndarray__")
+TAGS = ("__tensor__", "__tuple__", "__float__", "__dict__", "__ndarray__", "__own__")
+
+
+class Own:
+    """A value of a state_dict that belongs to the object itself: a bound
+    method (torch 1.13's OneCycleLR keeps ``anneal_func``) or a weak reference
+    to one (1.13's CyclicLR keeps ``_scale_fn_ref``). Saved by its method's
+    name; restored as the freshly constructed object's own (``fill_own``)."""
+
+    def __init__(self, name, weak=False):
+        self.name, self.weak = name, weak
+
+    def __eq__(self, other):
+        return isinstance(other, Own) and (self.name, self.weak) == (other.name, other.weak)
+
+    def __repr__(self):
+        return "Own(%r%s)" % (self.name, ", weak" if self.weak else "")
+
+
+def _own(v):
+    if isinstance(v, weakref.WeakMethod):
+        m = v()
+        return Own(m.__func__.__name__, weak=True) if m is not None else None
+    if isinstance(v, types.MethodType):
+        return Own(v.__func__.__name__)
+    return None
+
+
+def mark_own(state):
+    """``state`` (dicts and lists walked) with every bound method, and weak
+    reference to one, replaced by an ``Own`` naming it."""
+    if isinstance(state, dict):
+        out = copy.copy(state)  # its own type (a Counter stays a Counter: MultiStepLR's milestones)
+        for k, v in state.items():
+            out[k] = mark_own(v)
+        return out
+    if isinstance(state, list):
+        return [mark_own(v) for v in state]
+    own = _own(state)
+    return own if own is not None else state
+
+
+def fill_own(saved, current, where):
+    """``saved`` with each ``Own`` replaced by the value at the same place in
+    ``current`` (the constructed object's own state_dict), which must be the
+    same method. Raises RestoreError naming the place when it is not."""
+    def walk(s, c, path):
+        if isinstance(s, Own):
+            got = _own(c)
+            if got != s:
+                raise RestoreError("restore %s" % where,
+                                   "%s was saved as the object's own method %s, but the one constructed here has %s"
+                                   % (path, s.name, got.name if got is not None else repr(c)),
+                                   "construct it with the same arguments as the run that saved it (e.g. OneCycleLR's "
+                                   "anneal_strategy, CyclicLR's mode)")
+            return c
+        if isinstance(s, dict):
+            out = copy.copy(s)
+            for k, v in s.items():
+                out[k] = walk(v, c.get(k) if isinstance(c, dict) else None, "%s.%s" % (path, k))
+            return out
+        if isinstance(s, list):
+            return [walk(v, c[i] if isinstance(c, list) and i < len(c) else None, "%s[%d]" % (path, i))
+                    for i, v in enumerate(s)]
+        return s
+
+    return walk(saved, current, where)
 
 
 def _key_sort(k):
@@ -28,6 +99,8 @@ def encode(obj, tensors, path="", what="state"):
     def sub(p, k):
         return "%s.%s" % (p, k) if p else str(k)
 
+    if isinstance(obj, Own):
+        return {"__own__": {"name": obj.name, "weak": obj.weak}}
     if isinstance(obj, torch.Tensor):
         name = path or "tensor"
         if name in tensors:
@@ -90,6 +163,8 @@ def decode(value, tensors, where):
                 return float(inner)
             if tag == "__dict__":
                 return {_hashable(decode(k, tensors, where)): decode(v, tensors, where) for k, v in inner}
+            if tag == "__own__":
+                return Own(inner["name"], inner["weak"])
             if tag == "__ndarray__":
                 import numpy as np
                 return np.array(inner["data"], dtype=inner["dtype"]).reshape(inner["shape"])

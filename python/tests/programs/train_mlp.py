@@ -7,6 +7,8 @@ and data, reseeded by setup()), configured by that spec file exactly as
 anchor would (ANCHOR_PILOT_SPEC). ``skip=`` restores without those
 components (the negative controls); ``park`` prints "parked <step>" after
 each save and blocks on stdin, so a test can SIGKILL the process right there.
+``sched=NAME`` trains with that class of torch.optim.lr_scheduler instead
+(test_schedulers.py: every one torch ships).
 
 MLP with dropout, AdamW, LambdaLR (warm-up then cosine), a DataLoader over a
 resumable shuffled sampler whose cursor (epoch, position) is the data state,
@@ -57,13 +59,37 @@ def batches(loader):
             yield b
 
 
+def scheduler(name, opt, total, lr_at):
+    """One of torch's schedulers, each with arguments under which it changes the lr within `total` steps."""
+    L = torch.optim.lr_scheduler
+    if name == "LambdaLR":
+        return L.LambdaLR(opt, lr_at)
+    if name == "SequentialLR":
+        return L.SequentialLR(opt, [L.LinearLR(opt, start_factor=0.5, total_iters=3),
+                                    L.ExponentialLR(opt, gamma=0.9)], milestones=[3])
+    if name == "ChainedScheduler":
+        return L.ChainedScheduler([L.ConstantLR(opt, factor=0.5, total_iters=4), L.ExponentialLR(opt, gamma=0.9)])
+    args = {"MultiplicativeLR": dict(lr_lambda=lambda e: 0.95), "StepLR": dict(step_size=3, gamma=0.5),
+            "MultiStepLR": dict(milestones=[3, 8], gamma=0.5), "ConstantLR": dict(factor=0.5, total_iters=8),
+            "LinearLR": dict(start_factor=0.3, total_iters=10), "ExponentialLR": dict(gamma=0.9),
+            "PolynomialLR": dict(total_iters=total, power=2.0), "CosineAnnealingLR": dict(T_max=total),
+            "CosineAnnealingWarmRestarts": dict(T_0=5, T_mult=2),
+            # 1.13's CyclicLR keeps a weak reference to its own method in its state; OneCycleLR a bound method.
+            "CyclicLR": dict(base_lr=1e-3, max_lr=3e-2, step_size_up=4, mode="triangular2", cycle_momentum=False),
+            "OneCycleLR": dict(max_lr=3e-2, total_steps=total),
+            "ReduceLROnPlateau": dict(factor=0.5, patience=1, threshold=0.5)}
+    return getattr(L, name)(opt, **args[name])
+
+
 def run(arg):
     parts = arg.split(":")
     os.environ[ap.spec.ENV] = parts[0]
-    skip, park = (), False
+    skip, park, sched_name = (), False, "LambdaLR"
     for p in parts[1:]:
         if p.startswith("skip="):
             skip = tuple(p[5:].split("+"))
+        elif p.startswith("sched="):
+            sched_name = p[6:]
         elif p == "park":
             park = True
     spec = ap.setup()
@@ -84,7 +110,7 @@ def run(arg):
     def lr_at(s):
         return (s + 1) / 3 if s < 3 else 0.5 * (1 + math.cos(math.pi * s / total))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    sched = scheduler(sched_name, opt, total, lr_at)
     with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=sampler) as pilot:
         start = pilot.restore(skip=skip)
         it = batches(loader)
@@ -97,7 +123,7 @@ def run(arg):
             loss.backward()
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            sched.step()
+            sched.step(loss.item()) if sched_name == "ReduceLROnPlateau" else sched.step()
             pilot.step(step, loss=loss.item(), grad_norm=float(gn), tokens=BATCH)
             if pilot.maybe_save(step) and park:
                 print("parked %d" % step, flush=True)
