@@ -1,6 +1,6 @@
 """A DDP training program, launched as torchrun launches it, piloted by anchor (docs/program.md).
 
-    torchrun --nproc-per-node=2 train.py [--forget optimizer|scheduler|rng|data]
+    torchrun --nproc-per-node=2 train.py [--forget optimizer|scheduler|rng|data|rank-seed]
 
 anchor starts it the same way: once per rank with torchrun's variables (RANK,
 LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so
@@ -10,7 +10,9 @@ DistributedDataParallel, AdamW, StepLR, and a per-rank data shard whose cursor
 is the data state. Every rank saves its own RNG and cursor; rank 0 the model,
 optimizer and scheduler (anchor_pilot's DDP save).
 
---forget COMPONENT restores everything but that component (the negative controls).
+--forget COMPONENT restores everything but that component (the negative controls);
+--forget rank-seed leaves every rank on the seed setup() gave them all, so
+their dropout masks are the same (anchor names it: pilot.shared_rng).
 """
 import argparse
 import datetime
@@ -22,7 +24,8 @@ import torch.distributed as dist
 import anchor_pilot as ap
 
 p = argparse.ArgumentParser()
-p.add_argument("--forget", choices=["optimizer", "scheduler", "rng", "data"], action="append", default=[])
+p.add_argument("--forget", choices=["optimizer", "scheduler", "rng", "data", "rank-seed"], action="append",
+               default=[])
 args = p.parse_args()
 torch.set_num_threads(1)
 
@@ -55,7 +58,8 @@ spec = ap.setup(seed=0, deterministic=True)
 ap.shape(micro_batch=16, seq_len=1, probe=False)
 model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(64, 1))
 ddp = torch.nn.parallel.DistributedDataParallel(model)
-torch.manual_seed((spec.seed if spec else 0) * 100 + rank)  # after DDP's broadcast: dropout differs per rank
+if "rank-seed" not in args.forget:
+    torch.manual_seed((spec.seed if spec else 0) * 100 + rank)  # after DDP's broadcast: dropout differs per rank
 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
 sched = torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5)
 data = Shard(rank)
@@ -63,7 +67,7 @@ run = os.path.abspath("run")
 with ap.Pilot.from_env(model=ddp, optimizer=opt, scheduler=sched, data=data,
                        checkpoint_dir=os.path.join(run, "checkpoints"), save_at=[5], stop_at=10,
                        events=os.path.join(run, "events.jsonl")) as pilot:
-    start = pilot.restore(skip=args.forget)
+    start = pilot.restore(skip=[c for c in args.forget if c != "rank-seed"])
     for step in range(start + 1, pilot.stop_at + 1):
         x, y = data.next()
         pilot.data_ready()

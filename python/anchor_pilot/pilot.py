@@ -199,24 +199,35 @@ def _report_uncaught(spec):
     sys.excepthook = hook
 
 
-def rng_digest():
-    """SHA-256 of every RNG stream: torch's CPU generator, each CUDA device's once
-    CUDA is initialized (never initializing it), Python's random, NumPy's global.
-
-    Raw bytes, not reprs: it runs at every step (55-75 us on this 2-core VM, where reprs took 259 us).
-    NumPy's part is its MT19937 key and position read in place; the legacy
-    gaussian cache is left to the fingerprint of a save, which holds it."""
-    h = hashlib.sha256(torch.get_rng_state().numpy().tobytes())
+def _rng_parts():
+    """(stream, raw bytes) of every RNG stream: torch's CPU generator, each CUDA
+    device's once CUDA is initialized (never initializing it), Python's random,
+    NumPy's global. Raw bytes, not reprs: this runs at every step."""
+    yield "torch", torch.get_rng_state().numpy().tobytes()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for state in torch.cuda.get_rng_state_all():
-            h.update(state.numpy().tobytes())
+        yield "cuda", b"".join(state.numpy().tobytes() for state in torch.cuda.get_rng_state_all())
     version, words, gauss = random.getstate()
-    h.update(array.array("Q", words).tobytes())
-    h.update(repr((version, gauss)).encode())
+    yield "python", array.array("Q", words).tobytes() + repr((version, gauss)).encode()
     np = sys.modules.get("numpy")
     if np is not None:
-        h.update(_numpy_mt_bytes(np))
+        yield "numpy", _numpy_mt_bytes(np)
+
+
+def rng_digest():
+    """SHA-256 of every RNG stream (_rng_parts): 55-75 us on this 2-core VM,
+    where hashing reprs took 259 us. NumPy's part is its MT19937 key and
+    position read in place; the legacy gaussian cache is left to the
+    fingerprint of a save, which holds it."""
+    h = hashlib.sha256()
+    for _, raw in _rng_parts():
+        h.update(raw)
     return h.hexdigest()
+
+
+def rng_stream_digests():
+    """{stream: SHA-256} of each RNG stream on its own (the first two step
+    lines carry them, so anchor can tell ranks that share a random state)."""
+    return {name: hashlib.sha256(raw).hexdigest() for name, raw in _rng_parts()}
 
 
 def _numpy_mt_bytes(np):
@@ -308,6 +319,7 @@ class Pilot:
         self._restoring = None
         self._observed_step = 0
         self._rng_at_start = None
+        self._streams_at_start = None
         self.components = collections.OrderedDict()
         self.components["model"] = _Component("model", self._model_get, self._model_put)
         if optimizer is not None:
@@ -436,6 +448,8 @@ class Pilot:
         and notes the digest of the RNG streams there, before the step draws from them."""
         self._data_ready = time.monotonic()
         self._rng_at_start = rng_digest()
+        if self._steps_seen < 2:
+            self._streams_at_start = rng_stream_digests()
 
     def step(self, step, loss=None, grad_norm=None, lr=None, tokens=None, data_wait_s=None, compute_s=None,
              batch=None):
@@ -464,6 +478,8 @@ class Pilot:
         fields = {"batch": batch_digest(batch)} if batch is not None else {}
         # The RNG streams at the step's start (data_ready), else at its end: the same point in both workers.
         fields["rng"], self._rng_at_start = self._rng_at_start or rng_digest(), None
+        if self._steps_seen < 2:  # each stream at the first two steps: which ranks share one, and draw from it
+            fields["rng_streams"], self._streams_at_start = self._streams_at_start or rng_stream_digests(), None
         self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
                          data_wait_s=data_wait_s, compute_s=compute_s, **fields)
         if self.digests_every and step % self.digests_every == 0:

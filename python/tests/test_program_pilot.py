@@ -163,6 +163,22 @@ class ProgramPilot(support.ProgramPilotTest):
         proc, report, run = self.pilot("ddp", "program.command=[python3, train.py, --forget, data]", run="run-data")
         self.assertCaught(proc, report, "data", run)
         self.assertIn("rank 1: data", report["resume"]["cause"])  # every rank's own cursor
+        # Ranks that share a random stream they draw from (every rank on setup()'s one seed: the same dropout
+        # masks): the pilot fails naming the stream and the ranks (exit 3), before worker B; or warns when asked.
+        self.assertEqual(report["ranks_rng"]["streams"]["torch"], {"drawn": True, "shared_by": []})
+        proc, report, run = self.pilot("ddp", "program.command=[python3, train.py, --forget, rank-seed]",
+                                       run="run-seed")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("your ranks start their first step with the same random stream and draw from it: torch's CPU "
+                      "random generator (ranks 0, 1)", proc.stderr)
+        self.assertIn("torch.manual_seed(seed + rank)", proc.stderr)
+        self.assertEqual(report["ranks_rng"]["streams"]["torch"], {"drawn": True, "shared_by": [[0, 1]]})
+        self.assertNotIn("resume", [s["stage"] for s in report["stages"]])
+        proc, report, run = self.pilot("ddp", "program.command=[python3, train.py, --forget, rank-seed]",
+                                       "pilot.shared_rng=warn", run="run-seed-warn")
+        self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("your ranks start their first step with the same random stream", proc.stderr)
+        self.assertTrue(report["ranks_rng"]["shared"])
         # The helper's own checkpoints keep a file per rank: a resume at another world size is refused, saying
         # what does reshard (a resharded DCP resume: test_frameworks.FsdpDcp).
         proc, report, run = self.pilot("ddp", "pilot.resume_world_size=1", run="run-reshard")

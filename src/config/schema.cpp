@@ -164,6 +164,8 @@ std::vector<Field> make_fields() {  // NOLINT(readability-function-size): the sc
 
     Field(ANCHOR_KEY(pilot.resume_world_size), "Ranks of a program pilot's resumed run (worker B); 0: distributed.nproc_per_node. Another count resumes the program's checkpoint at that world size (DCP reshards on load) and compares the full restored state (docs/program.md, \"Resuming at another world size\").",
           "program pilot (#41)").at_least(0),
+    Field(ANCHOR_KEY(pilot.shared_rng), "A program pilot whose ranks start with the same random stream and draw from it (each rank's dropout masks the same; seed document 003): fail (the pilot fails, exit 3) or warn (said in the log and the report).",
+          "program pilot (#42)").one_of({"fail", "warn"}),
 
     // device ---------------------------------------------------------------
     Field(ANCHOR_KEY(device), "Device: cpu, cuda (the rank's local device), cuda:N, rocm (HIP builds expose it as cuda), auto (a GPU when present, else cpu).",

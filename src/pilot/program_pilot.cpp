@@ -952,6 +952,60 @@ bool restored_state_differs(const Run& r) {
   return false;
 }
 
+// Ranks that start with the same random stream and draw from it (seed document 003): each rank's
+// dropout masks, and every other draw, are then the same on every rank. Worker A's first two step
+// lines carry each stream's digest per rank: a stream whose digest changed between them is drawn
+// from; ranks with the same digest at the first share it. pilot.shared_rng: fail (exit 3) or warn.
+Step ranks_rng(Run& r) {
+  Pilot& p = r.p;
+  if (p.nproc < 2) return std::nullopt;
+  std::map<std::string, std::map<std::string, std::vector<int>>> by_digest;  // stream -> digest -> ranks
+  std::set<std::string> drawn;
+  for (const auto& [rank, log] : r.a.logs) {
+    if (log.steps.size() < 2) continue;
+    const auto& next = log.steps[1].rng_streams;
+    for (const auto& [name, d] : log.steps[0].rng_streams) {
+      by_digest[name][d].push_back(rank);
+      for (const auto& [n2, d2] : next)
+        if (n2 == name && d2 != d) drawn.insert(name);
+    }
+  }
+  if (by_digest.empty()) return std::nullopt;  // the program's steps carry no stream digests
+  json streams = json::object();
+  std::string shared_words;
+  for (const auto& [name, groups] : by_digest) {
+    json shared = json::array();
+    for (const auto& [d, ranks] : groups)
+      if (ranks.size() > 1) shared.push_back(ranks);
+    streams[name] = {{"drawn", drawn.count(name) > 0}, {"shared_by", shared}};
+    if (shared.empty() || !drawn.count(name)) continue;
+    std::string ranks;
+    for (const auto& rk : shared.front()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rk.get<int>());
+    shared_words += (shared_words.empty() ? "" : "; ") + pp::component_words("rng." + name) + " (ranks " + ranks + ")";
+  }
+  p.report.set_section("ranks_rng", {{"streams", streams}, {"shared", !shared_words.empty()}});
+  if (shared_words.empty()) {
+    p.stage("ranks_rng", [&] { return json{{"streams", streams.size()}, {"shared", 0}}; });
+    return std::nullopt;
+  }
+  const std::string what =
+      "your ranks start their first step with the same random stream and draw from it: " + shared_words +
+      ". Every rank then draws the same numbers (the same dropout masks on every rank, seed "
+      "document 003)";
+  const std::string fix =
+      "seed each rank on its own once the model is built (after DDP's broadcast), e.g. "
+      "torch.manual_seed(seed + rank), random.seed(seed + rank), numpy.random.seed(seed + rank); "
+      "or set pilot.shared_rng: warn";
+  if (p.cfg.pilot.shared_rng == "warn") {
+    ANCHOR_LOG_WARN("pilot", "{} ({})", what, fix);
+    p.stage("ranks_rng", [&] {
+      return json{{"streams", streams.size()}, {"shared", shared_words}, {"warning", what}};
+    });
+    return std::nullopt;
+  }
+  return fail(p, "ranks_rng", ExitCode::kVerification, what + " (hint: " + fix + ")");
+}
+
 // Worker B: fresh processes restore the newest checkpoint that verifies and train to K+R.
 Step resume(Run& r) {
   Pilot& p = r.p;
@@ -1188,7 +1242,8 @@ ExitCode run_program_pilot(Pilot& p) {
   if (p.opts.baseline) p.planned_stages.push_back("reproduce_compare");
   r.k = p.cfg.pilot.steps_before_save;
   r.last = r.k + p.cfg.pilot.steps_after_resume;
-  for (auto step : {prepare, reference, pin, resume})
+  if (p.nproc > 1) p.planned_stages.insert(p.planned_stages.begin() + 1, "ranks_rng");
+  for (auto step : {prepare, reference, ranks_rng, pin, resume})
     if (Step end = step(r)) return *end;
   compare(r);
   if (!r.verdict->match()) {

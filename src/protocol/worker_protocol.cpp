@@ -190,6 +190,13 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     s.stop_at = f.optional_integer("stop_at");
     s.batch = f.str_or("batch", "");
     s.rng = f.str_or("rng", "");
+    if (f.has("rng_streams"))
+      for (const auto& [name, v] : f.object("rng_streams").items()) {
+        if (!v.is_string() || !is_sha256(v.get<std::string>()))
+          throw bad("\"step\".rng_streams." + printable(name) + " is " + dump_json(v) +
+                    ", expected a SHA-256 (64 hex)");
+        s.rng_streams.emplace_back(name, v.get<std::string>());
+      }
     return s;
   }
   if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
@@ -278,6 +285,10 @@ void body_json(json& j, const StepLine& s) {
   put(j, "stop_at", s.stop_at);
   if (!s.batch.empty()) j["batch"] = s.batch;
   if (!s.rng.empty()) j["rng"] = s.rng;
+  if (!s.rng_streams.empty()) {
+    j["rng_streams"] = json::object();
+    for (const auto& [name, sha] : s.rng_streams) j["rng_streams"][name] = sha;
+  }
 }
 
 void body_json(json& j, const EvalLine& e) {

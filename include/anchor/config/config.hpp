@@ -95,6 +95,7 @@ struct PilotConfig {
   int memory_probe_micro_batch = 0;   // second micro-batch for the memory fit; 0 -> micro_batch/4 (plan::probe_shapes)
   std::string start_from = "init";    // init | latest: worker A starts from the newest committed checkpoint
   int resume_world_size = 0;          // a program's worker B at this many ranks (DCP reshards); 0: nproc_per_node
+  std::string shared_rng = "fail";    // fail | warn: a program's ranks that share a random stream they draw from
 };
 
 struct DistributedConfig {

@@ -110,6 +110,8 @@ struct StepLine {
   Number loss, grad_norm, lr;
   std::string batch;  // SHA-256 of the step's input batch, when the program gives it ("" otherwise)
   std::string rng;    // SHA-256 of the RNG streams at the step's start, when the helper says it ("" otherwise)
+  // Each stream's SHA-256 on its own ("torch", "cuda", "python", "numpy"): the helper's first two step lines.
+  std::vector<std::pair<std::string, std::string>> rng_streams;
   std::optional<std::int64_t> tokens;
   std::optional<double> data_wait_s, compute_s;
   std::optional<std::int64_t> stop_at;  // the step count this worker stops at, when it says (the built-in does)

@@ -385,6 +385,7 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   s.tokens = 16;
   s.compute_s = 0.25;
   s.stop_at = 4;
+  s.rng_streams = {{"numpy", kA}, {"torch", kB}};
   pp::DigestsLine d;
   d.step = 2;
   d.when = "restore";
@@ -444,6 +445,11 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   EXPECT_TRUE(std::isinf(step_back.grad_norm.value)) << "\"inf\" on the wire";
   EXPECT_FALSE(step_back.lr.known) << "an unknown figure is null";
   EXPECT_FALSE(step_back.data_wait_s.has_value());
+  EXPECT_EQ(step_back.rng_streams, s.rng_streams);
+  EXPECT_NE(error_of(R"({"type":"step","rank":0,"time":1,"step":1,"loss":1,"grad_norm":null,"lr":null,)"
+                     R"("rng_streams":{"torch":"x"}})")
+                .find("\"step\".rng_streams.torch is \"x\", expected a SHA-256"),
+            std::string::npos);
   const auto hello_back = std::get<pp::Hello>(pp::parse_event(pp::to_json(pp::line(h)).dump()).body);
   EXPECT_EQ(hello_back.anchor, "0.1.0+abc");
   EXPECT_EQ(hello_back.versions.nccl, "") << "null: not loaded";
