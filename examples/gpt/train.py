@@ -1,6 +1,7 @@
 """A plain PyTorch GPT-style training program, piloted by anchor (docs/program.md).
 
-    python train.py [--forget optimizer|scheduler|rng|data] [--ignore-shape] [--steps N] [--n-embd E] [--n-layer L]
+    python train.py [--forget optimizer|scheduler|rng|data] [--leave-out scheduler|data] [--ignore-shape] [--steps N]
+                    [--n-embd E] [--n-layer L]
                     [--seq-len T] [--batch B] [--threads N]
     python train.py --no-pilot [--deterministic] [--steps N] [--save-at S --save-to FILE] [--load-from FILE] [sizes]
 
@@ -14,7 +15,9 @@ Under anchor (ANCHOR_PILOT_SPEC set) the spec decides the steps, saves and
 restore. Standalone it saves at step 5 and stops at 10 under ./run.
 
 --forget COMPONENT restores everything but that component: the negative
-controls, which anchor must catch and name. --ignore-shape runs at its own
+controls, which anchor must catch and name. --leave-out COMPONENT does not
+give it to the Pilot at all (neither saved, restored nor fingerprinted): the
+verdict must still name it from the step lines. --ignore-shape runs at its own
 shape under anchor's memory probe, which anchor must refuse. --no-pilot runs the same loop
 without anchor_pilot, saving model, optimizer and scheduler with torch.save
 after step S (--save-to) or starting from such a file (--load-from): the peer
@@ -31,6 +34,7 @@ import torch.nn.functional as F
 
 p = argparse.ArgumentParser()
 p.add_argument("--forget", choices=["optimizer", "scheduler", "rng", "data"], action="append", default=[])
+p.add_argument("--leave-out", choices=["scheduler", "data"], action="append", default=[])
 p.add_argument("--steps", type=int, default=10, help="standalone / --no-pilot: steps to run")
 p.add_argument("--n-embd", type=int, default=64)
 p.add_argument("--n-layer", type=int, default=2)
@@ -181,7 +185,8 @@ if args.no_pilot:
     raise SystemExit(0)
 
 run = os.path.abspath("run")
-with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=sampler,
+with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=None if "scheduler" in args.leave_out else sched,
+                       data=None if "data" in args.leave_out else sampler,
                        checkpoint_dir=os.path.join(run, "checkpoints"), save_at=[args.steps // 2], stop_at=args.steps,
                        events=os.path.join(run, "events.jsonl")) as pilot:
     start = pilot.restore(skip=args.forget)  # 0, or the step of the newest checkpoint that verifies
@@ -196,7 +201,7 @@ with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=sampler
         loss, grad_norm = train_step(x, y)
         loss, grad_norm = loss.item(), grad_norm.item()
         c2 = time.perf_counter()
-        pilot.step(step, loss=loss, grad_norm=grad_norm, tokens=tokens)
+        pilot.step(step, loss=loss, grad_norm=grad_norm, tokens=tokens, batch=x)
         c3 = time.perf_counter()
         saved = pilot.maybe_save(step)  # a save is timed by its own lines, not counted here
         c4 = time.perf_counter()

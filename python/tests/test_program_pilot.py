@@ -131,6 +131,24 @@ class ProgramPilot(support.ProgramPilotTest):
                 self.assertEqual(report["plan"]["status"], "not planned")  # a run that does not resume
                 self.assertIn("step", report["measurements"])
 
+    def test_gpt_a_component_left_out_of_the_pilot_is_named_from_its_steps(self):
+        """Not given to the Pilot, a component is neither restored nor fingerprinted: the restored state is
+        "equal", and the step lines say what differs first: the learning rate (the scheduler), the batch (the
+        data cursor)."""
+        self.example("gpt")
+        for component, check, words in (("scheduler", "lr at step 5", "the learning rate differs"),
+                                         ("data", "batch at step 5", "trains on other data than the reference")):
+            with self.subTest(component=component):
+                proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --leave-out, %s]" % component,
+                                             run="run-out-" + component)
+                self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+                self.assertEqual(report["resume"]["cause"][0], {"scheduler": "scheduler", "data": "data"}[component],
+                                 report["resume"])
+                checks = {c["name"]: c for c in report["resume"]["checks"]}
+                self.assertTrue(checks["restored state"]["ok"], checks["restored state"])
+                self.assertFalse(checks[check]["ok"])
+                self.assertIn(words, checks[check]["detail"])
+
     def test_gpt_memory_probe_refuses_a_program_that_ignores_its_shape(self):
         proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --ignore-shape]")
         self.assertEqual(proc.returncode, 1, proc.stdout[-2000:] + proc.stderr[-2000:])

@@ -859,6 +859,7 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
   check_first_batch(v, ref_steps, res, save_step);
   std::int64_t seen = 0;
   std::set<std::int64_t> resumed_steps;
+  bool lr_named = false;
   for (const auto& s : res.steps) {
     if (s.step <= save_step) continue;
     ++seen;
@@ -869,6 +870,19 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
       continue;
     }
     auto it = ref_steps.find(s.step);
+    // The learning rate, before the loss: one that differs is the scheduler's (its state or its step count).
+    if (!lr_named && it != ref_steps.end() && it->second->lr.known && s.lr.known &&
+        !close_enough(it->second->lr, s.lr, tolerance)) {
+      lr_named = true;
+      v.add({"lr at step " + std::to_string(s.step), false,
+             "the learning rate differs (reference " + it->second->lr.text() + ", resumed " + s.lr.text() +
+                 "): the scheduler did not come back as it was. " +
+                 (observed ? "Save and load its state_dict() in your checkpoint, and give it to the Pilot "
+                             "(scheduler=...) so that anchor compares it"
+                           : "Give it to the Pilot (scheduler=...): the helper then saves and restores it"),
+             "scheduler"});
+      if (v.cause.empty()) v.cause.push_back("scheduler");
+    }
     Check c{name, false, "", "loss"};
     if (it == ref_steps.end()) {
       c.detail = "the reference reports no step " + std::to_string(s.step);

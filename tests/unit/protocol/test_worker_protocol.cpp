@@ -223,6 +223,28 @@ TEST(ProgramProtocol, AReshardedResumeComparesTheFullStateWithoutEachRanksOwn) {
   EXPECT_EQ(v.cause, std::vector<std::string>{"checkpoint"});
 }
 
+// A learning rate that differs before the loss does is the scheduler's, named even when the restored state
+// (which the scheduler was not part of) is equal.
+TEST(ProgramProtocol, ALearningRateThatDiffersNamesTheScheduler) {
+  auto with_lr = [](int s, const std::string& loss, const std::string& lr) {
+    std::string line = step(s, loss);
+    return line.replace(line.find(R"("lr":0.001)"), 10, R"("lr":)" + lr);
+  };
+  auto res = log_of({restore_end(2), digests("restore", 2, kA, kB), with_lr(3, "1.25", "0.002"),
+                     with_lr(4, "1.5", "0.002"), digests("save", 4, kB, kA)});
+  for (const bool observed : {false, true}) {
+    const auto v = pp::compare(reference(), res, 2, 4, 0.0, observed);
+    EXPECT_EQ(v.cause, std::vector<std::string>{"scheduler"}) << v.to_json().dump(2);
+    const auto text = v.to_json().dump();
+    EXPECT_NE(text.find("\"lr at step 3\""), std::string::npos);
+    EXPECT_EQ(text.find("\"lr at step 4\""), std::string::npos) << "the first one only";
+    EXPECT_NE(text.find("the learning rate differs (reference 0.001, resumed 0.002): the scheduler did not come back"),
+              std::string::npos)
+        << text;
+  }
+  EXPECT_TRUE(pp::compare(reference(), resumed(), 2, 4, 0.0).match());  // the control: the same lr
+}
+
 // Where both runs give their input batches' digests, the first resumed step on other data is named: the cursor.
 TEST(ProgramProtocol, ABatchThatDiffersNamesTheDataCursor) {
   auto with_batch = [](int s, const std::string& loss, const std::string& batch) {
