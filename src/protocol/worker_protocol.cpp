@@ -831,21 +831,30 @@ std::string component_words(const std::string& component) {
   return it != words.end() ? it->second : "'" + printable(component) + "'";
 }
 
-Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step,
-                double tolerance, bool observed) {
-  Verdict v(tolerance);
+namespace {
+
+// The steps of `v`, and whether the resumed run restored `save_step` (its last restore line); a failed
+// "restored step" check, cause checkpoint, when it did not.
+bool restored_step(Verdict& v, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step, bool observed) {
   v.saved_step = save_step;
   v.last_step = last_step;
-  // 1. The state right after the restore.
   const CheckpointLine* restored = nullptr;
   for (const auto& c : res.checkpoints)
     if (c.op == "restore" && c.phase == "end") restored = &c;
   v.restored_step = restored && restored->step ? *restored->step : -1;
-  if (v.restored_step != save_step) {
-    v.add({"restored step", false, wrong_restore(restored ? v.restored_step : -1, save_step, observed), "checkpoint"});
-    v.cause.push_back("checkpoint");
-    return v;
-  }
+  if (v.restored_step == save_step) return true;
+  v.add({"restored step", false, wrong_restore(restored ? v.restored_step : -1, save_step, observed), "checkpoint"});
+  v.cause.push_back("checkpoint");
+  return false;
+}
+
+}  // namespace
+
+Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step,
+                double tolerance, bool observed) {
+  Verdict v(tolerance);
+  // 1. The state right after the restore.
+  if (!restored_step(v, res, save_step, last_step, observed)) return v;
   v.add({"restored step", true, "step " + std::to_string(save_step), ""});
   const std::string saved = (observed ? "your save of step " : "at its save of step ") + std::to_string(save_step);
   Check st = compare_state("restored state", ref.digests_at("save", save_step), res.digests_at("restore", save_step),
@@ -939,17 +948,7 @@ Verdict compare_resharded(const WorkerLog& ref, const WorkerLog& res, std::int64
                           std::int64_t from_world, std::int64_t to_world) {
   Verdict v(0);
   v.mode = "resharded";
-  v.saved_step = save_step;
-  v.last_step = last_step;
-  const CheckpointLine* restored = nullptr;
-  for (const auto& c : res.checkpoints)
-    if (c.op == "restore" && c.phase == "end") restored = &c;
-  v.restored_step = restored && restored->step ? *restored->step : -1;
-  if (v.restored_step != save_step) {
-    v.add({"restored step", false, wrong_restore(restored ? v.restored_step : -1, save_step, true), "checkpoint"});
-    v.cause.push_back("checkpoint");
-    return v;
-  }
+  if (!restored_step(v, res, save_step, last_step, true)) return v;
   const std::string worlds = std::to_string(from_world) + " to " + std::to_string(to_world) + " ranks";
   v.add({"restored step", true, "step " + std::to_string(save_step) + ", resharded from " + worlds, ""});
   std::vector<std::string> per_rank;
