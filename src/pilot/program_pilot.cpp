@@ -985,7 +985,7 @@ Step ranks_rng(Run& r) {
   }
   p.report.set_section("ranks_rng", {{"streams", streams}, {"shared", !shared_words.empty()}});
   if (shared_words.empty()) {
-    p.stage("ranks_rng", [&] { return json{{"streams", streams.size()}, {"shared", 0}}; });
+    p.stage("ranks_rng", [&] { return json{{"streams", streams.size()}, {"shared", "none"}}; });
     return std::nullopt;
   }
   const std::string what =
