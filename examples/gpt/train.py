@@ -1,6 +1,7 @@
 """A plain PyTorch GPT-style training program, piloted by anchor (docs/program.md).
 
-    python train.py [--forget optimizer|scheduler|rng|data] [--leave-out scheduler|data] [--ignore-shape] [--steps N]
+    python train.py [--forget optimizer|scheduler|rng|data] [--leave-out scheduler|data] [--noise]
+                    [--ignore-shape] [--steps N]
                     [--n-embd E] [--n-layer L]
                     [--seq-len T] [--batch B] [--threads N]
     python train.py --no-pilot [--deterministic] [--steps N] [--save-at S --save-to FILE] [--load-from FILE] [sizes]
@@ -17,7 +18,10 @@ restore. Standalone it saves at step 5 and stops at 10 under ./run.
 --forget COMPONENT restores everything but that component: the negative
 controls, which anchor must catch and name. --leave-out COMPONENT does not
 give it to the Pilot at all (neither saved, restored nor fingerprinted): the
-verdict must still name it from the step lines. --ignore-shape runs at its own
+verdict must still name it from the step lines. --noise adds a little noise
+to every gradient from a generator seeded by os.urandom, as nondeterministic
+GPU kernels (atomic adds) do: no two runs repeat, and anchor's determinism
+control must say so, with the pilot.tolerance that holds it. --ignore-shape runs at its own
 shape under anchor's memory probe, which anchor must refuse. --no-pilot runs the same loop
 without anchor_pilot, saving model, optimizer and scheduler with torch.save
 after step S (--save-to) or starting from such a file (--load-from): the peer
@@ -35,6 +39,7 @@ import torch.nn.functional as F
 p = argparse.ArgumentParser()
 p.add_argument("--forget", choices=["optimizer", "scheduler", "rng", "data"], action="append", default=[])
 p.add_argument("--leave-out", choices=["scheduler", "data"], action="append", default=[])
+p.add_argument("--noise", action="store_true", help="gradients with run-to-run noise (nondeterministic kernels)")
 p.add_argument("--steps", type=int, default=10, help="standalone / --no-pilot: steps to run")
 p.add_argument("--n-embd", type=int, default=64)
 p.add_argument("--n-layer", type=int, default=2)
@@ -153,10 +158,18 @@ loader = torch.utils.data.DataLoader(Windows(seq_len), batch_size=batch, sampler
 tokens = batch * seq_len
 
 
+# --noise: its own generator, seeded from the OS, so that torch's global one is untouched.
+noise = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1) if args.noise else None
+
+
 def train_step(x, y):
     loss = model(x, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    if noise is not None:  # 1e-4 of each gradient's scale: a reduction summed in another order, amplified
+        for q in model.parameters():
+            if q.grad is not None:
+                q.grad.add_(torch.randn(q.grad.shape, generator=noise) * (1e-4 * float(q.grad.abs().mean())))
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     sched.step()

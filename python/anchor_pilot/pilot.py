@@ -480,6 +480,8 @@ class Pilot:
         fields["rng"], self._rng_at_start = self._rng_at_start or rng_digest(), None
         if self._steps_seen < 2:  # each stream at the first two steps: which ranks share one, and draw from it
             fields["rng_streams"], self._streams_at_start = self._streams_at_start or rng_stream_digests(), None
+        if self._steps_seen == 0:  # the seed this rank's torch generator was last given: the manifest's
+            fields["torch_seed"] = torch.initial_seed()
         self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
                          data_wait_s=data_wait_s, compute_s=compute_s, **fields)
         if self.digests_every and step % self.digests_every == 0:

@@ -148,6 +148,43 @@ class ProgramPilot(support.ProgramPilotTest):
                 self.assertTrue(checks["restored state"]["ok"], checks["restored state"])
                 self.assertFalse(checks[check]["ok"])
                 self.assertIn(words, checks[check]["detail"])
+                # The determinism control ran (pilot.determinism: auto, on a mismatch): the program repeats
+                # itself, so the mismatch is the resume's.
+                self.assertEqual(report["determinism"]["finding"], "repeatable", report["determinism"])
+                self.assertIn("comes from the resume, not from nondeterministic kernels", proc.stderr)
+
+    def test_gpt_nondeterminism_is_told_from_a_resume_bug(self):
+        """The determinism control: on a mismatch worker B's steps run again from the same save. A program that
+        does not repeat itself (--noise: gradients with run-to-run noise, as atomic adds give) is named
+        nondeterministic with the pilot.tolerance that holds its run-to-run difference, and passes with it; the
+        program without the noise repeats itself bitwise (pilot.determinism: check runs the control on a match).
+        A resume bug in a program that repeats itself: the test above."""
+        self.example("gpt")
+        proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --noise]", run="run-noise")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        det = report["determinism"]
+        self.assertTrue(det["ran"], det)
+        self.assertEqual(det["finding"], "nondeterministic", det)
+        self.assertFalse(det["control"]["same"])
+        self.assertGreater(det["control"]["max_relative"], 0)
+        self.assertIn("Your program does not repeat itself from the same state", proc.stderr)
+        tol = det["suggested_tolerance"]
+        self.assertIn("Set pilot.tolerance: %g" % tol, proc.stderr)
+        self.assertIn("Set pilot.tolerance", report["message"])
+        stages = {s["stage"]: s for s in report["stages"]}
+        self.assertEqual(stages["determinism"]["figures"]["finding"], "nondeterministic")
+
+        proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --noise]",
+                                     "pilot.tolerance=%r" % tol, "pilot.determinism=check", run="run-noise-tol")
+        self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["mode"], "tolerance")
+        self.assertEqual(report["determinism"]["finding"], "nondeterministic", report["determinism"])
+
+        proc, report, _ = self.pilot("gpt", "pilot.determinism=check", run="run-repeat")
+        self.assertMatch(proc, report)
+        self.assertEqual(report["determinism"]["finding"], "repeatable", report["determinism"])
+        self.assertTrue(report["determinism"]["control"]["same"])
+        self.assertIn("determinism", {s["stage"] for s in report["stages"]})
 
     def test_gpt_memory_probe_refuses_a_program_that_ignores_its_shape(self):
         proc, report, _ = self.pilot("gpt", "program.command=[python3, train.py, --ignore-shape]")
@@ -165,6 +202,13 @@ class ProgramPilot(support.ProgramPilotTest):
         proc, report, run = self.pilot("ddp")
         self.assertMatch(proc, report, ranks=2)
         self.assertEqual(report["program"]["world_size"], 2)
+        # The seeds each rank used (torch.initial_seed() at its first step): the example's seed * 100 + rank,
+        # not seeds anchor derives for its own trainer.
+        with open(os.path.join(run, "manifest.json")) as f:
+            seeds = json.load(f)["seeds"]
+        self.assertEqual(seeds["ranks"], [{"rank": 0, "torch": seeds["root"] * 100},
+                                          {"rank": 1, "torch": seeds["root"] * 100 + 1}], seeds)
+        self.assertNotIn("dropout_per_rank", seeds)
         # probe=False: the plan rests on the one measured point and says so.
         mm = report["plan"]["memory_model"]
         self.assertEqual(mm["points_measured"], 1)
@@ -197,6 +241,9 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
         self.assertIn("your ranks start their first step with the same random stream", proc.stderr)
         self.assertTrue(report["ranks_rng"]["shared"])
+        with open(os.path.join(run, "manifest.json")) as f:  # both on setup()'s seed: said as they used it
+            seeds = json.load(f)["seeds"]
+        self.assertEqual([r["torch"] for r in seeds["ranks"]], [seeds["root"], seeds["root"]], seeds)
         # The helper's own checkpoints keep a file per rank: a resume at another world size is refused, saying
         # what does reshard (a resharded DCP resume: test_frameworks.FsdpDcp).
         proc, report, run = self.pilot("ddp", "pilot.resume_world_size=1", run="run-reshard")

@@ -166,6 +166,8 @@ std::vector<Field> make_fields() {  // NOLINT(readability-function-size): the sc
           "program pilot (#41)").at_least(0),
     Field(ANCHOR_KEY(pilot.shared_rng), "A program pilot whose ranks start with the same random stream and draw from it (each rank's dropout masks the same; seed document 003): fail (the pilot fails, exit 3) or warn (said in the log and the report).",
           "program pilot (#42)").one_of({"fail", "warn"}),
+    Field(ANCHOR_KEY(pilot.determinism), "The determinism control of a program pilot: worker B's steps run a second time from the same save, which tells a program that does not repeat itself (nondeterministic kernels) from a resume bug (docs/program.md, \"Nondeterminism or a resume bug?\"). auto: only when the resume does not match (a pilot that passes pays nothing); check: always, the run-to-run difference reported; off: never.",
+          "program pilot (#42)").one_of({"auto", "check", "off"}),
 
     // device ---------------------------------------------------------------
     Field(ANCHOR_KEY(device), "Device: cpu, cuda (the rank's local device), cuda:N, rocm (HIP builds expose it as cuda), auto (a GPU when present, else cpu).",

@@ -227,7 +227,15 @@ nlohmann::json repin_program_manifest(const std::string& path, const nlohmann::j
   for (const char* k : {"libtorch", "cuda_runtime", "cudnn", "nccl"})
     if (deps.contains(k)) new_m["dependencies"][k] = deps[k];
   new_m["program"] = repin_program(old_m["program"], popts);
+  // What the ranks seeded is what the run did, not an input to pin again: kept as recorded.
+  const nlohmann::json seeds = old_m.value("seeds", nlohmann::json::object());
+  const nlohmann::json ranks = seeds.is_object() ? seeds.value("ranks", nlohmann::json()) : nlohmann::json();
+  if (ranks.is_array()) new_m["seeds"] = program_seeds(c.run.seed, ranks);
   return new_m;
+}
+
+nlohmann::json program_seeds(std::uint64_t root, nlohmann::json ranks) {
+  return {{"root", root}, {"ranks", std::move(ranks)}};
 }
 
 }  // namespace anchor::manifest

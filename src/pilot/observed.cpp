@@ -122,13 +122,40 @@ TornSave torn_save(const std::string& ckpt_dir, const std::set<std::string>& fin
   return t;
 }
 
-nlohmann::json hashed_save(const std::string& ckpt_dir, std::int64_t step, const std::vector<std::string>& files) {
-  nlohmann::json list = nlohmann::json::array();
+HashedSave hashed_save(const std::string& ckpt_dir, std::int64_t step, const std::vector<std::string>& files) {
+  HashedSave save{step, {}};
   for (const auto& f : files) {
     const auto d = sha256_file((std::filesystem::path(ckpt_dir) / f).string());
-    list.push_back({{"path", printable(f)}, {"bytes", d.size}, {"sha256", d.sha256}});
+    save.files.push_back({f, d.size, d.sha256});
   }
+  return save;
+}
+
+nlohmann::json HashedSave::to_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : files) list.push_back({{"path", printable(f.path)}, {"bytes", f.bytes}, {"sha256", f.sha256}});
   return {{"step", step}, {"files", list}};
+}
+
+std::string copy_pinned_save(const std::string& ckpt_dir, const HashedSave& save, const std::string& to) {
+  for (const auto& f : save.files) {
+    const std::filesystem::path rel(f.path);
+    const bool climbs = std::any_of(rel.begin(), rel.end(), [](const auto& part) { return part == ".."; });
+    if (rel.empty() || rel.is_absolute() || climbs)
+      return printable(f.path) + " is not a path inside the checkpoint directory";
+    const auto out = std::filesystem::path(to) / rel;
+    std::error_code ec;
+    std::filesystem::create_directories(out.parent_path(), ec);
+    if (!ec)
+      std::filesystem::copy_file(std::filesystem::path(ckpt_dir) / rel, out,
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return printable(f.path) + " could not be copied: " + ec.message();
+    const auto d = sha256_file(out.string());
+    if (d.sha256 != f.sha256)
+      return printable(f.path) + " changed after the save (" + std::to_string(d.size) + " bytes, SHA-256 " +
+             d.sha256.substr(0, 12) + " now, " + f.sha256.substr(0, 12) + " pinned)";
+  }
+  return "";
 }
 
 std::vector<checkpoint::DcpVerification> dcp_in_save(const std::string& ckpt_dir,
@@ -203,20 +230,26 @@ PinnedCheck check_pinned(const std::string& dir, const nlohmann::json& report) {
   const Pinned* best = nullptr;
   std::size_t best_n = 0;
   const auto saves = pinned_saves(report);
-  std::string names;
+  std::set<std::string> tops;  // the directories the saves wrote into, for the hint
   for (const auto& s : saves) {
     std::size_t n = 0;
     for (const auto& [path, pin] : s.files) {
       n += !under(path, name).empty();
-      const auto slash = path.find('/');
-      const std::string top = slash == std::string::npos ? "(the checkpoint directory itself)" : path.substr(0, slash);
-      if (names.find(top) == std::string::npos && names.size() < 400) names += (names.empty() ? "" : ", ") + top;
+      if (const auto slash = path.find('/'); slash != std::string::npos) tops.insert(path.substr(0, slash));
     }
     if (n > best_n) best = &s, best_n = n;
   }
-  if (!best)
+  if (!best) {
+    std::string names;
+    std::size_t listed = 0;
+    for (const auto& t : tops)
+      if (++listed <= 20) names += (names.empty() ? "" : ", ") + t;
+    if (tops.size() > 20) names += " and " + std::to_string(tops.size() - 20) + " more";
     throw Error(ErrorKind::kUsage, "the report pins no save under a directory named " + printable(name),
-                "pass one of the directories its saves wrote: " + printable(names.empty() ? "(none)" : names));
+                names.empty() ? "its saves wrote their files straight into the checkpoint directory, not into a "
+                                "directory of their own"
+                              : "pass one of the directories its saves wrote: " + printable(names));
+  }
   PinnedCheck c;
   c.step = best->step;
   std::set<std::string> pinned;

@@ -127,16 +127,19 @@ nlohmann::json compare_stage_figures(const protocol::RankVerdicts& verdict, int 
   return f;
 }
 
-ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool list_checks) {
+ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool list_checks,
+                         const std::string& control) {
   const std::string cause = causes(verdict);
-  p.report.set_outcome("failed", ExitCode::kVerification,
-                       "resume does not match the uninterrupted run: " + cause + " diverged");
+  p.report.set_outcome(
+      "failed", ExitCode::kVerification,
+      "resume does not match the uninterrupted run: " + cause + " diverged" + (control.empty() ? "" : ". " + control));
   publish(p);
   p.report.print_summary(summary_stream(p));
   std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
   if (list_checks)
     for (const auto& c : verdict.combined.checks)
       if (!c.ok) std::fprintf(stderr, "  %s: %s\n", c.name.c_str(), c.detail.c_str());
+  if (!control.empty()) std::fprintf(stderr, "  determinism control: %s\n", control.c_str());
   std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
   return ExitCode::kVerification;
 }

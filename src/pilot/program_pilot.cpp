@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "anchor/plan/plan.hpp"
 #include "anchor/plan/memory_model.hpp"
 #include "anchor/run_report/plan_inputs.hpp"
+#include "anchor/protocol/determinism.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 #include "anchor/protocol/progress.hpp"
 #include "anchor/pilot/observed.hpp"
@@ -206,6 +208,7 @@ class ProgramRun {
         ended_(ranks_.size()),
         reader_(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(world_of(p, spec))),
         letter_(spec.role == pp::Role::kReference ? "A"
+                : name_ == "control"              ? "C"
                 : spec.role == pp::Role::kResume  ? "B"
                                                   : "probe"),
         watch_(letter_, /*may_redraw=*/false),  // the program writes to the same terminal
@@ -228,7 +231,7 @@ class ProgramRun {
       if (Clock::now() > deadline_ && !w_.killed_by_us) {
         kill_all(ranks_, ended_, SIGKILL);
         if (w_.error.empty())
-          w_.error = worker_name(spec_.role) + " ran past program.timeout_s (" + dump_json(p_.cfg.program.timeout_s) +
+          w_.error = worker_title() + " ran past program.timeout_s (" + dump_json(p_.cfg.program.timeout_s) +
                      " s) and was killed";
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -293,14 +296,14 @@ class ProgramRun {
                   printable(spec_.events) + ": a line of rank " + std::to_string(e.rank) + " from a worker of " +
                       std::to_string(nproc()) + " rank(s)",
                   "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
-    const std::string who = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(e.rank) : "");
+    const std::string who = worker_title() + (nproc() > 1 ? " rank " + std::to_string(e.rank) : "");
     check_line(e, who);
     if (e.type != "program") p_.events->write(e.raw, "program-" + name_);
     w_.logs[e.rank].add(e);
     if (const auto* s = std::get_if<pp::StepLine>(&e.body); s && e.rank == 0 && spec_.role != pp::Role::kProbe)
       steps_.saw(*s);
     if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && w_.error.empty())
-      w_.error = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
+      w_.error = worker_title() + (nproc() > 1 ? " rank " + std::to_string(e.rank) : "") + ": " + err->message;
     const auto* c = std::get_if<pp::CheckpointLine>(&e.body);
     if (c && c->phase == "kill_window" && e.rank == 0 && spec_.role == pp::Role::kReference && !kill_at_) {
       kill_at_ = Clock::now() + std::chrono::seconds(10);
@@ -378,17 +381,18 @@ class ProgramRun {
         w_.failed_rank = static_cast<int>(r);
       }
     if (w_.error.empty() && w_.killed_by_us && w_.status != expected)
-      w_.error = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
+      w_.error = worker_title() + (nproc() > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
                  proc::describe_exit(w_.status) + " before its kill window (its output is above; its events are in " +
                  printable(spec_.events) + ")";
     if (w_.error.empty() && w_.status != 0 && !w_.killed_by_us)
-      w_.error = worker_name(spec_.role) + (nproc() > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
+      w_.error = worker_title() + (nproc() > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
                  proc::describe_exit(w_.status) + " (its output is above; its events are in " +
                  printable(spec_.events) + ")";
     return w_;
   }
 
   int nproc() const { return world_of(p_, spec_); }
+  std::string worker_title() const { return name_ == "control" ? "the determinism control" : worker_name(spec_.role); }
 
   Pilot& p_;
   const pp::Spec& spec_;
@@ -678,6 +682,9 @@ struct Run {
   json probe_points = json::array();              // the memory probe's, for the plan
   bool observed = false;                          // the program's own save and load code (hello "checkpoints")
   observed::TornSave torn;                        // observed: what the kill left of the save of K+R
+  std::vector<observed::HashedSave> saves;        // observed: the finished saves, pinned at the kill
+  std::int64_t from = 0;                          // the save worker B resumed from (K, or a later finished one)
+  std::optional<pp::DeterminismVerdict> control;  // the determinism control, when it ran
 };
 
 // Observed mode: the files the finished saves of a worker reported (every rank), and those of one step.
@@ -858,6 +865,13 @@ json pin_program_run(const Run& r) {
   pins.python = h.versions.python;
   pins.anchor_pilot = h.anchor_pilot;
   m["program"] = manifest::pin_program(pins, po);
+  json ranks = json::array();  // the seed each rank's torch generator had at its first step
+  for (const auto& [rank, rank_log] : r.a.logs) {
+    const auto& steps = rank_log.steps;
+    ranks.push_back({{"rank", rank},
+                     {"torch", !steps.empty() && steps.front().torch_seed ? json(*steps.front().torch_seed) : json()}});
+  }
+  m["seeds"] = manifest::program_seeds(p.cfg.run.seed, ranks);
   return m;
 }
 
@@ -911,7 +925,8 @@ Step pin(Run& r) {
       for (const auto& c : r.a.logs.at(0).checkpoints)
         if (c.op == "save" && c.phase == "end" && c.step && steps.insert(*c.step).second) {
           const auto files = finished_files(r.a, *c.step);
-          saves.push_back(observed::hashed_save(p.ckpt_dir, *c.step, {files.begin(), files.end()}));
+          r.saves.push_back(observed::hashed_save(p.ckpt_dir, *c.step, {files.begin(), files.end()}));
+          saves.push_back(r.saves.back().to_json());
           check_dcp(p.ckpt_dir, *c.step, {files.begin(), files.end()}, saves.back());
         }
       p.report.set_section("program_checkpoints", {{"dir", printable(p.ckpt_dir)},
@@ -1083,7 +1098,8 @@ void compare(Run& r) {
     std::vector<protocol::Verdict> ranks;
     ranks.reserve(static_cast<std::size_t>(std::max(p.nproc, 0)));
     // Observed: the program may save more often than anchor asks; its load may resume a later finished save.
-    std::int64_t from = r.k;
+    r.from = r.k;
+    std::int64_t& from = r.from;
     if (const std::int64_t got = observed_restore(r.b);
         r.observed && got > r.k && got < r.last && r.a.logs.at(0).digests_at("save", got))
       from = got;
@@ -1107,6 +1123,88 @@ void compare(Run& r) {
   p.report.set_section("resume", r.verdict->to_json());
   p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
   if (!r.observed) p.report.add_checkpoints(p.ckpt_dir, p.run_dir);  // observed: program_checkpoints, at the kill
+}
+
+// The determinism control's checkpoint directory, made for it: worker B's own save of K+R stays
+// where it is, and the control restores the save worker B restored. Helper checkpoints: named in the
+// spec. Observed: a copy of that save, each file checked against its pin (the program's load then
+// finds it as worker B found it). Returns "" or why the control cannot run.
+std::string control_checkpoints(Run& r, pp::Spec& spec) {
+  const std::string dir = r.l.dir + "/control.checkpoints";
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);  // a reused run directory's
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return "cannot make " + printable(dir) + ": " + ec.message();
+  spec.checkpoint_dir = dir;
+  if (!r.observed) {
+    spec.restore = r.p.ckpt_dir + "/" + checkpoint::step_dir_name(r.from);
+    return "";
+  }
+  const auto it =
+      std::find_if(r.saves.begin(), r.saves.end(), [&](const observed::HashedSave& s) { return s.step == r.from; });
+  if (it == r.saves.end()) return "anchor pinned no save of step " + std::to_string(r.from);
+  try {
+    const std::string why = observed::copy_pinned_save(r.p.ckpt_dir, *it, dir);
+    return why.empty() ? "" : "your save of step " + std::to_string(r.from) + " is not as it was pinned: " + why;
+  } catch (const Error& e) {
+    return with_hint(e);
+  }
+}
+
+// Why worker B's run cannot be repeated ("" when it can): it must have restored and run its steps.
+std::string control_refused(const Run& r) {
+  if (r.b.status != 0) return "worker B did not finish its steps";
+  if (!r.verdict->combined.checks.empty() && r.verdict->combined.checks.front().name == "restored step" &&
+      !r.verdict->combined.checks.front().ok)
+    return "worker B did not restore the save of step " + std::to_string(r.from);
+  return "";
+}
+
+// The determinism control (pilot.determinism): worker B's steps run a second time, in fresh
+// processes, from the save it restored. Two runs of the same steps from the same state that agree
+// bitwise make a mismatch the resume's; two that differ make the program nondeterministic, with the
+// pilot.tolerance its run-to-run difference asks for. auto: only when the resume does not match.
+Step determinism(Run& r) {
+  Pilot& p = r.p;
+  const std::string& mode = p.cfg.pilot.determinism;
+  if (mode == "off" || (mode == "auto" && r.verdict->match())) return std::nullopt;
+  json section = {{"mode", mode}, {"ran", false}};
+  const auto not_run = [&](const std::string& why) {
+    section["why"] = why;
+    p.report.set_section("determinism", section);
+    p.stage("determinism", [&] { return json{{"ran", false}, {"why", why}}; });
+    return std::nullopt;
+  };
+  if (const std::string why = control_refused(r); !why.empty()) return not_run(why);
+  pp::Spec spec = r.spec;
+  spec.events = r.l.dir + "/control.events.jsonl";
+  if (const std::string why = control_checkpoints(r, spec); !why.empty()) return not_run(why);
+  Outcome c;
+  try {
+    c = run_program_worker(p, r.l, spec, "control");
+  } catch (const Error& e) {
+    return not_run(with_hint(e));
+  }
+  if (interrupt_signal()) return interrupted_exit(p);
+  if (c.status != 0) return not_run("the control's run failed: " + c.error);
+  pp::RunDifference control, resume;
+  for (int rank = 0; rank < world_of(p, spec); ++rank) {
+    if (!c.logs.count(rank)) return not_run("the control's rank " + std::to_string(rank) + " reported nothing");
+    control.add(r.b.logs.at(rank), c.logs.at(rank), r.from, r.last, rank);
+    if (!spec.reshard) resume.add(r.a.logs.at(rank), r.b.logs.at(rank), r.from, r.last, rank);
+  }
+  r.control = pp::judge_determinism(control, resume, r.from, r.last);
+  const json max_relative = std::isfinite(control.max_relative) ? json(control.max_relative) : json("inf");
+  section = r.control->to_json();
+  section.update(
+      {{"mode", mode}, {"ran", true}, {"seconds", c.seconds}, {"words", r.control->words(r.verdict->match())}});
+  p.report.set_section("determinism", section);
+  p.report.add_stage(
+      {{"stage", "determinism"},
+       {"status", "passed"},
+       {"seconds", c.seconds},
+       {"figures", {{"finding", r.control->finding_name()}, {"max_relative", max_relative}, {"seconds", c.seconds}}}});
+  return std::nullopt;
 }
 
 // The report's measurements as far as the pilot got, and a plan section that
@@ -1246,9 +1344,14 @@ ExitCode run_program_pilot(Pilot& p) {
   for (auto step : {prepare, reference, ranks_rng, pin, resume})
     if (Step end = step(r)) return *end;
   compare(r);
+  if (p.cfg.pilot.determinism == "check" || (p.cfg.pilot.determinism == "auto" && !r.verdict->match())) {
+    const auto at = std::find(p.planned_stages.begin(), p.planned_stages.end(), std::string("compare"));
+    p.planned_stages.insert(at + 1, "determinism");
+    if (Step end = determinism(r)) return *end;
+  }
   if (!r.verdict->match()) {
     not_planned(r, "the resume does not match its uninterrupted run: a run that does not resume is not planned");
-    return resume_mismatch(p, *r.verdict, true);
+    return resume_mismatch(p, *r.verdict, true, r.control ? r.control->words(false) : "");
   }
   for (auto step : {memory_probe, make_plan})
     if (Step end = step(r)) return *end;

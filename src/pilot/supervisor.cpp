@@ -25,6 +25,7 @@
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/dir_lock.hpp"
+#include "anchor/common/faults.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/common/process.hpp"
@@ -44,6 +45,7 @@
 #include "anchor/report/keys.hpp"
 #include "anchor/report/provenance.hpp"
 #include "anchor/report/model_signing.hpp"
+#include "anchor/train/loss_scaler.hpp"
 #include "anchor/report/statement.hpp"
 #include "anchor/protocol/events.hpp"
 #include "anchor/protocol/progress.hpp"
@@ -589,6 +591,27 @@ void choose_signing_key(Pilot& p) {
                     user.private_path, user.key_id, user.public_path);
 }
 
+// A negative control must change the run: ANCHOR_PILOT_FAULT=drop_scaler with the loss scaler off,
+// or diverge_replica on one rank, would pass and prove nothing. Refused (exit 2) before anything runs.
+void check_pilot_faults(const Pilot& p) {
+  for (const auto& f : faults::read("ANCHOR_PILOT_FAULT")) {
+    std::string why, fix;
+    if (f.point == "drop_scaler" && !train::loss_scaling_enabled(p.cfg.train)) {
+      why = "the loss scaler is off in this run (train.precision " + p.cfg.train.precision +
+            ", train.loss_scale.enabled " + p.cfg.train.loss_scale.enabled + ")";
+      fix = "turn it on (--set train.loss_scale.enabled=true works at any precision)";
+    } else if (f.point == "diverge_replica" && p.nproc < 2) {
+      why = "it nudges rank 1, and this pilot runs 1 rank";
+      fix = "run 2 ranks or more (--set distributed.nproc_per_node=2)";
+    }
+    if (!why.empty())
+      throw Error(ErrorKind::kUsage,
+                  "ANCHOR_PILOT_FAULT=" + f.point + " does nothing in this run: " + why +
+                      "; a negative control that changes nothing passes and proves nothing",
+                  fix + ", or leave " + f.point + " out of ANCHOR_PILOT_FAULT");
+  }
+}
+
 void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
   if (!p.cfg.program.command.empty()) {
@@ -612,6 +635,7 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
                     " ranks were started by an external launcher (torchrun or srun), which fixes the world size",
                 "run `anchor pilot CONFIG` by itself: anchor then starts worker B's ranks at pilot.resume_world_size "
                 "(docs/program.md, \"Resuming at another world size\")");
+  if (p.cfg.program.command.empty()) check_pilot_faults(p);
   // The accelerator catalog the plan uses: a bad one fails now, not after training.
   // A program pilot plans only when the program declares its shape: a catalog
   // problem then leaves it unplanned (saying why) rather than refusing the pilot.

@@ -197,6 +197,12 @@ Body parse_body(const std::string& type, const JsonFields& f) {
                     ", expected a SHA-256 (64 hex)");
         s.rng_streams.emplace_back(name, v.get<std::string>());
       }
+    if (f.has("torch_seed")) {
+      const json& v = f.need("torch_seed");
+      if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+        throw bad("\"step\".torch_seed is " + dump_json(v) + ", expected an integer in [0, 2^64)");
+      s.torch_seed = v.get<std::uint64_t>();
+    }
     return s;
   }
   if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
@@ -289,6 +295,7 @@ void body_json(json& j, const StepLine& s) {
     j["rng_streams"] = json::object();
     for (const auto& [name, sha] : s.rng_streams) j["rng_streams"][name] = sha;
   }
+  put(j, "torch_seed", s.torch_seed);
 }
 
 void body_json(json& j, const EvalLine& e) {

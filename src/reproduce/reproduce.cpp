@@ -197,13 +197,14 @@ void locate_inputs(Reproduction& r) {
   r.old_manifest = manifest::remap_manifest(pinned, r.where);
   r.cfg = manifest::config_from_manifest(r.old_manifest);  // mapped once, there
   r.baseline = r.original;
+  if (r.where.empty()) return;  // nothing moved: the recorded paths stand
+  const std::string recorded_dir = manifest::config_from_manifest(pinned).base_dir;
   if (r.baseline.program && r.baseline.program->command) {  // the interpreter the run started, where it is now
-    const auto m = manifest::with_root_prefix(r.where, manifest::config_from_manifest(pinned).base_dir);
+    const auto m = manifest::with_root_prefix(r.where, recorded_dir);
     for (auto& arg : *r.baseline.program->command) arg = manifest::map_path(m, arg);
   }
-  if (!r.where.empty())
-    note() << "reproduce: the config's directory " << printable(manifest::config_from_manifest(pinned).base_dir)
-           << " is read at " << printable(r.cfg.base_dir) << "\n";
+  note() << "reproduce: the config's directory " << printable(recorded_dir) << " is read at "
+         << printable(r.cfg.base_dir) << "\n";
 }
 
 // What a re-run cannot reproduce: a program pilot from a bundle (the

@@ -133,6 +133,12 @@ std::string stage_figure(const Stage& s) {
   if (name == "precision" && f.verdict)
     os << f.precision.value_or("") << " vs fp32: " << *f.verdict << ", loss rel " << std::setprecision(2)
        << f.loss_rel_diff.value_or(0.0) << ", grad norm rel " << f.grad_norm_rel_diff.value_or(0.0);
+  else if (name == "determinism" && f.finding) {
+    os << *f.finding;
+    if (f.max_relative && f.max_relative->is_number() && f.max_relative->get<double>() > 0)
+      os << ", run to run up to " << std::setprecision(2) << f.max_relative->get<double>();
+  } else if (name == "determinism" && f.why)
+    os << "not run: " << *f.why;
   else if (f.loss)
     os << "loss " << *f.loss;
   else if (f.tokens_per_s)

@@ -33,6 +33,9 @@ void fields(V& v, StageFigures& s) {
   v("mode", s.mode);
   v("attention", s.attention);
   v("start_from", s.start_from);
+  v("finding", s.finding);
+  v("why", s.why);
+  v("max_relative", s.max_relative);
   v("loss_rel_diff", s.loss_rel_diff);
   v("grad_norm_rel_diff", s.grad_norm_rel_diff);
   v("loss", s.loss);

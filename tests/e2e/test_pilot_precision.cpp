@@ -4,6 +4,8 @@
 // restore that drops it is caught (docs/precision.md).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "anchor/common/fs.hpp"
@@ -101,6 +103,28 @@ TEST(PilotPrecision, ARestoreThatDropsTheScalerStateIsCaught) {
   ASSERT_FALSE(report["resume"]["cause"].empty());
   EXPECT_EQ(report["resume"]["cause"][0], "scaler") << report["resume"].dump(2);
   EXPECT_EQ(report["loss_scaler"]["restored_scale"], 65536.0);  // reset to init_scale: the known divergence
+}
+
+// A negative control that changes nothing proves nothing: drop_scaler with the scaler off (fp32,
+// loss_scale auto) and diverge_replica on one rank are refused before anything runs (exit 2), and no
+// run is written; the test above is the control that does change the run.
+TEST(PilotPrecision, AFaultThatDoesNothingInThisRunIsRefused) {
+  TempDir t("scaler-off");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run")}, {{"ANCHOR_PILOT_FAULT", "drop_scaler"}});
+  ASSERT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("ANCHOR_PILOT_FAULT=drop_scaler does nothing in this run: the loss scaler is off in this "
+                          "run (train.precision fp32, train.loss_scale.enabled auto)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("train.loss_scale.enabled=true"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(t.str("run/report.json")));
+  auto d =
+      run_anchor({"pilot", kPilot, "--run-dir", t.str("one")}, {{"ANCHOR_PILOT_FAULT", "drop_rng,diverge_replica"}});
+  ASSERT_EQ(d.status, 2) << d.output;
+  EXPECT_NE(d.output.find("ANCHOR_PILOT_FAULT=diverge_replica does nothing in this run: it nudges rank 1, and this "
+                          "pilot runs 1 rank"),
+            std::string::npos)
+      << d.output;
 }
 
 TEST(PilotPrecision, ANonFiniteGradientFailsTheValidationStageWithTheTensorNamed) {

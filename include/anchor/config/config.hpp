@@ -96,6 +96,7 @@ struct PilotConfig {
   std::string start_from = "init";    // init | latest: worker A starts from the newest committed checkpoint
   int resume_world_size = 0;          // a program's worker B at this many ranks (DCP reshards); 0: nproc_per_node
   std::string shared_rng = "fail";    // fail | warn: a program's ranks that share a random stream they draw from
+  std::string determinism = "auto";   // auto | check | off: a program's resumed steps run twice (the control)
 };
 
 struct DistributedConfig {

@@ -71,6 +71,14 @@ nlohmann::json pin_program(const ProgramPins& pins, const PinOptions& opts = {})
 // the distributions listed again from its sys_path.
 nlohmann::json repin_program(const nlohmann::json& program, const PinOptions& opts = {});
 
+// A program pilot's "seeds": {"root": run.seed (the seed the spec gives the
+// program, which anchor_pilot.setup() seeds torch, random and NumPy with),
+// "ranks": [{"rank", "torch"}]}: what each rank's torch generator was last
+// seeded with at its first step (torch.initial_seed(), null when the helper
+// did not say), not seeds anchor derives for its own trainer, which a program
+// never uses. `ranks` as the program reported it (a re-pin keeps the recorded one).
+nlohmann::json program_seeds(std::uint64_t root, nlohmann::json ranks);
+
 // A program pilot's whole manifest pinned again (`anchor pin --check`,
 // `anchor reproduce`): the libraries and the interpreter the program had
 // loaded hashed again on disk, its sources and Python distributions listed

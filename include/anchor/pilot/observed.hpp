@@ -45,10 +45,29 @@ struct TornSave {
 TornSave torn_save(const std::string& ckpt_dir, const std::set<std::string>& finished,
                    const std::vector<std::string>& saved_files, std::int64_t saved, std::int64_t killed);
 
-// {"step", "files": [{"path", "bytes", "sha256"}]} of one finished save,
-// hashed now (streaming, constant memory). Throws Error (kIo) naming a file
-// that cannot be read.
-nlohmann::json hashed_save(const std::string& ckpt_dir, std::int64_t step, const std::vector<std::string>& files);
+// One finished save, hashed now (streaming, constant memory): each file as
+// the program reported it (relative to the checkpoint directory), its size and
+// SHA-256. to_json(): {"step", "files": [{"path", "bytes", "sha256"}]}, each
+// path printable. Throws Error (kIo) naming a file that cannot be read.
+struct HashedSave {
+  struct File {
+    std::string path;  // as reported, relative to the checkpoint directory
+    std::uint64_t bytes = 0;
+    std::string sha256;
+  };
+  std::int64_t step = 0;
+  std::vector<File> files;
+  nlohmann::json to_json() const;
+};
+HashedSave hashed_save(const std::string& ckpt_dir, std::int64_t step, const std::vector<std::string>& files);
+
+// Copies one finished save into `to` for the determinism control: each of its
+// files to the same relative path under `to`, the copy checked against the
+// SHA-256 it was pinned with. Returns "" when every copy is the file as it was
+// pinned, else what is not ("step_4/model.pt changed after the save (...)").
+// A path that is absolute or climbs out with ".." is refused, never copied.
+// Throws Error (kIo) when a copy cannot be read back.
+std::string copy_pinned_save(const std::string& ckpt_dir, const HashedSave& save, const std::string& to);
 
 // The DCP checkpoints among one finished save's files (each directory in
 // which it wrote a `.metadata`, relative to ckpt_dir), checked as

@@ -112,6 +112,9 @@ struct StepLine {
   std::string rng;    // SHA-256 of the RNG streams at the step's start, when the helper says it ("" otherwise)
   // Each stream's SHA-256 on its own ("torch", "cuda", "python", "numpy"): the helper's first two step lines.
   std::vector<std::pair<std::string, std::string>> rng_streams;
+  // torch.initial_seed(), the seed torch's CPU generator was last seeded with, on the
+  // helper's first step line of each rank (the seed the rank actually used; docs/program.md "What is pinned").
+  std::optional<std::uint64_t> torch_seed;
   std::optional<std::int64_t> tokens;
   std::optional<double> data_wait_s, compute_s;
   std::optional<std::int64_t> stop_at;  // the step count this worker stops at, when it says (the built-in does)

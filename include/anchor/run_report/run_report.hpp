@@ -51,6 +51,8 @@ struct Profile : Rest {
 // A stage's figures: which are present depends on the stage (docs/report.md, "stages").
 struct StageFigures : Rest {
   Opt<std::string> precision, verdict, mode, attention, start_from;
+  Opt<std::string> finding, why;  // determinism: what the control found, or why it did not run
+  Opt<Json> max_relative;         // determinism: a number, or "inf"
   Opt<double> loss_rel_diff, grad_norm_rel_diff, loss, tokens_per_s, seconds, memory_saved_percent, time_added_percent,
       gb_per_s, model_build_s, load_state_s, state_digest_s, train_windows;
   Opt<std::int64_t> bytes, step, parameters, start_step, memory_saved_bytes;

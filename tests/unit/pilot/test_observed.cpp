@@ -64,7 +64,7 @@ TEST_F(TornSave, ASaveThatOverwritesOneFileLacksNothing) {
 
 TEST_F(TornSave, AFinishedSaveIsPinnedByDigest) {
   touch("s/a");
-  const auto j = ob::hashed_save(tmp_.path().string(), 4, {"s/a"});
+  const auto j = ob::hashed_save(tmp_.path().string(), 4, {"s/a"}).to_json();
   EXPECT_EQ(j["step"], 4);
   EXPECT_EQ(j["files"][0]["path"], "s/a");
   EXPECT_EQ(j["files"][0]["bytes"], 3);
