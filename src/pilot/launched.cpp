@@ -38,12 +38,12 @@ using nlohmann::json;
 //   pilot/run_dir                  {"run_dir", "ckpt_dir", "nonce"}: the run the supervisor chose
 //                                  (ckpt_dir only when checkpoint.dir is outside the run directory)
 //   pilot/node/<k>                 node k's agent: {"ok", "host", "error", "hint"}
-//   pilot/<group>/start            the port of worker group <group>'s store (on node 0)
+//   pilot/start/<i>                the i-th worker group to start (0, 1, ...): {"group", "port" (its
+//                                  store's, on node 0), "program" (a program pilot's: {"argv", "cwd", "env"})}
 //   pilot/<group>/kill|stop        the relayed kill; the supervisor's side failed
 //   pilot/<group>/node/<k>         node k's ranks of the group: [{"rank", "status", "killed"}]
 const char* const kSupervisor = "rank 0 (the pilot's supervisor)";
 const char* const kNonceFile = ".anchor-node-check";
-const char* const kGroups[] = {"reference", "resume"};
 
 bool expired(Clock::time_point deadline) { return Clock::now() >= deadline; }
 Clock::time_point after(double s) {
@@ -108,7 +108,11 @@ class StoreNodes : public PilotNodes {
   }
 
   void start(const std::string& group, int port) override {
-    store_.set(group_key(group, "start"), std::to_string(port));
+    store_.set("pilot/start/" + std::to_string(started_++), json{{"group", group}, {"port", port}}.dump());
+  }
+  void start_program(const std::string& group, int port, const json& launch) override {
+    store_.set("pilot/start/" + std::to_string(started_++),
+               dump_json(json{{"group", group}, {"port", port}, {"program", launch}}));
   }
   void kill(const std::string& group) override { store_.set(group_key(group, "kill"), "1"); }
 
@@ -147,6 +151,7 @@ class StoreNodes : public PilotNodes {
   dist::LaunchEnv launch_;
   double timeout_s_;
   std::vector<std::string> hosts_;
+  int started_ = 0;  // the worker groups started so far
 };
 
 // Waits for the first of `keys` to be set (following the store's liveness);
@@ -208,20 +213,32 @@ void check_run_visible(const dist::LaunchEnv& launch, dist::Store& store, int no
   store.set("pilot/node/" + std::to_string(node), json{{"ok", true}, {"host", host}}.dump());
 }
 
-// Starts this node's ranks (base .. base + local_world_size - 1) of a worker group.
+// Starts this node's ranks (base .. base + local_world_size - 1) of a worker group: anchor's
+// worker, or a program pilot's program as the supervisor launches it (`program`: {"argv", "cwd", "env"}).
 std::vector<pid_t> spawn_node_ranks(const dist::LaunchEnv& launch, const PilotOptions& opts, const std::string& binary,
-                                    const std::string& run_dir, const char* group, int base, int port) {
+                                    const std::string& run_dir, const std::string& group, int base, int port,
+                                    const json& program) {
   std::vector<pid_t> pids;
   for (int lr = 0; lr < launch.local_world_size; ++lr) {
     proc::SpawnOptions so;
     so.die_with_parent = true;
-    so.env =
-        dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr, port);
-    so.env.merge(threads::pool_wait_env());  // idle pool threads sleep soon (threads.hpp)
-    so.env["ANCHOR_LIVE_PROGRESS"] = "0";  // no live line here (include/anchor/protocol/progress.hpp): plain step lines
-    so.env[protocol::kSpecEnv] = protocol::work::spec(run_dir, group);  // written by the supervisor before the start
-    std::vector<std::string> argv = {binary, "--log-level", opts.log_level, "__worker"};
-    if (!opts.use_hash_cache) argv.push_back("--no-cache");
+    std::vector<std::string> argv;
+    if (program.is_object()) {
+      for (const auto& [k, v] : program.at("env").items()) so.env[k] = v.get<std::string>();
+      so.unset = dist::outer_launch_variables();  // this agent's own launch: the program's rank is anchor's
+      so.new_process_group = true;
+      so.cwd = program.at("cwd").get<std::string>();
+      argv = program.at("argv").get<std::vector<std::string>>();
+    } else {
+      so.env.merge(threads::pool_wait_env());  // idle pool threads sleep soon (threads.hpp)
+      so.env["ANCHOR_LIVE_PROGRESS"] = "0";    // no live line here (include/anchor/protocol/progress.hpp)
+      so.env[protocol::kSpecEnv] = protocol::work::spec(run_dir, group);  // written by the supervisor before the start
+      argv = {binary, "--log-level", opts.log_level, "__worker"};
+      if (!opts.use_hash_cache) argv.push_back("--no-cache");
+    }
+    for (auto& [k, v] :
+         dist::placed_launch_env(base + lr, launch.world_size, lr, launch.local_world_size, launch.master_addr, port))
+      so.env[k] = v;
     pids.push_back(proc::spawn(argv, so).pid);
   }
   return pids;
@@ -229,7 +246,9 @@ std::vector<pid_t> spawn_node_ranks(const dist::LaunchEnv& launch, const PilotOp
 
 // Waits for this node's ranks of a group, SIGKILLing them on the relayed kill
 // or stop (or the pilot's end); returns their statuses.
-json wait_node_ranks(dist::Store& store, const std::vector<pid_t>& pids, int node, const char* group, int base) {
+// `leaders`: each rank leads its process group (a program's), which is killed whole.
+json wait_node_ranks(dist::Store& store, const std::vector<pid_t>& pids, int node, const std::string& group, int base,
+                     bool leaders) {
   json statuses = json::array();
   std::vector<bool> done(pids.size(), false), killed(pids.size(), false);
   bool kill_sent = false;
@@ -250,7 +269,7 @@ json wait_node_ranks(dist::Store& store, const std::vector<pid_t>& pids, int nod
            store.try_get(group_key(group, "stop"), kSupervisor) || store.try_get("pilot/exit", kSupervisor))) {
         for (std::size_t i = 0; i < pids.size(); ++i)
           if (!done[i]) {
-            ::kill(pids[i], SIGKILL);
+            ::kill(leaders ? -pids[i] : pids[i], SIGKILL);
             killed[i] = true;
           }
         kill_sent = true;
@@ -261,7 +280,7 @@ json wait_node_ranks(dist::Store& store, const std::vector<pid_t>& pids, int nod
   } catch (const Error&) {
     // The supervisor (or the store's host) is gone: no rank outlives it.
     for (std::size_t i = 0; i < pids.size(); ++i)
-      if (!done[i]) ::kill(pids[i], SIGKILL);
+      if (!done[i]) ::kill(leaders ? -pids[i] : pids[i], SIGKILL);
     throw;
   }
   return statuses;
@@ -285,14 +304,17 @@ ExitCode run_agent(const dist::LaunchEnv& launch, dist::Store& store, const Pilo
   check_run_visible(launch, store, node, host, shared);
 
   const std::string binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
-  for (const char* group : kGroups) {
-    auto [w, port] = wait_any(store, {"pilot/exit", group_key(group, "start")});
+  for (int i = 0;; ++i) {
+    auto [w, start] = wait_any(store, {"pilot/exit", "pilot/start/" + std::to_string(i)});
     if (w == 0) break;
+    const json what = json::parse(start);
+    const std::string group = what.at("group").get<std::string>();
     const int base = node * launch.local_world_size;
-    const std::vector<pid_t> pids = spawn_node_ranks(launch, opts, binary, run_dir, group, base, std::stoi(port));
+    const std::vector<pid_t> pids = spawn_node_ranks(launch, opts, binary, run_dir, group, base,
+                                                     what.at("port").get<int>(), what.value("program", json()));
     ANCHOR_LOG_INFO("pilot", "node {}: started ranks {}..{} of the {} worker", node, base,
                     base + launch.local_world_size - 1, group);
-    const json statuses = wait_node_ranks(store, pids, node, group, base);
+    const json statuses = wait_node_ranks(store, pids, node, group, base, what.contains("program"));
     store.set(group_key(group, "node/" + std::to_string(node)), statuses.dump());
   }
   return read_verdict(store);

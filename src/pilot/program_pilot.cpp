@@ -172,15 +172,20 @@ std::vector<proc::Child> start_program_ranks(Pilot& p, const Launch& l, const pp
   const std::string spec_path = l.dir + "/" + name + ".spec.json";
   fs::atomic_write_file(spec_path, dump_json(pp::to_json(spec), 2) + "\n");
   std::error_code ec;
-  std::filesystem::remove(spec.events, ec);     // a reused run directory's
-  const int port = dist::free_loopback_port();  // also for one rank: concurrent pilots must not collide
+  std::filesystem::remove(spec.events, ec);  // a reused run directory's
+  PilotNodes* const nodes = p.opts.nodes;    // several nodes: this one runs ranks 0 .. local_world_size - 1
+  // Also for one rank: concurrent pilots must not collide. Several nodes: reachable from the others.
+  const int port = nodes ? dist::free_port() : dist::free_loopback_port();
   std::vector<proc::Child> ranks;
   const int world = world_of(p, spec);
-  for (int r = 0; r < world; ++r) {
+  const int local = nodes ? nodes->local_world_size() : world;
+  for (int r = 0; r < local; ++r) {
     proc::SpawnOptions so;
     so.env = l.env;
     so.unset = dist::outer_launch_variables();  // under torchrun or srun: the program's rank is the one anchor gives
-    for (auto& [k, v] : dist::self_launch_env(r, world, port)) so.env[k] = v;
+    for (auto& [k, v] : nodes ? dist::placed_launch_env(r, world, r, local, nodes->master_addr(), port)
+                              : dist::self_launch_env(r, world, port))
+      so.env[k] = v;
     so.env["ANCHOR_PILOT_SPEC"] = spec_path;
     so.cwd = l.cwd;
     so.die_with_parent = true;
@@ -190,6 +195,17 @@ std::vector<proc::Child> start_program_ranks(Pilot& p, const Launch& l, const pp
   json pids = json::array();
   for (const auto& c : ranks) pids.push_back(c.pid);
   p.events->write({{"event", "worker_started"}, {"worker", name}, {"program", l.argv}, {"pids", pids}}, "supervisor");
+  if (nodes) {  // the other nodes start theirs: the same command, environment and spec
+    json env = l.env;
+    env["ANCHOR_PILOT_SPEC"] = spec_path;
+    try {
+      nodes->start_program(name, port, {{"argv", l.argv}, {"cwd", l.cwd}, {"env", env}});
+    } catch (const Error&) {  // no rank of this node is left waiting for the others
+      kill_all(ranks, std::vector<std::optional<int>>(ranks.size()), SIGKILL);
+      for (const auto& c : ranks) proc::wait_exit(c.pid);
+      throw;
+    }
+  }
   return ranks;
 }
 
@@ -202,6 +218,7 @@ class ProgramRun {
         spec_(spec),
         name_(std::move(name)),
         ranks_(std::move(ranks)),
+        nodes_(p.opts.nodes),
         t0_(Clock::now()),
         deadline_(t0_ +
                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s))),
@@ -266,6 +283,7 @@ class ProgramRun {
       ANCHOR_LOG_WARN("pilot", "could not read the program's loaded libraries: {}", ex.what());
     }
     kill_all(ranks_, ended_, SIGKILL);
+    if (nodes_) nodes_->kill(name_);  // and every other node's ranks, relayed through the store
     w_.killed_by_us = true;
     json pids = json::array();
     for (const auto& ch : ranks_) pids.push_back(ch.pid);
@@ -322,6 +340,7 @@ class ProgramRun {
         if (w_.logs[r].digests_at("save", spec_.stop_at)) continue;
         all_said = false;
         const auto i = static_cast<std::size_t>(r);
+        if (i >= ranks_.size()) continue;  // another node's rank: the deadline stands
         if (!ended_[i]) ended_[i] = proc::try_wait(ranks_[i].pid);
         one_ended = one_ended || ended_[i].has_value();
       }
@@ -380,6 +399,7 @@ class ProgramRun {
         w_.status = *ended_[r];
         w_.failed_rank = static_cast<int>(r);
       }
+    if (nodes_) collect_remote_ranks(expected);
     if (w_.error.empty() && w_.killed_by_us && w_.status != expected)
       w_.error = worker_title() + (nproc() > 1 ? " rank " + std::to_string(w_.failed_rank) : "") + " " +
                  proc::describe_exit(w_.status) + " before its kill window (its output is above; its events are in " +
@@ -391,13 +411,38 @@ class ProgramRun {
     return w_;
   }
 
+  // The other nodes' ranks, once this node's have ended: stopped first when this side failed (or was
+  // interrupted); one that ended otherwise than this node's is the worker's failure, named with its node.
+  void collect_remote_ranks(int expected) {
+    const bool stop = (w_.status != expected) || interrupt_signal() || (!w_.error.empty() && !w_.killed_by_us);
+    try {
+      json remote = json::array();
+      for (const auto& rr : nodes_->collect(name_, stop)) {
+        remote.push_back(
+            {{"rank", rr.rank}, {"node", rr.node}, {"host", rr.host}, {"status", rr.status}, {"killed", rr.killed}});
+        const bool as_expected = w_.killed_by_us ? rr.killed || rr.status == 128 + SIGKILL : rr.status == 0;
+        if (as_expected || w_.status != expected) continue;
+        w_.status = rr.status;
+        w_.failed_rank = rr.rank;
+        if (w_.error.empty())
+          w_.error = worker_title() + " rank " + std::to_string(rr.rank) + " (node " + std::to_string(rr.node) + ", " +
+                     rr.host + ") " + proc::describe_exit(rr.status);
+      }
+      p_.events->write({{"event", "remote_ranks_ended"}, {"worker", name_}, {"ranks", remote}}, "supervisor");
+    } catch (const Error& e) {
+      if (w_.status == expected) w_.status = 1;
+      if (w_.error.empty()) w_.error = e.what();
+    }
+  }
+
   int nproc() const { return world_of(p_, spec_); }
   std::string worker_title() const { return name_ == "control" ? "the determinism control" : worker_name(spec_.role); }
 
   Pilot& p_;
   const pp::Spec& spec_;
   const std::string name_;
-  const std::vector<proc::Child> ranks_;
+  const std::vector<proc::Child> ranks_;  // this node's: ranks 0 .. ranks_.size() - 1
+  PilotNodes* const nodes_;               // several nodes: the others run the rest
   Outcome w_;
   const Clock::time_point t0_;
   const Clock::time_point deadline_;
@@ -760,6 +805,13 @@ Step prepare(Run& r) {
     std::filesystem::create_directories(r.l.dir);
   } catch (const Error& e) {
     return fail(p, "program", exit_code_for(e.kind()), with_hint(e));
+  }
+  if (p.opts.nodes) {  // several nodes: every node must see the run directory and the checkpoints
+    try {
+      p.opts.nodes->share_run_dir(p.run_dir, p.ckpt_dir);
+    } catch (const Error& e) {
+      return fail(p, "nodes", exit_code_for(e.kind()), with_hint(e));
+    }
   }
   if (auto why = check_start_dir(p.cfg, p.ckpt_dir); !why.empty()) return fail(p, "start", ExitCode::kUsage, why);
   p.report.set_start({{"from", "init"}});

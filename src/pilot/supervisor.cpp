@@ -614,15 +614,10 @@ void check_pilot_faults(const Pilot& p) {
 
 void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   p.cfg = opts.config ? *opts.config : config::load(opts.config_path, opts.overrides);
-  if (!p.cfg.program.command.empty()) {
-    const char* what = opts.nodes                           ? "a program pilot over several nodes"
-                       : p.cfg.pilot.start_from == "latest" ? "pilot.start_from latest with program.command"
-                                                            : nullptr;
-    if (what)
-      throw Error(ErrorKind::kUsage, std::string(what) + " is not supported",
-                  "run `anchor pilot CONFIG` on one node (by itself, or under torchrun or srun there); anchor starts "
-                  "the program's ranks itself with torchrun's variables (docs/program.md, \"Limits\")");
-  }
+  if (!p.cfg.program.command.empty() && p.cfg.pilot.start_from == "latest")
+    throw Error(ErrorKind::kUsage, "pilot.start_from latest with program.command is not supported",
+                "leave pilot.start_from at init: a program pilot starts the program from scratch, and the program "
+                "decides what it restores (docs/program.md, \"Limits\")");
   // Ranks: the supervisor starts them itself (distributed.nproc_per_node, or as
   // many as the external launcher started: docs/distributed.md).
   // Each worker rank picks its device and backend itself (it has LibTorch):

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <chrono>
@@ -340,6 +341,75 @@ TEST(PilotMultinode, UnevenNodesAreRefused) {
                                                                                       {"MASTER_PORT", "29500"}});
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("3 ranks do not fill nodes of 2 evenly"), std::string::npos) << r.output;
+}
+
+// A program pilot over two hand-launched nodes (issue 41, item 4): node 0's anchor supervises and
+// starts rank 0 of the DDP example; node 1's agent starts rank 1 with the same command, environment
+// and spec, SIGKILLs it on the relayed kill, and reports how it ended. The resume matches bitwise on
+// both ranks; rank 1's events reach the supervisor through the shared run directory.
+TEST(PilotMultinode, AProgramPilotRunsItsRanksOnBothNodes) {
+  TempDir t("pilotmnprog");
+  std::filesystem::copy(source_path("examples/ddp"), t.path() / "ddp", std::filesystem::copy_options::recursive);
+  std::filesystem::create_directories(t.path() / "bin");  // `python3`, as the example names it: this build's
+  {
+    std::ofstream w(t.str("bin/python3"));
+    w << "#!/bin/sh\nexec '" << ANCHOR_TEST_PYTHON << "' \"$@\"\n";
+  }
+  std::filesystem::permissions(t.str("bin/python3"), std::filesystem::perms::owner_all);
+  const char* path = std::getenv("PATH");
+  const int port = anchor::dist::free_loopback_port();
+  std::vector<std::vector<std::string>> argvs;
+  std::vector<std::map<std::string, std::string>> envs;
+  for (int node = 0; node < 2; ++node) {
+    std::vector<std::string> a = {ANCHOR_BINARY, "pilot", t.str("ddp/pilot.yaml"), "--set",
+                                  "distributed.nproc_per_node=1"};
+    if (node == 0) a.insert(a.end(), {"--run-dir", t.str("run")});
+    argvs.push_back(a);
+    auto env = node_env(node, port);
+    env.insert({{"PATH", t.str("bin") + ":" + (path ? path : "/usr/bin:/bin")},
+                {"PYTHONPATH", source_path("python")},
+                {"OMP_NUM_THREADS", "1"}});
+    envs.push_back(env);
+  }
+  auto r = run_together(argvs, envs);
+  ASSERT_EQ(r[0].status, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
+  ASSERT_EQ(r[1].status, 0) << r[1].out;
+  EXPECT_NE(r[0].out.find("supervises the pilot over 2 nodes"), std::string::npos) << r[0].out;
+  EXPECT_NE(r[1].out.find("started ranks 1..1 of the reference worker"), std::string::npos) << r[1].out;
+  EXPECT_NE(r[1].out.find("started ranks 1..1 of the resume worker"), std::string::npos) << r[1].out;
+  auto report = read_json(t.str("run/report.json"));
+  EXPECT_EQ(report["status"], "passed");
+  EXPECT_EQ(report["resume"]["mode"], "bitwise");
+  EXPECT_EQ(report["program"]["world_size"], 2);
+  ASSERT_EQ(report["resume"]["per_rank"].size(), 2u) << report["resume"].dump(2);
+  for (const auto& pr : report["resume"]["per_rank"]) EXPECT_EQ(pr["verdict"], "match");
+  // Node 1's rank of worker A was killed by its agent on the relayed kill; of worker B it ended by itself.
+  std::ifstream ev(t.str("run/events.jsonl"));
+  bool killed = false, ended = false;
+  for (std::string line; std::getline(ev, line);) {
+    auto e = json::parse(line);
+    if (e.value("event", "") != "remote_ranks_ended") continue;
+    const auto& rank1 = e["ranks"].at(0);
+    if (e["worker"] == "reference") killed = rank1["rank"] == 1 && rank1["killed"] == true;
+    if (e["worker"] == "resume") ended = rank1["rank"] == 1 && rank1["status"] == 0;
+  }
+  EXPECT_TRUE(killed);
+  EXPECT_TRUE(ended);
+
+  // The negative control: rank 1's data cursor not restored is named on rank 1, and both nodes exit 3. The
+  // determinism control (a third worker group, on both nodes) finds the program repeatable.
+  for (auto& a : argvs) {
+    a.insert(a.end(), {"--set", "program.command=[python3, train.py, --forget, data]"});
+    if (a.size() > 7 && a[5] == "--run-dir") a[6] = t.str("forgot");
+  }
+  auto f = run_together(argvs, envs);
+  ASSERT_EQ(f[0].status, 3) << f[0].out << "\n--- node 1:\n" << f[1].out;
+  EXPECT_EQ(f[1].status, 3) << f[1].out;
+  EXPECT_NE(f[1].out.find("started ranks 1..1 of the control worker"), std::string::npos) << f[1].out;
+  auto forgot = read_json(t.str("forgot/report.json"));
+  const auto& cause = forgot["resume"]["cause"];
+  EXPECT_NE(std::find(cause.begin(), cause.end(), "rank 1: data"), cause.end()) << forgot["resume"].dump(2);
+  EXPECT_EQ(forgot["determinism"]["finding"], "repeatable") << forgot["determinism"].dump(2);
 }
 
 }  // namespace

@@ -41,6 +41,12 @@ class PilotNodes {
   // Every other node starts its ranks of worker `group` ("reference",
   // "resume") against the store on master_addr():port.
   virtual void start(const std::string& group, int port) = 0;
+  // A program pilot's worker `group` ("reference", "resume", "control",
+  // "probe-1", ...): every other node starts its ranks of the program, each
+  // with `launch` ({"argv", "cwd", "env": the variables added to the node's
+  // own environment, ANCHOR_PILOT_SPEC among them}), the rank's launch
+  // variables against master_addr():port, and no outer launcher's variables.
+  virtual void start_program(const std::string& group, int port, const nlohmann::json& launch) = 0;
   // The kill relayed: every other node SIGKILLs its ranks of `group` at once.
   virtual void kill(const std::string& group) = 0;
   // Waits for every other node's ranks of `group` to end and returns their
