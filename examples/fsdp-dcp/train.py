@@ -16,6 +16,12 @@ EXAMPLE_FORGET makes the mistakes anchor must name: rng (the RNG is not
 in the checkpoint), marker (the resume takes the newest step_N, finished or
 not), sched (the load does not restore the scheduler).
 
+EXAMPLE_HELPER=1 keeps the same model and loop but checkpoints through the
+helper (Pilot.maybe_save / Pilot.restore): the helper sees the sharded model
+and saves the model and optimizer through DCP, the scheduler, data cursor
+and RNG as its own files; EXAMPLE_FORGET=optimizer or rng then restores
+without that component.
+
 Resumed at fewer ranks (anchor's pilot.resume_world_size), DCP reshards
 the model and optimizer on load, and each rank takes back its own data
 cursor and RNG (keyed by rank). At more ranks, DCP's load would fail on the
@@ -108,6 +114,23 @@ def finished_checkpoint():
             return s
     return 0
 
+
+if os.environ.get("EXAMPLE_HELPER"):  # the helper's own checkpoints, which save the sharded state through DCP
+    with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=data, checkpoint_dir=ckpt_root,
+                           save_at=[3], stop_at=6, events=os.path.join(run_dir, "events.jsonl")) as pilot:
+        start = pilot.restore(skip=[c for c in ("optimizer", "rng") if c in FORGET])
+        for step in range(start + 1, pilot.stop_at + 1):
+            x, y = data.next_batch()
+            pilot.data_ready()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            pilot.step(step, loss=loss.item(), tokens=x.shape[0], batch=(x, y))
+            pilot.maybe_save(step)
+    dist.destroy_process_group()
+    sys.exit(0)
 
 with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=data, observe=True,
                        checkpoint_dir=ckpt_root, save_at=[3], stop_at=6,

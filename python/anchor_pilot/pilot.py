@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import sys
 import time
 
@@ -27,6 +28,7 @@ STATE_FORMAT = "anchor-pilot.state/v1"
 COMPONENT_FORMAT = "anchor-pilot.component/v1"
 COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "rng", "data")
 PER_RANK = ("rng", "data")
+DCP_METADATA = ".metadata"  # a sharded model's checkpoint: DCP's files (.metadata, __<rank>_0.distcp) in the step
 # Optimizer states that have their parameter's shape (checked on restore).
 _PARAM_SHAPED = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta",
                  "sum", "ax", "prev"}
@@ -300,6 +302,7 @@ class Pilot:
         if model is None:
             raise PilotError("create Pilot", "no model", "pass model=<your torch.nn.Module>")
         self.spec, self.role, self.checkpoint_dir = spec, role, checkpoint_dir
+        self._dcp = None  # the components saved through DCP (_dcp_components), decided at the first use
         self.observe = bool(observe)  # the program's own save and load code (saving(), restored())
         self.save_at = sorted(set(save_at or ()))
         self.stop_at, self.seed, self.restore_dir = stop_at, seed, restore
@@ -399,7 +402,25 @@ class Pilot:
                                "build the same model (architecture, sizes, dtype) as the run that saved it")
         _unwrap(self.model).load_state_dict(sd, strict=True)
 
+    def _dcp_components(self):
+        """The components saved through torch.distributed.checkpoint: the model and its optimizer when the
+        model is sharded (FSDP2's fully_shard: its state_dict holds DTensors). Decided once."""
+        if self._dcp is None:
+            self._dcp = ()
+            if not self.observe and "model" in self.components and _holds_dtensor(_unwrap(self.model).state_dict()):
+                self._dcp = tuple(n for n in ("model", "optimizer") if n in self.components)
+        return self._dcp
+
+    def _dcp_state(self, names=None):
+        """DCP's view of the sharded components (all, or ``names``): {"model": ..., "optim": ...}."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        names = self._dcp if names is None else names
+        msd, osd = get_state_dict(_unwrap(self.model), [self.optimizer] if "optimizer" in names else [])
+        return {"model": msd, "optim": osd} if "optimizer" in names else {"model": msd}
+
     def _file(self, name):
+        if name in self._dcp_components():
+            return DCP_METADATA
         if name in PER_RANK and self.world_size > 1:
             return "%s-rank%05d-of-%05d.safetensors" % (name, self.rank, self.world_size)
         return name + ".safetensors"
@@ -410,7 +431,8 @@ class Pilot:
     def _serialize(self, name, value=None):
         if value is None:
             value = self.components[name].get()
-        if self.observe:  # FSDP2's DTensors: this rank's shard, fingerprinted without a collective ...
+        if self.observe or name in self._dcp_components():  # FSDP2's DTensors: this rank's shard, fingerprinted
+            # without a collective ...
             # ... unless the resume runs at another world size: then the full tensor, gathered (every rank
             # fingerprints at the same points, so the collectives match), which both world sizes share.
             value = _local_shards(value, full=self.spec is not None and self.spec.reshard is not None)
@@ -606,7 +628,8 @@ class Pilot:
         t0 = time.monotonic()
         self.events.emit("checkpoint", op="save", phase="begin", step=step,
                          dir=os.path.join(self.checkpoint_dir, store.step_dir_name(step)))
-        own = [(n, self._file(n)) for n in self.components if self._writes(n)]
+        dcp_names = self._dcp_components()
+        own = [(n, self._file(n)) for n in self.components if self._writes(n) and n not in dcp_names]
         blobs = {f: self._serialize(n) for n, f in own}
         # Every rank reports the digest of every component (also those rank 0 writes), so
         # each rank's lines compare with its own lines after a restore.
@@ -622,7 +645,9 @@ class Pilot:
         state = {"format": STATE_FORMAT, "world_size": self.world_size, "seed": self.seed,
                  "components": files_by_component,
                  "saved_by": {"anchor_pilot": __version__, "torch": torch.__version__}}
-        if self.world_size == 1:
+        if dcp_names:
+            state["dcp"] = list(dcp_names)
+        if self.world_size == 1 and not dcp_names:
             sv = store.Save(self.checkpoint_dir, step)
             sv.window = self._kill_window(step)
             try:
@@ -679,6 +704,14 @@ class Pilot:
                     sv.write(f, [prefix] + chunks)
                 else:
                     report["files"].append(store.write_into(box["tmp"], f, [prefix] + chunks))
+            if self._dcp_components():  # every rank, collectively: its shard, and rank 0 the metadata last
+                import torch.distributed.checkpoint as dcp
+                dcp.save(self._dcp_state(), storage_writer=dcp.FileSystemWriter(box["tmp"]))
+                for f in _dcp_files(box["tmp"], self.rank):
+                    if self.rank == 0:
+                        sv.record(*store.hash_file(box["tmp"], f))
+                    else:
+                        report["files"].append(store.hash_file(box["tmp"], f))
         except Exception as e:  # noqa: BLE001 - re-raised below once rank 0 has said the save failed
             report = {"error": "rank %d: %s" % (self.rank, e)}
             if not isinstance(e, (PilotError, OSError)):
@@ -801,9 +834,12 @@ class Pilot:
                                "(model, optimizer, scheduler, scaler, data)")
         nbytes = 0
         expected = {}
+        dcp_names = [n for n in (v.state.get("dcp") or []) if n in self.components and n not in skip]
+        if dcp_names:
+            nbytes += self._load_dcp(v, dcp_names, where)
         order = [n for n in self.components if n != "rng"] + ["rng"]  # RNG last: nothing after it draws
         for name in order:
-            if name in skip:
+            if name in skip or name in dcp_names:
                 continue
             fname = self._file(name)
             if fname not in v.files:
@@ -853,6 +889,26 @@ class Pilot:
         self.restored_from = v
         self._last = time.monotonic()
         return v.step
+
+    def _load_dcp(self, v, names, where):
+        """Loads the sharded components of step directory ``v`` through DCP (every rank, collectively) and
+        returns the bytes of its files. The digests after it are compared with the save's by anchor."""
+        if not set(names) <= set(self._dcp_components()):
+            raise RestoreError("restore %s" % where, "its %s state was saved through torch.distributed.checkpoint "
+                               "from a sharded model, and this Pilot's model is not sharded" % " and ".join(names),
+                               "build the model sharded as the run that saved it (fully_shard)")
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+        sd = self._dcp_state(names)
+        self._restoring = "%s/%s" % (where, DCP_METADATA)
+        try:
+            dcp.load(sd, storage_reader=dcp.FileSystemReader(v.path))
+            set_state_dict(_unwrap(self.model), [self.optimizer] if "optimizer" in names else [],
+                           model_state_dict=sd["model"], optim_state_dict=sd.get("optim", {}))
+        except (ValueError, RuntimeError, KeyError, TypeError) as e:
+            raise RestoreError("restore %s from %s" % (" and ".join(names), where), "%s: %s" % (type(e).__name__, e),
+                               "build the model and optimizer as the run that saved it did") from e
+        return sum(os.path.getsize(os.path.join(v.path, f)) for f in _dcp_files(v.path, None))
 
     def _check_optimizer(self, sd, where):
         opt = self.optimizer
@@ -954,6 +1010,26 @@ def _rng_get():
     if np is not None:
         s["numpy"] = np.random.get_state()
     return s
+
+
+def _holds_dtensor(value):
+    """Whether a state dict holds a DTensor (a model sharded with FSDP2); False where torch has none."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch 1.13
+        return False
+    return any(isinstance(t, DTensor) for t in value.values())
+
+
+def _dcp_files(path, rank):
+    """DCP's files in a step directory: ``rank``'s shards (``__<rank>_<i>.distcp``) and, for rank 0, the
+    metadata; every one with ``rank`` None."""
+    out = []
+    for n in sorted(os.listdir(path)):
+        m = re.fullmatch(r"__(\d+)_\d+\.distcp", n)
+        if (m and (rank is None or int(m.group(1)) == rank)) or (n == DCP_METADATA and rank in (None, 0)):
+            out.append(n)
+    return out
 
 
 def _local_shards(value, full=False):

@@ -239,6 +239,17 @@ class Save:
             self.tmp = None
 
 
+def hash_file(tmp, name):
+    """A file another writer (torch.distributed.checkpoint) put into a save in progress: (name, size, sha256),
+    read in 4 MiB blocks."""
+    h, size = hashlib.sha256(), 0
+    with open(os.path.join(tmp, name), "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+            size += len(block)
+    return name, size, h.hexdigest()
+
+
 def write_into(tmp, name, parts):
     """A file another rank adds to a save in progress; returns (name, size, sha256)."""
     size, sha = _write_file(os.path.join(tmp, name), parts)

@@ -205,6 +205,43 @@ class FsdpDcp(support.ProgramPilotTest):
         self.assertIn("the scheduler: after your load its state differs from your save of step 3",
                       proc.stdout + proc.stderr)
 
+    def test_the_helpers_own_checkpoints_save_the_sharded_state_through_dcp(self):
+        """EXAMPLE_HELPER=1: the same model checkpointed by the helper (Pilot.maybe_save / restore), which sees
+        the sharded model and saves the model and optimizer through DCP beside its own files. Bitwise on 2
+        ranks, the step directory verified by anchor; a restore without the optimizer is named on both ranks;
+        a resume at another world size is refused (each rank's RNG and data cursor are its own files)."""
+        proc, report, run_dir = self.pilot(self.EXAMPLE, EXAMPLE_HELPER="1")
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual((report["resume"]["verdict"], report["resume"]["mode"]), ("match", "bitwise"))
+        self.assertEqual([r["verdict"] for r in report["resume"]["per_rank"]], ["match", "match"])
+        step = os.path.join(run_dir, "checkpoints", "step-00000003")
+        self.assertTrue({".metadata", "__0_0.distcp", "__1_0.distcp", "scheduler.safetensors",
+                         "rng-rank00001-of-00002.safetensors"} <= set(os.listdir(step)), os.listdir(step))
+        with open(os.path.join(step, "state.json")) as f:
+            state = json.load(f)
+        self.assertEqual(state["dcp"], ["model", "optimizer"])
+        self.assertEqual(state["components"]["model"], [".metadata"])
+        v = self.anchor("checkpoint", "verify", step)  # DCP's files pinned in the helper's manifest
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        with open(os.path.join(step, "__1_0.distcp"), "r+b") as f:  # a flipped byte in rank 1's shard
+            f.seek(64)
+            b = f.read(1)
+            f.seek(64)
+            f.write(bytes([b[0] ^ 1]))
+        v = self.anchor("checkpoint", "verify", step)
+        self.assertEqual(v.returncode, 3, v.stdout + v.stderr)
+        self.assertIn("__1_0.distcp", v.stdout + v.stderr)
+
+        proc, report, _ = self.pilot(self.EXAMPLE, run="run-opt", EXAMPLE_HELPER="1", EXAMPLE_FORGET="optimizer")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertEqual(report["resume"]["cause"][0], "optimizer", report["resume"])
+        self.assertIn("rank 1: optimizer", report["resume"]["cause"])
+
+        proc, report, _ = self.pilot(self.EXAMPLE, "pilot.resume_world_size=1", run="run-reshard",
+                                     EXAMPLE_HELPER="1")
+        self.assertEqual(proc.returncode, 2, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertIn("each rank's RNG and data cursor", proc.stderr)
+
     def _check_verify(self, run_dir):
         """`anchor checkpoint verify` on the DCP directories the pilot left, against its report's digests."""
         step3, step6 = (os.path.join(run_dir, "checkpoints", s) for s in ("step_3", "step_6"))

@@ -843,8 +843,9 @@ Step reference(Run& r) {
   if (r.spec.reshard && !r.observed && a.logs.count(0) && a.logs.at(0).hello)
     return fail(p, "reference", ExitCode::kUsage,
                 "pilot.resume_world_size is " + std::to_string(r.spec.reshard->second) +
-                    ", but the program saves through anchor_pilot's own checkpoints, which keep one file per rank "
-                    "and restore only at the world size that wrote them. Resume at another world size with your "
+                    ", but the program saves through anchor_pilot's own checkpoints, which keep each rank's RNG and "
+                    "data cursor in a file of its own (a sharded model's state goes through DCP) and restore only at "
+                    "the world size that wrote them. Resume at another world size with your "
                     "own DCP save and load, observed (Pilot(observe=True); docs/program.md, \"Resuming at another "
                     "world size\"), or leave pilot.resume_world_size at 0");
   if (!a.killed_by_us) {
