@@ -136,9 +136,13 @@ ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool l
   publish(p);
   p.report.print_summary(summary_stream(p));
   std::fprintf(stderr, "anchor: error: resume mismatch: %s diverged\n", cause.c_str());
-  if (list_checks)
+  if (list_checks) {  // the first that failed, in order: what follows from the first is seldom news
+    constexpr std::size_t kShown = 10;
+    std::size_t failed = 0;
     for (const auto& c : verdict.combined.checks)
-      if (!c.ok) std::fprintf(stderr, "  %s: %s\n", c.name.c_str(), c.detail.c_str());
+      if (!c.ok && ++failed <= kShown) std::fprintf(stderr, "  %s: %s\n", c.name.c_str(), c.detail.c_str());
+    if (failed > kShown) std::fprintf(stderr, "  ... and %zu more failed checks\n", failed - kShown);
+  }
   if (!control.empty()) std::fprintf(stderr, "  determinism control: %s\n", control.c_str());
   std::fprintf(stderr, "hint: see the checks in %s/report.json (resume.checks)\n", p.run_dir.c_str());
   return ExitCode::kVerification;

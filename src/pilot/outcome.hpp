@@ -39,7 +39,7 @@ ExitCode fail(Pilot& p, const std::string& stage, ExitCode code, const std::stri
 nlohmann::json compare_stage_figures(const protocol::RankVerdicts& verdict, int nproc);
 
 // The resume does not match: the report says what diverged (the cause),
-// the error names it, with each failed check when list_checks, and what the
+// the error names it, with the failed checks (the first 10) when list_checks, and what the
 // determinism control found when it ran (`control`, its words); returns 3.
 ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool list_checks,
                          const std::string& control = "");

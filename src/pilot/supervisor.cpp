@@ -993,7 +993,7 @@ ExitCode run_supervisor(const PilotOptions& opts, int launched_world) {
     if (Step end = step(r)) return *end;
 
   // 11. Outcome, report, summary.
-  if (!r.verdict->match()) return resume_mismatch(p, *r.verdict, false);
+  if (!r.verdict->match()) return resume_mismatch(p, *r.verdict, true);
   p.report.set_outcome("passed", ExitCode::kOk,
                        "resume matches the uninterrupted run (" + r.verdict->combined.mode + ")");
   return passed(p);

@@ -698,6 +698,12 @@ TEST_P(PilotNegativeControl, ABrokenRestoreIsCaughtAndNamed) {
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["status"], "failed");
   EXPECT_EQ(report["resume"]["verdict"], "mismatch");
+  // The diagnosis a program pilot gives: the first failed check is printed with what differs.
+  std::string first_failed;
+  for (const auto& c : report["resume"]["checks"])
+    if (!c["ok"].get<bool>() && first_failed.empty())
+      first_failed = c["name"].get<std::string>() + ": " + c["detail"].get<std::string>();
+  EXPECT_NE(r.output.find("  " + first_failed + "\n"), std::string::npos) << first_failed << "\n" << r.output;
   ASSERT_FALSE(report["resume"]["cause"].empty());
   EXPECT_EQ(report["resume"]["cause"][0], GetParam().cause) << report["resume"].dump(2);
   // The compare stage ran and said no: failed in the report, the stage table, report.md and JUnit.
