@@ -312,7 +312,7 @@ def inspect(path):
         problems.append("no COMMITTED marker: the save did not finish")
     if mbytes is None:
         problems.append("manifest.json is missing")
-    if commit and mbytes is not None and mbytes is not False:
+    if commit is not None and commit is not False and mbytes is not None and mbytes is not False:
         c = commit.decode("utf-8", "replace")
         msha = hashlib.sha256(mbytes).hexdigest()
         if not re.fullmatch(r"[0-9a-f]{64}\n", c):

@@ -2,6 +2,9 @@
 
 `anchor checkpoint verify` exits 0 on a checkpoint the helper saved and 3
 after one byte of a safetensors file is flipped; `--json` and `list` agree.
+CorruptionMatrix: every damage in CORRUPTIONS (an empty COMMITTED, a file
+cut short, a manifest of another step, ...) is judged the same by anchor and
+by the helper's own reader, which restores only what verifies.
 """
 import json
 import os
@@ -123,3 +126,86 @@ def _rewrite_manifest(d):
         f.write(text)
     with open(os.path.join(d, "COMMITTED"), "w") as f:
         f.write(hashlib.sha256(text).hexdigest() + "\n")
+
+
+def _set(d, name, data):
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def _edit_json(name, change):
+    """A mutation that edits a JSON file of the step and re-makes the manifest and COMMITTED to match."""
+    def mutate(d):
+        path = os.path.join(d, name)
+        with open(path) as f:
+            doc = json.load(f)
+        change(doc)
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True)
+            f.write("\n")
+        if name != "manifest.json":
+            _rewrite_manifest(d)
+        else:
+            import hashlib
+            with open(path, "rb") as f:
+                _set(d, "COMMITTED", (hashlib.sha256(f.read()).hexdigest() + "\n").encode())
+    return mutate
+
+
+def _truncate(name, keep):
+    def mutate(d):
+        path = os.path.join(d, name)
+        with open(path, "r+b") as f:
+            f.truncate(keep if keep >= 0 else os.path.getsize(path) + keep)
+    return mutate
+
+
+# Every way a step directory can be damaged that the tests know, and whether it must still verify.
+# Both readers (anchor checkpoint verify, the helper's verify_step) must give the same answer for each.
+CORRUPTIONS = [
+    ("untouched", lambda d: None, True),
+    ("COMMITTED empty", lambda d: _set(d, "COMMITTED", b""), False),
+    ("COMMITTED missing", lambda d: os.remove(os.path.join(d, "COMMITTED")), False),
+    ("COMMITTED another hash", lambda d: _set(d, "COMMITTED", b"0" * 64 + b"\n"), False),
+    ("COMMITTED without its newline", lambda d: _set(d, "COMMITTED", open(os.path.join(d, "COMMITTED"), "rb")
+                                                     .read().strip()), False),
+    ("COMMITTED in upper case", lambda d: _set(d, "COMMITTED", open(os.path.join(d, "COMMITTED"), "rb")
+                                               .read().upper()), False),
+    ("COMMITTED with more after it", lambda d: _set(d, "COMMITTED", open(os.path.join(d, "COMMITTED"), "rb")
+                                                    .read() + b"x\n"), False),
+    ("manifest.json missing", lambda d: os.remove(os.path.join(d, "manifest.json")), False),
+    ("manifest.json not JSON", lambda d: _set(d, "manifest.json", b"{not json"), False),
+    ("a listed file missing", lambda d: os.remove(os.path.join(d, "scheduler.safetensors")), False),
+    ("a file nobody listed", lambda d: _set(d, "extra.bin", b"x"), False),
+    ("a file cut short", _truncate("model.safetensors", -5), False),
+    ("a file emptied", _truncate("optimizer.safetensors", 0), False),
+    ("a data byte flipped", lambda d: flip(os.path.join(d, "model.safetensors"),
+                                           os.path.getsize(os.path.join(d, "model.safetensors")) - 3), False),
+    ("state.json of another step", _edit_json("state.json", lambda s: s.update(step=s["step"] + 1)), False),
+    ("manifest of another format", _edit_json("manifest.json", lambda m: m.update(format="other/v1")), False),
+    ("manifest of another step", _edit_json("manifest.json", lambda m: m.update(step=m["step"] + 1)), False),
+    ("manifest without state.json", _edit_json("manifest.json", lambda m: m.update(
+        files=[f for f in m["files"] if f["path"] != "state.json"])), False),
+    ("manifest with a path in a subdirectory", _edit_json("manifest.json", lambda m: m["files"].append(
+        {"path": "sub/x", "size": 0, "sha256": "0" * 64})), False),
+    ("manifest listing a file twice", _edit_json("manifest.json", lambda m: m["files"].append(m["files"][0])),
+     False),
+    ("manifest with a negative size", _edit_json("manifest.json", lambda m: m["files"][0].update(size=-1)), False),
+]
+
+
+@unittest.skipUnless(BIN, "ANCHOR_BIN is unset: set it to the anchor binary (ctest sets $<TARGET_FILE:anchor>)")
+class CorruptionMatrix(support.TempDirTest):
+    def test_both_readers_agree_on_every_corruption(self):
+        import shutil
+        _, good = save_two_steps(self.path("ck"))
+        for name, mutate, verifies in CORRUPTIONS:
+            with self.subTest(corruption=name):
+                d = self.path("m", "step-00000004")
+                shutil.rmtree(self.path("m"), ignore_errors=True)
+                shutil.copytree(good, d)
+                mutate(d)
+                p = anchor("checkpoint", "verify", d)
+                self.assertEqual(p.returncode, 0 if verifies else 3, p.stdout + p.stderr)
+                v, problems = ap.verify_step(d)
+                self.assertEqual(v is not None, verifies, problems)
