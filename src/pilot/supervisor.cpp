@@ -22,6 +22,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/dir_lock.hpp"
@@ -498,11 +499,36 @@ void choose_copy_to(Pilot& p) {
 // step fails, but only while this pilot holds its lock: when the lock itself
 // is refused, another pilot that found the directory (made here a moment
 // before) is using it.
+// A run directory that existed must be empty or an earlier pilot's: a pilot writes and replaces its
+// files there (report.json, export/, checkpoints/, ...), and must not do so among a user's own files.
+// Throws Error (kUsage) naming what is there.
+void check_reused_run_dir(const std::string& run_dir) {
+  static const std::set<std::string> kAnchors = {fs::DirLock::kFile, "events.jsonl", "report.json", "config.json",
+                                                 "manifest.json",    "checkpoints",  "work",        "program"};
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (kAnchors.count(n)) return;
+    names.push_back(n);
+  }
+  if (names.empty()) return;
+  std::sort(names.begin(), names.end());
+  std::string listed;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i) listed += (i ? ", " : "") + printable(names[i]);
+  if (names.size() > 5) listed += " and " + std::to_string(names.size() - 5) + " more";
+  throw Error(ErrorKind::kUsage,
+              "the run directory " + printable(run_dir) + " already holds files that are not an anchor run's (" +
+                  listed + "); a pilot writes and replaces its files there (report.json, export/, checkpoints/)",
+              "pass --run-dir a new or empty directory, or one an earlier pilot wrote");
+}
+
 void lock_directories(Pilot& p) {
   choose_copy_to(p);  // a refusal here leaves no run directory behind
   std::error_code ec;
   const bool made = std::filesystem::create_directories(p.run_dir, ec);
   if (ec) throw io_error("create the run directory", p.run_dir, ec.value());
+  if (!made) check_reused_run_dir(p.run_dir);
   bool locked = false;
   try {
     p.run_dir = std::filesystem::canonical(p.run_dir).string();

@@ -859,6 +859,27 @@ TEST(Pilot, ARunDirectoryThatCannotBeMadeIsNamedWithItsErrno) {
   EXPECT_EQ(r.output.find("internal"), std::string::npos) << r.output;
 }
 
+// --run-dir naming a directory of the user's own (issue 43, item 4): a pilot writes and replaces its
+// files there (it removed an export/ folder it found, recursively), so it is refused (exit 2) naming
+// what is there, and nothing in it is touched. An empty directory, or an earlier pilot's, is fine.
+TEST(Pilot, ARunDirectoryHoldingAUsersOwnFilesIsRefusedAndLeftAsItWas) {
+  TempDir t("userdir");
+  std::filesystem::create_directories(t.path() / "mine" / "export");
+  anchor::fs::atomic_write_file(t.str("mine/export/weights.bin"), "precious");
+  anchor::fs::atomic_write_file(t.str("mine/notes.txt"), "mine");
+  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("mine")});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("already holds files that are not an anchor run's (export, notes.txt)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("a new or empty directory"), std::string::npos) << r.output;
+  EXPECT_EQ(anchor::fs::read_file(t.str("mine/export/weights.bin")), "precious");
+  std::size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(t.path() / "mine")) entries += e.exists();
+  EXPECT_EQ(entries, 2u) << "nothing added: no lock, no events";
+  std::filesystem::create_directories(t.path() / "empty");
+  EXPECT_EQ(run_anchor({"pilot", kPilot, "--run-dir", t.str("empty")}).status, 0);
+}
+
 // An I/O error while the pilot prepares (a stale temporary save in
 // checkpoint.dir that cannot be removed: made immutable with chattr +i, which
 // binds root too) fails the pilot with a report naming the path and the
