@@ -439,6 +439,44 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertIn("ran past program.timeout_s (1.0 s) and was killed", proc.stderr)
 
+    def test_nothing_the_program_starts_outlives_the_pilot(self):
+        """Each process of the program starts a child that stays in its process group and a daemon that
+        leaves it (fork, setsid, fork again): once the pilot has passed, none is left running (the rank's
+        process group is killed when it ends; the daemon, reparented to anchor, its subreaper, is ended
+        too). Each would otherwise sleep for 10 minutes."""
+        self.example("minimal")
+        with open(self.path("minimal", "train.py")) as f:
+            src = f.read()
+        with open(self.path("minimal", "train.py"), "w") as f:
+            f.write("import os as _os, subprocess as _sp\n"
+                    "_here = _os.path.dirname(_os.path.abspath(__file__))\n"
+                    "_child = _sp.Popen(['sleep', '600'])\n"
+                    "open(_os.path.join(_here, 'child-%d' % _child.pid), 'w').close()\n"
+                    "if _os.fork() == 0:\n"
+                    "    _os.setsid()\n"
+                    "    if _os.fork() == 0:\n"
+                    "        open(_os.path.join(_here, 'daemon-%d' % _os.getpid()), 'w').close()\n"
+                    "        _os.execvp('sleep', ['sleep', '600'])\n"
+                    "    _os._exit(0)\n"
+                    "_os.wait()\n" + src)
+        proc, report, _ = self.pilot("minimal")
+        self.assertMatch(proc, report)
+        pids = [int(n.split("-")[1]) for n in os.listdir(self.path("minimal")) if n.startswith(("child-", "daemon-"))]
+        self.assertGreaterEqual(len(pids), 4, "worker A and worker B each started two")
+        left = []
+        for pid in pids:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if f.read().startswith(b"sleep"):
+                        left.append(pid)
+            except FileNotFoundError:
+                pass
+        self.assertEqual(left, [], "still running after the pilot")
+        with open(os.path.join(self.path("run"), "events.jsonl")) as f:
+            ended = [json.loads(l) for l in f if '"orphans_ended"' in l]
+        self.assertTrue(ended and all(e["count"] >= 1 for e in ended), ended)
+        self.assertIn("process(es) the program left running after its ranks ended", proc.stderr)
+
     def test_a_program_that_does_not_speak_the_protocol(self):
         self.example("minimal")
         proc, report, _ = self.pilot("minimal", "program.command=[no-such-interpreter-xyz, train.py]", run="r1")

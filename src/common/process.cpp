@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -241,6 +244,56 @@ std::string find_in_dirs(const std::string& tool, const std::string& dirs, const
 std::string find_on_path(const std::string& tool, const std::string& more_dirs) {
   const char* path = std::getenv("PATH");
   return find_in_dirs(tool, std::string(path ? path : "") + ":" + more_dirs);
+}
+
+void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+namespace {
+
+// The children of this process: /proc/self/task/<tid>/children of every thread.
+std::vector<pid_t> own_children() {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    for (long pid = 0; in >> pid;) out.push_back(static_cast<pid_t>(pid));
+  }
+  return out;
+}
+
+// From /proc/<pid>/stat: whether `pid` has ended and waits to be reaped (state Z), and its process group.
+std::pair<bool, pid_t> state_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const auto paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return {true, 0};
+  std::istringstream rest(line.substr(paren + 1));
+  char state = 0;
+  long ppid = 0, pgrp = 0;
+  rest >> state >> ppid >> pgrp;
+  return {state == 'Z', static_cast<pid_t>(pgrp)};
+}
+
+}  // namespace
+
+int reap_orphans(const std::vector<pid_t>& groups_ended, double budget_s) {
+  std::vector<pid_t> found;  // running outside groups_ended when first seen: ended here, each counted once
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(budget_s);
+  for (;;) {
+    bool any = false;
+    for (const pid_t pid : own_children()) {
+      any = true;
+      const auto [zombie, group] = state_of(pid);
+      const bool ours = std::find(groups_ended.begin(), groups_ended.end(), group) != groups_ended.end();
+      if (!zombie && !ours && std::find(found.begin(), found.end(), pid) == found.end()) found.push_back(pid);
+      ::kill(pid, SIGKILL);
+      int st = 0;
+      ::waitpid(pid, &st, WNOHANG);
+    }
+    if (!any || std::chrono::steady_clock::now() > deadline) return static_cast<int>(found.size());
+    ::usleep(2000);
+  }
 }
 
 }  // namespace anchor::proc

@@ -304,6 +304,7 @@ ExitCode run_agent(const dist::LaunchEnv& launch, dist::Store& store, const Pilo
   check_run_visible(launch, store, node, host, shared);
 
   const std::string binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
+  proc::become_subreaper();  // a program's ranks' leftovers come here (reap_orphans after each group)
   for (int i = 0;; ++i) {
     auto [w, start] = wait_any(store, {"pilot/exit", "pilot/start/" + std::to_string(i)});
     if (w == 0) break;
@@ -315,6 +316,10 @@ ExitCode run_agent(const dist::LaunchEnv& launch, dist::Store& store, const Pilo
     ANCHOR_LOG_INFO("pilot", "node {}: started ranks {}..{} of the {} worker", node, base,
                     base + launch.local_world_size - 1, group);
     const json statuses = wait_node_ranks(store, pids, node, group, base, what.contains("program"));
+    if (what.contains("program")) {  // what the program's ranks left running ends with them, here too
+      for (const pid_t pid : pids) ::kill(-pid, SIGKILL);
+      proc::reap_orphans(pids);
+    }
     store.set(group_key(group, "node/" + std::to_string(node)), statuses.dump());
   }
   return read_verdict(store);

@@ -356,7 +356,23 @@ class ProgramRun {
       kill_all(ranks_, ended_, SIGKILL);
       for (std::size_t r = 0; r < ranks_.size(); ++r)
         if (!ended_[r]) ended_[r] = proc::wait_exit(ranks_[r].pid);
+      end_leftovers();
       throw;
+    }
+  }
+
+  // Every rank has ended: what they started ends too. Each rank's process group (a DataLoader's
+  // workers), then whatever left it and was reparented to this subreaper (a double fork, setsid).
+  void end_leftovers() {
+    std::vector<pid_t> groups;
+    for (const auto& c : ranks_) {
+      ::kill(-c.pid, SIGKILL);
+      groups.push_back(c.pid);
+    }
+    if (const int n = proc::reap_orphans(groups); n > 0) {
+      ANCHOR_LOG_WARN("pilot", "{} ended {} process(es) the program left running after its ranks ended", worker_title(),
+                      n);
+      p_.events->write({{"event", "orphans_ended"}, {"worker", name_}, {"count", n}}, "supervisor");
     }
   }
 
@@ -392,6 +408,7 @@ class ProgramRun {
   // Once anchor killed them, a rank that ended otherwise ended on its own, before the kill.
   Outcome finish() {
     w_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+    end_leftovers();
     const int expected = w_.killed_by_us ? 128 + SIGKILL : 0;
     w_.status = *ended_[0];
     for (std::size_t r = 1; r < ranks_.size(); ++r)
@@ -1387,6 +1404,9 @@ Step make_plan(Run& r) {
 }  // namespace
 
 ExitCode run_program_pilot(Pilot& p) {
+  // What a rank leaves behind (a double fork, a setsid'd child) comes here, not to init: each worker
+  // ends it once its ranks have ended (ProgramRun::end_leftovers).
+  proc::become_subreaper();
   Run r(p);
   p.planned_stages = {"reference", "checkpoint_save", "pin",          "kill", "restore",
                       "resume",    "compare",         "memory_probe", "plan"};

@@ -60,6 +60,17 @@ std::optional<int> try_wait(pid_t pid);
 // "exited with status 137 (killed by SIGKILL)".
 std::string describe_exit(int status);
 
+// This process becomes a subreaper (PR_SET_CHILD_SUBREAPER): a process its
+// children leave behind (a double fork, a setsid'd daemon) is reparented to
+// it instead of to init, so that reap_orphans can end it.
+void become_subreaper();
+// SIGKILLs and reaps every child of this process, again as their own
+// children are reparented here, until none is left or `budget_s` has passed.
+// For a subreaper, once every process it started has ended: nothing they
+// started outlives them. Returns how many were still running outside
+// `groups_ended` (process groups the caller has SIGKILLed already).
+int reap_orphans(const std::vector<pid_t>& groups_ended = {}, double budget_s = 2.0);
+
 // Runs argv to completion, returning (status, stdout).
 struct RunResult {
   int status = -1;
