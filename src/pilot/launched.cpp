@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "anchor/common/fs.hpp"
+#include "anchor/common/json_fields.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
@@ -224,11 +225,12 @@ std::vector<pid_t> spawn_node_ranks(const dist::LaunchEnv& launch, const PilotOp
     so.die_with_parent = true;
     std::vector<std::string> argv;
     if (program.is_object()) {
-      for (const auto& [k, v] : program.at("env").items()) so.env[k] = v.get<std::string>();
+      const JsonFields f(program, "the program's launch");
+      for (const auto& [k, v] : f.object("env").items()) so.env[k] = v.get<std::string>();
       so.unset = dist::outer_launch_variables();  // this agent's own launch: the program's rank is anchor's
       so.new_process_group = true;
-      so.cwd = program.at("cwd").get<std::string>();
-      argv = program.at("argv").get<std::vector<std::string>>();
+      so.cwd = f.str("cwd");
+      argv = f.strings("argv");
     } else {
       so.env.merge(threads::pool_wait_env());  // idle pool threads sleep soon (threads.hpp)
       so.env["ANCHOR_LIVE_PROGRESS"] = "0";    // no live line here (include/anchor/protocol/progress.hpp)
@@ -309,14 +311,17 @@ ExitCode run_agent(const dist::LaunchEnv& launch, dist::Store& store, const Pilo
     auto [w, start] = wait_any(store, {"pilot/exit", "pilot/start/" + std::to_string(i)});
     if (w == 0) break;
     const json what = json::parse(start);
-    const std::string group = what.at("group").get<std::string>();
+    const JsonFields f(what, "pilot/start/" + std::to_string(i));
+    const std::string group = f.str("group");
+    const bool program = f.has("program");
     const int base = node * launch.local_world_size;
-    const std::vector<pid_t> pids = spawn_node_ranks(launch, opts, binary, run_dir, group, base,
-                                                     what.at("port").get<int>(), what.value("program", json()));
+    const std::vector<pid_t> pids =
+        spawn_node_ranks(launch, opts, binary, run_dir, group, base, static_cast<int>(f.integer("port")),
+                         program ? f.object("program") : json());
     ANCHOR_LOG_INFO("pilot", "node {}: started ranks {}..{} of the {} worker", node, base,
                     base + launch.local_world_size - 1, group);
-    const json statuses = wait_node_ranks(store, pids, node, group, base, what.contains("program"));
-    if (what.contains("program")) {  // what the program's ranks left running ends with them, here too
+    const json statuses = wait_node_ranks(store, pids, node, group, base, program);
+    if (program) {  // what the program's ranks left running ends with them, here too
       for (const pid_t pid : pids) ::kill(-pid, SIGKILL);
       proc::reap_orphans(pids);
     }
