@@ -660,9 +660,10 @@ class Pilot:
                 sv.abort()
                 raise
             except OSError as e:
+                where = e.filename or sv.writing()  # before abort() removes the temporary directory
                 sv.abort()
                 raise CheckpointError("save checkpoint step %d in %s" % (step, self.checkpoint_dir),
-                                      "%s: %s" % (e.filename or "", e.strerror or e),
+                                      "%s: %s" % (where, e.strerror or e),
                                       "check free space and permissions of the checkpoint directory") from e
             nbytes = sv.bytes
         else:

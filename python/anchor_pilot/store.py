@@ -147,6 +147,7 @@ class Save:
         self.bytes = 0
         self.fault = fault_from_env()
         self.window = None  # called once, after the first file is durable (anchor's kill window)
+        self._writing = None  # the file write() is writing, for an error that names none
         self.t0 = time.monotonic()
 
     def point(self, name):
@@ -179,7 +180,12 @@ class Save:
             os.mkdir(d, 0o755)
             _fsync_dir(os.path.dirname(d))
 
+    def writing(self):
+        """The file this save was writing last (an OSError from write() may name none: ENOSPC)."""
+        return os.path.join(self.tmp or self.final, self._writing or "")
+
     def write(self, name, parts):
+        self._writing = name
         size, sha = _write_file(os.path.join(self.tmp, name), parts)
         self.record(name, size, sha)
         self.point("after_file:" + name)

@@ -96,6 +96,25 @@ class Restore(support.TempDirTest):
         self.assertIn("encode data: 'sampler.fn' holds a builtin_function_or_method", str(cm.exception))
         self.assertFalse(os.path.exists(self.path("ck")))
 
+    def test_a_full_disk_names_the_file_it_was_writing(self):
+        """ENOSPC from a write carries no file name: the error names the file the save was writing, and the
+        save leaves no step (nor its temporary directory) behind."""
+        import errno
+        m, _ = parts()
+        p = ap.Pilot(self.path("ck"), model=m)
+        real = store._write_file
+
+        def full(path, parts_):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        store._write_file = full
+        try:
+            with self.assertRaises(ap.CheckpointError) as cm:
+                p.save(1)
+        finally:
+            store._write_file = real
+        self.assertRegex(str(cm.exception), r"step-00000001\.tmp-[0-9a-f]+/model\.safetensors: No space left on device")
+        self.assertEqual(os.listdir(self.path("ck")), [])
+
     def test_error_line_when_the_loop_raises(self):
         m, _ = parts()
         with self.assertRaises(ZeroDivisionError):

@@ -123,7 +123,8 @@ nlohmann::json load_report(Reproduction& r) {
     doc = nlohmann::json(nlohmann::json::value_t::discarded);
   }
   if (doc.is_discarded())
-    throw Error(ErrorKind::kVerification, r.report + " is not JSON", "give a report.intoto.json or report.json");
+    throw Error(ErrorKind::kUsage, printable(r.report) + " is not JSON: not a report",
+                "give the pilot's report.intoto.json (or report.json with --allow-unsigned)");
   if (doc.contains("payloadType")) return verified_report(r);
   if (!r.opts.allow_unsigned)
     throw Error(ErrorKind::kVerification, r.report + " is an unsigned report.json: it cannot be verified",

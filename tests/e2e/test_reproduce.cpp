@@ -185,6 +185,16 @@ TEST_F(Reproduce, AnUnsignedReportIsRefusedUnlessAllowed) {
   EXPECT_FALSE(read_json(t_.str("again/report.json"))["reproduces"]["verified"].get<bool>());
 }
 
+// A file that is not JSON is not a report at all: a usage error (exit 2), as `anchor plan` says of it,
+// not the code for a report that does not verify (3).
+TEST_F(Reproduce, AFileThatIsNotJsonIsAUsageError) {
+  anchor::fs::atomic_write_file(t_.str("notjson.json"), "not json at all");
+  auto r = run_anchor({"reproduce", t_.str("notjson.json"), "--run-dir", t_.str("again")});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("is not JSON: not a report"), std::string::npos) << r.output;
+  EXPECT_EQ(run_anchor({"plan", t_.str("notjson.json")}).status, 2);
+}
+
 TEST_F(Reproduce, ATamperedReportIsNotReproduced) {
   auto env = read_json(t_.str("orig/report.intoto.json"));
   env["payloadType"] = "application/json";
