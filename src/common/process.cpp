@@ -77,6 +77,26 @@ int descriptor_limit() {
 
 }  // namespace
 
+namespace {
+
+// In the child after a failed execve: says which program and why, with what to do, using only
+// async-signal-safe calls (write, _exit), and exits 127 as a shell does.
+[[noreturn]] void exec_failed(const char* path, int err) {
+  const char* why = err == E2BIG     ? ": its arguments and environment are too large (E2BIG: over the kernel's "
+                                       "limit; pass large values in a file, not on the command line)\n"
+                    : err == ENOENT  ? ": no such file (ENOENT; or its interpreter is missing)\n"
+                    : err == EACCES  ? ": permission denied (EACCES: not executable, or on a noexec mount)\n"
+                    : err == ENOEXEC ? ": not an executable format (ENOEXEC: a script without its #! line?)\n"
+                                     : ": the kernel refused it\n";
+  const char head[] = "anchor: error: exec of ";
+  (void)!::write(STDERR_FILENO, head, sizeof head - 1);
+  (void)!::write(STDERR_FILENO, path, std::strlen(path));
+  (void)!::write(STDERR_FILENO, why, std::strlen(why));
+  ::_exit(127);
+}
+
+}  // namespace
+
 Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
   if (argv.empty()) throw Error(ErrorKind::kRuntime, "spawn: empty command");
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
@@ -139,9 +159,7 @@ Child spawn(const std::vector<std::string>& argv, const SpawnOptions& opts) {
       ::_exit(127);
     }
     ::execve(args[0], args.data(), envp.data());
-    const char msg[] = "anchor: error: exec failed\n";
-    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
-    ::_exit(127);
+    exec_failed(args[0], errno);
   }
   // The child's process group exists before spawn returns (its own setpgid may not have run yet),
   // so a kill(-pid) right away reaches it; EACCES after its exec is harmless.

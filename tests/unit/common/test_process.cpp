@@ -164,3 +164,26 @@ TEST(Spawn, PipesOnEveryStandardDescriptorReachTheChildIntact) {
 }
 
 }  // namespace
+
+// An exec the kernel refuses says which program and why, in the child (issue 43, item 7: E2BIG said
+// only "exec failed"), and exits 127 as a shell does.
+TEST(Spawn, AnExecThatFailsSaysWhichProgramAndWhy) {
+  auto failed = [](const std::vector<std::string>& argv) {
+    proc::SpawnOptions o;
+    o.capture_stdout = true;
+    o.merge_stderr = true;
+    auto c = proc::spawn(argv, o);
+    std::string all;
+    while (auto l = proc::read_line(c.stdout_fd.get())) all += *l + "\n";
+    return std::make_pair(proc::wait_exit(c.pid), all);
+  };
+  // One argument over the kernel's 128 KiB limit for a single string (MAX_ARG_STRLEN).
+  const auto [big_status, big] = failed({"/bin/true", std::string(200000, 'x')});
+  EXPECT_EQ(big_status, 127);
+  EXPECT_NE(big.find("anchor: error: exec of /bin/true: its arguments and environment are too large (E2BIG"),
+            std::string::npos)
+      << big;
+  const auto [none_status, none] = failed({"/no/such/program"});
+  EXPECT_EQ(none_status, 127);
+  EXPECT_NE(none.find("exec of /no/such/program: no such file (ENOENT"), std::string::npos) << none;
+}
