@@ -493,6 +493,15 @@ class ProgramPilot(support.ProgramPilotTest):
         proc, report, _ = self.pilot("minimal", "program.command=[python3, -c, 'import sys; sys.exit(5)']", run="r3")
         self.assertEqual(proc.returncode, 1)
         self.assertIn("worker A exited with status 5", proc.stderr)
+        # A worker B that exits 0 at once: a program that stopped early (exit 1), not a resume that diverged.
+        with open(self.path("minimal", "early.py"), "w") as f:
+            f.write("import json, os, runpy, sys\n"
+                    "if json.load(open(os.environ['ANCHOR_PILOT_SPEC']))['role'] == 'resume':\n"
+                    "    sys.exit(0)\n"
+                    "runpy.run_path('train.py', run_name='__main__')\n")
+        proc, report, _ = self.pilot("minimal", "program.command=[python3, early.py]", run="r3b")
+        self.assertEqual(proc.returncode, 1, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("worker B ended (status 0) before it restored a checkpoint or ran a step", proc.stderr)
         # A line that is not the protocol ends the pilot at once, and no rank is left running.
         with open(self.path("minimal", "garbage.py"), "w") as f:
             f.write("import json, os, time\n"

@@ -1138,6 +1138,15 @@ Step resume(Run& r) {
     if (!r.b.logs.count(rank))
       return fail(p, "resume", ExitCode::kRuntime, "worker B rank " + std::to_string(rank) + " reported nothing");
   const auto& res = r.b.logs.at(0);
+  // Ended without restoring and without a step: not a resume that diverged, a program that stopped early.
+  const bool restored = std::any_of(res.checkpoints.begin(), res.checkpoints.end(),
+                                    [](const pp::CheckpointLine& c) { return c.op == "restore" && c.phase == "end"; });
+  if (r.b.status == 0 && !restored && res.steps.empty())
+    return fail(p, "resume", ExitCode::kRuntime,
+                "worker B ended (status 0) before it restored a checkpoint or ran a step: " +
+                    std::string(r.observed ? "does the program call pilot.restored(step) after its own load, and "
+                                             "train up to pilot.stop_at?"
+                                           : "does the program call Pilot.restore() and train up to pilot.stop_at?"));
   if (const auto* c = res.checkpoint("restore", "end", r.k); r.observed && c) {
     // The program's own load: its time when it gave one (restored(step, seconds=...)), the bytes of the save of K.
     json fig = {{"step", r.k}};
