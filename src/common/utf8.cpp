@@ -1,6 +1,8 @@
 #include "anchor/common/utf8.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "anchor/error.hpp"
 
@@ -163,6 +165,45 @@ std::string path_field(const nlohmann::json& obj, const std::string& key, const 
   }
   auto v = obj.find(key);
   return v != obj.end() && v->is_string() ? v->get<std::string>() : fallback;
+}
+
+namespace {
+
+// `at` moved back to the start of the UTF-8 sequence it falls in (a continuation byte is 10xxxxxx).
+std::size_t char_start(std::string_view s, std::size_t at) {
+  while (at > 0 && at < s.size() && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) --at;
+  return at;
+}
+
+}  // namespace
+
+std::string capped(std::string_view text, std::size_t word_max, std::size_t total_max) {
+  std::string out;
+  out.reserve(std::min(text.size(), total_max + 64));
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t space = text.find(' ', i);
+    const std::size_t end = space == std::string_view::npos ? text.size() : space;
+    const std::string_view word = text.substr(i, end - i);
+    if (word.size() > word_max) {
+      const std::size_t keep = word_max / 2;
+      const std::size_t head = char_start(word, keep), tail = char_start(word, word.size() - keep);
+      out.append(word.substr(0, head));
+      out += "\u2026(" + std::to_string(tail - head) + " bytes)\u2026";
+      out.append(word.substr(tail));
+    } else {
+      out.append(word);
+    }
+    if (end < text.size()) out += ' ';
+    i = end + 1;
+  }
+  if (out.size() > total_max) {
+    const std::size_t cut = char_start(out, total_max);
+    const std::size_t more = out.size() - cut;
+    out.resize(cut);
+    out += "\u2026 (" + std::to_string(more) + " more bytes)";
+  }
+  return out;
 }
 
 }  // namespace anchor

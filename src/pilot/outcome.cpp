@@ -104,7 +104,7 @@ ExitCode fail(Pilot& p, const std::string& stage, ExitCode code, const std::stri
     std::fprintf(stderr, "anchor: error: the report of the failed pilot could not be written: %s\n", e.what());
   }
   p.report.print_summary(summary_stream(p));
-  std::fprintf(stderr, "anchor: error: pilot failed in stage %s: %s\n", stage.c_str(), why.c_str());
+  std::fprintf(stderr, "anchor: error: pilot failed in stage %s: %s\n", stage.c_str(), capped(why).c_str());
   return code;
 }
 
@@ -140,7 +140,8 @@ ExitCode resume_mismatch(Pilot& p, const protocol::RankVerdicts& verdict, bool l
     constexpr std::size_t kShown = 10;
     std::size_t failed = 0;
     for (const auto& c : verdict.combined.checks)
-      if (!c.ok && ++failed <= kShown) std::fprintf(stderr, "  %s: %s\n", c.name.c_str(), c.detail.c_str());
+      if (!c.ok && ++failed <= kShown)
+        std::fprintf(stderr, "  %s: %s\n", capped(c.name).c_str(), capped(c.detail).c_str());
     if (failed > kShown) std::fprintf(stderr, "  ... and %zu more failed checks\n", failed - kShown);
   }
   if (!control.empty()) std::fprintf(stderr, "  determinism control: %s\n", control.c_str());

@@ -622,7 +622,7 @@ void Report::print_summary(std::ostream& os) const {
   for (const auto& s : or_empty(r.stages))
     os << "  " << std::setw(20) << s.stage.value_or("") << std::setw(8) << s.status.value_or("") << std::setw(11)
        << stage_seconds(s, "-") << stage_figure(s) << "\n";
-  os << "\n  " << r.status.value_or("") << ": " << r.message.value_or("") << "\n\n";
+  os << "\n  " << r.status.value_or("") << ": " << capped(r.message.value_or("")) << "\n\n";
 }
 
 std::string junit_xml(const RunReport& r, const std::vector<std::string>& planned) {

@@ -25,6 +25,12 @@ bool is_valid_utf8(std::string_view s) noexcept;
 // to open.
 std::string printable(std::string_view s);
 
+// `text` as a message shows it: a run of more than `word_max` bytes without
+// a space (a value quoted whole: a 10 MB --set, a path of a million bytes) is
+// cut to its start and end around "…(N bytes)…", and the whole to `total_max`
+// bytes and "… (N more bytes)"; a cut never splits a UTF-8 sequence.
+std::string capped(std::string_view text, std::size_t word_max = 400, std::size_t total_max = 8192);
+
 // A copy of `j` in which every string value and every object key went
 // through printable(): safe to dump() whatever the strings held. O(size of j).
 nlohmann::json printable_json(const nlohmann::json& j);

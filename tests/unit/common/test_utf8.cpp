@@ -121,4 +121,24 @@ TEST(Utf8, SetPathFieldDropsAStaleHexField) {
   EXPECT_EQ(anchor::path_field(j, "dir"), "plain");
 }
 
+// Messages quote values whole: a 10 MB --set value became a 10 MB error (issue 43, item 7).
+TEST(Capped, ALongWordIsCutAroundItsMiddleAndTheWholeToItsLimit) {
+  EXPECT_EQ(anchor::capped("short words stay as they are"), "short words stay as they are");
+  const std::string value(100000, 'x');
+  const std::string m = anchor::capped("run.name '" + value + "' is not a usable run name");
+  EXPECT_LT(m.size(), 600u) << m.size();
+  EXPECT_NE(m.find("\u2026(99602 bytes)\u2026"), std::string::npos) << m.substr(0, 300);
+  EXPECT_EQ(m.substr(0, 10), "run.name '");
+  EXPECT_NE(m.find("' is not a usable run name"), std::string::npos);
+  std::string many;
+  for (int i = 0; i < 5000; ++i) many += "word ";
+  const std::string w = anchor::capped(many, 400, 1000);
+  EXPECT_NE(w.find("\u2026 (24000 more bytes)"), std::string::npos) << w.substr(990);
+  // A cut never splits a UTF-8 sequence.
+  std::string accents;
+  for (int i = 0; i < 1000; ++i) accents += "\u00e9";
+  EXPECT_TRUE(anchor::is_valid_utf8(anchor::capped(accents, 401)));
+  EXPECT_TRUE(anchor::is_valid_utf8(anchor::capped(accents, 4000, 1001)));
+}
+
 }  // namespace
