@@ -115,6 +115,15 @@ def finished_checkpoint():
     return 0
 
 
+def finish():
+    """Every rank's collectives done, the group gone, and out without interpreter finalization (see above)."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if os.environ.get("EXAMPLE_HELPER"):  # the helper's own checkpoints, which save the sharded state through DCP
     with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=data, checkpoint_dir=ckpt_root,
                            save_at=[3], stop_at=6, events=os.path.join(run_dir, "events.jsonl")) as pilot:
@@ -129,8 +138,7 @@ if os.environ.get("EXAMPLE_HELPER"):  # the helper's own checkpoints, which save
             sched.step()
             pilot.step(step, loss=loss.item(), tokens=x.shape[0], batch=(x, y))
             pilot.maybe_save(step)
-    dist.destroy_process_group()
-    sys.exit(0)
+    finish()
 
 with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=data, observe=True,
                        checkpoint_dir=ckpt_root, save_at=[3], stop_at=6,
@@ -151,4 +159,4 @@ with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=sched, data=data, o
         if pilot.should_save(step):
             with pilot.saving(step):
                 dcp.save({"app": AppState()}, checkpoint_id=os.path.join(ckpt_root, "step_%d" % step))
-dist.destroy_process_group()
+finish()
