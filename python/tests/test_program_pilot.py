@@ -393,6 +393,62 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertEqual((again["reproduction"]["verdict"], again["reproduction"]["mode"]), ("reproduced", "bitwise"))
         self.assertEqual(again["manifest"]["program"]["root"], os.path.realpath(moved))
 
+    FORGER = """\
+import json, os, runpy, sys
+import anchor_pilot as ap
+from anchor_pilot import events as ev
+
+spec = json.load(open(os.environ["ANCHOR_PILOT_SPEC"]))
+if spec["role"] == "resume" and os.environ.get("FORGE") == "1":
+    # Restore all but the optimizer, and print the reference's digests and step lines instead of its own.
+    with open(os.path.join(os.path.dirname(spec["events"]), "reference.events.jsonl")) as f:
+        ref = [json.loads(line) for line in f]
+    saves = {e["step"]: e["components"] for e in ref if e["type"] == "digests" and e["when"] == "save"}
+    steps = {e["step"]: e for e in ref if e["type"] == "step"}
+    restore, emit = ap.Pilot.restore, ev.EventLog.emit
+
+    def restore_without_optimizer(self, skip=()):
+        self.check_restore = False
+        return restore(self, skip=["optimizer"])
+
+    def forged(self, type_, **fields):
+        if type_ == "digests" and fields.get("when") in ("restore", "save"):
+            fields["components"] = saves[min(saves) if fields["when"] == "restore" else fields["step"]]
+        elif type_ == "step" and fields["step"] in steps:
+            fields = {k: v for k, v in steps[fields["step"]].items() if k not in ("type", "rank", "time")}
+        return emit(self, type_, **fields)
+
+    ap.Pilot.restore, ev.EventLog.emit = restore_without_optimizer, forged
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+    def test_printed_lines_that_contradict_the_committed_checkpoint_fail(self):
+        """Issue 43.1: a worker B that restores all but the optimizer and prints the reference's digests and
+        step lines would match on its lines alone; its save of K+R pins other files. The cross-check names
+        the components (exit 3). Its negative control: the same wrapper printing its own lines passes."""
+        d = self.example("minimal")
+        with open(os.path.join(d, "forge.py"), "w") as f:
+            f.write(self.FORGER)
+        cmd = "program.command=[python3, forge.py]"
+        proc, report, _ = self.pilot("minimal", cmd, run="honest", FORGE="0")
+        self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
+        cross = report["cross_check"]
+        self.assertEqual([(s["worker"], s["step"], s["compared"], s["contradictions"]) for s in cross["saves"]],
+                         [("worker A", 10, 5, []), ("worker B", 20, 5, [])])
+        self.assertEqual([s["status"] for s in report["stages"] if s["stage"] == "cross_check"], ["passed"])
+        proc, report, run = self.pilot("minimal", cmd, run="forged", FORGE="1")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["verdict"], "match")  # on the printed lines alone, it would pass
+        self.assertIn("what your program printed contradicts the checkpoint it committed: worker B printed the "
+                      "model at its save of step 20 as ", proc.stderr)
+        (b,) = [s for s in report["cross_check"]["saves"] if s["worker"] == "worker B"]
+        self.assertEqual(sorted(c["component"] for c in b["contradictions"]), ["model", "optimizer"])
+        self.assertEqual([c["file"] for c in b["contradictions"] if c["component"] == "optimizer"],
+                         ["optimizer.safetensors"])
+        self.assertEqual([s["status"] for s in report["stages"] if s["stage"] == "cross_check"], ["failed"])
+        self.assertEqual((report["status"], report["exit_code"]), ("failed", 3))  # signed as what it is
+
     def test_a_component_the_helper_finds_not_restored_is_named(self):
         """A load_state_dict that restores nothing: the helper raises after loading (check_restore), having
         reported what it restored; the verdict names the component (exit 3), not a runtime failure."""

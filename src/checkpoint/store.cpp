@@ -951,6 +951,12 @@ Store::Verification Store::verify(const std::string& step_dir, const std::vector
   return inspect(step_dir, false).v;
 }
 
+Store::Pinned Store::pinned(const std::string& step_dir) const {
+  Inspection in = inspect(step_dir, false);
+  if (!in.v.ok) return {std::move(in.v), json(), json()};
+  return {std::move(in.v), std::move(in.state), std::move(in.manifest)};
+}
+
 namespace {
 struct Candidate {
   std::string path;

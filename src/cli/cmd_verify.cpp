@@ -1,4 +1,4 @@
-// anchor verify REPORT [--key PUB] [--envelope-only]
+// anchor verify REPORT [--key PUB] [--envelope-only] [--strict] [--json]
 //
 // Exit 0 when every check holds, 3 with each failure named, 2 on usage.
 // Results go to stdout: one line per check that held, one per failure; or
@@ -21,6 +21,7 @@ struct VerifyCliOptions {
   std::string key;
   bool envelope_only = false;
   bool json = false;
+  bool strict = false;
 };
 
 }  // namespace
@@ -36,28 +37,42 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
   sub.add_flag("--envelope-only", o->envelope_only,
                "check signature and statement only, not the files of the run directory "
                "(for an envelope copied away from its run; default: check them)");
+  sub.add_flag("--strict", o->strict,
+               "fail (exit 3) on a warning too: an unsigned file added, a retired checkpoint, a sidecar "
+               "missing, no --key (integrity only)");
   sub.add_flag("--json", o->json,
                "print the result as one JSON object on stdout: report, verified, key_id, checks, warnings, "
                "failures");
   sub.footer(
-      "Exit codes: 0 every check holds, 3 verification failed (each failure named), "
-      "2 usage. Checks: docs/report.md.");
+      "Exit codes: 0 every check holds, 3 verification failed (each failure named; with --strict, also any "
+      "warning), 2 usage. Checks: docs/report.md.");
 
   return [o]() {
     report::VerifyOptions opts;
     opts.public_key_path = o->key;
     opts.check_files = !o->envelope_only;
     report::VerifyResult r = report::verify_envelope(o->report, opts);
+    const bool strict_failed = r.ok && o->strict && !r.warnings.empty();
     if (o->json) {
-      const nlohmann::json out = {
-          {"report", printable(o->report)}, {"verified", r.ok},      {"key_id", r.key_id}, {"checks", r.checks},
-          {"warnings", r.warnings},         {"failures", r.failures}};
+      const nlohmann::json out = {{"report", printable(o->report)},
+                                  {"verified", r.ok && !strict_failed},
+                                  {"strict", o->strict},
+                                  {"key_id", r.key_id},
+                                  {"checks", r.checks},
+                                  {"warnings", r.warnings},
+                                  {"retired", r.retired},
+                                  {"failures", r.failures}};
       std::cout << dump_json(out, 2) << std::endl;
-      return r.ok ? ExitCode::kOk : ExitCode::kVerification;
+      return r.ok && !strict_failed ? ExitCode::kOk : ExitCode::kVerification;
     }
     for (const auto& c : r.checks) std::cout << "ok    " << c << "\n";
     for (const auto& w : r.warnings) std::cout << "warn  " << w << "\n";
     for (const auto& f : r.failures) std::cout << "FAIL  " << f << "\n";
+    if (strict_failed) {
+      std::cout << o->report << ": verification FAILED under --strict (" << r.warnings.size() << " warning"
+                << (r.warnings.size() == 1 ? "" : "s") << ", no failure)\n";
+      return ExitCode::kVerification;
+    }
     if (r.ok) {
       std::cout << o->report << ": verified (key " << r.key_id << ")\n";
       return ExitCode::kOk;

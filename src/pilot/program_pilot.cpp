@@ -33,6 +33,7 @@
 #include "anchor/plan/memory_model.hpp"
 #include "anchor/run_report/plan_inputs.hpp"
 #include "anchor/protocol/determinism.hpp"
+#include "anchor/protocol/saved_vs_reported.hpp"
 #include "anchor/protocol/worker_protocol.hpp"
 #include "anchor/protocol/progress.hpp"
 #include "anchor/pilot/observed.hpp"
@@ -1204,6 +1205,56 @@ void compare(Run& r) {
   if (!r.observed) p.report.add_checkpoints(p.ckpt_dir, p.run_dir);  // observed: program_checkpoints, at the kill
 }
 
+// Helper checkpoints: what the workers printed at their saves against what the committed steps pin
+// (protocol/saved_vs_reported.hpp). Worker A's save of K and worker B's save of K+R; a save line
+// whose step does not verify, or a digest that is not its file's, fails the pilot (exit 3).
+Step cross_check(Run& r) {
+  Pilot& p = r.p;
+  std::vector<protocol::SaveCrossCheck> checks;
+  std::vector<std::string> problems;
+  const auto check = [&](const std::string& worker, const Outcome& o, std::int64_t step) {
+    std::map<int, const pp::WorkerLog*> ranks;
+    for (const auto& [rank, log] : o.logs) ranks[rank] = &log;
+    if (ranks.empty() || !ranks.begin()->second->digests_at("save", step)) return;
+    const std::string dir = p.ckpt_dir + "/" + checkpoint::step_dir_name(step);
+    const std::string rel = printable(std::filesystem::relative(dir, p.run_dir).string());
+    const auto pinned = checkpoint::Store(p.ckpt_dir).pinned(dir);
+    if (!pinned.v.ok) {
+      problems.push_back(worker + " printed its save of step " + std::to_string(step) + ", but " + rel +
+                         " is not a committed checkpoint that verifies (" +
+                         (pinned.v.problems.empty() ? pinned.v.state : pinned.v.problems.front()) + ")");
+      return;
+    }
+    try {
+      checks.push_back(protocol::cross_check_save(
+          worker, protocol::PinnedStep::from_json(step, rel, pinned.state, pinned.manifest), ranks));
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+      return;
+    }
+    for (const auto& c : checks.back().contradictions) problems.push_back(c.words());
+  };
+  check("worker A", r.a, r.k);
+  check("worker B", r.b, r.last);
+  json list = json::array();
+  int compared = 0;
+  for (const auto& c : checks) {
+    list.push_back(c.to_json());
+    compared += c.compared;
+  }
+  json listed = json::array();  // at most 20, each cut to a sentence's length
+  for (std::size_t i = 0; i < problems.size() && i < 20; ++i) listed.push_back(capped(printable(problems[i])));
+  p.report.set_section("cross_check", {{"saves", list}, {"problems", listed}, {"problem_count", problems.size()}});
+  if (!problems.empty())
+    return fail(p, "cross_check", ExitCode::kVerification,
+                "what your program printed contradicts the checkpoint it committed: " + capped(problems.front()) +
+                    (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "") +
+                    ". The verdict rests on those lines: print them from the state the program saves and "
+                    "restores (Pilot.step, Pilot.save, Pilot.restore), never from another run");
+  p.stage("cross_check", [&] { return json{{"saves", checks.size()}, {"components", compared}}; });
+  return std::nullopt;
+}
+
 // The determinism control's checkpoint directory, made for it: worker B's own save of K+R stays
 // where it is, and the control restores the save worker B restored. Helper checkpoints: named in the
 // spec. Observed: a copy of that save, each file checked against its pin (the program's load then
@@ -1426,8 +1477,14 @@ ExitCode run_program_pilot(Pilot& p) {
   for (auto step : {prepare, reference, ranks_rng, pin, resume})
     if (Step end = step(r)) return *end;
   compare(r);
-  if (p.cfg.pilot.determinism == "check" || (p.cfg.pilot.determinism == "auto" && !r.verdict->match())) {
+  if (!r.observed) {
     const auto at = std::find(p.planned_stages.begin(), p.planned_stages.end(), std::string("compare"));
+    p.planned_stages.insert(at + 1, "cross_check");
+    if (Step end = cross_check(r)) return *end;
+  }
+  if (p.cfg.pilot.determinism == "check" || (p.cfg.pilot.determinism == "auto" && !r.verdict->match())) {
+    auto at = std::find(p.planned_stages.begin(), p.planned_stages.end(), std::string("cross_check"));
+    if (at == p.planned_stages.end()) at = std::find(p.planned_stages.begin(), p.planned_stages.end(), "compare");
     p.planned_stages.insert(at + 1, "determinism");
     if (Step end = determinism(r)) return *end;
   }

@@ -173,6 +173,22 @@ bool is_checkpoint_manifest(const Subject& s) {
   return stdfs::path(s.name).filename() == "manifest.json" && s.name.rfind("checkpoints/", 0) == 0;
 }
 
+// A signed checkpoint whose whole step directory is gone: retired (retention, here or by a later
+// pilot on the same checkpoint.dir, or a clean-up), its own state and a warning. A step directory
+// that is there without its manifest, or with another one, is a failure: that is not a removal.
+bool retire_if_gone(RunDirCheck& c, const stdfs::path& step_dir, const std::string& name) {
+  std::error_code ec;
+  if (stdfs::symlink_status(step_dir, ec).type() != stdfs::file_type::not_found) return false;
+  if (std::find(c.r.retired.begin(), c.r.retired.end(), name) != c.r.retired.end()) return true;
+  c.r.retired.push_back(name);
+  c.r.warnings.push_back(name +
+                         " is retired: the whole step directory is gone, as checkpoint retention "
+                         "(checkpoint.keep_last, in this pilot or a later one on the same checkpoint.dir) or a "
+                         "clean-up removes it. Its manifest's sha256 stays signed; its files can no longer be "
+                         "checked against it (`anchor verify --strict` fails on this)");
+  return true;
+}
+
 // 1. Every subject exists and has the signed digest.
 void check_subjects(RunDirCheck& c) {
   std::size_t matched = 0;
@@ -181,6 +197,11 @@ void check_subjects(RunDirCheck& c) {
     std::string path = (c.root / s.name).string();
     std::error_code ec;
     if (stdfs::symlink_status(path, ec).type() == stdfs::file_type::not_found) {
+      if (is_checkpoint_manifest(s) && retire_if_gone(c, c.root / stdfs::path(s.name).parent_path(),
+                                                      stdfs::path(s.name).parent_path().generic_string())) {
+        ++matched;  // nothing on disk contradicts its signed digest
+        continue;
+      }
       c.f.failures.push_back(failure("subject-missing", s.name + ": no such file in " + c.run_dir));
       continue;
     }
@@ -197,8 +218,12 @@ void check_subjects(RunDirCheck& c) {
       c.f.failures.push_back(failure("subject-unreadable", s.name + ": " + e.what()));
     }
   }
+  const std::size_t retired = c.r.retired.size();
   if (!c.st.subjects.empty() && matched == c.st.subjects.size())
-    c.r.checks.push_back("subjects: all " + std::to_string(matched) + " files match their signed sha256");
+    c.r.checks.push_back("subjects: all " + std::to_string(matched - retired) + " files match their signed sha256" +
+                         (retired ? " (" + std::to_string(retired) + " retired checkpoint manifest" +
+                                        (retired > 1 ? "s" : "") + " gone with their step directories)"
+                                  : ""));
 }
 
 // 2. report.json equals the report inside the statement.
@@ -349,6 +374,7 @@ bool listed_checkpoint_agrees(RunDirCheck& c, const json& entry, const std::stri
   std::string want = detail::normalise_sha256(entry["manifest_sha256"].get<std::string>());
   std::error_code ec;
   if (!stdfs::exists(on_disk, ec)) {
+    if (retire_if_gone(c, on_disk.parent_path(), inside ? manifest.parent_path().generic_string() : dir)) return true;
     c.f.failures.push_back(
         failure("checkpoint-mismatch", "report.json lists " + dir + ", but " + manifest.string() + " is missing"));
     return false;

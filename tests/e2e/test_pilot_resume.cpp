@@ -295,6 +295,29 @@ TEST(PilotStartFromLatest, TwoRanksStartFromAOneRankCheckpoint) {
   EXPECT_TRUE(keys.count("distributed.strategy")) << st.dump(2);
   for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(rep["resume"]["per_rank"][rank]["verdict"], "match");
   EXPECT_NE(anchor::fs::read_file(t.str("run2/report.md")).find("RNG re-derived"), std::string::npos);
+
+  // Issue 43.3: run2's retention retired run1's step 2. run1 still verifies, with the retirement a
+  // warning of its own (its manifest's sha256 stays signed), fails under --strict, and bundles.
+  auto v = run_anchor({"verify", t.str("run1"), "--json"});
+  ASSERT_EQ(v.status, 0) << v.output;
+  const auto out = json::parse(v.output.substr(v.output.find('{')));
+  EXPECT_EQ(out["retired"], json::array({"../ckpt/step-00000002"})) << out.dump(2);  // as report.json lists it
+  bool said = false;
+  for (const auto& w : out["warnings"])
+    said = said ||
+           w.get<std::string>().find("step-00000002 is retired: the whole step directory is gone") != std::string::npos;
+  EXPECT_TRUE(said) << out.dump(2);
+  auto strict = run_anchor({"verify", t.str("run1"), "--strict"});
+  EXPECT_EQ(strict.status, 3) << strict.output;
+  EXPECT_NE(strict.output.find("verification FAILED under --strict"), std::string::npos) << strict.output;
+  auto b = run_anchor({"bundle", t.str("run1"), "-o", t.str("bundle1")});
+  EXPECT_EQ(b.status, 0) << b.output;
+  // The negative control: a step directory there without its signed manifest was not retired, it was changed.
+  const auto step4 = t.str("ckpt/step-00000004");
+  std::filesystem::remove(step4 + "/manifest.json");
+  auto changed = run_anchor({"verify", t.str("run2")});
+  EXPECT_EQ(changed.status, 3) << changed.output;
+  EXPECT_NE(changed.output.find("step-00000004/manifest.json is missing"), std::string::npos) << changed.output;
 }
 
 // Issue 14: newer step directories that do not verify, whatever they hold,

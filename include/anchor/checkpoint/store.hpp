@@ -166,6 +166,15 @@ class Store {
   // this run saw it so, Loaded::verified) counts as verified without being read.
   Verification verify(const std::string& step_dir, const std::vector<VerifiedDir>& seen = {}) const;
 
+  // verify() with what the verification read: state.json and manifest.json
+  // as parsed then (null unless `v.ok`). Never takes a VerifiedDir's word.
+  struct Pinned {
+    Verification v;
+    nlohmann::json state;
+    nlohmann::json manifest;
+  };
+  Pinned pinned(const std::string& step_dir) const;
+
   // Every step-* directory under root (committed, temp, trash), newest first,
   // each verified completely (this reads every checkpoint once).
   std::vector<Verification> list(const std::vector<VerifiedDir>& seen = {}) const;

@@ -99,6 +99,9 @@ struct VerifyResult {
   std::string public_key_path;        // the key file used
   std::vector<std::string> checks;    // what held, one line each
   std::vector<std::string> warnings;  // what was not checked, or holds only weakly
+  // Signed checkpoints whose whole step directory is gone (retention, a
+  // clean-up): "checkpoints/step-00000003". Each is a warning, not a failure.
+  std::vector<std::string> retired;
   // The envelope's bytes as read once and checked: a caller that acts on the
   // payload (reproduce) takes it from here, never from a second read of a
   // file that may have changed in between.

@@ -2,6 +2,8 @@
 // negative control for every tamper test) and one test per named failure.
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "anchor/checkpoint/store.hpp"
@@ -166,6 +168,19 @@ TEST_F(SignVerifyTest, MissingSubjectFile) {
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(has_failure(r.failures, "subject-missing", "checkpoints/step-00000002/manifest.json"))
       << joined(r.failures);
+}
+
+// Issue 43.3: the whole step directory gone (retention, a clean-up) is a retired checkpoint: a
+// warning of its own, not tampering. The negative control is MissingSubjectFile above: the directory
+// there without its signed manifest fails.
+TEST_F(SignVerifyTest, AStepDirectoryGoneWholeIsRetired) {
+  stdfs::remove_all(stdfs::path(manifest()).parent_path());
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
+  EXPECT_EQ(r.retired, std::vector<std::string>{"checkpoints/step-00000002"});
+  EXPECT_TRUE(std::any_of(r.warnings.begin(), r.warnings.end(), [](const std::string& w) {
+    return w.rfind("checkpoints/step-00000002 is retired: the whole step directory is gone", 0) == 0;
+  })) << joined(r.warnings);
 }
 
 TEST_F(SignVerifyTest, ChangedSubjectFile) {
