@@ -28,6 +28,7 @@
 #include "anchor/common/dir_lock.hpp"
 #include "anchor/common/faults.hpp"
 #include "anchor/common/fs.hpp"
+#include "anchor/common/json_fields.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/common/process.hpp"
 #include "anchor/common/sha256.hpp"
@@ -768,6 +769,27 @@ std::string reference_failure(const Pilot& p, const WorkerOutcome& a) {
   return why;
 }
 
+// What a worker that failed or was interrupted finished before: its stages, with their figures,
+// and worker A's training steps (work::stages_so_far), into the report, so that it keeps what
+// passed. Read as untrusted: a file that is not what a worker writes adds nothing, and says so.
+void keep_stages_so_far(Pilot& p, const char* role) {
+  const std::string path = protocol::work::stages_so_far(p.run_dir, role);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  try {
+    const nlohmann::json j = read_json(path);
+    const JsonFields f(j, path);
+    const nlohmann::json& stages = f.array("stages");
+    const nlohmann::json& steps = f.array("train_steps");
+    run_report::RunReport::from_json({{"stages", stages}, {"steps", {{"train", steps}}}});  // their shape, or throws
+    for (const auto& s : stages) p.report.add_stage(s);
+    if (!steps.empty()) p.report.set_train_steps(steps);
+  } catch (const std::exception& e) {
+    ANCHOR_LOG_WARN("pilot", "{} not read ({}): the report lacks the stages worker {} passed before it stopped",
+                    printable(path), printable(e.what()), role);
+  }
+}
+
 // The results of ranks 1.. of a worker (rank 0's is read apart: it carries the stages).
 std::vector<protocol::WorkerResult> read_other_ranks(const Pilot& p, const char* role) {
   std::vector<protocol::WorkerResult> out;
@@ -799,6 +821,7 @@ Step reference_worker(BuiltinRun& r) {
       r.b_run.reset();
     }
   }
+  std::filesystem::remove(protocol::work::stages_so_far(p.run_dir, "reference"));  // a reused run directory's
   WorkerRun worker_a(p, WorkerRole::kReference);
   r.a = worker_a.run();
   const WorkerOutcome& a = r.a;
@@ -806,10 +829,11 @@ Step reference_worker(BuiltinRun& r) {
                                                          : nlohmann::json{{"from", p.cfg.pilot.start_from}});
   if (std::filesystem::exists(p.run_dir + "/manifest.json"))
     p.report.set_manifest(read_json(p.run_dir + "/manifest.json"));
-  if (interrupt_signal()) return interrupted_exit(p);
   // The numerical validation of train.precision, passed or not (docs/precision.md).
   if (std::filesystem::exists(protocol::work::precision(p.run_dir)))
     p.report.set_precision(read_json(protocol::work::precision(p.run_dir)));
+  if (interrupt_signal() || !a.killed_by_us) keep_stages_so_far(p, "reference");
+  if (interrupt_signal()) return interrupted_exit(p);
   if (!a.killed_by_us)
     return fail(p, a.open_stage.empty() ? "reference" : a.open_stage, worker_exit_code(a.status),
                 reference_failure(p, a));
@@ -849,9 +873,11 @@ Step resume_worker(BuiltinRun& r) {
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
+  std::filesystem::remove(protocol::work::stages_so_far(p.run_dir, "resume"));  // a reused run directory's
   if (!r.b_run) r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
   r.b = r.b_run->run();
   const WorkerOutcome& b = r.b;
+  if (interrupt_signal() || b.status != 0) keep_stages_so_far(p, "resume");
   if (interrupt_signal()) return interrupted_exit(p);
   if (b.status != 0) {
     const std::string who = "worker B" + (p.nproc > 1 ? " rank " + std::to_string(b.failed_rank) : std::string());

@@ -77,14 +77,16 @@ std::string headline(const std::string& s) {
 
 // One <testcase>, with a <failure> (type and headline; the whole message in
 // its body) when `failure` is set, or <skipped/> with why when `skipped` is.
+// `element` "error" instead: the stage did not get to its answer (a crash).
 void testcase(std::ostream& os, const std::string& classname, const std::string& name, const std::string& seconds,
-              const std::string* failure, const std::string& type, const std::string* skipped = nullptr) {
+              const std::string* failure, const std::string& type, const std::string* skipped = nullptr,
+              const char* element = "failure") {
   os << "    <testcase classname=\"" << classname << "\" name=\"" << xml_escape(name) << "\"";
   if (!seconds.empty()) os << " time=\"" << seconds << "\"";
   os << ">";
   if (failure)
-    os << "<failure type=\"" << type << "\" message=\"" << xml_escape(headline(*failure)) << "\">"
-       << xml_escape(*failure) << "</failure>";
+    os << "<" << element << " type=\"" << type << "\" message=\"" << xml_escape(headline(*failure)) << "\">"
+       << xml_escape(*failure) << "</" << element << ">";
   if (skipped) os << "<skipped message=\"" << xml_escape(*skipped) << "\"/>";
   os << "</testcase>\n";
 }
@@ -544,6 +546,18 @@ void Report::set_resume(const protocol::WorkerResult& ref, const protocol::Worke
 
 void Report::set_precision(const nlohmann::json& v) { j_["precision"] = v; }
 
+void Report::set_train_steps(const nlohmann::json& steps) {
+  // Each stage's peak memory so far, as set_resume gives it: what report.md and report.html draw.
+  nlohmann::json stages = nlohmann::json::object();
+  const RunReport so_far = typed();  // named: the loop reads into it
+  for (const auto& st : or_empty(so_far.stages))
+    if (const StageFigures& f = or_empty(st.figures); f.memory)
+      stages[st.stage.value_or("")] = section_to_json(*f.memory);
+  nlohmann::json patch = {{"steps", {{"train", steps}}}};
+  if (!stages.empty()) patch.update({{"measurements", {{"memory", {{"stages", stages}}}}}});
+  j_.merge_patch(patch);
+}
+
 void Report::set_memory_points(const nlohmann::json& points) { j_["measurements"]["memory"]["points"] = points; }
 
 void Report::set_activation_checkpointing(const nlohmann::json& figures) {
@@ -626,11 +640,14 @@ void Report::print_summary(std::ostream& os) const {
 }
 
 std::string junit_xml(const RunReport& r, const std::vector<std::string>& planned) {
-  int tests = 0, failures = 0, skipped = 0;
+  int tests = 0, failures = 0, errors = 0, skipped = 0;
   double total = 0;
   std::ostringstream cases;
   std::string stopped_in;  // the stage the pilot stopped in, for the skipped ones' message
   std::vector<std::string> ran;
+  // A pilot that exits 1 stopped on a crash (a worker killed, an I/O error): its failed stage is an
+  // <error>, the stage never got to its answer. Exit 3 is a check that failed: a <failure>.
+  const bool crashed = r.exit_code.value_or(0) == static_cast<int>(ExitCode::kRuntime);
   for (const auto& s : or_empty(r.stages)) {
     ++tests;
     const std::string name = s.stage.value_or(""), status = s.status.value_or("");
@@ -639,17 +656,18 @@ std::string junit_xml(const RunReport& r, const std::vector<std::string>& planne
     ran.push_back(name);
     std::string why;
     if (status != "passed") {
-      ++failures;
+      ++(crashed ? errors : failures);
       why = s.error.value_or(status.empty() ? std::string("failed") : status);
       stopped_in = name;  // the last that failed: later stages may still run after a failure (compare)
     }
-    testcase(cases, "anchor.pilot.stage", name, junit_seconds(seconds), status != "passed" ? &why : nullptr, "stage");
+    testcase(cases, "anchor.pilot.stage", name, junit_seconds(seconds), status != "passed" ? &why : nullptr, "stage",
+             nullptr, crashed ? "error" : "failure");
   }
   // A pilot that failed without a failed stage (interrupted, or refused
   // after its last stage): its outcome is a failed case, so CI never reads a
   // failed pilot as green.
   const std::string status = r.status.value_or(""), message = r.message.value_or("");
-  if (failures == 0 && !status.empty() && status != "passed") {
+  if (failures == 0 && errors == 0 && !status.empty() && status != "passed") {
     ++tests;
     ++failures;
     const std::string why = status + ": " + message;
@@ -676,11 +694,11 @@ std::string junit_xml(const RunReport& r, const std::vector<std::string>& planne
   const std::string created = r.created_at.value_or("");
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"anchor pilot\" tests=\"" << tests
-    << "\" failures=\"" << failures << "\" errors=\"0\" time=\"" << junit_seconds(total) << "\">\n"
+    << "\" failures=\"" << failures << "\" errors=\"" << errors << "\" time=\"" << junit_seconds(total) << "\">\n"
     << "  <testsuite name=\"anchor pilot " << xml_escape(r.run_id.value_or("")) << "\" tests=\"" << tests
-    << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"" << junit_seconds(total)
-    << "\" timestamp=\"" << xml_escape(created.substr(0, 19)) << "\" hostname=\"" << xml_escape(proc::host_name())
-    << "\">\n"
+    << "\" failures=\"" << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\""
+    << junit_seconds(total) << "\" timestamp=\"" << xml_escape(created.substr(0, 19)) << "\" hostname=\""
+    << xml_escape(proc::host_name()) << "\">\n"
     << cases.str() << "  </testsuite>\n</testsuites>\n";
   return x.str();
 }

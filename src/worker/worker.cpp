@@ -345,6 +345,15 @@ void write_result(WorkerContext& ctx, const std::string& role) {
   fs::atomic_write_file(protocol::work::result(ctx.run_dir, role, ctx.env.rank), dump_json(out.to_json(), 2));
 }
 
+// The stages finished so far (work::stages_so_far): what a failure later in this worker leaves
+// to the report. Rank 0's only; a few hundred bytes a stage.
+void write_stages_so_far(const WorkerContext& ctx, const std::string& role) {
+  if (ctx.env.rank != 0) return;
+  fs::atomic_write_file(
+      protocol::work::stages_so_far(ctx.run_dir, role),
+      dump_json({{"stages", ctx.out.stages}, {"train_steps", train::steps_json(ctx.out.train_steps)}}));
+}
+
 // run.threads governs every pool the worker runs (docs/config.md): LibTorch's
 // intra-op and inter-op pools and the BLAS library's own (OpenBLAS with
 // pthreads keeps one that at::set_num_threads does not reach). Called first,
@@ -759,12 +768,16 @@ ExitCode run_reference(WorkerContext& ctx, bool use_hash_cache) {
                 "the spec is written by the anchor that starts the worker; run the worker through that anchor");
   auto tp = load_stage(ctx, use_hash_cache);
   auto& t = *tp;
+  write_stages_so_far(ctx, "reference");
   precision_stage(ctx, t);
   train_stage(ctx, t);
+  write_stages_so_far(ctx, "reference");
   const double eval_loss = eval_stage(ctx, t);
+  write_stages_so_far(ctx, "reference");
   checkpoint::Store store(ctx.ckpt_dir);
   diverge_replica_fault(ctx, t);
   save_stage(ctx, t, store, eval_loss);
+  write_stages_so_far(ctx, "reference");
 
   protocol::StageTimer ref("reference");
   ctx.out.reference_steps =
@@ -934,12 +947,14 @@ void resume_from_checkpoint(WorkerContext& ctx) {
                                 {"load_state_s", load_s},
                                 {"state_digest_s", digest_s},
                                 {"memory", restore_mem.read_and_report("restore")}}));
+  write_stages_so_far(ctx, "resume");
 
   protocol::StageTimer eval("eval_after_restore");
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval after the restore");
   ctx.out.eval_loss = eval_loss;
   protocol::emit(protocol::EvalLine{t.step(), {true, eval_loss}});
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
+  write_stages_so_far(ctx, "resume");
 
   protocol::StageTimer resume("resume");
   nlohmann::json profile;

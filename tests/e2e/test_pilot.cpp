@@ -829,6 +829,41 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
   EXPECT_EQ(junit.find("failures=\"0\""), std::string::npos) << junit;
   EXPECT_NE(junit.find("name=\"outcome\"><failure type=\"interrupted\""), std::string::npos) << junit;
+  // Issue 43.8: what passed before the signal is kept, with its figures, in the report and the JUnit file.
+  std::vector<std::string> passed;
+  for (const auto& st : report["stages"])
+    if (st["status"] == "passed") passed.push_back(st["stage"].get<std::string>());
+  EXPECT_EQ(passed, (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save"})) << report["stages"];
+  EXPECT_NE(junit.find("name=\"train\" time="), std::string::npos) << junit;
+  EXPECT_EQ(report["steps"]["train"].size(), 2u) << report.dump(1);
+}
+
+// Issue 43.8: a pilot that crashes keeps every stage that passed before, with its figures, in
+// report.json, report.md, report.html and the JUnit file; the crash is a JUnit <error>, not a <failure>.
+TEST(Pilot, ACrashedPilotKeepsTheStagesThatPassedAndIsAJUnitError) {
+  TempDir t("crash-keeps");
+  auto r = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("run"), "--junit", t.str("junit.xml"), "--set", "report.signing_key=none"},
+      {{"ANCHOR_FAULT", "after_manifest:exit"}});  // worker A ends inside its first save
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto report = read_json(t.str("run/report.json"));
+  std::vector<std::string> stages;
+  for (const auto& st : report["stages"])
+    stages.push_back(st["stage"].get<std::string>() + " " + st["status"].get<std::string>());
+  EXPECT_EQ(stages, (std::vector<std::string>{"pin passed", "load passed", "train passed", "eval passed",
+                                              "checkpoint_save failed"}));
+  EXPECT_GT(report["stages"][2]["figures"]["tokens_per_s"].get<double>(), 0) << report["stages"][2];
+  EXPECT_EQ(report["steps"]["train"].size(), 2u);
+  EXPECT_TRUE(report["measurements"]["memory"]["stages"].contains("train")) << report["measurements"];
+  const std::string junit = anchor::fs::read_file(t.str("junit.xml"));
+  EXPECT_EQ(junit_schema_problems(t.str("junit.xml")), "") << junit;
+  EXPECT_NE(junit.find("name=\"eval\" time="), std::string::npos) << junit;
+  EXPECT_NE(junit.find("name=\"checkpoint_save\" time=\"0.000\"><error type=\"stage\""), std::string::npos) << junit;
+  EXPECT_NE(junit.find("errors=\"1\""), std::string::npos) << junit;
+  EXPECT_EQ(junit.find("<failure"), std::string::npos) << junit;
+  EXPECT_NE(anchor::fs::read_file(t.str("run/report.md")).find("| train | passed |"), std::string::npos);
+  const std::string html = anchor::fs::read_file(t.str("run/report.html"));
+  EXPECT_EQ(html.find("no data"), std::string::npos) << "the losses and memory of the stages that ran are drawn";
 }
 
 // A GPU asked for where none is usable (CUDA_VISIBLE_DEVICES hides every one,

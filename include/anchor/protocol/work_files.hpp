@@ -18,6 +18,13 @@ inline std::string result(const std::string& run_dir, const std::string& role, i
 inline std::string start(const std::string& run_dir) { return dir(run_dir) + "/start.json"; }
 inline std::string precision(const std::string& run_dir) { return dir(run_dir) + "/precision.json"; }
 
+// The stages a worker's rank 0 has finished so far, with their figures, and
+// worker A's training steps: rewritten after each stage, so that a worker
+// that fails later leaves what passed before it ({"stages", "train_steps"}).
+inline std::string stages_so_far(const std::string& run_dir, const std::string& role) {
+  return dir(run_dir) + "/" + role + ".stages.json";
+}
+
 // What a worker is told (the worker protocol's spec, worker_protocol.hpp),
 // written by the supervisor before it starts the worker's ranks, on every node.
 inline std::string spec(const std::string& run_dir, const std::string& role) {

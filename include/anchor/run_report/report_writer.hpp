@@ -30,6 +30,9 @@ class Report {
   // resume, steps, measurements; docs/report.md).
   void set_section(const std::string& key, nlohmann::json value) { j_[key] = std::move(value); }
   // The numerical validation of train.precision (worker A's precision stage; docs/precision.md).
+  // The training steps of a worker A that failed after them (steps.train; set_resume sets all three
+  // parts), and the peak memory of each stage added so far (measurements.memory.stages).
+  void set_train_steps(const nlohmann::json& steps);
   void set_precision(const nlohmann::json& validation);
   // Several ranks: strategy, per-rank state bytes vs DDP's and comm time, RNG resharding (docs/report.md).
   void set_distributed(const nlohmann::json& d) { j_["distributed"] = d; }

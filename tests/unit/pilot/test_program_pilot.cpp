@@ -74,7 +74,8 @@ void expect_failed(const Ran& r, ExitCode code, const std::string& says) {
             code == ExitCode::kInterrupted || code == ExitCode::kTerminated ? "interrupted" : "failed");
   EXPECT_EQ(r.report.value("exit_code", -1), static_cast<int>(code));
   EXPECT_TRUE(has(r.message(), says)) << "the report's message: " << r.message() << "\nexpected it to say: " << says;
-  EXPECT_TRUE(has(r.junit, "<failure")) << r.junit;
+  // A crash (exit 1) is a JUnit <error>: the stage never got to its answer; a check that failed a <failure>.
+  EXPECT_TRUE(has(r.junit, code == ExitCode::kRuntime ? "<error" : "<failure")) << r.junit;
 }
 
 // The control: a program that does its job passes; the report has every

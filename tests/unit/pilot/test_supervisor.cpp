@@ -97,7 +97,11 @@ TEST_F(Supervisor, AWorkerThatExitsFailsItsStageWithItsCode) {
     const json* st = stage_of(r.report, c.stage);
     ASSERT_NE(st, nullptr) << r.report.dump(1);
     EXPECT_EQ((*st)["status"], "failed");
-    EXPECT_NE(r.junit.find("<failure"), std::string::npos) << r.junit;
+    // Exit 1 is a crash, the stage never got to its answer: a JUnit <error>; 2 and 3 are a <failure>.
+    const bool crash = c.code == ExitCode::kRuntime;
+    EXPECT_NE(r.junit.find(crash ? "<error type=\"stage\"" : "<failure type=\"stage\""), std::string::npos) << r.junit;
+    EXPECT_EQ(r.junit.find(crash ? "<failure" : "<error"), std::string::npos) << r.junit;
+    EXPECT_NE(r.junit.find(crash ? "errors=\"1\"" : "errors=\"0\""), std::string::npos) << r.junit;
   }
 }
 
