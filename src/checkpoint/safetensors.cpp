@@ -1038,6 +1038,65 @@ ParsedHeader parse_header(const char* raw, std::uint64_t size, const std::string
   return h;
 }
 
+// One read of `size` bytes into `buf` from fd: all of them, or the file ended (fewer).
+std::size_t read_full(int fd, char* buf, std::size_t size, const std::string& path) {
+  std::size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, buf + got, size - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("read", path, errno);
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  return got;
+}
+
+// The tensors of a parsed header in file order, each hashed as its bytes stream past.
+class StreamedTensors {
+ public:
+  explicit StreamedTensors(const ParsedHeader& h) : h_(h) {
+    for (std::size_t i = 0; i < h.entries.size(); ++i) order_.push_back(i);
+    std::sort(order_.begin(), order_.end(),
+              [&](std::size_t a, std::size_t b) { return h.entries[a].begin < h.entries[b].begin; });
+    hex_.resize(h.entries.size());
+    open_next();
+  }
+  // Bytes of the data section from offset `at` on.
+  void feed(const char* p, std::size_t n, std::uint64_t at) {
+    while (n > 0 && k_ < order_.size()) {
+      const auto& e = h_.entries[order_[k_]];
+      const std::uint64_t take = std::min<std::uint64_t>(n, e.end - at);
+      sha_->update(p, static_cast<std::size_t>(take));
+      p += take, n -= static_cast<std::size_t>(take), at += take;
+      if (at == e.end) {
+        hex_[order_[k_]] = sha_->hex();
+        ++k_;
+        open_next();
+      }
+    }
+  }
+  TensorDigests finish(std::string header_hex) {
+    TensorDigests d;
+    d.header = std::move(header_hex);
+    for (std::size_t i = 0; i < hex_.size(); ++i) d.tensors.emplace(h_.entries[i].name, std::move(hex_[i]));
+    return d;
+  }
+
+ private:
+  void open_next() {  // empty tensors end where they begin: hashed at once
+    while (k_ < order_.size() && h_.entries[order_[k_]].begin == h_.entries[order_[k_]].end)
+      hex_[order_[k_++]] = sha256_hex(std::string_view());
+    if (k_ < order_.size()) sha_ = std::make_unique<Sha256>();
+  }
+  const ParsedHeader& h_;
+  std::vector<std::size_t> order_;
+  std::vector<std::string> hex_;
+  std::size_t k_ = 0;
+  std::unique_ptr<Sha256> sha_;
+};
+
 // The hashing side of FileBytes::read_hashing_tensors: several threads behind
 // one reader. The first to start parses the header once its bytes are in;
 // then each takes the next tensor in file order and hashes it once the reader
@@ -1176,6 +1235,51 @@ FileBytes FileBytes::read_hashing_tensors(const std::string& path, unsigned thre
   pool.clear();
   *digests = hasher.digests();
   return b;
+}
+
+StreamedFile stream_file(const std::string& path, bool safetensors, bool per_tensor) {
+  struct stat st {};
+  fs::UniqueFd file = fs::open_regular(path, &st);
+  const int fd = file.get();
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  StreamedFile out;
+  Sha256 whole;
+  // The header first (8 bytes and at most kMaxHeaderBytes): parsed against the file's size.
+  std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(size, 8)), '\0');
+  std::uint64_t got = read_full(fd, head.data(), head.size(), path);
+  std::optional<ParsedHeader> h;
+  if (safetensors) {
+    try {
+      const std::uint64_t n = header_length(head.data(), size, path);
+      head.resize(static_cast<std::size_t>(8 + n));
+      got += read_full(fd, head.data() + 8, static_cast<std::size_t>(n), path);
+      if (got == head.size()) h = parse_header(head.data(), size, path);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kIo) throw;
+      out.problem = e.what();
+    }
+    head.resize(static_cast<std::size_t>(got));
+  }
+  const bool tensors = per_tensor && h;
+  std::optional<StreamedTensors> streamed;
+  if (tensors) streamed.emplace(*h);
+  if (!per_tensor) whole.update(head);
+  const std::uint64_t data_start = h ? 8 + h->len : 0;
+  std::vector<char> chunk(kChunk);
+  for (;;) {
+    const std::size_t n = read_full(fd, chunk.data(), chunk.size(), path);
+    if (n == 0) break;
+    if (!per_tensor) whole.update(chunk.data(), n);
+    if (streamed && got + n <= size) streamed->feed(chunk.data(), n, got - data_start);
+    got += n;
+  }
+  if (got != size)
+    throw Error(ErrorKind::kIo, "read " + printable(path) + ": file changed size while it was read (" +
+                                    std::to_string(size) + " bytes at open, " + std::to_string(got) + " read)");
+  out.digest.size = size;
+  if (!per_tensor) out.digest.sha256 = whole.hex();
+  if (streamed) out.tensors = streamed->finish(sha256_hex(head));
+  return out;
 }
 
 SafetensorsFile SafetensorsFile::parse(FileBytes bytes, std::string name) {

@@ -477,6 +477,9 @@ std::optional<FileBytes> read_for_check(FileCheck& c, const Read& read) {
   return std::nullopt;
 }
 
+// The digests of a file pinned per tensor against the manifest's (named problems, at most 8 of each kind).
+void compare_tensor_digests(FileCheck& c, const TensorDigests& got);
+
 // A file pinned per tensor: read while its tensors are hashed on
 // c.hash_threads, parsed (the tensors must tile the data section, so the
 // header and the tensors cover every byte), then each digest compared with
@@ -500,7 +503,13 @@ void check_tensor_digests(FileCheck& c, bool keep) {
     return;
   }
   if (!sized) return;
-  const TensorDigests got = hashed ? std::move(*hashed) : hash_tensors(*sf, c.hash_threads);
+  const std::size_t before = c.problems.size();
+  compare_tensor_digests(c, hashed ? std::move(*hashed) : hash_tensors(*sf, c.hash_threads));
+  if (c.problems.size() != before) return;
+  if (keep) c.file = std::move(*sf);
+}
+
+void compare_tensor_digests(FileCheck& c, const TensorDigests& got) {
   const TensorDigests& want = *c.pinned;
   const std::size_t before = c.problems.size();
   if (got.header != want.header)
@@ -526,14 +535,33 @@ void check_tensor_digests(FileCheck& c, bool keep) {
         {changed, "tensors whose SHA-256 differs"},
         {unpinned, "tensors not pinned"}})
     if (count > kNamed) c.problems.push_back(c.name + ": and " + std::to_string(count - kNamed) + " more " + what);
-  if (c.problems.size() != before) return;
-  c.verified = want;
-  if (keep) c.file = std::move(*sf);
+  if (c.problems.size() == before) c.verified = want;
+}
+
+// A check that keeps no file (verify, list, retention): one streamed read, the
+// header and one chunk in memory whatever the file's size (stream_file).
+void check_file_streamed(FileCheck& c) {
+  std::optional<StreamedFile> s;
+  try {
+    s = stream_file(c.path, c.is_safetensors || c.pinned, c.pinned.has_value());
+  } catch (const Error& e) {
+    c.problems.push_back(c.name + ": cannot be read: " + e.what());
+    return;
+  }
+  const bool sized = s->digest.size == c.size;
+  if (!sized)
+    c.problems.push_back(c.name + ": size is " + std::to_string(s->digest.size) + " bytes, manifest.json says " +
+                         std::to_string(c.size));
+  else if (!c.pinned && s->digest.sha256 != c.sha256)
+    c.problems.push_back(c.name + ": SHA-256 is " + s->digest.sha256 + ", manifest.json says " + c.sha256);
+  if (!s->problem.empty()) c.problems.push_back(s->problem);
+  if (c.pinned && sized && s->tensors) compare_tensor_digests(c, *s->tensors);
 }
 
 // Reads, hashes and parses one file (FileBytes::read overlaps the hashing with
 // the read), recording what is wrong with it.
 void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
+  if (!keep && !c.is_state) return check_file_streamed(c);
   if (c.pinned) return check_tensor_digests(c, keep);
   FileDigest d;
   std::optional<FileBytes> bytes = read_for_check(
@@ -571,12 +599,12 @@ void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
 
 // check_file for every entry to read: largest first, across up to one thread
 // per CPU (at most 8), since SHA-256 runs at one core's speed per stream; a
-// file pinned per tensor also hashes its tensors on several. A file
-// is held in memory while it is checked: when the files are not kept (verify
-// only), the files being read at once hold at most kVerifyBytesInFlight
-// between them (a larger file is read alone), so verifying costs the memory of
-// a few files, not of the checkpoint. A failure other than a file's own (a
-// thread that cannot start) is rethrown.
+// file kept (restore) and pinned per tensor also hashes its tensors on
+// several. When the files are not kept (verify, list, retention) each is
+// streamed, a chunk in memory; only state.json is read whole, and those read
+// at once hold at most kVerifyBytesInFlight between them (a larger one is
+// read alone). A failure other than a file's own (a thread that cannot start)
+// is rethrown.
 constexpr std::uint64_t kVerifyBytesInFlight = 2ull << 30;
 // anchor writes a few files per rank; a manifest listing more is not one of its saves.
 constexpr std::size_t kMaxFiles = 100000;
@@ -606,7 +634,8 @@ void check_files(std::vector<FileCheck>& checks, bool keep, std::int64_t dir_ste
   std::exception_ptr failed;
   auto work = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < todo.size();) {
-      const std::uint64_t bytes = keep ? 0 : todo[i]->size;
+      // Streamed files hold a chunk each; only state.json, parsed, is read whole when nothing is kept.
+      const std::uint64_t bytes = keep || !todo[i]->is_state ? 0 : todo[i]->size;
       {
         std::unique_lock<std::mutex> lk(mu);
         freed.wait(lk, [&] {

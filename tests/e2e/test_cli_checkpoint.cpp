@@ -2,10 +2,15 @@
 // is exercised by the unit tests (fork) and the kill loop (ckpt_saver).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/process.hpp"
@@ -26,6 +31,63 @@ class CheckpointCli : public anchor::test::CheckpointDir {
     return anchor::proc::run_capture(args, o);
   }
 };
+
+// `anchor ARGS...` with stdout and stderr to /dev/null: its exit status and its peak RSS in bytes
+// (wait4). Through fork, not posix_spawn: a child that shares this process's memory until its exec
+// (vfork) inherits this process's high-water RSS in ru_maxrss; a forked one starts from what this
+// process holds now.
+std::pair<int, long long> status_and_peak_rss(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {ANCHOR_BINARY};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  argv.reserve(all.size() + 1);
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (pid < 0) return {-1, 0};
+  int status = 0;
+  rusage ru{};
+  if (::wait4(pid, &status, 0, &ru) != pid) return {-1, 0};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, static_cast<long long>(ru.ru_maxrss) * 1024};
+}
+
+// Issue 43.6: verify and list stream every file (the header and a 1 MiB chunk in memory), so a
+// 256 MiB tensor costs no 256 MiB of RSS; they took ~1x the file (2x for other files) before. The
+// negative control: one byte changed in the middle of the tensor is still found.
+TEST_F(CheckpointCli, VerifyAndListHoldAChunkNotTheFile) {
+  constexpr std::size_t kBytes = 256u << 20;
+  std::string dir;
+  {
+    std::vector<float> w(kBytes / sizeof(float), 0.5F);
+    ck::SaveRequest req;
+    req.step = 3;
+    req.files.push_back(
+        {"model.safetensors", {{"w", ck::DType::F32, {static_cast<std::int64_t>(w.size())}, w.data(), kBytes}}, {}});
+    dir = ck::Store(root()).save(req).dir;
+  }
+  const long long kBound = 96LL << 20;  // the binary, its libraries and the chunk: ~20 MB here
+  auto [status, rss] = status_and_peak_rss({"checkpoint", "verify", dir});
+  EXPECT_EQ(status, 0);
+  EXPECT_LT(rss, kBound) << "peak RSS of verify on a 256 MiB file: " << rss;
+  std::tie(status, rss) = status_and_peak_rss({"checkpoint", "list", root()});
+  EXPECT_EQ(status, 0);
+  EXPECT_LT(rss, kBound) << "peak RSS of list: " << rss;
+  {
+    std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(kBytes / 2));
+    f.put('\x55');
+  }
+  const auto r = run({"checkpoint", "verify", dir});
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("model.safetensors: tensor 'w' SHA-256 is "), std::string::npos) << r.out;
+}
 
 TEST_F(CheckpointCli, VerifyValidAndInvalid) {
   ck::Store store(root());

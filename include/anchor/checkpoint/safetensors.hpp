@@ -162,6 +162,21 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// What a streamed read of a file found: `anchor checkpoint verify` and `list`
+// (and every check that keeps no file) hold the header and one 4 MiB chunk,
+// never the file, whatever its size (an 80 GB shard: a few MiB resident).
+struct StreamedFile {
+  FileDigest digest;                     // its size, and the SHA-256 of the whole file unless per tensor
+  std::optional<TensorDigests> tensors;  // per tensor (manifest v2), when asked and the header holds
+  std::string problem;                   // a safetensors file whose header breaks a rule: what parse() says
+};
+// Reads `path` once, in chunks. `safetensors`: the header is parsed strictly
+// as parse() does, against the file's size (the tiling of the data section
+// included); `per_tensor`: the header and each tensor are hashed as a manifest
+// v2 pins them, instead of the whole file. Throws Error(kIo) naming the path
+// (also when the file changes size while it is read).
+StreamedFile stream_file(const std::string& path, bool safetensors, bool per_tensor);
+
 // The TensorDigests of a parsed file, hashed on up to `threads` threads (the
 // largest tensors first; 0 or 1: on this one).
 TensorDigests hash_tensors(const SafetensorsFile& f, unsigned threads);
