@@ -1047,9 +1047,23 @@ std::optional<Store::Loaded> Store::restore_newest(std::optional<std::int64_t> m
   return std::nullopt;
 }
 
+std::optional<Store::Verification> Store::verify_listed(const std::string& step_dir,
+                                                        const std::vector<VerifiedDir>& seen) const {
+  Verification v = verify(step_dir, seen);
+  // Gone between the listing and its verification (retention, another pilot's, removed it): not a
+  // checkpoint that is invalid, one that is no longer there.
+  std::error_code ec;
+  if (!v.ok && stdfs::symlink_status(step_dir, ec).type() == stdfs::file_type::not_found) {
+    ANCHOR_LOG_INFO("checkpoint", "{} was removed while the checkpoints were listed", printable(step_dir));
+    return std::nullopt;
+  }
+  return v;
+}
+
 std::vector<Store::Verification> Store::list(const std::vector<VerifiedDir>& seen) const {
   std::vector<Verification> out;
-  for (const Candidate& c : scan(root_)) out.push_back(verify(c.path, seen));
+  for (const Candidate& c : scan(root_))
+    if (auto v = verify_listed(c.path, seen)) out.push_back(std::move(*v));
   return out;
 }
 

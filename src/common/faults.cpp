@@ -52,6 +52,13 @@ const std::vector<Variable>& variables() {
          "this node looks for the run directory elsewhere, as a node without the shared mount would"}},
        "src/pilot/launched.cpp",
        "a node of a multi-node pilot that cannot see the run (docs/distributed.md)"},
+      {"ANCHOR_SIGNAL_FAULT",
+       false,
+       {{"sigint_at_plan", 0, "sigint_at_plan", "the supervisor raises SIGINT on itself as its plan stage starts"},
+        {"sigterm_after_signing", 0, "sigterm_after_signing",
+         "the supervisor raises SIGTERM on itself once a passed pilot's report is signed"}},
+       "src/pilot/outcome.cpp",
+       "a signal in the last moments of a pilot, which must not exit 0 (docs/pilot.md)"},
   };
   return table;
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "anchor/common/faults.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
@@ -41,7 +42,17 @@ bool junit_published() { return g_junit_published; }
 
 // Writes every output of the run, whatever its outcome: report.json and
 // report.md, the JUnit XML (--junit) and the report on stdout (--json).
-void publish(Pilot& p) {
+namespace {
+// ANCHOR_SIGNAL_FAULT's point `point`, when set: the supervisor raises that signal on itself there.
+void signal_fault(const char* point, int sig) {
+  for (const auto& item : faults::read("ANCHOR_SIGNAL_FAULT"))
+    if (item.point == point) ::raise(sig);
+}
+}  // namespace
+
+void signal_fault_at_plan() { signal_fault("sigint_at_plan", SIGINT); }
+
+void publish(Pilot& p, bool print_json) {
   if (p.signing_key.empty()) {
     p.report.set_unsigned(p.unsigned_reason);
     p.report.write(p.run_dir);
@@ -66,11 +77,17 @@ void publish(Pilot& p) {
     }
   }
   write_junit(p);
-  if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
+  if (print_json && p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
 }
 
 ExitCode passed(Pilot& p) {
-  publish(p);
+  // A SIGINT or SIGTERM in the last stages (the plan), or while the report is written and signed,
+  // is an interrupted pilot (130/143, its report rewritten so), never a pass that exits 0.
+  if (interrupt_signal()) return interrupted_exit(p);
+  publish(p, false);
+  signal_fault("sigterm_after_signing", SIGTERM);
+  if (interrupt_signal()) return interrupted_exit(p);
+  if (p.opts.json_stdout) std::cout << dump_json(p.report.json(), 2) << std::endl;
   const run_report::RunReport report = p.report.typed();
   if (report.plan) summary_stream(p) << plan::format_plan_summary(*report.plan, printable(p.run_dir)) << "\n";
   p.report.print_summary(summary_stream(p));

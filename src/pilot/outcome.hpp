@@ -20,7 +20,9 @@ std::string with_hint(const Error& e);
 std::ostream& summary_stream(const Pilot& p);
 // Writes every output of the run, whatever its outcome: report.json and
 // report.md (signed when a key is configured), the JUnit XML, --json.
-void publish(Pilot& p);
+void publish(Pilot& p, bool print_json = true);  // print_json: --json's report on stdout
+// ANCHOR_SIGNAL_FAULT=sigint_at_plan: the supervisor raises SIGINT on itself (its plan stage's start).
+void signal_fault_at_plan();
 // The pilot passed (its outcome set): the report published, the plan's
 // summary and the stage table printed; returns 0.
 ExitCode passed(Pilot& p);

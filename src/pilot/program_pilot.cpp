@@ -1450,6 +1450,7 @@ Step make_plan(Run& r) {
     return std::nullopt;
   }
   try {
+    signal_fault_at_plan();
     p.stage("plan", [&] {
       auto plan = plan::make_plan(*m, p.catalog, p.cfg);
       p.report.set_plan(plan);

@@ -978,6 +978,7 @@ Step probe_and_plan(BuiltinRun& r) {
   p.report.set_memory_points(points);
   if (!probe.activation_checkpointing.is_null()) p.report.set_activation_checkpointing(probe.activation_checkpointing);
   try {
+    signal_fault_at_plan();
     p.stage("plan", [&] {
       auto plan = plan::make_plan(run_report::measured_from_report(p.report.typed()), p.catalog, p.cfg);
       p.report.set_plan(plan);

@@ -838,6 +838,28 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   EXPECT_EQ(report["steps"]["train"].size(), 2u) << report.dump(1);
 }
 
+// Issue 43.7: a SIGINT as the plan starts, or a SIGTERM once the report is signed (the last moments
+// of a pilot that would pass), is an interrupted pilot: 130 or 143, the report rewritten so (and
+// signed), --json's report printed once. It exited 0 before.
+TEST(Pilot, ASignalInTheLastMomentsIsNotSwallowed) {
+  TempDir t("late-signal");
+  for (const auto& [point, code, sig] : {std::tuple<const char*, int, const char*>{"sigint_at_plan", 130, "SIGINT"},
+                                         {"sigterm_after_signing", 143, "SIGTERM"}}) {
+    SCOPED_TRACE(point);
+    const std::string run = t.str(point);
+    auto r = run_anchor({"pilot", kPilot, "--run-dir", run, "--json"}, {{"ANCHOR_SIGNAL_FAULT", point}});
+    EXPECT_EQ(r.status, code) << r.output;
+    const auto report = read_json(run + "/report.json");
+    EXPECT_EQ(report["status"], "interrupted");
+    EXPECT_EQ(report["exit_code"], code);
+    EXPECT_EQ(report["message"], std::string("interrupted by ") + sig + "; only committed checkpoints are kept");
+    EXPECT_EQ(run_anchor({"verify", run}).status, 0) << "the interrupted report is the one signed";
+    std::size_t docs = 0;
+    for (std::size_t at = 0; (at = r.output.find("\"run_id\":", at)) != std::string::npos; ++at) ++docs;
+    EXPECT_EQ(docs, 1u) << r.output;
+  }
+}
+
 // Issue 43.8: a pilot that crashes keeps every stage that passed before, with its figures, in
 // report.json, report.md, report.html and the JUnit file; the crash is a JUnit <error>, not a <failure>.
 TEST(Pilot, ACrashedPilotKeepsTheStagesThatPassedAndIsAJUnitError) {

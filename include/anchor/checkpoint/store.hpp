@@ -177,7 +177,12 @@ class Store {
 
   // Every step-* directory under root (committed, temp, trash), newest first,
   // each verified completely (this reads every checkpoint once).
+  // A directory that is gone by the time it is verified (retention removed it
+  // meanwhile) is left out, not called invalid (verify_listed).
   std::vector<Verification> list(const std::vector<VerifiedDir>& seen = {}) const;
+  // verify() of a directory a listing found: nullopt when it no longer exists.
+  std::optional<Verification> verify_listed(const std::string& step_dir,
+                                            const std::vector<VerifiedDir>& seen = {}) const;
 
   // Removes every temp and trash directory under root (call at start-up, never
   // while another process saves into the same root). Returns the removed paths.

@@ -816,6 +816,21 @@ TEST_F(StoreTest, ListShowsStates) {
   EXPECT_GT(l[2].bytes, 0u);
 }
 
+// Issue 43.7: a step that retention removes between the listing and its verification is left out,
+// not listed as invalid; one that is there and broken is still listed (the negative control).
+TEST_F(StoreTest, AStepGoneWhileListedIsLeftOutNotInvalid) {
+  ck::Store store(root());
+  store.save(make_request(2, 10));
+  const std::string gone = root() + "/step-00000005";  // listed a moment ago, removed since
+  EXPECT_FALSE(store.verify_listed(gone).has_value());
+  EXPECT_EQ(store.verify(gone).state, "invalid") << "what list said of it before";
+  std::filesystem::create_directory(gone);  // there, and not a checkpoint
+  const auto v = store.verify_listed(gone);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->ok);
+  EXPECT_EQ(store.verify_listed(root() + "/step-00000002")->state, "committed");
+}
+
 TEST_F(StoreTest, FaultEnvParsing) {
   ck::Store store(root());
   ::setenv("ANCHOR_FAULT", "after_manifest:explode", 1);
