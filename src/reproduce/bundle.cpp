@@ -269,10 +269,12 @@ std::vector<fs::KnownFile> listed_files(const json& j, const std::string& dir, c
         !is_sha256_hex(f["sha256"].get<std::string>()))
       throw Error(ErrorKind::kUsage, file + " lists a file without a name, size and SHA-256");
     const std::string name = f["name"].get<std::string>();
-    if (!fs::is_name_within(name))
-      throw Error(ErrorKind::kUsage,
-                  file + " lists '" + printable(name) + "', which is not a relative path within the directory",
+    if (name.find('\0') != std::string::npos || !fs::is_name_within(name)) {
+      std::string shown = printable(name);  // a NUL shown, not the end of the message
+      for (std::size_t at; (at = shown.find('\0')) != std::string::npos;) shown.replace(at, 1, "\\x00");
+      throw Error(ErrorKind::kUsage, file + " lists '" + shown + "', which is not a relative path within the directory",
                   "a bundle holds only what `anchor bundle` wrote; copy it again from where it was made");
+    }
     files.push_back({name, f["size"].get<std::uint64_t>(), f["sha256"].get<std::string>(), ""});
   }
   for (const auto& f : files) {
@@ -567,7 +569,20 @@ OpenedBundle open_bundle(const std::string& dir) {
   if (has("catalog.yaml")) b.catalog = b.dir + "/catalog.yaml";
   check_inputs_listed(b.dir, names);  // with or without data: nothing unlisted under inputs/
   fs::verify_files(b.dir, files);     // then every byte: a changed or truncated file is exit 3
+  for (const auto& f : files) b.files[f.name] = f.sha256;
   return b;
+}
+
+void check_signed_subjects(const OpenedBundle& b, const std::string& verified_envelope_text) {
+  const auto subjects = read_verified(verified_envelope_text).subjects;
+  for (const auto& [name, sha] : b.files) {
+    const auto it = subjects.find(name);
+    if (it == subjects.end() || it->second == sha) continue;
+    throw Error(ErrorKind::kVerification,
+                "the bundle's " + printable(name) + " is not the file the run signed (SHA-256 " + sha + ", signed " +
+                    it->second + "): it was changed after signing, and bundle.json made to agree",
+                "copy the bundle again from where it was made, or bundle the run again");
+  }
 }
 
 }  // namespace anchor::reproduce

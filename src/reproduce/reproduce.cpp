@@ -110,6 +110,8 @@ nlohmann::json verified_report(Reproduction& r) {
   // The payload of the bytes verify read and checked, not of another read.
   trust.sha256 = sha256_hex(v.envelope_text);
   auto env = report::envelope_from_json(v.envelope_text);
+  // A bundle's copies of the signed files are the signed bytes (bundle.json itself is not signed).
+  if (r.bundle) check_signed_subjects(*r.bundle, v.envelope_text);
   return parse_json(env.payload).at("predicate").at("report");
 }
 

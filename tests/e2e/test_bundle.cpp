@@ -252,6 +252,40 @@ TEST_F(Bundle, WhatABundleDoesNotHoldOrNoLongerMatchesIsRefused) {
   EXPECT_EQ(escape.status, 2) << escape.output;
   EXPECT_NE(escape.output.find("not a relative path within the directory"), std::string::npos) << escape.output;
 
+  // A name with a NUL in it is a malformed bundle.json (exit 2, the NUL shown), not a lost file (issue 43.7).
+  j = listed_before;
+  j["files"].push_back(
+      {{"name", std::string("report.md\0x", 11)}, {"size", 1}, {"sha256", std::string(64, '0')}, {"role", "x"}});
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+  auto nul = reproduce(t_.str("made"), "nul");
+  EXPECT_EQ(nul.status, 2) << nul.output;
+  EXPECT_NE(nul.output.find("lists 'report.md\\x00x', which is not a relative path within the directory"),
+            std::string::npos)
+      << nul.output;
+
+  // A signed file of the run edited, and bundle.json made to agree: the envelope's digest decides
+  // (issue 43.7: it reproduced before). The control: the file put back, the bundle reproduces
+  // past this check (WithItsDataItReproducesBitwiseFromTheBundleAlone runs it to the end).
+  j = listed_before;
+  anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());
+  if (listed_before.dump().find("\"report.md\"") != std::string::npos) {
+    const std::string md = t_.str("made/report.md");
+    stdfs::copy_file(md, t_.str("report.md.saved"));
+    append(md, "\nAll good, trust me.\n");
+    relist(t_.str("made"), "report.md");
+    auto edited = reproduce(t_.str("made"), "edited");
+    EXPECT_EQ(edited.status, 3) << edited.output;
+    EXPECT_NE(edited.output.find("the bundle's report.md is not the file the run signed"), std::string::npos)
+        << edited.output;
+    EXPECT_FALSE(stdfs::exists(t_.str("edited")));
+    stdfs::remove(md);
+    stdfs::copy_file(t_.str("report.md.saved"), md);
+    anchor::fs::atomic_write_file(t_.str("made/bundle.json"), listed_before.dump());
+  } else {
+    ADD_FAILURE() << "the bundle carries no report.md: " << listed_before.dump();
+  }
+  j = listed_before;
+
   // A bundle of another format.
   j["format"] = "anchor.bundle/v2";
   anchor::fs::atomic_write_file(t_.str("made/bundle.json"), j.dump());

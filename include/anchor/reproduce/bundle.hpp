@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <optional>
 #include <utility>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -86,7 +87,15 @@ struct OpenedBundle {
   bool with_data = false;
   manifest::PathMap inputs;  // with_data: where the run's inputs are inside the bundle
   InputPlaces places;        // with_data: the same, as bundle.json names them (relative)
+  // Every file bundle.json lists, name -> SHA-256 (their bytes checked): the run's signed subjects
+  // among them are held to the envelope's digests once it verifies (check_signed_subjects).
+  std::map<std::string, std::string> files;
 };
+
+// The bundle's files that the verified envelope's statement signs (its
+// subjects) against their signed SHA-256: one that differs was changed after
+// signing, with bundle.json made to agree (Error kVerification).
+void check_signed_subjects(const OpenedBundle& b, const std::string& verified_envelope_text);
 
 // Reads bundle.json strictly (its format, every name a relative path inside
 // the bundle, no symbolic link on the way) and checks every file it lists by
