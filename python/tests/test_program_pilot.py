@@ -576,8 +576,12 @@ runpy.run_path("train.py", run_name="__main__")
                          "the program is still running")
         # A program that runs past stop_at, or floods the events file, is stopped naming why.
         step = '{"type": "step", "rank": 0, "time": 0, "step": %d, "loss": 1.0, "grad_norm": 1.0, "lr": 0.1}\n'
+        # Or valid lines few enough but too large (issue 43.7: 360 MB of them took the supervisor to 2 GB):
+        # 20 steps of 1 MiB each past the 16 MiB + 64 KiB a step a pilot of 20 steps may write.
+        big = "[S.replace('}', ', \"pad\": \"' + 'x' * (1 << 20) + '\"}') % i for i in range(1, 21)]"
         for name, lines, says in (("past.py", "[S % (spec['stop_at'] + 1)]", "reported step 21, past step 20"),
-                                  ("flood.py", "[S % 1] * 100001", "more than 100000 lines")):
+                                  ("flood.py", "[S % 1] * 100001", "more than 100000 lines"),
+                                  ("large.py", big, "more than the 17 MiB a pilot of this length writes")):
             with open(self.path("minimal", name), "w") as f:
                 f.write("import json, os, time\n"
                         "S = %r\n"

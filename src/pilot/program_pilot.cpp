@@ -76,6 +76,12 @@ struct Outcome {
 std::uint64_t max_lines_per_rank(std::int64_t stop_at) {
   return std::max<std::uint64_t>(100000, 8 * static_cast<std::uint64_t>(std::max<std::int64_t>(stop_at, 0)) + 1000);
 }
+// And in bytes: 16 MiB (the hello line pins every source and distribution) and 64 KiB a step, which
+// valid lines that hold no more than the contract's fields never come near. A program that writes
+// valid lines in a loop is refused before the supervisor reads them (it held 2 GB for 360 MB).
+std::uint64_t max_bytes_per_rank(std::int64_t stop_at) {
+  return (16ULL << 20) + (64ULL << 10) * static_cast<std::uint64_t>(std::max<std::int64_t>(stop_at, 0));
+}
 
 std::string worker_name(pp::Role r) {
   return r == pp::Role::kReference ? "worker A" : r == pp::Role::kResume ? "worker B" : "the memory probe";
@@ -224,7 +230,8 @@ class ProgramRun {
         deadline_(t0_ +
                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(p.cfg.program.timeout_s))),
         ended_(ranks_.size()),
-        reader_(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(world_of(p, spec))),
+        reader_(spec.events, max_lines_per_rank(spec.stop_at) * static_cast<std::uint64_t>(world_of(p, spec)),
+                max_bytes_per_rank(spec.stop_at) * static_cast<std::uint64_t>(world_of(p, spec))),
         letter_(spec.role == pp::Role::kReference ? "A"
                 : name_ == "control"              ? "C"
                 : spec.role == pp::Role::kResume  ? "B"

@@ -640,6 +640,10 @@ std::vector<Event> EventReader::poll() {
   if (::lseek(fd.get(), static_cast<off_t>(offset_), SEEK_SET) < 0) throw io_error("seek", path_, errno);
   // What is there now, no more: a program that never stops writing must not keep the supervisor here.
   const std::uint64_t end = static_cast<std::uint64_t>(st.st_size);
+  if (end > max_bytes_)
+    throw bad(path_ + ": " + std::to_string(end) + " bytes, more than the " + std::to_string(max_bytes_ >> 20) +
+              " MiB a pilot of this length writes; anchor_pilot writes a few lines per step: does the program call "
+              "it in an inner loop, or write to the file itself?");
   char buf[65536];
   while (offset_ < end) {
     const ssize_t n =

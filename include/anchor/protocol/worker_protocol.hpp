@@ -206,15 +206,16 @@ Event parse_event(const std::string& line);
 class EventReader {
  public:
   // `max_lines`: a file with more lines than this is refused (Error kRuntime)
-  // as soon as they are read, before they are parsed and held.
-  explicit EventReader(std::string path, std::uint64_t max_lines = UINT64_MAX)
-      : path_(std::move(path)), max_lines_(max_lines) {}
+  // as soon as they are read, before they are parsed and held; `max_bytes`: a
+  // file larger than this, as soon as its size is seen, before it is read.
+  explicit EventReader(std::string path, std::uint64_t max_lines = UINT64_MAX, std::uint64_t max_bytes = UINT64_MAX)
+      : path_(std::move(path)), max_lines_(max_lines), max_bytes_(max_bytes) {}
   std::vector<Event> poll();
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::uint64_t max_lines_;
+  std::uint64_t max_lines_, max_bytes_;
   std::uint64_t offset_ = 0;
   std::uint64_t line_no_ = 0;
   std::string partial_;
