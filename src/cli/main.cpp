@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "anchor: prove a training run on one node before the long run, "
       "and leave a signed record of it"};
+  app.name("anchor");  // "Usage: anchor ...", not the path it was run by (issue 43.13)
   app.set_version_flag("--version", cli::version_text());
   app.require_subcommand(1);
   app.fallthrough();

@@ -410,6 +410,9 @@ TEST(FrontEnd, CommandLineConventions) {
     EXPECT_EQ(help.status, 0) << help.output;
     EXPECT_EQ(help.output.find("{false}"), std::string::npos) << cmd << ":\n" << help.output;
     EXPECT_NE(help.output.find("--"), std::string::npos) << cmd << ":\n" << help.output;
+    // Its name, not the path it was run by (issue 43.13).
+    EXPECT_NE(help.output.find(std::string("Usage: anchor ") + cmd), std::string::npos) << help.output;
+    EXPECT_EQ(help.output.find(std::string("Usage: ") + ANCHOR_BINARY), std::string::npos) << help.output;
   }
 
   auto version = run_anchor({"--version"});
