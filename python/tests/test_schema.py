@@ -197,7 +197,8 @@ class WorkerResultSchema(support.TempDirTest):
         self.assertOk(p, "anchor pilot")
         out = {}
         for name in sorted(os.listdir(self.path(run, "work"))):
-            if name.endswith(".json") and name not in ("start.json", "precision.json") and not name.endswith(".spec.json"):
+            if (name.endswith(".json") and name not in ("start.json", "precision.json") and
+                    not name.endswith((".spec.json", ".stages.json"))):  # specs, and the stages kept so far
                 with open(self.path(run, "work", name)) as f:
                     out[name] = json.load(f)
         return out

@@ -809,11 +809,21 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   auto child = anchor::proc::spawn({ANCHOR_BINARY, "pilot", kPilot, "--run-dir", t.str("run"), "--set",
                                     "pilot.steps_after_resume=200", "--junit", t.str("junit.xml")},
                                    o);
-  // Wait for the file the pilot commits (the first checkpoint), not for a time.
+  // Wait for the file the pilot commits (the first checkpoint), and for worker A to have recorded its
+  // save stage after it (work/reference.stages.json), not for a time.
   const auto committed = t.str("run/checkpoints/step-00000002/COMMITTED");
-  for (int i = 0; i < 6000 && !std::filesystem::exists(committed); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(std::filesystem::exists(committed));
+  const auto saved = [&] {
+    std::error_code ec;
+    if (!std::filesystem::exists(committed, ec)) return false;
+    try {
+      return anchor::fs::read_file(t.str("run/work/reference.stages.json")).find("\"checkpoint_save\"") !=
+             std::string::npos;
+    } catch (const std::exception&) {
+      return false;  // not written yet
+    }
+  };
+  for (int i = 0; i < 6000 && !saved(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(saved());
   ::kill(child.pid, SIGTERM);
   std::string out;
   char buf[4096];
