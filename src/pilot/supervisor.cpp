@@ -868,12 +868,13 @@ Step reference_worker(BuiltinRun& r) {
 // 6. Worker B, a fresh process: restore the newest committed checkpoint, eval, resume R steps.
 Step resume_worker(BuiltinRun& r) {
   Pilot& p = r.p;
+  // A reused run directory's; before worker B (perhaps started early, waiting) is told its task.
+  std::filesystem::remove(protocol::work::stages_so_far(p.run_dir, "resume"));
   try {  // worker A's saved step and R more: where worker A was killed
     tell_worker(p, WorkerRole::kResume, *r.ref.saved_step + p.cfg.pilot.steps_after_resume);
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
-  std::filesystem::remove(protocol::work::stages_so_far(p.run_dir, "resume"));  // a reused run directory's
   if (!r.b_run) r.b_run = std::make_unique<WorkerRun>(p, WorkerRole::kResume);
   r.b = r.b_run->run();
   const WorkerOutcome& b = r.b;
