@@ -495,11 +495,10 @@ runpy.run_path("train.py", run_name="__main__")
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertIn("ran past program.timeout_s (1.0 s) and was killed", proc.stderr)
 
-    def test_nothing_the_program_starts_outlives_the_pilot(self):
-        """Each process of the program starts a child that stays in its process group and a daemon that
-        leaves it (fork, setsid, fork again): once the pilot has passed, none is left running (the rank's
-        process group is killed when it ends; the daemon, reparented to anchor, its subreaper, is ended
-        too). Each would otherwise sleep for 10 minutes."""
+    def minimal_that_leaves_a_child_and_a_daemon(self):
+        """A copy of examples/minimal whose every process first starts a `sleep 600` child in its own
+        process group and a daemon that leaves it (fork, setsid, fork again); each leaves a file
+        `child-PID` or `daemon-PID` beside train.py."""
         self.example("minimal")
         with open(self.path("minimal", "train.py")) as f:
             src = f.read()
@@ -515,6 +514,13 @@ runpy.run_path("train.py", run_name="__main__")
                     "        _os.execvp('sleep', ['sleep', '600'])\n"
                     "    _os._exit(0)\n"
                     "_os.wait()\n" + src)
+
+    def test_nothing_the_program_starts_outlives_the_pilot(self):
+        """Each process of the program starts a child that stays in its process group and a daemon that
+        leaves it (fork, setsid, fork again): once the pilot has passed, none is left running (the rank's
+        process group is killed when it ends; the daemon, reparented to anchor, its subreaper, is ended
+        too). Each would otherwise sleep for 10 minutes."""
+        self.minimal_that_leaves_a_child_and_a_daemon()
         proc, report, _ = self.pilot("minimal")
         self.assertMatch(proc, report)
         pids = [int(n.split("-")[1]) for n in os.listdir(self.path("minimal")) if n.startswith(("child-", "daemon-"))]
@@ -532,6 +538,39 @@ runpy.run_path("train.py", run_name="__main__")
             ended = [json.loads(l) for l in f if '"orphans_ended"' in l]
         self.assertTrue(ended and all(e["count"] >= 1 for e in ended), ended)
         self.assertIn("process(es) the program left running after its ranks ended", proc.stderr)
+
+    def test_nothing_the_program_starts_outlives_a_killed_pilot(self):
+        """anchor itself SIGKILLed while the program runs: its ranks die with it (PR_SET_PDEATHSIG) and
+        the sentinel, which outlives the pilot, ends what they started, a setsid'd daemon included
+        (common/sentinel.hpp). A process started beside the pilot, not by it, is left alone."""
+        import signal
+        import time
+        self.minimal_that_leaves_a_child_and_a_daemon()
+        beside = subprocess.Popen(["sleep", "600"], env=self.env)
+        self.addCleanup(beside.wait)
+        self.addCleanup(beside.kill)
+        p = subprocess.Popen([self.BIN, "pilot", self.path("minimal", "pilot.yaml"), "--run-dir", self.path("run")],
+                             env=self.env, cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        started = lambda: [n for n in os.listdir(self.path("minimal")) if n.startswith(("child-", "daemon-"))]
+        while len(started()) < 2 and time.monotonic() - t0 < 120 and p.poll() is None:
+            time.sleep(0.02)
+        self.assertEqual(len(started()), 2, "worker A started its child and its daemon before anchor ended")
+        p.kill()
+        p.wait(timeout=30)
+
+        def sleeping(pid):
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    return f.read().startswith(b"sleep")
+            except (FileNotFoundError, ProcessLookupError):
+                return False
+        pids = [int(n.split("-")[1]) for n in started()]
+        t0 = time.monotonic()
+        while any(sleeping(pid) for pid in pids) and time.monotonic() - t0 < 20:
+            time.sleep(0.05)
+        self.assertEqual([pid for pid in pids if sleeping(pid)], [], "still running after anchor was SIGKILLed")
+        self.assertIsNone(beside.poll(), "a process the pilot did not start was ended")
 
     def test_a_program_that_does_not_speak_the_protocol(self):
         self.example("minimal")

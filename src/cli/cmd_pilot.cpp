@@ -1,5 +1,6 @@
-// anchor pilot CONFIG  and the hidden  anchor-torch __worker  it starts.
+// anchor pilot CONFIG  and the hidden  anchor-torch __worker  and  anchor __sentinel  it starts.
 #include "anchor/common/fs.hpp"
+#include "anchor/common/sentinel.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/log.hpp"
 #include "anchor/pilot/pilot.hpp"
@@ -94,6 +95,16 @@ Runner setup_worker(CLI::App& sub, const GlobalOptions&) {
   sub.add_flag_callback(
       "--no-cache", [o] { o->use_hash_cache = false; }, "pin without the hash cache");
   return [o]() { return cli::run_worker(*o); };
+}
+
+Runner setup_sentinel(CLI::App& sub, const GlobalOptions&) {
+  sub.group("");  // internal: started by `anchor pilot` (common/sentinel.hpp), not by people
+  auto token = std::make_shared<std::string>();
+  sub.add_option("token", *token, "the pilot's token")->required();
+  return [token]() {
+    proc::run_sentinel(*token);
+    return ExitCode::kOk;
+  };
 }
 
 }  // namespace anchor::cli

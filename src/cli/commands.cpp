@@ -21,6 +21,7 @@ const std::vector<Command>& commands() {
       {"completion", "Print the bash or zsh completion script", setup_completion},
       {"manpage", "Print the man page (roff): anchor manpage | man -l -", setup_manpage},
       {"__worker", "internal: a pilot worker process", setup_worker},
+      {"__sentinel", "internal: ends what a killed pilot left running", setup_sentinel},
       {"__process-facts", "internal: what pin needs of a process that trains (anchor-torch)", setup_process_facts},
   };
   return kCommands;

@@ -33,6 +33,7 @@ Runner setup_pin(CLI::App& sub, const GlobalOptions& global);
 Runner setup_process_facts(CLI::App& sub, const GlobalOptions& global);
 Runner setup_pilot(CLI::App& sub, const GlobalOptions& global);
 Runner setup_worker(CLI::App& sub, const GlobalOptions& global);
+Runner setup_sentinel(CLI::App& sub, const GlobalOptions& global);
 Runner setup_reproduce(CLI::App& sub, const GlobalOptions& global);
 Runner setup_keygen(CLI::App& sub, const GlobalOptions& global);
 Runner setup_verify(CLI::App& sub, const GlobalOptions& global);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "anchor/common/sentinel.hpp"
 #include "anchor/error.hpp"
 
 extern char** environ;
@@ -274,7 +275,8 @@ std::vector<pid_t> own_children() {
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
     std::ifstream in(task.path() / "children");
-    for (long pid = 0; in >> pid;) out.push_back(static_cast<pid_t>(pid));
+    for (long pid = 0; in >> pid;)
+      if (static_cast<pid_t>(pid) != sentinel_pid()) out.push_back(static_cast<pid_t>(pid));  // it must outlive us
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include "anchor/common/fs.hpp"
 #include "anchor/common/json_fields.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/common/sentinel.hpp"
 #include "anchor/common/threads.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/config/config.hpp"
@@ -307,6 +308,7 @@ ExitCode run_agent(const dist::LaunchEnv& launch, dist::Store& store, const Pilo
 
   const std::string binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
   proc::become_subreaper();  // a program's ranks' leftovers come here (reap_orphans after each group)
+  proc::start_sentinel();    // and if this process is killed, the sentinel ends them
   for (int i = 0;; ++i) {
     auto [w, start] = wait_any(store, {"pilot/exit", "pilot/start/" + std::to_string(i)});
     if (w == 0) break;

@@ -22,6 +22,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/common/fs.hpp"
 #include "anchor/common/process.hpp"
+#include "anchor/common/sentinel.hpp"
 #include "anchor/common/utf8.hpp"
 #include "anchor/dist/launch.hpp"
 #include "anchor/error.hpp"
@@ -1475,6 +1476,7 @@ ExitCode run_program_pilot(Pilot& p) {
   // What a rank leaves behind (a double fork, a setsid'd child) comes here, not to init: each worker
   // ends it once its ranks have ended (ProgramRun::end_leftovers).
   proc::become_subreaper();
+  proc::start_sentinel();  // and if this process is killed, the sentinel ends them
   Run r(p);
   p.planned_stages = {"reference", "checkpoint_save", "pin",          "kill", "restore",
                       "resume",    "compare",         "memory_probe", "plan"};
