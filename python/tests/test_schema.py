@@ -221,7 +221,8 @@ class WorkerResultSchema(support.TempDirTest):
             self.assertEqual({k: line["components"][k] for k in ("model", "optimizer", "rng")},
                              {k: result[key][k] for k in ("model", "optimizer", "rng")})
         steps = [l for l in lines if l["type"] == "step" and l["source"] == "worker-resume"]
-        self.assertEqual([(l["step"] - 1, l["loss"]) for l in steps],
+        # One numbering: a step's line and its record give the same number, counted from 1.
+        self.assertEqual([(l["step"], l["loss"]) for l in steps],
                          [(r["step"], r["loss"]) for r in res["resume_steps"]])
         # Negative controls: the schema rejects what the supervisor's reader refuses.
         self.assertNotEqual(self.check(dict(ref, format="anchor.worker-result/v2")), [])

@@ -516,8 +516,8 @@ GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Ten
   return st;
 }
 
-void check_replicated(ProcessGroup& pg, const std::string& digest, std::int64_t step) {
-  auto all = pg.exchange("params/" + std::to_string(step), digest);
+void check_replicated(ProcessGroup& pg, const std::string& digest, std::int64_t step, const char* point) {
+  auto all = pg.exchange(std::string("params/") + point + "/" + std::to_string(step), digest);
   std::string differ;
   for (int r = 1; r < pg.size(); ++r)
     if (all[static_cast<std::size_t>(r)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);

@@ -1209,7 +1209,9 @@ void compare(Run& r) {
     return compare_stage_figures(*r.verdict, r.spec.reshard ? static_cast<int>(r.spec.reshard->second) : p.nproc);
   });
   p.report.set_section("resume", r.verdict->to_json());
-  p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))}, {"resumed", steps_json(r.b.logs.at(0))}});
+  p.report.set_section("steps", {{"train", steps_json(r.a.logs.at(0))},
+                                 {"resumed", steps_json(r.b.logs.at(0))},
+                                 {"numbered_from", run_report::kStepsNumberedFrom}});
   if (!r.observed) p.report.add_checkpoints(p.ckpt_dir, p.run_dir);  // observed: program_checkpoints, at the kill
 }
 

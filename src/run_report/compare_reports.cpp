@@ -90,7 +90,9 @@ void compare_steps(Comparison& c, const RunReport& a, const RunReport& b) {
       continue;
     }
     for (size_t i = 0; i < sa.size(); ++i) {
-      const std::string at = std::string(phase) + " step " + dumped(sa[i].step);
+      // Counted from 1 whichever anchor wrote the original (steps.numbered_from).
+      const std::string at =
+          std::string(phase) + " step " + (sa[i].step ? std::to_string(*sa[i].step + step_number_offset(a)) : "null");
       c.figure(at + ": loss", sa[i].loss, sb[i].loss);
       c.figure(at + ": grad_norm", sa[i].grad_norm, sb[i].grad_norm);
       c.figure(at + ": learning rate", sa[i].lr, sb[i].lr);

@@ -219,8 +219,9 @@ std::string bar_chart(const std::string& id, const std::string& title, const std
 }
 
 // A step list of report.json (steps.train, .reference, .resume) as points of
-// `key` against the step as the console counts it (from 1): the built-in
-// workers number their steps from 0 (`first` 1), a user's program from 1 (`first` 0).
+// `key` against the step as the console counts it (from 1): `first` is what a
+// step's recorded number needs added (1 in a built-in pilot's report from before
+// steps.numbered_from, which counted from 0).
 std::vector<std::pair<double, double>> points(const std::vector<StepRow>& steps, Opt<double> StepRow::*key,
                                               double first) {
   std::vector<std::pair<double, double>> out;
@@ -233,10 +234,8 @@ std::vector<std::pair<double, double>> points(const std::vector<StepRow>& steps,
 }
 
 std::string training_charts(const RunReport& report) {
-  // A user program's pilot (report.program) writes steps.resumed, numbered from 1.
-  const bool program = report.program.has_value();
-  const double first = program ? 0 : 1;
   const Steps& steps = or_empty(report.steps);
+  const auto first = static_cast<double>(step_number_offset(report));
   // Worker A's steps: those before its save (steps.train) and after (steps.reference).
   std::vector<StepRow> a = or_empty(steps.train);
   a.insert(a.end(), or_empty(steps.reference).begin(), or_empty(steps.reference).end());

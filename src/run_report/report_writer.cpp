@@ -492,7 +492,8 @@ void Report::set_resume(const protocol::WorkerResult& ref, const protocol::Worke
                         const nlohmann::json& verdict) {
   j_["steps"] = {{"train", train::steps_json(ref.train_steps)},
                  {"reference", train::steps_json(ref.reference_steps)},
-                 {"resume", train::steps_json(res.resume_steps)}};
+                 {"resume", train::steps_json(res.resume_steps)},
+                 {"numbered_from", kStepsNumberedFrom}};
   j_["eval"] = {{"before_save", ref.eval_loss.value()},
                 {"after_restore", res.eval_loss.value()},
                 {"perplexity", std::exp(ref.eval_loss.value())}};
@@ -553,7 +554,7 @@ void Report::set_train_steps(const nlohmann::json& steps) {
   for (const auto& st : or_empty(so_far.stages))
     if (const StageFigures& f = or_empty(st.figures); f.memory)
       stages[st.stage.value_or("")] = section_to_json(*f.memory);
-  nlohmann::json patch = {{"steps", {{"train", steps}}}};
+  nlohmann::json patch = {{"steps", {{"train", steps}, {"numbered_from", kStepsNumberedFrom}}}};
   if (!stages.empty()) patch.update({{"measurements", {{"memory", {{"stages", stages}}}}}});
   j_.merge_patch(patch);
 }

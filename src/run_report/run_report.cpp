@@ -87,6 +87,7 @@ void fields(V& v, Steps& s) {
   v("reference", s.reference);
   v("resume", s.resume);
   v("resumed", s.resumed);
+  v("numbered_from", s.numbered_from);
 }
 
 template <class V>
@@ -487,6 +488,11 @@ void fields(V& v, RunReport& s) {
 }
 
 RunReport RunReport::from_json(const Json& j) { return json_doc::read<RunReport>(j); }
+
+std::int64_t step_number_offset(const RunReport& r) {
+  const auto& steps = or_empty(r.steps);
+  return 1 - steps.numbered_from.value_or(r.program ? 1 : 0);
+}
 
 Json RunReport::to_json() const { return json_doc::write(*this); }
 

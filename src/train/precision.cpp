@@ -175,7 +175,7 @@ nlohmann::json Trainer::validate_precision(double tolerance) {
     torch::NoGradGuard no_grad;
     // ANCHOR_GRAD_FAULT at this step: the chosen precision's side gets the inf/NaN.
     for (const auto& [fault_step, value] : grad_faults_)
-      if (inject && fault_step == step_ && !opt_->params().empty() && opt_->params().front().param.grad().defined())
+      if (inject && fault_step == step_ + 1 && !opt_->params().empty() && opt_->params().front().param.grad().defined())
         opt_->params().front().param.grad().view(-1)[0].fill_(value);
     for (const auto& np : opt_->params()) {
       auto g = np.param.grad();
@@ -194,7 +194,7 @@ nlohmann::json Trainer::validate_precision(double tolerance) {
   NamedTensors params;
   for (const auto& np : opt_->params()) params.push_back({np.name, np.param});
   auto out = compare_precision(a, b, tolerance, params);
-  out["step"] = step_;
+  out["step"] = step_ + 1;  // the step it validates, counted from 1 as every step is
   out["loss_scale"] = scaler_.scale();
   out["forward_backward_seconds"] = seconds;
   return out;

@@ -499,47 +499,50 @@ double Trainer::forward_backward(Precision p, double scale, StepRecord& r, Sha25
 }
 
 StepRecord Trainer::train_step() {
+  // Every line, record and fault names this step by its number counted from 1 (docs/report.md,
+  // "Step numbers"): step n runs after n-1 steps, and checkpoint step-n holds the state after it.
+  const std::int64_t n = step_ + 1;
   StepRecord r;
-  r.step = step_;
+  r.step = n;
   Sha256 digest;
   opt_->zero_grad();
   r.loss_scale = scaler_.scale();
   double loss_sum = forward_backward(precision_, r.loss_scale, r, digest);
-  inject_grad_faults(grad_faults_, step_, opt_->params());
+  inject_grad_faults(grad_faults_, n, opt_->params());
   if (pg_) {
-    if (rank_ == fault_rank_ && step_ == fault_step_) kill_before_allreduce(rank_, step_);
+    if (rank_ == fault_rank_ && n == fault_step_) kill_before_allreduce(rank_, n);
     double sync_s = 0;
     if (strategy_ == Strategy::kDdp) {
       // DDP: average the gradients (and the loss, for the record) over the ranks.
       std::vector<torch::Tensor> ps;
       ps.reserve(opt_->params().size());
       for (const auto& p : opt_->params()) ps.push_back(p.param);
-      sync_s = dist::allreduce_gradients(*pg_, ps, bucket_bytes_, step_).seconds;
+      sync_s = dist::allreduce_gradients(*pg_, ps, bucket_bytes_, n).seconds;
     } else {
       // zero1/zero2: gradients averaged (all-reduce, or reduce to each owner) and clipped by the global norm.
       if (scaler_.enabled() && r.loss_scale != 1.0) unscale_gradients(opt_->params(), r.loss_scale);
       ZeroSyncStats zs;
       r.grad_norm =
-          zero_sync_and_clip(*pg_, *opt_, owner_, strategy_, bucket_bytes_, step_, cfg_.train.optimizer.grad_clip, &zs);
+          zero_sync_and_clip(*pg_, *opt_, owner_, strategy_, bucket_bytes_, n, cfg_.train.optimizer.grad_clip, &zs);
       sync_s = zs.seconds;
     }
     auto t3 = Clock::now();
     auto l = torch::tensor({loss_sum}, torch::kFloat64).to(device_);  // NCCL reduces device tensors only
-    pg_->allreduce_sum(l, "loss all-reduce (step " + std::to_string(step_) + ")");
+    pg_->allreduce_sum(l, "loss all-reduce (step " + std::to_string(n) + ")");
     loss_sum = l.item<double>() / pg_->size();
     r.comm_s = sync_s + seconds_since(t3);
   }
   const bool sharded = pg_ && strategy_ != Strategy::kDdp;
   auto t2 = Clock::now();
-  const bool apply = !scaler_.enabled() || unscale_and_update_scaler(scaler_, opt_->params(), sharded, step_, r);
+  const bool apply = !scaler_.enabled() || unscale_and_update_scaler(scaler_, opt_->params(), sharded, n, r);
   r.lr = lr_at(cfg_.train, step_, total_steps_);
   if (apply) apply_update(*opt_, owner_, rank_, sharded, cfg_.train.optimizer.grad_clip, r);
   compat::synchronize(device_);  // the step's time and peak memory include its optimizer kernels
   r.compute_s += seconds_since(t2);
-  if (sharded) r.comm_s += zero_broadcast_parameters(*pg_, *opt_, owner_, bucket_bytes_, step_);
+  if (sharded) r.comm_s += zero_broadcast_parameters(*pg_, *opt_, owner_, bucket_bytes_, n);
   if (pg_ && check_replicas_) {
     auto t4 = Clock::now();
-    dist::check_replicated(*pg_, parameter_digest(), step_);
+    dist::check_replicated(*pg_, parameter_digest(), n, "step");
     r.replica_check_s = seconds_since(t4);
   }
   r.loss = loss_sum;

@@ -173,7 +173,7 @@ StepProgress progress(const WorkerContext& ctx, const char* worker, std::int64_t
 // A step as the worker protocol reports it (only rank 0's lines reach the supervisor).
 protocol::StepLine step_line_of(const train::StepRecord& r, std::int64_t stop_at) {
   protocol::StepLine l;
-  l.step = r.step + 1;
+  l.step = r.step;
   l.loss = {true, r.loss};
   l.grad_norm = {true, r.grad_norm};
   l.lr = {true, r.lr};
@@ -235,7 +235,7 @@ std::vector<train::StepRecord> run_steps(train::Trainer& t, int n, const StepPro
     const double step_s = r.compute_s + r.data_wait_s;
     spent_s += step_s;
     protocol::StepShown shown;
-    shown.done = r.step + 1;
+    shown.done = r.step;
     shown.end = at.end;
     shown.loss = r.loss;
     shown.grad_norm = r.grad_norm;
@@ -287,7 +287,7 @@ std::unique_ptr<train::Trainer> make_trainer(WorkerContext& ctx) {
 double check_replicas(WorkerContext& ctx, const train::Trainer& t) {
   if (!ctx.pg) return 0.0;
   const auto t0 = std::chrono::steady_clock::now();
-  dist::check_replicated(*ctx.pg, t.parameter_digest(), t.step());
+  dist::check_replicated(*ctx.pg, t.parameter_digest(), t.step(), "worker");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -677,7 +677,7 @@ void train_stage(WorkerContext& ctx, train::Trainer& t) {
   const train::StepRecord last = run_steps(t, 1, at).at(0);
   ctx.out.step_memory = step_mem.reading();
   ctx.out.step_memory.device_report = measure::device_smi_report(dev);
-  protocol::emit(step_memory_line(last.step + 1, dev, ctx.out.step_memory, t.state_bytes()));
+  protocol::emit(step_memory_line(last.step, dev, ctx.out.step_memory, t.state_bytes()));
   ctx.out.state_bytes = t.state_bytes();
   if (ctx.pg) ctx.out.sharding = t.sharding();  // this rank's state vs DDP's, after the measured step
   steps.push_back(last);

@@ -262,7 +262,7 @@ TEST(Pilot, AWorkerBStartedEarlyDiesWithAPilotThatFailsBeforeIt) {
   TempDir t("early-b");
   auto r = run_anchor(
       {"pilot", kPilot, "--run-dir", t.str("run"), "--set", "train.precision=bf16", "--set", "report.signing_key=none"},
-      {{"ANCHOR_GRAD_FAULT", "nan:1"}});
+      {{"ANCHOR_GRAD_FAULT", "nan:2"}});
   ASSERT_EQ(r.status, 3) << r.output;
   std::vector<int> b_pids;
   bool released = false;
@@ -678,8 +678,8 @@ TEST(Pilot, ResumeAcrossTheEndOfTheData) {
   for (const auto& s : report["stages"])
     if (s["stage"] == "load") windows = s["figures"]["train_windows"];
   ASSERT_EQ(windows, 9);
-  // Steps 2 and 3 read global samples 16..31: epochs 1, 2 and 3.
-  EXPECT_EQ(report["steps"]["resume"][0]["step"], 2);
+  // Steps 3 and 4 read global samples 16..31: epochs 1, 2 and 3.
+  EXPECT_EQ(report["steps"]["resume"][0]["step"], 3);
 }
 
 struct FaultCase {

@@ -52,9 +52,9 @@ TEST(PilotPrecision, Bf16RunsTheValidationStageAndResumesBitwise) {
 }
 
 std::vector<std::string> scaler_args(const TempDir& t) {
-  // K = 2, R = 2, growth after 2 clean steps: step 1 is skipped (inf), the
-  // scale halves; steps 2 and 3 are clean and it grows back at step 3, after
-  // the checkpoint of step 2.
+  // K = 2, R = 2, growth after 2 clean steps: step 2 is skipped (inf), the
+  // scale halves and is saved so in the checkpoint of step 2; steps 3 and 4
+  // are clean and it grows back at step 4. Steps count from 1, as the log's.
   return {"pilot",     kPilot,
           "--run-dir", t.str("run"),
           "--set",     "train.precision=bf16",
@@ -64,7 +64,7 @@ std::vector<std::string> scaler_args(const TempDir& t) {
 
 TEST(PilotPrecision, InjectedInfIsSkippedBacksOffAndTheScalerSurvivesTheKill) {
   TempDir t("scaler");
-  auto r = run_anchor(scaler_args(t), {{"ANCHOR_GRAD_FAULT", "inf:1"}});
+  auto r = run_anchor(scaler_args(t), {{"ANCHOR_GRAD_FAULT", "inf:2"}});
   ASSERT_EQ(r.status, 0) << r.output;
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["resume"]["verdict"], "match") << report["resume"].dump(2);
@@ -87,7 +87,9 @@ TEST(PilotPrecision, InjectedInfIsSkippedBacksOffAndTheScalerSurvivesTheKill) {
   EXPECT_EQ(ls["restored_scale"], 32768.0);
   EXPECT_EQ(ls["final_scale"], 65536.0);  // grew after 2 clean steps, in the resumed run too
   ASSERT_EQ(ls["skipped_steps"].size(), 1u);
-  EXPECT_EQ(ls["skipped_steps"][0]["step"], 1);
+  EXPECT_EQ(ls["skipped_steps"][0]["step"], 2);
+  EXPECT_EQ(train[1]["step"], 2) << "the second step is step 2, as the log says";
+  EXPECT_EQ(report["steps"]["numbered_from"], 1);
   EXPECT_EQ(report["resume"]["state_digests"]["saved"]["scaler"],
             report["resume"]["state_digests"]["restored"]["scaler"]);
   const auto md = anchor::fs::read_file(t.str("run/report.md"));
@@ -96,7 +98,7 @@ TEST(PilotPrecision, InjectedInfIsSkippedBacksOffAndTheScalerSurvivesTheKill) {
 
 TEST(PilotPrecision, ARestoreThatDropsTheScalerStateIsCaught) {
   TempDir t("scaler-neg");
-  auto r = run_anchor(scaler_args(t), {{"ANCHOR_GRAD_FAULT", "inf:1"}, {"ANCHOR_PILOT_FAULT", "drop_scaler"}});
+  auto r = run_anchor(scaler_args(t), {{"ANCHOR_GRAD_FAULT", "inf:2"}, {"ANCHOR_PILOT_FAULT", "drop_scaler"}});
   ASSERT_EQ(r.status, 3) << r.output;
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["resume"]["verdict"], "mismatch");
@@ -128,10 +130,10 @@ TEST(PilotPrecision, AFaultThatDoesNothingInThisRunIsRefused) {
 }
 
 TEST(PilotPrecision, ANonFiniteGradientFailsTheValidationStageWithTheTensorNamed) {
-  // The inf injected at step 0 reaches the validation's bf16 side (and would reach training).
+  // The inf injected at step 1 reaches the validation's bf16 side (and would reach training).
   TempDir t("nonfinite");
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "train.precision=bf16"},
-                      {{"ANCHOR_GRAD_FAULT", "inf:0"}});
+                      {{"ANCHOR_GRAD_FAULT", "inf:1"}});
   ASSERT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("non-finite"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("wte.weight"), std::string::npos) << r.output;
@@ -146,13 +148,13 @@ TEST(PilotPrecision, ANonFiniteGradientFailsTheValidationStageWithTheTensorNamed
 }
 
 TEST(PilotPrecision, ANonFiniteGradientWithoutTheScalerFailsTheStepWithTheTensorNamed) {
-  // Negative control of the scaler test: the same fault at step 1 with loss scaling off
+  // Negative control of the scaler test: the same fault at step 2 with loss scaling off
   // goes into the update; the pilot stops there (exit 3), not at a report full of NaN.
   TempDir t("nan-noscaler");
   auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("run"), "--set", "train.precision=bf16"},
-                      {{"ANCHOR_GRAD_FAULT", "nan:1"}});
+                      {{"ANCHOR_GRAD_FAULT", "nan:2"}});
   ASSERT_EQ(r.status, 3) << r.output;
-  EXPECT_NE(r.output.find("step 1: non-finite"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 2: non-finite"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("wte.weight"), std::string::npos) << r.output;
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["stages"].back()["stage"], "train");

@@ -114,8 +114,8 @@ TEST(PilotStartFromLatest, AfterARankKilledInASaveTheNextPilotStartsFromTheLastC
   // Restored bitwise: the state worker A started from is the state the first pilot saved.
   EXPECT_EQ(st["restored_state"], groups(rep1["resume"]["state_digests"]["saved"]));
   // Steps continue from the restored step on every rank; B restored A's commit of step 4.
-  EXPECT_EQ(rep["steps"]["train"][0]["step"], 2);
-  EXPECT_EQ(read_json(t.str("run3/work/reference-rank1.json"))["train_steps"][0]["step"], 2);
+  EXPECT_EQ(rep["steps"]["train"][0]["step"], 3);  // step 3 is the one after checkpoint step-2
+  EXPECT_EQ(read_json(t.str("run3/work/reference-rank1.json"))["train_steps"][0]["step"], 3);
   EXPECT_EQ(rep["resume"]["saved_step"], 4);
   EXPECT_EQ(rep["resume"]["restored_step"], 4);
   EXPECT_EQ(rep["resume"]["mode"], "bitwise");
@@ -149,11 +149,11 @@ TEST(PilotStartFromLatest, OneRankContinuesFromTheNewestAndPassesOverABrokenOne)
   EXPECT_EQ(rep2["start"]["step"], 2);
   EXPECT_EQ(rep2["start"]["run_id"], rep1["run_id"]);
   EXPECT_EQ(rep2["start"]["restored_state"], groups(rep1["resume"]["state_digests"]["saved"]));
-  // The first trained step is the one after the checkpoint (0-based step 2: two steps were done).
+  // The first trained step is the one after the checkpoint: step 3, two steps were done.
   const auto ref2 = read_json(t.str("run2/work/reference.json"));
-  EXPECT_EQ(ref2["train_steps"][0]["step"], 2);
+  EXPECT_EQ(ref2["train_steps"][0]["step"], 3);
   EXPECT_EQ(ref2["saved_step"], 4);
-  // Bitwise the first pilot's reference steps 2 and 3; not its steps 0 and 1 (negative control).
+  // Bitwise the first pilot's reference steps 3 and 4; not its steps 1 and 2 (negative control).
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(ref2["train_steps"][i]["loss"], rep1["steps"]["reference"][i]["loss"]);
     EXPECT_EQ(ref2["train_steps"][i]["grad_norm"], rep1["steps"]["reference"][i]["grad_norm"]);

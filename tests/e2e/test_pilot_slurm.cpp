@@ -217,9 +217,9 @@ TEST(PilotSlurm, AcrossTwoNodesTheNextPilotStartsFromTheLastCommittedStep) {
   EXPECT_EQ(report["distributed"]["nodes"], 2);
   ASSERT_EQ(report["resume"]["per_rank"].size(), 2u);
   for (const auto& pr : report["resume"]["per_rank"]) EXPECT_EQ(pr["verdict"], "match");
-  // Rank 1 (node 1) trained on from step 2 too.
+  // Rank 1 (node 1) trained on from checkpoint step-2 too: its first step is step 3.
   auto rank1 = read_json((runs[0] / "work/reference-rank1.json").string());
-  EXPECT_EQ(rank1["train_steps"][0]["step"], 2) << rank1["train_steps"].dump();
+  EXPECT_EQ(rank1["train_steps"][0]["step"], 3) << rank1["train_steps"].dump();
   EXPECT_TRUE(std::filesystem::exists(t.str("ckpt/step-00000004/COMMITTED")));
 }
 

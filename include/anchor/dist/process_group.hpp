@@ -65,6 +65,7 @@ GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Ten
 
 // Exchanges `digest` (this rank's parameter digest after `step`) and throws
 // Error (kVerification) naming the ranks whose digest differs from rank 0's.
-void check_replicated(ProcessGroup& pg, const std::string& digest, std::int64_t step);
+// `point` keeps two checks after the same step apart in the store ("step", "save").
+void check_replicated(ProcessGroup& pg, const std::string& digest, std::int64_t step, const char* point);
 
 }  // namespace anchor::dist

@@ -13,6 +13,9 @@
 
 namespace anchor::run_report {
 
+// report.json's steps.numbered_from: every step is numbered from 1, the built-in's and a program's.
+inline constexpr std::int64_t kStepsNumberedFrom = 1;
+
 class Report {
  public:
   void begin(const std::string& run_id, const config::Config& cfg, const std::string& config_path);

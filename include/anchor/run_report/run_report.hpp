@@ -76,6 +76,9 @@ struct StepRow : Rest {
 
 struct Steps : Rest {
   Opt<std::vector<StepRow>> train, reference, resume, resumed;
+  // 1: a step's number counts from 1 (step N ran after N-1 steps, checkpoint step-N holds the state
+  // after it). Absent in reports from before 2026-12, whose built-in workers counted from 0.
+  Opt<std::int64_t> numbered_from;
 };
 
 struct Eval : Rest {
@@ -347,6 +350,10 @@ struct RunReport : Rest {
   static RunReport from_json(const Json& j);
   Json to_json() const;
 };
+
+// What a recorded step number needs added to count from 1, as the log counts: 0, or 1 for a built-in
+// pilot's report from before steps.numbered_from (its workers counted from 0; a program's never did).
+std::int64_t step_number_offset(const RunReport& r);
 
 // One section alone, as report.json holds it (instantiated for Reproduction,
 // which `anchor reproduce`'s comparison makes on its own; Manifest, for what

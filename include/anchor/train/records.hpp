@@ -13,7 +13,7 @@
 namespace anchor::train {
 
 struct StepRecord {
-  std::int64_t step = 0;  // the optimizer step this record is for (0-based)
+  std::int64_t step = 0;  // the optimizer step this record is for, counted from 1 (checkpoint step-N is after it)
   double loss = 0;        // mean over micro-steps
   double grad_norm = 0;   // before clipping
   double lr = 0;

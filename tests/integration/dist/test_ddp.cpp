@@ -126,11 +126,12 @@ TEST_F(Ddp, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
 }
 
 TEST_F(Ddp, ReplicaCheckNamesTheRankThatDiverged) {
+  // Perturbed before loop index 1: the second step, step 2 as every message counts steps (from 1).
   auto two = run(config(2), 2, "div", {"--perturb-at-step", "1"});
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(two[static_cast<std::size_t>(r)].status, 3) << two[static_cast<std::size_t>(r)].out;
     EXPECT_NE(
-        two[static_cast<std::size_t>(r)].out.find("after step 1 the parameters of rank(s) 1 differ from rank 0's"),
+        two[static_cast<std::size_t>(r)].out.find("after step 2 the parameters of rank(s) 1 differ from rank 0's"),
         std::string::npos)
         << two[static_cast<std::size_t>(r)].out;
   }

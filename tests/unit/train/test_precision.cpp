@@ -199,7 +199,7 @@ TEST_F(PrecisionTrainer, InjectedInfSkipsBacksOffGrowsAndTheScalerSurvivesACheck
   // A scale that is not a power of two, so a lossy round-trip would show.
   auto c = cfg(
       "precision: bf16, loss_scale: {enabled: \"true\", init_scale: 1000.3, backoff_factor: 0.3, growth_interval: 2}");
-  ::setenv("ANCHOR_GRAD_FAULT", "inf:1", 1);
+  ::setenv("ANCHOR_GRAD_FAULT", "inf:2", 1);  // the second step: steps count from 1
   train::Trainer a(c);
   ASSERT_TRUE(a.loss_scaler().enabled());
   auto s0 = a.train_step();
