@@ -76,12 +76,27 @@ int end_marked(const std::string& variable, const std::string& token, double bud
   }
 }
 
-void start_sentinel() {
+std::string sentinel_binary(const std::string& worker_binary) {
+  const std::string self = self_exe();
+  // `anchor` beside this binary or beside the workers' (anchor-torch): it starts without LibTorch.
+  for (const std::string& beside : {self, worker_binary}) {
+    if (beside.empty()) continue;
+    const auto frontend = std::filesystem::path(beside).parent_path() / "anchor";
+    if (::access(frontend.c_str(), X_OK) == 0) return frontend.string();
+  }
+  // Else this binary, but only when it is anchor's: any other (a test binary that runs a pilot in its
+  // own process) would not know __sentinel, and might start pilots of its own.
+  const std::string name = std::filesystem::path(self).filename().string();
+  return name == "anchor" || name == "anchor-torch" ? self : "";
+}
+
+void start_sentinel(const std::string& worker_binary) {
   if (g_sentinel > 0) return;
-  // `anchor` beside anchor-torch when there is one: it starts without loading LibTorch.
-  std::string exe = self_exe();
-  const auto frontend = std::filesystem::path(exe).parent_path() / "anchor";
-  if (::access(frontend.c_str(), X_OK) == 0) exe = frontend.string();
+  const std::string exe = sentinel_binary(worker_binary);
+  if (exe.empty()) {
+    ANCHOR_LOG_DEBUG("pilot", "no sentinel: no anchor binary beside {} to run it", self_exe());
+    return;
+  }
   const std::string token = new_token();
   try {
     SpawnOptions so;
@@ -100,7 +115,7 @@ void start_sentinel() {
   ::setenv(kGuardVariable, token.c_str(), 1);
 }
 
-int run_sentinel(const std::string& token) {
+void run_sentinel(const std::string& token) {
   ::signal(SIGINT, SIG_IGN);
   ::signal(SIGHUP, SIG_IGN);
   char buf[256];
@@ -109,7 +124,7 @@ int run_sentinel(const std::string& token) {
     if (n == 0) break;
     if (n < 0 && errno != EINTR) break;
   }
-  return end_marked(kGuardVariable, token);
+  end_marked(kGuardVariable, token);
 }
 
 }  // namespace anchor::proc

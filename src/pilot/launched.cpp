@@ -307,8 +307,8 @@ ExitCode run_agent(const dist::LaunchEnv& launch, dist::Store& store, const Pilo
   check_run_visible(launch, store, node, host, shared);
 
   const std::string binary = opts.worker_binary.empty() ? proc::self_exe() : opts.worker_binary;
-  proc::become_subreaper();  // a program's ranks' leftovers come here (reap_orphans after each group)
-  proc::start_sentinel();    // and if this process is killed, the sentinel ends them
+  proc::become_subreaper();      // a program's ranks' leftovers come here (reap_orphans after each group)
+  proc::start_sentinel(binary);  // and if this process is killed, the sentinel ends them
   for (int i = 0;; ++i) {
     auto [w, start] = wait_any(store, {"pilot/exit", "pilot/start/" + std::to_string(i)});
     if (w == 0) break;

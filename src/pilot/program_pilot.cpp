@@ -1478,7 +1478,7 @@ ExitCode run_program_pilot(Pilot& p) {
   // What a rank leaves behind (a double fork, a setsid'd child) comes here, not to init: each worker
   // ends it once its ranks have ended (ProgramRun::end_leftovers).
   proc::become_subreaper();
-  proc::start_sentinel();  // and if this process is killed, the sentinel ends them
+  proc::start_sentinel(p.worker_binary);  // and if this process is killed, the sentinel ends them
   Run r(p);
   p.planned_stages = {"reference", "checkpoint_save", "pin",          "kill", "restore",
                       "resume",    "compare",         "memory_probe", "plan"};
