@@ -1,9 +1,11 @@
 // anchor diff CONFIG REPORT [--set key=value]... [--json]
+// anchor diff RUN RUN [--json]
 //
 // What differs between a config about to run and the effective config of a
 // past run (its report): every key, paths compared as they resolve, and
 // whether the difference decides the result. docs/config.md, "Comparing with
-// a past run". Exit 0 when nothing that decides the result differs, 3 when
+// a past run". Or two past runs side by side (diff_runs.hpp; "Comparing two
+// runs"). Exit 0 when nothing that decides the result differs, 3 when
 // something does, 2 on a config or usage error, 1 when a file cannot be read.
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "anchor/config/diff.hpp"
 #include "anchor/error.hpp"
 #include "commands.hpp"
+#include "diff_runs.hpp"
 #include "report_file.hpp"
 
 namespace anchor::cli {
@@ -56,21 +59,51 @@ std::string shown(const config::Difference& d, bool past) {
   return shown(v);
 }
 
+// Whether `anchor diff`'s first argument is a past run (a directory, or a report's .json) rather
+// than a config: YAML configs are .yaml or .yml, and a run is what `anchor pilot` wrote.
+bool names_a_run(const std::string& path) {
+  return std::filesystem::is_directory(path) || std::filesystem::path(path).extension() == ".json";
+}
+
+ExitCode diff_two_runs(const DiffCliOptions& o) {
+  if (!o.sets.empty())
+    throw Error(ErrorKind::kUsage, "--set changes a config, and " + printable(o.config) + " is a past run",
+                "compare two runs as they ran (`anchor diff RUN RUN`), or a config with --set against a run "
+                "(`anchor diff CONFIG RUN --set key=value`)");
+  const nlohmann::json a = read_report(o.config), b = read_report(o.report);
+  const RunDiff d = diff_runs(a, past_base_dir(a), b, past_base_dir(b));
+  if (o.json)
+    std::cout << dump_json(diff_runs_json(d, a, b, o.config, o.report), 2) << std::endl;
+  else
+    std::cout << diff_runs_text(d, o.config + " (run " + text(a, "run_id") + ")",
+                                o.report + " (run " + text(b, "run_id") + ")");
+  std::fprintf(stderr, "anchor diff: runs %s and %s %s\n", printable(text(a, "run_id")).c_str(),
+               printable(text(b, "run_id")).c_str(),
+               d.differs() ? "differ in what decides the result or in what they found (exit 3)"
+                           : "agree on what decides the result and on what they found (exit 0)");
+  return d.differs() ? ExitCode::kVerification : ExitCode::kOk;
+}
+
 }  // namespace
 
 Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<DiffCliOptions>();
-  sub.add_option("config", o->config, "the config about to run (YAML)")->required();
+  sub.add_option("config", o->config,
+                 "the config about to run (YAML); or a past run (its directory or report .json), to compare two runs")
+      ->required();
   sub.add_option("report", o->report, "the past run: its report.json, report.intoto.json or run directory")->required();
   sub.add_option("--set", o->sets, "override a config key as `anchor pilot --set` would (repeatable)");
   sub.add_flag("--json", o->json,
                "print {config, report, run_id, differences: [{key, past, now, past_resolved, now_resolved, "
                "decides_result}]}");
   sub.footer(
-      "Exit codes: 0 nothing that decides the result differs, 3 something does, 2 usage or config error, "
-      "1 a file that cannot be read. "
+      "Two runs (`anchor diff RUN RUN`): outcome, effective config, pins, measurements with B/A ratios, every "
+      "training figure (bitwise) and the plan, side by side. "
+      "Exit codes: 0 nothing that decides the result differs (for two runs: nor what they found), 3 something "
+      "does, 2 usage or config error, 1 a file that cannot be read. "
       "Inputs are compared by path, not by digest: `anchor reproduce REPORT` re-pins them.");
   return [o]() {
+    if (names_a_run(o->config)) return diff_two_runs(*o);
     const config::Config now = config::load(o->config, o->sets);
     const nlohmann::json report = read_report(o->report);
     if (!report.contains("config") || !report["config"].is_object())

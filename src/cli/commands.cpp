@@ -16,7 +16,7 @@ const std::vector<Command>& commands() {
       {"checkpoint", "Verify one checkpoint or list every step with its state", setup_checkpoint},
       {"plan", "Plan hardware, parallelism and budget from a report's measurements", setup_plan},
       {"bundle", "Write a reproduction bundle of a signed run, for `anchor reproduce` on another node", setup_bundle},
-      {"diff", "Show what differs between a config and a past run's effective config", setup_diff},
+      {"diff", "Show what differs between a config and a past run, or between two runs", setup_diff},
       {"keygen", "Create an ECDSA P-256 signing key pair for reports", setup_keygen},
       {"completion", "Print the bash or zsh completion script", setup_completion},
       {"manpage", "Print the man page (roff): anchor manpage | man -l -", setup_manpage},

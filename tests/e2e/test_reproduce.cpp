@@ -361,4 +361,61 @@ TEST_F(Reproduce, DiffNamesWhatAConfigChangesAgainstThePastRun) {
   EXPECT_EQ(doc["run_id"], read_json(t_.str("orig/report.json"))["run_id"]);
 }
 
+// anchor diff RUN RUN: two runs side by side. The same config run again agrees (exit 0: the
+// negative control); another learning rate differs in config, pins and every step after the
+// first (exit 3), the measurements come with B/A ratios, and --json holds the same rows.
+TEST_F(Reproduce, DiffOfTwoRunsShowsConfigPinsMeasurementsAndStepsSideBySide) {
+  auto pilot = [&](const std::string& dir, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {"pilot",     source_path("configs/pilot.yaml"),
+                                  "--run-dir", t_.str(dir),
+                                  "--set",     "data.train=[" + t_.str("train.txt") + "]",
+                                  "--set",     "data.val=[" + t_.str("val.txt") + "]",
+                                  "--set",     "report.signing_key=" + t_.str("keys/anchor.key"),
+                                  "--set",     "export.copy_to=" + t_.str("share")};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_anchor(a);
+  };
+  ASSERT_EQ(pilot("again", {}).status, 0);
+  ASSERT_EQ(pilot("lr", {"--set", "train.optimizer.lr=0.002"}).status, 0);
+
+  auto same = run_anchor({"diff", t_.str("orig"), t_.str("again/report.intoto.json")});
+  EXPECT_EQ(same.status, 0) << same.output;
+  for (const char* line : {"Config: the same effective config", "Pins: the same inputs and dependencies",
+                           "figures compared (every step's loss", "), bitwise equal", "peak allocated",
+                           "resume     match (bitwise)  match (bitwise)", "agree on what decides the result"})
+    EXPECT_NE(same.output.find(line), std::string::npos) << line << "\n" << same.output;
+
+  auto lr = run_anchor({"diff", t_.str("orig/report.json"), t_.str("lr")});
+  EXPECT_EQ(lr.status, 3) << lr.output;
+  for (const char* line : {"Config: 1 key(s) differ, 1 decide the result", "train.optimizer.lr  0.001  0.002",
+                           "config train.optimizer.lr", "train step 1: learning rate: A 5e-05, B 0.0001",
+                           "train step 2: loss: A ", "differ in what decides the result"})
+    EXPECT_NE(lr.output.find(line), std::string::npos) << line << "\n" << lr.output;
+  EXPECT_EQ(lr.output.find("step 0"), std::string::npos) << "steps count from 1\n" << lr.output;
+
+  auto j = anchor::proc::run_capture({ANCHOR_BINARY, "diff", t_.str("orig"), t_.str("lr"), "--json"});
+  EXPECT_EQ(j.status, 3) << j.out;
+  const auto doc = json::parse(j.out);
+  EXPECT_TRUE(doc["differs"].get<bool>());
+  EXPECT_EQ(doc["a"]["run_id"], read_json(t_.str("orig/report.json"))["run_id"]);
+  ASSERT_EQ(doc["config"].size(), 1u) << doc.dump(2);
+  EXPECT_EQ(doc["config"][0]["key"], "train.optimizer.lr");
+  bool tokens = false;
+  for (const auto& m : doc["measurements"])
+    if (m["name"] == "tokens/s (one rank)") tokens = m["ratio"].get<double>() > 0;
+  EXPECT_TRUE(tokens) << doc["measurements"].dump(2);
+  EXPECT_GT(doc["training"]["differences"].size(), 10u);
+
+  // --set changes a config, not a past run; a report whose config is not an object is refused.
+  auto set = run_anchor({"diff", t_.str("orig"), t_.str("lr"), "--set", "train.optimizer.lr=1"});
+  EXPECT_EQ(set.status, 2) << set.output;
+  EXPECT_NE(set.output.find("--set changes a config"), std::string::npos) << set.output;
+  auto hostile = read_json(t_.str("lr/report.json"));
+  hostile["config"] = "yes";
+  anchor::fs::atomic_write_file(t_.str("hostile.json"), hostile.dump());
+  auto bad = run_anchor({"diff", t_.str("orig"), t_.str("hostile.json")});
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("run B: its report holds no config object"), std::string::npos) << bad.output;
+}
+
 }  // namespace
