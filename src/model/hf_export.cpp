@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "anchor/checkpoint/safetensors.hpp"
 #include "anchor/model/torch_tensors.hpp"
@@ -72,13 +73,49 @@ nlohmann::json gpt2_config(const GptOptions& o) {
       {"dtype", "float32"},
       {"bos_token_id", nullptr},
       {"eos_token_id", nullptr},
+      {"transformers_version", kTransformersVersion},
   };
   if (o.vocab_size == kGpt2Vocab) c["bos_token_id"] = c["eos_token_id"] = kEndOfText;
   return c;
 }
 
+std::string model_card(const GptOptions& o, const ModelCard& card) {
+  std::ostringstream md;
+  md << "---\nlibrary_name: transformers\npipeline_tag: text-generation\ntags:\n- gpt2\n- anchor\n- pilot\n---\n\n"
+     << "# A pilot's GPT-2" << (card.run_id.empty() ? "" : ": " + card.run_id) << "\n\n"
+     << "The weights of anchor's built-in GPT after its pilot run, in Hugging Face's GPT-2 layout. A pilot trains a "
+        "few steps to prove the run (resume, memory, throughput): this is not a trained language model.\n\n"
+     << "| | |\n|---|---|\n"
+     << "| architecture | GPT2LMHeadModel: " << o.n_layer << " layers, " << o.n_head << " heads, width " << o.n_embd
+     << ", context " << o.block_size << " |\n"
+     << "| vocabulary | " << o.vocab_size << " tokens |\n";
+  if (card.step > 0) md << "| optimizer steps | " << card.step << " |\n";
+  if (!card.run_id.empty()) md << "| run | " << card.run_id << " (its signed report.json lists every file here) |\n";
+  if (!card.anchor_version.empty()) md << "| written by | anchor " << card.anchor_version << " |\n";
+  md << "| transformers | " << kTransformersVersion << " (the release this export is tested against) |\n\n"
+     << "## Vocabulary\n\n";
+  if (o.vocab_size == 256 && card.data_format != "llmc")
+    md << "There is no tokenizer: the vocabulary is the 256 byte values, and token i is the byte i. This folder has "
+          "no tokenizer.json, vocab.json or merges.txt, and `AutoTokenizer` cannot load one from it. Encode text as "
+          "its UTF-8 bytes and decode the same way:\n\n```python\nids = list(text.encode(\"utf-8\"))\n"
+          "text = bytes(ids).decode(\"utf-8\", errors=\"replace\")\n```\n\n";
+  else if (o.vocab_size == kGpt2Vocab)
+    md << "The ids are GPT-2's tokenizer's (50257, `<|endoftext|>` = 50256), which this folder does not hold: load "
+          "it from its own source (`AutoTokenizer.from_pretrained(\"gpt2\")`).\n\n";
+  else
+    md << "The ids are those of the token shards it trained on (data.format llmc). The tokenizer that made them is "
+          "not part of the run, and this folder holds none: use the one that made the shards.\n\n";
+  md << "## Loading and checking\n\n```python\nfrom transformers import GPT2LMHeadModel\n"
+        "model = GPT2LMHeadModel.from_pretrained(\"path/to/this/folder\")\n```\n\n"
+        "`anchor verify` checks every file against the run's signed report, and `model.sig` (beside this folder) "
+        "signs it in the OpenSSF Model Signing format. The export stage's `check_loss` in report.json is the loss "
+        "on a fixed sequence: computing it again from these files confirms they are the weights anchor trained "
+        "(docs/models.md, \"Export\").\n";
+  return md.str();
+}
+
 HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& params, const GptOptions& o,
-                        const std::string& dir, fs::FileSystem& fs) {
+                        const std::string& dir, const ModelCard& card, fs::FileSystem& fs) {
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& p : params) by_name[p.key()] = p.value();
   auto ends_with = [](const std::string& s, const char* tail) {
@@ -131,8 +168,12 @@ HfExport export_gpt2_hf(const torch::OrderedDict<std::string, torch::Tensor>& pa
       record(name, FileDigest{sha256_hex(text), text.size()});
     };
     json_file("config.json", gpt2_config(o));
-    if (o.vocab_size == kGpt2Vocab)
-      json_file("generation_config.json", {{"bos_token_id", kEndOfText}, {"eos_token_id", kEndOfText}});
+    nlohmann::json generation = {{"_from_model_config", true}, {"transformers_version", kTransformersVersion}};
+    if (o.vocab_size == kGpt2Vocab) generation.update({{"bos_token_id", kEndOfText}, {"eos_token_id", kEndOfText}});
+    json_file("generation_config.json", generation);
+    const std::string readme = model_card(o, card);
+    write_text(fs, tmp + "/README.md", readme);
+    record("README.md", FileDigest{sha256_hex(readme), readme.size()});
     fs.fsync_dir(tmp);
     std::error_code ec;
     if (std::filesystem::symlink_status(target, ec).type() == std::filesystem::file_type::directory) {

@@ -850,8 +850,13 @@ void export_stage(WorkerContext& ctx, train::Trainer& t) {
     return;
   }
   protocol::StageTimer stage("export");
+  model::ModelCard card;
+  card.run_id = ctx.run_id;
+  card.step = t.step();
+  card.data_format = ctx.cfg.data.format;
+  card.anchor_version = build::kVersion;
   const auto files = model::export_gpt2_hf(t.model().named_parameters(), model::GptOptions::from(ctx.cfg.model),
-                                           ctx.run_dir + "/export");
+                                           ctx.run_dir + "/export", card);
   const double seconds = stage.elapsed();
   nlohmann::json list = nlohmann::json::array();
   for (const auto& f : files.files) list.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});

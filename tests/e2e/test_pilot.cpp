@@ -442,7 +442,7 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
   EXPECT_EQ(eco.status, 0) << eco.out;
   EXPECT_NE(eco.out.find("SLSA Provenance v1 with "), std::string::npos) << eco.out;
   // The export signed for OpenSSF Model Signing: anchor verify checks model.sig, and so does model_signing itself.
-  EXPECT_NE(v.output.find("ok    model.sig: OpenSSF Model Signing of export/ (2 files)"), std::string::npos)
+  EXPECT_NE(v.output.find("ok    model.sig: OpenSSF Model Signing of export/ (4 files)"), std::string::npos)
       << v.output;
   const auto ms = anchor::proc::run_capture(
       {std::string(ANCHOR_SOURCE_DIR) + "/scripts/torch2-python",
@@ -460,7 +460,7 @@ TEST(Pilot, TheReportIsSignedByDefaultWithAPerUserKeyMadeOnFirstUse) {
   for (const auto& s : rep1["stages"])
     if (s["stage"] == "export") exported = s["figures"];
   ASSERT_TRUE(exported.is_object()) << rep1["stages"].dump(2);
-  EXPECT_EQ(exported["files"].size(), 2u);
+  EXPECT_EQ(exported["files"].size(), 4u);  // model.safetensors, config.json, generation_config.json, README.md
   EXPECT_GT(exported["bytes"].get<double>(), 0);
   EXPECT_EQ(exported["step"], rep1["resume"]["restored_step"].get<int>() + 2);
   const auto hf = anchor::proc::run_capture(

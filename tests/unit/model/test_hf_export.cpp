@@ -56,9 +56,11 @@ TEST(HfExport, ItsOwnExportReadsBackBitwiseAsModelWeights) {
   anchor::testing::TempDir tmp("hf-export");
   auto src = seeded(small(), 1);
   const auto out = export_to(src, tmp.str("export"));
-  ASSERT_EQ(out.files.size(), 2u);  // no generation_config.json without GPT-2's tokenizer
+  ASSERT_EQ(out.files.size(), 4u);
   EXPECT_EQ(out.files[0].name, "model.safetensors");
   EXPECT_EQ(out.files[1].name, "config.json");
+  EXPECT_EQ(out.files[2].name, "generation_config.json");
+  EXPECT_EQ(out.files[3].name, "README.md");
   std::uint64_t bytes = 0;
   for (const auto& f : out.files) {
     const auto d = sha256_file(tmp.str("export/" + f.name));
@@ -67,7 +69,15 @@ TEST(HfExport, ItsOwnExportReadsBackBitwiseAsModelWeights) {
     bytes += f.size;
   }
   EXPECT_EQ(bytes, out.bytes);
-  EXPECT_FALSE(stdfs::exists(tmp.str("export/generation_config.json")));
+  // A complete Hugging Face folder: the version it is written for, and a model card that says the
+  // byte-level vocabulary has no tokenizer.
+  const auto gen = read_json_file(tmp.str("export/generation_config.json"));
+  EXPECT_EQ(gen["transformers_version"], model::kTransformersVersion);
+  EXPECT_FALSE(gen.contains("eos_token_id")) << "no end-of-text token in a byte vocabulary";
+  const std::string card = fs::read_file(tmp.str("export/README.md"));
+  EXPECT_EQ(card.rfind("---\nlibrary_name: transformers\npipeline_tag: text-generation\n", 0), 0u) << card;
+  EXPECT_NE(card.find("There is no tokenizer: the vocabulary is the 256 byte values"), std::string::npos) << card;
+  EXPECT_NE(card.find("2 layers, 4 heads, width 32, context 32"), std::string::npos) << card;
 
   // GPT-2's orientation and metadata, as transformers reads them.
   auto file = checkpoint::SafetensorsFile::open(tmp.str("export/model.safetensors"));
@@ -82,6 +92,7 @@ TEST(HfExport, ItsOwnExportReadsBackBitwiseAsModelWeights) {
   EXPECT_EQ(cfg["n_positions"], 32);
   EXPECT_EQ(cfg["activation_function"], "gelu_new");
   EXPECT_TRUE(cfg["bos_token_id"].is_null());
+  EXPECT_EQ(cfg["transformers_version"], model::kTransformersVersion);
 
   auto back = seeded(small(), 2);
   EXPECT_FALSE(torch::equal(back->named_parameters()["h.0.attn.c_attn.weight"],
@@ -95,8 +106,10 @@ TEST(HfExport, GptTwosTokenizerGetsItsEndOfTextAndAModelWithoutBiasesZeroBiases)
   anchor::testing::TempDir tmp("hf-export");
   auto g = seeded(small(50257, /*bias=*/false), 3);
   const auto out = export_to(g, tmp.str("export"));
-  ASSERT_EQ(out.files.size(), 3u);
+  ASSERT_EQ(out.files.size(), 4u);
   EXPECT_EQ(out.files[2].name, "generation_config.json");
+  EXPECT_NE(fs::read_file(tmp.str("export/README.md")).find("GPT-2's tokenizer's (50257"), std::string::npos)
+      << "the card says which tokenizer the ids are, and that the folder lacks it";
   const auto gen = read_json_file(tmp.str("export/generation_config.json"));
   EXPECT_EQ(gen["eos_token_id"], 50256);
   EXPECT_EQ(read_json_file(tmp.str("export/config.json"))["bos_token_id"], 50256);
@@ -117,7 +130,8 @@ TEST(HfExport, AnOldExportIsReplacedWholeOrKept) {
   // The second file's create fails: the old export stays, whole, and no temporary is left beside it.
   fs::FaultInjectingFs faulty;
   faulty.fail_on(fs::Op::kCreate, 2, ENOSPC);
-  EXPECT_THROW(model::export_gpt2_hf(second->named_parameters(), second->options(), tmp.str("export"), faulty), Error);
+  EXPECT_THROW(model::export_gpt2_hf(second->named_parameters(), second->options(), tmp.str("export"), {}, faulty),
+               Error);
   for (const auto& f : old.files) EXPECT_EQ(sha256_file(tmp.str("export/" + f.name)).sha256, f.sha256) << f.name;
   std::vector<std::string> names;
   for (const auto& e : stdfs::directory_iterator(tmp.path())) names.push_back(e.path().filename().string());
@@ -211,6 +225,14 @@ TEST(HfExport, TransformersLoadsItWithTheSameLogits) {
   auto r = hf_gpt2({tmp.str("wrong"), "--check-loss"});
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("h.0.attn.rotary"), std::string::npos) << r.out;
+}
+
+// The version the files claim is the one the torch2 lock installs and the interop tests load them with.
+TEST(HfExport, ClaimsTheTransformersVersionTheLockPins) {
+  const std::string lock = fs::read_file(std::string(ANCHOR_SOURCE_DIR) + "/requirements/torch2.in");
+  EXPECT_NE(lock.find(std::string("\ntransformers==") + model::kTransformersVersion + "\n"), std::string::npos)
+      << "requirements/torch2.in pins another transformers than model::kTransformersVersion\n"
+      << lock;
 }
 
 }  // namespace
