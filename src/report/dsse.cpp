@@ -101,7 +101,8 @@ Envelope sign_envelope(const Key& private_key, const std::string& payload_type, 
   Envelope env;
   env.payload_type = payload_type;
   env.payload = payload;
-  env.signatures.push_back({"", sign(private_key, pae(payload_type, payload))});
+  // keyid: the key's id as securesystemslib computes it, so its verifiers match the key as loaded.
+  env.signatures.push_back({key_id(private_key), sign(private_key, pae(payload_type, payload))});
   return env;
 }
 

@@ -210,7 +210,20 @@ std::string public_key_der(const Key& key) {
   return out;
 }
 
-std::string key_id(const Key& key) { return sha256_hex(public_key_der(key)); }
+std::string key_id(const Key& key) {
+  // securesystemslib's compute_default_keyid: SHA-256 of the canonical JSON (sorted keys, no spaces,
+  // only \\ and " escaped: the PEM's newlines stay as they are) of {keytype, scheme, keyval}.
+  std::string pem = public_key_pem(key);
+  std::string escaped;
+  for (char c : pem) {
+    if (c == '\\' || c == '"') escaped.push_back('\\');
+    escaped.push_back(c);
+  }
+  return sha256_hex(std::string(R"({"keytype":"ecdsa","keyval":{"public":")") + escaped +
+                    R"("},"scheme":"ecdsa-sha2-nistp256"})");
+}
+
+std::string legacy_key_id(const Key& key) { return sha256_hex(public_key_der(key)); }
 
 KeygenResult write_keypair(const KeygenOptions& opts) {
   if (opts.private_path.empty() || opts.public_path.empty())

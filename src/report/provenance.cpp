@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "anchor/common/utf8.hpp"
 #include "anchor/error.hpp"
 #include "anchor/report/statement.hpp"
 
@@ -38,11 +39,11 @@ bool is_hex64(const std::string& s) {
   return true;
 }
 
-// Every byte outside RFC 3986's unreserved set (and '/' where `keep_slash`) as %XX.
-std::string percent_encode(const std::string& s, bool keep_slash) {
+// Every byte outside RFC 3986's unreserved set as %XX.
+std::string percent_encode(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || (keep_slash && c == '/')) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
       out += static_cast<char>(c);
     } else {
       char buf[4];
@@ -50,6 +51,28 @@ std::string percent_encode(const std::string& s, bool keep_slash) {
       out += buf;
     }
   }
+  return out;
+}
+
+// A host path's last component, as a descriptor's name: where a file was on the node that ran is
+// not part of what it is (its digest is), and the signed report's manifest keeps the path.
+std::string file_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return printable(slash == std::string::npos ? path : path.substr(slash + 1));
+}
+
+// Integers beyond +-2^53, as decimal strings: the protobuf Struct that SLSA and in-toto tools read
+// parameters into holds a number as a double, which would round a derived seed.
+json exact_integers(const json& j) {
+  constexpr std::uint64_t kExact = std::uint64_t{1} << 53;
+  if (j.is_number_unsigned() && j.get<std::uint64_t>() > kExact) return std::to_string(j.get<std::uint64_t>());
+  if (j.is_number_integer() && !j.is_number_unsigned() &&
+      (j.get<std::int64_t>() > static_cast<std::int64_t>(kExact) ||
+       j.get<std::int64_t>() < -static_cast<std::int64_t>(kExact)))
+    return std::to_string(j.get<std::int64_t>());
+  if (!j.is_structured()) return j;
+  json out = j;
+  for (auto it = out.begin(); it != out.end(); ++it) *it = exact_integers(*it);
   return out;
 }
 
@@ -65,14 +88,12 @@ ordered_json descriptor(const std::string& name, const std::string& uri, const s
   return d;
 }
 
-// A pinned file record ({path, resolved, size, sha256}) as a descriptor named
-// by the path as written, with where it was found as its file URI.
+// A pinned file record ({path, resolved, size, sha256}) as a descriptor named by the path as the
+// config wrote it (relative to the config's directory, as a rule): not where the node found it.
 ordered_json file_descriptor(const json& f, ordered_json annotations) {
   if (f.contains("size") && f["size"].is_number_integer() && f["size"].get<std::int64_t>() >= 0)
     annotations["size"] = f["size"];
-  const std::string resolved = string_at(f, "resolved");
-  return descriptor(string_at(f, "path"), resolved.empty() ? "" : file_uri(resolved), string_at(f, "sha256"),
-                    std::move(annotations));
+  return descriptor(printable(string_at(f, "path")), "", string_at(f, "sha256"), std::move(annotations));
 }
 
 void add_model_and_data(const json& manifest, ordered_json& deps) {
@@ -95,7 +116,7 @@ void add_runtime(const json& manifest, ordered_json& deps) {
        {"libtorch", "cuda_runtime", "cuda_driver", "cudnn", "nccl", "hip_runtime", "miopen", "glibc"}) {
     const std::string version = string_at(*dependencies, lib);
     if (!version.empty() && version != "none")
-      deps.push_back(descriptor("", "pkg:generic/" + std::string(lib) + "@" + percent_encode(version, false), ""));
+      deps.push_back(descriptor("", "pkg:generic/" + std::string(lib) + "@" + percent_encode(version), ""));
   }
   if (const json* libs = array_at(*dependencies, "shared_libraries"))
     for (const auto& l : *libs) {
@@ -104,7 +125,7 @@ void add_runtime(const json& manifest, ordered_json& deps) {
       ordered_json notes = {{"input", "shared library"}};
       if (l.value("deleted", false)) notes["deleted"] = true;
       if (l.value("replaced_since_load", false)) notes["replaced_since_load"] = true;
-      deps.push_back(descriptor("", file_uri(path), string_at(l, "sha256"), std::move(notes)));
+      deps.push_back(descriptor(file_name(path), "", string_at(l, "sha256"), std::move(notes)));
     }
 }
 
@@ -116,7 +137,7 @@ void add_program(const json& manifest, ordered_json& deps) {
     for (const auto& s : *sources)
       deps.push_back(descriptor(string_at(s, "path"), "", string_at(s, "sha256"), {{"input", "program source"}}));
   if (const json* interpreter = object_at(*program, "interpreter"))
-    deps.push_back(descriptor("", file_uri(string_at(*interpreter, "path")), string_at(*interpreter, "sha256"),
+    deps.push_back(descriptor(file_name(string_at(*interpreter, "path")), "", string_at(*interpreter, "sha256"),
                               {{"input", "python interpreter"}}));
   if (const json* python = object_at(*program, "python"))
     if (const json* dists = array_at(*python, "distributions"))
@@ -126,10 +147,10 @@ void add_program(const json& manifest, ordered_json& deps) {
           c = c == '_' || c == '.' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         if (name.empty()) continue;
         // The digest is of the distribution's installed RECORD (or METADATA), not of a wheel.
-        deps.push_back(descriptor(
-            "", "pkg:pypi/" + percent_encode(name, false) + "@" + percent_encode(string_at(d, "version"), false),
-            string_at(d, "record_sha256"),
-            {{"input", "python distribution"}, {"digest_of", string_at(d, "pinned_by")}}));
+        deps.push_back(descriptor("",
+                                  "pkg:pypi/" + percent_encode(name) + "@" + percent_encode(string_at(d, "version")),
+                                  string_at(d, "record_sha256"),
+                                  {{"input", "python distribution"}, {"digest_of", string_at(d, "pinned_by")}}));
       }
 }
 
@@ -144,8 +165,6 @@ void add_container(const json& manifest, ordered_json& deps) {
 
 }  // namespace
 
-std::string file_uri(const std::string& path) { return "file://" + percent_encode(path, true); }
-
 ordered_json build_provenance(const json& statement, const std::string& report_envelope_sha256) {
   const json* predicate = object_at(statement, "predicate");
   const json* report = predicate ? object_at(*predicate, "report") : nullptr;
@@ -159,11 +178,11 @@ ordered_json build_provenance(const json& statement, const std::string& report_e
 
   ordered_json external = ordered_json::object();
   external["command"] = report->contains("reproduces") ? "anchor reproduce" : "anchor pilot";
-  if (const json* config = object_at(*report, "config")) external["config"] = *config;
+  if (const json* config = object_at(*report, "config")) external["config"] = exact_integers(*config);
   if (std::string d = string_at(*report, "config_digest"); !d.empty()) external["config_digest"] = d;
   ordered_json internal = ordered_json::object();
   if (std::string device = string_at(*report, "device"); !device.empty()) internal["device"] = device;
-  if (const json* seeds = object_at(manifest, "seeds")) internal["seeds"] = *seeds;
+  if (const json* seeds = object_at(manifest, "seeds")) internal["seeds"] = exact_integers(*seeds);
   if (std::string m = string_at(*report, "manifest_sha256"); is_hex64(m)) internal["manifest_sha256"] = m;
 
   ordered_json resolved = ordered_json::array();
@@ -181,7 +200,7 @@ ordered_json build_provenance(const json& statement, const std::string& report_e
   if (const json* dependencies = object_at(manifest, "dependencies"))
     if (const json* exe = object_at(*dependencies, "executable"))
       builder["builderDependencies"] = ordered_json::array(
-          {descriptor("", file_uri(string_at(*exe, "path")), string_at(*exe, "sha256"), {{"input", "executable"}})});
+          {descriptor(file_name(string_at(*exe, "path")), "", string_at(*exe, "sha256"), {{"input", "executable"}})});
 
   ordered_json metadata = ordered_json::object();
   if (std::string id = string_at(*report, "run_id"); !id.empty()) metadata["invocationId"] = id;

@@ -661,6 +661,11 @@ struct SignatureCheck {
   std::vector<std::string> failures;
 };
 
+// Whether predicate.signer.key_id names `key`: its id, or the one reports signed before 2026-12 recorded.
+bool names_key(const Statement& st, const Key& key) {
+  return st.signer_key_id == key_id(key) || st.signer_key_id == legacy_key_id(key);
+}
+
 // The signature, over PAE(payloadType, payload) exactly as the envelope has them.
 SignatureCheck check_signature(const Envelope& env, const Key& key, const Statement& st, VerifyResult& r) {
   SignatureCheck sig;
@@ -672,7 +677,7 @@ SignatureCheck check_signature(const Envelope& env, const Key& key, const Statem
   } else if (key) {
     if (verify_envelope_signature(env, key)) {
       r.checks.push_back("signature: valid ECDSA P-256/SHA-256 over the DSSE PAE, key " + r.key_id);
-      if (!st.signer_key_id.empty() && st.signer_key_id != r.key_id)
+      if (!st.signer_key_id.empty() && !names_key(st, key))
         sig.failures.push_back(failure(
             "key-id-mismatch",
             "the signature verifies with key " + r.key_id + ", but predicate.signer.key_id names " + st.signer_key_id));
@@ -692,9 +697,9 @@ SignatureCheck check_signature(const Envelope& env, const Key& key, const Statem
 }
 
 // Names a signature that does not verify: wrong key, tampered payload, or bad signature.
-std::string name_signature_failure(const std::string& with, const Statement& st, const std::string& key_id,
-                                   bool statement_ok, const FileFindings& files, bool check_files) {
-  if (!st.signer_key_id.empty() && st.signer_key_id != key_id)
+std::string name_signature_failure(const std::string& with, const Statement& st, const Key& key, bool statement_ok,
+                                   const FileFindings& files, bool check_files) {
+  if (!st.signer_key_id.empty() && !names_key(st, key))
     return failure("wrong-key", "the signature does not verify with " + with +
                                     "; the payload says it was signed by key " + st.signer_key_id +
                                     ": use that signer's public key, or the envelope was re-signed");
@@ -751,7 +756,7 @@ VerifyResult verify_envelope(const std::string& path, const VerifyOptions& opts)
         "report/manifest agreement were not compared with files");
 
   if (sig.failed)
-    sig.failures.push_back(name_signature_failure("key " + r.key_id + " (" + key_path + ")", st, r.key_id,
+    sig.failures.push_back(name_signature_failure("key " + r.key_id + " (" + key_path + ")", st, key,
                                                   statement_failures.empty(), files, opts.check_files));
 
   if (!sig.type_ok) r.failures.push_back(failure("payload-type", sig.type_failure));

@@ -4,8 +4,9 @@
 Shares no code with anchor. For report.intoto.json and provenance.intoto.json
 of RUN_DIR:
   - securesystemslib parses the DSSE envelope and verifies its signature with
-    the public key (scheme ecdsa-sha2-nistp256; the envelope's keyid is empty,
-    so the key is given that keyid, as the DSSE spec leaves keyid optional);
+    the public key as securesystemslib loads it (SSlibKey.from_crypto: its own
+    default keyid, which must be the envelope's keyid and the predicate's
+    signer.key_id: one id per key); a key with any other keyid must not verify it;
   - in-toto-attestation parses the payload into its Statement v1 protobuf
     (unknown fields refused) and validates it;
   - every subject's file in RUN_DIR is hashed with hashlib and compared.
@@ -100,10 +101,20 @@ def main():
     run_dir, pem_path = sys.argv[1], sys.argv[2]
     with open(pem_path, "rb") as f:
         public = serialization.load_pem_public_key(f.read())
-    base = SSlibKey.from_crypto(public, scheme="ecdsa-sha2-nistp256")
-    key = SSlibKey("", base.keytype, base.scheme, base.keyval)
+    key = SSlibKey.from_crypto(public)  # its default keyid and scheme (ecdsa-sha2-nistp256)
     try:
+        # The same signature under another keyid is not this key's: securesystemslib matches by keyid.
+        renamed = SSlibKey("", key.keytype, key.scheme, key.keyval)
+        try:
+            verified_statement(run_dir, "report.intoto.json", renamed)
+            raise Fail("report.intoto.json verifies with a key whose keyid is not the envelope's")
+        except Fail as e:
+            if "securesystemslib does not verify it" not in str(e):
+                raise
         report = verified_statement(run_dir, "report.intoto.json", key)
+        if report["predicate"]["signer"]["key_id"] != key.keyid:
+            raise Fail(f"predicate.signer.key_id {report['predicate']['signer']['key_id']} is not securesystemslib's "
+                       f"keyid {key.keyid}")
         provenance = verified_statement(run_dir, "provenance.intoto.json", key)
         deps = check_provenance(run_dir, report, provenance)
     except Fail as e:

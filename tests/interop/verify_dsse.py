@@ -3,7 +3,9 @@
 
 Shares no code with anchor: it parses the DSSE envelope, computes the PAE
 itself, verifies the ECDSA P-256 / SHA-256 signature, and checks that the key
-id in the predicate is the SHA-256 of the public key's DER SubjectPublicKeyInfo.
+id in the predicate and the signature's keyid are the key's: securesystemslib's
+default keyid, the SHA-256 of {"keytype","keyval":{"public": PEM},"scheme"} as
+canonical JSON (sorted keys, no spaces, the PEM's newlines as they are).
 
     /usr/bin/python3 tests/interop/verify_dsse.py ENVELOPE PUBLIC_KEY_PEM
 
@@ -56,12 +58,16 @@ def main() -> int:
         return 1
 
     statement = json.loads(payload)
-    der = public_key.public_bytes(serialization.Encoding.DER,
-                                  serialization.PublicFormat.SubjectPublicKeyInfo)
-    key_id = hashlib.sha256(der).hexdigest()
+    pem = public_key.public_bytes(serialization.Encoding.PEM,
+                                  serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    canonical = '{"keytype":"ecdsa","keyval":{"public":"%s"},"scheme":"ecdsa-sha2-nistp256"}' % pem
+    key_id = hashlib.sha256(canonical.encode()).hexdigest()
     if statement["predicate"]["signer"]["key_id"] != key_id:
         print("FAIL predicate key id %s is not the key's %s"
               % (statement["predicate"]["signer"]["key_id"], key_id))
+        return 1
+    if s.get("keyid") != key_id:
+        print("FAIL the signature's keyid %r is not the key's %s" % (s.get("keyid"), key_id))
         return 1
     if statement["_type"] != "https://in-toto.io/Statement/v1":
         print("FAIL _type " + statement["_type"])

@@ -32,7 +32,7 @@ std::string sign(const Key& private_key, std::string_view data);
 bool verify(const Key& public_key, std::string_view data, std::string_view der_sig);
 
 struct Signature {
-  std::string keyid;  // DSSE keyid: we leave it empty (see docs/report.md)
+  std::string keyid;  // DSSE keyid: the signing key's key_id (keys.hpp; docs/report.md, "Key id")
   std::string sig;    // DER bytes (decoded)
 };
 
@@ -45,7 +45,7 @@ struct Envelope {
 // Signs PAE(payload_type, payload) and returns the envelope with one signature.
 Envelope sign_envelope(const Key& private_key, const std::string& payload_type, const std::string& payload);
 
-// {"payloadType":..., "payload":<base64>, "signatures":[{"keyid":"","sig":<base64>}]}
+// {"payloadType":..., "payload":<base64>, "signatures":[{"keyid":<key id>,"sig":<base64>}]}
 std::string envelope_to_json(const Envelope& env);
 
 // Parses an envelope. Throws Error (kVerification) whose message starts with

@@ -54,8 +54,13 @@ std::string public_key_pem(const Key& key);
 // -outform DER` prints).
 std::string public_key_der(const Key& key);
 
-// Hex SHA-256 of public_key_der(key): the key id recorded in the predicate.
+// The key's id, as securesystemslib and the in-toto tools compute it (SSlibKey.from_pem's default
+// keyid): hex SHA-256 of {"keytype":"ecdsa","keyval":{"public":<PEM>},"scheme":"ecdsa-sha2-nistp256"}
+// as canonical JSON. Every place anchor names a key uses it: the DSSE envelopes' keyid,
+// predicate.signer.key_id, keygen's and verify's output (docs/report.md, "Key id").
 std::string key_id(const Key& key);
+// The id reports signed before 2026-12 recorded (hex SHA-256 of public_key_der): verify accepts it.
+std::string legacy_key_id(const Key& key);
 
 struct KeygenOptions {
   std::string private_path;  // written mode 0600

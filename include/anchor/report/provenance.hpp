@@ -33,8 +33,4 @@ inline constexpr const char* kBuilderId = "https://anchor.dev/builder/anchor";
 nlohmann::ordered_json build_provenance(const nlohmann::json& report_statement,
                                         const std::string& report_envelope_sha256);
 
-// "file://" and `path` with every byte outside RFC 3986's unreserved set and
-// '/' written %XX (so bytes that are not UTF-8 survive). Exposed for tests.
-std::string file_uri(const std::string& path);
-
 }  // namespace anchor::report

@@ -66,11 +66,21 @@ TEST_F(KeysTest, KeygenWritesPkcs8AndSpkiWithTheRightModes) {
   EXPECT_NE(r.out.find("prime256v1"), std::string::npos) << r.out;
 }
 
-TEST_F(KeysTest, KeyIdIsSha256OfTheDerSpkiAsOpensslPrintsIt) {
+// The key id is securesystemslib's default keyid; docs/report.md ("Key id") gives this shell recipe for it.
+// (tests/interop/verify_attestation.py checks it against securesystemslib itself.) The older id, which
+// verify still accepts, is the SHA-256 of the DER SPKI as openssl prints it.
+TEST_F(KeysTest, KeyIdIsSecuresystemslibsDefaultKeyidAsTheDocsComputeIt) {
+  auto recipe =
+      sh("printf '{\"keytype\":\"ecdsa\",\"keyval\":{\"public\":\"%s\\n\"},\"scheme\":\"ecdsa-sha2-nistp256\"}' "
+         "\"$(cat " +
+         sh_quote(pub_) + ")\" | sha256sum | cut -d' ' -f1");
+  ASSERT_EQ(recipe.status, 0) << recipe.out;
+  EXPECT_EQ(key_id_ + "\n", recipe.out);
   std::string der = keys_ + "/pub.der";
   auto r = sh("/usr/bin/openssl pkey -pubin -in " + sh_quote(pub_) + " -outform DER -out " + sh_quote(der));
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(key_id_, sha256_hex(slurp(der)));
+  EXPECT_EQ(legacy_key_id(load_public_key(pub_)), sha256_hex(slurp(der)));
+  EXPECT_NE(legacy_key_id(load_public_key(pub_)), key_id_);
   EXPECT_EQ(key_id(load_public_key(pub_)), key_id_);
   EXPECT_EQ(key_id(load_private_key(priv_)), key_id_);
   // Negative control: another key has another id.

@@ -9,6 +9,7 @@
 #include "anchor/checkpoint/store.hpp"
 #include "anchor/error.hpp"
 #include "anchor/report/dsse.hpp"
+#include "anchor/report/provenance.hpp"
 #include "anchor/report/statement.hpp"
 #include "run_fixture.hpp"
 
@@ -79,7 +80,7 @@ TEST_F(SignVerifyTest, StatementNamesTheCommittedOutputsOnly) {
   EXPECT_EQ(st["predicate"]["signer"]["algorithm"], "ecdsa-p256-sha256");
   json env = envelope_json();
   EXPECT_EQ(env["payloadType"], "application/vnd.in-toto+json");
-  EXPECT_EQ(env["signatures"][0]["keyid"], "");
+  EXPECT_EQ(env["signatures"][0]["keyid"], key_id_) << "one id for the key: the envelope's keyid is the predicate's";
   // report.pub beside it is the signer's public key.
   EXPECT_EQ(slurp(run_ + "/report.pub"), slurp(pub_));
 }
@@ -304,6 +305,23 @@ TEST_F(SignVerifyTest, PredicateKeyIdMustBeTheSigningKey) {
   VerifyResult r = verify_with(pub_);
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(has_failure(r.failures, "key-id-mismatch")) << joined(r.failures);
+}
+
+// Reports signed before 2026-12 name their signer by the older id (SHA-256 of the DER SPKI): they
+// still verify; any other id is a mismatch (the test above).
+TEST_F(SignVerifyTest, AReportThatNamesItsSignerByTheOlderKeyIdVerifies) {
+  json st = statement();
+  const std::string legacy = legacy_key_id(load_public_key(pub_));
+  ASSERT_NE(legacy, key_id_);
+  st["predicate"]["signer"]["key_id"] = legacy;
+  resign(st);
+  // The provenance names the envelope by digest: made again for this one, as sign_run would have.
+  const Key key = load_private_key(priv_);
+  spit(run_ + "/provenance.intoto.json",
+       envelope_to_json(
+           sign_envelope(key, kInTotoPayloadType, build_provenance(st, sha256_file(envelope()).sha256).dump())));
+  VerifyResult r = verify_with(pub_);
+  EXPECT_TRUE(r.ok) << joined(r.failures);
 }
 
 TEST_F(SignVerifyTest, ReportCheckpointListMustMatchTheManifests) {
