@@ -308,7 +308,37 @@ std::string man_page(const CommandInfo& root, const std::string& version, const 
   for (const auto& [name, option] : env)
     out << ".TP\n.B " << roff(name) << "\nThe value of \\fB" << roff(option)
         << "\\fR when the command line does not give it.\n";
-  out << ".TP\n.B NO_COLOR\nSet and not empty: no colour in the log, even on a terminal.\n";
+  // What anchor reads (or sets) besides its options' variables; the fault seams are in docs/development.md.
+  static const std::pair<const char*, const char*> kMore[] = {
+      {"NO_COLOR", "Set and not empty: no colour in the log, even on a terminal."},
+      {"ANCHOR_KEY_PASSPHRASE", "The passphrase of an encrypted private key, where no --passphrase-file gives it."},
+      {"XDG_CONFIG_HOME, HOME",
+       "Your signing key, made on first use, is kept in XDG_CONFIG_HOME/anchor, else "
+       "HOME/.config/anchor."},
+      {"ANCHOR_CACHE_DIR, XDG_CACHE_HOME",
+       "The hash cache and what anchor-torch reported of a process that "
+       "trains: ANCHOR_CACHE_DIR, else XDG_CACHE_HOME/anchor, else "
+       "HOME/.cache/anchor."},
+      {"ANCHOR_CONTAINER_DIGEST",
+       "The container image's digest, pinned where anchor cannot read it from the "
+       "container runtime."},
+      {"ANCHOR_PROGRESS_S", "Seconds between a long stage's progress lines (0.1 to 86400)."},
+      {"RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+       "Set by torchrun: anchor pilot runs as one of its ranks."},
+      {"SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE, SLURM_TASKS_PER_NODE",
+       "Set by srun: anchor pilot runs as one of its tasks."},
+      {"GLOO_SOCKET_IFNAME", "The network interface of a multi-node pilot's gloo process group, as in PyTorch."},
+      {"ANCHOR_PILOT_SPEC",
+       "Set by anchor for a program it pilots: the file that says what this process is to do "
+       "(python/anchor_pilot reads it)."},
+      {"ANCHOR_PILOT_GUARD",
+       "Set by anchor for every process a pilot starts, and inherited by what they start: if "
+       "anchor is killed, its sentinel ends every process that carries it."},
+      {"ANCHOR_FAULT, ANCHOR_PILOT_FAULT, ANCHOR_GRAD_FAULT, ANCHOR_DIST_FAULT, ANCHOR_NODE_FAULT, "
+       "ANCHOR_SIGNAL_FAULT",
+       "Fault seams for anchor's own tests (docs/development.md); never set for a real run."},
+  };
+  for (const auto& [name, what] : kMore) out << ".TP\n.B " << roff(name) << "\n" << roff(what) << "\n";
   const std::pair<ExitCode, const char*> codes[] = {
       {ExitCode::kOk, "success"},
       {ExitCode::kRuntime, "a stage failed, an I/O error, an internal error"},

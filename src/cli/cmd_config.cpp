@@ -1,5 +1,7 @@
-// anchor config check FILE | anchor config dump FILE [--json]
+// anchor config check FILE [--json] | anchor config dump FILE [--json]
 #include <iostream>
+
+#include "anchor/common/utf8.hpp"
 
 #include "anchor/config/config.hpp"
 #include "anchor/error.hpp"
@@ -14,6 +16,32 @@ struct ConfigOptions {
   bool json = false;
 };
 
+// `config check --json`: one document whether the config is good or not, for a CI step to read. The
+// problems are those the text lists (exit 2); a file that cannot be read is an error as without --json.
+ExitCode check_json(const ConfigOptions& o) {
+  nlohmann::json out = {{"file", printable(o.file)}};
+  ExitCode code = ExitCode::kOk;
+  try {
+    const config::Config c = config::load(o.file, o.overrides);
+    out["ok"] = true;
+    out["config_digest"] = config::digest(c);
+    out["problems"] = nlohmann::json::array();
+  } catch (const config::ConfigError& e) {
+    nlohmann::json problems = nlohmann::json::array();
+    for (const auto& p : e.problems())
+      problems.push_back({{"file", printable(p.file)},
+                          {"line", p.line},
+                          {"column", p.column},
+                          {"key", printable(p.key)},
+                          {"message", printable(p.message)}});
+    out["ok"] = false;
+    out["problems"] = problems;
+    code = exit_code_for(e.kind());
+  }
+  std::cout << dump_json(out, 2) << std::endl;
+  return code;
+}
+
 }  // namespace
 
 Runner setup_config(CLI::App& sub, const GlobalOptions&) {
@@ -22,12 +50,16 @@ Runner setup_config(CLI::App& sub, const GlobalOptions&) {
   CLI::App* check = sub.add_subcommand("check", "Validate a config; lists every problem (exit 2)");
   check->add_option("file", opts->file, "config YAML")->required();
   check->add_option("--set", opts->overrides, "override a key: --set train.micro_batch=8");
+  check->add_flag("--json", opts->json,
+                  "print {file, ok, config_digest, problems: [{file, line, column, key, message}]}; the exit code "
+                  "is the same");
   CLI::App* dump = sub.add_subcommand("dump", "Print the effective config (defaults < file < --set)");
   dump->add_option("file", opts->file, "config YAML")->required();
   dump->add_option("--set", opts->overrides, "override a key: --set train.micro_batch=8");
   dump->add_flag("--json", opts->json, "print JSON instead of YAML");
 
   return [opts, check]() {
+    if (check->parsed() && opts->json) return check_json(*opts);
     config::Config c = config::load(opts->file, opts->overrides);
     if (check->parsed()) {
       std::cout << opts->file << ": ok (config digest " << config::digest(c) << ")\n";

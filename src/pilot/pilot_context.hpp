@@ -33,7 +33,7 @@ class EventLog {
     if (!out_) throw io_error("open", path, errno);
   }
   void write(nlohmann::json e, const std::string& source) {
-    if (!e.contains("time")) e["time"] = protocol::utc_now();
+    if (!e.contains("time")) e["time"] = protocol::unix_now();  // as the workers' lines: one type per key
     e["source"] = source;
     out_ << dump_json(e) << "\n";
     out_.flush();

@@ -20,6 +20,13 @@ std::string utc_now() {
   return buf;
 }
 
+double unix_now() {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  return static_cast<double>(us) / 1e6;
+}
+
 namespace {
 bool g_events_enabled = true;
 }

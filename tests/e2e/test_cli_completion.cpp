@@ -85,7 +85,8 @@ TEST_F(BashCompletion, OffersEachCommandsOwnOptionsAndTheGlobalOnes) {
   EXPECT_TRUE(dump.count("--json") && dump.count("--set") && dump.count("--log-level") && dump.count("--quiet"));
   // Control: pilot's options are not offered to another command, nor to a typo.
   EXPECT_FALSE(dump.count("--run-dir"));
-  EXPECT_FALSE(complete({"anchor", "config", "check", "--"}).count("--json"));
+  EXPECT_TRUE(complete({"anchor", "config", "check", "--"}).count("--json"));
+  EXPECT_FALSE(complete({"anchor", "config", "check", "--"}).count("--run-dir"));
   EXPECT_EQ(complete({"anchor", "pilto", "--j"}), Words{});
 }
 
@@ -199,8 +200,10 @@ TEST(ManPage, IsCleanRoffThatDocumentsEveryCommandAndOption) {
     }
     text += r.out[i];
   }
-  for (const char* want : {"anchor pilot", "anchor config check", "anchor checkpoint list", "--start-from",
-                           "--nproc-per-node", "ANCHOR_LOG_LEVEL", "EXIT STATUS", "143", "anchor completion"})
+  for (const char* want :
+       {"anchor pilot", "anchor config check", "anchor checkpoint list", "--start-from", "--nproc-per-node",
+        "ANCHOR_LOG_LEVEL", "EXIT STATUS", "143", "anchor completion", "ANCHOR_KEY_PASSPHRASE", "ANCHOR_CACHE_DIR",
+        "ANCHOR_PILOT_GUARD", "MASTER_ADDR", "SLURM_PROCID", "ANCHOR_PILOT_FAULT"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text.substr(0, 3000);
   EXPECT_EQ(text.find("__worker"), std::string::npos);
   // Control: the linter sees a broken page.

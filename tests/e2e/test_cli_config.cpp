@@ -66,6 +66,22 @@ TEST_F(ConfigCli, BadConfigPrintsEveryProblemAndExits2) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("hint: see docs/config.md"), std::string::npos) << r.out;
+
+  // --json: the same problems as one document on stdout, the same exit code; a good config's digest.
+  auto j = anchor::proc::run_capture({ANCHOR_BINARY, "config", "check", bad, "--json"});
+  EXPECT_EQ(j.status, 2) << j.out;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_FALSE(doc["ok"].get<bool>());
+  ASSERT_EQ(doc["problems"].size(), 3u) << doc.dump(2);
+  EXPECT_EQ(doc["problems"][1]["key"], "model.n_layr");
+  EXPECT_EQ(doc["problems"][1]["line"], 4);
+  EXPECT_EQ(doc["problems"][1]["column"], 3);
+  auto good = anchor::proc::run_capture({ANCHOR_BINARY, "config", "check", kPilot, "--json"});
+  EXPECT_EQ(good.status, 0) << good.out;
+  const auto ok = nlohmann::json::parse(good.out);
+  EXPECT_TRUE(ok["ok"].get<bool>());
+  EXPECT_TRUE(ok["problems"].empty());
+  EXPECT_EQ(ok["config_digest"].get<std::string>().size(), 64u);
 }
 
 TEST_F(ConfigCli, PilotConfigChecksOk) {

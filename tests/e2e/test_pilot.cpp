@@ -117,6 +117,8 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
     double killed_at = 0, hello_at = 0;
     int early_pid = -1, hello_pid = -2;
     for (const auto& e : read_events(t.str("run/events.jsonl"))) {
+      // One type for `time` on every line, the supervisor's and the workers': Unix seconds.
+      EXPECT_TRUE(e.contains("time") && e["time"].is_number_float()) << e.dump();
       if (e.value("event", "") == "worker_started" && e.value("early", false)) early_pid = e["pids"][0];
       if (e.value("source", "") == "worker-resume" && e.value("type", "") == "hello") {
         hello_pid = e["pid"];

@@ -40,7 +40,9 @@ class StageTimer {
   std::chrono::steady_clock::time_point t0_;
 };
 
-// Wall-clock UTC timestamp, ISO 8601 with milliseconds.
+// Wall-clock UTC timestamp, ISO 8601 with milliseconds (report.json's created_at).
 std::string utc_now();
+// Wall-clock Unix seconds, to the microsecond: every events.jsonl line's `time`.
+double unix_now();
 
 }  // namespace anchor::protocol
