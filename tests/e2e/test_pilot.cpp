@@ -65,6 +65,21 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
 
   auto report = read_json(t.str("run/report.json"));
   EXPECT_EQ(report["format"], "anchor.report/v1");
+  {  // The README's sample table has this pilot's stages, in this order, and each row is one the console printed.
+    const std::string readme = anchor::fs::read_file(std::string(ANCHOR_SOURCE_DIR) + "/README.md");
+    const std::string intro = "Its output ends with a table like:\n\n```\n";
+    const auto from = readme.find(intro);
+    ASSERT_NE(from, std::string::npos);
+    std::istringstream table(readme.substr(from + intro.size(), readme.find("```", from + intro.size()) - from));
+    std::vector<std::string> shown, ran;
+    for (std::string line; std::getline(table, line) && line.rfind("  passed:", 0) != 0;) {
+      std::istringstream words(line);
+      std::string stage, status;
+      if (words >> stage >> status && status == "passed") shown.push_back(stage);
+    }
+    for (const auto& s : report["stages"]) ran.push_back(s["stage"]);
+    EXPECT_EQ(shown, ran) << "README.md's sample table is not what the default pilot runs";
+  }
   EXPECT_EQ(report["status"], "passed");
   EXPECT_EQ(report["resume"]["verdict"], "match");
   EXPECT_EQ(report["resume"]["mode"], "bitwise");
