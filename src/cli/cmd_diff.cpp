@@ -59,10 +59,18 @@ std::string shown(const config::Difference& d, bool past) {
   return shown(v);
 }
 
-// Whether `anchor diff`'s first argument is a past run (a directory, or a report's .json) rather
-// than a config: YAML configs are .yaml or .yml, and a run is what `anchor pilot` wrote.
+// Whether `anchor diff`'s first argument is a past run rather than a config: a directory, or a .json
+// file that is a report (it has a format or a run_id, or is an envelope). A config written as JSON
+// (valid YAML) is a config; a .json file that is no JSON object is a run, refused by read_report.
 bool names_a_run(const std::string& path) {
-  return std::filesystem::is_directory(path) || std::filesystem::path(path).extension() == ".json";
+  if (std::filesystem::is_directory(path)) return true;
+  if (std::filesystem::path(path).extension() != ".json") return false;
+  try {
+    const nlohmann::json j = read_report(path);
+    return j.contains("format") || j.contains("run_id");
+  } catch (const Error&) {
+    return true;
+  }
 }
 
 ExitCode diff_two_runs(const DiffCliOptions& o) {

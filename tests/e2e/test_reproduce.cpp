@@ -406,6 +406,15 @@ TEST_F(Reproduce, DiffOfTwoRunsShowsConfigPinsMeasurementsAndStepsSideBySide) {
   EXPECT_TRUE(tokens) << doc["measurements"].dump(2);
   EXPECT_GT(doc["training"]["differences"].size(), 10u);
 
+  // A config written as JSON is a config, compared with the run, not taken for a run.
+  auto dumped =
+      anchor::proc::run_capture({ANCHOR_BINARY, "config", "dump", source_path("configs/pilot.yaml"), "--json"});
+  ASSERT_EQ(dumped.status, 0) << dumped.out;
+  anchor::fs::atomic_write_file(t_.str("config.json"), dumped.out);
+  auto as_config = run_anchor({"diff", t_.str("config.json"), t_.str("orig")});
+  EXPECT_NE(as_config.output.find("key(s) differ from run"), std::string::npos) << as_config.output;
+  EXPECT_EQ(as_config.output.find("run A:"), std::string::npos) << as_config.output;
+
   // --set changes a config, not a past run; a report whose config is not an object is refused.
   auto set = run_anchor({"diff", t_.str("orig"), t_.str("lr"), "--set", "train.optimizer.lr=1"});
   EXPECT_EQ(set.status, 2) << set.output;
