@@ -176,6 +176,47 @@ void read_master(LaunchEnv& e, const EnvLookup& env, const std::optional<std::st
     bad("MASTER_PORT=" + std::to_string(e.master_port) + " is not a TCP port", "use 1..65535");
 }
 
+// srun's variables (SLURM_PROCID and SLURM_NTASKS are set, one of them at least).
+void read_slurm(LaunchEnv& e, const EnvLookup& env, const std::optional<std::string>& procid,
+                const std::optional<std::string>& ntasks) {
+  e.launcher = Launcher::kSlurm;
+  if (!procid || !ntasks)
+    bad(std::string(procid ? "SLURM_PROCID" : "SLURM_NTASKS") + " is set but " +
+            (procid ? "SLURM_NTASKS" : "SLURM_PROCID") + " is not",
+        "run under srun (it sets both), or unset the partial variables");
+  e.rank = parse_int("SLURM_PROCID", *procid);
+  e.world_size = parse_int("SLURM_NTASKS", *ntasks);
+  auto localid = env("SLURM_LOCALID");
+  if (!localid && e.world_size > 1)
+    bad("SLURM_PROCID/SLURM_NTASKS give " + std::to_string(e.world_size) + " tasks but SLURM_LOCALID is unset",
+        "run under srun, which sets SLURM_LOCALID");
+  e.local_rank = localid ? parse_int("SLURM_LOCALID", *localid) : 0;
+  if (auto per = env("SLURM_NTASKS_PER_NODE"))
+    e.local_world_size = parse_slurm_count("SLURM_NTASKS_PER_NODE", *per);
+  else if (auto tpn = env("SLURM_TASKS_PER_NODE"))
+    e.local_world_size = parse_slurm_count("SLURM_TASKS_PER_NODE", *tpn);
+  else if (e.world_size > 1)
+    bad("Slurm gives " + std::to_string(e.world_size) +
+            " tasks but neither SLURM_NTASKS_PER_NODE nor "
+            "SLURM_TASKS_PER_NODE",
+        "run under srun, or pass --ntasks-per-node");
+  check_world(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
+  // The store port: MASTER_PORT, else one derived from the job id so that two
+  // jobs sharing a node seldom collide (the launch id catches it when they
+  // do), in 20000..29999: below Linux's ephemeral range (32768..60999 by
+  // default), where any outgoing connection on the node may already hold it
+  // as its local port.
+  std::optional<int> port;
+  if (auto job = env("SLURM_JOB_ID")) port = kSlurmPortBase + parse_int("SLURM_JOB_ID", *job) % kSlurmPortSpan;
+  read_master(e, env, env("SLURM_LAUNCH_NODE_IPADDR"), port, "Slurm's environment");
+  if (auto job = env("SLURM_JOB_ID")) {
+    auto step = env("SLURM_STEP_ID");
+    const bool number =
+        step && !step->empty() && step->size() <= 10 && step->find_first_not_of("0123456789") == std::string::npos;
+    e.launch_id = "Slurm job " + *job + " step " + (number ? *step : std::string("?"));
+  }
+}
+
 }  // namespace
 
 LaunchEnv detect_launch(const EnvLookup& env) {
@@ -216,43 +257,13 @@ LaunchEnv detect_launch(const EnvLookup& env) {
       const std::filesystem::path dir = std::filesystem::path(*f).parent_path().parent_path();
       if (dir.is_absolute() && dir.has_relative_path()) e.attempt_dir = dir.string();
     }
+    if (auto id = env("TORCHELASTIC_RUN_ID"); id && !id->empty()) e.launch_id = "torchrun run " + *id;
     return e;
   }
 
   auto procid = env("SLURM_PROCID"), ntasks = env("SLURM_NTASKS");
-  if (procid || ntasks) {
-    e.launcher = Launcher::kSlurm;
-    if (!procid || !ntasks)
-      bad(std::string(procid ? "SLURM_PROCID" : "SLURM_NTASKS") + " is set but " +
-              (procid ? "SLURM_NTASKS" : "SLURM_PROCID") + " is not",
-          "run under srun (it sets both), or unset the partial variables");
-    e.rank = parse_int("SLURM_PROCID", *procid);
-    e.world_size = parse_int("SLURM_NTASKS", *ntasks);
-    auto localid = env("SLURM_LOCALID");
-    if (!localid && e.world_size > 1)
-      bad("SLURM_PROCID/SLURM_NTASKS give " + std::to_string(e.world_size) + " tasks but SLURM_LOCALID is unset",
-          "run under srun, which sets SLURM_LOCALID");
-    e.local_rank = localid ? parse_int("SLURM_LOCALID", *localid) : 0;
-    if (auto per = env("SLURM_NTASKS_PER_NODE"))
-      e.local_world_size = parse_slurm_count("SLURM_NTASKS_PER_NODE", *per);
-    else if (auto tpn = env("SLURM_TASKS_PER_NODE"))
-      e.local_world_size = parse_slurm_count("SLURM_TASKS_PER_NODE", *tpn);
-    else if (e.world_size > 1)
-      bad("Slurm gives " + std::to_string(e.world_size) +
-              " tasks but neither SLURM_NTASKS_PER_NODE nor "
-              "SLURM_TASKS_PER_NODE",
-          "run under srun, or pass --ntasks-per-node");
-    check_world(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
-    // The store port: MASTER_PORT, else one derived from the job id so that two
-    // jobs sharing a node do not collide, in 20000..29999: below Linux's
-    // ephemeral range (32768..60999 by default), where any outgoing connection
-    // on the node may already hold it as its local port.
-    std::optional<int> port;
-    if (auto job = env("SLURM_JOB_ID")) port = kSlurmPortBase + parse_int("SLURM_JOB_ID", *job) % kSlurmPortSpan;
-    read_master(e, env, env("SLURM_LAUNCH_NODE_IPADDR"), port, "Slurm's environment");
-    return e;
-  }
-  return e;  // a single process
+  if (procid || ntasks) read_slurm(e, env, procid, ntasks);
+  return e;  // Slurm's, or a single process
 }
 
 bool port_is_free(int port, std::uint32_t addr) {

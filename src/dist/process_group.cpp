@@ -208,6 +208,39 @@ Store::Store(const LaunchEnv& env, double timeout_s) : impl_(std::make_unique<Im
     base = connect_store(env, timeout_s);
   }
   impl_->store = c10::make_intrusive<c10d::PrefixStore>("anchor-launch", base);
+  if (!env.agent_store && !env.meets_in_attempt_dir()) check_launch(env, timeout_s);
+}
+
+// Rank 0 writes which launch its store serves; the others check it before
+// they read anything from it. A port derived from the Slurm job id (or a
+// MASTER_PORT given to two jobs) can lead the ranks of one job to the store of
+// another on the same node, whose verdict they would otherwise take as theirs.
+void Store::check_launch(const LaunchEnv& env, double timeout_s) {
+  const std::string key = "launch";
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  if (env.store_server()) return set(key, env.launch_id);
+  if (env.launch_id.empty()) return;
+  std::string theirs;
+  try {
+    if (!wait_for_key(*impl_->store, key, Clock::now() + to_ms(timeout_s)))
+      throw Error(ErrorKind::kRuntime,
+                  "rendezvous: " + env.describe() + ": the store at " + where + " did not say which launch it serves " +
+                      "within " + std::to_string(static_cast<int>(timeout_s)) + " s: it is not this pilot's rank 0's",
+                  "give this job a MASTER_PORT of its own");
+    const auto v = impl_->store->get(key);
+    theirs.assign(v.begin(), v.end());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": cannot read the store at " + where + ": " + compat::message_of(e));
+  }
+  if (theirs != env.launch_id)
+    throw Error(ErrorKind::kRuntime,
+                "rendezvous: " + env.describe() + ": the store at " + where + " serves another launch (" +
+                    (theirs.empty() ? std::string("one that does not name itself") : theirs) + "), not this one (" +
+                    env.launch_id + ")",
+                "two launches on this node use the same port: give this job a MASTER_PORT of its own");
 }
 Store::~Store() {
   std::error_code ec;
@@ -217,6 +250,10 @@ Store::~Store() {
 void Store::set(const std::string& k, const std::string& v) {
   try {
     impl_->store->set(k, std::vector<std::uint8_t>(v.begin(), v.end()));
+    // TCPStore's set sends and returns without an answer; a check on the same
+    // connection is answered only after the server applied the set, so every
+    // client sees the value once set returns (a racing try_get saw nothing).
+    impl_->store->check({k});
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kRuntime, "store: cannot set '" + k + "': " + compat::message_of(e));
   }

@@ -32,6 +32,11 @@ struct LaunchEnv {
   // grandparent of TORCHELASTIC_ERROR_FILE): made afresh by the agent for each
   // attempt, one per node, seen by every rank on it. "" when not set.
   std::string attempt_dir;
+  // What names this launch among others that may share its store's port:
+  // "Slurm job 12345 step 0", "torchrun run <TORCHELASTIC_RUN_ID>"; "" when
+  // the launcher gives nothing. Two Slurm jobs on one node whose ids differ
+  // by a multiple of kSlurmPortSpan derive the same port.
+  std::string launch_id;
 
   bool distributed() const { return world_size > 1; }
   // Whether the launched processes of `anchor pilot` meet through a store rank

@@ -19,12 +19,16 @@ class Store {
  public:
   // Connects (or hosts) within timeout_s; throws Error (kRuntime) naming the
   // address, or Error (kConfig) when the agent's store runs a torch whose
-  // store protocol this build's LibTorch does not speak (several nodes).
+  // store protocol this build's LibTorch does not speak (several nodes). A
+  // store rank 0 hosts names its launch (LaunchEnv::launch_id); a client
+  // whose launch it is not throws Error (kRuntime) naming both.
   Store(const LaunchEnv& env, double timeout_s);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
+  // Returns once the store holds the value: a get from any client after it
+  // sees it.
   void set(const std::string& key, const std::string& value);
   // Waits for `key` with no overall limit, checking every second that the
   // store is still there; throws Error naming `who_hosts` when it is gone.
@@ -36,6 +40,7 @@ class Store {
   long long add(const std::string& key, long long delta);
 
  private:
+  void check_launch(const LaunchEnv& env, double timeout_s);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

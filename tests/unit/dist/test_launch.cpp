@@ -136,6 +136,14 @@ TEST(Launch, RanksOfOneNodeMeetThroughThePortRankZeroPublishes) {
     dist::Store client(env1, 10);
     host.set("pilot/exit", "3");
     EXPECT_EQ(client.try_get("pilot/exit", "rank 0"), std::optional<std::string>("3"));
+    // A value set is there for every client once set returns: TCPStore's own
+    // set does not wait for the server, and a read at once raced it.
+    int unseen = 0;
+    for (int i = 0; i < 2000; ++i) {
+      host.set("k" + std::to_string(i), "v");
+      unseen += client.try_get("k" + std::to_string(i), "rank 0") ? 0 : 1;
+    }
+    EXPECT_EQ(unseen, 0);
     EXPECT_EQ(client.add("pilot/ack", 1), 1);
     EXPECT_EQ(host.add("pilot/ack", 0), 1);
   }
@@ -284,6 +292,45 @@ TEST(Launch, Slurm) {
   EXPECT_EQ(e.master_addr, "node7");  // the environment wins
   EXPECT_EQ(e.master_port, 31000);
   EXPECT_EQ(e.local_world_size, 2);
+  EXPECT_EQ(e.launch_id, "Slurm job 123457 step ?");
+  v["SLURM_STEP_ID"] = "4";
+  EXPECT_EQ(detect(v).launch_id, "Slurm job 123457 step 4");
+  v["SLURM_STEP_ID"] = "4; rm -rf /";
+  EXPECT_EQ(detect(v).launch_id, "Slurm job 123457 step ?");
+}
+
+// Two Slurm jobs on one node whose ids differ by 10000 derive the same store
+// port. Rank 1 of the second job, started while the first job's rank 0 holds
+// the port, must not take that store's verdict as its own: it refuses it,
+// naming both launches. A rank of the same job (negative control) joins.
+TEST(Launch, ARankRefusesTheStoreOfAnotherLaunchOnItsPort) {
+  const int port = dist::free_loopback_port();
+  auto job = [&](const std::string& id, int rank) {
+    return detect({{"SLURM_PROCID", std::to_string(rank)},
+                   {"SLURM_LOCALID", std::to_string(rank)},
+                   {"SLURM_NTASKS", "2"},
+                   {"SLURM_NTASKS_PER_NODE", "2"},
+                   {"SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(port)},
+                   {"SLURM_JOB_ID", id},
+                   {"SLURM_STEP_ID", "0"}});
+  };
+  dist::Store first(job("153", 0), 10);
+  first.set("pilot/exit", "0");
+  {
+    dist::Store same(job("153", 1), 10);
+    EXPECT_EQ(same.try_get("pilot/exit", "rank 0"), std::optional<std::string>("0"));
+  }
+  try {
+    dist::Store other(job("10153", 1), 10);
+    ADD_FAILURE() << "rank 1 of job 10153 joined job 153's store";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("serves another launch (Slurm job 153 step 0), not this one (Slurm job 10153 step 0)"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(e.hint().find("MASTER_PORT of its own"), std::string::npos) << e.hint();
+  }
 }
 
 TEST(Launch, SlurmPartialAndContradictory) {
