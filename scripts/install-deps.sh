@@ -28,7 +28,8 @@ if [[ "${1:-}" == --test ]]; then
     python3-cryptography                  # independent signature verification in the tests
     slurmctld slurmd slurm-client munge   # `srun anchor pilot` on a private Slurm cluster (tests/support/slurm_cluster.hpp)
     libxml2-utils                         # xmllint: the JUnit files against Jenkins' xunit schema (tests/support/junit-10.xsd)
-    zsh mandoc                            # the generated zsh completion run in zsh, the man page linted (test_cli_completion)
+    zsh fish mandoc                       # the generated zsh and fish completion run in their shells, the man page linted (test_cli_completion)
+    lintian                               # the .deb against Debian's policy (tests/install/deb_lintian.sh)
     chromium                              # report.html loaded in a real headless browser (test_report_html)
     mmdebstrap                            # a fresh Debian root for the .deb's install test (tests/install/deb_fresh_root.sh)
     podman crun                           # the image id detected in a real container (tests/install/podman_container.sh)

@@ -18,14 +18,18 @@ namespace anchor::cli {
 Runner setup_bundle(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<reproduce::BundleOptions>();
   auto json_out = std::make_shared<bool>(false);
-  sub.add_option("run", o->run, "a signed run: its directory (or its report.intoto.json)")->required();
+  sub.add_option("run", o->run, "a signed run: its directory (or its report.intoto.json)")
+      ->type_name("PATH")
+      ->required();
   sub.add_option("-o,--output", o->output,
-                 "the bundle directory to write; it must not exist (default: <run-id>.bundle here)");
+                 "the bundle directory to write; it must not exist (default: <run-id>.bundle here)")
+      ->type_name("DIR");
   sub.add_flag("--with-data", o->with_data,
                "also carry the run's model and data files (each checked against the signed manifest's digest)");
   sub.add_option("--key", o->key,
                  "the signer's public key (SPKI PEM) the report must verify with (default: report.pub beside it, "
-                 "which shows integrity, not who signed)");
+                 "which shows integrity, not who signed)")
+      ->type_name("FILE");
   sub.add_flag("--json", *json_out, "print {bundle, files, inputs, bytes, seconds, key_id, warnings} on stdout");
   sub.footer(
       "Exit codes: 0 written, 3 the run does not verify or a file changed since it was signed, 2 usage, "

@@ -131,13 +131,16 @@ Runner setup_checkpoint(CLI::App& sub, const GlobalOptions&) {
       ->add_option("dir", opts->dir,
                    "a step directory, e.g. runs/<id>/checkpoints/step-00000002, or a program's save (a "
                    "torch.distributed.checkpoint directory is recognised by its .metadata)")
+      ->type_name("DIR")
       ->required();
-  verify->add_option("--against", opts->against,
-                     "a program pilot's report.json (or run directory): check every file of this save against the "
-                     "SHA-256 it pinned");
+  verify
+      ->add_option("--against", opts->against,
+                   "a program pilot's report.json (or run directory): check every file of this save against the "
+                   "SHA-256 it pinned")
+      ->type_name("PATH");
   verify->add_flag("--json", opts->json, "print the result as JSON on stdout (default: off)");
   CLI::App* list = sub.add_subcommand("list", "Show every step, temp and trash directory with its state");
-  list->add_option("dir", opts->dir, "a checkpoint root, e.g. runs/<id>/checkpoints")->required();
+  list->add_option("dir", opts->dir, "a checkpoint root, e.g. runs/<id>/checkpoints")->type_name("DIR")->required();
   list->add_flag("--json", opts->json, "print the rows as JSON on stdout (default: off)");
   return [opts, verify]() { return verify->parsed() ? run_verify(*opts) : run_list(*opts); };
 }

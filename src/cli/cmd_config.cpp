@@ -48,14 +48,14 @@ Runner setup_config(CLI::App& sub, const GlobalOptions&) {
   auto opts = std::make_shared<ConfigOptions>();
   sub.require_subcommand(1);
   CLI::App* check = sub.add_subcommand("check", "Validate a config; lists every problem (exit 2)");
-  check->add_option("file", opts->file, "config YAML")->required();
-  check->add_option("--set", opts->overrides, "override a key: --set train.micro_batch=8");
+  check->add_option("file", opts->file, "config YAML")->type_name("FILE")->required();
+  check->add_option("--set", opts->overrides, "override a key: --set train.micro_batch=8")->type_name("KEY=VALUE");
   check->add_flag("--json", opts->json,
                   "print {file, ok, config_digest, problems: [{file, line, column, key, message}]}; the exit code "
                   "is the same");
   CLI::App* dump = sub.add_subcommand("dump", "Print the effective config (defaults < file < --set)");
-  dump->add_option("file", opts->file, "config YAML")->required();
-  dump->add_option("--set", opts->overrides, "override a key: --set train.micro_batch=8");
+  dump->add_option("file", opts->file, "config YAML")->type_name("FILE")->required();
+  dump->add_option("--set", opts->overrides, "override a key: --set train.micro_batch=8")->type_name("KEY=VALUE");
   dump->add_flag("--json", opts->json, "print JSON instead of YAML");
 
   return [opts, check]() {

@@ -98,9 +98,13 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<DiffCliOptions>();
   sub.add_option("config", o->config,
                  "the config about to run (YAML); or a past run (its directory or report .json), to compare two runs")
+      ->type_name("FILE")
       ->required();
-  sub.add_option("report", o->report, "the past run: its report.json, report.intoto.json or run directory")->required();
-  sub.add_option("--set", o->sets, "override a config key as `anchor pilot --set` would (repeatable)");
+  sub.add_option("report", o->report, "the past run: its report.json, report.intoto.json or run directory")
+      ->type_name("PATH")
+      ->required();
+  sub.add_option("--set", o->sets, "override a config key as `anchor pilot --set` would (repeatable)")
+      ->type_name("KEY=VALUE");
   sub.add_flag("--json", o->json,
                "print {config, report, run_id, differences: [{key, past, now, past_resolved, now_resolved, "
                "decides_result}]}");

@@ -43,14 +43,18 @@ Runner setup_keygen(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<KeygenCliOptions>();
   auto* dir = sub.add_option("-o,--out-dir", o->out_dir,
                              "write DIR/anchor.key (mode 0600) and DIR/anchor.pub (0644); "
-                             "DIR is created (0700) when missing");
-  auto* priv = sub.add_option("--private", o->private_path, "private key path (PKCS#8 PEM, created mode 0600)");
+                             "DIR is created (0700) when missing")
+                  ->type_name("DIR");
+  auto* priv = sub.add_option("--private", o->private_path, "private key path (PKCS#8 PEM, created mode 0600)")
+                   ->type_name("FILE");
   sub.add_option("--public", o->public_path, "public key path (SPKI PEM, 0644); default: the private path with .pub")
+      ->type_name("FILE")
       ->needs(priv);
   dir->excludes(priv);
   sub.add_option("--passphrase-file", o->passphrase_file,
                  "encrypt the private key (AES-256-CBC) with the first line of this file; "
                  "default: $ANCHOR_KEY_PASSPHRASE if set, else unencrypted")
+      ->type_name("FILE")
       ->check(CLI::ExistingFile);
   sub.add_flag("--force", o->force, "replace existing key files (default: refuse)");
   sub.add_flag("--json", o->json,

@@ -61,10 +61,12 @@ ExitCode writing_junit_on_refusal(const std::string& junit_path, const Runner& r
 
 Runner setup_pilot(CLI::App& sub, const GlobalOptions& global) {
   auto o = std::make_shared<pilot::PilotOptions>();
-  sub.add_option("config", o->config_path, "run config YAML (see docs/config.md)")->required();
-  sub.add_option("--set", o->overrides, "override a config key: --set train.micro_batch=8 (repeatable)");
-  sub.add_option("--run-dir", o->run_dir, "run directory (default: <run.output_dir>/<run-id>)");
-  sub.add_option("--junit", o->junit_path, "also write a JUnit XML file: one test case per stage and check");
+  sub.add_option("config", o->config_path, "run config YAML (see docs/config.md)")->type_name("FILE")->required();
+  sub.add_option("--set", o->overrides, "override a config key: --set train.micro_batch=8 (repeatable)")
+      ->type_name("KEY=VALUE");
+  sub.add_option("--run-dir", o->run_dir, "run directory (default: <run.output_dir>/<run-id>)")->type_name("DIR");
+  sub.add_option("--junit", o->junit_path, "also write a JUnit XML file: one test case per stage and check")
+      ->type_name("FILE");
   sub.add_flag("--json", o->json_stdout, "print report.json on stdout");
   sub.add_flag_callback(
       "--no-cache", [o] { o->use_hash_cache = false; }, "hash every input again instead of trusting the pin cache");

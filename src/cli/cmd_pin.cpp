@@ -69,15 +69,18 @@ PinCliFlags add_pin_options(CLI::App& sub, PinCliOptions& o) {
       "dependency versions and loaded libraries, container, host and devices) into a manifest "
       "(docs/manifest.md). With --check, re-pin against an existing manifest and print what "
       "drifted (exit 3 when anything did).");
-  auto* cfg = sub.add_option("config", o.config_file, "config YAML to pin");
+  auto* cfg = sub.add_option("config", o.config_file, "config YAML to pin")->type_name("FILE");
   auto* check = sub.add_option("--check", o.check_manifest,
                                "re-pin with the config stored in MANIFEST and print the drift "
                                "table; exit 3 on drift, 0 otherwise")
+                    ->type_name("FILE")
                     ->type_name("MANIFEST");
-  auto* set = sub.add_option("--set", o.overrides, "override a config key: --set data.seq_len=128");
+  auto* set =
+      sub.add_option("--set", o.overrides, "override a config key: --set data.seq_len=128")->type_name("KEY=VALUE");
   auto* out = sub.add_option("-o,--output", o.output,
                              "where to write the manifest (atomically); with --check, written "
                              "only when given")
+                  ->type_name("FILE")
                   ->capture_default_str();
   sub.add_flag("--no-cache", o.no_cache,
                "hash every file and ask anchor-torch what it loads; neither read nor write the caches "

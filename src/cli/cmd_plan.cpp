@@ -47,14 +47,17 @@ std::string config_dir(const run_report::RunReport& report) {
 Runner setup_plan(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<PlanCliOptions>();
   sub.add_option("report", o->report, "the pilot's report.json, its signed report.intoto.json, or the run directory")
+      ->type_name("PATH")
       ->required();
   with_env(sub.add_option("--catalog", o->catalog,
                           "device catalog YAML; default: budget.catalog of the report's config, "
-                          "else ./configs/catalog.yaml"),
+                          "else ./configs/catalog.yaml")
+               ->type_name("FILE"),
            "ANCHOR_CATALOG");
   sub.add_option("--set", o->sets,
                  "override a key of the report's config, e.g. --set budget.nodes=4 "
-                 "--set train.precision=bf16 (repeatable; default: none)");
+                 "--set train.precision=bf16 (repeatable; default: none)")
+      ->type_name("KEY=VALUE");
   sub.add_flag("--json", o->json_out, "print the plan as JSON instead of tables (default: tables)");
   sub.footer(
       "Recomputes the plan from measured figures; nothing is run. The signature of a "

@@ -29,10 +29,12 @@ struct VerifyCliOptions {
 Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
   auto o = std::make_shared<VerifyCliOptions>();
   sub.add_option("report", o->report, "the signed report (runs/<id>/report.intoto.json) or its run directory")
+      ->type_name("PATH")
       ->required();
   with_env(sub.add_option("--key", o->key,
                           "the signer's SPKI PEM public key; default: report.pub beside the "
-                          "report (integrity only, says so)"),
+                          "report (integrity only, says so)")
+               ->type_name("FILE"),
            "ANCHOR_PUBLIC_KEY");
   sub.add_flag("--envelope-only", o->envelope_only,
                "check signature and statement only, not the files of the run directory "

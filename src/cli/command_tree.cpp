@@ -36,6 +36,7 @@ OptionInfo option_info(const CLI::Option& opt) {
   o.numeric = type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0 || type.rfind("FLOAT", 0) == 0 ||
               type.rfind("NUMBER", 0) == 0;
   o.required = opt.get_required();
+  if (o.takes_value && o.choices.empty() && !o.numeric && type != "TEXT") o.metavar = type;
   return o;
 }
 

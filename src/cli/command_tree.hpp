@@ -1,6 +1,6 @@
 #pragma once
 // The command tree as people see it, read from the CLI11 app that parses the
-// command line: what `anchor completion bash|zsh` and `anchor manpage` are
+// command line: what `anchor completion bash|zsh|fish` and `anchor manpage` are
 // generated from, so they cannot drift from --help. Internal commands (their
 // group is empty, or their name starts with "__") are left out.
 #include <CLI/CLI.hpp>
@@ -19,6 +19,10 @@ struct OptionInfo {
   bool takes_value = false;          // false: a flag
   bool repeatable = false;           // --set a=1 --set b=2
   bool numeric = false;              // INT, FLOAT: no file names to offer
+  // What the value is, as --help names it: FILE, DIR, PATH (either),
+  // KEY=VALUE (a config key's setting: completion offers the keys), OLD=NEW;
+  // "" for a number, a choice or plain text.
+  std::string metavar;
   bool required = false;
 };
 
@@ -40,6 +44,7 @@ CommandInfo command_tree(const CLI::App& root);
 // header; `date` (YYYY-MM-DD) into the page's title line.
 std::string bash_completion(const CommandInfo& root, const std::string& version);
 std::string zsh_completion(const CommandInfo& root, const std::string& version);
+std::string fish_completion(const CommandInfo& root, const std::string& version);
 std::string man_page(const CommandInfo& root, const std::string& version, const std::string& date);
 
 }  // namespace anchor::cli

@@ -18,7 +18,7 @@ const std::vector<Command>& commands() {
       {"bundle", "Write a reproduction bundle of a signed run, for `anchor reproduce` on another node", setup_bundle},
       {"diff", "Show what differs between a config and a past run, or between two runs", setup_diff},
       {"keygen", "Create an ECDSA P-256 signing key pair for reports", setup_keygen},
-      {"completion", "Print the bash or zsh completion script", setup_completion},
+      {"completion", "Print the bash, zsh or fish completion script", setup_completion},
       {"manpage", "Print the man page (roff): anchor manpage | man -l -", setup_manpage},
       {"__worker", "internal: a pilot worker process", setup_worker},
       {"__sentinel", "internal: ends what a killed pilot left running", setup_sentinel},

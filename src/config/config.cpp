@@ -706,6 +706,12 @@ std::uint64_t derive_seed(std::uint64_t root, const std::string& purpose) {
   return seed;
 }
 
+std::vector<std::string> setting_keys() {
+  std::vector<std::string> out;
+  for (const auto& f : schema::fields()) out.push_back(f.key);
+  return out;
+}
+
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   // Optimal string alignment: Levenshtein plus adjacent transpositions, so
   // "trian" is one edit from "train".

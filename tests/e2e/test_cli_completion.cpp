@@ -1,10 +1,11 @@
-// `anchor completion bash|zsh` and `anchor manpage` (src/cli/cmd_completion.cpp):
-// generated from the command tree, run in real bash and zsh, the page linted by
+// `anchor completion bash|zsh|fish` and `anchor manpage` (src/cli/cmd_completion.cpp):
+// generated from the command tree, run in real bash, zsh and fish, the page linted by
 // mandoc. Each check holds a control that would catch a completion that offers
 // everything, or nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -97,7 +98,7 @@ TEST_F(BashCompletion, OffersAnOptionsChoicesAndFilesWhereAFileIsExpected) {
   EXPECT_EQ(complete({"anchor", "pilot", "--start-from=la"}), (Words{"--start-from=latest"}));
   EXPECT_EQ(complete({"anchor", "--log-level", "w"}), (Words{"warn"}));
   // A positional with choices offers them, not files.
-  EXPECT_EQ(complete({"anchor", "completion", ""}), (Words{"bash", "zsh"}));
+  EXPECT_EQ(complete({"anchor", "completion", ""}), (Words{"bash", "fish", "zsh"}));
   // A number is not a file name.
   EXPECT_EQ(complete({"anchor", "pilot", "--nproc-per-node", ""}), Words{});
   // The config and the --junit path are files, in the directory the shell is in.
@@ -108,6 +109,25 @@ TEST_F(BashCompletion, OffersAnOptionsChoicesAndFilesWhereAFileIsExpected) {
   EXPECT_EQ(complete({"anchor", "pilot", "--junit", "pilot-a"}, cwd.str()), (Words{"pilot-a.yaml"}));
   // Control: where a command is expected, no file is offered.
   EXPECT_EQ(complete({"anchor", "pilot-"}, cwd.str()), Words{});
+  // Where a directory is expected, only directories (control: --junit takes both).
+  std::filesystem::create_directory(cwd.str("pilot-runs"));
+  EXPECT_EQ(complete({"anchor", "pilot", "--run-dir", "pilot-"}, cwd.str()), (Words{"pilot-runs"}));
+  EXPECT_EQ(complete({"anchor", "checkpoint", "list", "pilot-"}, cwd.str()), (Words{"pilot-runs"}));
+  EXPECT_EQ(complete({"anchor", "pilot", "--junit", "pilot-"}, cwd.str()),
+            (Words{"pilot-a.yaml", "pilot-b.yaml", "pilot-runs"}));
+}
+
+// --set offers the config's keys, "=" attached: every key, and only keys.
+TEST_F(BashCompletion, SetOffersTheConfigsKeys) {
+  EXPECT_EQ(complete({"anchor", "pilot", "x.yaml", "--set", "train.micro"}), (Words{"train.micro_batch="}));
+  EXPECT_EQ(complete({"anchor", "plan", "r", "--set", "budget.no"}), (Words{"budget.nodes="}));
+  const Words all = complete({"anchor", "config", "dump", "x.yaml", "--set", ""});
+  EXPECT_TRUE(all.count("run.seed=") && all.count("device=") && all.count("checkpoint.dir="))
+      << ::testing::PrintToString(all);
+  EXPECT_GE(all.size(), 40u);
+  // Control: a key that is not there is not offered, and --junit offers files, not keys.
+  EXPECT_EQ(complete({"anchor", "pilot", "--set", "train.nope"}), Words{});
+  EXPECT_FALSE(complete({"anchor", "pilot", "--junit", "train."}).count("train.micro_batch="));
 }
 
 // Every option `--help` lists is offered: the script comes from the same tree.
@@ -174,9 +194,55 @@ TEST(ZshCompletion, RunsInZshAndOffersCommandsOptionsAndChoices) {
   const Words quiet = zsh_complete(dir.str(), "anchor pilot -q --j");
   EXPECT_TRUE(quiet.count("--json") && quiet.count("--junit")) << ::testing::PrintToString(quiet);
   EXPECT_EQ(zsh_complete(dir.str(), "anchor config -v c"), (Words{"check"}));
+  EXPECT_EQ(zsh_complete(dir.str(), "anchor pilot x.yaml --set train.micro"), (Words{"train.micro_batch="}));
   // Control: without the generated function on $fpath zsh offers no anchor command.
   TempDir empty("completion-zsh-empty");
   EXPECT_FALSE(zsh_complete(empty.str(), "anchor ").count("pilot"));
+}
+
+// What fish offers for `line` (completion at its end) with the generated
+// script sourced: `complete -C`, fish's own completion of a command line.
+Words fish_complete(const std::string& script, const std::string& line, const std::string& cwd = ANCHOR_SOURCE_DIR) {
+  auto r = anchor::proc::run_capture(
+      {"/usr/bin/fish", "--no-config", "-c",
+       "cd " + shell_word(cwd) + "; and source " + shell_word(script) + "; and complete -C " + shell_word(line)});
+  EXPECT_EQ(r.status, 0) << line << ": " << r.out;
+  Words out;
+  for (const auto& row : lines_of(r.out)) out.insert(row.substr(0, row.find('\t')));  // without the description
+  return out;
+}
+
+TEST(FishCompletion, RunsInFishAndOffersCommandsOptionsChoicesKeysAndFiles) {
+  TempDir dir("completion-fish");
+  const std::string script = dir.str("anchor.fish");
+  anchor::fs::atomic_write_file(script, stdout_of({"completion", "fish"}));
+  auto syntax = anchor::proc::run_capture({"/usr/bin/fish", "--no-execute", script});
+  ASSERT_EQ(syntax.status, 0) << syntax.out;
+  const Words commands = fish_complete(script, "anchor ");
+  EXPECT_TRUE(commands.count("pilot") && commands.count("reproduce") && commands.count("manpage"))
+      << ::testing::PrintToString(commands);
+  for (const auto& w : commands) EXPECT_EQ(w.rfind("__", 0), std::string::npos) << w;
+  EXPECT_EQ(fish_complete(script, "anchor pi"), (Words{"pilot", "pin"}));
+  EXPECT_EQ(fish_complete(script, "anchor config "), (Words{"check", "dump"}));
+  EXPECT_EQ(fish_complete(script, "anchor -q checkpoint l"), (Words{"list"}));
+  EXPECT_EQ(fish_complete(script, "anchor pilot x.yaml --j"), (Words{"--json", "--junit"}));
+  EXPECT_EQ(fish_complete(script, "anchor pilot x.yaml --start-from "), (Words{"init", "latest"}));
+  EXPECT_EQ(fish_complete(script, "anchor completion "), (Words{"bash", "fish", "zsh"}));
+  EXPECT_EQ(fish_complete(script, "anchor pilot --set train.micro"), (Words{"train.micro_batch="}));
+  EXPECT_EQ(fish_complete(script, "anchor pilot --nproc-per-node "), Words{});
+  // Options of another command are not offered (control for the path logic).
+  EXPECT_FALSE(fish_complete(script, "anchor config dump --").count("--run-dir"));
+  EXPECT_TRUE(fish_complete(script, "anchor config dump --").count("--set"));
+  TempDir cwd("completion-fish-cwd");
+  anchor::fs::atomic_write_file(cwd.str("pilot-a.yaml"), "");
+  std::filesystem::create_directory(cwd.str("pilot-runs"));
+  EXPECT_EQ(fish_complete(script, "anchor pilot pilot-a", cwd.str()), (Words{"pilot-a.yaml"}));
+  EXPECT_EQ(fish_complete(script, "anchor pilot --run-dir pilot-", cwd.str()), (Words{"pilot-runs/"}));
+  EXPECT_EQ(fish_complete(script, "anchor pilot-", cwd.str()), Words{});
+  // Control: without the script fish knows no anchor command.
+  TempDir empty("completion-fish-empty");
+  anchor::fs::atomic_write_file(empty.str("none.fish"), "\n");
+  EXPECT_FALSE(fish_complete(empty.str("none.fish"), "anchor ").count("pilot"));
 }
 
 // mandoc's linter at warning level: "" when the page is clean.
@@ -200,10 +266,27 @@ TEST(ManPage, IsCleanRoffThatDocumentsEveryCommandAndOption) {
     }
     text += r.out[i];
   }
-  for (const char* want :
-       {"anchor pilot", "anchor config check", "anchor checkpoint list", "--start-from", "--nproc-per-node",
-        "ANCHOR_LOG_LEVEL", "EXIT STATUS", "143", "anchor completion", "ANCHOR_KEY_PASSPHRASE", "ANCHOR_CACHE_DIR",
-        "ANCHOR_PILOT_GUARD", "MASTER_ADDR", "SLURM_PROCID", "ANCHOR_PILOT_FAULT"})
+  for (const char* want : {"anchor pilot",
+                           "anchor config check",
+                           "anchor checkpoint list",
+                           "--start-from",
+                           "--nproc-per-node",
+                           "ANCHOR_LOG_LEVEL",
+                           "EXIT STATUS",
+                           "143",
+                           "anchor completion",
+                           "ANCHOR_KEY_PASSPHRASE",
+                           "ANCHOR_CACHE_DIR",
+                           "ANCHOR_PILOT_GUARD",
+                           "MASTER_ADDR",
+                           "SLURM_PROCID",
+                           "ANCHOR_PILOT_FAULT",
+                           "anchor, anchor-torch - ",
+                           "--run-dir DIR",
+                           "--junit FILE",
+                           "--set KEY=VALUE",
+                           "--map OLD=NEW",
+                           "fish"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text.substr(0, 3000);
   EXPECT_EQ(text.find("__worker"), std::string::npos);
   // Control: the linter sees a broken page.

@@ -96,8 +96,9 @@ grep -q 'passed' "$work/pilot.txt" || { tail -20 "$work/pilot.txt" >&2; fail "th
 in_root su -l pilot -s /bin/sh -c 'cd && anchor verify run --key ~/.config/anchor/anchor.pub' >"$work/verify.txt" 2>&1 ||
   { cat "$work/verify.txt" >&2; fail "anchor verify refused the run"; }
 say "the embedded default pilot passed in the fresh root and its signed run verifies: $(tail -1 "$work/verify.txt")"
-for f in /usr/share/man/man1/anchor.1 /usr/share/bash-completion/completions/anchor \
-  /usr/share/zsh/site-functions/_anchor /usr/share/anchor/catalog.yaml /usr/bin/anchor-torch; do
+for f in /usr/share/man/man1/anchor.1.gz /usr/share/man/man1/anchor-torch.1.gz /usr/share/bash-completion/completions/anchor \
+  /usr/share/zsh/site-functions/_anchor /usr/share/fish/vendor_completions.d/anchor.fish \
+  /usr/share/anchor/catalog.yaml /usr/share/anchor/configs/catalog.yaml /usr/share/doc/anchor/copyright /usr/bin/anchor-torch; do
   [[ -f "$root$f" ]] || fail "$f is not installed"
 done
 # Removed, it leaves none of its files.

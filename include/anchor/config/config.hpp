@@ -240,6 +240,10 @@ std::string resolve_path(const Config& c, const std::string& p);
 // new path setting is in it.
 std::vector<std::string*> config_relative_paths(Config& c);
 
+// Every key `--set` accepts ("train.micro_batch", ...), in the schema's
+// order: what shell completion offers after --set.
+std::vector<std::string> setting_keys();
+
 // The edit distance the "did you mean" suggestions use (an unknown key, an
 // unknown command): Levenshtein plus adjacent transpositions.
 std::size_t edit_distance(const std::string& a, const std::string& b);
