@@ -12,7 +12,9 @@
 #  1. `podman build --build-arg BASE=<that image>` of the source tree's
 #     Dockerfile (its context: the sources and build/gpu-prefix, by
 #     .dockerignore); ccache's directory is mounted, so objects the torch2
-#     build already compiled are not compiled again;
+#     build already compiled are not compiled again; the image's user is
+#     10001, its OCI labels name the commit and the license, and it holds
+#     no sources and no build tree (the build stage's);
 #  2. in a --privileged container of the image: `anchor --version`, and the
 #     embedded default pilot with container.required: true passes, and its
 #     report's manifest records container.digest sha256:<the image's id>
@@ -75,12 +77,23 @@ mounts=(-v /usr:/usr:ro -v /etc:/etc:ro -v "$env_dir:$env_dir:ro")
 build_mounts=("${mounts[@]}")
 [[ -n $ccache_dir && -d $ccache_dir ]] && build_mounts+=(-v "$ccache_dir:/root/.cache/ccache")
 t0=$(date +%s)
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 podman_do build --isolation oci --network none --build-arg BASE=localhost/anchor-base:test \
+  --build-arg REVISION="$revision" \
   "${build_mounts[@]}" -t localhost/anchor:test -f Dockerfile . >"$work/build.log" 2>&1 ||
   { tail -n 40 "$work/build.log" >&2; fail "podman build of the Dockerfile failed (above)"; }
 id=$(podman_image_id localhost/anchor:test)
 [[ $id =~ ^[0-9a-f]{64}$ ]] || fail "podman images gave no id for the built image ('$id')"
 say "built localhost/anchor:test (sha256:$id) from the Dockerfile in $(( $(date +%s) - t0 )) s"
+# Its user and labels, and only what runs: no sources, no build tree.
+facts=$(podman_do image inspect --format '{{.Config.User}} {{index .Config.Labels "org.opencontainers.image.revision"}} {{index .Config.Labels "org.opencontainers.image.licenses"}}' localhost/anchor:test) || fail "podman image inspect failed"
+[[ $facts == "10001:10001 $revision MIT" ]] || fail "the image's user, revision and license labels are '$facts', not '10001:10001 $revision MIT'"
+inside=$(podman_do run --rm --network none --cgroups=disabled "${mounts[@]}" localhost/anchor:test \
+  sh -c 'echo "$(id -u) $HOME $(pwd)"; ls /opt/anchor/src/build/gpu-prefix/usr; if test -e /opt/anchor/src/CMakeLists.txt; then echo sources; fi') ||
+  fail "the image's sh -c 'id -u; ...' failed: $inside"
+[[ $inside == "10001 /home/anchor /work"$'\n'"lib" ]] ||
+  fail "in the image: expected uid 10001, HOME /home/anchor in /work and no sources, found: $inside"
+say "the image runs as uid 10001 in /work, labelled revision $revision, license MIT; no sources or build tree in it"
 
 run=(run --rm --network none --cgroups=disabled "${mounts[@]}" localhost/anchor:test)
 # 2. The image's anchor, and the default pilot in a --privileged container.
