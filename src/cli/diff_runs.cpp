@@ -114,7 +114,9 @@ std::vector<SideBySide> plan_rows(const RunReport& a, const RunReport& b) {
           found("strategy", ra.strategy.value_or(""), rb.strategy.value_or("")),
           found("term", ra.term.value_or(""), rb.term.value_or("")),
           measured("days", ra.days, rb.days),
-          measured("cost", ra.cost, rb.cost)};
+          measured("cost", ra.cost, rb.cost),
+          found("paid", ra.pricing.value_or(ra.cheaper_term.value_or("")),
+                rb.pricing.value_or(rb.cheaper_term.value_or("")))};
 }
 
 // A run's effective config as a Config: the `now` side of config::diff.

@@ -101,11 +101,14 @@ class Loader {
     }
     if (const YAML::Node pr = d["price_per_gpu_hour"]; !pr) {
       add(d.Mark(), where + ".price_per_gpu_hour",
-          "missing (a mapping: term_7_day, term_30_day; example prices are fine)");
+          "missing (a mapping: on_demand, term_7_day, term_30_day; example prices are fine)");
     } else if (!pr.IsMap()) {
-      add(pr.Mark(), where + ".price_per_gpu_hour", "expected a mapping with keys (term_7_day, term_30_day)");
+      add(pr.Mark(), where + ".price_per_gpu_hour",
+          "expected a mapping with keys (on_demand, term_7_day, term_30_day)");
     } else {
-      keys(pr, where + ".price_per_gpu_hour", {"term_7_day", "term_30_day"});
+      keys(pr, where + ".price_per_gpu_hour", {"on_demand", "term_7_day", "term_30_day"});
+      // Optional: a catalog written before it (one a bundle carries) still loads.
+      dev.price_on_demand = positive(pr, "on_demand", where + ".price_per_gpu_hour", true);
       dev.price_7_day = positive(pr, "term_7_day", where + ".price_per_gpu_hour");
       dev.price_30_day = positive(pr, "term_30_day", where + ".price_per_gpu_hour");
     }
@@ -142,11 +145,13 @@ class Loader {
     return s;
   }
 
-  double positive(const YAML::Node& map, const char* name, const std::string& where) {
+  // The number > 0 at map[name]; a problem when it is not one. When it is
+  // absent: 0, and a problem unless `optional`.
+  double positive(const YAML::Node& map, const char* name, const std::string& where, bool optional = false) {
     const std::string key = where + "." + name;
     const YAML::Node n = map[name];
     if (!n || n.IsNull()) {
-      add(map.Mark(), key, "missing (a number > 0)");
+      if (!optional) add(map.Mark(), key, "missing (a number > 0)");
       return 0;
     }
     if (!n.IsScalar()) {

@@ -78,20 +78,31 @@ void write_target(std::ostream& o, const doc::Target& t) {
     << " GPUs, headroom " << f(d(t.headroom) * 100, 0) << "%, " << f(d(t.long_run_steps), 0) << " steps\n\n";
 }
 
+// An amount of money: cents below 100, whole units above.
+std::string money(double v) { return f(v, v < 100 ? 2 : 0); }
+
 void write_device_table(std::ostream& o, const std::vector<doc::Device>& devices) {
   o << "  " << std::setw(16) << "device" << std::setw(6) << "fits" << std::setw(9) << "strategy" << std::setw(7)
     << "degree" << std::setw(12) << "peak" << std::setw(9) << "max mb" << std::setw(12) << "step (est)" << std::setw(11)
-    << "comm/step" << std::setw(9) << "days" << std::setw(13) << "7-day cost"
+    << "comm/step" << std::setw(9) << "days" << std::setw(11) << "on demand" << std::setw(13) << "7-day cost"
     << "30-day cost\n";
   for (const auto& dv : devices) {
     o << "  " << std::setw(16) << s(dv.name) << std::setw(6) << (dv.fits.value_or(false) ? "yes" : "NO") << std::setw(9)
       << s(dv.strategy) << std::setw(7) << s(dv.sharding_degree) << std::setw(12) << bytes(d(dv.predicted_peak_bytes))
       << std::setw(9) << s(dv.max_micro_batch) << std::setw(12) << seconds(d(dv.projected_step_seconds))
-      << std::setw(11) << seconds(d(dv.comm_seconds_per_step)) << std::setw(9) << f(d(dv.days), 2) << std::setw(13)
-      << f(d(dv.cost_7_day), 0) << f(d(dv.cost_30_day), 0) << "\n";
+      << std::setw(11) << seconds(d(dv.comm_seconds_per_step)) << std::setw(9) << f(d(dv.days), 2) << std::setw(11)
+      << (dv.cost_on_demand ? money(*dv.cost_on_demand) : std::string("-")) << std::setw(13) << f(d(dv.cost_7_day), 0)
+      << f(d(dv.cost_30_day), 0) << "\n";
   }
   o << "\n";
   for (const auto& dv : devices) o << "  " << s(dv.name) << ": " << s(dv.decision) << "\n";
+}
+
+// How the recommendation's cost is paid: "on-demand", "7-day terms"; a plan
+// written before on-demand prices names only the cheaper term.
+std::string paid(const doc::Recommendation& r) {
+  if (r.pricing) return *r.pricing == "on-demand" ? *r.pricing : *r.pricing + " terms";
+  return s(r.cheaper_term) + " terms";
 }
 
 void write_recommendation(std::ostream& o, const doc::Recommendation& r) {
@@ -100,8 +111,7 @@ void write_recommendation(std::ostream& o, const doc::Recommendation& r) {
     o << "none. " << s(r.why) << "\n";
   } else {
     o << s(r.gpus) << " x " << s(r.device) << ", " << s(r.strategy) << " (degree " << s(r.sharding_degree) << "), "
-      << f(d(r.days), 2) << " days, term " << s(r.term) << ", cost " << f(d(r.cost), 0) << " (" << s(r.cheaper_term)
-      << " terms)\n  " << s(r.why) << "\n";
+      << f(d(r.days), 2) << " days, cost " << money(d(r.cost)) << " (" << paid(r) << ")\n  " << s(r.why) << "\n";
   }
 }
 
@@ -112,8 +122,12 @@ void write_budget(std::ostream& o, const doc::Budget& b) {
       << s(it.detail) << "\n";
   o << "  " << std::setw(16) << "total" << std::right << std::setw(12) << f(d(b.hours), 3) << " h" << std::left
     << "  -> " << f(d(b.days), 2) << " days with " << f(d(b.margin) * 100, 0) << "% margin: " << s(b.term) << " term\n";
-  o << "  7-day: " << s(b.terms_7_day) << " term(s) = " << f(d(b.cost_7_day), 0) << "; 30-day: " << s(b.terms_30_day)
+  o << "  ";
+  if (b.cost_on_demand)
+    o << "on demand: " << f(d(b.gpu_hours), 1) << " GPU-hours = " << money(*b.cost_on_demand) << "; ";
+  o << "7-day: " << s(b.terms_7_day) << " term(s) = " << f(d(b.cost_7_day), 0) << "; 30-day: " << s(b.terms_30_day)
     << " term(s) = " << f(d(b.cost_30_day), 0) << "; expected restarts " << f(d(b.expected_restarts), 2) << "\n";
+  if (b.pricing) o << "  pay " << *b.pricing << ": " << s(b.pricing_why) << "\n";
   if (b.note) o << "  " << *b.note << "\n";
 }
 
@@ -169,7 +183,7 @@ std::string format_plan_summary(const nlohmann::json& plan, const std::string& r
     for (const auto& dv : or_empty(p.devices))
       if (dv.name == r.device) dev = &dv;
     o << s(r.gpus) << " x " << s(r.device) << ", " << s(r.strategy) << " (degree " << s(r.sharding_degree) << "), "
-      << f(d(r.days), 2) << " days, " << s(r.term) << " term, cost " << f(d(r.cost), 0);
+      << f(d(r.days), 2) << " days, cost " << money(d(r.cost)) << " " << paid(r);
     if (p.budget) o << " (prices " << s(p.budget->prices_are) << ")";
     o << "\n";
     if (dev) {

@@ -163,6 +163,42 @@ void add_copy_items(const BudgetInput& in, double work_s, BudgetItems& b) {
         "final checkpoint " + fixed(copy_gb, 3) + " GB" + at);
 }
 
+// The ways to pay for the budget's GPU-hours, and the cheapest one offered:
+// on demand (the hours used, when the catalog prices it), whole 7-day terms,
+// and whole 30-day terms only when the work and the margin are estimated (a
+// 7-day term is the bounded compatibility and profiling pass). Sets
+// cost_on_demand, pricing, cost and pricing_why in `b`.
+void price_options(const BudgetInput& in, double gpu_hours, double cost7, double cost30, json& b) {
+  std::vector<std::pair<std::string, double>> offered;
+  if (in.price_on_demand > 0) offered.emplace_back("on-demand", gpu_hours * in.price_on_demand);
+  offered.emplace_back("7-day", cost7);
+  std::string no_30;
+  if (!in.work_estimated)
+    no_30 =
+        "the run's length is not given (train.total_tokens or train.total_steps): this prices a compatibility "
+        "and profiling pass, and a 30-day term is not offered";
+  else if (in.margin <= 0)
+    no_30 = "budget.margin is 0: a 30-day term is offered only with an operational margin estimated";
+  else
+    offered.emplace_back("30-day", cost30);
+  b["cost_on_demand"] = in.price_on_demand > 0 ? json(gpu_hours * in.price_on_demand) : json(nullptr);
+  std::size_t best = 0;  // ties go to the earlier, less committed way
+  for (std::size_t i = 1; i < offered.size(); ++i)
+    if (offered[i].second < offered[best].second) best = i;
+  b["pricing"] = offered[best].first;
+  b["cost"] = offered[best].second;
+  std::string why = offered[best].first == "on-demand"
+                        ? fixed(gpu_hours, 1) + " GPU-hours on demand"
+                        : "whole " + offered[best].first + " terms for " + std::to_string(in.world) + " GPUs";
+  std::string others;
+  for (std::size_t i = 0; i < offered.size(); ++i)
+    if (i != best) others += (others.empty() ? "" : ", ") + offered[i].first + " " + fixed(offered[i].second, 0);
+  if (!others.empty()) why += " (" + others + ")";
+  if (!no_30.empty()) why += "; " + no_30;
+  if (in.price_on_demand <= 0) why += "; the catalog gives no on-demand price for this device";
+  b["pricing_why"] = why;
+}
+
 // The total with its margin, the terms it needs and what they cost.
 json budget_summary(const BudgetInput& in, const BudgetItems& bi) {
   const double hours = bi.total_s / 3600.0;
@@ -190,6 +226,7 @@ json budget_summary(const BudgetInput& in, const BudgetItems& bi) {
   b["terms_30_day"] = terms30;
   b["cost_30_day"] = cost30;
   b["cheaper_term"] = cost7 <= cost30 ? "7-day" : "30-day";
+  price_options(in, in.world * hours * (1.0 + in.margin), cost7, cost30, b);
   if (days > 30.0)
     b["note"] = "the run is longer than 30 days (" + fixed(days, 1) + " days with margin): it needs " +
                 fixed(terms30, 0) + " consecutive 30-day terms or more GPUs";
@@ -517,6 +554,39 @@ std::string decision_text(const Sharding& s, const Device& d, const Target& t, d
          fixed(gib(capacity), 2) + " GiB usable; lower the micro-batch, use activation checkpointing, or add GPUs";
 }
 
+// What the budget of the whole run on device `d` takes: the step's parts
+// (compute + communication, data wait, in seconds) and the run's figures.
+BudgetInput budget_input(const Device& d, const Measured& m, const Target& t, const config::Config& cfg,
+                         double peak_flops, double compute_comm_s, double data_s) {
+  BudgetInput bi;
+  bi.world = t.world;
+  bi.nodes = t.nodes;
+  bi.steps = t.long_steps;
+  bi.compute_s_per_step = compute_comm_s;
+  bi.data_wait_s_per_step = data_s;
+  bi.evals = t.evals;
+  const double eval_tokens =
+      static_cast<double>(cfg.pilot.eval_batches) * static_cast<double>(t.mb) * static_cast<double>(t.seq);
+  bi.eval_s = eval_tokens * t.fpt / 3.0 / (t.world * peak_flops * kAssumedMfu);
+  bi.save_s = m.save_seconds;
+  bi.checkpoint_bytes = m.save_bytes;
+  bi.failures_per_day = cfg.budget.failures_per_day;
+  bi.restart_minutes = cfg.budget.restart_minutes;
+  bi.download_gb = cfg.budget.download_gb;
+  bi.ingress_gbps = cfg.budget.ingress_gbps;
+  bi.preprocess_hours = cfg.budget.preprocess_hours;
+  bi.export_gb = cfg.budget.export_gb;
+  bi.egress_gbps = cfg.budget.egress_gbps;
+  if (m.copy_off_bytes > 0 && m.copy_off_seconds > 0)
+    bi.egress_measured_gbps = m.copy_off_bytes * 8.0 / 1e9 / m.copy_off_seconds;
+  bi.margin = cfg.budget.margin;
+  bi.price_on_demand = d.price_on_demand;
+  bi.price_7_day = d.price_7_day;
+  bi.price_30_day = d.price_30_day;
+  bi.work_estimated = t.long_steps > 0;
+  return bi;
+}
+
 // One device: fit and sharding, the projected step (an estimate), and the
 // budget of the whole run on it (returned in `budget`).
 json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, const Target& t,
@@ -558,31 +628,7 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
                        ") + communication at the interconnect's rate + measured data wait";
 
   // Budget for the whole run on this device.
-  BudgetInput bi;
-  bi.world = t.world;
-  bi.nodes = t.nodes;
-  bi.steps = t.long_steps;
-  bi.compute_s_per_step = compute_s + comm_s;
-  bi.data_wait_s_per_step = data_s;
-  bi.evals = t.evals;
-  const double eval_tokens =
-      static_cast<double>(cfg.pilot.eval_batches) * static_cast<double>(t.mb) * static_cast<double>(t.seq);
-  bi.eval_s = eval_tokens * t.fpt / 3.0 / (t.world * peak_flops * kAssumedMfu);
-  bi.save_s = m.save_seconds;
-  bi.checkpoint_bytes = m.save_bytes;
-  bi.failures_per_day = cfg.budget.failures_per_day;
-  bi.restart_minutes = cfg.budget.restart_minutes;
-  bi.download_gb = cfg.budget.download_gb;
-  bi.ingress_gbps = cfg.budget.ingress_gbps;
-  bi.preprocess_hours = cfg.budget.preprocess_hours;
-  bi.export_gb = cfg.budget.export_gb;
-  bi.egress_gbps = cfg.budget.egress_gbps;
-  if (m.copy_off_bytes > 0 && m.copy_off_seconds > 0)
-    bi.egress_measured_gbps = m.copy_off_bytes * 8.0 / 1e9 / m.copy_off_seconds;
-  bi.margin = cfg.budget.margin;
-  bi.price_7_day = d.price_7_day;
-  bi.price_30_day = d.price_30_day;
-  budget = make_budget(bi);
+  budget = make_budget(budget_input(d, m, t, cfg, peak_flops, compute_s + comm_s, data_s));
   budget["device"] = d.name;
   budget["currency"] = d.currency;
   budget["prices_are"] = "EXAMPLES from the catalog unless you edited them";
@@ -590,7 +636,13 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   dj["term"] = budget["term"];
   dj["cost_7_day"] = budget["cost_7_day"];
   dj["cost_30_day"] = budget["cost_30_day"];
-  dj["price_per_gpu_hour"] = {{"term_7_day", d.price_7_day}, {"term_30_day", d.price_30_day}};
+  const doc::Budget paid = doc::budget_from_json(budget);
+  dj["cost_on_demand"] = paid.cost_on_demand ? json(*paid.cost_on_demand) : json(nullptr);
+  dj["pricing"] = paid.pricing.value_or("");
+  dj["cost"] = paid.cost.value_or(0.0);
+  json prices = {{"term_7_day", d.price_7_day}, {"term_30_day", d.price_30_day}};
+  if (d.price_on_demand > 0) prices["on_demand"] = d.price_on_demand;
+  dj["price_per_gpu_hour"] = prices;
   if (d.platform == "rocm") dj["rocm_qualification"] = rocm_checklist(cfg, m);
   return dj;
 }
@@ -612,7 +664,7 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
   for (std::size_t i = 0; i < evaluated.size(); ++i) {
     const doc::Device& dv = evaluated[i];
     if (!dv.fits.value_or(false)) continue;
-    const double cost = std::min(costs[i].cost_7_day.value_or(0.0), costs[i].cost_30_day.value_or(0.0));
+    const double cost = costs[i].cost.value_or(0.0);
     const double per_token = devices[i]->price_30_day * t.world / dv.projected_tokens_per_s.value_or(0.0);
     if (cost < best_cost || (cost == best_cost && per_token < best_per_token)) {
       best_cost = cost;
@@ -632,7 +684,7 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
   }
   const doc::Device& bd = evaluated[best];
   const doc::Budget& b = costs[best];
-  const std::string cheaper = b.cheaper_term.value_or("");
+  const std::string cheaper = b.cheaper_term.value_or(""), pricing = b.pricing.value_or("");
   json rec = {{"device", bd.name.value_or("")},
               {"strategy", bd.strategy.value_or("")},
               {"sharding_degree", bd.sharding_degree.value_or(1)},
@@ -644,9 +696,10 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
               {"term", b.term.value_or("")},
               {"cost", best_cost},
               {"cheaper_term", cheaper},
-              {"why", "the fitting device with the lowest cost for the whole run (" + cheaper +
-                          " terms, example prices); ties go to "
-                          "the lower cost per token"}};
+              {"pricing", pricing},
+              {"why", "the fitting device with the lowest cost for the whole run (" +
+                          (pricing == "on-demand" ? pricing : pricing + " terms") +
+                          ", example prices); ties go to the lower cost per token"}};
   out["recommendation"] = rec;
   out["budget"] = budgets[best];
 }

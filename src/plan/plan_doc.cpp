@@ -83,6 +83,9 @@ void fields(V& v, Device& s) {
   v("days", s.days);
   v("cost_7_day", s.cost_7_day);
   v("cost_30_day", s.cost_30_day);
+  v("cost_on_demand", s.cost_on_demand);
+  v("cost", s.cost);
+  v("pricing", s.pricing);
   v("rocm_qualification", s.rocm_qualification);
 }
 
@@ -92,6 +95,7 @@ void fields(V& v, Recommendation& s) {
   v("strategy", s.strategy);
   v("term", s.term);
   v("cheaper_term", s.cheaper_term);
+  v("pricing", s.pricing);
   v("why", s.why);
   v("gpus", s.gpus);
   v("sharding_degree", s.sharding_degree);
@@ -120,6 +124,11 @@ void fields(V& v, Budget& s) {
   v("margin", s.margin);
   v("cost_7_day", s.cost_7_day);
   v("cost_30_day", s.cost_30_day);
+  v("cost_on_demand", s.cost_on_demand);
+  v("cost", s.cost);
+  v("gpu_hours", s.gpu_hours);
+  v("pricing", s.pricing);
+  v("pricing_why", s.pricing_why);
   v("expected_restarts", s.expected_restarts);
   v("terms_7_day", s.terms_7_day);
   v("terms_30_day", s.terms_30_day);

@@ -18,6 +18,7 @@ struct Device {
   double memory_bandwidth_tbps = 0;  // TB/s
   std::string interconnect;          // e.g. "NVLink 4"
   double interconnect_gbps = 0;      // GB/s per GPU (vendor figure)
+  double price_on_demand = 0;        // per GPU-hour on demand, billed by use (EXAMPLE); 0: not given
   double price_7_day = 0;            // per GPU-hour on a 7-day term (EXAMPLE)
   double price_30_day = 0;           // per GPU-hour on a 30-day term (EXAMPLE)
   std::string currency = "USD";

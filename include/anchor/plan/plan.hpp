@@ -64,14 +64,22 @@ struct BudgetInput {
   // 0: not measured, egress_gbps (assumed) times the copies off the node.
   double egress_measured_gbps = 0;
   double margin = 0;
-  double price_7_day = 0;  // per GPU-hour
+  double price_on_demand = 0;  // per GPU-hour; 0: the catalog gives none
+  double price_7_day = 0;      // per GPU-hour
   double price_30_day = 0;
+  // Whether the run's length (train.total_tokens or total_steps) is given:
+  // without it the budget is a compatibility and profiling pass, and a 30-day
+  // term is not offered (nor without an operational margin, budget.margin).
+  bool work_estimated = true;
 };
 
 // {"items": [{"name","hours","detail"}...], "hours", "days_without_margin",
 //  "days", "term", "checkpoint_interval_s", "checkpoints", "expected_restarts",
-//  "gpu_hours", "terms_7_day", "cost_7_day", "terms_30_day", "cost_30_day",
-//  "cheaper_term"}; docs/plan.md gives each formula.
+//  "gpu_hours", "cost_on_demand" (null without a price), "terms_7_day",
+//  "cost_7_day", "terms_30_day", "cost_30_day", "cheaper_term" (of the two
+//  terms), "pricing" (the cheapest way to pay that is offered: "on-demand",
+//  "7-day" or "30-day"), "cost" (its cost), "pricing_why"}; docs/plan.md
+//  gives each formula.
 nlohmann::json make_budget(const BudgetInput& in);
 
 // "7-day" when days <= 7, "30-day" when <= 30, else "longer than 30 days".

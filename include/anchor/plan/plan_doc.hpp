@@ -54,16 +54,16 @@ struct RocmQualification : Rest {
 
 // devices[]: one catalog device evaluated for the target.
 struct Device : Rest {
-  Opt<std::string> name, strategy, decision, step_time_is, term, cheaper_term;
+  Opt<std::string> name, strategy, decision, step_time_is, term, cheaper_term, pricing;
   Opt<bool> fits;
   Opt<std::int64_t> sharding_degree, max_micro_batch;
   Opt<double> predicted_peak_bytes, projected_step_seconds, projected_tokens_per_s, comm_seconds_per_step, days,
-      cost_7_day, cost_30_day;
+      cost_7_day, cost_30_day, cost_on_demand, cost;
   Opt<RocmQualification> rocm_qualification;
 };
 
 struct Recommendation : Rest {
-  Opt<std::string> device, strategy, term, cheaper_term, why;
+  Opt<std::string> device, strategy, term, cheaper_term, pricing, why;
   Opt<std::int64_t> gpus, sharding_degree;
   Opt<double> days, cost;
 };
@@ -74,9 +74,10 @@ struct BudgetItem : Rest {
 };
 
 struct Budget : Rest {
-  Opt<std::string> device, currency, prices_are, term, cheaper_term, note;
+  Opt<std::string> device, currency, prices_are, term, cheaper_term, pricing, pricing_why, note;
   Opt<std::vector<BudgetItem>> items;
-  Opt<double> hours, days, margin, cost_7_day, cost_30_day, expected_restarts, terms_7_day, terms_30_day;
+  Opt<double> hours, days, margin, cost_7_day, cost_30_day, cost_on_demand, cost, gpu_hours, expected_restarts,
+      terms_7_day, terms_30_day;
 };
 
 struct Plan : Rest {

@@ -55,6 +55,7 @@ TEST(Catalog, ShippedCatalogHasTheFourDevicesWithSpecSheetFigures) {
   EXPECT_EQ(mi->platform, "rocm");
   EXPECT_EQ(mi->interconnect_gbps, 896);
   for (const auto& d : c.devices) {
+    EXPECT_GT(d.price_on_demand, d.price_7_day) << d.name;  // the example prices: no commitment costs more per hour
     EXPECT_GT(d.price_7_day, 0) << d.name;
     EXPECT_GT(d.price_30_day, 0) << d.name;
   }
@@ -98,6 +99,16 @@ TEST(Catalog, BadNumbersAreRejectedWithTheirLine) {
   auto q = problems_of(neg);
   ASSERT_EQ(q.size(), 1u);
   EXPECT_NE(q[0].find("price_per_gpu_hour.term_7_day: -1 is not > 0"), std::string::npos) << q[0];
+
+  // on_demand is optional (a catalog written before it loads, without one), and checked when given.
+  EXPECT_EQ(load_catalog_string("devices:\n" + kDevice, "cat.yaml").devices.at(0).price_on_demand, 0);
+  std::string od = "devices:\n" + kDevice;
+  od.replace(od.find("{term_7_day"), 1, "{on_demand: 2.5, ");
+  EXPECT_EQ(load_catalog_string(od, "cat.yaml").devices.at(0).price_on_demand, 2.5);
+  od.replace(od.find("on_demand: 2.5"), 14, "on_demand: 0");
+  auto r = problems_of(od);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_NE(r[0].find("price_per_gpu_hour.on_demand: 0 is not > 0"), std::string::npos) << r[0];
 }
 
 TEST(Catalog, EveryProblemIsCollectedAndDuplicatesAndPlatformsChecked) {

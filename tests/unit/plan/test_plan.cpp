@@ -152,6 +152,51 @@ TEST(Budget, TermBoundariesAndCosts) {
   EXPECT_EQ(c["cheaper_term"], "30-day");  // 7 weeks x 2.0 > 60 days x 1.5
 }
 
+// Prices both ways: the GPU-hours used on demand against whole terms, the
+// cheapest offered named; a 30-day term only when the run's length and a
+// margin are estimated.
+TEST(Budget, OnDemandAgainstTermsTheCheapestOfferedIsNamed) {
+  BudgetInput in = base_budget();  // 5860 s x 1.2 margin on 8 GPUs: 15.63 GPU-hours
+  in.price_on_demand = 3.0;
+  json b = make_budget(in);
+  const double gpu_hours = 8 * 5860.0 * 1.2 / 3600;
+  EXPECT_NEAR(b["cost_on_demand"].get<double>(), gpu_hours * 3.0, 1e-9);  // 46.9, against 2688 for a 7-day term
+  EXPECT_EQ(b["pricing"], "on-demand");
+  EXPECT_NEAR(b["cost"].get<double>(), gpu_hours * 3.0, 1e-9);
+  EXPECT_NE(b["pricing_why"].get<std::string>().find("15.6 GPU-hours on demand (7-day 2688, 30-day 8640)"),
+            std::string::npos)
+      << b["pricing_why"];
+
+  // 20 days on 8 GPUs: on demand 3840 GPU-hours x 3.0 = 11520; three 7-day terms 8064; one 30-day term 8640.
+  in.download_gb = 0;
+  in.save_s = 0;
+  in.steps = 20 * 86400 / 1.2;
+  in.compute_s_per_step = 1.0;
+  b = make_budget(in);
+  EXPECT_EQ(b["pricing"], "7-day");
+  EXPECT_DOUBLE_EQ(b["cost"].get<double>(), 8 * 168 * 3 * 2.0);
+  in.price_30_day = 1.3;  // 7488: now the 30-day term is cheapest
+  b = make_budget(in);
+  EXPECT_EQ(b["pricing"], "30-day");
+  EXPECT_DOUBLE_EQ(b["cost"].get<double>(), 8 * 720 * 1.3);
+  // Without the run's length, or without a margin, no 30-day term is offered.
+  in.work_estimated = false;
+  b = make_budget(in);
+  EXPECT_EQ(b["pricing"], "7-day");
+  EXPECT_NE(b["pricing_why"].get<std::string>().find("compatibility and profiling pass"), std::string::npos);
+  in.work_estimated = true;
+  in.margin = 0;
+  EXPECT_NE(make_budget(in)["pricing_why"].get<std::string>().find("budget.margin is 0"), std::string::npos);
+  EXPECT_EQ(make_budget(in)["pricing"], "7-day");
+  // A catalog with no on-demand price: terms only, and it says so.
+  in.margin = 0.2;
+  in.price_on_demand = 0;
+  b = make_budget(in);
+  EXPECT_TRUE(b["cost_on_demand"].is_null());
+  EXPECT_EQ(b["pricing"], "30-day");
+  EXPECT_NE(b["pricing_why"].get<std::string>().find("no on-demand price"), std::string::npos);
+}
+
 TEST(Budget, MarginAndTransfers) {
   BudgetInput in = base_budget();
   in.export_gb = 50;  // 400 Gbit at 2 Gbit/s = 200 s
@@ -391,6 +436,26 @@ TEST(MakePlan, StepTimeCommAndBudgetHandWorked) {
   EXPECT_NEAR(b["hours"].get<double>(), (125 * 1.27 + 80 + 128) / 3600, 1e-9);
   EXPECT_EQ(b["checkpoints"].get<double>(), 1.0);
   EXPECT_EQ(b["term"], "7-day");
+}
+
+// With on-demand prices the short job is paid by the hour: the recommendation's
+// cost is its GPU-hours times the device's on-demand price, not a whole term.
+TEST(MakePlan, AShortJobIsPaidForTheHoursItNeeds) {
+  Catalog cat = synthetic_catalog();
+  for (auto& d : cat.devices) d.price_on_demand = 2.5;
+  const json p = make_plan(synthetic::synthetic_report(), cat, synthetic::synthetic_config());
+  const json& rec = p["recommendation"];
+  ASSERT_FALSE(rec["device"].is_null());
+  EXPECT_EQ(rec["pricing"], "on-demand");
+  const json& b = p["budget"];
+  EXPECT_NEAR(rec["cost"].get<double>(), b["gpu_hours"].get<double>() * 2.5, 1e-9);
+  EXPECT_LT(rec["cost"].get<double>(), b["cost_7_day"].get<double>());
+  EXPECT_NE(format_plan(p).find("pay on-demand: "), std::string::npos) << format_plan(p);
+  EXPECT_NE(format_plan_summary(p, "runs/x").find(" on-demand"), std::string::npos) << format_plan_summary(p, "runs/x");
+  // Control: the same plan without on-demand prices pays a whole 7-day term.
+  const json q = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
+  EXPECT_EQ(q["recommendation"]["pricing"], "7-day");
+  EXPECT_DOUBLE_EQ(q["recommendation"]["cost"].get<double>(), 8 * 168 * 2.0);
 }
 
 TEST(MakePlan, LowPrecisionOverrideAndAssumptions) {
