@@ -266,6 +266,21 @@ struct Choice {
   bool fits = false;
 };
 
+// The compute part of a step, per phase (roofline()).
+struct Roofline {
+  double fwd_bwd_flops_s = 0, fwd_bwd_bytes = 0, fwd_bwd_memory_s = 0;
+  double optimizer_bytes = 0, optimizer_s = 0;
+  double seconds() const { return std::max(fwd_bwd_flops_s, fwd_bwd_memory_s) + optimizer_s; }
+  json to_json() const {
+    return {{"forward_backward",
+             {{"flops_seconds", fwd_bwd_flops_s},
+              {"bytes", fwd_bwd_bytes},
+              {"memory_seconds", fwd_bwd_memory_s},
+              {"bound", fwd_bwd_memory_s > fwd_bwd_flops_s ? "memory" : "compute"}}},
+            {"optimizer", {{"bytes", optimizer_bytes}, {"memory_seconds", optimizer_s}, {"bound", "memory"}}}};
+  }
+};
+
 json rocm_checklist(const config::Config& cfg, const Measured& m) {
   json c;
   json ops = json::array();
@@ -554,6 +569,29 @@ std::string decision_text(const Sharding& s, const Device& d, const Target& t, d
          fixed(gib(capacity), 2) + " GiB usable; lower the micro-batch, use activation checkpointing, or add GPUs";
 }
 
+// The step's compute on device `d` as a roofline, per phase the slower of
+// its FLOPs at peak x MFU and the bytes it moves at the memory bandwidth x
+// kAssumedMemoryEfficiency (docs/plan.md, "Step time"):
+//   forward and backward, each micro-step: the weights read three times (in
+//     the compute precision: forward, backward for the inputs, for the
+//     weights) and the gradients read and written once (accumulated);
+//   the optimizer step: the optimizer state and the weights read and written,
+//     the gradients read; a ZeRO stage >= 1 updates its shard only.
+// Activations' traffic is not counted (nor are kernel launch gaps): MFU stands
+// for what the model does not see.
+Roofline roofline(const Device& d, const StateBytes& state, const Target& t, const Choice& c, double peak_flops) {
+  Roofline r;
+  const double bandwidth = d.memory_bandwidth_tbps * 1e12 * kAssumedMemoryEfficiency;
+  const double weights = t.prec == Precision::kFp32 ? state.parameters : state.parameters / 2.0;
+  const double shard = c.stage >= 1 ? static_cast<double>(c.degree) : 1.0;
+  r.fwd_bwd_flops_s = t.tokens_per_gpu_step * t.fpt / (peak_flops * kAssumedMfu);
+  r.fwd_bwd_bytes = t.ga * (3.0 * weights + 2.0 * state.gradients);
+  r.fwd_bwd_memory_s = r.fwd_bwd_bytes / bandwidth;
+  r.optimizer_bytes = (2.0 * state.optimizer + state.gradients + 2.0 * state.parameters) / shard;
+  r.optimizer_s = r.optimizer_bytes / bandwidth;
+  return r;
+}
+
 // What the budget of the whole run on device `d` takes: the step's parts
 // (compute + communication, data wait, in seconds) and the run's figures.
 BudgetInput budget_input(const Device& d, const Measured& m, const Target& t, const config::Config& cfg,
@@ -612,7 +650,9 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
 
   // Step time (estimate).
   const double peak_flops = d.bf16_tflops * 1e12 * (t.prec == Precision::kFp32 ? 0.5 : 1.0);
-  const double compute_s = t.tokens_per_gpu_step * t.fpt / (peak_flops * kAssumedMfu);
+  const Roofline roof = roofline(d, mm.state(), t, s.shown, peak_flops);
+  const double compute_s = roof.seconds();
+  dj["roofline"] = roof.to_json();
   const double comm_bytes =
       t.world > 1 ? comm_bytes_per_step(s.shown.stage, t.world, s.shown.degree, mm.state().gradients, t.ga) : 0.0;
   const double comm_s = comm_bytes / (d.interconnect_gbps * 1e9);
@@ -624,8 +664,9 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   dj["data_wait_seconds_per_step"] = data_s;
   dj["projected_step_seconds"] = step_s;
   dj["projected_tokens_per_s"] = t.world * t.tokens_per_gpu_step / step_s;
-  dj["step_time_is"] = "ESTIMATE: FLOPs / (peak x MFU " + fixed(kAssumedMfu, 2) +
-                       ") + communication at the interconnect's rate + measured data wait";
+  dj["step_time_is"] = "ESTIMATE: per phase the slower of FLOPs / (peak x MFU " + fixed(kAssumedMfu, 2) +
+                       ") and bytes / (memory bandwidth x " + fixed(kAssumedMemoryEfficiency, 2) +
+                       "), + communication at the interconnect's rate + measured data wait";
 
   // Budget for the whole run on this device.
   budget = make_budget(budget_input(d, m, t, cfg, peak_flops, compute_s + comm_s, data_s));

@@ -22,6 +22,10 @@ namespace anchor::plan {
 // Model FLOPs utilisation assumed for projected step times (no device in the
 // catalog was measured): projected step = FLOPs / (peak * kAssumedMfu).
 inline constexpr double kAssumedMfu = 0.4;
+// The fraction of the memory bandwidth's peak a phase that streams its bytes
+// reaches (STREAM-like kernels reach 0.8 to 0.9 of HBM's spec-sheet figure):
+// the memory side of the step's roofline.
+inline constexpr double kAssumedMemoryEfficiency = 0.8;
 
 // Bytes each rank sends per optimizer step for the gradient/parameter
 // collectives of a data-parallel strategy (ring algorithms, bandwidth term):

@@ -419,21 +419,29 @@ TEST(MakePlan, StepTimeCommAndBudgetHandWorked) {
   const json& d = device(p, "ddp-just-fits");
   // DDP over 8, G = 4e9: 2 * 7/8 * 4e9 = 7e9 B at 100 GB/s = 0.07 s.
   EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), 0.07, 1e-9);
-  // fp32: half of 100 TFLOPS; 4000 tokens x 6e9 FLOPs / (50e12 x 0.4) = 1.2 s.
-  EXPECT_NEAR(d["compute_seconds_per_step"].get<double>(), 1.2, 1e-9);
-  EXPECT_NEAR(d["projected_step_seconds"].get<double>(), 1.27, 1e-9);
+  // fp32: half of 100 TFLOPS; 4000 tokens x 6e9 FLOPs / (50e12 x 0.4) = 1.2 s, against the
+  // weights read 3x and the gradients 2x (20e9 B at 1 TB/s x 0.8 = 0.025 s): compute-bound.
+  // The optimizer step moves 2 x 8e9 + 4e9 + 2 x 4e9 = 28e9 B: 0.035 s, memory-bound.
+  EXPECT_NEAR(d["roofline"]["forward_backward"]["flops_seconds"].get<double>(), 1.2, 1e-9);
+  EXPECT_NEAR(d["roofline"]["forward_backward"]["memory_seconds"].get<double>(), 0.025, 1e-9);
+  EXPECT_EQ(d["roofline"]["forward_backward"]["bound"], "compute");
+  EXPECT_NEAR(d["roofline"]["optimizer"]["memory_seconds"].get<double>(), 0.035, 1e-9);
+  EXPECT_NEAR(d["compute_seconds_per_step"].get<double>(), 1.235, 1e-9);
+  EXPECT_NEAR(d["projected_step_seconds"].get<double>(), 1.305, 1e-9);
   // 1000 configured steps x 4 seqs x 1000 tokens = 4e6 tokens over 8 GPUs x 4000 = 125 steps.
   EXPECT_EQ(p["target"]["long_run_steps"].get<double>(), 125.0);
   // Every fitting device costs one 7-day term (same example price); the tie
   // goes to the lowest cost per token: DDP, ZeRO-1/2 and ZeRO-2/4 all move 7e9 B
-  // per step, ZeRO-3 10.5e9 B, so the first of the 0.07 s devices wins.
+  // per step, ZeRO-3 10.5e9 B, and ZeRO-2/4 updates a quarter of the optimizer
+  // state (0.00875 s against DDP's 0.035 s): it wins.
   const json& rec = p["recommendation"];
   ASSERT_FALSE(rec["device"].is_null());
-  EXPECT_EQ(rec["device"], "ddp-just-fits");
+  EXPECT_EQ(rec["device"], "zero2");
+  EXPECT_NEAR(device(p, "zero2")["roofline"]["optimizer"]["memory_seconds"].get<double>(), 0.00875, 1e-9);
   EXPECT_DOUBLE_EQ(rec["cost"].get<double>(), 8 * 168 * 2.0);
-  // No failures, no margin: 125 x 1.27 s + one 80 s save + copy-off 16 GB at 1 Gbit/s (128 s).
+  // No failures, no margin: 125 x 1.27875 s + one 80 s save + copy-off 16 GB at 1 Gbit/s (128 s).
   const json& b = p["budget"];
-  EXPECT_NEAR(b["hours"].get<double>(), (125 * 1.27 + 80 + 128) / 3600, 1e-9);
+  EXPECT_NEAR(b["hours"].get<double>(), (125 * 1.27875 + 80 + 128) / 3600, 1e-9);
   EXPECT_EQ(b["checkpoints"].get<double>(), 1.0);
   EXPECT_EQ(b["term"], "7-day");
 }
@@ -458,6 +466,37 @@ TEST(MakePlan, AShortJobIsPaidForTheHoursItNeeds) {
   EXPECT_DOUBLE_EQ(q["recommendation"]["cost"].get<double>(), 8 * 168 * 2.0);
 }
 
+// The roofline: H100 and H200 have the same bf16 peak, 3.35 and 4.8 TB/s. Where
+// forward and backward are compute-bound only the optimizer step (memory-bound)
+// differs; at a small micro-step (1 x 100 tokens) the weights' traffic
+// dominates and the whole step is faster on H200 by close to 4.8 / 3.35.
+TEST(MakePlan, MemoryBandwidthSeparatesH100FromH200WhereAPhaseIsMemoryBound) {
+  const Catalog cat = load_catalog(std::string(ANCHOR_SOURCE_DIR) + "/configs/catalog.yaml");
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  cfg.budget.devices = {"H100-80GB-SXM", "H200-141GB"};
+  const auto phase = [](const json& d, const char* p, const char* k) { return d["roofline"][p][k]; };
+  const json big = make_plan(synthetic::synthetic_report(), cat, cfg);
+  const json &h100 = device(big, "H100-80GB-SXM"), &h200 = device(big, "H200-141GB");
+  EXPECT_EQ(phase(h100, "forward_backward", "bound"), "compute");
+  EXPECT_DOUBLE_EQ(phase(h100, "forward_backward", "flops_seconds").get<double>(),
+                   phase(h200, "forward_backward", "flops_seconds").get<double>());
+  EXPECT_NEAR(phase(h100, "optimizer", "memory_seconds").get<double>() /
+                  phase(h200, "optimizer", "memory_seconds").get<double>(),
+              4.8 / 3.35, 1e-9);
+  cfg.train.micro_batch = 1;
+  cfg.data.seq_len = 100;
+  const json small = make_plan(synthetic::synthetic_report(), cat, cfg);
+  const json &s100 = device(small, "H100-80GB-SXM"), &s200 = device(small, "H200-141GB");
+  EXPECT_EQ(phase(s100, "forward_backward", "bound"), "memory");
+  EXPECT_EQ(phase(s200, "forward_backward", "bound"), "memory");
+  const double ratio = s100["compute_seconds_per_step"].get<double>() / s200["compute_seconds_per_step"].get<double>();
+  EXPECT_NEAR(ratio, 4.8 / 3.35, 1e-9) << "both phases memory-bound: the bandwidths' ratio";
+  // Control: at the compute-bound shape the step's compute differs by much less.
+  const double big_ratio =
+      h100["compute_seconds_per_step"].get<double>() / h200["compute_seconds_per_step"].get<double>();
+  EXPECT_LT(big_ratio, 1.05);
+}
+
 TEST(MakePlan, LowPrecisionOverrideAndAssumptions) {
   anchor::config::Config cfg = synthetic::synthetic_config();
   cfg.train.precision = "bf16";
@@ -470,8 +509,10 @@ TEST(MakePlan, LowPrecisionOverrideAndAssumptions) {
   for (const auto& a : p["assumptions"])
     if (a.get<std::string>().find("optimizer state are unchanged") != std::string::npos) stated = true;
   EXPECT_TRUE(stated);
-  // bf16 runs at the full bf16 peak: half the fp32 compute time.
-  EXPECT_NEAR(d["compute_seconds_per_step"].get<double>(), 0.6, 1e-9);
+  // bf16 runs at the full bf16 peak: half the fp32 FLOP time (0.6 s), plus the
+  // same optimizer step (0.035 s).
+  EXPECT_NEAR(d["roofline"]["forward_backward"]["flops_seconds"].get<double>(), 0.6, 1e-9);
+  EXPECT_NEAR(d["compute_seconds_per_step"].get<double>(), 0.635, 1e-9);
 }
 
 TEST(MakePlan, ErrorsNameWhatIsMissing) {
