@@ -80,8 +80,8 @@ class Loader {
   Device device(const YAML::Node& d, const std::string& where) {
     Device dev;
     keys(d, where,
-         {"name", "platform", "memory_gb", "bf16_tflops", "memory_bandwidth_tbps", "interconnect", "price_per_gpu_hour",
-          "notes"});
+         {"name", "platform", "memory_gb", "bf16_tflops", "memory_bandwidth_tbps", "interconnect", "network",
+          "price_per_gpu_hour", "notes"});
     dev.name = required_str(d, "name", where);
     dev.platform = required_str(d, "platform", where);
     if (!dev.platform.empty() && dev.platform != "cuda" && dev.platform != "rocm")
@@ -93,11 +93,22 @@ class Loader {
     if (const YAML::Node ic = d["interconnect"]; !ic) {
       add(d.Mark(), where + ".interconnect", "missing (a mapping: name, gb_per_s)");
     } else if (!ic.IsMap()) {
-      add(ic.Mark(), where + ".interconnect", "expected a mapping with keys (name, gb_per_s)");
+      add(ic.Mark(), where + ".interconnect",
+          "expected a mapping with keys (name, gb_per_s, allreduce_busbw_gb_per_s, latency_us)");
     } else {
-      keys(ic, where + ".interconnect", {"name", "gb_per_s"});
+      keys(ic, where + ".interconnect", {"name", "gb_per_s", "allreduce_busbw_gb_per_s", "latency_us"});
       dev.interconnect = required_str(ic, "name", where + ".interconnect");
       dev.interconnect_gbps = positive(ic, "gb_per_s", where + ".interconnect");
+      dev.allreduce_busbw_gbps = positive(ic, "allreduce_busbw_gb_per_s", where + ".interconnect", true);
+      dev.interconnect_latency_us = positive(ic, "latency_us", where + ".interconnect", true);
+    }
+    if (const YAML::Node nw = d["network"]; nw && !nw.IsMap()) {
+      add(nw.Mark(), where + ".network", "expected a mapping with keys (name, gb_per_s, latency_us)");
+    } else if (nw) {
+      keys(nw, where + ".network", {"name", "gb_per_s", "latency_us"});
+      dev.network = required_str(nw, "name", where + ".network");
+      dev.network_gbps = positive(nw, "gb_per_s", where + ".network");
+      dev.network_latency_us = positive(nw, "latency_us", where + ".network", true);
     }
     if (const YAML::Node pr = d["price_per_gpu_hour"]; !pr) {
       add(d.Mark(), where + ".price_per_gpu_hour",

@@ -592,6 +592,53 @@ Roofline roofline(const Device& d, const StateBytes& state, const Target& t, con
   return r;
 }
 
+// The collectives of one step (docs/plan.md, "Communication"): the bytes each
+// rank sends (comm_bytes_per_step: the bus factor is in them) at the bus
+// bandwidth of the slowest link they cross (the node's all-reduce bus
+// bandwidth; across nodes the network's per GPU), in DDP-sized buckets of
+// kBucketBytes, each paying the latency of its algorithm's steps (the fewer
+// of a ring's 2(W-1) and a tree's 2 ceil(log2 W)). DDP and ZeRO-1/2 reduce
+// the last micro-step's gradients during its backward (2/3 of its compute);
+// ZeRO-3 prefetches its gathers through the whole forward and backward. The
+// last bucket is never hidden.
+struct Communication {
+  double bytes = 0, busbw = 0, latency_s = 0, messages = 0, steps_per_message = 0;
+  double total_s = 0, window_s = 0, exposed_s = 0;
+  std::string link;
+  json to_json() const {
+    return {{"bytes", bytes},
+            {"link", link},
+            {"bus_bandwidth_bytes_per_s", busbw},
+            {"latency_s_per_step", latency_s},
+            {"messages", messages},
+            {"latency_steps_per_message", steps_per_message},
+            {"total_seconds", total_s},
+            {"overlap_window_seconds", window_s},
+            {"exposed_seconds", exposed_s}};
+  }
+};
+constexpr double kBucketBytes = 25.0 * 1024 * 1024;  // DDP's bucket_cap_mb default
+
+Communication communication(const Device& d, const Target& t, const Choice& c, double bytes, const Roofline& roof) {
+  Communication k;
+  k.bytes = bytes;
+  if (t.world < 2 || bytes <= 0) return k;
+  const double intra = d.allreduce_busbw_gbps > 0 ? d.allreduce_busbw_gbps : Device::kBusBwOfLink * d.interconnect_gbps;
+  const bool across = t.nodes > 1 && d.network_gbps > 0;
+  k.busbw = (across ? std::min(intra, d.network_gbps) : intra) * 1e9;
+  k.link = across ? d.interconnect + " inside a node, " + d.network + " between nodes" : d.interconnect;
+  k.latency_s = (across ? (d.network_latency_us > 0 ? d.network_latency_us : Device::kNetworkLatencyUs)
+                        : (d.interconnect_latency_us > 0 ? d.interconnect_latency_us : Device::kIntraLatencyUs)) *
+                1e-6;
+  k.messages = std::max(1.0, std::ceil(bytes / kBucketBytes));
+  k.steps_per_message = std::min(2.0 * (t.world - 1), 2.0 * std::ceil(std::log2(static_cast<double>(t.world))));
+  k.total_s = bytes / k.busbw + k.messages * k.steps_per_message * k.latency_s;
+  const double fwd_bwd = std::max(roof.fwd_bwd_flops_s, roof.fwd_bwd_memory_s);
+  k.window_s = c.stage == 3 ? fwd_bwd : fwd_bwd * (2.0 / 3.0) / std::max(1, t.ga);
+  k.exposed_s = std::max(k.total_s - k.window_s, k.total_s / k.messages);
+  return k;
+}
+
 // What the budget of the whole run on device `d` takes: the step's parts
 // (compute + communication, data wait, in seconds) and the run's figures.
 BudgetInput budget_input(const Device& d, const Measured& m, const Target& t, const config::Config& cfg,
@@ -655,7 +702,9 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   dj["roofline"] = roof.to_json();
   const double comm_bytes =
       t.world > 1 ? comm_bytes_per_step(s.shown.stage, t.world, s.shown.degree, mm.state().gradients, t.ga) : 0.0;
-  const double comm_s = comm_bytes / (d.interconnect_gbps * 1e9);
+  const Communication comm = communication(d, t, s.shown, comm_bytes, roof);
+  const double comm_s = comm.exposed_s;
+  dj["communication"] = comm.to_json();
   const double data_s = m.data_wait_s * t.tokens_per_gpu_step / m.step_tokens;
   const double step_s = compute_s + comm_s + data_s;
   dj["comm_bytes_per_step"] = comm_bytes;
@@ -666,7 +715,7 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   dj["projected_tokens_per_s"] = t.world * t.tokens_per_gpu_step / step_s;
   dj["step_time_is"] = "ESTIMATE: per phase the slower of FLOPs / (peak x MFU " + fixed(kAssumedMfu, 2) +
                        ") and bytes / (memory bandwidth x " + fixed(kAssumedMemoryEfficiency, 2) +
-                       "), + communication at the interconnect's rate + measured data wait";
+                       "), + the communication not hidden behind the backward pass + measured data wait";
 
   // Budget for the whole run on this device.
   budget = make_budget(budget_input(d, m, t, cfg, peak_flops, compute_s + comm_s, data_s));
@@ -746,7 +795,7 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
 }
 
 // Assumptions, stated with the numbers they use.
-json assumptions_of(const Measured& m, const Target& t) {
+json assumptions_of(const Measured& m, const Target& t, const std::vector<const Device*>& devices) {
   json a = json::array();
   a.push_back(
       "MEASURED: step time, tokens/s, data wait, peak memory points, state bytes "
@@ -790,13 +839,16 @@ json assumptions_of(const Measured& m, const Target& t) {
   a.push_back("device memory: catalog memory_gb x 10^9 bytes, of which budget.headroom " + fixed(t.headroom, 2) +
               " is kept free (CUDA/HIP context, fragmentation)");
   a.push_back(
-      "communication: ring collectives at the catalog's per-GPU interconnect "
-      "bandwidth, bandwidth term only, not overlapped with compute (an upper "
-      "bound on its cost in the step, a lower bound on its own duration)");
+      "communication: the collectives' bytes at the node's all-reduce bus bandwidth (the catalog's published "
+      "figure, else 0.4 x its link's), across nodes the network's per GPU when slower, in 25 MiB buckets each "
+      "paying the latency of the fewer of a ring's and a tree's steps; hidden behind the last micro-step's "
+      "backward (ZeRO-3: the whole forward and backward) except the last bucket");
   if (t.nodes > 1)
-    a.push_back(
-        "nodes > 1: the catalog has no inter-node network figure; communication "
-        "uses the intra-node interconnect and is OPTIMISTIC");
+    for (const auto* d : devices)
+      if (d->network_gbps <= 0)
+        a.push_back("nodes > 1: the catalog gives " + d->name +
+                    " no network between nodes; its communication uses the intra-node bus bandwidth and is "
+                    "OPTIMISTIC");
   a.push_back("data-parallel scaling: the long run processes " +
               (t.run_length.empty() ? std::string("0 tokens") : t.run_length) + " over " + std::to_string(t.world) +
               " GPUs (budget.nodes x budget.gpus_per_node), each at the configured micro_batch x grad_accum; "
@@ -856,7 +908,7 @@ nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config
   }
   out["devices"] = devs;
   recommend(devices, devs, budgets, t, out);
-  out["assumptions"] = assumptions_of(m, t);
+  out["assumptions"] = assumptions_of(m, t, devices);
   out["warnings"] = warnings;
   // Which catalog the figures came from, by digest: `anchor bundle` carries exactly these bytes.
   out["catalog"] = {{"path", catalog.path}, {"sha256", catalog.sha256}};

@@ -18,13 +18,29 @@ struct Device {
   double memory_bandwidth_tbps = 0;  // TB/s
   std::string interconnect;          // e.g. "NVLink 4"
   double interconnect_gbps = 0;      // GB/s per GPU (vendor figure)
-  double price_on_demand = 0;        // per GPU-hour on demand, billed by use (EXAMPLE); 0: not given
-  double price_7_day = 0;            // per GPU-hour on a 7-day term (EXAMPLE)
-  double price_30_day = 0;           // per GPU-hour on a 30-day term (EXAMPLE)
+  // NCCL's (RCCL's) all-reduce bus bandwidth over a node's GPUs, GB/s, as
+  // published (the catalog cites it); 0: not given, kBusBwOfLink x the link's.
+  double allreduce_busbw_gbps = 0;
+  double interconnect_latency_us = 0;  // per collective step inside a node; 0: kIntraLatencyUs
+  // The network between nodes, per GPU (one NIC per GPU): "" / 0 when not given.
+  std::string network;
+  double network_gbps = 0;        // GB/s per GPU
+  double network_latency_us = 0;  // per collective step across nodes; 0: kNetworkLatencyUs
+  double price_on_demand = 0;     // per GPU-hour on demand, billed by use (EXAMPLE); 0: not given
+  double price_7_day = 0;         // per GPU-hour on a 7-day term (EXAMPLE)
+  double price_30_day = 0;        // per GPU-hour on a 30-day term (EXAMPLE)
   std::string currency = "USD";
   std::string notes;
 
   double memory_bytes() const { return memory_gb * 1e9; }
+
+  // What the communication model takes when the catalog does not say: the bus
+  // bandwidth NCCL's ring reaches is about 0.4 of the vendor's aggregate link
+  // figure (H100: 370 of 900 GB/s, NVIDIA's figure in nccl-tests issue 212),
+  // a step inside a node 5 us, across nodes 10 us.
+  static constexpr double kBusBwOfLink = 0.4;
+  static constexpr double kIntraLatencyUs = 5;
+  static constexpr double kNetworkLatencyUs = 10;
 };
 
 struct Catalog {

@@ -54,6 +54,13 @@ TEST(Catalog, ShippedCatalogHasTheFourDevicesWithSpecSheetFigures) {
   EXPECT_EQ(mi->bf16_tflops, 1307);
   EXPECT_EQ(mi->platform, "rocm");
   EXPECT_EQ(mi->interconnect_gbps, 896);
+  // The published all-reduce bus bandwidths (cited in the file), and a network for each.
+  EXPECT_EQ(a100->allreduce_busbw_gbps, 200);
+  EXPECT_EQ(h100->allreduce_busbw_gbps, 480);
+  EXPECT_EQ(h200->allreduce_busbw_gbps, 475);
+  EXPECT_EQ(mi->allreduce_busbw_gbps, 0);  // none found: 0.4 x the link
+  EXPECT_EQ(a100->network_gbps, 25);
+  EXPECT_EQ(h100->network_gbps, 50);
   for (const auto& d : c.devices) {
     EXPECT_GT(d.price_on_demand, d.price_7_day) << d.name;  // the example prices: no commitment costs more per hour
     EXPECT_GT(d.price_7_day, 0) << d.name;

@@ -406,9 +406,17 @@ TEST(MakePlan, ZeroTwoIsChosenBeforeZeroThree) {
   EXPECT_EQ(d["strategy"], "zero2");
   EXPECT_EQ(d["sharding_degree"], 4);
   EXPECT_NEAR(d["predicted_peak_bytes"].get<double>(), 12e9, 1e3);
-  // Comm: ZeRO-2 over 4 of 8, G = 4e9: 2*3/4*G + replicas 2*(1/2)*G/4 = 7e9 B at 100 GB/s.
+  // Comm: ZeRO-2 over 4 of 8, G = 4e9: 2*3/4*G + replicas 2*(1/2)*G/4 = 7e9 B at a bus
+  // bandwidth of 0.4 x 100 GB/s (no published figure), in 268 buckets of 25 MiB each
+  // paying 6 tree steps (2 log2 8 < a ring's 14) of 5 us: 0.175 + 0.00804 s. The
+  // backward (2/3 of 1.2 s) hides all but the last bucket.
   EXPECT_NEAR(d["comm_bytes_per_step"].get<double>(), 7e9, 1);
-  EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), 0.07, 1e-9);
+  const json& c = d["communication"];
+  EXPECT_EQ(c["messages"].get<double>(), 268.0);
+  EXPECT_EQ(c["latency_steps_per_message"].get<double>(), 6.0);
+  EXPECT_NEAR(c["total_seconds"].get<double>(), 0.175 + 268 * 6 * 5e-6, 1e-12);
+  EXPECT_NEAR(c["overlap_window_seconds"].get<double>(), 0.8, 1e-12);
+  EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), (0.175 + 268 * 6 * 5e-6) / 268, 1e-12);
   // Fully sharded ZeRO-3 costs 1.5x DDP: 3*7/8*G = 10.5e9 B.
   const json p2 = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
   EXPECT_NEAR(device(p2, "zero3")["comm_bytes_per_step"].get<double>(), 10.5e9, 1);
@@ -417,8 +425,11 @@ TEST(MakePlan, ZeroTwoIsChosenBeforeZeroThree) {
 TEST(MakePlan, StepTimeCommAndBudgetHandWorked) {
   const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
   const json& d = device(p, "ddp-just-fits");
-  // DDP over 8, G = 4e9: 2 * 7/8 * 4e9 = 7e9 B at 100 GB/s = 0.07 s.
-  EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), 0.07, 1e-9);
+  // DDP over 8, G = 4e9: 2 * 7/8 * 4e9 = 7e9 B at 40 GB/s (0.4 x the 100 GB/s link) = 0.175 s,
+  // plus 268 buckets x 6 steps x 5 us; all but the last bucket hidden behind the backward.
+  const double ddp_comm = 0.175 + 268 * 6 * 5e-6;
+  EXPECT_NEAR(d["communication"]["total_seconds"].get<double>(), ddp_comm, 1e-12);
+  EXPECT_NEAR(d["comm_seconds_per_step"].get<double>(), ddp_comm / 268, 1e-12);
   // fp32: half of 100 TFLOPS; 4000 tokens x 6e9 FLOPs / (50e12 x 0.4) = 1.2 s, against the
   // weights read 3x and the gradients 2x (20e9 B at 1 TB/s x 0.8 = 0.025 s): compute-bound.
   // The optimizer step moves 2 x 8e9 + 4e9 + 2 x 4e9 = 28e9 B: 0.035 s, memory-bound.
@@ -427,21 +438,28 @@ TEST(MakePlan, StepTimeCommAndBudgetHandWorked) {
   EXPECT_EQ(d["roofline"]["forward_backward"]["bound"], "compute");
   EXPECT_NEAR(d["roofline"]["optimizer"]["memory_seconds"].get<double>(), 0.035, 1e-9);
   EXPECT_NEAR(d["compute_seconds_per_step"].get<double>(), 1.235, 1e-9);
-  EXPECT_NEAR(d["projected_step_seconds"].get<double>(), 1.305, 1e-9);
+  EXPECT_NEAR(d["projected_step_seconds"].get<double>(), 1.235 + ddp_comm / 268, 1e-9);
   // 1000 configured steps x 4 seqs x 1000 tokens = 4e6 tokens over 8 GPUs x 4000 = 125 steps.
   EXPECT_EQ(p["target"]["long_run_steps"].get<double>(), 125.0);
   // Every fitting device costs one 7-day term (same example price); the tie
-  // goes to the lowest cost per token: DDP, ZeRO-1/2 and ZeRO-2/4 all move 7e9 B
-  // per step, ZeRO-3 10.5e9 B, and ZeRO-2/4 updates a quarter of the optimizer
-  // state (0.00875 s against DDP's 0.035 s): it wins.
+  // goes to the lowest cost per token. The communication is hidden on all of
+  // them, so the optimizer step decides: ZeRO-3 over 8 updates an eighth of
+  // the state (0.004375 s against DDP's 0.035 s and ZeRO-2/4's 0.00875 s).
   const json& rec = p["recommendation"];
   ASSERT_FALSE(rec["device"].is_null());
-  EXPECT_EQ(rec["device"], "zero2");
-  EXPECT_NEAR(device(p, "zero2")["roofline"]["optimizer"]["memory_seconds"].get<double>(), 0.00875, 1e-9);
+  EXPECT_EQ(rec["device"], "zero3");
+  const json& z3 = device(p, "zero3");
+  EXPECT_NEAR(z3["roofline"]["optimizer"]["memory_seconds"].get<double>(), 0.004375, 1e-9);
+  // ZeRO-3: 10.5e9 B (0.2625 s + 401 buckets x 6 x 5 us), hidden behind the whole forward and backward.
+  const double z3_comm = 0.2625 + 401 * 6 * 5e-6;
+  EXPECT_NEAR(z3["communication"]["total_seconds"].get<double>(), z3_comm, 1e-12);
+  EXPECT_NEAR(z3["communication"]["overlap_window_seconds"].get<double>(), 1.2, 1e-12);
+  const double z3_step = 1.2 + 0.004375 + z3_comm / 401;
+  EXPECT_NEAR(z3["projected_step_seconds"].get<double>(), z3_step, 1e-9);
   EXPECT_DOUBLE_EQ(rec["cost"].get<double>(), 8 * 168 * 2.0);
-  // No failures, no margin: 125 x 1.27875 s + one 80 s save + copy-off 16 GB at 1 Gbit/s (128 s).
+  // No failures, no margin: 125 steps + one 80 s save + copy-off 16 GB at 1 Gbit/s (128 s).
   const json& b = p["budget"];
-  EXPECT_NEAR(b["hours"].get<double>(), (125 * 1.27875 + 80 + 128) / 3600, 1e-9);
+  EXPECT_NEAR(b["hours"].get<double>(), (125 * z3_step + 80 + 128) / 3600, 1e-9);
   EXPECT_EQ(b["checkpoints"].get<double>(), 1.0);
   EXPECT_EQ(b["term"], "7-day");
 }
@@ -464,6 +482,43 @@ TEST(MakePlan, AShortJobIsPaidForTheHoursItNeeds) {
   const json q = make_plan(synthetic::synthetic_report(), synthetic_catalog(), synthetic::synthetic_config());
   EXPECT_EQ(q["recommendation"]["pricing"], "7-day");
   EXPECT_DOUBLE_EQ(q["recommendation"]["cost"].get<double>(), 8 * 168 * 2.0);
+}
+
+// The communication model: the published bus bandwidth when the catalog gives
+// it, the network's across nodes (slower, with its own latency), and what the
+// backward pass cannot hide. Controls: one node ignores the network; a catalog
+// without a network says the multi-node figure is optimistic.
+TEST(MakePlan, CommunicationTakesTheSlowestLinkItsLatencyAndTheOverlap) {
+  const auto catalog = [](const std::string& extra) {
+    return load_catalog_string(
+        "devices:\n  - name: g\n    platform: cuda\n    memory_gb: 80\n    bf16_tflops: 100\n"
+        "    memory_bandwidth_tbps: 1\n"
+        "    interconnect: {name: nvl, gb_per_s: 100, allreduce_busbw_gb_per_s: 70, latency_us: 4}\n" +
+            extra + "    price_per_gpu_hour: {term_7_day: 2.0, term_30_day: 1.5}\n",
+        "c");
+  };
+  const auto net = catalog("    network: {name: ib, gb_per_s: 5, latency_us: 12}\n");
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  const json one = device(make_plan(synthetic::synthetic_report(), net, cfg), "g");
+  // One node of 8: DDP's 7e9 B at the published 70 GB/s, 268 buckets x 6 steps x 4 us.
+  EXPECT_NEAR(one["communication"]["total_seconds"].get<double>(), 7e9 / 70e9 + 268 * 6 * 4e-6, 1e-12);
+  EXPECT_EQ(one["communication"]["link"], "nvl");
+  EXPECT_LT(one["comm_seconds_per_step"].get<double>(), 0.001);  // hidden but the last bucket
+  cfg.budget.nodes = 2;  // 16 GPUs: 2 * 15/16 * 4e9 = 7.5e9 B across the 5 GB/s network, 8 steps of 12 us
+  const json two = device(make_plan(synthetic::synthetic_report(), net, cfg), "g");
+  EXPECT_EQ(two["communication"]["link"], "nvl inside a node, ib between nodes");
+  const double total = 7.5e9 / 5e9 + 287 * 8 * 12e-6;
+  EXPECT_NEAR(two["communication"]["total_seconds"].get<double>(), total, 1e-12);
+  // The backward (2/3 of 1.2 s) hides 0.8 s of it; the rest is in the step.
+  EXPECT_NEAR(two["comm_seconds_per_step"].get<double>(), total - 0.8, 1e-9);
+  // Control: the same two nodes with no network in the catalog: the intra-node
+  // figure, and the plan says it is optimistic.
+  const json p = make_plan(synthetic::synthetic_report(), catalog(""), cfg);
+  EXPECT_EQ(device(p, "g")["communication"]["link"], "nvl");
+  bool optimistic = false;
+  for (const auto& a : p["assumptions"])
+    optimistic = optimistic || a.get<std::string>().find("OPTIMISTIC") != std::string::npos;
+  EXPECT_TRUE(optimistic) << p["assumptions"].dump(1);
 }
 
 // The roofline: H100 and H200 have the same bf16 peak, 3.35 and 4.8 TB/s. Where
