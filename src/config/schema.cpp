@@ -234,9 +234,12 @@ std::vector<Field> make_fields() {  // NOLINT(readability-function-size): the sc
     Field(ANCHOR_KEY(budget.ingress_gbps), "Bandwidth onto the node, Gbit/s.", "plan (#6)").above(0),
     Field(ANCHOR_KEY(budget.eval_every_steps), "Periodic eval interval in the long run, in steps; 0: none.",
           "plan (#6)").at_least(0),
-    Field(ANCHOR_KEY(budget.nodes), "Nodes in the long run.", "plan (#6)").at_least(1),
+    Field(ANCHOR_KEY(budget.nodes), "Nodes the long run may use at most: the plan searches GPU counts up to nodes x gpus_per_node.", "plan (#6)").at_least(1),
     Field(ANCHOR_KEY(budget.gpus_per_node), "Accelerators per node in the long run.", "plan (#6)").at_least(1),
     Field(ANCHOR_KEY(budget.margin), "Schedule margin added to the estimate, as a fraction.", "plan (#6)").at_least(0),
+    Field(ANCHOR_KEY(budget.deadline_days), "Days the whole run must end within, margin included: the plan recommends the cheapest GPU count that does.", "plan (#44)").above(0),
+    Field(ANCHOR_KEY(budget.min_scaling_efficiency), "Scaling efficiency below which more GPUs stop paying: the knee the plan names.", "plan (#44)").above(0).at_most(1),
+    Field(ANCHOR_KEY(budget.search_gpu_count), "Search GPU counts 1, 2, 4, ... up to nodes x gpus_per_node for the cheapest that meets the deadline; false: plan exactly nodes x gpus_per_node.", "plan (#44)"),
 
     // program --------------------------------------------------------------
     Field(ANCHOR_KEY(program.command), "Your training program as a command line (argv, no shell), started once per rank as worker A and worker B with the contract's variables (docs/program.md); the first entry is looked up in PATH (program.env's PATH when it sets one), or relative to program.cwd when it has a /. Empty: the built-in trainer.",

@@ -82,15 +82,17 @@ void write_target(std::ostream& o, const doc::Target& t) {
 std::string money(double v) { return f(v, v < 100 ? 2 : 0); }
 
 void write_device_table(std::ostream& o, const std::vector<doc::Device>& devices) {
-  o << "  " << std::setw(16) << "device" << std::setw(6) << "fits" << std::setw(9) << "strategy" << std::setw(7)
-    << "degree" << std::setw(12) << "peak" << std::setw(9) << "max mb" << std::setw(12) << "step (est)" << std::setw(11)
-    << "comm/step" << std::setw(9) << "days" << std::setw(11) << "on demand" << std::setw(13) << "7-day cost"
+  o << "  " << std::setw(16) << "device" << std::setw(6) << "GPUs" << std::setw(6) << "fits" << std::setw(9)
+    << "strategy" << std::setw(7) << "degree" << std::setw(12) << "peak" << std::setw(9) << "max mb" << std::setw(12)
+    << "step (est)" << std::setw(11) << "comm/step" << std::setw(9) << "days" << std::setw(11) << "on demand"
+    << std::setw(13) << "7-day cost"
     << "30-day cost\n";
   for (const auto& dv : devices) {
-    o << "  " << std::setw(16) << s(dv.name) << std::setw(6) << (dv.fits.value_or(false) ? "yes" : "NO") << std::setw(9)
-      << s(dv.strategy) << std::setw(7) << s(dv.sharding_degree) << std::setw(12) << bytes(d(dv.predicted_peak_bytes))
-      << std::setw(9) << s(dv.max_micro_batch) << std::setw(12) << seconds(d(dv.projected_step_seconds))
-      << std::setw(11) << seconds(d(dv.comm_seconds_per_step)) << std::setw(9) << f(d(dv.days), 2) << std::setw(11)
+    o << "  " << std::setw(16) << s(dv.name) << std::setw(6) << s(dv.gpus) << std::setw(6)
+      << (dv.fits.value_or(false) ? "yes" : "NO") << std::setw(9) << s(dv.strategy) << std::setw(7)
+      << s(dv.sharding_degree) << std::setw(12) << bytes(d(dv.predicted_peak_bytes)) << std::setw(9)
+      << s(dv.max_micro_batch) << std::setw(12) << seconds(d(dv.projected_step_seconds)) << std::setw(11)
+      << seconds(d(dv.comm_seconds_per_step)) << std::setw(9) << f(d(dv.days), 2) << std::setw(11)
       << (dv.cost_on_demand ? money(*dv.cost_on_demand) : std::string("-")) << std::setw(13) << f(d(dv.cost_7_day), 0)
       << f(d(dv.cost_30_day), 0) << "\n";
   }
@@ -103,6 +105,35 @@ void write_device_table(std::ostream& o, const std::vector<doc::Device>& devices
 std::string paid(const doc::Recommendation& r) {
   if (r.pricing) return *r.pricing == "on-demand" ? *r.pricing : *r.pricing + " terms";
   return s(r.cheaper_term) + " terms";
+}
+
+// Each device's scaling curve, its knee and the count planned.
+void write_scaling(std::ostream& o, const std::vector<doc::Device>& devices) {
+  for (const auto& dv : devices) {
+    if (!dv.scaling || !dv.scaling->curve || dv.scaling->curve->size() < 2) continue;
+    const doc::Scaling& sc = *dv.scaling;
+    o << "\nScaling on " << s(dv.name) << " (planned: " << s(dv.gpus) << " GPUs; knee below "
+      << f(d(sc.min_scaling_efficiency), 2) << " efficiency; deadline " << f(d(sc.deadline_days), 1) << " days):\n";
+    o << "  " << std::setw(6) << "GPUs" << std::setw(7) << "nodes" << std::setw(12) << "step" << std::setw(14)
+      << "tokens/s" << std::setw(12) << "efficiency" << std::setw(8) << "comm" << std::setw(10) << "days"
+      << "cost\n";
+    for (const auto& pt : *sc.curve) {
+      o << "  " << std::setw(6) << s(pt.gpus) << std::setw(7) << s(pt.nodes);
+      if (!pt.fits.value_or(false)) {
+        o << "does not fit\n";
+        continue;
+      }
+      o << std::setw(12) << seconds(d(pt.step_seconds)) << std::setw(14) << f(d(pt.tokens_per_s), 0) << std::setw(12)
+        << f(d(pt.scaling_efficiency), 2) << std::setw(8) << (f(d(pt.communication_share) * 100, 0) + "%")
+        << std::setw(10) << f(d(pt.days), 2) << money(d(pt.cost)) << (pt.meets_deadline.value_or(true) ? "" : " (late)")
+        << "\n";
+    }
+    if (sc.knee)
+      o << "  knee: at " << s(sc.knee->gpus) << " GPUs efficiency is " << f(d(sc.knee->scaling_efficiency), 2) << ": "
+        << s(sc.knee->cause) << "\n";
+    else
+      o << "  no knee: efficiency stays at or above " << f(d(sc.min_scaling_efficiency), 2) << " to the last count\n";
+  }
 }
 
 void write_recommendation(std::ostream& o, const doc::Recommendation& r) {
@@ -160,7 +191,11 @@ std::string format_plan(const nlohmann::json& plan) {
   write_memory_model(o, or_empty(p.memory_model));
   write_target(o, or_empty(p.target));
   write_device_table(o, or_empty(p.devices));
+  write_scaling(o, or_empty(p.devices));
   write_recommendation(o, or_empty(p.recommendation));
+  if (p.piloted_device)
+    o << "\nOn the " << s(p.piloted_device->device) << " it was piloted on: " << f(d(p.piloted_device->days), 3)
+      << " days (" << s(p.piloted_device->basis) << ")\n";
   if (p.budget) write_budget(o, *p.budget);
   write_rocm_qualifications(o, or_empty(p.devices));
   write_warnings_and_assumptions(o, p);
@@ -189,8 +224,15 @@ std::string format_plan_summary(const nlohmann::json& plan, const std::string& r
     if (dev) {
       o << "  fits: " << s(dev->decision) << "\n";
       if (dev->step_time_is) o << "  step time: " << *dev->step_time_is << "\n";
+      if (dev->scaling && dev->scaling->knee)
+        o << "  more GPUs stop paying at " << s(dev->scaling->knee->gpus) << " (efficiency "
+          << f(d(dev->scaling->knee->scaling_efficiency), 2) << "): " << s(dev->scaling->knee->cause) << "\n";
     }
   }
+  if (p.piloted_device && p.piloted_device->within_deadline.value_or(false))
+    o << "  it also fits the " << s(p.piloted_device->device)
+      << " it was piloted on: " << f(d(p.piloted_device->days) * 24, 2)
+      << " hours for the whole run, within budget.deadline_days\n";
   for (const auto& w : or_empty(p.warnings)) o << "  warning: " << w << "\n";
   o << "  the whole plan (every device, the memory model, the budget, " << or_empty(p.assumptions).size()
     << " assumptions): " << run_dir << "/report.md; `anchor plan " << run_dir

@@ -682,6 +682,8 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   json dj;
   dj["name"] = d.name;
   dj["platform"] = d.platform;
+  dj["gpus"] = t.world;
+  dj["nodes"] = t.nodes;
   dj["memory_bytes"] = d.memory_bytes();
   dj["usable_bytes"] = capacity;
   dj["fits"] = fits;
@@ -737,33 +739,171 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   return dj;
 }
 
-// The fitting device with the lowest cost for the whole run; ties go to the
-// lower cost per token. Sets out["recommendation"] and out["budget"].
+// ---------------------------------------------------------------------------
+// How many GPUs (docs/plan.md, "How many GPUs").
+
+// The counts searched: 1, 2, 4, ... below a node, then whole nodes doubling,
+// and budget.nodes x gpus_per_node itself.
+std::vector<int> gpu_counts(const config::Config& cfg) {
+  const int per_node = cfg.budget.gpus_per_node, most = cfg.budget.nodes * per_node;
+  std::vector<int> out;
+  if (!cfg.budget.search_gpu_count) return {most};
+  for (int w = 1; w < per_node && w < most; w *= 2) out.push_back(w);
+  for (int w = per_node; w < most; w *= 2) out.push_back(w);
+  out.push_back(most);
+  return out;
+}
+
+// cfg with the long run on `gpus` GPUs: one node below a node's worth, else whole nodes.
+config::Config with_gpus(const config::Config& cfg, int gpus) {
+  config::Config c = cfg;
+  if (gpus == cfg.budget.nodes * cfg.budget.gpus_per_node) return c;
+  c.budget.gpus_per_node = std::min(gpus, cfg.budget.gpus_per_node);
+  c.budget.nodes = std::max(1, gpus / cfg.budget.gpus_per_node);
+  return c;
+}
+
+// One device at every count searched: the scaling curve (step, tokens/s,
+// efficiency against the smallest count that fits, the communication's share
+// of the step, days, cost), the knee where efficiency falls below
+// budget.min_scaling_efficiency with its cause, and the count to plan: the
+// cheapest that ends within budget.deadline_days, else the soonest done.
+// Returns that count's device entry (with "scaling") and sets its budget.
+json scaling(const Device& d, const Measured& m, const MemoryModel& mm, const config::Config& cfg, json& budget) {
+  json rows = json::array(), knee;
+  std::vector<json> entries, budgets;
+  std::optional<std::size_t> chosen, base;
+  double base_rate = 0;
+  for (const int gpus : gpu_counts(cfg)) {
+    const config::Config c = with_gpus(cfg, gpus);
+    json scratch = json::array(), b;
+    const Target t = target_of(m, c, scratch);
+    json dj = evaluate_device(d, m, mm, t, c, b);
+    const doc::Device dv = doc::device_from_json(dj);
+    const doc::Budget bv = doc::budget_from_json(b);
+    const bool fits = dv.fits.value_or(false);
+    const double step = dv.projected_step_seconds.value_or(0.0), rate = dv.projected_tokens_per_s.value_or(0.0);
+    if (fits && !base) {
+      base = entries.size();
+      base_rate = rate / gpus;
+    }
+    const double efficiency = fits && base_rate > 0 ? rate / gpus / base_rate : 0.0;
+    const double comm_share = step > 0 ? dv.comm_seconds_per_step.value_or(0.0) / step : 0.0;
+    const bool meets = t.long_steps <= 0 || bv.days.value_or(0.0) <= cfg.budget.deadline_days;
+    dj["meets_deadline"] = meets;
+    rows.push_back({{"gpus", gpus},
+                    {"nodes", t.nodes},
+                    {"fits", fits},
+                    {"strategy", dv.strategy.value_or("")},
+                    {"step_seconds", step},
+                    {"tokens_per_s", rate},
+                    {"scaling_efficiency", efficiency},
+                    {"communication_share", comm_share},
+                    {"days", bv.days.value_or(0.0)},
+                    {"cost", bv.cost.value_or(0.0)},
+                    {"pricing", bv.pricing.value_or("")},
+                    {"meets_deadline", meets}});
+    if (fits && knee.is_null() && efficiency < cfg.budget.min_scaling_efficiency)
+      knee = {{"gpus", gpus},
+              {"scaling_efficiency", efficiency},
+              {"cause", comm_share >= 0.1 ? "communication: " + fixed(comm_share * 100, 0) + "% of the step at " +
+                                                std::to_string(gpus) +
+                                                " GPUs is communication the backward pass "
+                                                "does not hide (" +
+                                                dv.strategy.value_or("") + ")"
+                                          : "the step's other parts: data wait and the optimizer step do not shrink "
+                                            "with more GPUs"}};
+    const auto better = [&](std::size_t j) {
+      const doc::Budget bj = doc::budget_from_json(budgets[j]);
+      const bool mj = doc::device_from_json(entries[j]).meets_deadline.value_or(true);
+      if (meets != mj) return meets;
+      if (!meets) return bv.days.value_or(0.0) < bj.days.value_or(0.0);
+      return bv.cost.value_or(0.0) < bj.cost.value_or(0.0);  // ties: the fewer GPUs, searched first
+    };
+    if (fits && (!chosen || better(*chosen))) chosen = entries.size();
+    entries.push_back(std::move(dj));
+    budgets.push_back(std::move(b));
+  }
+  const std::size_t at = chosen.value_or(entries.size() - 1);  // none fits: the largest count, as shown
+  json out = entries[at];
+  out["scaling"] = {{"min_scaling_efficiency", cfg.budget.min_scaling_efficiency},
+                    {"deadline_days", cfg.budget.deadline_days},
+                    {"curve", rows},
+                    {"knee", knee}};
+  budget = budgets[at];
+  return out;
+}
+
+// The whole run on the device the pilot ran on, at the rate it measured on
+// one process, margin included: a job that needs no accelerator says so.
+json piloted_device(const Measured& m, const Target& t, const config::Config& cfg) {
+  if (t.run_tokens <= 0 || m.tokens_per_s <= 0) return nullptr;
+  const double days = t.run_tokens / m.tokens_per_s / kSecondsPerDay * (1.0 + cfg.budget.margin);
+  return {{"device", m.device},
+          {"days", days},
+          {"within_deadline", days <= cfg.budget.deadline_days},
+          {"basis",
+           "MEASURED: the run's tokens at the pilot's tokens/s on one process, + budget.margin; "
+           "no checkpoints, eval or restarts counted"}};
+}
+
+// The recommendation of the device, at its GPU count, that recommend() chose.
+void recommend_best(const doc::Device& bd, const doc::Budget& b, const json& budget, std::int64_t micro_batch,
+                    json& out) {
+  const std::string cheaper = b.cheaper_term.value_or(""), pricing = b.pricing.value_or("");
+  json rec = {{"device", bd.name.value_or("")},
+              {"strategy", bd.strategy.value_or("")},
+              {"sharding_degree", bd.sharding_degree.value_or(1)},
+              {"gpus", bd.gpus.value_or(1)},
+              {"nodes", bd.nodes.value_or(1)},
+              {"micro_batch", micro_batch},
+              {"max_micro_batch", bd.max_micro_batch ? json(*bd.max_micro_batch) : json()},
+              {"projected_step_seconds", bd.projected_step_seconds.value_or(0.0)},
+              {"days", b.days.value_or(0.0)},
+              {"term", b.term.value_or("")},
+              {"cost", b.cost.value_or(0.0)},
+              {"cheaper_term", cheaper},
+              {"pricing", pricing},
+              {"why", "the fitting device with the lowest cost for the whole run (" +
+                          (pricing == "on-demand" ? pricing : pricing + " terms") +
+                          ", example prices) at its cheapest GPU count that ends within budget.deadline_days; "
+                          "ties go to the lower cost per token"}};
+  if (!bd.meets_deadline.value_or(true))
+    rec["why"] =
+        "no device ends the run within budget.deadline_days at any GPU count searched: the one that "
+        "ends soonest; raise budget.nodes, or the deadline";
+  out["recommendation"] = rec;
+  out["budget"] = budget;
+}
+
+// Among the devices (each at the GPU count scaling() chose for it) that fit:
+// one that ends within the deadline before one that does not; among those
+// that do, the lowest cost for the whole run, ties to the lower cost per
+// token; among those that do not, the soonest done. Sets
+// out["recommendation"] and out["budget"].
 void recommend(const std::vector<const Device*>& devices, const json& devs, const std::vector<json>& budgets,
                const Target& t, json& out) {
-  bool have_best = false;
-  std::size_t best = 0;
-  double best_cost = std::numeric_limits<double>::infinity();
-  double best_per_token = std::numeric_limits<double>::infinity();
+  std::optional<std::size_t> best;
   std::vector<doc::Device> evaluated;
   std::vector<doc::Budget> costs;
   for (std::size_t i = 0; i < devs.size(); ++i) {
     evaluated.push_back(doc::device_from_json(devs[i]));
     costs.push_back(doc::budget_from_json(budgets[i]));
   }
-  for (std::size_t i = 0; i < evaluated.size(); ++i) {
-    const doc::Device& dv = evaluated[i];
-    if (!dv.fits.value_or(false)) continue;
-    const double cost = costs[i].cost.value_or(0.0);
-    const double per_token = devices[i]->price_30_day * t.world / dv.projected_tokens_per_s.value_or(0.0);
-    if (cost < best_cost || (cost == best_cost && per_token < best_per_token)) {
-      best_cost = cost;
-      best_per_token = per_token;
-      best = i;
-      have_best = true;
-    }
-  }
-  if (!have_best) {
+  const auto per_token = [&](std::size_t i) {
+    return devices[i]->price_30_day * static_cast<double>(evaluated[i].gpus.value_or(1)) /
+           evaluated[i].projected_tokens_per_s.value_or(0.0);
+  };
+  const auto better = [&](std::size_t i, std::size_t j) {
+    const bool mi = evaluated[i].meets_deadline.value_or(true), mj = evaluated[j].meets_deadline.value_or(true);
+    if (mi != mj) return mi;
+    if (!mi) return costs[i].days.value_or(0.0) < costs[j].days.value_or(0.0);
+    const double ci = costs[i].cost.value_or(0.0), cj = costs[j].cost.value_or(0.0);
+    return ci < cj || (ci == cj && per_token(i) < per_token(j));
+  };
+  for (std::size_t i = 0; i < evaluated.size(); ++i)
+    if (evaluated[i].fits.value_or(false) && (!best || better(i, *best))) best = i;
+  if (!best) {
     out["recommendation"] = {
         {"device", nullptr},
         {"why", "no catalog device fits the target even fully sharded (ZeRO-3 over all " + std::to_string(t.world) +
@@ -772,26 +912,7 @@ void recommend(const std::vector<const Device*>& devices, const json& devs, cons
     out["budget"] = nullptr;
     return;
   }
-  const doc::Device& bd = evaluated[best];
-  const doc::Budget& b = costs[best];
-  const std::string cheaper = b.cheaper_term.value_or(""), pricing = b.pricing.value_or("");
-  json rec = {{"device", bd.name.value_or("")},
-              {"strategy", bd.strategy.value_or("")},
-              {"sharding_degree", bd.sharding_degree.value_or(1)},
-              {"gpus", t.world},
-              {"micro_batch", t.mb},
-              {"max_micro_batch", bd.max_micro_batch ? json(*bd.max_micro_batch) : json()},
-              {"projected_step_seconds", bd.projected_step_seconds.value_or(0.0)},
-              {"days", b.days.value_or(0.0)},
-              {"term", b.term.value_or("")},
-              {"cost", best_cost},
-              {"cheaper_term", cheaper},
-              {"pricing", pricing},
-              {"why", "the fitting device with the lowest cost for the whole run (" +
-                          (pricing == "on-demand" ? pricing : pricing + " terms") +
-                          ", example prices); ties go to the lower cost per token"}};
-  out["recommendation"] = rec;
-  out["budget"] = budgets[best];
+  recommend_best(evaluated[*best], costs[*best], budgets[*best], t.mb, out);
 }
 
 // Assumptions, stated with the numbers they use.
@@ -883,7 +1004,8 @@ nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config
   const MemoryModel mm = memory_model(m);
   const std::vector<const Device*> devices = devices_to_plan(catalog, cfg);
   json warnings = json::array();
-  const Target t = target_of(m, cfg, warnings);
+  json at_most = json::array();  // the budget's maximum: its warnings are those of the count recommended
+  const Target t = target_of(m, cfg, at_most);
 
   // The model the figures were measured on must be the one planned for.
   if (!m.program && (m.n_layer != cfg.model.n_layer || m.n_embd != cfg.model.n_embd ||
@@ -897,18 +1019,29 @@ nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config
   out["format"] = "anchor.plan/v1";
   out["measured"] = measured_json(m);
   out["memory_model"] = memory_model_json(m, mm, warnings);
-  out["target"] = target_json(t, cfg);
 
   json devs = json::array();
   std::vector<json> budgets;
   for (const Device* d : devices) {
     json budget;
-    devs.push_back(evaluate_device(*d, m, mm, t, cfg, budget));
+    devs.push_back(scaling(*d, m, mm, cfg, budget));
     budgets.push_back(std::move(budget));
   }
   out["devices"] = devs;
   recommend(devices, devs, budgets, t, out);
-  out["assumptions"] = assumptions_of(m, t, devices);
+  // The target, its warnings and assumptions at the count recommended (the
+  // budget's maximum when none fits).
+  const auto rec = doc::plan_from_json(out).recommendation;
+  const int gpus = rec && rec->gpus ? static_cast<int>(*rec->gpus) : t.world;
+  const config::Config at = with_gpus(cfg, gpus);
+  json warned = json::array();
+  const Target planned = target_of(m, at, warned);
+  for (auto& w : warned) warnings.push_back(std::move(w));
+  json target = target_json(planned, at);
+  target["max_gpus"] = t.world;
+  out["target"] = std::move(target);
+  out["piloted_device"] = piloted_device(m, planned, cfg);
+  out["assumptions"] = assumptions_of(m, planned, devices);
   out["warnings"] = warnings;
   // Which catalog the figures came from, by digest: `anchor bundle` carries exactly these bytes.
   out["catalog"] = {{"path", catalog.path}, {"sha256", catalog.sha256}};

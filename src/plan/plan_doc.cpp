@@ -66,6 +66,45 @@ void fields(V& v, RocmQualification& s) {
 }
 
 template <class V>
+void fields(V& v, ScalingPoint& s) {
+  v("gpus", s.gpus);
+  v("nodes", s.nodes);
+  v("fits", s.fits);
+  v("meets_deadline", s.meets_deadline);
+  v("strategy", s.strategy);
+  v("pricing", s.pricing);
+  v("step_seconds", s.step_seconds);
+  v("tokens_per_s", s.tokens_per_s);
+  v("scaling_efficiency", s.scaling_efficiency);
+  v("communication_share", s.communication_share);
+  v("days", s.days);
+  v("cost", s.cost);
+}
+
+template <class V>
+void fields(V& v, Knee& s) {
+  v("gpus", s.gpus);
+  v("scaling_efficiency", s.scaling_efficiency);
+  v("cause", s.cause);
+}
+
+template <class V>
+void fields(V& v, Scaling& s) {
+  v("min_scaling_efficiency", s.min_scaling_efficiency);
+  v("deadline_days", s.deadline_days);
+  v("curve", s.curve);
+  v("knee", s.knee);
+}
+
+template <class V>
+void fields(V& v, PilotedDevice& s) {
+  v("device", s.device);
+  v("basis", s.basis);
+  v("days", s.days);
+  v("within_deadline", s.within_deadline);
+}
+
+template <class V>
 void fields(V& v, Device& s) {
   v("name", s.name);
   v("strategy", s.strategy);
@@ -74,6 +113,9 @@ void fields(V& v, Device& s) {
   v("term", s.term);
   v("cheaper_term", s.cheaper_term);
   v("fits", s.fits);
+  v("meets_deadline", s.meets_deadline);
+  v("gpus", s.gpus);
+  v("nodes", s.nodes);
   v("sharding_degree", s.sharding_degree);
   v("max_micro_batch", s.max_micro_batch);
   v("predicted_peak_bytes", s.predicted_peak_bytes);
@@ -87,6 +129,7 @@ void fields(V& v, Device& s) {
   v("cost", s.cost);
   v("pricing", s.pricing);
   v("rocm_qualification", s.rocm_qualification);
+  v("scaling", s.scaling);
 }
 
 template <class V>
@@ -98,6 +141,7 @@ void fields(V& v, Recommendation& s) {
   v("pricing", s.pricing);
   v("why", s.why);
   v("gpus", s.gpus);
+  v("nodes", s.nodes);
   v("sharding_degree", s.sharding_degree);
   v("days", s.days);
   v("cost", s.cost);
@@ -144,6 +188,7 @@ void fields(V& v, Plan& s) {
   v("devices", s.devices);
   v("recommendation", s.recommendation);
   v("budget", s.budget);
+  v("piloted_device", s.piloted_device);
   v("warnings", s.warnings);
   v("assumptions", s.assumptions);
 }

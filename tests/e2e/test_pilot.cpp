@@ -184,6 +184,17 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   const auto& rec = report["plan"]["recommendation"];
   const std::string recommended = std::to_string(rec["gpus"].get<int>()) + " x " + rec["device"].get<std::string>();
   EXPECT_NE(r.output.find("Plan: " + recommended + ", "), std::string::npos) << r.output;
+  // Issue 44: the embedded default needs seconds of one GPU: one is planned, paid on demand
+  // for the GPU-hours it needs (not a whole term), and it fits the CPU it was piloted on.
+  EXPECT_EQ(rec["gpus"], 1);
+  EXPECT_EQ(rec["pricing"], "on-demand");
+  double on_demand = 0;
+  for (const auto& dv : report["plan"]["devices"])
+    if (dv["name"] == rec["device"]) on_demand = dv["price_per_gpu_hour"]["on_demand"].get<double>();
+  EXPECT_GT(on_demand, 0);
+  EXPECT_NEAR(rec["cost"].get<double>(), report["plan"]["budget"]["gpu_hours"].get<double>() * on_demand, 1e-9);
+  EXPECT_TRUE(report["plan"]["piloted_device"]["within_deadline"].get<bool>());
+  EXPECT_NE(r.output.find("it also fits the cpu it was piloted on"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("the whole plan (every device"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("Assumptions:"), std::string::npos) << r.output;
   const std::string md = anchor::fs::read_file(t.str("run/report.md"));

@@ -143,6 +143,12 @@ struct BudgetConfig {
   int nodes = 1;
   int gpus_per_node = 8;
   double margin = 0.2;  // schedule margin on top of the estimate
+  // The GPU count search (docs/plan.md, "How many GPUs"): the run must end
+  // within deadline_days; the knee is where scaling efficiency falls below
+  // min_scaling_efficiency.
+  double deadline_days = 30;
+  double min_scaling_efficiency = 0.8;
+  bool search_gpu_count = true;  // false: plan exactly nodes x gpus_per_node
 };
 
 // The user's own training program as the pilot's worker (issue 15;

@@ -52,19 +52,47 @@ struct RocmQualification : Rest {
   Opt<std::vector<std::string>> packages, exercised_by_pilot;
 };
 
+// devices[].scaling: the device at every GPU count searched.
+struct ScalingPoint : Rest {
+  Opt<std::int64_t> gpus, nodes;
+  Opt<bool> fits, meets_deadline;
+  Opt<std::string> strategy, pricing;
+  Opt<double> step_seconds, tokens_per_s, scaling_efficiency, communication_share, days, cost;
+};
+
+struct Knee : Rest {
+  Opt<std::int64_t> gpus;
+  Opt<double> scaling_efficiency;
+  Opt<std::string> cause;
+};
+
+struct Scaling : Rest {
+  Opt<double> min_scaling_efficiency, deadline_days;
+  Opt<std::vector<ScalingPoint>> curve;
+  Opt<Knee> knee;
+};
+
+// piloted_device: the whole run where the pilot ran.
+struct PilotedDevice : Rest {
+  Opt<std::string> device, basis;
+  Opt<double> days;
+  Opt<bool> within_deadline;
+};
+
 // devices[]: one catalog device evaluated for the target.
 struct Device : Rest {
   Opt<std::string> name, strategy, decision, step_time_is, term, cheaper_term, pricing;
-  Opt<bool> fits;
-  Opt<std::int64_t> sharding_degree, max_micro_batch;
+  Opt<bool> fits, meets_deadline;
+  Opt<std::int64_t> sharding_degree, max_micro_batch, gpus, nodes;
   Opt<double> predicted_peak_bytes, projected_step_seconds, projected_tokens_per_s, comm_seconds_per_step, days,
       cost_7_day, cost_30_day, cost_on_demand, cost;
   Opt<RocmQualification> rocm_qualification;
+  Opt<Scaling> scaling;
 };
 
 struct Recommendation : Rest {
   Opt<std::string> device, strategy, term, cheaper_term, pricing, why;
-  Opt<std::int64_t> gpus, sharding_degree;
+  Opt<std::int64_t> gpus, nodes, sharding_degree;
   Opt<double> days, cost;
 };
 
@@ -88,6 +116,7 @@ struct Plan : Rest {
   Opt<std::vector<Device>> devices;
   Opt<Recommendation> recommendation;
   Opt<Budget> budget;
+  Opt<PilotedDevice> piloted_device;
   Opt<std::vector<std::string>> warnings, assumptions;
 };
 

@@ -14,6 +14,7 @@
 
 namespace anchor::plan::synthetic {
 
+// Planned at exactly its 8 GPUs: the tests of the search set search_gpu_count.
 inline config::Config synthetic_config() {
   config::Config c = config::load_string(
       "data: {format: llmc, train: [train.bin], seq_len: 1000}\n"
@@ -21,7 +22,7 @@ inline config::Config synthetic_config() {
       "train: {micro_batch: 4, grad_accum: 1, total_steps: 1000, precision: fp32,\n"
       "        schedule: {warmup_steps: 10}}\n"
       "budget: {nodes: 1, gpus_per_node: 8, headroom: 0.0, failures_per_day: 0.0,\n"
-      "         margin: 0.0}\n",
+      "         margin: 0.0, search_gpu_count: false}\n",
       "<synthetic>");
   return c;
 }

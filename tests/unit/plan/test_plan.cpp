@@ -521,6 +521,67 @@ TEST(MakePlan, CommunicationTakesTheSlowestLinkItsLatencyAndTheOverlap) {
   EXPECT_TRUE(optimistic) << p["assumptions"].dump(1);
 }
 
+// How many GPUs: the counts 1, 2, 4, 8 searched; the cheapest that ends
+// within budget.deadline_days is planned (the synthetic job needs 20 minutes
+// on one GPU: one GPU, one 7-day term of it, not eight).
+TEST(Search, TheCheapestCountThatMeetsTheDeadlineIsPlanned) {
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  cfg.budget.search_gpu_count = true;
+  cfg.budget.devices = {"ddp-just-fits"};
+  json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  const json& d = device(p, "ddp-just-fits");
+  std::vector<int> counts;
+  for (const auto& row : d["scaling"]["curve"]) counts.push_back(row["gpus"].get<int>());
+  EXPECT_EQ(counts, (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(p["recommendation"]["gpus"], 1);
+  EXPECT_DOUBLE_EQ(p["recommendation"]["cost"].get<double>(), 1 * 168 * 2.0);
+  EXPECT_EQ(p["target"]["world_size"], 1);
+  EXPECT_EQ(p["target"]["max_gpus"], 8);
+  // 1000 steps of 1.235 s, one 80 s save and 128 s of copy-off: 0.0167 days. A deadline
+  // of 0.01 days needs 2 GPUs (500 steps: 0.0096 days).
+  cfg.budget.deadline_days = 0.01;
+  p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  EXPECT_EQ(p["recommendation"]["gpus"], 2);
+  EXPECT_LE(p["recommendation"]["days"].get<double>(), 0.01);
+  // None meets 0.001 days: the soonest done (8 GPUs), and it says so.
+  cfg.budget.deadline_days = 0.001;
+  p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  EXPECT_EQ(p["recommendation"]["gpus"], 8);
+  EXPECT_NE(p["recommendation"]["why"].get<std::string>().find("no device ends the run within"), std::string::npos);
+  // Control: search_gpu_count false plans exactly the 8.
+  cfg.budget.deadline_days = 30;
+  cfg.budget.search_gpu_count = false;
+  EXPECT_EQ(make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg)["recommendation"]["gpus"], 8);
+}
+
+// The knee moves with the links: behind a fast one the communication hides in
+// the backward pass and scaling stays above 0.8 to 32 GPUs; behind a slow
+// network it falls past the first node (16 GPUs), and behind a slow
+// interconnect at 2 GPUs already, each named as communication.
+TEST(Search, TheKneeMovesWithTheInterconnectAndTheNetwork) {
+  const auto knee_of = [](const std::string& links) {
+    anchor::config::Config cfg = synthetic::synthetic_config();
+    cfg.budget.search_gpu_count = true;
+    cfg.budget.nodes = 4;
+    const auto cat = load_catalog_string(
+        "devices:\n  - name: g\n    platform: cuda\n    memory_gb: 80\n    bf16_tflops: 100\n"
+        "    memory_bandwidth_tbps: 1\n" +
+            links + "    price_per_gpu_hour: {term_7_day: 2.0, term_30_day: 1.5}\n",
+        "c");
+    return device(make_plan(synthetic::synthetic_report(), cat, cfg), "g")["scaling"]["knee"];
+  };
+  const json fast = knee_of("    interconnect: {name: nvl, gb_per_s: 100}\n    network: {name: ib, gb_per_s: 50}\n");
+  EXPECT_TRUE(fast.is_null()) << fast;
+  const json slow_net = knee_of("    interconnect: {name: nvl, gb_per_s: 100}\n    network: {name: ib, gb_per_s: 1}\n");
+  ASSERT_FALSE(slow_net.is_null());
+  EXPECT_EQ(slow_net["gpus"], 16);
+  EXPECT_EQ(slow_net["cause"].get<std::string>().rfind("communication: ", 0), 0u) << slow_net;
+  const json slow_link =
+      knee_of("    interconnect: {name: pcie, gb_per_s: 1}\n    network: {name: ib, gb_per_s: 50}\n");
+  ASSERT_FALSE(slow_link.is_null());
+  EXPECT_EQ(slow_link["gpus"], 2);
+}
+
 // The roofline: H100 and H200 have the same bf16 peak, 3.35 and 4.8 TB/s. Where
 // forward and backward are compute-bound only the optimizer step (memory-bound)
 // differs; at a small micro-step (1 x 100 tokens) the weights' traffic
