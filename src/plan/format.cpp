@@ -196,6 +196,10 @@ std::string format_plan(const nlohmann::json& plan) {
   if (p.piloted_device)
     o << "\nOn the " << s(p.piloted_device->device) << " it was piloted on: " << f(d(p.piloted_device->days), 3)
       << " days (" << s(p.piloted_device->basis) << ")\n";
+  if (p.advice && !p.advice->empty()) {
+    o << "\nAdvice:\n";
+    for (const auto& a : *p.advice) o << "  - " << a << "\n";
+  }
   if (p.budget) write_budget(o, *p.budget);
   write_rocm_qualifications(o, or_empty(p.devices));
   write_warnings_and_assumptions(o, p);

@@ -834,6 +834,42 @@ json scaling(const Device& d, const Measured& m, const MemoryModel& mm, const co
   return out;
 }
 
+// The two choices the seeds ask to be argued with the run's own numbers, on
+// the recommended device at its count (DataParallel at 2 GPUs at least, and
+// inside one node, the only place it runs): DataParallel against DDP, and
+// DDP against FSDP (ZeRO-3). docs/plan.md, "Advice".
+json advice(const Device& d, const MemoryModel& mm, const Target& t, int per_node) {
+  json out = json::array();
+  const StateBytes& st = mm.state();
+  const double busbw =
+      (d.allreduce_busbw_gbps > 0 ? d.allreduce_busbw_gbps : Device::kBusBwOfLink * d.interconnect_gbps) * 1e9;
+  const int dp = std::min(std::max(2, t.world), std::max(2, per_node));
+  // DataParallel: one process; every step GPU 0 copies the weights to the
+  // others and sums their gradients, (dp-1) x (P + G) through its own link,
+  // under one Python interpreter. DDP: dp processes, the buckets' all-reduce.
+  const double dp_s = (dp - 1) * (st.parameters + st.gradients) / busbw;
+  const double ddp_s = comm_bytes_per_step(0, dp, dp, st.gradients, 1) / busbw;
+  out.push_back("DDP, one process per GPU, not torch.nn.DataParallel: at " + std::to_string(dp) + " x " + d.name +
+                " DataParallel's one process would copy the weights out of GPU 0 and sum the gradients back into it, " +
+                fixed((dp - 1) * (st.parameters + st.gradients) / 1e9, 2) + " GB through one link (" +
+                fixed(dp_s * 1e3, 2) + " ms) every step, serialised by one Python interpreter; DDP all-reduces " +
+                fixed(comm_bytes_per_step(0, dp, dp, st.gradients, 1) / 1e9, 2) + " GB per GPU in buckets (" +
+                fixed(ddp_s * 1e3, 2) + " ms), mostly behind the backward pass");
+  if (t.world < 2) return out;
+  const double capacity = d.memory_bytes() * (1.0 - t.headroom);
+  const double ddp_peak = mm.predict({t.mb, t.seq, t.prec, 0, 1}).total;
+  const double fsdp_peak = mm.predict({t.mb, t.seq, t.prec, 3, t.world}).total;
+  const double ddp_bytes = comm_bytes_per_step(0, t.world, t.world, st.gradients, t.ga);
+  const double fsdp_bytes = comm_bytes_per_step(3, t.world, t.world, st.gradients, t.ga);
+  out.push_back(std::string(ddp_peak <= capacity ? "DDP" : "FSDP (ZeRO-3)") + " at " + std::to_string(t.world) +
+                " GPUs: DDP keeps a whole replica, " + fixed(gib(ddp_peak), 2) + " GiB per GPU against " +
+                fixed(gib(capacity), 2) + " GiB usable" + (ddp_peak <= capacity ? " (it fits)" : " (it does not fit)") +
+                "; FSDP shards it to " + fixed(gib(fsdp_peak), 2) + " GiB but moves " + fixed(fsdp_bytes / 1e9, 2) +
+                " GB per GPU per step against DDP's " + fixed(ddp_bytes / 1e9, 2) +
+                " GB: shard only what does not fit (the plan tries ZeRO-1 and ZeRO-2 first)");
+  return out;
+}
+
 // The whole run on the device the pilot ran on, at the rate it measured on
 // one process, margin included: a job that needs no accelerator says so.
 json piloted_device(const Measured& m, const Target& t, const config::Config& cfg) {
@@ -1041,6 +1077,8 @@ nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config
   target["max_gpus"] = t.world;
   out["target"] = std::move(target);
   out["piloted_device"] = piloted_device(m, planned, cfg);
+  if (rec && rec->device)
+    if (const Device* d = catalog.find(*rec->device)) out["advice"] = advice(*d, mm, planned, cfg.budget.gpus_per_node);
   out["assumptions"] = assumptions_of(m, planned, devices);
   out["warnings"] = warnings;
   // Which catalog the figures came from, by digest: `anchor bundle` carries exactly these bytes.

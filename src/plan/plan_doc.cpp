@@ -189,6 +189,7 @@ void fields(V& v, Plan& s) {
   v("recommendation", s.recommendation);
   v("budget", s.budget);
   v("piloted_device", s.piloted_device);
+  v("advice", s.advice);
   v("warnings", s.warnings);
   v("assumptions", s.assumptions);
 }

@@ -117,7 +117,7 @@ struct Plan : Rest {
   Opt<Recommendation> recommendation;
   Opt<Budget> budget;
   Opt<PilotedDevice> piloted_device;
-  Opt<std::vector<std::string>> warnings, assumptions;
+  Opt<std::vector<std::string>> warnings, assumptions, advice;
 };
 
 // Never throw: what a plan lacks is std::nullopt (json_doc::read).

@@ -582,6 +582,31 @@ TEST(Search, TheKneeMovesWithTheInterconnectAndTheNetwork) {
   EXPECT_EQ(slow_link["gpus"], 2);
 }
 
+// The advice argues DataParallel against DDP and DDP against FSDP with the
+// run's numbers: the synthetic 1e9-parameter model on 8 of the DDP-sized device.
+TEST(MakePlan, AdviceArguesDataParallelAndFsdpWithTheRunsNumbers) {
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  cfg.budget.devices = {"ddp-just-fits"};
+  const json p = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  ASSERT_EQ(p["advice"].size(), 2u) << p["advice"].dump(1);
+  const std::string dp = p["advice"][0], fsdp = p["advice"][1];
+  // DataParallel at 8: 7 x (4e9 + 4e9) = 56 GB through GPU 0's 40 GB/s (1400 ms); DDP 7e9 B (175 ms).
+  EXPECT_NE(dp.find("at 8 x ddp-just-fits DataParallel's one process would copy"), std::string::npos) << dp;
+  EXPECT_NE(dp.find("56.00 GB through one link (1400.00 ms)"), std::string::npos) << dp;
+  EXPECT_NE(dp.find("DDP all-reduces 7.00 GB per GPU in buckets (175.00 ms)"), std::string::npos) << dp;
+  // DDP's replica: 21e9 B (19.56 GiB) fits 21.001e9; FSDP over 8: 8e9 B, moving 10.5 GB against 7.
+  EXPECT_EQ(fsdp.rfind("DDP at 8 GPUs: DDP keeps a whole replica, 19.56 GiB per GPU", 0), 0u) << fsdp;
+  EXPECT_NE(fsdp.find("(it fits); FSDP shards it to 7.45 GiB but moves 10.50 GB per GPU per step against DDP's 7.00"),
+            std::string::npos)
+      << fsdp;
+  EXPECT_NE(format_plan(p).find("Advice:\n  - DDP, one process per GPU"), std::string::npos);
+  // Control: where DDP does not fit, FSDP is what it says.
+  cfg.budget.devices = {"zero3"};
+  const json q = make_plan(synthetic::synthetic_report(), synthetic_catalog(), cfg);
+  EXPECT_EQ(q["advice"][1].get<std::string>().rfind("FSDP (ZeRO-3) at 8 GPUs", 0), 0u) << q["advice"][1];
+  EXPECT_NE(q["advice"][1].get<std::string>().find("(it does not fit)"), std::string::npos);
+}
+
 // The roofline: H100 and H200 have the same bf16 peak, 3.35 and 4.8 TB/s. Where
 // forward and backward are compute-bound only the optimizer step (memory-bound)
 // differs; at a small micro-step (1 x 100 tokens) the weights' traffic
