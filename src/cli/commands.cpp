@@ -11,6 +11,7 @@ const std::vector<Command>& commands() {
       {"pilot", "Run the pilot: pin, train, eval, save, kill, restore, resume, compare, report", setup_pilot},
       {"reproduce", "Re-run a past pilot from its signed report and show what drifted", setup_reproduce},
       {"pin", "Pin inputs, dependencies and environment into manifest.json", setup_pin},
+      {"preflight", "Measure the node: checkpoint.dir's fsynced writes and the data's reads", setup_preflight},
       {"verify", "Check a signed report: signature, statement, and the run's files", setup_verify},
       {"config", "Check a config or print the effective config", setup_config},
       {"checkpoint", "Verify one checkpoint or list every step with its state", setup_checkpoint},
