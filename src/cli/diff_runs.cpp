@@ -240,10 +240,7 @@ std::string diff_runs_text(const RunDiff& d, const std::string& name_a, const st
   if (d.pins.empty()) {
     out << "the same inputs and dependencies\n";
   } else {
-    out << d.pins.size() << " differ\n";
-    std::vector<std::vector<std::string>> t{{"WHAT", "A", "B"}};
-    for (const auto& p : d.pins) t.push_back({printable(p.what), printable(p.old_value), printable(p.new_value)});
-    out << table(t);
+    out << d.pins.size() << " differ\n" << manifest::format_drift_table(d.pins, "A", "B");
   }
   out << "\nMeasurements\n" << side_by_side(d.measurements, true);
   out << "\nTraining: " << d.figures_compared << " figures compared (every step's loss, gradient norm, learning "

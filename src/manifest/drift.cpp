@@ -5,6 +5,8 @@
 
 #include "anchor/manifest/manifest.hpp"
 
+#include "anchor/common/utf8.hpp"
+
 namespace anchor::manifest {
 namespace {
 
@@ -284,9 +286,13 @@ std::vector<Drift> compare(const json& o, const json& n) {
   return out;
 }
 
-std::string format_drift_table(const std::vector<Drift>& drift) {
-  if (drift.empty()) return "no drift\n";
-  std::size_t w0 = 4, w1 = 3;
+std::string format_drift_table(const std::vector<Drift>& raw, const std::string& old_header,
+                               const std::string& new_header) {
+  if (raw.empty()) return "no drift\n";
+  std::vector<Drift> drift;
+  drift.reserve(raw.size());
+  for (const auto& d : raw) drift.push_back({printable(d.what), printable(d.old_value), printable(d.new_value)});
+  std::size_t w0 = 4, w1 = old_header.size();
   for (const auto& d : drift) {
     w0 = std::max(w0, d.what.size());
     w1 = std::max(w1, d.old_value.size());
@@ -296,9 +302,9 @@ std::string format_drift_table(const std::vector<Drift>& drift) {
     while (!s.empty() && s.back() == ' ') s.pop_back();
     return s + "\n";
   };
-  std::size_t w2 = 3;
+  std::size_t w2 = new_header.size();
   for (const auto& d : drift) w2 = std::max(w2, d.new_value.size());
-  std::string out = row("WHAT", "OLD", "NEW");
+  std::string out = row("WHAT", old_header, new_header);
   out += row(std::string(w0, '-'), std::string(w1, '-'), std::string(w2, '-'));
   for (const auto& d : drift) out += row(d.what, d.old_value, d.new_value);
   return out;

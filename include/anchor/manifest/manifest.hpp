@@ -111,8 +111,11 @@ struct Drift {
 // missing sections compare as "(absent)".
 std::vector<Drift> compare(const nlohmann::json& old_manifest, const nlohmann::json& new_manifest);
 
-// An aligned three-column text table (WHAT, OLD, NEW), one row per drift;
-// "no drift\n" when the list is empty.
-std::string format_drift_table(const std::vector<Drift>& drift);
+// An aligned three-column text table (WHAT, OLD, NEW: or the two headers
+// given, such as A and B for two runs), one row per drift, every cell through
+// printable() (a manifest read from a report may hold any byte); "no drift\n"
+// when the list is empty.
+std::string format_drift_table(const std::vector<Drift>& drift, const std::string& old_header = "OLD",
+                               const std::string& new_header = "NEW");
 
 }  // namespace anchor::manifest

@@ -342,6 +342,11 @@ TEST(DriftTable, IsAligned) {
             "-----------  ---  ---\n"
             "a            old  new\n"
             "longer what  o    n\n");
+  // Two runs' headers, and a byte that is not UTF-8 shown, not written raw.
+  EXPECT_EQ(format_drift_table({{"data", std::string("x\xff"), "y"}}, "A", "B"),
+            "WHAT  A      B\n"
+            "----  -----  -\n"
+            "data  x\\xff  y\n");
 }
 
 }  // namespace
