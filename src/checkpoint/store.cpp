@@ -538,6 +538,16 @@ void compare_tensor_digests(FileCheck& c, const TensorDigests& got) {
   if (c.problems.size() == before) c.verified = want;
 }
 
+// The file's size, and its SHA-256 unless its tensors are pinned instead,
+// against what manifest.json says.
+void check_size_and_sha256(FileCheck& c, const FileDigest& d) {
+  if (d.size != c.size)
+    c.problems.push_back(c.name + ": size is " + std::to_string(d.size) + " bytes, manifest.json says " +
+                         std::to_string(c.size));
+  else if (!c.pinned && d.sha256 != c.sha256)
+    c.problems.push_back(c.name + ": SHA-256 is " + d.sha256 + ", manifest.json says " + c.sha256);
+}
+
 // A check that keeps no file (verify, list, retention): one streamed read, the
 // header and one chunk in memory whatever the file's size (stream_file).
 void check_file_streamed(FileCheck& c) {
@@ -549,11 +559,7 @@ void check_file_streamed(FileCheck& c) {
     return;
   }
   const bool sized = s->digest.size == c.size;
-  if (!sized)
-    c.problems.push_back(c.name + ": size is " + std::to_string(s->digest.size) + " bytes, manifest.json says " +
-                         std::to_string(c.size));
-  else if (!c.pinned && s->digest.sha256 != c.sha256)
-    c.problems.push_back(c.name + ": SHA-256 is " + s->digest.sha256 + ", manifest.json says " + c.sha256);
+  check_size_and_sha256(c, s->digest);
   if (!s->problem.empty()) c.problems.push_back(s->problem);
   if (c.pinned && sized && s->tensors) compare_tensor_digests(c, *s->tensors);
 }
@@ -567,11 +573,7 @@ void check_file(FileCheck& c, bool keep, std::int64_t dir_step) {
   std::optional<FileBytes> bytes = read_for_check(
       c, [&] { return c.is_safetensors ? FileBytes::read(c.path, &d) : FileBytes(read_file_hashed(c.path, &d)); });
   if (!bytes) return;
-  if (d.size != c.size)
-    c.problems.push_back(c.name + ": size is " + std::to_string(d.size) + " bytes, manifest.json says " +
-                         std::to_string(c.size));
-  else if (d.sha256 != c.sha256)
-    c.problems.push_back(c.name + ": SHA-256 is " + d.sha256 + ", manifest.json says " + c.sha256);
+  check_size_and_sha256(c, d);  // not pinned: a pinned file's tensors were checked above
   if (c.is_state) {
     try {
       json s = parse_json(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
