@@ -29,8 +29,7 @@ std::string rate_line(const char* name, const nlohmann::json& f) {
 
 ExitCode run_preflight(const PreflightOptions& o) {
   const config::Config cfg = config::load(o.config, o.overrides);
-  const nlohmann::json out =
-      pilot::preflight(cfg, cfg.run.output_dir + "/preflight", static_cast<std::uint64_t>(o.mib) << 20);
+  const nlohmann::json out = pilot::preflight(cfg, cfg.run.output_dir, static_cast<std::uint64_t>(o.mib) << 20);
   if (o.json) {
     std::cout << dump_json(out, 2) << std::endl;
     return ExitCode::kOk;

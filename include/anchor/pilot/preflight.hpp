@@ -31,7 +31,9 @@ Throughput measure_disk_write(const std::string& dir, std::uint64_t bytes);
 // storage. Throws Error (io) naming a file that cannot be read.
 Throughput measure_data_read(const std::vector<std::string>& files, std::uint64_t bytes);
 
-// Both for `cfg` (checkpoint.dir, else `fallback_dir`; data.train's files), as
+// Both for `cfg` (checkpoint.dir, else `fallback_dir`: `anchor preflight`
+// gives run.output_dir, under which a pilot puts its checkpoints then; either
+// is created when missing, as the pilot would; data.train's files), as
 // {"checkpoint_dir": {...}, "data": {...}, "all_reduce": {"skipped": ...},
 //  "gpu_health": {"skipped": ...}}: docs/pilot.md lists the fields.
 nlohmann::json preflight(const config::Config& cfg, const std::string& fallback_dir, std::uint64_t bytes);
