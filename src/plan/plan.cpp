@@ -773,6 +773,17 @@ json scaling(const Device& d, const Measured& m, const MemoryModel& mm, const co
   json rows = json::array(), knee;
   std::vector<json> entries, budgets;
   std::optional<std::size_t> chosen, base;
+  // The chosen count's deadline, days and cost: one that meets the deadline
+  // beats one that does not; then the cheaper, or when none meets it, the
+  // sooner done. Ties keep the fewer GPUs, searched first.
+  struct Pick {
+    bool meets = false;
+    double days = 0, cost = 0;
+    bool better_than(const Pick& o) const {
+      if (meets != o.meets) return meets;
+      return meets ? cost < o.cost : days < o.days;
+    }
+  } pick;
   double base_rate = 0;
   for (const int gpus : gpu_counts(cfg)) {
     const config::Config c = with_gpus(cfg, gpus);
@@ -813,14 +824,11 @@ json scaling(const Device& d, const Measured& m, const MemoryModel& mm, const co
                                                 dv.strategy.value_or("") + ")"
                                           : "the step's other parts: data wait and the optimizer step do not shrink "
                                             "with more GPUs"}};
-    const auto better = [&](std::size_t j) {
-      const doc::Budget bj = doc::budget_from_json(budgets[j]);
-      const bool mj = doc::device_from_json(entries[j]).meets_deadline.value_or(true);
-      if (meets != mj) return meets;
-      if (!meets) return bv.days.value_or(0.0) < bj.days.value_or(0.0);
-      return bv.cost.value_or(0.0) < bj.cost.value_or(0.0);  // ties: the fewer GPUs, searched first
-    };
-    if (fits && (!chosen || better(*chosen))) chosen = entries.size();
+    const Pick here{meets, bv.days.value_or(0.0), bv.cost.value_or(0.0)};
+    if (fits && (!chosen || here.better_than(pick))) {
+      chosen = entries.size();
+      pick = here;
+    }
     entries.push_back(std::move(dj));
     budgets.push_back(std::move(b));
   }
