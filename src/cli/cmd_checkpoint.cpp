@@ -47,14 +47,14 @@ ExitCode verify_program_save(const std::string& dir, const CheckpointOptions& o)
     if (pinned) j["against"] = pinned->to_json();
     std::cout << j.dump(2) << "\n";
   } else if (problems.empty()) {
-    std::cout << printable(dir) << ": ok (";
+    std::cout << for_terminal(dir) << ": ok (";
     if (dcp) std::cout << "DCP checkpoint, " << dcp->summary() << "; every storage item lies inside its file";
     if (dcp && pinned) std::cout << "; ";
     if (pinned)
       std::cout << "every file's size and SHA-256 match the save of step " << pinned->step << " the report pins";
     std::cout << ")\n";
   } else {
-    std::cout << printable(dir) << ": INVALID, " << problems.size() << (problems.size() == 1 ? " problem" : " problems")
+    std::cout << for_terminal(dir) << ": INVALID, " << problems.size() << (problems.size() == 1 ? " problem" : " problems")
               << ":\n";
     for (const auto& p : problems) std::cout << "  - " << p << "\n";
   }

@@ -85,8 +85,8 @@ ExitCode diff_two_runs(const DiffCliOptions& o) {
   else
     std::cout << diff_runs_text(d, o.config + " (run " + text(a, "run_id") + ")",
                                 o.report + " (run " + text(b, "run_id") + ")");
-  std::fprintf(stderr, "anchor diff: runs %s and %s %s\n", printable(text(a, "run_id")).c_str(),
-               printable(text(b, "run_id")).c_str(),
+  std::fprintf(stderr, "anchor diff: runs %s and %s %s\n", for_terminal(text(a, "run_id")).c_str(),
+               for_terminal(text(b, "run_id")).c_str(),
                d.differs() ? "differ in what decides the result or in what they found (exit 3)"
                            : "agree on what decides the result and on what they found (exit 0)");
   return d.differs() ? ExitCode::kVerification : ExitCode::kOk;
@@ -140,7 +140,7 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
                              2)
                 << std::endl;
     } else if (diffs.empty()) {
-      std::cout << "no differences: " << printable(o->config) << " is the config of run " << text(report, "run_id")
+      std::cout << "no differences: " << for_terminal(o->config) << " is the config of run " << text(report, "run_id")
                 << "\n";
     } else {
       std::cout << "KEY  PAST RUN  THIS CONFIG\n";
@@ -149,7 +149,7 @@ Runner setup_diff(CLI::App& sub, const GlobalOptions&) {
                   << (d.decides_result ? "" : "  (does not change the result)") << "\n";
     }
     std::fprintf(stderr, "anchor diff: %zu key(s) differ from run %s, %zu of them decide the result%s\n", diffs.size(),
-                 printable(text(report, "run_id")).c_str(), deciding, deciding ? "" : " (exit 0)");
+                 for_terminal(text(report, "run_id")).c_str(), deciding, deciding ? "" : " (exit 0)");
     return deciding ? ExitCode::kVerification : ExitCode::kOk;
   };
 }

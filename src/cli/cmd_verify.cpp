@@ -67,19 +67,19 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
       std::cout << dump_json(out, 2) << std::endl;
       return r.ok && !strict_failed ? ExitCode::kOk : ExitCode::kVerification;
     }
-    for (const auto& c : r.checks) std::cout << "ok    " << c << "\n";
-    for (const auto& w : r.warnings) std::cout << "warn  " << w << "\n";
-    for (const auto& f : r.failures) std::cout << "FAIL  " << f << "\n";
+    for (const auto& c : r.checks) std::cout << "ok    " << for_terminal(c) << "\n";
+    for (const auto& w : r.warnings) std::cout << "warn  " << for_terminal(w) << "\n";
+    for (const auto& f : r.failures) std::cout << "FAIL  " << for_terminal(f) << "\n";
     if (strict_failed) {
-      std::cout << o->report << ": verification FAILED under --strict (" << r.warnings.size() << " warning"
+      std::cout << for_terminal(o->report) << ": verification FAILED under --strict (" << r.warnings.size() << " warning"
                 << (r.warnings.size() == 1 ? "" : "s") << ", no failure)\n";
       return ExitCode::kVerification;
     }
     if (r.ok) {
-      std::cout << o->report << ": verified (key " << r.key_id << ")\n";
+      std::cout << for_terminal(o->report) << ": verified (key " << for_terminal(r.key_id) << ")\n";
       return ExitCode::kOk;
     }
-    std::cout << o->report << ": verification FAILED (" << r.failures.size() << " problem"
+    std::cout << for_terminal(o->report) << ": verification FAILED (" << r.failures.size() << " problem"
               << (r.failures.size() == 1 ? "" : "s") << ")\n";
     return ExitCode::kVerification;
   };

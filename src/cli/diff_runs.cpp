@@ -177,7 +177,10 @@ RunDiff diff_runs(const nlohmann::json& ja, const std::string& base_a, const nlo
 namespace {
 
 // Aligned columns, two spaces apart, indented by two.
-std::string table(const std::vector<std::vector<std::string>>& rows) {
+// Cells for a terminal (for_terminal: a report's strings may hold escapes), aligned.
+std::string table(std::vector<std::vector<std::string>> rows) {
+  for (auto& r : rows)
+    for (auto& cell : r) cell = for_terminal(cell);
   std::vector<std::size_t> width;
   for (const auto& r : rows)
     for (std::size_t i = 0; i < r.size(); ++i) {
@@ -222,7 +225,7 @@ std::string json_text(const nlohmann::json& v) { return v.is_null() ? "(absent)"
 
 std::string diff_runs_text(const RunDiff& d, const std::string& name_a, const std::string& name_b) {
   std::ostringstream out;
-  out << "A: " << printable(name_a) << "\nB: " << printable(name_b) << "\n\nOutcome\n"
+  out << "A: " << for_terminal(name_a) << "\nB: " << for_terminal(name_b) << "\n\nOutcome\n"
       << side_by_side(d.verdict, false);
   std::size_t deciding = 0;
   for (const auto& c : d.config) deciding += c.decides_result ? 1 : 0;
@@ -251,7 +254,7 @@ std::string diff_runs_text(const RunDiff& d, const std::string& name_a, const st
     out << d.figure_differences.size() << " differ:\n";
     constexpr std::size_t kShown = 10;
     for (std::size_t i = 0; i < d.figure_differences.size() && i < kShown; ++i)
-      out << "  - " << d.figure_differences[i] << "\n";
+      out << "  - " << for_terminal(d.figure_differences[i]) << "\n";
     if (d.figure_differences.size() > kShown)
       out << "  (" << d.figure_differences.size() - kShown << " more in --json)\n";
   }

@@ -105,15 +105,15 @@ const char* clear_line() {
 // problems one a line, "hint: <hint>"; returns the kind's exit code.
 // A value quoted whole is cut (anchor::capped), and at most 20 problems are listed.
 anchor::ExitCode report_error(const anchor::Error& e) {
-  std::fprintf(stderr, "%sanchor: error: %s\n", clear_line(), anchor::capped(e.what()).c_str());
+  std::fprintf(stderr, "%sanchor: error: %s\n", clear_line(), anchor::for_terminal(anchor::capped(e.what())).c_str());
   if (const auto* config_error = dynamic_cast<const anchor::config::ConfigError*>(&e)) {
     constexpr std::size_t kListed = 20;
     const auto& problems = config_error->problems();
     for (std::size_t i = 0; i < problems.size() && i < kListed; ++i)
-      std::fprintf(stderr, "  %s\n", anchor::capped(problems[i].format()).c_str());
+      std::fprintf(stderr, "  %s\n", anchor::for_terminal(anchor::capped(problems[i].format())).c_str());
     if (problems.size() > kListed) std::fprintf(stderr, "  ... and %zu more problems\n", problems.size() - kListed);
   }
-  if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", anchor::capped(e.hint()).c_str());
+  if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", anchor::for_terminal(anchor::capped(e.hint())).c_str());
   return anchor::exit_code_for(e.kind());
 }
 

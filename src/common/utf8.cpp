@@ -66,6 +66,29 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+std::string for_terminal(std::string_view s) {
+  const std::string text = printable(s);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<std::uint8_t>(text[i]);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else if (c == 0xc2 && i + 1 < text.size() && static_cast<std::uint8_t>(text[i + 1]) < 0xa0) {
+      const auto c1 = static_cast<std::uint8_t>(text[++i]);  // U+0080..U+009F: valid UTF-8 after printable()
+      out += "\\u00";
+      out += kHex[c1 >> 4];
+      out += kHex[c1 & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 nlohmann::json printable_json(const nlohmann::json& j) {
   switch (j.type()) {
     case nlohmann::json::value_t::string: {

@@ -291,7 +291,8 @@ std::string format_drift_table(const std::vector<Drift>& raw, const std::string&
   if (raw.empty()) return "no drift\n";
   std::vector<Drift> drift;
   drift.reserve(raw.size());
-  for (const auto& d : raw) drift.push_back({printable(d.what), printable(d.old_value), printable(d.new_value)});
+  for (const auto& d : raw)
+    drift.push_back({for_terminal(d.what), for_terminal(d.old_value), for_terminal(d.new_value)});
   std::size_t w0 = 4, w1 = old_header.size();
   for (const auto& d : drift) {
     w0 = std::max(w0, d.what.size());

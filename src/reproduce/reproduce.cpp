@@ -79,7 +79,7 @@ void open_bundle_if_given(Reproduction& r) {
     throw Error(ErrorKind::kUsage,
                 "the bundle " + printable(r.bundle->dir) + " carries the run's inputs: --root and --map do not apply",
                 "drop them; they are for a bundle made without --with-data, or a report");
-  note() << "reproduce: the bundle " << printable(r.bundle->dir) << " holds every file it lists, by digest\n";
+  note() << "reproduce: the bundle " << for_terminal(r.bundle->dir) << " holds every file it lists, by digest\n";
   r.report = r.bundle->envelope;
   r.envelope_only = true;
   r.catalog = r.bundle->catalog;
@@ -206,8 +206,8 @@ void locate_inputs(Reproduction& r) {
     const auto m = manifest::with_root_prefix(r.where, recorded_dir);
     for (auto& arg : *r.baseline.program->command) arg = manifest::map_path(m, arg);
   }
-  note() << "reproduce: the config's directory " << printable(recorded_dir) << " is read at "
-         << printable(r.cfg.base_dir) << "\n";
+  note() << "reproduce: the config's directory " << for_terminal(recorded_dir) << " is read at "
+         << for_terminal(r.cfg.base_dir) << "\n";
 }
 
 // What a re-run cannot reproduce: a program pilot from a bundle (the
@@ -285,13 +285,13 @@ void check_drift(Reproduction& r) {
 void note_unused_dirs(const Reproduction& r) {
   const config::Config& cfg = r.cfg;
   if (!cfg.checkpoint.dir.empty())
-    note() << "reproduce: the report's checkpoint.dir " << printable(cfg.checkpoint.dir)
+    note() << "reproduce: the report's checkpoint.dir " << for_terminal(cfg.checkpoint.dir)
            << " is not used; checkpoints go to "
            << (r.opts.checkpoint_dir.empty() ? "<run dir>/checkpoints (--checkpoint-dir to choose)"
                                              : r.opts.checkpoint_dir)
            << "\n";
   if (r.opts.run_dir.empty() && cfg.run.output_dir != config::Config{}.run.output_dir)
-    note() << "reproduce: the report's run.output_dir " << printable(cfg.run.output_dir)
+    note() << "reproduce: the report's run.output_dir " << for_terminal(cfg.run.output_dir)
            << " is not used; the run goes under " << config::Config{}.run.output_dir << "/ (--run-dir to choose)\n";
 }
 

@@ -25,6 +25,13 @@ bool is_valid_utf8(std::string_view s) noexcept;
 // to open.
 std::string printable(std::string_view s);
 
+// printable(s) for a terminal: also every control character but newline and
+// tab (C0, DEL, and the C1 range U+0080..U+009F, which some terminals take as
+// CSI) shown as \xNN (C1 as \u00NN). ESC in a hostile report's string would
+// otherwise move the cursor, clear the screen or retitle the window when
+// `anchor diff`, `verify` or `reproduce` prints it.
+std::string for_terminal(std::string_view s);
+
 // `text` as a message shows it: a run of more than `word_max` bytes without
 // a space (a value quoted whole: a 10 MB --set, a path of a million bytes) is
 // cut to its start and end around "…(N bytes)…", and the whole to `total_max`

@@ -141,4 +141,18 @@ TEST(Capped, ALongWordIsCutAroundItsMiddleAndTheWholeToItsLimit) {
   EXPECT_TRUE(anchor::is_valid_utf8(anchor::capped(accents, 4000, 1001)));
 }
 
+// For a terminal: every control character but newline and tab shown, C0,
+// DEL and C1 alike; printable text, bytes that are not UTF-8 as printable() shows them.
+TEST(ForTerminal, ShowsControlsInsteadOfSendingThem) {
+  EXPECT_EQ(anchor::for_terminal("plain text, ünïcode ✓"), "plain text, ünïcode ✓");
+  EXPECT_EQ(anchor::for_terminal("a\nb\tc"), "a\nb\tc");
+  EXPECT_EQ(anchor::for_terminal("\x1b]0;owned\x07\x1b[2J"), "\\x1b]0;owned\\x07\\x1b[2J");
+  EXPECT_EQ(anchor::for_terminal("del\x7f cr\r"), "del\\x7f cr\\x0d");
+  EXPECT_EQ(anchor::for_terminal("csi \xc2\x9b"
+                                 "31m"),
+            "csi \\u009b31m");                                          // U+009B, C1 CSI
+  EXPECT_EQ(anchor::for_terminal("nbsp \xc2\xa0."), "nbsp \xc2\xa0.");  // U+00A0 is text
+  EXPECT_EQ(anchor::for_terminal("bad \xff\x1b"), "bad \\xff\\x1b");
+}
+
 }  // namespace

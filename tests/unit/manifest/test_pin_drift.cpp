@@ -347,6 +347,11 @@ TEST(DriftTable, IsAligned) {
             "WHAT  A      B\n"
             "----  -----  -\n"
             "data  x\\xff  y\n");
+  // A hostile manifest's ESC (clear the screen) is shown, not sent to the terminal.
+  EXPECT_EQ(format_drift_table({{"data", "\x1b[2J", "y"}}, "A", "B"),
+            "WHAT  A        B\n"
+            "----  -------  -\n"
+            "data  \\x1b[2J  y\n");
 }
 
 }  // namespace
