@@ -193,6 +193,36 @@ def main():
             if d["status"] != "passed":
                 d["log"] = tail(log)
 
+    # ---- 1b. the preflight: NVML health, and the all-reduce over the GPUs ---
+    with Check(summary, "preflight") as d:
+        gpus = mach.get("device_count", 0)
+        cmd = [anchor, "preflight", "configs/pilot.yaml", "--set", "device=" + ("cpu" if dry else "cuda"),
+               "--set", "checkpoint.dir=" + os.path.join(out, "preflight"), "--mib", "64", "--json"]
+        if gpus >= 2:
+            cmd += ["--ranks", str(gpus)]  # NCCL over every GPU; one GPU: nothing to all-reduce
+        rc, log, secs = run(cmd, 300)
+        d.update(exit=rc, wall_s=round(secs, 2))
+        try:
+            pf = json.loads(log[log.index("{"):])
+        except ValueError:
+            pf = {}
+        health = pf.get("gpu_health", {})
+        d.update(gpu_health=health, all_reduce=pf.get("all_reduce"),
+                 disk_mb_per_s=pf.get("checkpoint_dir", {}).get("mb_per_s"))
+        if dry:
+            # No driver here: NVML is not opened, and says so.
+            d["status"] = "dry_run_ok" if rc == 0 and "libnvidia-ml" in health.get("skipped", "") else "failed"
+        else:
+            # NVML's devices are the GPUs torch sees, by name (nvidia-smi reads the same library).
+            names = [g.get("name") for g in health.get("devices", [])]
+            d["nvml_names"] = names
+            d["status"] = ("passed" if rc in (0, 3) and "skipped" not in health and len(names) >= gpus
+                           and mach.get("device_name") in names else "failed")
+            if rc == 3:
+                d["node_failed_health"] = health.get("failures")
+        if d["status"] == "failed":
+            d["log"] = tail(log)
+
     # ---- 2. GPT-2-small, bf16, loss scaler, activation checkpointing --------
     gpt2_rep = None
     with Check(summary, "gpt2_small_pilot") as d:

@@ -21,6 +21,7 @@ struct PilotOptions;
 }  // namespace anchor::pilot
 namespace anchor::worker {
 struct WorkerOptions;
+struct AllReduceProbeOptions;
 }  // namespace anchor::worker
 
 namespace anchor::cli {
@@ -44,5 +45,7 @@ std::string torch_binary();
 ExitCode run_pilot(const pilot::PilotOptions& opts);
 // `anchor __worker`: only in anchor-torch.
 ExitCode run_worker(const worker::WorkerOptions& opts);
+// `anchor __allreduce-probe`: only in anchor-torch (c10d).
+ExitCode run_allreduce_probe(const worker::AllReduceProbeOptions& opts);
 
 }  // namespace anchor::cli

@@ -18,5 +18,8 @@ ExitCode run_pilot(const pilot::PilotOptions& opts) {
 }
 
 ExitCode run_worker(const worker::WorkerOptions&) { hand_over_to_torch("a pilot worker trains"); }
+ExitCode run_allreduce_probe(const worker::AllReduceProbeOptions&) {
+  hand_over_to_torch("the probe's ranks meet in a c10d process group");
+}
 
 }  // namespace anchor::cli

@@ -23,6 +23,7 @@ const std::vector<Command>& commands() {
       {"manpage", "Print the man page (roff): anchor manpage | man -l -", setup_manpage},
       {"__worker", "internal: a pilot worker process", setup_worker},
       {"__sentinel", "internal: ends what a killed pilot left running", setup_sentinel},
+      {"__allreduce-probe", "internal: one rank of the preflight's all-reduce probe", setup_allreduce_probe},
       {"__process-facts", "internal: what pin needs of a process that trains (anchor-torch)", setup_process_facts},
   };
   return kCommands;

@@ -41,6 +41,7 @@ Runner setup_checkpoint(CLI::App& sub, const GlobalOptions& global);
 Runner setup_plan(CLI::App& sub, const GlobalOptions& global);
 Runner setup_diff(CLI::App& sub, const GlobalOptions& global);
 Runner setup_preflight(CLI::App& sub, const GlobalOptions& global);
+Runner setup_allreduce_probe(CLI::App& sub, const GlobalOptions& global);
 Runner setup_bundle(CLI::App& sub, const GlobalOptions& global);
 Runner setup_completion(CLI::App& sub, const GlobalOptions& global);
 Runner setup_manpage(CLI::App& sub, const GlobalOptions& global);

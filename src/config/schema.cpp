@@ -168,6 +168,8 @@ std::vector<Field> make_fields() {  // NOLINT(readability-function-size): the sc
           "program pilot (#42)").one_of({"fail", "warn"}),
     Field(ANCHOR_KEY(pilot.determinism), "The determinism control of a program pilot: worker B's steps run a second time from the same save, which tells a program that does not repeat itself (nondeterministic kernels) from a resume bug (docs/program.md, \"Nondeterminism or a resume bug?\"). auto: only when the resume does not match (a pilot that passes pays nothing); check: always, the run-to-run difference reported; off: never.",
           "program pilot (#42)").one_of({"auto", "check", "off"}),
+    Field(ANCHOR_KEY(pilot.preflight_mib), "MiB the pilot's first stage, the preflight, writes to checkpoint.dir (fsynced) and reads of data.train; it also all-reduces over the pilot's ranks and reads a GPU node's health, and a node that fails it is named before the pilot trains (docs/pilot.md, \"Preflight\"). 0: no preflight stage.",
+          "preflight (#44)").at_least(0),
 
     // device ---------------------------------------------------------------
     Field(ANCHOR_KEY(device), "Device: cpu, cuda (the rank's local device), cuda:N, rocm (HIP builds expose it as cuda), auto (a GPU when present, else cpu).",
@@ -232,6 +234,14 @@ std::vector<Field> make_fields() {  // NOLINT(readability-function-size): the sc
     Field(ANCHOR_KEY(budget.export_gb), "GB copied off the node after training.", "plan (#6)").at_least(0),
     Field(ANCHOR_KEY(budget.egress_gbps), "Bandwidth off the node, Gbit/s.", "plan (#6)").above(0),
     Field(ANCHOR_KEY(budget.ingress_gbps), "Bandwidth onto the node, Gbit/s.", "plan (#6)").above(0),
+    Field(ANCHOR_KEY(budget.download_command), "A command (argv, no shell) that downloads a sample of the data into the directory {out} stands for: the pilot runs it once in the config file's directory and times it, and the plan's download takes budget.download_gb at that rate (MEASURED) instead of budget.ingress_gbps (docs/plan.md, \"Download and preprocess\"). Empty: the download stays ASSUMED.",
+          "plan (#44)"),
+    Field(ANCHOR_KEY(budget.preprocess_command), "A command (argv, no shell) that preprocesses the sample at {in} into the directory {out}: the pilot runs it once and times it, and the plan's preprocessing takes budget.download_gb at that rate (MEASURED) instead of budget.preprocess_hours. Empty: preprocessing stays ASSUMED.",
+          "plan (#44)"),
+    Field(ANCHOR_KEY(budget.preprocess_sample), "The raw-data sample (a file or directory) budget.preprocess_command reads at {in}; empty: what budget.download_command downloaded.",
+          "plan (#44)").config_relative(),
+    Field(ANCHOR_KEY(budget.pipeline_timeout_s), "Seconds the download or preprocess command may run on its sample before anchor kills it and fails the pilot.",
+          "plan (#44)").above(0).at_most(31536000).because("a year: longer is no timeout at all"),
     Field(ANCHOR_KEY(budget.eval_every_steps), "Periodic eval interval in the long run, in steps; 0: none.",
           "plan (#6)").at_least(0),
     Field(ANCHOR_KEY(budget.nodes), "Nodes the long run may use at most: the plan searches GPU counts up to nodes x gpus_per_node.", "plan (#6)").at_least(1),

@@ -405,13 +405,15 @@ DistFault dist_fault(const EnvLookup& env) {
   DistFault f;
   const auto v = env("ANCHOR_DIST_FAULT");
   if (!v || v->empty()) return f;
-  // sigkill:<rank>:<step>, sigkill_save:<rank>:<step> or sigkill_rendezvous:<rank> (src/common/faults.cpp)
+  // sigkill:<rank>:<step>, sigkill_save:<rank>:<step>, sigkill_rendezvous:<rank> or sigkill_probe:<rank>
+  // (src/common/faults.cpp)
   const auto items = faults::parse("ANCHOR_DIST_FAULT", *v);
   if (items.empty()) return f;
   const auto& item = items.front();
-  f.point = item.point == "sigkill"        ? DistFault::Point::kStep
-            : item.point == "sigkill_save" ? DistFault::Point::kSave
-                                           : DistFault::Point::kRendezvous;
+  f.point = item.point == "sigkill"         ? DistFault::Point::kStep
+            : item.point == "sigkill_save"  ? DistFault::Point::kSave
+            : item.point == "sigkill_probe" ? DistFault::Point::kProbe
+                                            : DistFault::Point::kRendezvous;
   if (item.args[0] > std::numeric_limits<int>::max())
     throw Error(
         ErrorKind::kUsage,

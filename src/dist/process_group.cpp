@@ -553,6 +553,30 @@ GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Ten
   return st;
 }
 
+std::vector<AllReduceTiming> time_allreduce(ProcessGroup& pg, const std::vector<std::int64_t>& sizes,
+                                            const std::string& device, int warmup, int iters) {
+  const bool gpu = device.rfind("cuda", 0) == 0;
+  iters = std::max(1, iters);
+  std::vector<AllReduceTiming> out;
+  for (const std::int64_t bytes : sizes) {
+    auto t = torch::ones({std::max<std::int64_t>(1, bytes / 4)}, torch::dtype(torch::kFloat32).device(device));
+    const std::string what = "all-reduce probe (" + std::to_string(bytes) + " bytes)";
+    std::vector<double> times;
+    for (int i = 0; i < warmup + iters; ++i) {
+      pg.barrier(what);
+      if (gpu) torch::cuda::synchronize(t.device().index());
+      const auto t0 = Clock::now();
+      pg.allreduce_sum(t, what);
+      if (gpu) torch::cuda::synchronize(t.device().index());
+      if (i >= warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      t.fill_(1.0f);  // sums of sums would overflow to inf, which some reductions take a slower path for
+    }
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+    out.push_back({t.numel() * 4, times[times.size() / 2]});
+  }
+  return out;
+}
+
 void check_replicated(ProcessGroup& pg, const std::string& digest, std::int64_t step, const char* point) {
   auto all = pg.exchange(std::string("params/") + point + "/" + std::to_string(step), digest);
   std::string differ;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -60,6 +61,7 @@ struct Pilot {
   plan::Catalog catalog;
   std::string catalog_problem;  // a program pilot's catalog that did not load: its plan says so
   int nproc = 1;                // ranks of the reference and resume workers (distributed.nproc_per_node)
+  bool launched = false;        // torchrun or srun placed the ranks (run_supervisor's launched_world)
   std::string worker_binary;    // anchor-torch (or this binary when it has LibTorch)
   // The stages this pilot runs, in order: the JUnit file lists those it did not reach as skipped.
   std::vector<std::string> planned_stages;
@@ -85,6 +87,27 @@ struct Pilot {
     events->write({{"stage", name}, {"event", "end"}, {"status", record["status"]}, {"seconds", s}}, "supervisor");
   }
 };
+
+// The stages both drivers run first, before any worker: the preflight
+// (pilot.preflight_mib > 0) and the pipeline (budget.download_command or
+// preprocess_command), each added to p.planned_stages first (a pilot that
+// stops in the one still lists the other, not reached). nullopt when both
+// passed, else the pilot's exit code (its report published).
+std::optional<ExitCode> node_stages(Pilot& p);
+
+// The pilot's first stage (pilot.preflight_mib > 0; docs/pilot.md, "Preflight"):
+// the node measured (preflight.hpp) into report.json's node, the stage's
+// figures a line of it. A node that fails its health check, or whose disk or
+// all-reduce fails, fails the stage, named, before any worker starts (the
+// report published, the exit code returned). Where torchrun or srun placed
+// the ranks (p.launched, several nodes), the all-reduce is left to them.
+std::optional<ExitCode> preflight_stage(Pilot& p);
+
+// The pipeline stage (budget.download_command, budget.preprocess_command;
+// pipeline_timing.hpp): each command timed on its sample under
+// <run dir>/pipeline, into report.json's pipeline. A command that fails fails
+// the stage with its output's last lines.
+std::optional<ExitCode> pipeline_stage(Pilot& p);
 
 // The start point against what checkpoint.dir holds: "" when fine, else why
 // not, with what to do (pilot.start_from init needs no step directory there).

@@ -1486,6 +1486,7 @@ ExitCode run_program_pilot(Pilot& p) {
   r.k = p.cfg.pilot.steps_before_save;
   r.last = r.k + p.cfg.pilot.steps_after_resume;
   if (p.nproc > 1) p.planned_stages.insert(p.planned_stages.begin() + 1, "ranks_rng");
+  if (Step end = node_stages(p)) return *end;
   for (auto step : {prepare, reference, ranks_rng, pin, resume})
     if (Step end = step(r)) return *end;
   compare(r);

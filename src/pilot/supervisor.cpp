@@ -650,6 +650,7 @@ void configure(Pilot& p, const PilotOptions& opts, int launched_world) {
   // Each worker rank picks its device and backend itself (it has LibTorch):
   // dist::rank_device, dist::choose_backend.
   p.nproc = launched_world > 0 ? launched_world : p.cfg.distributed.nproc_per_node;
+  p.launched = launched_world > 0;
   if (launched_world > 0 && p.cfg.pilot.resume_world_size > 0 && p.cfg.pilot.resume_world_size != launched_world)
     throw Error(ErrorKind::kUsage,
                 "pilot.resume_world_size is " + std::to_string(p.cfg.pilot.resume_world_size) + ", but " +
@@ -1042,6 +1043,7 @@ ExitCode run_supervisor(const PilotOptions& opts, int launched_world) {
                       "plan"};
   if (!p.copy_to.empty()) p.planned_stages.insert(p.planned_stages.begin() + 11, "copy_off");
   if (opts.baseline) p.planned_stages.push_back("reproduce_compare");
+  if (Step end = node_stages(p)) return *end;
   for (auto step : {before_workers, reference_worker, resume_worker, compare_workers, distributed_section,
                     probe_and_plan, reproduce_compare})
     if (Step end = step(r)) return *end;

@@ -183,6 +183,24 @@ void write_warnings_and_assumptions(std::ostream& o, const doc::Plan& p) {
 
 }  // namespace
 
+namespace {
+// The node the preflight measured, as the plan used it.
+void write_node(std::ostream& o, const doc::PlanNode& n) {
+  if (const auto& in = n.input)
+    o << "\nThe node's input: " << f(d(in->tokens_per_s_per_node) / 1e6, 2) << " M tokens/s ("
+      << f(d(in->read_mb_per_s), 1) << " MB/s; " << s(in->basis) << ")\n";
+  if (const auto& a = n.all_reduce) {
+    o << "The node's all-reduce: " << f(d(a->bus_bandwidth_bytes_per_s) / 1e9, 2) << " GB/s bus bandwidth, "
+      << f(d(a->latency_s) * 1e6, 1) << " us latency over " << f(d(a->ranks), 0) << " ranks (" << s(a->backend)
+      << "; MEASURED)\n";
+    if (const auto& c = a->check)
+      o << "  the communication model against the pilot's " << f(d(c->world), 0) << " ranks: predicted "
+        << f(d(c->predicted_comm_s) * 1e3, 3) << " ms, measured " << f(d(c->measured_comm_s) * 1e3, 3) << " ms ("
+        << f(d(c->measured_over_predicted), 2) << "x; " << s(c->what) << ")\n";
+  }
+}
+}  // namespace
+
 std::string format_plan(const nlohmann::json& plan) {
   const doc::Plan p = doc::plan_from_json(plan);
   std::ostringstream o;
@@ -196,6 +214,7 @@ std::string format_plan(const nlohmann::json& plan) {
   if (p.piloted_device)
     o << "\nOn the " << s(p.piloted_device->device) << " it was piloted on: " << f(d(p.piloted_device->days), 3)
       << " days (" << s(p.piloted_device->basis) << ")\n";
+  if (p.node) write_node(o, *p.node);
   if (p.advice && !p.advice->empty()) {
     o << "\nAdvice:\n";
     for (const auto& a : *p.advice) o << "  - " << a << "\n";

@@ -113,9 +113,28 @@ struct BudgetItems {
 // Download, preprocessing, training steps, data loading and eval; returns the
 // seconds of work (training, data, eval) a failure can interrupt.
 double add_work_items(const BudgetInput& in, BudgetItems& b) {
-  b.add("download", in.download_gb * 8.0 / in.ingress_gbps,
-        fixed(in.download_gb, 1) + " GB at " + fixed(in.ingress_gbps, 2) + " Gbit/s");
-  b.add("preprocess", in.preprocess_hours * 3600.0, "budget.preprocess_hours");
+  // A command timed on a sample: the whole budget.download_gb at its rate (MEASURED).
+  const auto timed = [&](const char* name, double rate, double sample, const char* instead) {
+    const std::string on = " at " + fixed(rate / 1e6, 2) + " MB/s (MEASURED: budget." + name + "_command on a " +
+                           fixed(sample / 1e6, 3) + " MB sample, extrapolated by size";
+    if (in.download_gb <= 0)
+      b.add(name, 0.0,
+            "0 GB" + on + "; budget.download_gb is 0: give the data's size to extrapolate to, instead of " + instead +
+                ")");
+    else
+      b.add(name, in.download_gb * 1e9 / rate, fixed(in.download_gb, 1) + " GB" + on + ")");
+  };
+  if (in.download_measured_bytes_per_s > 0)
+    timed("download", in.download_measured_bytes_per_s, in.download_sample_bytes, "budget.ingress_gbps");
+  else
+    b.add("download", in.download_gb * 8.0 / in.ingress_gbps,
+          fixed(in.download_gb, 1) + " GB at " + fixed(in.ingress_gbps, 2) +
+              " Gbit/s (budget.ingress_gbps, ASSUMED: budget.download_command would time it)");
+  if (in.preprocess_measured_bytes_per_s > 0)
+    timed("preprocess", in.preprocess_measured_bytes_per_s, in.preprocess_sample_bytes, "budget.preprocess_hours");
+  else
+    b.add("preprocess", in.preprocess_hours * 3600.0,
+          "budget.preprocess_hours (ASSUMED: budget.preprocess_command would time it)");
   const double train_s = in.steps * in.compute_s_per_step;
   b.add("training_steps", train_s,
         fixed(in.steps, 0) + " steps x " + fixed(in.compute_s_per_step, 4) + " s (compute + communication)");
@@ -664,6 +683,14 @@ BudgetInput budget_input(const Device& d, const Measured& m, const Target& t, co
   bi.egress_gbps = cfg.budget.egress_gbps;
   if (m.copy_off_bytes > 0 && m.copy_off_seconds > 0)
     bi.egress_measured_gbps = m.copy_off_bytes * 8.0 / 1e9 / m.copy_off_seconds;
+  if (m.download_bytes > 0 && m.download_seconds > 0) {
+    bi.download_measured_bytes_per_s = m.download_bytes / m.download_seconds;
+    bi.download_sample_bytes = m.download_bytes;
+  }
+  if (m.preprocess_bytes > 0 && m.preprocess_seconds > 0) {
+    bi.preprocess_measured_bytes_per_s = m.preprocess_bytes / m.preprocess_seconds;
+    bi.preprocess_sample_bytes = m.preprocess_bytes;
+  }
   bi.margin = cfg.budget.margin;
   bi.price_on_demand = d.price_on_demand;
   bi.price_7_day = d.price_7_day;
@@ -708,7 +735,15 @@ json evaluate_device(const Device& d, const Measured& m, const MemoryModel& mm, 
   const double comm_s = comm.exposed_s;
   dj["communication"] = comm.to_json();
   const double data_s = m.data_wait_s * t.tokens_per_gpu_step / m.step_tokens;
-  const double step_s = compute_s + comm_s + data_s;
+  // The node's storage feeds every GPU on it: past the preflight's measured
+  // read rate (tokens/s per node), the step waits for input however fast it computes.
+  const double per_node = static_cast<double>(t.world) / std::max(1, t.nodes);
+  const double input_s =
+      m.node_input_tokens_per_s > 0 ? per_node * t.tokens_per_gpu_step / m.node_input_tokens_per_s : 0.0;
+  const bool input_bound = input_s > compute_s + comm_s + data_s;
+  const double step_s = input_bound ? input_s : compute_s + comm_s + data_s;
+  dj["input_seconds_per_step"] = input_s;
+  dj["input_bound"] = input_bound;
   dj["comm_bytes_per_step"] = comm_bytes;
   dj["comm_seconds_per_step"] = comm_s;
   dj["compute_seconds_per_step"] = compute_s;
@@ -810,20 +845,28 @@ json scaling(const Device& d, const Measured& m, const MemoryModel& mm, const co
                     {"tokens_per_s", rate},
                     {"scaling_efficiency", efficiency},
                     {"communication_share", comm_share},
+                    {"input_bound", dv.input_bound.value_or(false)},
                     {"days", bv.days.value_or(0.0)},
                     {"cost", bv.cost.value_or(0.0)},
                     {"pricing", bv.pricing.value_or("")},
                     {"meets_deadline", meets}});
+    const int per_node = gpus / std::max(1, t.nodes);
     if (fits && knee.is_null() && efficiency < cfg.budget.min_scaling_efficiency)
       knee = {{"gpus", gpus},
               {"scaling_efficiency", efficiency},
-              {"cause", comm_share >= 0.1 ? "communication: " + fixed(comm_share * 100, 0) + "% of the step at " +
-                                                std::to_string(gpus) +
-                                                " GPUs is communication the backward pass "
-                                                "does not hide (" +
-                                                dv.strategy.value_or("") + ")"
-                                          : "the step's other parts: data wait and the optimizer step do not shrink "
-                                            "with more GPUs"}};
+              {"cause",
+               dv.input_bound.value_or(false)
+                   ? "input: the node's storage, read at the preflight's measured " +
+                         fixed(m.node_input_tokens_per_s / 1e6, 2) + " M tokens/s, feeds " + std::to_string(per_node) +
+                         " GPUs a node at most " + fixed(m.node_input_tokens_per_s / per_node / 1e6, 2) +
+                         " M tokens/s each, less than they compute"
+               : comm_share >= 0.1
+                   ? "communication: " + fixed(comm_share * 100, 0) + "% of the step at " + std::to_string(gpus) +
+                         " GPUs is communication the backward pass "
+                         "does not hide (" +
+                         dv.strategy.value_or("") + ")"
+                   : "the step's other parts: data wait and the optimizer step do not shrink "
+                     "with more GPUs"}};
     const Pick here{meets, bv.days.value_or(0.0), bv.cost.value_or(0.0)};
     if (fits && (!chosen || here.better_than(pick))) {
       chosen = entries.size();
@@ -875,6 +918,48 @@ json advice(const Device& d, const MemoryModel& mm, const Target& t, int per_nod
                 "; FSDP shards it to " + fixed(gib(fsdp_peak), 2) + " GiB but moves " + fixed(fsdp_bytes / 1e9, 2) +
                 " GB per GPU per step against DDP's " + fixed(ddp_bytes / 1e9, 2) +
                 " GB: shard only what does not fit (the plan tries ZeRO-1 and ZeRO-2 first)");
+  return out;
+}
+
+// What the preflight measured of the node, as the plan uses it
+// (docs/plan.md, "The node"): the storage's input rate, which caps the
+// tokens a node's GPUs get (input_seconds_per_step), and the all-reduce's
+// latency and bus bandwidth, with which the communication model predicts the
+// pilot's own DDP all-reduce: the check against what its ranks measured.
+json node_json(const Measured& m, const config::Config& cfg) {
+  json out = json::object();
+  if (m.node_input_tokens_per_s > 0)
+    out["input"] = {{"tokens_per_s_per_node", m.node_input_tokens_per_s},
+                    {"read_mb_per_s", m.node_read_mb_per_s},
+                    {"basis",
+                     "MEASURED: the preflight's read of data.train from storage (page cache dropped), in the "
+                     "loader's tokens; a dataset the page cache holds reads faster after its first epoch"}};
+  if (m.allreduce_ranks > 1) {
+    json ar = {{"ranks", m.allreduce_ranks},
+               {"backend", m.allreduce_backend},
+               {"latency_s", m.allreduce_latency_s},
+               {"bus_bandwidth_bytes_per_s", m.allreduce_busbw},
+               {"basis", "MEASURED: the preflight's all-reduce over the pilot's ranks on this node"}};
+    // The model: each bucket a message paying the measured latency, the
+    // bytes (the bus factor in them) at the measured bus bandwidth.
+    if (m.world_size == m.allreduce_ranks && m.strategy == "ddp" && m.comm_s_min > 0 && m.state.gradients > 0) {
+      const double bucket = cfg.distributed.bucket_mb * 1024 * 1024;
+      const double messages = std::max(1.0, std::ceil(m.state.gradients / bucket));
+      const double bytes = comm_bytes_per_step(0, m.world_size, m.world_size, m.state.gradients, 1);
+      const double predicted = messages * m.allreduce_latency_s + bytes / m.allreduce_busbw;
+      ar["check"] = {{"world", m.world_size},
+                     {"gradient_bytes", m.state.gradients},
+                     {"messages", messages},
+                     {"predicted_comm_s", predicted},
+                     {"measured_comm_s", m.comm_s_min},
+                     {"measured_over_predicted", m.comm_s_min / predicted},
+                     {"what",
+                      "the pilot's DDP all-reduce of its gradients, predicted as messages x latency + bytes x "
+                      "2(n-1)/n / bus bandwidth, against the step's comm_s at the rank that spent least in it "
+                      "(the others also waited for it); what is measured also flattens and copies the buckets"}};
+    }
+    out["all_reduce"] = std::move(ar);
+  }
   return out;
 }
 
@@ -1085,6 +1170,7 @@ nlohmann::json make_plan(const Measured& m, const Catalog& catalog, const config
   target["max_gpus"] = t.world;
   out["target"] = std::move(target);
   out["piloted_device"] = piloted_device(m, planned, cfg);
+  out["node"] = node_json(m, cfg);
   if (rec && rec->device)
     if (const Device* d = catalog.find(*rec->device)) out["advice"] = advice(*d, mm, planned, cfg.budget.gpus_per_node);
   out["assumptions"] = assumptions_of(m, planned, devices);

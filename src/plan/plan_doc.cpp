@@ -114,6 +114,7 @@ void fields(V& v, Device& s) {
   v("cheaper_term", s.cheaper_term);
   v("fits", s.fits);
   v("meets_deadline", s.meets_deadline);
+  v("input_bound", s.input_bound);
   v("gpus", s.gpus);
   v("nodes", s.nodes);
   v("sharding_degree", s.sharding_degree);
@@ -179,6 +180,40 @@ void fields(V& v, Budget& s) {
 }
 
 template <class V>
+void fields(V& v, NodeInput& s) {
+  v("tokens_per_s_per_node", s.tokens_per_s_per_node);
+  v("read_mb_per_s", s.read_mb_per_s);
+  v("basis", s.basis);
+}
+
+template <class V>
+void fields(V& v, CommunicationCheck& s) {
+  v("world", s.world);
+  v("gradient_bytes", s.gradient_bytes);
+  v("messages", s.messages);
+  v("predicted_comm_s", s.predicted_comm_s);
+  v("measured_comm_s", s.measured_comm_s);
+  v("measured_over_predicted", s.measured_over_predicted);
+  v("what", s.what);
+}
+
+template <class V>
+void fields(V& v, NodeAllReduce& s) {
+  v("ranks", s.ranks);
+  v("latency_s", s.latency_s);
+  v("bus_bandwidth_bytes_per_s", s.bus_bandwidth_bytes_per_s);
+  v("backend", s.backend);
+  v("basis", s.basis);
+  v("check", s.check);
+}
+
+template <class V>
+void fields(V& v, PlanNode& s) {
+  v("input", s.input);
+  v("all_reduce", s.all_reduce);
+}
+
+template <class V>
 void fields(V& v, Plan& s) {
   v("format", s.format);
   v("why", s.why);
@@ -189,6 +224,7 @@ void fields(V& v, Plan& s) {
   v("recommendation", s.recommendation);
   v("budget", s.budget);
   v("piloted_device", s.piloted_device);
+  v("node", s.node);
   v("advice", s.advice);
   v("warnings", s.warnings);
   v("assumptions", s.assumptions);

@@ -2,6 +2,8 @@
 // plan made from a figure that is not there would be a guess.
 #include "anchor/run_report/plan_inputs.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "anchor/error.hpp"
@@ -118,6 +120,48 @@ void read_program_model(const ModelFigures* model, plan::Measured& m) {
 
 }  // namespace
 
+namespace {
+
+// A figure the plan may use: finite and above 0, else 0 (not measured, or a
+// report's value no plan should rest on).
+double usable(const Opt<double>& v) { return v && std::isfinite(*v) && *v > 0 ? *v : 0.0; }
+
+// The communication the pilot's ranks measured, the pipeline's commands as
+// timed on their samples, and the node its preflight measured.
+void read_node(const RunReport& r, plan::Measured& m) {
+  if (const Distributed* d = ptr(r.distributed); d && d->world_size.value_or(1) > 1) {
+    m.world_size = static_cast<int>(std::clamp<std::int64_t>(*d->world_size, 1, 1 << 20));
+    m.strategy = d->strategy.value_or("");
+    for (const auto& rank : or_empty(d->per_rank))
+      if (const double c = usable(rank.comm_s); c > 0 && (m.comm_s_min == 0 || c < m.comm_s_min)) m.comm_s_min = c;
+  }
+  if (const PipelineFigures* pl = ptr(r.pipeline)) {
+    if (const PipelineCommand* c = ptr(pl->download); c && usable(c->bytes) > 0 && usable(c->seconds) > 0) {
+      m.download_bytes = *c->bytes;
+      m.download_seconds = *c->seconds;
+    }
+    if (const PipelineCommand* c = ptr(pl->preprocess); c && usable(c->bytes) > 0 && usable(c->seconds) > 0) {
+      m.preprocess_bytes = *c->bytes;
+      m.preprocess_seconds = *c->seconds;
+    }
+  }
+  const Node* n = ptr(r.node);
+  if (!n) return;
+  if (const NodeRate* data = ptr(n->data)) {
+    m.node_input_tokens_per_s = usable(data->tokens_per_s);
+    m.node_read_mb_per_s = usable(data->mb_per_s);
+  }
+  if (const AllReduceFigures* a = ptr(n->all_reduce); a && a->ranks.value_or(0) > 1) {
+    m.allreduce_ranks = static_cast<int>(std::min<std::int64_t>(*a->ranks, 1 << 20));
+    m.allreduce_latency_s = usable(a->latency_us) * 1e-6;
+    m.allreduce_busbw = usable(a->busbw_gb_per_s) * 1e9;
+    m.allreduce_backend = a->backend.value_or("");
+    if (m.allreduce_busbw <= 0) m.allreduce_ranks = 0;
+  }
+}
+
+}  // namespace
+
 plan::Measured measured_from_report(const RunReport& r) {
   plan::Measured m;
   m.device = r.device.value_or("unknown");
@@ -151,6 +195,7 @@ plan::Measured measured_from_report(const RunReport& r) {
     m.libtorch = *r.manifest->dependencies->libtorch;
   else if (r.program && r.program->versions && r.program->versions->torch)
     m.libtorch = *r.program->versions->torch;
+  read_node(r, m);
   for (const auto& s : or_empty(r.stages)) {
     const bool passed = s.status == "passed";
     if (passed) m.stages_passed.push_back(s.stage.value_or(""));

@@ -132,7 +132,9 @@ std::string stage_figure(const Stage& s) {
   std::ostringstream os;
   os << std::setprecision(5);
   const std::string name = s.stage.value_or("");
-  if (name == "precision" && f.verdict)
+  if (name == "preflight" && f.finding)
+    os << *f.finding;
+  else if (name == "precision" && f.verdict)
     os << f.precision.value_or("") << " vs fp32: " << *f.verdict << ", loss rel " << std::setprecision(2)
        << f.loss_rel_diff.value_or(0.0) << ", grad norm rel " << f.grad_norm_rel_diff.value_or(0.0);
   else if (name == "determinism" && f.finding) {
@@ -163,9 +165,58 @@ std::string stage_figure(const Stage& s) {
   return os.str();
 }
 
+// report.md's "Node": the preflight's figures (report.json's node).
+void write_node_md(std::ostream& md, const Node& n) {
+  md << "\n## Node (preflight)\n\n| what | figure |\n|---|---|\n| host | " << text_of(n.host) << " |\n";
+  for (const auto* rate : {&n.checkpoint_dir, &n.data}) {
+    const char* what = rate == &n.data ? "data.train read" : "checkpoint.dir write + fsync";
+    if (const auto& f = *rate; f && f->skipped)
+      md << "| " << what << " | skipped: " << *f->skipped << " |\n";
+    else if (f)
+      md << "| " << what << " | " << fmt_number(f->mb_per_s, 1) << " MB/s (" << fmt_bytes(f->bytes.value_or(-1))
+         << " in " << fmt_number(f->seconds) << " s, " << text_of(f->kind) << ")"
+         << (f->tokens_per_s ? ", " + fmt_number(f->tokens_per_s, 0) + " tokens/s" : std::string()) << ": "
+         << text_of(f->path) << " |\n";
+  }
+  if (const auto& a = n.all_reduce; a && a->skipped)
+    md << "| all-reduce | skipped: " << *a->skipped << " |\n";
+  else if (a)
+    md << "| all-reduce | " << fmt_number(a->busbw_gb_per_s, 2) << " GB/s bus bandwidth, "
+       << fmt_number(a->latency_us, 1) << " us latency over " << text_of(a->ranks) << " ranks (" << text_of(a->backend)
+       << ", " << text_of(a->kind) << ") |\n";
+  if (const auto& h = n.gpu_health; h && h->skipped)
+    md << "| GPU health | skipped: " << *h->skipped << " |\n";
+  else if (h) {
+    md << "| GPU health | driver " << text_of(h->driver) << "; Xids " << text_of(h->xid_read) << "; "
+       << (or_empty(h->failures).empty() ? std::string("no failures")
+                                         : std::to_string(h->failures->size()) + " failure(s)")
+       << " |\n";
+    for (const auto& f : or_empty(h->failures)) md << "| GPU failure | " << f << " |\n";
+    for (const auto& w : or_empty(h->warnings)) md << "| GPU warning | " << w << " |\n";
+  }
+}
+
+// Under "Node": the pipeline's commands as they ran on their samples.
+void write_pipeline_md(std::ostream& md, const PipelineFigures& p) {
+  for (const auto* c : {&p.download, &p.preprocess})
+    if (*c) {
+      std::string command;
+      for (const auto& a : or_empty((*c)->command)) command += (command.empty() ? "" : " ") + printable(a);
+      for (std::size_t at = 0; (at = command.find('|', at)) != std::string::npos; at += 2) command.insert(at, "\\");
+      md << "| " << (c == &p.download ? "download command" : "preprocess command") << " | "
+         << fmt_bytes((*c)->bytes.value_or(-1)) << " in " << fmt_number((*c)->seconds) << " s, "
+         << fmt_number((*c)->mb_per_s, 2) << " MB/s (" << text_of((*c)->kind) << "): " << command << " |\n";
+    }
+}
+
 // report.md's "Measurements": the measured step, memory against the device,
 // checkpoint I/O and validation, from report.json's measurements.
 void write_measurements_md(std::ostream& md, const RunReport& r) {
+  if (r.node) write_node_md(md, *r.node);
+  if (r.pipeline) {
+    if (!r.node) md << "\n## Node (preflight)\n\n| what | figure |\n|---|---|\n";
+    write_pipeline_md(md, *r.pipeline);
+  }
   if (!r.measurements) return;
   const Measurements& m = *r.measurements;
   md << "\n## Measurements\n\n| what | figure |\n|---|---|\n";

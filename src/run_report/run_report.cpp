@@ -341,6 +341,78 @@ void fields(V& v, Measurements& s) {
 }
 
 template <class V>
+void fields(V& v, NodeRate& s) {
+  v("path", s.path);
+  v("what", s.what);
+  v("kind", s.kind);
+  v("skipped", s.skipped);
+  v("bytes", s.bytes);
+  v("seconds", s.seconds);
+  v("mb_per_s", s.mb_per_s);
+  v("bytes_per_token", s.bytes_per_token);
+  v("tokens_per_s", s.tokens_per_s);
+  v("files", s.files);
+}
+
+template <class V>
+void fields(V& v, AllReduceSize& s) {
+  v("bytes", s.bytes);
+  v("seconds", s.seconds);
+  v("algbw_gb_per_s", s.algbw_gb_per_s);
+  v("busbw_gb_per_s", s.busbw_gb_per_s);
+}
+
+template <class V>
+void fields(V& v, AllReduceFigures& s) {
+  v("backend", s.backend);
+  v("what", s.what);
+  v("kind", s.kind);
+  v("skipped", s.skipped);
+  v("ranks", s.ranks);
+  v("latency_us", s.latency_us);
+  v("busbw_gb_per_s", s.busbw_gb_per_s);
+  v("sizes", s.sizes);
+}
+
+template <class V>
+void fields(V& v, GpuHealth& s) {
+  v("skipped", s.skipped);
+  v("driver", s.driver);
+  v("xid_read", s.xid_read);
+  v("kind", s.kind);
+  v("failures", s.failures);
+  v("warnings", s.warnings);
+  v("xid", s.xid);
+  v("devices", s.devices);
+}
+
+template <class V>
+void fields(V& v, Node& s) {
+  v("host", s.host);
+  v("checkpoint_dir", s.checkpoint_dir);
+  v("data", s.data);
+  v("all_reduce", s.all_reduce);
+  v("gpu_health", s.gpu_health);
+}
+
+template <class V>
+void fields(V& v, PipelineCommand& s) {
+  v("command", s.command);
+  v("seconds", s.seconds);
+  v("bytes", s.bytes);
+  v("mb_per_s", s.mb_per_s);
+  v("log", s.log);
+  v("what", s.what);
+  v("kind", s.kind);
+}
+
+template <class V>
+void fields(V& v, PipelineFigures& s) {
+  v("download", s.download);
+  v("preprocess", s.preprocess);
+}
+
+template <class V>
 void fields(V& v, CheckpointEntry& s) {
   v("dir", s.dir);
   v("manifest_sha256", s.manifest_sha256);
@@ -481,6 +553,8 @@ void fields(V& v, RunReport& s) {
   v("loss_scaler", s.loss_scaler);
   v("precision", s.precision);
   v("distributed", s.distributed);
+  v("node", s.node);
+  v("pipeline", s.pipeline);
   v("measurements", s.measurements);
   v("checkpoints", s.checkpoints);
   v("reproduces", s.reproduces);

@@ -132,8 +132,9 @@ TEST(FrontEnd, PilotManifestPinsTheProcessThatTrains) {
             "anchor-torch");
   auto report = nlohmann::json::parse(anchor::fs::read_file(t.str("run") + "/report.json"));
   EXPECT_EQ(report["manifest"], m) << "the report embeds the manifest worker A wrote";
-  EXPECT_EQ(report["stages"][0]["stage"], "pin");
-  EXPECT_EQ(report["stages"][0]["figures"]["reused"], false);
+  EXPECT_EQ(report["stages"][0]["stage"], "preflight");  // the node, before anything is pinned
+  EXPECT_EQ(report["stages"][1]["stage"], "pin");
+  EXPECT_EQ(report["stages"][1]["figures"]["reused"], false);
 }
 
 // `anchor pin` runs in the front end and pins anchor-torch's process: it asks
@@ -151,7 +152,7 @@ TEST(FrontEnd, PinAsksTheTorchBinaryOnceAndReusesTheAnswerUntilSomethingChanges)
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   const std::map<std::string, std::string> env = {{"ANCHOR_CACHE_DIR", t.str("cache")}};
   int n = 0;
-  auto pin = [&](std::map<std::string, std::string> extra = {}, std::vector<std::string> more = {}) {
+  auto pin = [&](const std::map<std::string, std::string>& extra = {}, std::vector<std::string> more = {}) {
     const std::string out = t.str("m" + std::to_string(++n) + ".json");
     anchor::proc::SpawnOptions o;
     o.env = env;
@@ -311,7 +312,7 @@ TEST(FrontEnd, NoColorTurnsColourOffOnATerminal) {
   auto warned = [&](const std::map<std::string, std::string>& set, const std::vector<std::string>& unset) {
     // A garbled process-facts cache: anchor warns and rewrites it, so write it again each time.
     std::ofstream(cache + "/process-facts.json") << "garbage";
-    const std::string out = run_on_a_terminal({"pin", kPilot, "-o", (t.path() / "m.json").string()}, set, unset);
+    std::string out = run_on_a_terminal({"pin", kPilot, "-o", (t.path() / "m.json").string()}, set, unset);
     const auto first = out.find("process-facts cache");
     EXPECT_NE(first, std::string::npos) << out;
     EXPECT_EQ(out.find("process-facts cache", first + 1), std::string::npos) << "warned twice:\n" << out;
@@ -442,6 +443,20 @@ TEST(FrontEnd, VerboseShowsDebugLines) {
   auto verbose = run_anchor({"-v", "reproduce", t.str("none.json")}, {{"ANCHOR_LOG_LEVEL", "info"}});
   EXPECT_NE(verbose.output.find(refused), std::string::npos) << verbose.output;
   EXPECT_NE(verbose.output.find(line), std::string::npos) << verbose.output;
+}
+
+// An error that quotes a hostile name (a path holding ESC sequences that
+// would clear the screen and retitle the window) shows the escapes, not
+// sends them: every error line goes through for_terminal. The control: the
+// same name's printable text is in the message.
+TEST(FrontEnd, AnErrorShowsTerminalEscapesInsteadOfSendingThem) {
+  TempDir t("escapes");
+  const std::string hostile = t.str("\x1b]0;owned\x07\x1b[2Jreport.json");
+  auto r = run_anchor({"verify", hostile});
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\x07'), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\\x1b]0;owned\\x07\\x1b[2Jreport.json"), std::string::npos) << r.output;
 }
 
 }  // namespace

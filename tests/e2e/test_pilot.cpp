@@ -107,9 +107,9 @@ TEST(Pilot, PassesWithBitwiseResumeAndLeavesTheEvidence) {
   // Every stage ran and was logged as it happened, including the real SIGKILL.
   std::vector<std::string> stages;
   for (const auto& s : report["stages"]) stages.push_back(s["stage"]);
-  EXPECT_EQ(stages,
-            (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save", "reference", "kill", "restore",
-                                      "eval_after_restore", "resume", "export", "compare", "memory_probe", "plan"}));
+  EXPECT_EQ(stages, (std::vector<std::string>{"preflight", "pin", "load", "train", "eval", "checkpoint_save",
+                                              "reference", "kill", "restore", "eval_after_restore", "resume", "export",
+                                              "compare", "memory_probe", "plan"}));
   bool sigkill_logged = false;
   int starts = 0, ends = 0;
   std::map<std::string, int> worker_lines;  // the worker protocol's lines, by type (docs/program.md, "The contract")
@@ -871,7 +871,8 @@ TEST(Pilot, SigtermStopsTheWorkersKeepsCommittedCheckpointsAndExits143) {
   std::vector<std::string> passed;
   for (const auto& st : report["stages"])
     if (st["status"] == "passed") passed.push_back(st["stage"].get<std::string>());
-  EXPECT_EQ(passed, (std::vector<std::string>{"pin", "load", "train", "eval", "checkpoint_save"})) << report["stages"];
+  EXPECT_EQ(passed, (std::vector<std::string>{"preflight", "pin", "load", "train", "eval", "checkpoint_save"}))
+      << report["stages"];
   EXPECT_NE(junit.find("name=\"train\" time="), std::string::npos) << junit;
   EXPECT_EQ(report["steps"]["train"].size(), 2u) << report.dump(1);
 }
@@ -910,9 +911,9 @@ TEST(Pilot, ACrashedPilotKeepsTheStagesThatPassedAndIsAJUnitError) {
   std::vector<std::string> stages;
   for (const auto& st : report["stages"])
     stages.push_back(st["stage"].get<std::string>() + " " + st["status"].get<std::string>());
-  EXPECT_EQ(stages, (std::vector<std::string>{"pin passed", "load passed", "train passed", "eval passed",
-                                              "checkpoint_save failed"}));
-  EXPECT_GT(report["stages"][2]["figures"]["tokens_per_s"].get<double>(), 0) << report["stages"][2];
+  EXPECT_EQ(stages, (std::vector<std::string>{"preflight passed", "pin passed", "load passed", "train passed",
+                                              "eval passed", "checkpoint_save failed"}));
+  EXPECT_GT(report["stages"][3]["figures"]["tokens_per_s"].get<double>(), 0) << report["stages"][3];
   EXPECT_EQ(report["steps"]["train"].size(), 2u);
   EXPECT_TRUE(report["measurements"]["memory"]["stages"].contains("train")) << report["measurements"];
   const std::string junit = anchor::fs::read_file(t.str("junit.xml"));

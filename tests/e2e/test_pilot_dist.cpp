@@ -305,8 +305,10 @@ TEST(PilotDist, AnUnknownDistFaultIsRefused) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("ANCHOR_DIST_FAULT item 'sigkil:1:1': unknown point 'sigkil'"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("use sigkill:<rank>:<step>, sigkill_save:<rank>:<step> or sigkill_rendezvous:<rank>"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(
+          "use sigkill:<rank>:<step>, sigkill_save:<rank>:<step>, sigkill_rendezvous:<rank> or sigkill_probe:<rank>"),
+      std::string::npos)
       << r.output;
 }
 
@@ -319,7 +321,9 @@ TEST(PilotDist, APartialLaunchEnvironmentIsAConfigError) {
 
 // distributed.backend nccl on a machine without a GPU (device auto resolves
 // to the CPU on every rank): each rank refuses before it joins a group or
-// trains, the pilot fails with exit 2 and says why, and nothing is committed.
+// trains (the preflight's all-reduce probe's ranks first, which take the
+// pilot's device and backend), the pilot fails with exit 2 and says why, and
+// nothing is committed.
 // The nccl code itself is compiled by the dist.nccl_backend_compiles check.
 TEST(PilotDist, NcclWithoutAGpuIsAConfigErrorBeforeAnyTraining) {
   TempDir t("pilot2nccl");

@@ -36,9 +36,9 @@ TEST(PilotPrecision, Bf16RunsTheValidationStageAndResumesBitwise) {
   EXPECT_EQ(report["resume"]["verdict"], "match");
   EXPECT_EQ(report["resume"]["mode"], "bitwise");
   const auto stages = stage_names(report);
-  ASSERT_GE(stages.size(), 3u);
-  EXPECT_EQ(stages[1], "load");
-  EXPECT_EQ(stages[2], "precision");
+  ASSERT_GE(stages.size(), 4u);
+  EXPECT_EQ(stages[2], "load");
+  EXPECT_EQ(stages[3], "precision");
   const auto& p = report["precision"];
   EXPECT_EQ(p["precision"], "bf16 autocast") << p.dump(2);
   EXPECT_TRUE(p["verdict"] == "ok" || p["verdict"] == "flagged");

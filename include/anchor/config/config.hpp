@@ -97,6 +97,7 @@ struct PilotConfig {
   int resume_world_size = 0;          // a program's worker B at this many ranks (DCP reshards); 0: nproc_per_node
   std::string shared_rng = "fail";    // fail | warn: a program's ranks that share a random stream they draw from
   std::string determinism = "auto";   // auto | check | off: a program's resumed steps run twice (the control)
+  int preflight_mib = 64;             // the preflight stage's write and read size; 0: no preflight stage
 };
 
 struct DistributedConfig {
@@ -149,6 +150,12 @@ struct BudgetConfig {
   double deadline_days = 30;
   double min_scaling_efficiency = 0.8;
   bool search_gpu_count = true;  // false: plan exactly nodes x gpus_per_node
+  // The pipeline's commands, timed on a sample by the pilot (docs/plan.md,
+  // "Download and preprocess"); empty: download and preprocess stay ASSUMED.
+  std::vector<std::string> download_command;    // argv: fetches a sample into {out}
+  std::vector<std::string> preprocess_command;  // argv: reads {in}, writes {out}
+  std::string preprocess_sample;                // {in}; empty: the download's sample
+  double pipeline_timeout_s = 3600;
 };
 
 // The user's own training program as the pilot's worker (issue 15;

@@ -139,8 +139,11 @@ std::string choose_backend(const std::string& configured, bool on_gpu, bool nccl
 //   sigkill:<rank>:<step>          in that step, after backward, before the all-reduce
 //   sigkill_save:<rank>:<step>     in that step's save, once its files are written
 //   sigkill_rendezvous:<rank>      before it joins the process group
+//   sigkill_probe:<rank>           a rank of the preflight's all-reduce probe, before it joins
+// The preflight's probe ranks get the variable only in its last form: the
+// pilot's own faults are for its workers.
 struct DistFault {
-  enum class Point { kNone, kStep, kSave, kRendezvous };
+  enum class Point { kNone, kStep, kSave, kRendezvous, kProbe };
   Point point = Point::kNone;
   int rank = -1;
   std::int64_t step = -1;

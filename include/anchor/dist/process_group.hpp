@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "anchor/dist/allreduce.hpp"
 #include "anchor/dist/launch.hpp"
 
 namespace anchor::dist {
@@ -62,6 +63,14 @@ struct GradSyncStats {
 // order and contents are the parameter order: identical on every rank.
 GradSyncStats allreduce_gradients(ProcessGroup& pg, const std::vector<torch::Tensor>& grads, std::int64_t bucket_bytes,
                                   std::int64_t step);
+
+// Times an in-place sum of fp32 tensors of each size in `sizes` (bytes) on
+// `device` ("cpu", or this rank's "cuda:<n>" for NCCL): `warmup` untimed
+// calls, then `iters` timed ones, each after a barrier so that every rank
+// starts together; on a GPU each call is timed to its completion
+// (synchronize). Every rank must call it with the same arguments.
+std::vector<AllReduceTiming> time_allreduce(ProcessGroup& pg, const std::vector<std::int64_t>& sizes,
+                                            const std::string& device, int warmup, int iters);
 
 // Exchanges `digest` (this rank's parameter digest after `step`) and throws
 // Error (kVerification) naming the ranks whose digest differs from rank 0's.

@@ -67,6 +67,11 @@ struct BudgetInput {
   // The pilot's copy_off to export.copy_to (write, fsync and publish), Gbit/s;
   // 0: not measured, egress_gbps (assumed) times the copies off the node.
   double egress_measured_gbps = 0;
+  // The download and preprocess commands timed on a sample (budget.download_command,
+  // budget.preprocess_command), bytes of the sample per second; 0: not run,
+  // ingress_gbps and preprocess_hours (assumed) stand.
+  double download_measured_bytes_per_s = 0, download_sample_bytes = 0;
+  double preprocess_measured_bytes_per_s = 0, preprocess_sample_bytes = 0;
   double margin = 0;
   double price_on_demand = 0;  // per GPU-hour; 0: the catalog gives none
   double price_7_day = 0;      // per GPU-hour
@@ -121,6 +126,25 @@ struct Measured {
 
   // The export copied off the node (the copy_off stage, export.copy_to); 0: not measured.
   double copy_off_bytes = 0, copy_off_seconds = 0;
+
+  // Several ranks: the measured step's communication (DDP's all-reduce) at
+  // the rank that spent least in it (the others also waited for it), the
+  // pilot's world and strategy; 0 / "" when one rank.
+  int world_size = 1;
+  std::string strategy;
+  double comm_s_min = 0;
+
+  // The pipeline's commands timed on a sample (report.json's pipeline): bytes
+  // of the sample and seconds; 0: not run.
+  double download_bytes = 0, download_seconds = 0, preprocess_bytes = 0, preprocess_seconds = 0;
+
+  // The node, from the preflight (report.json's node); 0: not measured.
+  // The training data read from storage, in tokens/s of this loader; the
+  // all-reduce's latency and bus bandwidth over allreduce_ranks ranks.
+  double node_input_tokens_per_s = 0, node_read_mb_per_s = 0;
+  double allreduce_latency_s = 0, allreduce_busbw = 0;
+  int allreduce_ranks = 0;
+  std::string allreduce_backend;
 
   // Memory: the step's peak at one or more (micro_batch, seq_len) points, the
   // state it holds, and (a program's) the bytes held before the first step.

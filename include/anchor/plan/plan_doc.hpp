@@ -79,10 +79,32 @@ struct PilotedDevice : Rest {
   Opt<bool> within_deadline;
 };
 
+// node: what the preflight measured of the node, as the plan uses it.
+struct NodeInput : Rest {
+  Opt<double> tokens_per_s_per_node, read_mb_per_s;
+  Opt<std::string> basis;
+};
+
+struct CommunicationCheck : Rest {
+  Opt<double> world, gradient_bytes, messages, predicted_comm_s, measured_comm_s, measured_over_predicted;
+  Opt<std::string> what;
+};
+
+struct NodeAllReduce : Rest {
+  Opt<double> ranks, latency_s, bus_bandwidth_bytes_per_s;
+  Opt<std::string> backend, basis;
+  Opt<CommunicationCheck> check;
+};
+
+struct PlanNode : Rest {
+  Opt<NodeInput> input;
+  Opt<NodeAllReduce> all_reduce;
+};
+
 // devices[]: one catalog device evaluated for the target.
 struct Device : Rest {
   Opt<std::string> name, strategy, decision, step_time_is, term, cheaper_term, pricing;
-  Opt<bool> fits, meets_deadline;
+  Opt<bool> fits, meets_deadline, input_bound;
   Opt<std::int64_t> sharding_degree, max_micro_batch, gpus, nodes;
   Opt<double> predicted_peak_bytes, projected_step_seconds, projected_tokens_per_s, comm_seconds_per_step, days,
       cost_7_day, cost_30_day, cost_on_demand, cost;
@@ -117,6 +139,7 @@ struct Plan : Rest {
   Opt<Recommendation> recommendation;
   Opt<Budget> budget;
   Opt<PilotedDevice> piloted_device;
+  Opt<PlanNode> node;
   Opt<std::vector<std::string>> warnings, assumptions, advice;
 };
 

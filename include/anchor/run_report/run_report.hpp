@@ -246,6 +246,49 @@ struct Measurements : Rest {
   Opt<ActivationCheckpointing> activation_checkpointing;
 };
 
+// node: the preflight's figures (pilot/preflight.hpp; docs/report.md, "node").
+struct NodeRate : Rest {
+  Opt<std::string> path, what, kind, skipped;
+  Opt<double> bytes, seconds, mb_per_s, bytes_per_token, tokens_per_s;
+  Opt<std::int64_t> files;
+};
+
+struct AllReduceSize : Rest {
+  Opt<std::int64_t> bytes;
+  Opt<double> seconds, algbw_gb_per_s, busbw_gb_per_s;
+};
+
+struct AllReduceFigures : Rest {
+  Opt<std::string> backend, what, kind, skipped;
+  Opt<std::int64_t> ranks;
+  Opt<double> latency_us, busbw_gb_per_s;
+  Opt<std::vector<AllReduceSize>> sizes;
+};
+
+struct GpuHealth : Rest {
+  Opt<std::string> skipped, driver, xid_read, kind;
+  Opt<std::vector<std::string>> failures, warnings, xid;
+  Opt<Json> devices;
+};
+
+struct Node : Rest {
+  Opt<std::string> host;
+  Opt<NodeRate> checkpoint_dir, data;
+  Opt<AllReduceFigures> all_reduce;
+  Opt<GpuHealth> gpu_health;
+};
+
+// pipeline: the download and preprocess commands timed on a sample (pilot/pipeline_timing.hpp).
+struct PipelineCommand : Rest {
+  Opt<std::vector<std::string>> command;
+  Opt<double> seconds, bytes, mb_per_s;
+  Opt<std::string> log, what, kind;
+};
+
+struct PipelineFigures : Rest {
+  Opt<PipelineCommand> download, preprocess;
+};
+
 // checkpoints[]: a checkpoint the store verified completely.
 struct CheckpointEntry : Rest {
   Opt<std::string> dir, manifest_sha256;
@@ -341,6 +384,8 @@ struct RunReport : Rest {
   Opt<LossScaler> loss_scaler;
   Opt<Precision> precision;
   Opt<Distributed> distributed;
+  Opt<Node> node;
+  Opt<PipelineFigures> pipeline;
   Opt<Measurements> measurements;
   Opt<std::vector<CheckpointEntry>> checkpoints;
   Opt<Reproduces> reproduces;

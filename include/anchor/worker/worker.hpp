@@ -1,6 +1,8 @@
 #pragma once
 // The built-in worker: `anchor-torch __worker`, the process the supervisor
 // (anchor/pilot/pilot.hpp) starts for worker A and worker B. Needs LibTorch.
+#include <string>
+
 #include "anchor/error.hpp"
 
 namespace anchor::worker {
@@ -19,5 +21,18 @@ struct WorkerOptions {
 // those of the process that trains. A failure is also reported as an "error"
 // event carrying the message and hint, for the supervisor's report.
 ExitCode run_worker(const WorkerOptions& opts);
+
+// `anchor-torch __allreduce-probe`: one rank of the node's all-reduce probe,
+// started with torchrun's variables by `anchor preflight` (pilot/preflight.hpp).
+// Joins the ranks' process group (the backend as the pilot's ranks choose it:
+// dist::choose_backend), times dist::allreduce_probe_sizes() with dist::time_allreduce, and
+// rank 0 prints dist::allreduce_json as one line on stdout.
+struct AllReduceProbeOptions {
+  std::string device = "cpu";    // the config's device; a GPU becomes cuda:<LOCAL_RANK>
+  std::string backend = "auto";  // distributed.backend: auto (nccl on a GPU, else gloo), gloo, nccl
+  int iters = 5;
+  double timeout_s = 60;
+};
+ExitCode run_allreduce_probe(const AllReduceProbeOptions& opts);
 
 }  // namespace anchor::worker

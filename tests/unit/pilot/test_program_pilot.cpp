@@ -85,8 +85,8 @@ TEST_F(ProgramPilot, AProgramThatDoesItsJobPasses) {
   const Ran r = pilot("");
   ASSERT_EQ(r.code, 0) << r.threw << r.report.dump(1);
   EXPECT_EQ(r.report["status"], "passed");
-  for (const char* s :
-       {"reference", "checkpoint_save", "pin", "kill", "restore", "resume", "compare", "memory_probe", "plan"}) {
+  for (const char* s : {"preflight", "reference", "checkpoint_save", "pin", "kill", "restore", "resume", "compare",
+                        "memory_probe", "plan"}) {
     const json* st = stage_of(r.report, s);
     ASSERT_NE(st, nullptr) << s << r.report.dump(1);
     EXPECT_EQ((*st)["status"], "passed") << s;

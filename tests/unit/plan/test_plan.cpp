@@ -227,6 +227,42 @@ TEST(Budget, MarginAndTransfers) {
   }
 }
 
+// The download and preprocess commands timed on a sample replace the assumed
+// ingress rate and preprocess hours: budget.download_gb at the measured rate.
+TEST(Budget, TimedPipelineCommandsReplaceTheAssumedFigures) {
+  BudgetInput in = base_budget();
+  in.download_gb = 100;  // 800 Gbit at 10 Gbit/s = 80 s assumed
+  in.ingress_gbps = 10;
+  in.preprocess_hours = 2;
+  json b = make_budget(in);
+  EXPECT_NEAR(item_hours(b, "download"), 80.0 / 3600, 1e-12);
+  EXPECT_NEAR(item_hours(b, "preprocess"), 2.0, 1e-12);
+  const auto detail = [&](const char* name) {
+    for (const auto& it : b["items"])
+      if (it["name"] == name) return it["detail"].get<std::string>();
+    return std::string();
+  };
+  EXPECT_NE(detail("download").find("(budget.ingress_gbps, ASSUMED"), std::string::npos) << detail("download");
+  EXPECT_NE(detail("preprocess").find("budget.preprocess_hours (ASSUMED"), std::string::npos);
+  // 50 MB/s measured on a 5 MB sample: 100 GB in 2000 s; preprocess at 20 MB/s: 5000 s.
+  in.download_measured_bytes_per_s = 50e6;
+  in.download_sample_bytes = 5e6;
+  in.preprocess_measured_bytes_per_s = 20e6;
+  in.preprocess_sample_bytes = 5e6;
+  b = make_budget(in);
+  EXPECT_NEAR(item_hours(b, "download"), 2000.0 / 3600, 1e-12);
+  EXPECT_NEAR(item_hours(b, "preprocess"), 5000.0 / 3600, 1e-12);
+  EXPECT_NE(detail("download").find("100.0 GB at 50.00 MB/s (MEASURED: budget.download_command on a 5.000 MB sample"),
+            std::string::npos)
+      << detail("download");
+  EXPECT_NE(detail("preprocess").find("at 20.00 MB/s (MEASURED: budget.preprocess_command"), std::string::npos);
+  // Measured, but no size to extrapolate to: nothing counted, and it says what is missing.
+  in.download_gb = 0;
+  b = make_budget(in);
+  EXPECT_EQ(item_hours(b, "download"), 0.0);
+  EXPECT_NE(detail("download").find("budget.download_gb is 0"), std::string::npos) << detail("download");
+}
+
 // ------------------------------------------------------------------ make_plan
 
 // Devices sized around the synthetic report's peaks (headroom 0, 8 GPUs), in 1e9 B:
@@ -580,6 +616,80 @@ TEST(Search, TheKneeMovesWithTheInterconnectAndTheNetwork) {
       knee_of("    interconnect: {name: pcie, gb_per_s: 1}\n    network: {name: ib, gb_per_s: 50}\n");
   ASSERT_FALSE(slow_link.is_null());
   EXPECT_EQ(slow_link["gpus"], 2);
+}
+
+// The knee moves with the node's input: the preflight's measured read of the
+// training data, in tokens/s per node, caps what a node's GPUs get. At 2.5x
+// one GPU's rate the knee is at 4 GPUs (efficiency 2.5/4), at 5x at 8
+// (5/8), named as input; at 100x there is none (the control, behind fast links).
+TEST(Search, TheKneeMovesWithTheNodesMeasuredInput) {
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  cfg.budget.search_gpu_count = true;
+  cfg.budget.nodes = 2;
+  const auto cat = load_catalog_string(
+      "devices:\n  - name: g\n    platform: cuda\n    memory_gb: 80\n    bf16_tflops: 100\n"
+      "    memory_bandwidth_tbps: 1\n    interconnect: {name: nvl, gb_per_s: 100}\n"
+      "    network: {name: ib, gb_per_s: 50}\n    price_per_gpu_hour: {term_7_day: 2.0, term_30_day: 1.5}\n",
+      "c");
+  const json base = device(make_plan(synthetic::synthetic_report(), cat, cfg), "g");
+  const double one = base["scaling"]["curve"][0]["tokens_per_s"].get<double>();
+  ASSERT_GT(one, 0);
+  EXPECT_TRUE(base["scaling"]["knee"].is_null()) << base["scaling"]["knee"];
+  const auto with_input = [&](double tokens_per_s) {
+    json r = synthetic::synthetic_report();
+    r["node"]["data"] = {{"mb_per_s", tokens_per_s * 2 / 1e6}, {"tokens_per_s", tokens_per_s}, {"kind", "MEASURED"}};
+    return make_plan(r, cat, cfg);
+  };
+  json p = with_input(2.5 * one);
+  json knee = device(p, "g")["scaling"]["knee"];
+  ASSERT_FALSE(knee.is_null());
+  EXPECT_EQ(knee["gpus"], 4);
+  EXPECT_NEAR(knee["scaling_efficiency"].get<double>(), 2.5 / 4, 1e-6);
+  EXPECT_EQ(knee["cause"].get<std::string>().rfind("input: the node's storage, read at the preflight's measured", 0),
+            0u)
+      << knee;
+  EXPECT_DOUBLE_EQ(p["node"]["input"]["tokens_per_s_per_node"].get<double>(), 2.5 * one);
+  // Two nodes read twice as much: 16 GPUs run at twice 8's rate.
+  const json curve = device(p, "g")["scaling"]["curve"];
+  ASSERT_EQ(curve.size(), 5u);
+  EXPECT_EQ(curve[4]["gpus"], 16);
+  EXPECT_NEAR(curve[4]["tokens_per_s"].get<double>(), 2 * curve[3]["tokens_per_s"].get<double>(), 1e-6);
+  knee = device(with_input(5 * one), "g")["scaling"]["knee"];
+  ASSERT_FALSE(knee.is_null());
+  EXPECT_EQ(knee["gpus"], 8);
+  EXPECT_TRUE(device(with_input(100 * one), "g")["scaling"]["knee"].is_null());
+}
+
+// The communication model against the pilot's own ranks: the preflight's
+// all-reduce (latency, bus bandwidth) predicts the DDP all-reduce the step
+// measured; the plan shows both and their ratio.
+TEST(MakePlan, ChecksTheCommunicationModelAgainstThePilotsRanks) {
+  anchor::config::Config cfg = synthetic::synthetic_config();
+  json r = synthetic::synthetic_report();
+  r["distributed"] = {{"strategy", "ddp"},
+                      {"world_size", 2},
+                      {"per_rank", {{{"rank", 0}, {"comm_s", 9.0}}, {{"rank", 1}, {"comm_s", 4.5}}}}};
+  r["node"]["all_reduce"] = {
+      {"ranks", 2}, {"backend", "gloo"}, {"latency_us", 1000.0}, {"busbw_gb_per_s", 1.0}, {"kind", "MEASURED"}};
+  const json p = make_plan(r, synthetic_catalog(), cfg);
+  const json& c = p["node"]["all_reduce"]["check"];
+  // 4e9 gradient bytes in 25 MiB buckets: 153 messages x 1 ms + 4e9 x 2(2-1)/2 B at 1 GB/s = 4.153 s.
+  EXPECT_EQ(c["messages"].get<double>(), 153);
+  EXPECT_NEAR(c["predicted_comm_s"].get<double>(), 4.153, 1e-9);
+  EXPECT_DOUBLE_EQ(c["measured_comm_s"].get<double>(), 4.5);  // the rank that waited least
+  EXPECT_NEAR(c["measured_over_predicted"].get<double>(), 4.5 / 4.153, 1e-9);
+  EXPECT_NE(anchor::plan::format_plan(p).find("the communication model against the pilot's 2 ranks: predicted "
+                                              "4153.000 ms, measured 4500.000 ms (1.08x"),
+            std::string::npos)
+      << anchor::plan::format_plan(p);
+  // No check where the preflight measured other ranks than the pilot ran, or none.
+  r["node"]["all_reduce"]["ranks"] = 3;
+  EXPECT_FALSE(make_plan(r, synthetic_catalog(), cfg)["node"]["all_reduce"].contains("check"));
+  r["node"]["all_reduce"] = {{"skipped", "one rank"}};
+  EXPECT_FALSE(make_plan(r, synthetic_catalog(), cfg)["node"].contains("all_reduce"));
+  // A hostile figure (negative, not finite) is not measured.
+  r["node"]["all_reduce"] = {{"ranks", 2}, {"latency_us", -1.0}, {"busbw_gb_per_s", -5.0}};
+  EXPECT_FALSE(make_plan(r, synthetic_catalog(), cfg)["node"].contains("all_reduce"));
 }
 
 // The advice argues DataParallel against DDP and DDP against FSDP with the
