@@ -54,8 +54,8 @@ ExitCode verify_program_save(const std::string& dir, const CheckpointOptions& o)
       std::cout << "every file's size and SHA-256 match the save of step " << pinned->step << " the report pins";
     std::cout << ")\n";
   } else {
-    std::cout << for_terminal(dir) << ": INVALID, " << problems.size() << (problems.size() == 1 ? " problem" : " problems")
-              << ":\n";
+    std::cout << for_terminal(dir) << ": INVALID, " << problems.size()
+              << (problems.size() == 1 ? " problem" : " problems") << ":\n";
     for (const auto& p : problems) std::cout << "  - " << p << "\n";
   }
   return problems.empty() ? ExitCode::kOk : ExitCode::kVerification;

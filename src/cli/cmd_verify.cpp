@@ -71,8 +71,8 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions&) {
     for (const auto& w : r.warnings) std::cout << "warn  " << for_terminal(w) << "\n";
     for (const auto& f : r.failures) std::cout << "FAIL  " << for_terminal(f) << "\n";
     if (strict_failed) {
-      std::cout << for_terminal(o->report) << ": verification FAILED under --strict (" << r.warnings.size() << " warning"
-                << (r.warnings.size() == 1 ? "" : "s") << ", no failure)\n";
+      std::cout << for_terminal(o->report) << ": verification FAILED under --strict (" << r.warnings.size()
+                << " warning" << (r.warnings.size() == 1 ? "" : "s") << ", no failure)\n";
       return ExitCode::kVerification;
     }
     if (r.ok) {

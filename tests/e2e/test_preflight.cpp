@@ -227,19 +227,23 @@ TEST(Preflight, AllReducesOverTheRanksItIsGiven) {
     EXPECT_EQ(a.at("kind"), "MEASURED");
     const auto& sizes = a.at("sizes");
     ASSERT_EQ(sizes.size(), 5u);
-    double quickest = 1e9;
+    double quickest = 1e9, quickest_bytes = 0;
     for (const auto& s : sizes) {
       const double bytes = s.at("bytes").get<double>(), sec = s.at("seconds").get<double>();
       ASSERT_GT(sec, 0);
-      quickest = std::min(quickest, sec);
+      if (sec < quickest) {
+        quickest = sec;
+        quickest_bytes = bytes;
+      }
       EXPECT_NEAR(s.at("busbw_gb_per_s").get<double>(), bytes / sec / 1e9 * 2.0 * (ranks - 1) / ranks, 1e-9);
     }
     EXPECT_NEAR(a.at("latency_us").get<double>(), quickest * 1e6, 1e-6);
     const auto& big = sizes.back();
     EXPECT_EQ(big.at("bytes").get<double>(), 64.0 * 1048576);
-    const double slope = (big.at("seconds").get<double>() - quickest) / (big.at("bytes").get<double>());
+    const double slope =
+        (big.at("seconds").get<double>() - quickest) / (big.at("bytes").get<double>() - quickest_bytes);
     EXPECT_NEAR(a.at("busbw_gb_per_s").get<double>(), 2.0 * (ranks - 1) / ranks / slope / 1e9,
-                a.at("busbw_gb_per_s").get<double>() * 0.05);
+                a.at("busbw_gb_per_s").get<double>() * 1e-6);
     // gloo on this VM's loopback: between 10 MB/s and 100 GB/s, not a figure off by 1000.
     EXPECT_GT(a.at("busbw_gb_per_s").get<double>(), 0.01);
     EXPECT_LT(a.at("busbw_gb_per_s").get<double>(), 100);
