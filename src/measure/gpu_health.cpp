@@ -231,7 +231,7 @@ std::vector<std::string> xid_lines(const std::string& kmsg, std::string& why_not
   return {found.begin(), found.end()};
 }
 
-nlohmann::json gpu_health(const std::string& nvml_lib, const std::string& kmsg) {
+nlohmann::json gpu_health(const std::string& nvml_lib, const std::string& kmsg, bool used) {
   Nvml nvml(nvml_lib);
   if (std::string why = nvml.init(); !why.empty()) return {{"skipped", why}};
   nlohmann::json out = {{"kind", "MEASURED"}};
@@ -259,6 +259,8 @@ nlohmann::json gpu_health(const std::string& nvml_lib, const std::string& kmsg) 
   }
   out["failures"] = failures;
   out["warnings"] = warnings;
+  if (!used && !failures.empty())
+    out["not_used"] = "device cpu: the pilot does not use this node's GPUs, so their failures do not stop it";
   return out;
 }
 

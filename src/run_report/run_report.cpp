@@ -380,6 +380,7 @@ void fields(V& v, GpuHealth& s) {
   v("driver", s.driver);
   v("xid_read", s.xid_read);
   v("kind", s.kind);
+  v("not_used", s.not_used);
   v("failures", s.failures);
   v("warnings", s.warnings);
   v("xid", s.xid);

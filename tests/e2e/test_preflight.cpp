@@ -179,8 +179,10 @@ TEST(Preflight, ANodeThatFailsItsHealthCheckIsNamedBeforeThePilotTrains) {
   const auto env = [&](const std::string& state) {
     return std::map<std::string, std::string>{{"LD_LIBRARY_PATH", libdir}, {"ANCHOR_FAKE_NVML", state}};
   };
-  auto r = run_anchor({"pilot", kPilot, "--run-dir", t.str("bad"), "--set", "report.signing_key=none"},
-                      env("name=Fake A100,ecc=2"));
+  // device auto: the GPU when the node has one, as NVML says this one does.
+  auto r = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("bad"), "--set", "report.signing_key=none", "--set", "device=auto"},
+      env("name=Fake A100,ecc=2"));
   EXPECT_EQ(r.status, 3) << r.output;
   const std::string why =
       "node " + anchor::proc::host_name() +
@@ -195,15 +197,25 @@ TEST(Preflight, ANodeThatFailsItsHealthCheckIsNamedBeforeThePilotTrains) {
             "GPU 0 (Fake A100): 2 uncorrected ECC errors since the driver loaded");
   EXPECT_FALSE(std::filesystem::exists(t.str("bad/manifest.json"))) << "pinned on a failed node";
 
-  auto ok = run_anchor({"pilot", kPilot, "--run-dir", t.str("ok"), "--set", "report.signing_key=none"},
-                       env("name=Fake A100"));
+  auto ok = run_anchor(
+      {"pilot", kPilot, "--run-dir", t.str("ok"), "--set", "report.signing_key=none", "--set", "device=auto"},
+      env("name=Fake A100"));
   EXPECT_EQ(ok.status, 0) << ok.output;
   const auto good = nlohmann::json::parse(anchor::fs::read_file(t.str("ok/report.json")));
   EXPECT_EQ(good["node"]["gpu_health"]["devices"][0]["name"], "Fake A100");
 
+  // A pilot on the CPU does not use the failing GPU: said in the report, and it runs.
+  auto cpu = run_anchor({"pilot", kPilot, "--run-dir", t.str("cpu"), "--set", "report.signing_key=none"},
+                        env("name=Fake A100,ecc=2"));
+  EXPECT_EQ(cpu.status, 0) << cpu.output;
+  const auto on_cpu = nlohmann::json::parse(anchor::fs::read_file(t.str("cpu/report.json")));
+  EXPECT_EQ(on_cpu["node"]["gpu_health"]["failures"].size(), 1u);
+  EXPECT_NE(on_cpu["node"]["gpu_health"]["not_used"].get<std::string>().find("device cpu"), std::string::npos);
+
   // `anchor preflight` prints every figure, then fails naming the host.
-  auto pf = run_anchor({"preflight", kPilot, "--set", "checkpoint.dir=" + t.str("ckpt"), "--mib", "4"},
-                       env("name=Fake A100,pending=1"));
+  auto pf = run_anchor(
+      {"preflight", kPilot, "--set", "checkpoint.dir=" + t.str("ckpt"), "--set", "device=cuda", "--mib", "4"},
+      env("name=Fake A100,pending=1"));
   EXPECT_EQ(pf.status, 3) << pf.output;
   EXPECT_NE(pf.output.find("    FAIL GPU 0 (Fake A100): retired memory pages pending"), std::string::npos) << pf.output;
   EXPECT_NE(pf.output.find("checkpoint.dir  "), std::string::npos) << pf.output;

@@ -23,9 +23,11 @@ namespace anchor::measure {
 // of the GPU's in the kernel log (any but 13, 31, 43 and 45, which an
 // application's fault raises). A warning costs speed, or is an application's
 // Xid: a PCIe link narrower than its maximum, a software thermal slowdown, an
-// NVLink down. `nvml` is the library
-// to open (a test names another); `kmsg` the kernel log.
-nlohmann::json gpu_health(const std::string& nvml = "libnvidia-ml.so.1", const std::string& kmsg = "/dev/kmsg");
+// NVLink down. `nvml` is the library to open (a test names another); `kmsg`
+// the kernel log. `used`: whether the run uses the GPUs; when not (a pilot on
+// the CPU), "not_used" says why the failures listed do not stop it.
+nlohmann::json gpu_health(const std::string& nvml = "libnvidia-ml.so.1", const std::string& kmsg = "/dev/kmsg",
+                          bool used = true);
 
 // The NVIDIA driver's Xid lines ("NVRM: Xid (PCI:0000:3b:00): 79, ...") in the
 // kernel log at `kmsg` (/dev/kmsg: the records since boot still in the ring;

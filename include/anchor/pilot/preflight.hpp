@@ -66,7 +66,8 @@ std::string probe_binary();
 // docs/pilot.md, "Preflight", lists the fields.
 nlohmann::json preflight(const config::Config& cfg, const PreflightOptions& o);
 
-// What the node fails on (gpu_health's failures): none, or each in words.
+// What the node fails on (gpu_health's failures): none, or each in words;
+// none where the pilot runs on the CPU (gpu_health.not_used says so).
 std::vector<std::string> preflight_failures(const nlohmann::json& preflight);
 
 }  // namespace anchor::pilot

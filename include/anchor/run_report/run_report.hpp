@@ -266,7 +266,7 @@ struct AllReduceFigures : Rest {
 };
 
 struct GpuHealth : Rest {
-  Opt<std::string> skipped, driver, xid_read, kind;
+  Opt<std::string> skipped, driver, xid_read, kind, not_used;
   Opt<std::vector<std::string>> failures, warnings, xid;
   Opt<Json> devices;
 };
