@@ -1,7 +1,7 @@
 """A plain PyTorch GPT-style training program, piloted by anchor (docs/program.md).
 
     python train.py [--forget optimizer|scheduler|rng|data] [--leave-out scheduler|data] [--noise]
-                    [--ignore-shape] [--steps N]
+                    [--ignore-shape] [--steps N] [--unsaved-buffer]
                     [--n-embd E] [--n-layer L]
                     [--seq-len T] [--batch B] [--threads N]
     python train.py --no-pilot [--deterministic] [--steps N] [--save-at S --save-to FILE] [--load-from FILE] [sizes]
@@ -22,7 +22,12 @@ verdict must still name it from the step lines. --noise adds a little noise
 to every gradient from a generator seeded by os.urandom, as nondeterministic
 GPU kernels (atomic adds) do: no two runs repeat, and anchor's determinism
 control must say so, with the pilot.tolerance that holds it. --ignore-shape runs at its own
-shape under anchor's memory probe, which anchor must refuse. --no-pilot runs the same loop
+shape under anchor's memory probe, which anchor must refuse. The Pilot is given
+evaluate=: the helper runs it in every save and right after the restore, and
+anchor compares the two losses. --unsaved-buffer scales the logits in eval mode
+by a buffer training updates but registered persistent=False, so no checkpoint
+holds it: the state digests agree and the evaluation after the restore does
+not, which anchor must name. --no-pilot runs the same loop
 without anchor_pilot, saving model, optimizer and scheduler with torch.save
 after step S (--save-to) or starting from such a file (--load-from): the peer
 of bench/program_overhead.py. Both modes print the seconds of steps 2..N.
@@ -46,6 +51,8 @@ p.add_argument("--n-layer", type=int, default=2)
 p.add_argument("--seq-len", type=int, default=32)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--threads", type=int, default=1)
+p.add_argument("--unsaved-buffer", action="store_true",
+               help="negative control: eval reads a buffer that training updates and no checkpoint holds")
 p.add_argument("--ignore-shape", action="store_true",
                help="negative control: declare the shape (probe=True) but run at --batch/--seq-len regardless")
 p.add_argument("--no-pilot", action="store_true")
@@ -96,20 +103,27 @@ class GPT(nn.Module):
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
         self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
         self.ln, self.head, self.drop = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False), nn.Dropout(dropout)
+        # --unsaved-buffer: an eval-time temperature that training steps move, outside the state_dict.
+        self.register_buffer("temperature", torch.ones(()), persistent=False)
 
     def forward(self, idx, targets):
         x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
         for blk in self.blocks:
             x = blk(x)
         logits = self.head(self.ln(x))
+        if args.unsaved_buffer:
+            if self.training:
+                self.temperature += 0.01
+            else:
+                logits = logits / self.temperature
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 class Windows(torch.utils.data.Dataset):
     """Windows of seq_len + 1 bytes of a corpus made from a fixed seed."""
 
-    def __init__(self, seq_len, n_bytes=1 << 16):
-        g = torch.Generator().manual_seed(1234)
+    def __init__(self, seq_len, n_bytes=1 << 16, seed=1234):
+        g = torch.Generator().manual_seed(seed)
         words = [bytes(torch.randint(97, 123, (int(n),), generator=g).tolist())
                  for n in torch.randint(2, 9, (512,), generator=g)]
         picks = torch.randint(0, len(words), (n_bytes // 4,), generator=g).tolist()
@@ -156,6 +170,15 @@ sampler = ResumableSampler(len(Windows(seq_len)), seed=7)
 loader = torch.utils.data.DataLoader(Windows(seq_len), batch_size=batch, sampler=sampler,
                                      generator=torch.Generator().manual_seed(0))
 tokens = batch * seq_len
+val = Windows(seq_len, n_bytes=1 << 12, seed=4321)  # held out: another corpus from the same words' rule
+
+
+def evaluate():
+    """The validation loss over the first 8 held-out windows (no dropout, no gradients)."""
+    model.eval()
+    with torch.no_grad():
+        xs, ys = zip(*(val[i] for i in range(8)))
+        return model(torch.stack(xs), torch.stack(ys)).item()
 
 
 # --noise: its own generator, seeded from the OS, so that torch's global one is untouched.
@@ -201,7 +224,7 @@ run = os.path.abspath("run")
 with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=None if "scheduler" in args.leave_out else sched,
                        data=None if "data" in args.leave_out else sampler,
                        checkpoint_dir=os.path.join(run, "checkpoints"), save_at=[args.steps // 2], stop_at=args.steps,
-                       events=os.path.join(run, "events.jsonl")) as pilot:
+                       events=os.path.join(run, "events.jsonl"), evaluate=evaluate) as pilot:
     start = pilot.restore(skip=args.forget)  # 0, or the step of the newest checkpoint that verifies
     it = iter(loader)  # after the restore: the sampler continues from its cursor
     pilot.memory("start")

@@ -124,29 +124,52 @@ def held_bytes(device):
     """What the step's memory is counted in, now, on `device` (a torch.device):
     CUDA allocated there, else the process's RSS. (name, bytes)."""
     if device.type == "cuda":
-        return "cuda:%d" % device.index, torch.cuda.memory_allocated(device)
+        return "cuda:%d" % _index(device), torch.cuda.memory_allocated(device)
     return "cpu", _rss()
 
 
 def reset_peak(device):
-    """Starts a new peak window: CUDA's peak allocated on `device`, else the
-    process's VmHWM (writing 5 to /proc/self/clear_refs). True when it was reset."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
+    """Starts a new peak window: the process's VmHWM (writing 5 to
+    /proc/self/clear_refs) and, on CUDA, the allocator's peaks on `device`.
+    True when the peak the step's memory is counted in was reset."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return True
+        rss = True
     except OSError:
-        return False
+        rss = False
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    return rss
 
 
 def peak(device):
     """(name, peak bytes since the last reset_peak(device), what it is)."""
     if device.type == "cuda":
-        return "cuda:%d" % device.index, torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
+        return "cuda:%d" % _index(device), torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
     return "cpu", _vm_hwm(), "VmHWM (peak RSS of the process: interpreter, libraries and data included)"
+
+
+def _index(device):
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def window_memory(device):
+    """A stage's memory: the peaks since the last reset_peak(device) and the
+    figures now. Always the process's peak RSS (VmHWM) and RSS; on CUDA also
+    the allocator's peak allocated and reserved (max_memory_allocated,
+    max_memory_reserved), allocated and reserved now, and the device's free
+    and total bytes (mem_get_info)."""
+    out = {"device": "cpu", "peak_rss_bytes": _vm_hwm(), "rss_bytes": _rss()}
+    if device.type == "cuda":
+        i = _index(device)
+        free, total = torch.cuda.mem_get_info(i)
+        out.update(device="cuda:%d" % i, peak_allocated_bytes=torch.cuda.max_memory_allocated(i),
+                   peak_reserved_bytes=torch.cuda.max_memory_reserved(i),
+                   allocated_bytes=torch.cuda.memory_allocated(i), reserved_bytes=torch.cuda.memory_reserved(i),
+                   free_bytes=free, total_bytes=total)
+    return out
 
 
 def _program_dir():
@@ -209,3 +232,23 @@ def program_info():
     return {"root": root, "sources": sorted(sources), "executable": os.path.realpath(sys.executable),
             "sys_path": [os.path.realpath(p) if p else os.path.realpath(os.getcwd()) for p in sys.path],
             "distributions": dists}
+
+
+def matmul_flops(device):
+    """FLOP/s of a 512x512 fp32 matmul on `device`, best of 5 after a warm-up,
+    as anchor's built-in worker measures it (the MFU estimate's reference).
+    Its inputs are fixed, not drawn from any generator."""
+    n = 512
+    with torch.no_grad():
+        a = torch.linspace(-1.0, 1.0, n * n, device=device).reshape(n, n)
+        b = torch.linspace(1.0, -1.0, n * n, device=device).reshape(n, n)
+        c = a @ b
+        best = 0.0
+        for _ in range(5):
+            t0 = time.perf_counter()
+            c = a @ b
+            float(c.sum())  # synchronises on a GPU
+            s = time.perf_counter() - t0
+            if s > 0:
+                best = max(best, 2.0 * n ** 3 / s)
+    return best

@@ -19,6 +19,7 @@ from . import tensors as tt
 from . import state as stt
 from . import store
 from . import observe as obs
+from .profile import StepProfile
 from .errors import CheckpointError, PilotError, RestoreError
 from .declare import declared as _declared_shape
 from .spec import Spec
@@ -290,7 +291,7 @@ class Pilot:
 
     def __init__(self, checkpoint_dir=None, *, model, optimizer=None, scheduler=None, scaler=None, data=None,
                  save_at=(), stop_at=None, seed=None, deterministic=False, events=None, digests_every=0,
-                 restore=None, role="standalone", spec=None, check_restore=True, observe=False):
+                 restore=None, role="standalone", spec=None, check_restore=True, observe=False, evaluate=None):
         if spec is not None:
             ev.check_program_paths()
             checkpoint_dir, save_at, stop_at, seed = spec.checkpoint_dir, spec.save_at, spec.stop_at, spec.seed
@@ -307,6 +308,10 @@ class Pilot:
         self.save_at = sorted(set(save_at or ()))
         self.stop_at, self.seed, self.restore_dir = stop_at, seed, restore
         self.digests_every, self.check_restore = digests_every, check_restore
+        if evaluate is not None and not callable(evaluate):
+            raise PilotError("create Pilot", "evaluate is a %s, not a callable" % type(evaluate).__name__,
+                             "pass evaluate=<a function of no arguments that returns the validation loss>")
+        self.evaluate = evaluate
         self.rank, self.world_size = rank_and_world()
         self.model, self.optimizer, self.scheduler, self.scaler, self.data = model, optimizer, scheduler, scaler, data
         if deterministic and not (torch.are_deterministic_algorithms_enabled() and
@@ -357,13 +362,17 @@ class Pilot:
         self._baseline_device, self._baseline = ev.held_bytes(self._device)
         self._steps_seen = 0
         self._peak_reset = False
+        self._load_said = role == "resume"  # a resume's start is its restore's stage
+        self._last_step = None
+        self._profile_step = spec.profile_step if spec is not None else None
+        self._profile = None  # the StepProfile running over _profile_step
         self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
                          anchor_pilot=__version__, parameters=params, executable=sys.executable, pid=os.getpid(),
                          shape=shape, checkpoints="program" if self.observe else "helper")
 
     @classmethod
     def from_env(cls, *, model, optimizer=None, scheduler=None, scaler=None, data=None, observe=False,
-                 **standalone):
+                 evaluate=None, **standalone):
         """A Pilot configured by ANCHOR_PILOT_SPEC when it is set, else by
         the keyword arguments in ``standalone`` (checkpoint_dir, save_at, ...).
         ``observe=True``: the program saves and loads with its own code
@@ -371,9 +380,9 @@ class Pilot:
         spec = Spec.from_env()
         if spec is not None:
             return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, spec=spec,
-                       observe=observe)
+                       observe=observe, evaluate=evaluate)
         return cls(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, data=data, observe=observe,
-                   **standalone)
+                   evaluate=evaluate, **standalone)
 
     # ----- components ---------------------------------------------------------------------------------------
     def _model_get(self):
@@ -468,6 +477,8 @@ class Pilot:
     def data_ready(self):
         """Marks that the batch of this step is ready (splits data_wait_s from compute_s),
         and notes the digest of the RNG streams there, before the step draws from them."""
+        if not self._load_said:
+            self._stage_memory("load", "from the process's start to the first step's data_ready()")
         self._data_ready = time.monotonic()
         self._rng_at_start = rng_digest()
         if self._steps_seen < 2:
@@ -481,6 +492,7 @@ class Pilot:
         trains on other data than the reference's (the data cursor). The line
         also carries the RNG streams' digest at the step's start (data_ready),
         so anchor can say when something drew from them after a restore."""
+        profiled = self._stop_profile(step)
         now = time.monotonic()
         if self._data_ready is not None:
             if data_wait_s is None:
@@ -508,12 +520,23 @@ class Pilot:
                          data_wait_s=data_wait_s, compute_s=compute_s, **fields)
         if self.digests_every and step % self.digests_every == 0:
             self.digests(step)
+        if profiled is not None:
+            self.events.emit("profile", step=step, **profiled)
         # The second step's peak: reset after the first (and after anything of the helper's in it).
         self._steps_seen += 1
+        self._last_step = step
         if self._steps_seen == 1:
+            if not self._load_said:  # the program does not call data_ready(): its first step is in the window
+                self._stage_memory("load", "from the process's start to the end of the first step (the program "
+                                   "does not call pilot.data_ready(), which marks where a step begins)")
             self._peak_reset = ev.reset_peak(self._device)
         elif self._steps_seen == 2:
             self._step_memory(step)
+            self._stage_memory("train", "the second step (optimizer state allocated)")
+        else:
+            ev.reset_peak(self._device)  # the next eval's or save's window starts here
+        self._start_profile(step + 1)
+        self._last = time.monotonic()
 
     def _state_bytes(self):
         model = _unwrap(self.model)
@@ -536,11 +559,63 @@ class Pilot:
             source += "; could not be reset after the first step: the peak of the whole process so far"
         # Held before the first step, where the peak is counted (none when the model moved to CUDA after the Pilot).
         baseline = self._baseline if self._baseline_device == device else None
+        extra = {}
+        if self.role == "reference":  # the MFU estimate's reference, as the built-in worker measures it
+            extra["matmul_flops"] = ev.matmul_flops(self._device)
         self.events.emit("step_memory", step=step, device=device, peak_bytes=peak_bytes, peak_source=source,
-                         baseline_bytes=baseline, state=self._state_bytes())
+                         baseline_bytes=baseline, state=self._state_bytes(), **extra)
 
     def eval(self, step, loss):
+        """Reports the program's own validation loss at ``step`` (an "eval"
+        line), with the peak memory since the last step line: the eval's."""
         self.events.emit("eval", step=step, loss=float(loss))
+        self._stage_memory("eval", "from the last step line to this eval line")
+        self._last = time.monotonic()
+
+    def _stage_memory(self, stage, window):
+        """A "memory" line with the peaks of `stage` (since the last reset), then a new window."""
+        if stage in ("load", "restore"):  # a restore is this process's load
+            self._load_said = True
+        self.events.emit("memory", stage=stage, window=window, **ev.window_memory(self._device))
+        ev.reset_peak(self._device)
+
+    def _evaluate(self, step, when):
+        """Runs the program's evaluate() (Pilot(evaluate=...)) at ``step``:
+        "before_save" in every save, "after_restore" right after a restore.
+        Every RNG stream and each module's train/eval mode are put back as
+        they were, so the run goes on as if it had not run; its loss goes in
+        an "eval" line, its peak memory in a "memory" line."""
+        if self.evaluate is None:
+            return
+        modules = [(m, m.training) for m in _unwrap(self.model).modules()]
+        rng = _rng_get()
+        ev.reset_peak(self._device)
+        t0 = time.monotonic()
+        try:
+            loss = self.evaluate()
+        finally:
+            for m, training in modules:
+                m.training = training
+            _rng_put(rng)
+        if isinstance(loss, torch.Tensor):
+            loss = loss.item()
+        self.events.emit("eval", step=step, loss=float(loss), when=when, seconds=time.monotonic() - t0)
+        self._stage_memory("eval" if when == "before_save" else "eval_after_restore", "the program's evaluate()")
+        self._last = time.monotonic()
+
+    def _start_profile(self, next_step):
+        """Under anchor, worker B profiles its last step (the spec's profile_step): from here, the end of
+        the step (or restore) before it."""
+        if self._profile is None and self._profile_step is not None and next_step == self._profile_step:
+            self._profile = StepProfile(self._device)
+            self._profile.start()
+
+    def _stop_profile(self, step):
+        if self._profile is None or step != self._profile_step:
+            return None
+        prof, self._profile = self._profile, None
+        path = os.path.join(self.spec.run_dir, "profile.json") if self.rank == 0 else None
+        return prof.stop(path)
 
     def memory(self, stage):
         return self.events.emit("memory", stage=stage, **ev.memory())
@@ -568,6 +643,8 @@ class Pilot:
         program is held once its first file there appears, and killed."""
         self._need_observe("Pilot.saving()", "Pilot.maybe_save(step)")
         self._say_program()
+        self._evaluate(step, "before_save")
+        ev.reset_peak(self._device)
         t0 = time.monotonic()
         root = self.checkpoint_dir
         self.events.emit("checkpoint", op="save", phase="begin", step=step, dir=root)
@@ -598,9 +675,9 @@ class Pilot:
                                   "finds there")
         self.events.emit("checkpoint", op="save", phase="end", step=step, dir=root, files=files,
                          bytes=sum(after[f][0] for f in files), seconds=time.monotonic() - t0)
+        self._stage_memory("checkpoint_save", "the program's save (inside pilot.saving())")
+        self._peak_reset = self._peak_reset or self._steps_seen == 1
         self._last = time.monotonic()  # the save is not the next step's data wait
-        if self._steps_seen == 1:
-            self._peak_reset = ev.reset_peak(self._device)
 
     def restored(self, step, seconds=None):
         """Call right after the program's own load (observe=True) with the step
@@ -613,8 +690,12 @@ class Pilot:
             return 0
         timed = {"seconds": float(seconds)} if seconds is not None else {}
         self.events.emit("checkpoint", op="restore", phase="end", step=step, dir=self.checkpoint_dir, **timed)
+        self._stage_memory("restore", "from the process's start to pilot.restored() (the program builds its "
+                           "model and loads its checkpoint with its own code)")
         self.digests(step, when="restore")
         self._observed_step = step
+        self._evaluate(step, "after_restore")
+        self._start_profile(step + 1)
         self._last = time.monotonic()
         return step
 
@@ -625,6 +706,8 @@ class Pilot:
             raise PilotError("Pilot.save()", "this Pilot observes the program's own save (observe=True)",
                              "wrap your save in `with pilot.saving(step):`")
         self._say_program()
+        self._evaluate(step, "before_save")
+        ev.reset_peak(self._device)
         t0 = time.monotonic()
         self.events.emit("checkpoint", op="save", phase="begin", step=step,
                          dir=os.path.join(self.checkpoint_dir, store.step_dir_name(step)))
@@ -670,8 +753,10 @@ class Pilot:
             final, nbytes = self._save_distributed(step, own, blobs, state)
         self.events.emit("checkpoint", op="save", phase="end", step=step, dir=final, bytes=nbytes,
                          seconds=time.monotonic() - t0)
-        if self._steps_seen == 1:  # a save inside the measured step's window is not the step's peak
-            self._peak_reset = ev.reset_peak(self._device)
+        # Its window ends here: a save inside the measured step's window is not the step's peak.
+        self._stage_memory("checkpoint_save", "Pilot.save()")
+        self._peak_reset = self._peak_reset or self._steps_seen == 1
+        self._last = time.monotonic()
         return final
 
     def _save_distributed(self, step, own, blobs, state):
@@ -778,6 +863,7 @@ class Pilot:
         for name in skip:
             if name not in COMPONENTS:
                 raise PilotError("restore", "unknown component %r in skip" % name, "use one of " + ", ".join(COMPONENTS))
+        ev.reset_peak(self._device)
         t0 = time.monotonic()
         d = _dist() if self.world_size > 1 else None
         if d is not None:
@@ -877,6 +963,7 @@ class Pilot:
         # verdict names the component from these (exit 3), and the error follows.
         self.events.emit("checkpoint", op="restore", phase="end", step=v.step, dir=where, bytes=nbytes,
                          seconds=time.monotonic() - t0)
+        self._stage_memory("restore", "Pilot.restore(): reading, verifying and loading every component")
         self.events.emit("digests", step=v.step, when="restore", components=digests)
         if self.check_restore:
             bad = [n for n in expected if digests[n] != expected[n]]
@@ -888,6 +975,8 @@ class Pilot:
                                    "its load_state_dict does not restore what its state_dict returned; "
                                    "make them inverse (or pass check_restore=False to accept it)")
         self.restored_from = v
+        self._evaluate(v.step, "after_restore")
+        self._start_profile(v.step + 1)
         self._last = time.monotonic()
         return v.step
 

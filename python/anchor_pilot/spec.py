@@ -10,7 +10,9 @@
      "probe": {"micro_batch": int, "seq_len": int} (role "probe" only: the
      shape anchor_pilot.shape() returns, for anchor's memory probe),
      "start_from": "init" (optional; anchor's built-in worker is also told
-     "latest", which this helper does not do)}
+     "latest", which this helper does not do),
+     "profile_step": int (optional: the step to run under torch.profiler;
+     rank 0 writes its trace to <run_dir>/profile.json)}
 
 A path that is not UTF-8 comes as "<key>_hex", its bytes in hex, beside
 "<key>" (printable text); the bytes are used. Relative paths are taken
@@ -28,7 +30,7 @@ ROLES = ("reference", "resume", "probe")
 _REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_at", "restore", "seed",
              "deterministic", "events")
 _PATHS = ("run_dir", "checkpoint_dir", "events", "restore")
-_OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from", "reshard") + tuple(k + "_hex" for k in _PATHS)
+_OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from", "reshard", "profile_step") + tuple(k + "_hex" for k in _PATHS)
 
 
 def _is_int(v):
@@ -39,7 +41,7 @@ class Spec:
     """A validated spec (attributes named as the keys)."""
 
     def __init__(self, role, run_dir, checkpoint_dir, save_at, stop_at, restore, seed, deterministic, events,
-                 digests_every=0, kill_in_save=None, path=None, probe=None, reshard=None):
+                 digests_every=0, kill_in_save=None, path=None, probe=None, reshard=None, profile_step=None):
         self.protocol = PROTOCOL
         self.role, self.run_dir, self.checkpoint_dir = role, run_dir, checkpoint_dir
         self.save_at, self.stop_at, self.restore = sorted(set(save_at)), stop_at, restore
@@ -47,6 +49,7 @@ class Spec:
         self.digests_every, self.kill_in_save, self.path = digests_every, kill_in_save, path
         self.probe = probe
         self.reshard = reshard  # {"from": A, "to": B}: the resume runs at another world size
+        self.profile_step = profile_step
 
     @classmethod
     def from_file(cls, path):
@@ -97,6 +100,7 @@ class Spec:
         check("deterministic", lambda v: isinstance(v, bool), "true or false")
         check("digests_every", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
         check("kill_in_save", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
+        check("profile_step", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
         if not problems and d.get("kill_in_save") is not None and d["kill_in_save"] not in d["save_at"]:
             problems.append("'kill_in_save' is %d but save_at %s does not hold it" % (d["kill_in_save"],
                                                                                   json.dumps(d["save_at"])))
@@ -129,7 +133,7 @@ class Spec:
                    save_at=d["save_at"], stop_at=d["stop_at"], restore=rel(d["restore"]), seed=d["seed"],
                    deterministic=d["deterministic"], events=rel(d["events"]),
                    digests_every=d.get("digests_every", 0), kill_in_save=d.get("kill_in_save"), path=path,
-                   probe=d.get("probe"), reshard=d.get("reshard"))
+                   probe=d.get("probe"), reshard=d.get("reshard"), profile_step=d.get("profile_step"))
 
     @classmethod
     def from_env(cls, environ=None):

@@ -23,9 +23,17 @@ class Example(support.TempDirTest):
         b = ap.read_events(second)
         self.assertEqual([e["step"] for e in b if e["type"] == "step"], list(range(11, 21)))
         self.assertIsNone(ap.compare_events(a, b))
-        mem = [e for e in b if e["type"] == "memory"][0]
+        mem = [e for e in b if e["type"] == "memory" and "window" not in e][0]  # the program's own line
         self.assertEqual((mem["stage"], mem["device"]), ("end", "cpu"))
         self.assertGreater(mem["rss_bytes"], 10 * 1024 * 1024)
+        # The helper's own stage lines, without a line in the program: each stage's peak RSS over its window.
+        stages = lambda events: [e["stage"] for e in events if e["type"] == "memory" and "window" in e]
+        self.assertEqual(stages(a), ["load", "train", "checkpoint_save"])
+        self.assertEqual(stages(b), ["restore", "train"], "a restore is the second run's load")
+        for e in a + b:
+            if e["type"] == "memory" and "window" in e:
+                self.assertGreater(e["peak_rss_bytes"], 10 * 1024 * 1024, e)
+                self.assertGreaterEqual(e["peak_rss_bytes"], e["rss_bytes"], e)
 
     def test_docs_show_the_example_verbatim(self):
         with open(DOC) as f:

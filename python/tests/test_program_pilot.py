@@ -52,6 +52,64 @@ class ProgramPilot(support.ProgramPilotTest):
             self.assertEqual(cases[stage].find("skipped").get("message"),
                              "not run: the pilot stopped in stage compare")
 
+    def assertMeasuredLikeTheBuiltIn(self, report, run):
+        """The figures the built-in trainer reports, from the helper's own calls: each stage's peak memory,
+        the MFU estimate, the evaluation across the restore, the profiled step and its top operators."""
+        mem = report["measurements"]["memory"]
+        self.assertEqual(list(mem["stages"]), ["checkpoint_save", "eval", "eval_after_restore", "load", "restore",
+                                               "train"])
+        for name, st in mem["stages"].items():
+            self.assertGreater(st["peak_rss_bytes"], 50 << 20, name)
+            self.assertEqual((st["peak_allocated_bytes"], st["device"]), (-1, "cpu"), name)  # no CPU allocator
+        stages = {s["stage"]: s for s in report["stages"]}
+        self.assertEqual(stages["checkpoint_save"]["figures"]["memory"], mem["stages"]["checkpoint_save"])
+        self.assertEqual(stages["restore"]["figures"]["memory"], mem["stages"]["restore"])
+        self.assertEqual(mem["step"]["peak_rss_bytes"], mem["stages"]["train"]["peak_rss_bytes"])
+        step = report["measurements"]["step"]
+        self.assertGreater(step["reference_matmul_flops"], 1e8)
+        self.assertAlmostEqual(step["mfu_estimate"], step["achieved_flops"] / step["reference_matmul_flops"])
+        self.assertAlmostEqual(step["achieved_flops"], report["measurements"]["model"]["flops_per_token"] *
+                               step["tokens_per_s"], delta=1)
+        self.assertEqual(step["comm_s"], 0.0)  # one rank: nothing to all-reduce
+        # evaluate(): in A's save of step 4 and right after B restored it, bitwise equal.
+        self.assertEqual(report["eval"]["before_save"], report["eval"]["after_restore"])
+        self.assertEqual(stages["eval_after_restore"]["figures"]["loss"], report["eval"]["after_restore"])
+        check = [c for c in report["resume"]["checks"] if c["name"] == "eval after restore"]
+        self.assertEqual([c["ok"] for c in check], [True], report["resume"]["checks"])
+        # Worker B's last step under torch.profiler: profile.json beside the report, its top operators.
+        prof = stages["resume"]["figures"]["profile"]
+        self.assertEqual((prof["file"], prof["step"]), ("profile.json", 8))
+        with open(os.path.join(run, "profile.json")) as f:
+            trace = json.load(f)
+        self.assertGreater(len(trace if isinstance(trace, list) else trace["traceEvents"]), 100)
+        names = [op["name"] for op in prof["top"]]
+        self.assertEqual(len(names), 15)
+        self.assertTrue(any(n.startswith("aten::") and "mm" in n for n in names), names)
+        self.assertLessEqual(sum(op["self_s"] for op in prof["top"]), prof["self_s"] + 1e-9)
+        with open(os.path.join(run, "report.md")) as f:
+            md = f.read()
+        self.assertIn("Top operators of the profiled step (step 8, by self time; profile.json)", md)
+        self.assertRegex(md, r"\| eval_after_restore \| n/a \| n/a \| [0-9.]+ MB \|")
+        self.assertRegex(md, r"MFU estimate 0\.[0-9]{3}")
+        with open(os.path.join(run, "report.html")) as f:
+            html = f.read()
+        self.assertIn("Top operators of the profiled step", html)
+        self.assertIn('<a href="profile.json">profile.json</a>', html)
+
+    def test_gpt_an_evaluation_that_reads_unsaved_state_is_named(self):
+        """Negative control of the eval check: the eval reads a buffer that training moves and no state_dict
+        holds. Every component's digest agrees; only the evaluation after the restore differs."""
+        self.example("gpt")
+        proc, report, run = self.pilot("gpt", "program.command=[python3, train.py, --unsaved-buffer]")
+        self.assertEqual(proc.returncode, 3, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertEqual(report["resume"]["cause"], ["eval"], report["resume"])
+        checks = {c["name"]: c for c in report["resume"]["checks"]}
+        self.assertTrue(checks["restored state"]["ok"])
+        self.assertFalse(checks["eval after restore"]["ok"])
+        self.assertIn("the evaluation reads something the restore did not bring back",
+                      checks["eval after restore"]["detail"])
+        self.assertNotEqual(report["eval"]["before_save"], report["eval"]["after_restore"])
+
     def test_gpt_matches_is_pinned_and_measured(self):
         self.example("gpt")
         with open(self.path("gpt", "unused.py"), "w") as f:  # beside train.py, never imported: pinned too
@@ -66,6 +124,7 @@ class ProgramPilot(support.ProgramPilotTest):
         peaks = report["measurements"]["memory"]["peak_rss"]
         self.assertTrue(all(p["peak_rss_bytes"] > 50 << 20 for p in peaks), peaks)
         self.assertEqual(len(report["steps"]["resumed"]), 4)
+        self.assertMeasuredLikeTheBuiltIn(report, run)
         # The console: each worker announced, and its steps as the built-in worker's lines say them.
         for line in ("[stage] A: reference\n", "[stage] B: resume\n", "[train_step] A step 1/8 loss=",
                      "[train_step] A step 8/8 loss=", "[train_step] B step 5/8 loss=", "[train_step] B step 8/8 loss="):

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <vector>
 
+#include "anchor/measure/trace_summary.hpp"
 #include "anchor/pilot/pipeline_timing.hpp"
 #include "anchor/pilot/preflight.hpp"
 #include "anchor/run_report/run_report.hpp"
@@ -108,6 +109,23 @@ std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_d
          " among them (replacing a directory of the same step), delete older ones by retention, and restore the "
          "newest in its resume worker (hint: to restart from the newest committed one, pass --start-from "
          "latest; to start afresh, use an empty checkpoint.dir or leave it empty for <run dir>/checkpoints)";
+}
+
+void add_top_operators(const std::string& run_dir, run_report::Profile& profile) {
+  if (profile.file != "profile.json") return;
+  try {
+    const auto summary = measure::summarize_trace(run_dir + "/profile.json", 15);
+    std::vector<run_report::ProfileOp> top;
+    for (const auto& op : summary.top) {
+      run_report::ProfileOp o;
+      o.name = op.name, o.device = op.device, o.self_s = op.self_s, o.total_s = op.total_s, o.calls = op.calls;
+      top.push_back(std::move(o));
+    }
+    profile.self_s = summary.self_s;
+    profile.top = std::move(top);
+  } catch (const Error& e) {
+    profile.error = std::string("profile.json could not be read: ") + e.what();
+  }
 }
 
 }  // namespace anchor::pilot

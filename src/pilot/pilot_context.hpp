@@ -23,6 +23,10 @@
 #include "anchor/protocol/events.hpp"
 #include "anchor/run_report/report_writer.hpp"
 
+namespace anchor::run_report {
+struct Profile;
+}  // namespace anchor::run_report
+
 namespace anchor::pilot {
 
 // events.jsonl: one line per event, appended and flushed as it happens. A
@@ -112,5 +116,11 @@ std::optional<ExitCode> pipeline_stage(Pilot& p);
 // The start point against what checkpoint.dir holds: "" when fine, else why
 // not, with what to do (pilot.start_from init needs no step directory there).
 std::string check_start_dir(const config::Config& cfg, const std::string& ckpt_dir);
+
+// A stage's figures.profile, given its trace in the run directory ("file":
+// "profile.json"): the operators and kernels with the most self time added as
+// "top" and "self_s" (docs/report.md, "profile.json"); what kept them out as
+// "error". Both drivers' worker B profiles its last step.
+void add_top_operators(const std::string& run_dir, run_report::Profile& profile);
 
 }  // namespace anchor::pilot

@@ -520,6 +520,24 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+// The training FLOPs per token of the program's declared shape, and where the figure comes from ({0, ""}
+// without a shape).
+std::pair<double, std::string> flops_per_token(const pp::Hello& h) {
+  if (!h.shape) return {0.0, ""};
+  const auto& s = *h.shape;
+  const double n = static_cast<double>(h.parameters.value_or(0));
+  if (s.flops_per_token)
+    return {*s.flops_per_token, "the program's own figure (anchor_pilot.shape(flops_per_token=...))"};
+  if (s.n_layer && s.n_embd)
+    return {6.0 * n + 12.0 * static_cast<double>(*s.n_layer) * static_cast<double>(*s.n_embd) *
+                          static_cast<double>(s.seq_len),
+            "6 x parameters + 12 x n_layer x n_embd x seq_len (PaLM appendix B; the program's n_layer "
+            "and n_embd)"};
+  return {6.0 * n,
+          "6 x parameters; the attention term is left out (pass n_layer and n_embd to "
+          "anchor_pilot.shape)"};
+}
+
 // measurements.model: the parameters, and the shape the program declared
 // (anchor_pilot.shape) with its training FLOPs per token.
 json model_json(const pp::Hello& h) {
@@ -533,22 +551,9 @@ json model_json(const pp::Hello& h) {
   m["precision"] = s.precision;
   m["n_layer"] = s.n_layer ? json(*s.n_layer) : json();
   m["n_embd"] = s.n_embd ? json(*s.n_embd) : json();
-  const double n = static_cast<double>(h.parameters.value_or(0));
-  if (s.flops_per_token) {
-    m["flops_per_token"] = *s.flops_per_token;
-    m["flops_source"] = "the program's own figure (anchor_pilot.shape(flops_per_token=...))";
-  } else if (s.n_layer && s.n_embd) {
-    m["flops_per_token"] = 6.0 * n + 12.0 * static_cast<double>(*s.n_layer) * static_cast<double>(*s.n_embd) *
-                                         static_cast<double>(s.seq_len);
-    m["flops_source"] =
-        "6 x parameters + 12 x n_layer x n_embd x seq_len (PaLM appendix B; the program's n_layer "
-        "and n_embd)";
-  } else {
-    m["flops_per_token"] = 6.0 * n;
-    m["flops_source"] =
-        "6 x parameters; the attention term is left out (pass n_layer and n_embd to "
-        "anchor_pilot.shape)";
-  }
+  const auto [flops, source] = flops_per_token(h);
+  m["flops_per_token"] = flops;
+  m["flops_source"] = source;
   return m;
 }
 
@@ -600,8 +605,10 @@ std::pair<int, const pp::StepMemoryLine*> highest_step_memory(const Outcome& o) 
 }
 
 // The step's figures from the reference's step lines: medians over its steps
-// after the first, which warms up.
-json step_figures(const Pilot& p, const pp::WorkerLog& ref) {
+// after the first, which warms up. `flops_per_token` (0: unknown) and the
+// reference's matmul rate give the MFU estimate, as the built-in's; the
+// communication is the profiled step's (worker B's last), rank 0's.
+json step_figures(const Pilot& p, const pp::WorkerLog& ref, const pp::WorkerLog& res, double flops_per_token) {
   std::vector<double> secs, waits, computes, tokens;
   for (std::size_t i = 1; i < ref.steps.size(); ++i) {
     const auto& s = ref.steps[i];
@@ -612,16 +619,90 @@ json step_figures(const Pilot& p, const pp::WorkerLog& ref) {
     if (s.tokens) tokens.push_back(static_cast<double>(*s.tokens));
   }
   const double step_s = median(secs), tok = median(tokens);
-  return {{"source", "the program's step lines (median over the reference's steps after the first)"},
-          {"steps_measured", secs.size()},
-          {"seconds", step_s},
-          {"data_wait_s", median(waits)},
-          {"compute_s", median(computes)},
-          {"stall_percent", step_s > 0 ? 100.0 * median(waits) / step_s : 0.0},
-          {"tokens", tokens.empty() ? json() : json(tok)},
-          {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s)},  // one rank's
-          {"tokens_per_s_all_ranks", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
-          {"world_size", p.nproc}};
+  json out = {{"source", "the program's step lines (median over the reference's steps after the first)"},
+              {"steps_measured", secs.size()},
+              {"seconds", step_s},
+              {"data_wait_s", median(waits)},
+              {"compute_s", median(computes)},
+              {"stall_percent", step_s > 0 ? 100.0 * median(waits) / step_s : 0.0},
+              {"tokens", tokens.empty() ? json() : json(tok)},
+              {"tokens_per_s", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s)},  // one rank's
+              {"tokens_per_s_all_ranks", tokens.empty() || step_s <= 0 ? json() : json(tok / step_s * p.nproc)},
+              {"world_size", p.nproc}};
+  if (ref.hello && ref.hello->shape) {
+    out["micro_batch"] = ref.hello->shape->micro_batch;
+    out["grad_accum"] = ref.hello->shape->grad_accum;
+  }
+  const double matmul = ref.step_memory ? ref.step_memory->matmul_flops.value_or(0) : 0;
+  if (!tokens.empty() && step_s > 0 && flops_per_token > 0 && matmul > 0) {
+    const double achieved = flops_per_token * tok / step_s;
+    out["achieved_flops"] = achieved;
+    out["reference_matmul_flops"] = matmul;
+    // An estimate: against a measured 512x512 fp32 matmul on this device, not a datasheet peak.
+    out["mfu_estimate"] = achieved / matmul;
+  }
+  if (res.profile && res.profile->comm_s) {
+    out["comm_s"] = *res.profile->comm_s;
+    out["comm_source"] = "the collectives' spans (c10d, Gloo, NCCL) in the profiled step (worker B's step " +
+                         std::to_string(res.profile->step) + ", rank 0); DDP overlaps them with the backward pass";
+  }
+  return out;
+}
+
+// One stage's peaks from the helper's lines (their window's), over a worker's
+// ranks and lines: each the highest any reached.
+struct StagePeaks {
+  std::optional<std::int64_t> allocated, reserved, rss, total;
+  std::string device, window;
+  std::size_t ranks = 1;
+  // As report.json's stages hold them (-1: not measured: a CPU has no allocator statistics the helper reads).
+  json to_json() const {
+    const bool cuda = device.rfind("cuda", 0) == 0;
+    json j = {{"peak_allocated_bytes", allocated.value_or(-1)},
+              {"peak_reserved_bytes", reserved.value_or(-1)},
+              {"peak_rss_bytes", rss ? json(*rss) : json()},
+              {"device", device},
+              {"window", window},
+              {"source", cuda ? "torch.cuda.max_memory_allocated and max_memory_reserved over the window; the "
+                                "process's peak RSS (VmHWM)"
+                              : "the process's peak RSS (VmHWM: interpreter, libraries and data included) over the "
+                                "window"}};
+    if (total) j["device_total_bytes"] = *total;
+    if (ranks > 1) j["ranks"] = "the highest of " + std::to_string(ranks) + " ranks";
+    return j;
+  }
+};
+
+std::optional<StagePeaks> stage_peaks(const Outcome& o, const std::string& stage) {
+  StagePeaks p;
+  p.ranks = o.logs.size();
+  auto up = [](std::optional<std::int64_t>& a, const std::optional<std::int64_t>& b) {
+    if (b && (!a || *b > *a)) a = b;
+  };
+  for (const auto& [rank, log] : o.logs)
+    for (const auto& l : log.memory) {
+      if (l.stage != stage || l.window.empty()) continue;
+      p.device = l.device, p.window = l.window;
+      up(p.allocated, l.peak_allocated_bytes), up(p.reserved, l.peak_reserved_bytes), up(p.rss, l.peak_rss_bytes);
+      up(p.total, l.total_bytes);
+    }
+  if (p.device.empty()) return std::nullopt;
+  return p;
+}
+
+std::optional<json> stage_peaks_json(const Outcome& o, const std::string& stage) {
+  if (auto p = stage_peaks(o, stage)) return p->to_json();
+  return std::nullopt;
+}
+
+// Each stage's peaks: worker A's load, step, eval and save; worker B's restore and the evaluate() after it.
+std::map<std::string, StagePeaks> stage_memory(const Outcome& a, const Outcome& b) {
+  std::map<std::string, StagePeaks> stages;
+  for (const char* s : {"load", "train", "eval", "checkpoint_save"})
+    if (auto p = stage_peaks(a, s)) stages[s] = std::move(*p);
+  for (const char* s : {"restore", "eval_after_restore"})
+    if (auto p = stage_peaks(b, s)) stages[s] = std::move(*p);
+  return stages;
 }
 
 // The program's own memory lines (Pilot.memory(stage)), rank 0's of both workers.
@@ -629,6 +710,7 @@ json memory_stage_lines(const pp::WorkerLog& ref, const pp::WorkerLog& res) {
   json mem = json::array();
   for (const auto* log : {&ref, &res})
     for (const auto& l : log->memory) {
+      if (!l.window.empty()) continue;  // the helper's own stage lines: measurements.memory.stages
       json e = {{"worker", log == &ref ? "reference" : "resume"}, {"stage", l.stage}, {"device", l.device}};
       if (l.rss_bytes) e["rss_bytes"] = *l.rss_bytes;
       if (l.allocated_bytes) e["allocated_bytes"] = *l.allocated_bytes;
@@ -696,20 +778,38 @@ json measurements(const Pilot& p, const Outcome& a, const Outcome& b, std::int64
   const auto& ref = a.logs.at(0);
   const auto& res = b.logs.at(0);
   json m;
-  m["step"] = step_figures(p, ref);
   if (ref.hello) m["model"] = model_json(*ref.hello);
+  m["step"] = step_figures(p, ref, res, ref.hello ? flops_per_token(*ref.hello).first : 0.0);
   auto [mem_rank, highest] = highest_step_memory(a);
   const bool from_highest = highest != nullptr;
   if (!highest && ref.step_memory) mem_rank = 0, highest = &*ref.step_memory;
   // Where the program ran its step, as its step_memory line says (anchor's `device` key does not reach it).
   if (highest) m["model"]["device"] = highest->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
-  json mem = memory_stage_lines(ref, res);
   json peaks = peak_rss_json(a, b);
-  m["memory"] = {{"source",
-                  "peak RSS (VmHWM) of every rank, read by anchor while it ran; and the program's own "
-                  "memory lines (Pilot.memory(stage): device allocated/reserved/total on CUDA)"},
+  const auto peaks_of = stage_memory(a, b);
+  json stages = json::object();
+  for (const auto& [name, st] : peaks_of) stages[name] = st.to_json();
+  json workers = json::object();
+  for (const auto* w : {&a, &b}) {
+    std::uint64_t most = 0;
+    for (const auto v : w->peak_rss) most = std::max<std::uint64_t>(most, v);
+    workers[w == &a ? "reference" : "resume"] = {{"peak_rss_bytes", most}};
+  }
+  json memory = {{"source",
+                  "the helper's lines: each stage's peaks over its window (docs/program.md, \"What anchor "
+                  "measures\"); the peak RSS (VmHWM) of every rank, read by anchor while it ran"},
                  {"peak_rss", peaks},
-                 {"stages", mem}};
+                 {"workers", workers},
+                 {"stages", stages},
+                 {"program_lines", memory_stage_lines(ref, res)}};
+  for (const auto& [name, st] : peaks_of)
+    if (st.total) memory["device_total_bytes"] = *st.total;
+  const auto train = peaks_of.find(std::string("train"));
+  if (train != peaks_of.end())
+    memory["step"] = {{"peak_allocated_bytes", train->second.allocated.value_or(-1)},
+                      {"peak_reserved_bytes", train->second.reserved.value_or(-1)},
+                      {"peak_rss_bytes", train->second.rss ? json(*train->second.rss) : json()}};
+  m["memory"] = std::move(memory);
   // The plan's memory model: the reference's second step at the declared shape, and the probe's points.
   const auto* shape = ref.hello && ref.hello->shape ? &*ref.hello->shape : nullptr;
   if (shape && highest) add_memory_model(m["memory"], p, *shape, *highest, mem_rank, from_highest, probe_points);
@@ -897,11 +997,12 @@ Step reference(Run& r) {
   json fig = {{"steps", ref.steps.size()}, {"ranks", p.nproc}};
   if (!ref.steps.empty() && ref.steps.back().loss.known) fig["loss"] = ref.steps.back().loss.value;
   p.report.add_stage(worker_stage("reference", a, fig));
-  if (const auto* s = ref.checkpoint("save", "end", r.k); s && s->bytes && s->seconds)
-    p.report.add_stage({{"stage", "checkpoint_save"},
-                        {"status", "passed"},
-                        {"seconds", *s->seconds},
-                        {"figures", {{"step", r.k}, {"bytes", *s->bytes}, {"seconds", *s->seconds}}}});
+  if (const auto* s = ref.checkpoint("save", "end", r.k); s && s->bytes && s->seconds) {
+    json figures = {{"step", r.k}, {"bytes", *s->bytes}, {"seconds", *s->seconds}};
+    if (auto mem = stage_peaks_json(a, "checkpoint_save")) figures["memory"] = std::move(*mem);
+    p.report.add_stage(
+        {{"stage", "checkpoint_save"}, {"status", "passed"}, {"seconds", *s->seconds}, {"figures", figures}});
+  }
   return std::nullopt;
 }
 
@@ -1100,6 +1201,54 @@ Step ranks_rng(Run& r) {
   return fail(p, "ranks_rng", ExitCode::kVerification, what + " (hint: " + fix + ")");
 }
 
+// The program's evaluate() around the restore (Pilot(evaluate=...)): in worker
+// A's save of K and right after worker B restored it. Its stage, its peak
+// memory, and the report's eval section; the verdict compares the two losses.
+void add_eval_stage(Run& r) {
+  const auto find = [&](const pp::WorkerLog& log, const char* when) -> const pp::EvalLine* {
+    for (const auto& e : log.evals)
+      if (e.when == when && e.step == r.k) return &e;
+    return nullptr;
+  };
+  const auto* before = find(r.a.logs.at(0), "before_save");
+  const auto* after = find(r.b.logs.at(0), "after_restore");
+  if (!before && !after) return;
+  json eval = {{"before_save", before && before->loss.known ? json(before->loss.value) : json()},
+               {"after_restore", after && after->loss.known ? json(after->loss.value) : json()},
+               {"step", r.k},
+               {"source", "the program's evaluate() (Pilot(evaluate=...)), run by the helper"}};
+  if (before && before->loss.known && std::isfinite(before->loss.value) && before->loss.value < 50)
+    eval["perplexity"] = std::exp(before->loss.value);
+  r.p.report.set_section("eval", eval);
+  if (!after) return;
+  json fig = {{"step", r.k}};
+  if (after->loss.known) fig["loss"] = after->loss.value;
+  if (auto mem = stage_peaks_json(r.b, "eval_after_restore")) fig["memory"] = std::move(*mem);
+  json stage = {{"stage", "eval_after_restore"}, {"status", "passed"}, {"figures", fig}};
+  if (after->seconds) stage["seconds"] = *after->seconds;
+  r.p.report.add_stage(stage);
+}
+
+// resume's figures.profile: the profiled step's line and, from rank 0's trace
+// (<run>/profile.json), its operators and kernels with the most self time.
+json profile_figure(const Pilot& p, const pp::ProfileLine& line, const pp::WorkerLog& ref) {
+  run_report::Profile prof;
+  prof.step = line.step, prof.seconds = line.seconds, prof.events = line.events;
+  if (!line.profiler.empty()) prof.profiler = line.profiler;
+  if (ref.hello && ref.hello->shape) prof.micro_batch = ref.hello->shape->micro_batch;
+  if (ref.hello && ref.hello->shape) prof.seq_len = ref.hello->shape->seq_len;
+  if (!line.error.empty()) prof.error = line.error;
+  if (line.file == "profile.json") {
+    prof.file = line.file;
+    add_top_operators(p.run_dir, prof);
+  } else if (!line.file.empty()) {
+    prof.error = "the profile line names " + printable(line.file) + ", not profile.json";
+  }
+  json j = run_report::section_to_json(prof);
+  if (line.comm_s) j["comm_s"] = *line.comm_s;
+  return j;
+}
+
 // Worker B: fresh processes restore the newest checkpoint that verifies and train to K+R.
 Step resume(Run& r) {
   Pilot& p = r.p;
@@ -1107,6 +1256,7 @@ Step resume(Run& r) {
   r.spec.save_at = {r.last};
   r.spec.kill_in_save.reset();
   r.spec.events = r.l.dir + "/resume.events.jsonl";
+  r.spec.profile_step = r.last;  // its last step, under torch.profiler: <run>/profile.json
   try {
     r.b = run_program_worker(p, r.l, r.spec);
   } catch (const Error& e) {
@@ -1162,15 +1312,18 @@ Step resume(Run& r) {
     json stage = {{"stage", "restore"}, {"status", "passed"}};
     if (c->seconds) stage["seconds"] = fig["seconds"] = *c->seconds;
     if (const auto* s = r.a.logs.at(0).checkpoint("save", "end", r.k); s && s->bytes) fig["bytes"] = *s->bytes;
+    if (auto mem = stage_peaks_json(r.b, "restore")) fig["memory"] = std::move(*mem);
     stage["figures"] = fig;
     p.report.add_stage(stage);
-  } else if (c && c->bytes && c->seconds)
-    p.report.add_stage({{"stage", "restore"},
-                        {"status", "passed"},
-                        {"seconds", *c->seconds},
-                        {"figures", {{"step", r.k}, {"bytes", *c->bytes}, {"seconds", *c->seconds}}}});
+  } else if (c && c->bytes && c->seconds) {
+    json fig = {{"step", r.k}, {"bytes", *c->bytes}, {"seconds", *c->seconds}};
+    if (auto mem = stage_peaks_json(r.b, "restore")) fig["memory"] = std::move(*mem);
+    p.report.add_stage({{"stage", "restore"}, {"status", "passed"}, {"seconds", *c->seconds}, {"figures", fig}});
+  }
+  add_eval_stage(r);
   json fig = {{"steps", res.steps.size()}, {"ranks", b_world}};
   if (!res.steps.empty() && res.steps.back().loss.known) fig["loss"] = res.steps.back().loss.value;
+  if (res.profile) fig["profile"] = profile_figure(p, *res.profile, r.a.logs.at(0));
   json stage = worker_stage("resume", r.b, fig);
   if (r.b.status != 0) stage.update({{"status", "failed"}, {"error", r.b.error}});
   p.report.add_stage(stage);

@@ -892,7 +892,15 @@ Step resume_worker(BuiltinRun& r) {
   } catch (const Error& e) {
     return fail(p, "resume", exit_code_for(e.kind()), with_hint(e));
   }
-  for (const auto& s : r.res.stages) p.report.add_stage(s);
+  for (const auto& s : r.res.stages) {
+    auto st = run_report::section_from_json<run_report::Stage>(s);
+    if (st.figures && st.figures->profile) {  // worker B's profiled step: its top operators, from its trace
+      add_top_operators(p.run_dir, *st.figures->profile);
+      p.report.add_stage(run_report::section_to_json(st));
+    } else {
+      p.report.add_stage(s);
+    }
+  }
   return std::nullopt;
 }
 

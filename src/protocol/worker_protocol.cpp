@@ -138,6 +138,8 @@ StepMemoryLine parse_step_memory(const JsonFields& f) {
   m.parameters_bytes = st.integer("parameters");
   m.gradients_bytes = st.integer("gradients");
   m.optimizer_bytes = st.integer("optimizer");
+  m.matmul_flops = f.optional_number("matmul_flops");
+  if (m.matmul_flops && !(*m.matmul_flops >= 0)) throw bad("\"step_memory\".matmul_flops is negative");
   for (auto v : {m.peak_bytes.value_or(0), m.baseline_bytes.value_or(0), m.parameters_bytes, m.gradients_bytes,
                  m.optimizer_bytes})
     if (v < 0) throw bad("\"step_memory\" has a negative byte count");
@@ -176,6 +178,40 @@ StageLine parse_stage(const JsonFields& f) {
   return s;
 }
 
+MemoryLine parse_memory(const JsonFields& f) {
+  MemoryLine m;
+  m.stage = f.str("stage");
+  m.device = f.str_or("device", "");
+  m.allocated_bytes = f.optional_integer("allocated_bytes");
+  m.reserved_bytes = f.optional_integer("reserved_bytes");
+  m.max_allocated_bytes = f.optional_integer("max_allocated_bytes");
+  m.total_bytes = f.optional_integer("total_bytes");
+  m.rss_bytes = f.optional_integer("rss_bytes");
+  m.window = f.str_or("window", "");
+  m.peak_rss_bytes = f.optional_integer("peak_rss_bytes");
+  m.peak_allocated_bytes = f.optional_integer("peak_allocated_bytes");
+  m.peak_reserved_bytes = f.optional_integer("peak_reserved_bytes");
+  m.free_bytes = f.optional_integer("free_bytes");
+  for (const auto& v : {m.allocated_bytes, m.reserved_bytes, m.max_allocated_bytes, m.total_bytes, m.rss_bytes,
+                        m.peak_rss_bytes, m.peak_allocated_bytes, m.peak_reserved_bytes, m.free_bytes})
+    if (v && *v < 0) throw bad("\"memory\" has a negative byte count");
+  return m;
+}
+
+ProfileLine parse_profile(const JsonFields& f) {
+  ProfileLine pr;
+  pr.step = f.integer("step");
+  pr.seconds = f.optional_number("seconds");
+  pr.comm_s = f.optional_number("comm_s");
+  pr.events = f.optional_integer("events");
+  pr.profiler = f.str_or("profiler", "");
+  pr.file = f.str_or("file", "");
+  pr.error = f.str_or("error", "");
+  if (pr.file.find('/') != std::string::npos || pr.file == "." || pr.file == "..")
+    throw bad("\"profile\".file is \"" + printable(pr.file) + "\", expected a file name in the run directory");
+  return pr;
+}
+
 Body parse_body(const std::string& type, const JsonFields& f) {
   if (type == "hello") return parse_hello(f);
   if (type == "step") {
@@ -205,7 +241,12 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     }
     return s;
   }
-  if (type == "eval") return EvalLine{f.integer("step"), number(f, "loss")};
+  if (type == "eval") {
+    EvalLine e{f.integer("step"), number(f, "loss"), f.str_or("when", ""), f.optional_number("seconds")};
+    if (!e.when.empty() && e.when != "before_save" && e.when != "after_restore")
+      throw bad("\"eval\".when is \"" + printable(e.when) + "\", expected before_save or after_restore");
+    return e;
+  }
   if (type == "digests") return parse_digests(f);
   if (type == "checkpoint") {
     CheckpointLine c;
@@ -220,17 +261,8 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     if (f.has("files")) c.files = f.strings("files");
     return c;
   }
-  if (type == "memory") {
-    MemoryLine m;
-    m.stage = f.str("stage");
-    m.device = f.str_or("device", "");
-    m.allocated_bytes = f.optional_integer("allocated_bytes");
-    m.reserved_bytes = f.optional_integer("reserved_bytes");
-    m.max_allocated_bytes = f.optional_integer("max_allocated_bytes");
-    m.total_bytes = f.optional_integer("total_bytes");
-    m.rss_bytes = f.optional_integer("rss_bytes");
-    return m;
-  }
+  if (type == "memory") return parse_memory(f);
+  if (type == "profile") return parse_profile(f);
   if (type == "step_memory") return parse_step_memory(f);
   if (type == "error") return ErrorLine{f.str("message"), f.str_or("kind", ""), f.str_or("hint", "")};
   if (type == "program") return parse_program(f);
@@ -301,6 +333,8 @@ void body_json(json& j, const StepLine& s) {
 void body_json(json& j, const EvalLine& e) {
   j["step"] = e.step;
   j["loss"] = number_json(e.loss);
+  if (!e.when.empty()) j["when"] = e.when;
+  put(j, "seconds", e.seconds);
 }
 
 void body_json(json& j, const DigestsLine& d) {
@@ -330,6 +364,21 @@ void body_json(json& j, const MemoryLine& m) {
   put(j, "max_allocated_bytes", m.max_allocated_bytes);
   put(j, "total_bytes", m.total_bytes);
   put(j, "rss_bytes", m.rss_bytes);
+  if (!m.window.empty()) j["window"] = m.window;
+  put(j, "peak_rss_bytes", m.peak_rss_bytes);
+  put(j, "peak_allocated_bytes", m.peak_allocated_bytes);
+  put(j, "peak_reserved_bytes", m.peak_reserved_bytes);
+  put(j, "free_bytes", m.free_bytes);
+}
+
+void body_json(json& j, const ProfileLine& p) {
+  j["step"] = p.step;
+  put(j, "seconds", p.seconds);
+  if (!p.profiler.empty()) j["profiler"] = p.profiler;
+  put(j, "events", p.events);
+  put(j, "comm_s", p.comm_s);
+  if (!p.file.empty()) j["file"] = p.file;
+  if (!p.error.empty()) j["error"] = p.error;
 }
 
 void body_json(json& j, const StepMemoryLine& m) {
@@ -339,6 +388,7 @@ void body_json(json& j, const StepMemoryLine& m) {
   j["peak_bytes"] = m.peak_bytes ? json(*m.peak_bytes) : json(nullptr);
   j["baseline_bytes"] = m.baseline_bytes ? json(*m.baseline_bytes) : json(nullptr);
   j["state"] = {{"parameters", m.parameters_bytes}, {"gradients", m.gradients_bytes}, {"optimizer", m.optimizer_bytes}};
+  put(j, "matmul_flops", m.matmul_flops);
 }
 
 void body_json(json& j, const ErrorLine& e) {
@@ -371,8 +421,8 @@ void body_json(json& j, const StageLine& s) {
 }  // namespace
 
 const char* type_of(const Body& b) {
-  static constexpr const char* kTypes[] = {"hello",  "step",        "eval",  "digests", "checkpoint",
-                                           "memory", "step_memory", "error", "program", "stage"};
+  static constexpr const char* kTypes[] = {"hello",       "step",  "eval",    "digests", "checkpoint", "memory",
+                                           "step_memory", "error", "program", "stage",   "profile"};
   static_assert(std::size(kTypes) == std::variant_size_v<Body>, "a type name per body");
   return kTypes[b.index()];
 }
@@ -419,6 +469,7 @@ nlohmann::json to_json(const Spec& s) {
   if (s.probe) j["probe"] = {{"micro_batch", s.probe->first}, {"seq_len", s.probe->second}};
   if (s.start_latest) j["start_from"] = "latest";
   if (s.reshard) j["reshard"] = {{"from", s.reshard->first}, {"to", s.reshard->second}};
+  if (s.profile_step) j["profile_step"] = *s.profile_step;
   return j;
 }
 
@@ -453,9 +504,9 @@ bool seed_int(const json& v) { return v.is_number_unsigned() || int_from(v, 0); 
 std::vector<std::string> spec_problems(const json& d) {
   static const std::set<std::string> kRequired = {"protocol", "role",    "run_dir", "checkpoint_dir", "save_at",
                                                   "stop_at",  "restore", "seed",    "deterministic",  "events"};
-  static const std::set<std::string> kOptional = {"digests_every", "kill_in_save", "probe",
-                                                  "start_from",    "run_dir_hex",  "checkpoint_dir_hex",
-                                                  "events_hex",    "restore_hex",  "reshard"};
+  static const std::set<std::string> kOptional = {"digests_every", "kill_in_save",       "probe",      "start_from",
+                                                  "run_dir_hex",   "checkpoint_dir_hex", "events_hex", "restore_hex",
+                                                  "reshard",       "profile_step"};
   std::vector<std::string> problems;
   for (const auto& [k, v] : d.items())
     if (!kRequired.count(k) && !kOptional.count(k)) problems.push_back("unknown key '" + printable(k) + "'");
@@ -484,6 +535,7 @@ std::vector<std::string> spec_problems(const json& d) {
       "digests_every", [](const json& v) { return int_from(v, 0); }, "an integer >= 0");
   check(
       "kill_in_save", [](const json& v) { return v.is_null() || positive_int(v); }, "null or an integer >= 1");
+  check("profile_step", positive_int, "an integer >= 1");
   check(
       "probe",
       [](const json& v) {
@@ -557,6 +609,7 @@ Spec spec_from_json(const json& d, const std::string& where) {
   s.start_latest = d.value("start_from", std::string("init")) == "latest";
   if (const auto it = d.find("reshard"); it != d.end())
     s.reshard = {{it->at("from").get<std::int64_t>(), it->at("to").get<std::int64_t>()}};
+  if (const auto it = d.find("profile_step"); it != d.end()) s.profile_step = it->get<std::int64_t>();
   return s;
 }
 
@@ -700,6 +753,8 @@ void WorkerLog::add(const Event& e) {
           errors.push_back(b);
         else if constexpr (std::is_same_v<T, ProgramLine>)
           program = b;
+        else if constexpr (std::is_same_v<T, ProfileLine>)
+          profile = b;
       },
       e.body);
 }
@@ -846,6 +901,40 @@ namespace {
 
 // The steps of `v`, and whether the resumed run restored `save_step` (its last restore line); a failed
 // "restored step" check, cause checkpoint, when it did not.
+// The program's evaluate() (Pilot(evaluate=...)) in the reference's save of
+// `save_step` and right after the resume restored it: the same state gives
+// the same validation loss (bitwise, or within the tolerance). Nothing to
+// check when neither ran it.
+void check_eval_across_restore(Verdict& v, const WorkerLog& ref, const WorkerLog& res, std::int64_t save_step,
+                               double tolerance) {
+  const auto find = [&](const WorkerLog& log, const char* when) -> const EvalLine* {
+    const EvalLine* found = nullptr;
+    for (const auto& e : log.evals)
+      if (e.when == when && e.step == save_step) found = &e;
+    return found;
+  };
+  const EvalLine* before = find(ref, "before_save");
+  const EvalLine* after = find(res, "after_restore");
+  if (!before && !after) return;
+  const std::string k = std::to_string(save_step);
+  Check c{"eval after restore", false, "", "eval"};
+  if (!before) {
+    c.detail = "the resumed run evaluated after restoring step " + k + ", the reference did not in its save of it";
+  } else if (!after) {
+    c.detail = "the reference evaluated in its save of step " + k +
+               ", the resumed run not after restoring it (did it restore through the helper, Pilot.restore() or "
+               "pilot.restored(step)?)";
+  } else {
+    c.ok = close_enough(before->loss, after->loss, tolerance);
+    c.detail = c.ok ? "equal (" + before->loss.text() + ")"
+                    : "before the save " + before->loss.text() + ", after the restore " + after->loss.text() +
+                          ": the evaluation reads something the restore did not bring back (the model's weights or "
+                          "buffers, or state of its own such as a validation data iterator)";
+  }
+  if (!c.ok && v.cause.empty()) v.cause.push_back("eval");
+  v.add(c);
+}
+
 bool restored_step(Verdict& v, const WorkerLog& res, std::int64_t save_step, std::int64_t last_step, bool observed) {
   v.saved_step = save_step;
   v.last_step = last_step;
@@ -872,6 +961,7 @@ Verdict compare(const WorkerLog& ref, const WorkerLog& res, std::int64_t save_st
                            saved, observed ? "after your load" : "after its restore", observed);
   if (!st.ok) v.cause.push_back(st.component.empty() ? "state" : st.component);
   v.add(st);
+  check_eval_across_restore(v, ref, res, save_step, tolerance);
   // 2. Every resumed step's loss.
   std::map<std::int64_t, const StepLine*> ref_steps;
   for (const auto& s : ref.steps) ref_steps[s.step] = &s;

@@ -293,6 +293,7 @@ std::string memory_chart(const RunReport& report) {
       // The device's own figure when there is one (reserved: what the allocator holds), else allocated.
       auto peak = v.peak_reserved_bytes;
       if (!peak || *peak < 0) peak = v.peak_allocated_bytes;
+      if (!peak || *peak < 0) peak = v.peak_rss_bytes;  // a program on the CPU: the process's peak RSS
       if (peak && *peak >= 0) bars.push_back({name, {{"peak", static_cast<double>(*peak)}}});
     }
   const auto total = mem.device_total_bytes;
@@ -492,7 +493,7 @@ std::string report_html(const RunReport& report, const json& trace) {
   o << "<p class=\"meta\">Beside this page: <code>report.json</code> (everything), <code>report.md</code>, "
        "<a href=\"trace.json\">trace.json</a> (the stages of every process, for ui.perfetto.dev or "
        "chrome://tracing), "
-    << (profiled ? "<a href=\"profile.json\">profile.json</a> (LibTorch's profile of one step, the same way), " : "")
+    << (profiled ? "<a href=\"profile.json\">profile.json</a> (the profile of one step, the same way), " : "")
     << "<code>events.jsonl</code>.</p>";
 
   std::vector<Row> stages;

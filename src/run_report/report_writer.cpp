@@ -119,6 +119,13 @@ std::string fmt_bytes(double b) {
 }
 std::string fmt_bytes(const Opt<std::int64_t>& v) { return v ? fmt_bytes(static_cast<double>(*v)) : "n/a"; }
 
+std::string fmt_ms(const Opt<double>& seconds) {
+  if (!seconds) return "n/a";
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3) << *seconds * 1e3 << " ms";
+  return os.str();
+}
+
 std::string fmt_number(const Opt<double>& v, int precision = 3) {
   if (!v) return "n/a";
   std::ostringstream os;
@@ -234,8 +241,8 @@ void write_measurements_md(std::ostream& md, const RunReport& r) {
   if (const auto& mem = m.memory) {
     const StepMemory& sm = or_empty(mem->step);
     md << "| peak memory, measured step | allocated " << fmt_bytes(sm.peak_allocated_bytes) << ", reserved "
-       << fmt_bytes(sm.peak_reserved_bytes) << ", device total " << fmt_bytes(mem->device_total_bytes) << " ("
-       << text_of(mem->source) << ") |\n";
+       << fmt_bytes(sm.peak_reserved_bytes) << ", peak RSS " << fmt_bytes(sm.peak_rss_bytes) << ", device total "
+       << fmt_bytes(mem->device_total_bytes) << " (" << text_of(mem->source) << ") |\n";
     if (const auto& sb = mem->state_bytes)
       md << "| state | parameters " << fmt_bytes(sb->parameters) << ", gradients " << fmt_bytes(sb->gradients)
          << ", optimizer " << fmt_bytes(sb->optimizer) << " |\n";
@@ -272,6 +279,21 @@ void write_measurements_md(std::ostream& md, const RunReport& r) {
          << " | " << fmt_bytes(v.peak_rss_bytes) << " |\n";
     }
   }
+  // The profiled step's operators and kernels with the most self time (from profile.json).
+  for (const auto& st : or_empty(r.stages))
+    if (const auto& prof = or_empty(st.figures).profile; prof && prof->top && !prof->top->empty()) {
+      md << "\nTop operators of the profiled step (step " << text_of(prof->step) << ", by self time; "
+         << text_of(prof->file)
+         << "):\n\n| operator | on | self time | share | total | calls |\n|---|---|---|---|---|---|\n";
+      for (const auto& op : *prof->top) {
+        const double share = prof->self_s && *prof->self_s > 0 && op.self_s ? 100.0 * *op.self_s / *prof->self_s : -1;
+        std::string name = for_terminal(op.name.value_or(""));
+        std::replace(name.begin(), name.end(), '|', '/');  // a cell of its own
+        md << "| " << name << " | " << text_of(op.device) << " | " << fmt_ms(op.self_s) << " | "
+           << (share >= 0 ? fmt_number(share, 1) + "%" : std::string("n/a")) << " | " << fmt_ms(op.total_s) << " | "
+           << text_of(op.calls) << " |\n";
+      }
+    }
 }
 
 // report.md's "Environment": what ran, from the pinned manifest (docs/manifest.md).
@@ -459,8 +481,12 @@ std::vector<std::string> memory_stage_order(const RunReport& r) {
                            ? &*r.measurements->memory->stages
                            : nullptr;
   if (!stages) return order;
+  // A step's life first (a program's pilot has no load, train or eval stage of its own), then the stages as they ran.
+  for (const char* s : {"load", "train", "eval", "checkpoint_save", "restore", "eval_after_restore"})
+    if (stages->count(s)) order.emplace_back(s);
   for (const auto& st : or_empty(r.stages))
-    if (st.stage && stages->count(*st.stage)) order.push_back(*st.stage);
+    if (st.stage && stages->count(*st.stage) && std::find(order.begin(), order.end(), *st.stage) == order.end())
+      order.push_back(*st.stage);
   for (const auto& [stage, v] : *stages)
     if (std::find(order.begin(), order.end(), stage) == order.end()) order.push_back(stage);
   return order;

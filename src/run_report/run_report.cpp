@@ -16,6 +16,15 @@ void fields(V& v, StageMemory& s) {
 }
 
 template <class V>
+void fields(V& v, ProfileOp& s) {
+  v("name", s.name);
+  v("device", s.device);
+  v("self_s", s.self_s);
+  v("total_s", s.total_s);
+  v("calls", s.calls);
+}
+
+template <class V>
 void fields(V& v, Profile& s) {
   v("file", s.file);
   v("profiler", s.profiler);
@@ -24,6 +33,10 @@ void fields(V& v, Profile& s) {
   v("events", s.events);
   v("micro_batch", s.micro_batch);
   v("seq_len", s.seq_len);
+  v("step", s.step);
+  v("seconds", s.seconds);
+  v("self_s", s.self_s);
+  v("top", s.top);
 }
 
 template <class V>
@@ -272,6 +285,7 @@ template <class V>
 void fields(V& v, StepMemory& s) {
   v("peak_allocated_bytes", s.peak_allocated_bytes);
   v("peak_reserved_bytes", s.peak_reserved_bytes);
+  v("peak_rss_bytes", s.peak_rss_bytes);
 }
 
 template <class V>
@@ -579,5 +593,13 @@ template Json section_to_json(const Reproduction&);
 template Json section_to_json(const Manifest&);
 template Json section_to_json(const StageMemory&);
 template Json section_to_json(const IoFigures&);
+template Json section_to_json(const Stage&);
+template Json section_to_json(const Profile&);
+
+template <class Section>
+Section section_from_json(const Json& j) {
+  return json_doc::read<Section>(j);
+}
+template Stage section_from_json(const Json&);
 
 }  // namespace anchor::run_report

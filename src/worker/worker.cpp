@@ -699,7 +699,7 @@ double eval_stage(WorkerContext& ctx, train::Trainer& t) {
   StageMemory eval_mem(t.device());
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval");
   ctx.out.eval_loss = eval_loss;
-  protocol::emit(protocol::EvalLine{t.step(), {true, eval_loss}});
+  protocol::emit(protocol::EvalLine{t.step(), {true, eval_loss}, "", std::nullopt});
   ctx.out.stages.push_back(eval.end({{"loss", eval_loss},
                                      {"perplexity", std::exp(eval_loss)},
                                      {"batches", p.eval_batches},
@@ -957,7 +957,7 @@ void resume_from_checkpoint(WorkerContext& ctx) {
   protocol::StageTimer eval("eval_after_restore");
   const double eval_loss = finite_eval_loss(t.evaluate(p.eval_batches), "eval after the restore");
   ctx.out.eval_loss = eval_loss;
-  protocol::emit(protocol::EvalLine{t.step(), {true, eval_loss}});
+  protocol::emit(protocol::EvalLine{t.step(), {true, eval_loss}, "", std::nullopt});
   stages.push_back(eval.end({{"loss", eval_loss}, {"perplexity", std::exp(eval_loss)}}));
   write_stages_so_far(ctx, "resume");
 

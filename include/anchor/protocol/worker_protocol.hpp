@@ -58,6 +58,9 @@ struct Spec {
   // the worker first restores the newest committed checkpoint that verifies,
   // and save_at, stop_at and kill_in_save count from its step. Absent: from 0.
   bool start_latest = false;
+  // "profile_step": the step the helper runs under torch.profiler (worker B's last);
+  // rank 0 writes the trace to <run_dir>/profile.json.
+  std::optional<std::int64_t> profile_step;
   // "reshard": {"from": A, "to": B} when worker B runs at another world size
   // than worker A (pilot.resume_world_size): both fingerprint the full state
   // (a DTensor gathered, not this rank's shard), so that the two compare.
@@ -122,6 +125,10 @@ struct StepLine {
 struct EvalLine {
   std::int64_t step = 0;
   Number loss;
+  // "before_save" / "after_restore": the helper ran the program's evaluate() in the save of
+  // `step` or right after restoring it; "" for the program's own eval lines.
+  std::string when;
+  std::optional<double> seconds;
 };
 struct DigestsLine {
   std::optional<std::int64_t> step;
@@ -140,9 +147,20 @@ struct CheckpointLine {
   std::string point;                  // kill_window
   std::vector<std::string> files;     // an observed save's end: what it wrote, relative to dir
 };
+// A stage's memory. The helper's own stage lines (load, train, eval,
+// checkpoint_save, restore, eval_after_restore) carry `window` and the peaks
+// since it began; the program's Pilot.memory(stage) lines the figures now.
 struct MemoryLine {
-  std::string stage, device;
+  std::string stage, device, window;
   std::optional<std::int64_t> allocated_bytes, reserved_bytes, max_allocated_bytes, total_bytes, rss_bytes;
+  std::optional<std::int64_t> peak_rss_bytes, peak_allocated_bytes, peak_reserved_bytes, free_bytes;
+};
+// One step run under torch.profiler (the spec's profile_step).
+struct ProfileLine {
+  std::int64_t step = 0;
+  std::optional<double> seconds, comm_s;
+  std::optional<std::int64_t> events;
+  std::string profiler, file, error;  // file: rank 0's trace in the run directory
 };
 // The peak of a process's second step (the first reset it), the state's bytes
 // and what the process held before its first step.
@@ -151,6 +169,7 @@ struct StepMemoryLine {
   std::string device, peak_source;
   std::optional<std::int64_t> peak_bytes, baseline_bytes;
   std::int64_t parameters_bytes = 0, gradients_bytes = 0, optimizer_bytes = 0;
+  std::optional<double> matmul_flops;  // the reference's 512x512 fp32 matmul FLOP/s (the MFU's reference)
 };
 struct ErrorLine {
   std::string message;
@@ -176,7 +195,7 @@ struct ProgramLine {
 };
 
 using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, StepMemoryLine, ErrorLine,
-                          ProgramLine, StageLine>;
+                          ProgramLine, StageLine, ProfileLine>;
 struct Event {
   std::string type;
   int rank = 0;
@@ -230,6 +249,7 @@ struct WorkerLog {
   std::vector<CheckpointLine> checkpoints;
   std::vector<MemoryLine> memory;
   std::optional<StepMemoryLine> step_memory;
+  std::optional<ProfileLine> profile;
   std::vector<ErrorLine> errors;
   std::optional<ProgramLine> program;
   void add(const Event& e);

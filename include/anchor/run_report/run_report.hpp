@@ -42,10 +42,19 @@ struct StageMemory : Rest {
   Opt<std::int64_t> peak_allocated_bytes, peak_reserved_bytes, peak_rss_bytes;
 };
 
+// figures.profile.top[]: an operator or kernel of the profiled step, by self time.
+struct ProfileOp : Rest {
+  Opt<std::string> name, device;
+  Opt<double> self_s, total_s;
+  Opt<std::int64_t> calls;
+};
+
 // figures.profile: the profile of one step (docs/report.md, "profile.json").
 struct Profile : Rest {
   Opt<std::string> file, profiler, skipped, error;
-  Opt<std::int64_t> events, micro_batch, seq_len;
+  Opt<std::int64_t> events, micro_batch, seq_len, step;
+  Opt<double> seconds, self_s;  // self_s: the self time of every operator and kernel in the trace
+  Opt<std::vector<ProfileOp>> top;
 };
 
 // A stage's figures: which are present depends on the stage (docs/report.md, "stages").
@@ -200,7 +209,7 @@ struct MeasuredStep : Rest {
 };
 
 struct StepMemory : Rest {
-  Opt<std::int64_t> peak_allocated_bytes, peak_reserved_bytes;
+  Opt<std::int64_t> peak_allocated_bytes, peak_reserved_bytes, peak_rss_bytes;
 };
 
 struct StateBytes : Rest {
@@ -406,5 +415,8 @@ std::int64_t step_number_offset(const RunReport& r);
 // Report::set_resume copies from the stages).
 template <class Section>
 Json section_to_json(const Section& section);
+// And read back (instantiated for Stage, which a driver completes before adding it).
+template <class Section>
+Section section_from_json(const Json& j);
 
 }  // namespace anchor::run_report

@@ -439,6 +439,23 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   mem.max_allocated_bytes = 15;
   mem.total_bytes = 1000;
   mem.rss_bytes = 5;
+  pp::MemoryLine window = mem;  // the helper's stage line: its window's peaks
+  window.window = "Pilot.restore()";
+  window.peak_rss_bytes = 7;
+  window.peak_allocated_bytes = 16;
+  window.peak_reserved_bytes = 24;
+  window.free_bytes = 900;
+  sm.matmul_flops = 2.5e10;
+  pp::ProfileLine prof;
+  prof.step = 8;
+  prof.seconds = 0.25;
+  prof.comm_s = 0.01;
+  prof.events = 1234;
+  prof.profiler = "torch.profiler";
+  prof.file = "profile.json";
+  pp::ProfileLine prof_failed;
+  prof_failed.step = 8;
+  prof_failed.error = "RuntimeError: no profiler";
   pp::ProgramLine prog;
   prog.root = "/p";
   prog.executable = "/usr/bin/python3";
@@ -448,8 +465,9 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   pp::ProgramLine no_dists = prog;
   no_dists.distributions.clear();
   no_dists.distributions_error = "ImportError: no metadata";
-  for (const pp::Body& b : std::vector<pp::Body>{h, s, pp::EvalLine{2, {true, 1.5}}, d, c, skip, begin, end, err, sm,
-                                                 mem, prog, no_dists}) {
+  for (const pp::Body& b : std::vector<pp::Body>{h, s, pp::EvalLine{2, {true, 1.5}, "", std::nullopt},
+                                                 pp::EvalLine{4, {true, 2.5}, "after_restore", 0.5}, d, c, skip, begin,
+                                                 end, err, sm, mem, window, prof, prof_failed, prog, no_dists}) {
     const auto e = pp::line(b, 1);
     const nlohmann::json j = pp::to_json(e);
     SCOPED_TRACE(j.dump());
@@ -485,6 +503,16 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   EXPECT_NE(error_of(R"({"type":"stage","rank":0,"time":1,"stage":"","phase":"begin"})").find("empty"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"type":"stage","rank":0,"time":1,"phase":"begin"})"), "");
+  // The helper's profile line names a file in the run directory, nothing else; an eval's `when` is one of two.
+  EXPECT_NE(error_of(R"({"type":"profile","rank":0,"time":1,"step":2,"file":"../report.json"})")
+                .find("expected a file name in the run directory"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"eval","rank":0,"time":1,"step":2,"loss":1,"when":"later"})")
+                .find("expected before_save or after_restore"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"type":"memory","rank":0,"time":1,"stage":"load","device":"cpu","peak_rss_bytes":-1})")
+                .find("negative"),
+            std::string::npos);
 }
 
 // The spec's parser, the C++ side of what the helper checks (spec.py): what
@@ -516,6 +544,9 @@ TEST(WorkerProtocol, ASpecReadsBackAsWrittenAndEveryProblemIsNamed) {
   s.reshard = {{2, 1}};
   EXPECT_EQ(pp::to_json(s)["reshard"], (nlohmann::json{{"from", 2}, {"to", 1}}));
   EXPECT_EQ(pp::spec_from_json(pp::to_json(s), "spec.json").reshard, s.reshard);
+  EXPECT_FALSE(pp::to_json(s).contains("profile_step"));
+  s.profile_step = 4;
+  EXPECT_EQ(pp::spec_from_json(pp::to_json(s), "spec.json").profile_step, 4);
 
   auto problems = [&](const std::function<void(nlohmann::json&)>& change) {
     nlohmann::json bad = j;
@@ -544,6 +575,7 @@ TEST(WorkerProtocol, ASpecReadsBackAsWrittenAndEveryProblemIsNamed) {
                            "'role' is \"teacher\"", "'digests_every' is -1"})
     EXPECT_NE(many.find(said), std::string::npos) << said << " in: " << many;
   EXPECT_NE(problems([](nlohmann::json& d) { d["kill_in_save"] = 3; }).find("does not hold it"), std::string::npos);
+  EXPECT_NE(problems([](nlohmann::json& d) { d["profile_step"] = 0; }).find("'profile_step' is 0"), std::string::npos);
   EXPECT_NE(problems([](nlohmann::json& d) { d["restore"] = "/r/c/step-00000002"; }).find("only a resume restores"),
             std::string::npos);
   EXPECT_NE(problems([](nlohmann::json& d) {
