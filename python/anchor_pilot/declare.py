@@ -9,8 +9,13 @@ the values it returns: under anchor's memory probe (a worker with role
 given. ``probe=False`` says the program cannot run at other shapes; the plan
 then rests on the one measured point. Torch-free.
 """
+import json
+import os
+import sys
+import time
+
 from .errors import PilotError
-from .spec import Spec
+from .spec import ENV, Spec
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 _declared = None
@@ -56,8 +61,66 @@ def shape(micro_batch, seq_len, *, grad_accum=1, precision="fp32", n_layer=None,
         if not probe:
             raise PilotError("run anchor's memory probe", "the program declared probe=False",
                              "anchor probes only programs that say they can run at other shapes")
-        return spec.probe["micro_batch"], spec.probe["seq_len"]
+        return _probe_points(spec)
     return micro_batch, seq_len
+
+
+def _can_fork():
+    """Whether this process can fork a probe point: one rank, no process group, CUDA not initialized (a
+    forked child cannot use it)."""
+    if not hasattr(os, "fork") or os.environ.get("WORLD_SIZE", "1") != "1":
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return False
+        d = getattr(torch, "distributed", None)
+        if d is not None and d.is_available() and d.is_initialized():
+            return False
+    return True
+
+
+def _probe_points(spec):
+    """The shape this process runs under anchor's memory probe. With further
+    points (spec.probe_more), each runs first in a child forked here, one
+    after another: the child returns its point from shape() and runs the
+    program on under its own spec (its own events file), so the program's
+    imports are paid once for every point. Where it cannot fork (several
+    ranks, CUDA initialized) it runs its own point only, and anchor starts
+    the others as processes of their own."""
+    if spec.probe_more and _can_fork():
+        for point in spec.probe_more:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                os.environ[ENV] = point["spec"]
+                rebind = getattr(sys.modules.get("anchor_pilot.pilot"), "_report_uncaught", None)
+                if rebind is not None:  # the child's uncaught errors go to its own events file
+                    rebind(Spec.from_file(point["spec"]))
+                return point["micro_batch"], point["seq_len"]
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+            if code != 0:
+                _child_failed(point, code)
+    return spec.probe["micro_batch"], spec.probe["seq_len"]
+
+
+def _child_failed(point, code):
+    """An "error" line in a forked point's events file: it ended with `code` (a signal when negative)."""
+    try:
+        events = Spec.from_file(point["spec"]).events
+        how = "was killed by signal %d" % -code if code < 0 else "exited with status %d" % code
+        line = {"type": "error", "rank": 0, "time": round(time.time(), 6),
+                "message": "the memory probe's process at (micro_batch %d, seq_len %d), forked from the first "
+                           "point's, %s" % (point["micro_batch"], point["seq_len"], how)}
+        fd = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, (json.dumps(line) + "\n").encode())
+        finally:
+            os.close(fd)
+    except (OSError, PilotError):
+        pass  # anchor then finds no step_memory line there, and says so
 
 
 def declared():

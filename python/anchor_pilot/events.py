@@ -93,6 +93,37 @@ def memory():
     return {"device": "cpu", "rss_bytes": _rss()}
 
 
+def _status(*keys):
+    """{key: bytes} of /proc/self/status's lines `keys` (kB there), None where unreadable."""
+    out = dict.fromkeys(keys)
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                k = line.split(":", 1)[0]
+                if k in out:
+                    out[k] = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def _anon_rss():
+    """The process's anonymous resident memory now (RssAnon): what it allocated (heap, tensors), not
+    the libraries' and files' pages it has mapped (RssFile, RssShmem)."""
+    return _status("RssAnon")["RssAnon"]
+
+
+def _anon_peak():
+    """The peak of the anonymous resident memory since VmHWM was last reset: VmHWM less the file-backed
+    and shared pages resident now (a step frees none of them). A process forked from another (a probe
+    point) maps its parent's libraries without their pages, and faults them in as it runs: counted in
+    VmHWM, they are not the step's memory."""
+    s = _status("VmHWM", "RssFile", "RssShmem")
+    if s["VmHWM"] is None or s["RssFile"] is None:
+        return None
+    return max(0, s["VmHWM"] - s["RssFile"] - (s["RssShmem"] or 0))
+
+
 def _vm_hwm():
     """Peak resident set size (VmHWM) of this process in bytes, or None."""
     try:
@@ -122,10 +153,10 @@ def model_device(model):
 
 def held_bytes(device):
     """What the step's memory is counted in, now, on `device` (a torch.device):
-    CUDA allocated there, else the process's RSS. (name, bytes)."""
+    CUDA allocated there, else the process's anonymous RSS. (name, bytes)."""
     if device.type == "cuda":
         return "cuda:%d" % _index(device), torch.cuda.memory_allocated(device)
-    return "cpu", _rss()
+    return "cpu", _anon_rss()
 
 
 def reset_peak(device):
@@ -148,7 +179,8 @@ def peak(device):
     """(name, peak bytes since the last reset_peak(device), what it is)."""
     if device.type == "cuda":
         return "cuda:%d" % _index(device), torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
-    return "cpu", _vm_hwm(), "VmHWM (peak RSS of the process: interpreter, libraries and data included)"
+    return "cpu", _anon_peak(), ("peak anonymous RSS (VmHWM less the file-backed pages resident: the "
+                                 "interpreter's, the libraries' and the data's allocations included)")
 
 
 def _index(device):

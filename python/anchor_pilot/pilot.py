@@ -158,6 +158,7 @@ def setup(seed=0, deterministic=False):
 
 
 _reads = None  # worker B: the files under checkpoint_dir its own load opens (observed mode)
+_hook_spec = None  # the spec whose events file an uncaught exception is reported to
 
 
 def _watch_reads(spec):
@@ -183,12 +184,14 @@ def _report_uncaught(spec):
     """Under anchor: an exception nothing catches, also before any Pilot exists
     (a framework's resume that fails inside train()), becomes an "error" line,
     so anchor's verdict can say what the program died of."""
+    global _hook_spec
+    _hook_spec = spec  # a forked probe point rebinds it to its own spec
     previous = sys.excepthook
 
     def hook(kind, exc, tb):
         if exc is not None and not getattr(exc, "_anchor_pilot_reported", False):
             try:
-                log = ev.EventLog(spec.events, rank_and_world()[0])
+                log = ev.EventLog(_hook_spec.events, rank_and_world()[0])
                 _say_reads(log)
                 log.emit("error", message="%s: %s" % (kind.__name__, exc), kind=kind.__name__)
                 log.close()
@@ -492,8 +495,8 @@ class Pilot:
         trains on other data than the reference's (the data cursor). The line
         also carries the RNG streams' digest at the step's start (data_ready),
         so anchor can say when something drew from them after a restore."""
-        profiled = self._stop_profile(step)
         now = time.monotonic()
+        profiled = self._stop_profile(step)  # after `now`: the profiler's export is not the step's time
         if self._data_ready is not None:
             if data_wait_s is None:
                 data_wait_s = self._data_ready - self._last
@@ -559,11 +562,8 @@ class Pilot:
             source += "; could not be reset after the first step: the peak of the whole process so far"
         # Held before the first step, where the peak is counted (none when the model moved to CUDA after the Pilot).
         baseline = self._baseline if self._baseline_device == device else None
-        extra = {}
-        if self.role == "reference":  # the MFU estimate's reference, as the built-in worker measures it
-            extra["matmul_flops"] = ev.matmul_flops(self._device)
         self.events.emit("step_memory", step=step, device=device, peak_bytes=peak_bytes, peak_source=source,
-                         baseline_bytes=baseline, state=self._state_bytes(), **extra)
+                         baseline_bytes=baseline, state=self._state_bytes())
 
     def eval(self, step, loss):
         """Reports the program's own validation loss at ``step`` (an "eval"
@@ -615,7 +615,11 @@ class Pilot:
             return None
         prof, self._profile = self._profile, None
         path = os.path.join(self.spec.run_dir, "profile.json") if self.rank == 0 else None
-        return prof.stop(path)
+        out = prof.stop(path)
+        # The MFU estimate's reference, as the built-in worker measures it: here, where worker B's step
+        # times are not the measured ones (worker A's are), rather than inside worker A's loop.
+        out["matmul_flops"] = ev.matmul_flops(self._device)
+        return out
 
     def memory(self, stage):
         return self.events.emit("memory", stage=stage, **ev.memory())
@@ -1063,8 +1067,10 @@ class Pilot:
 
     def _say_program(self):
         """Once per process, a "program" line: what the program runs on (its
-        sources, the interpreter, the Python distributions), for anchor's manifest."""
-        if self._program_said:
+        sources, the interpreter, the Python distributions), for anchor's manifest.
+        Not in the memory probe: anchor pins worker A's (listing the distributions
+        took 0.19 s a process here)."""
+        if self._program_said or self.role == "probe":
             return
         self._program_said = True
         self.events.emit("program", **ev.program_info())

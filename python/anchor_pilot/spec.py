@@ -12,7 +12,10 @@
      "start_from": "init" (optional; anchor's built-in worker is also told
      "latest", which this helper does not do),
      "profile_step": int (optional: the step to run under torch.profiler;
-     rank 0 writes its trace to <run_dir>/profile.json)}
+     rank 0 writes its trace to <run_dir>/profile.json),
+     "probe_more": [{"micro_batch": int, "seq_len": int, "spec": str}]
+     (optional, role "probe" only: further points, each forked at shape()
+     with the spec file named, in the spec file's directory)}
 
 A path that is not UTF-8 comes as "<key>_hex", its bytes in hex, beside
 "<key>" (printable text); the bytes are used. Relative paths are taken
@@ -30,7 +33,8 @@ ROLES = ("reference", "resume", "probe")
 _REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_at", "restore", "seed",
              "deterministic", "events")
 _PATHS = ("run_dir", "checkpoint_dir", "events", "restore")
-_OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from", "reshard", "profile_step") + tuple(k + "_hex" for k in _PATHS)
+_OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from", "reshard", "profile_step",
+             "probe_more") + tuple(k + "_hex" for k in _PATHS)
 
 
 def _is_int(v):
@@ -41,7 +45,8 @@ class Spec:
     """A validated spec (attributes named as the keys)."""
 
     def __init__(self, role, run_dir, checkpoint_dir, save_at, stop_at, restore, seed, deterministic, events,
-                 digests_every=0, kill_in_save=None, path=None, probe=None, reshard=None, profile_step=None):
+                 digests_every=0, kill_in_save=None, path=None, probe=None, reshard=None, profile_step=None,
+                 probe_more=()):
         self.protocol = PROTOCOL
         self.role, self.run_dir, self.checkpoint_dir = role, run_dir, checkpoint_dir
         self.save_at, self.stop_at, self.restore = sorted(set(save_at)), stop_at, restore
@@ -50,6 +55,7 @@ class Spec:
         self.probe = probe
         self.reshard = reshard  # {"from": A, "to": B}: the resume runs at another world size
         self.profile_step = profile_step
+        self.probe_more = list(probe_more)  # [{"micro_batch", "seq_len", "spec": an absolute path}]
 
     @classmethod
     def from_file(cls, path):
@@ -101,6 +107,14 @@ class Spec:
         check("digests_every", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
         check("kill_in_save", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
         check("profile_step", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+        check("probe_more", lambda v: isinstance(v, list) and all(
+            isinstance(p, dict) and sorted(p) == ["micro_batch", "seq_len", "spec"] and
+            _is_int(p["micro_batch"]) and p["micro_batch"] >= 1 and _is_int(p["seq_len"]) and p["seq_len"] >= 1 and
+            isinstance(p["spec"], str) and p["spec"] not in ("", ".", "..") and "/" not in p["spec"] and
+            "\0" not in p["spec"] for p in v),
+              'a list of {"micro_batch": int >= 1, "seq_len": int >= 1, "spec": a file name}')
+        if not problems and d.get("probe_more") and d["role"] != "probe":
+            problems.append("'probe_more' is given but role is %s (only the memory probe forks)" % json.dumps(d["role"]))
         if not problems and d.get("kill_in_save") is not None and d["kill_in_save"] not in d["save_at"]:
             problems.append("'kill_in_save' is %d but save_at %s does not hold it" % (d["kill_in_save"],
                                                                                   json.dumps(d["save_at"])))
@@ -133,7 +147,8 @@ class Spec:
                    save_at=d["save_at"], stop_at=d["stop_at"], restore=rel(d["restore"]), seed=d["seed"],
                    deterministic=d["deterministic"], events=rel(d["events"]),
                    digests_every=d.get("digests_every", 0), kill_in_save=d.get("kill_in_save"), path=path,
-                   probe=d.get("probe"), reshard=d.get("reshard"), profile_step=d.get("profile_step"))
+                   probe=d.get("probe"), reshard=d.get("reshard"), profile_step=d.get("profile_step"),
+                   probe_more=[dict(p, spec=os.path.join(base, p["spec"])) for p in d.get("probe_more", [])])
 
     @classmethod
     def from_env(cls, environ=None):

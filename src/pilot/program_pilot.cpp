@@ -633,7 +633,7 @@ json step_figures(const Pilot& p, const pp::WorkerLog& ref, const pp::WorkerLog&
     out["micro_batch"] = ref.hello->shape->micro_batch;
     out["grad_accum"] = ref.hello->shape->grad_accum;
   }
-  const double matmul = ref.step_memory ? ref.step_memory->matmul_flops.value_or(0) : 0;
+  const double matmul = res.profile ? res.profile->matmul_flops.value_or(0) : 0;
   if (!tokens.empty() && step_s > 0 && flops_per_token > 0 && matmul > 0) {
     const double achieved = flops_per_token * tok / step_s;
     out["achieved_flops"] = achieved;
@@ -1507,6 +1507,32 @@ void not_planned(Run& r, const std::string& why) {
   r.p.report.set_section("plan", {{"status", "not planned"}, {"why", why}});
 }
 
+// A memory probe point the first point's process forked (spec probe_more): its
+// events file, whole, once that process has ended (its children with it). False
+// when the helper did not fork it (nothing there): it then runs on its own.
+bool read_forked_point(Pilot& p, const pp::Spec& spec, const std::string& tag, Outcome& o) {
+  std::error_code ec;
+  if (!std::filesystem::exists(spec.events, ec)) return false;
+  pp::EventReader reader(spec.events, max_lines_per_rank(spec.stop_at), max_bytes_per_rank(spec.stop_at));
+  const auto events = reader.poll();
+  if (events.empty()) return false;
+  o = Outcome{};
+  o.status = 0;
+  for (const auto& e : events) {
+    if (e.rank != 0)
+      throw Error(
+          ErrorKind::kRuntime,
+          printable(spec.events) + ": a line of rank " + std::to_string(e.rank) + " from a probe point of one rank",
+          "the program must not set RANK itself; anchor sets it (docs/program.md, \"The contract\")");
+    if (e.type != "program") p.events->write(e.raw, "program-" + tag);
+    o.logs[0].add(e);
+    if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && o.error.empty())
+      o.status = 1, o.error = err->message;
+  }
+  o.seconds = std::max(0.0, events.back().time - events.front().time);
+  return true;
+}
+
 // The memory probe: when the program said it runs at the shape
 // anchor_pilot.shape() returns, fresh processes run two steps each at a
 // smaller micro-batch and a shorter sequence (as the built-in probe does),
@@ -1521,8 +1547,8 @@ Step memory_probe(Run& r) {
   if (shapes.empty()) return std::nullopt;  // micro-batch 1 and a short sequence: the one point stands
   const auto t0 = Clock::now();
   json figures = json::array();
+  std::vector<pp::Spec> specs;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const auto [pmb, pT] = shapes[i];
     const std::string tag = "probe-" + std::to_string(i + 1);
     pp::Spec spec = r.spec;
     spec.role = pp::Role::kProbe;
@@ -1530,16 +1556,37 @@ Step memory_probe(Run& r) {
     spec.save_at.clear();
     spec.kill_in_save.reset();
     spec.restore.reset();
+    spec.profile_step.reset();
     spec.stop_at = 2;
     spec.checkpoint_dir = r.l.dir + "/" + tag + ".checkpoints";  // never written: a probe saves nothing
     spec.events = r.l.dir + "/" + tag + ".events.jsonl";
+    specs.push_back(std::move(spec));
+  }
+  // One rank: the first point's process forks the others at anchor_pilot.shape() (spec
+  // probe_more), so the program's imports are paid once. Each forked point has its own spec
+  // and events file; one the helper did not fork (CUDA initialized) runs as a process of its own.
+  const bool fork = p.nproc == 1 && !p.opts.nodes && specs.size() > 1;
+  if (fork)
+    for (std::size_t i = 1; i < specs.size(); ++i) {
+      const std::string file = "probe-" + std::to_string(i + 1) + ".spec.json";
+      fs::atomic_write_file(r.l.dir + "/" + file, dump_json(pp::to_json(specs[i]), 2) + "\n");
+      std::error_code ec;
+      std::filesystem::remove(specs[i].events, ec);  // a reused run directory's
+      specs[0].probe_more.push_back({specs[i].probe->first, specs[i].probe->second, file});
+    }
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto [pmb, pT] = shapes[i];
+    const std::string tag = "probe-" + std::to_string(i + 1);
+    const pp::Spec& spec = specs[i];
     Outcome o;
     auto failed = [&](ExitCode code, const std::string& why) {
       not_planned(r, "the memory probe failed: " + why);
       return fail(p, "memory_probe", code, why);
     };
+    bool forked = false;
     try {
-      o = run_program_worker(p, r.l, spec, tag);
+      if (i > 0 && fork) forked = read_forked_point(p, spec, tag, o);
+      if (!forked) o = run_program_worker(p, r.l, spec, tag);
     } catch (const Error& e) {
       return failed(exit_code_for(e.kind()), with_hint(e));
     }
@@ -1572,7 +1619,8 @@ Step memory_probe(Run& r) {
                        {"seq_len", pT},
                        {"peak_bytes", *sm->peak_bytes},
                        {"rank", rank},
-                       {"seconds", o.seconds}});
+                       {"seconds", o.seconds},
+                       {"process", forked ? "forked from probe-1's at anchor_pilot.shape()" : "its own"}});
   }
   p.report.add_stage({{"stage", "memory_probe"},
                       {"status", "passed"},

@@ -138,8 +138,6 @@ StepMemoryLine parse_step_memory(const JsonFields& f) {
   m.parameters_bytes = st.integer("parameters");
   m.gradients_bytes = st.integer("gradients");
   m.optimizer_bytes = st.integer("optimizer");
-  m.matmul_flops = f.optional_number("matmul_flops");
-  if (m.matmul_flops && !(*m.matmul_flops >= 0)) throw bad("\"step_memory\".matmul_flops is negative");
   for (auto v : {m.peak_bytes.value_or(0), m.baseline_bytes.value_or(0), m.parameters_bytes, m.gradients_bytes,
                  m.optimizer_bytes})
     if (v < 0) throw bad("\"step_memory\" has a negative byte count");
@@ -203,6 +201,9 @@ ProfileLine parse_profile(const JsonFields& f) {
   pr.step = f.integer("step");
   pr.seconds = f.optional_number("seconds");
   pr.comm_s = f.optional_number("comm_s");
+  pr.matmul_flops = f.optional_number("matmul_flops");
+  for (const auto& v : {pr.seconds, pr.comm_s, pr.matmul_flops})
+    if (v && !(*v >= 0)) throw bad("\"profile\" has a negative figure");
   pr.events = f.optional_integer("events");
   pr.profiler = f.str_or("profiler", "");
   pr.file = f.str_or("file", "");
@@ -377,6 +378,7 @@ void body_json(json& j, const ProfileLine& p) {
   if (!p.profiler.empty()) j["profiler"] = p.profiler;
   put(j, "events", p.events);
   put(j, "comm_s", p.comm_s);
+  put(j, "matmul_flops", p.matmul_flops);
   if (!p.file.empty()) j["file"] = p.file;
   if (!p.error.empty()) j["error"] = p.error;
 }
@@ -388,7 +390,6 @@ void body_json(json& j, const StepMemoryLine& m) {
   j["peak_bytes"] = m.peak_bytes ? json(*m.peak_bytes) : json(nullptr);
   j["baseline_bytes"] = m.baseline_bytes ? json(*m.baseline_bytes) : json(nullptr);
   j["state"] = {{"parameters", m.parameters_bytes}, {"gradients", m.gradients_bytes}, {"optimizer", m.optimizer_bytes}};
-  put(j, "matmul_flops", m.matmul_flops);
 }
 
 void body_json(json& j, const ErrorLine& e) {
@@ -470,6 +471,11 @@ nlohmann::json to_json(const Spec& s) {
   if (s.start_latest) j["start_from"] = "latest";
   if (s.reshard) j["reshard"] = {{"from", s.reshard->first}, {"to", s.reshard->second}};
   if (s.profile_step) j["profile_step"] = *s.profile_step;
+  if (!s.probe_more.empty()) {
+    j["probe_more"] = json::array();
+    for (const auto& pt : s.probe_more)
+      j["probe_more"].push_back({{"micro_batch", pt.micro_batch}, {"seq_len", pt.seq_len}, {"spec", pt.spec}});
+  }
   return j;
 }
 
@@ -506,7 +512,7 @@ std::vector<std::string> spec_problems(const json& d) {
                                                   "stop_at",  "restore", "seed",    "deterministic",  "events"};
   static const std::set<std::string> kOptional = {"digests_every", "kill_in_save",       "probe",      "start_from",
                                                   "run_dir_hex",   "checkpoint_dir_hex", "events_hex", "restore_hex",
-                                                  "reshard",       "profile_step"};
+                                                  "reshard",       "profile_step",       "probe_more"};
   std::vector<std::string> problems;
   for (const auto& [k, v] : d.items())
     if (!kRequired.count(k) && !kOptional.count(k)) problems.push_back("unknown key '" + printable(k) + "'");
@@ -537,6 +543,19 @@ std::vector<std::string> spec_problems(const json& d) {
       "kill_in_save", [](const json& v) { return v.is_null() || positive_int(v); }, "null or an integer >= 1");
   check("profile_step", positive_int, "an integer >= 1");
   check(
+      "probe_more",
+      [](const json& v) {
+        return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& pt) {
+                 if (!pt.is_object() || pt.size() != 3 || !pt.contains("micro_batch") || !pt.contains("seq_len") ||
+                     !pt.contains("spec"))
+                   return false;
+                 const json& f = pt["spec"];
+                 return positive_int(pt["micro_batch"]) && positive_int(pt["seq_len"]) && f.is_string() && f != "" &&
+                        f != "." && f != ".." && f.get<std::string>().find('/') == std::string::npos;
+               });
+      },
+      "a list of {\"micro_batch\": int >= 1, \"seq_len\": int >= 1, \"spec\": a file name}");
+  check(
       "probe",
       [](const json& v) {
         return v.is_object() && v.size() == 2 && v.contains("micro_batch") && v.contains("seq_len") &&
@@ -560,6 +579,8 @@ std::vector<std::string> spec_problems(const json& d) {
     problems.push_back("'kill_in_save' is " + kill.dump() + " but save_at " + d["save_at"].dump() +
                        " does not hold it");
   const bool probe = d.contains("probe") && !d["probe"].is_null();
+  if (d.contains("probe_more") && !d["probe_more"].empty() && d["role"] != "probe")
+    problems.push_back("'probe_more' is given but role is " + d["role"].dump() + " (only the memory probe forks)");
   if ((d["role"] == "probe") != probe)
     problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
   if (d.contains("restore_hex") && d["restore"].is_null())
@@ -610,6 +631,10 @@ Spec spec_from_json(const json& d, const std::string& where) {
   if (const auto it = d.find("reshard"); it != d.end())
     s.reshard = {{it->at("from").get<std::int64_t>(), it->at("to").get<std::int64_t>()}};
   if (const auto it = d.find("profile_step"); it != d.end()) s.profile_step = it->get<std::int64_t>();
+  if (const auto it = d.find("probe_more"); it != d.end())
+    for (const auto& pt : *it)
+      s.probe_more.push_back({pt.at("micro_batch").get<std::int64_t>(), pt.at("seq_len").get<std::int64_t>(),
+                              pt.at("spec").get<std::string>()});
   return s;
 }
 

@@ -61,6 +61,17 @@ struct Spec {
   // "profile_step": the step the helper runs under torch.profiler (worker B's last);
   // rank 0 writes the trace to <run_dir>/profile.json.
   std::optional<std::int64_t> profile_step;
+  // "probe_more" (role probe, one rank): further points of the memory probe, each
+  // forked by the helper at anchor_pilot.shape() and run under the spec file named
+  // (a file name in the spec's directory), so that the program's imports are paid once.
+  struct ProbePoint {
+    std::int64_t micro_batch = 0, seq_len = 0;
+    std::string spec;
+    bool operator==(const ProbePoint& o) const {
+      return micro_batch == o.micro_batch && seq_len == o.seq_len && spec == o.spec;
+    }
+  };
+  std::vector<ProbePoint> probe_more;
   // "reshard": {"from": A, "to": B} when worker B runs at another world size
   // than worker A (pilot.resume_world_size): both fingerprint the full state
   // (a DTensor gathered, not this rank's shard), so that the two compare.
@@ -158,7 +169,8 @@ struct MemoryLine {
 // One step run under torch.profiler (the spec's profile_step).
 struct ProfileLine {
   std::int64_t step = 0;
-  std::optional<double> seconds, comm_s;
+  // matmul_flops: a 512x512 fp32 matmul's FLOP/s on the device, timed right after (the MFU's reference)
+  std::optional<double> seconds, comm_s, matmul_flops;
   std::optional<std::int64_t> events;
   std::string profiler, file, error;  // file: rank 0's trace in the run directory
 };
@@ -169,7 +181,6 @@ struct StepMemoryLine {
   std::string device, peak_source;
   std::optional<std::int64_t> peak_bytes, baseline_bytes;
   std::int64_t parameters_bytes = 0, gradients_bytes = 0, optimizer_bytes = 0;
-  std::optional<double> matmul_flops;  // the reference's 512x512 fp32 matmul FLOP/s (the MFU's reference)
 };
 struct ErrorLine {
   std::string message;

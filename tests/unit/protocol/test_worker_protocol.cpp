@@ -445,11 +445,11 @@ TEST(WorkerProtocol, EveryLineSerialisesToWhatItParsesBackAs) {
   window.peak_allocated_bytes = 16;
   window.peak_reserved_bytes = 24;
   window.free_bytes = 900;
-  sm.matmul_flops = 2.5e10;
   pp::ProfileLine prof;
   prof.step = 8;
   prof.seconds = 0.25;
   prof.comm_s = 0.01;
+  prof.matmul_flops = 2.5e10;
   prof.events = 1234;
   prof.profiler = "torch.profiler";
   prof.file = "profile.json";
@@ -547,6 +547,16 @@ TEST(WorkerProtocol, ASpecReadsBackAsWrittenAndEveryProblemIsNamed) {
   EXPECT_FALSE(pp::to_json(s).contains("profile_step"));
   s.profile_step = 4;
   EXPECT_EQ(pp::spec_from_json(pp::to_json(s), "spec.json").profile_step, 4);
+  {
+    pp::Spec probe = s;
+    probe.role = pp::Role::kProbe;
+    probe.probe = {{1, 32}};
+    probe.probe_more = {{4, 16, "probe-2.spec.json"}};
+    EXPECT_EQ(pp::spec_from_json(pp::to_json(probe), "spec.json").probe_more, probe.probe_more);
+    nlohmann::json not_a_name = pp::to_json(probe);
+    not_a_name["probe_more"][0]["spec"] = "../x.json";
+    EXPECT_THROW(pp::spec_from_json(not_a_name, "spec.json"), anchor::Error) << "a file name, not a path";
+  }
 
   auto problems = [&](const std::function<void(nlohmann::json&)>& change) {
     nlohmann::json bad = j;
