@@ -13,8 +13,10 @@
 2. With --anchor: the whole `anchor pilot` of examples/gpt (K=R=2 at the same
    size) against the script run by hand: K+R steps with one torch.save (+fsync)
    after step K, then a fresh process that torch.loads it and runs R steps.
-   The pilot also runs the memory probe (two more processes, which the peer
-   does not): its share is printed, and the ratio without it. And what a
+   The pilot also runs the memory probe (two more points of two steps, which
+   the peer does not; with one rank worker B forks them at
+   anchor_pilot.shape(), and the stage's seconds are theirs from fork to exit):
+   its share is printed against the goal (<= 15%), and the ratio without it. And what a
    one-point memory model (a program that cannot be probed) would have
    predicted at the probe's two points, against their measured peaks.
 Prints medians and ratios. Run by hand on a quiet machine; not in CTest.
@@ -148,7 +150,7 @@ if args.anchor:
     ma, mp, mb = statistics.median(pa), statistics.median(probe_s), statistics.median(pb)
     print("whole pilot (K=R=2): anchor %.2f s, by hand (K+R steps + torch.save, fresh torch.load + R steps) %.2f s: "
           "%.2fx" % (ma, mb, ma / mb))
-    print("  of which the memory probe (2 fresh processes x 2 steps): %.2f s = %.0f%% of the pilot; without it "
+    print("  of which the memory probe (2 points x 2 steps): %.2f s = %.0f%% of the pilot (goal <= 15%%); without it "
           "%.2fx" % (mp, 100 * mp / ma, (ma - mp) / mb))
     for shape in sorted(set(s for s, _ in one_point)):
         errs = [e for s, e in one_point if s == shape]

@@ -20,6 +20,7 @@ from .spec import ENV, Spec
 PRECISIONS = ("fp32", "bf16", "fp16")
 _declared = None
 _pilot_made = False
+forked_point = False  # this process is a memory probe's point, forked at shape(): it ends at Pilot.close()
 
 
 _MAX = 1 << 31  # sizes anchor plans with; larger ones are not a training step's
@@ -61,7 +62,11 @@ def shape(micro_batch, seq_len, *, grad_accum=1, precision="fp32", n_layer=None,
         if not probe:
             raise PilotError("run anchor's memory probe", "the program declared probe=False",
                              "anchor probes only programs that say they can run at other shapes")
-        return _probe_points(spec)
+        return _fork_points(spec) or (spec.probe["micro_batch"], spec.probe["seq_len"])
+    if spec is not None and spec.probe_more and probe:  # worker B: the memory probe's points first
+        forked = _fork_points(spec)
+        if forked is not None:
+            return forked
     return micro_batch, seq_len
 
 
@@ -69,6 +74,8 @@ def _can_fork():
     """Whether this process can fork a probe point: one rank, no process group, CUDA not initialized (a
     forked child cannot use it)."""
     if not hasattr(os, "fork") or os.environ.get("WORLD_SIZE", "1") != "1":
+        return False
+    if os.environ.get("ANCHOR_PILOT_NO_FORK"):  # a test seam: the path of a helper that cannot fork
         return False
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -80,43 +87,54 @@ def _can_fork():
     return True
 
 
-def _probe_points(spec):
-    """The shape this process runs under anchor's memory probe. With further
-    points (spec.probe_more), each runs first in a child forked here, one
-    after another: the child returns its point from shape() and runs the
-    program on under its own spec (its own events file), so the program's
-    imports are paid once for every point. Where it cannot fork (several
-    ranks, CUDA initialized) it runs its own point only, and anchor starts
-    the others as processes of their own."""
-    if spec.probe_more and _can_fork():
-        for point in spec.probe_more:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                os.environ[ENV] = point["spec"]
-                rebind = getattr(sys.modules.get("anchor_pilot.pilot"), "_report_uncaught", None)
-                if rebind is not None:  # the child's uncaught errors go to its own events file
-                    rebind(Spec.from_file(point["spec"]))
-                return point["micro_batch"], point["seq_len"]
-            _, status = os.waitpid(pid, 0)
-            code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
-            if code != 0:
-                _child_failed(point, code)
-    return spec.probe["micro_batch"], spec.probe["seq_len"]
+def _fork_points(spec):
+    """The memory probe's points of spec.probe_more, each run in a child
+    forked here, one after another: the child returns its point's shape from
+    shape() and runs the program on under its own spec (its own events file),
+    so that the program's imports are paid once for every point (worker B
+    forks them all; a probe process, those after its own). Returns the
+    child's (micro_batch, seq_len) in a child, None in the process that
+    forked them, and None where it cannot fork (several ranks, CUDA
+    initialized): anchor then starts those points as processes of their own.
+    After each child the parent appends a "forked" line to its events file:
+    its status and its seconds from the fork to its exit."""
+    if not spec.probe_more or not _can_fork():
+        return None
+    for point in spec.probe_more:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            global forked_point
+            forked_point = True
+            os.environ[ENV] = point["spec"]
+            forked_as = getattr(sys.modules.get("anchor_pilot.pilot"), "_forked_as", None)
+            if forked_as is not None:  # the child's uncaught errors go to its own events file
+                forked_as(Spec.from_file(point["spec"]))
+            return point["micro_batch"], point["seq_len"]
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        _say_forked(point, code, time.monotonic() - t0)
+    return None
 
 
-def _child_failed(point, code):
-    """An "error" line in a forked point's events file: it ended with `code` (a signal when negative)."""
+def _say_forked(point, code, seconds):
+    """The parent's account of a forked point, appended to its events file: an "error" line when it
+    failed (`code` a signal when negative), then a "forked" line with its status and seconds."""
     try:
         events = Spec.from_file(point["spec"]).events
-        how = "was killed by signal %d" % -code if code < 0 else "exited with status %d" % code
-        line = {"type": "error", "rank": 0, "time": round(time.time(), 6),
-                "message": "the memory probe's process at (micro_batch %d, seq_len %d), forked from the first "
-                           "point's, %s" % (point["micro_batch"], point["seq_len"], how)}
+        now = round(time.time(), 6)
+        lines = []
+        if code != 0:
+            how = "was killed by signal %d" % -code if code < 0 else "exited with status %d" % code
+            lines.append({"type": "error", "rank": 0, "time": now,
+                          "message": "the memory probe's process at (micro_batch %d, seq_len %d), forked at "
+                                     "anchor_pilot.shape(), %s" % (point["micro_batch"], point["seq_len"], how)})
+        lines.append({"type": "forked", "rank": 0, "time": now, "status": code, "seconds": seconds})
         fd = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, (json.dumps(line) + "\n").encode())
+            os.write(fd, "".join(json.dumps(l) + "\n" for l in lines).encode())
         finally:
             os.close(fd)
     except (OSError, PilotError):

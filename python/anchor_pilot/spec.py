@@ -14,8 +14,9 @@
      "profile_step": int (optional: the step to run under torch.profiler;
      rank 0 writes its trace to <run_dir>/profile.json),
      "probe_more": [{"micro_batch": int, "seq_len": int, "spec": str}]
-     (optional, role "probe" only: further points, each forked at shape()
-     with the spec file named, in the spec file's directory)}
+     (optional, roles "resume" and "probe": the memory probe's points, each
+     forked at shape() with the spec file named, in the spec file's
+     directory)}
 
 A path that is not UTF-8 comes as "<key>_hex", its bytes in hex, beside
 "<key>" (printable text); the bytes are used. Relative paths are taken
@@ -113,8 +114,9 @@ class Spec:
             isinstance(p["spec"], str) and p["spec"] not in ("", ".", "..") and "/" not in p["spec"] and
             "\0" not in p["spec"] for p in v),
               'a list of {"micro_batch": int >= 1, "seq_len": int >= 1, "spec": a file name}')
-        if not problems and d.get("probe_more") and d["role"] != "probe":
-            problems.append("'probe_more' is given but role is %s (only the memory probe forks)" % json.dumps(d["role"]))
+        if not problems and d.get("probe_more") and d["role"] == "reference":
+            problems.append("'probe_more' is given but role is \"reference\" (the memory probe's points are "
+                            "forked by worker B or by a probe)")
         if not problems and d.get("kill_in_save") is not None and d["kill_in_save"] not in d["save_at"]:
             problems.append("'kill_in_save' is %d but save_at %s does not hold it" % (d["kill_in_save"],
                                                                                   json.dumps(d["save_at"])))

@@ -142,7 +142,8 @@ class Measure(support.TempDirTest):
                         loss.backward()
                         opt.step()
                         p.step(step, loss=loss, tokens=mb * T)
-                print("ran", os.getpid(), mb, T)
+                    print("ran", os.getpid(), mb, T)
+                print("after", os.getpid())  # a forked point ends at Pilot.close(): never here
             """))
         base = dict(role="probe", checkpoint_dir="ck", stop_at=2)
         for i, (mb, T) in enumerate([(2, 16), (3, 8)], start=2):
@@ -159,15 +160,31 @@ class Measure(support.TempDirTest):
         ran = [l.split() for l in proc.stdout.splitlines() if l.startswith("ran")]
         self.assertEqual([(r[2], r[3]) for r in ran], [("2", "16"), ("1", "16")], "the child first, then itself")
         self.assertNotEqual(ran[0][1], ran[1][1], "two processes")
+        self.assertEqual([l.split()[1] for l in proc.stdout.splitlines() if l.startswith("after")], [ran[1][1]],
+                         "the forked point ended at Pilot.close(); the first ran its program to the end")
         for i, tokens in ((1, 16), (2, 32)):
             lines = self.lines(self.path("probe-%d.events.jsonl" % i))
             self.assertEqual([l["tokens"] for l in lines if l["type"] == "step"], [tokens, tokens])
             self.assertEqual(len([l for l in lines if l["type"] == "step_memory"]), 1)
             self.assertEqual([l for l in lines if l["type"] == "program"], [], "anchor pins worker A's")
+            forked = [l for l in lines if l["type"] == "forked"]
+            self.assertEqual(len(forked), 1 if i == 2 else 0, "the parent's account of each child")
+            if forked:
+                self.assertEqual(forked[0]["status"], 0)
+                self.assertGreater(forked[0]["seconds"], 0)
         failed = self.lines(self.path("probe-3.events.jsonl"))
-        self.assertEqual([l["type"] for l in failed], ["error"])
-        self.assertIn("(micro_batch 3, seq_len 8), forked from the first point's, exited with status 5",
+        self.assertEqual([l["type"] for l in failed], ["error", "forked"])
+        self.assertIn("(micro_batch 3, seq_len 8), forked at anchor_pilot.shape(), exited with status 5",
                       failed[0]["message"])
+        self.assertEqual(failed[1]["status"], 5)
+        # The seam of a helper that cannot fork (CUDA initialized): one point, its own; the others not run.
+        for i in (2, 3):
+            os.unlink(self.path("probe-%d.events.jsonl" % i))
+        proc = subprocess.run([sys.executable, prog], env=dict(env, ANCHOR_PILOT_NO_FORK="1"), capture_output=True,
+                              text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual([l.split()[2:] for l in proc.stdout.splitlines() if l.startswith("ran")], [["1", "16"]])
+        self.assertFalse(os.path.exists(self.path("probe-2.events.jsonl")))
 
     def test_cpu_peaks_leave_out_file_backed_pages(self):
         name, peak, source = ev.peak(torch.device("cpu"))

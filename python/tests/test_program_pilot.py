@@ -96,6 +96,17 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertIn("Top operators of the profiled step", html)
         self.assertIn('<a href="profile.json">profile.json</a>', html)
 
+    def test_gpt_probe_points_a_helper_cannot_fork_run_on_their_own(self):
+        """Where the helper cannot fork (CUDA initialized at shape(); here its test seam), each point runs
+        as a process of its own, and the plan has the same three points."""
+        self.example("gpt")
+        proc, report, run = self.pilot("gpt", ANCHOR_PILOT_NO_FORK="1")
+        self.assertMatch(proc, report)
+        probe = [s for s in report["stages"] if s["stage"] == "memory_probe"][0]
+        self.assertEqual([p["process"] for p in probe["figures"]["points"]], ["its own", "its own"])
+        self.assertNotIn("inside_resume_s", probe["figures"])
+        self.assertEqual(report["plan"]["memory_model"]["points_measured"], 3)
+
     def test_gpt_an_evaluation_that_reads_unsaved_state_is_named(self):
         """Negative control of the eval check: the eval reads a buffer that training moves and no state_dict
         holds. Every component's digest agrees; only the evaluation after the restore differs."""
@@ -150,6 +161,11 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertEqual((plan["target"]["micro_batch"], plan["target"]["seq_len"]), (4, 32))
         self.assertIsNotNone(plan["recommendation"]["device"])
         self.assertIn("memory_probe", [s["stage"] for s in report["stages"]])
+        # The probe's points were forked by worker B at anchor_pilot.shape(): no process start of their own.
+        probe = [s for s in report["stages"] if s["stage"] == "memory_probe"][0]
+        self.assertEqual({p["process"] for p in probe["figures"]["points"]},
+                         {"forked from worker B's at anchor_pilot.shape()"})
+        self.assertAlmostEqual(probe["figures"]["inside_resume_s"], sum(p["seconds"] for p in probe["figures"]["points"]))
         replan = self.anchor("plan", run)  # `anchor plan` re-plans a program's report too
         self.assertEqual(replan.returncode, 0, replan.stderr)
         self.assertIn("H100", replan.stdout)

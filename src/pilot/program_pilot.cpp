@@ -856,6 +856,8 @@ struct Run {
   std::vector<observed::HashedSave> saves;        // observed: the finished saves, pinned at the kill
   std::int64_t from = 0;                          // the save worker B resumed from (K, or a later finished one)
   std::optional<pp::DeterminismVerdict> control;  // the determinism control, when it ran
+  std::vector<pp::Spec> probes;                   // the memory probe's points, one spec each
+  bool probes_in_b = false;                       // worker B was told to fork them (spec probe_more)
 };
 
 // Observed mode: the files the finished saves of a worker reported (every rank), and those of one step.
@@ -1201,6 +1203,50 @@ Step ranks_rng(Run& r) {
   return fail(p, "ranks_rng", ExitCode::kVerification, what + " (hint: " + fix + ")");
 }
 
+// The memory probe's points (plan::probe_shapes at the program's declared shape), one
+// spec each: role probe, two steps, no saves, its own events file.
+std::vector<pp::Spec> probe_specs(const Run& r, const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes) {
+  std::vector<pp::Spec> specs;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const std::string tag = "probe-" + std::to_string(i + 1);
+    pp::Spec spec = r.spec;
+    spec.role = pp::Role::kProbe;
+    spec.probe = shapes[i];
+    spec.save_at.clear();
+    spec.kill_in_save.reset();
+    spec.restore.reset();
+    spec.profile_step.reset();
+    spec.probe_more.clear();
+    spec.reshard.reset();
+    spec.stop_at = 2;
+    spec.checkpoint_dir = r.l.dir + "/" + tag + ".checkpoints";  // never written: a probe saves nothing
+    spec.events = r.l.dir + "/" + tag + ".events.jsonl";
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+// The points the program's probe shapes give, when it can be probed (it declared its shape with
+// probe=True and reported a step's memory); none otherwise.
+std::vector<std::pair<std::int64_t, std::int64_t>> probe_shapes_of(const Run& r) {
+  const auto& ref = r.a.logs.at(0);
+  if (!ref.hello || !ref.hello->shape || !ref.hello->shape->probe || !ref.step_memory) return {};
+  return plan::probe_shapes(ref.hello->shape->micro_batch, ref.hello->shape->seq_len,
+                            r.p.cfg.pilot.memory_probe_micro_batch);
+}
+
+// Writes the spec of each point from `first` on and lists them in `forker`'s probe_more: the
+// process that forks them at anchor_pilot.shape().
+void tell_forked(const Run& r, const std::vector<pp::Spec>& specs, pp::Spec& forker, std::size_t first) {
+  for (std::size_t i = first; i < specs.size(); ++i) {
+    const std::string file = "probe-" + std::to_string(i + 1) + ".spec.json";
+    fs::atomic_write_file(r.l.dir + "/" + file, dump_json(pp::to_json(specs[i]), 2) + "\n");
+    std::error_code ec;
+    std::filesystem::remove(specs[i].events, ec);  // a reused run directory's
+    forker.probe_more.push_back({specs[i].probe->first, specs[i].probe->second, file});
+  }
+}
+
 // The program's evaluate() around the restore (Pilot(evaluate=...)): in worker
 // A's save of K and right after worker B restored it. Its stage, its peak
 // memory, and the report's eval section; the verdict compares the two losses.
@@ -1257,6 +1303,14 @@ Step resume(Run& r) {
   r.spec.kill_in_save.reset();
   r.spec.events = r.l.dir + "/resume.events.jsonl";
   r.spec.profile_step = r.last;  // its last step, under torch.profiler: <run>/profile.json
+  // One rank: worker B forks the memory probe's points at anchor_pilot.shape(), before its own
+  // model exists, so that they cost no process start (read after the verdict, in memory_probe).
+  r.spec.probe_more.clear();
+  if (p.nproc == 1 && !p.opts.nodes && !r.spec.reshard) {
+    r.probes = probe_specs(r, probe_shapes_of(r));
+    r.probes_in_b = !r.probes.empty();
+    if (r.probes_in_b) tell_forked(r, r.probes, r.spec, 0);
+  }
   try {
     r.b = run_program_worker(p, r.l, r.spec);
   } catch (const Error& e) {
@@ -1471,6 +1525,8 @@ Step determinism(Run& r) {
   if (const std::string why = control_refused(r); !why.empty()) return not_run(why);
   pp::Spec spec = r.spec;
   spec.events = r.l.dir + "/control.events.jsonl";
+  spec.profile_step.reset();  // worker B's profile.json is the run's
+  spec.probe_more.clear();
   if (const std::string why = control_checkpoints(r, spec); !why.empty()) return not_run(why);
   Outcome c;
   try {
@@ -1529,7 +1585,11 @@ bool read_forked_point(Pilot& p, const pp::Spec& spec, const std::string& tag, O
     if (const auto* err = std::get_if<pp::ErrorLine>(&e.body); err && o.error.empty())
       o.status = 1, o.error = err->message;
   }
-  o.seconds = std::max(0.0, events.back().time - events.front().time);
+  const auto& forked = o.logs[0].forked;
+  if (forked && forked->status != 0 && o.status == 0)
+    o.status = 1, o.error = "it ended with status " + std::to_string(forked->status);
+  // From the fork to its exit, as its parent timed it; else (a parent killed first) its lines' span.
+  o.seconds = forked ? forked->seconds : std::max(0.0, events.back().time - events.front().time);
   return true;
 }
 
@@ -1541,39 +1601,17 @@ bool read_forked_point(Pilot& p, const pp::Spec& spec, const std::string& tag, O
 Step memory_probe(Run& r) {
   Pilot& p = r.p;
   const auto& h = *r.a.logs.at(0).hello;
-  if (!h.shape || !h.shape->probe || !r.a.logs.at(0).step_memory) return std::nullopt;
-  const std::int64_t mb = h.shape->micro_batch, T = h.shape->seq_len;
-  const auto shapes = plan::probe_shapes(mb, T, p.cfg.pilot.memory_probe_micro_batch);
-  if (shapes.empty()) return std::nullopt;  // micro-batch 1 and a short sequence: the one point stands
+  const auto shapes = probe_shapes_of(r);
+  if (shapes.empty()) return std::nullopt;  // not probed, or micro-batch 1 and a short sequence: one point
   const auto t0 = Clock::now();
   json figures = json::array();
-  std::vector<pp::Spec> specs;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const std::string tag = "probe-" + std::to_string(i + 1);
-    pp::Spec spec = r.spec;
-    spec.role = pp::Role::kProbe;
-    spec.probe = shapes[i];
-    spec.save_at.clear();
-    spec.kill_in_save.reset();
-    spec.restore.reset();
-    spec.profile_step.reset();
-    spec.stop_at = 2;
-    spec.checkpoint_dir = r.l.dir + "/" + tag + ".checkpoints";  // never written: a probe saves nothing
-    spec.events = r.l.dir + "/" + tag + ".events.jsonl";
-    specs.push_back(std::move(spec));
-  }
-  // One rank: the first point's process forks the others at anchor_pilot.shape() (spec
-  // probe_more), so the program's imports are paid once. Each forked point has its own spec
-  // and events file; one the helper did not fork (CUDA initialized) runs as a process of its own.
-  const bool fork = p.nproc == 1 && !p.opts.nodes && specs.size() > 1;
-  if (fork)
-    for (std::size_t i = 1; i < specs.size(); ++i) {
-      const std::string file = "probe-" + std::to_string(i + 1) + ".spec.json";
-      fs::atomic_write_file(r.l.dir + "/" + file, dump_json(pp::to_json(specs[i]), 2) + "\n");
-      std::error_code ec;
-      std::filesystem::remove(specs[i].events, ec);  // a reused run directory's
-      specs[0].probe_more.push_back({specs[i].probe->first, specs[i].probe->second, file});
-    }
+  std::vector<pp::Spec> specs = r.probes_in_b ? r.probes : probe_specs(r, shapes);
+  // Not forked by worker B, one rank: the first point's process forks the others at
+  // anchor_pilot.shape() (spec probe_more).
+  const bool fork = !r.probes_in_b && p.nproc == 1 && !p.opts.nodes && specs.size() > 1;
+  if (fork) tell_forked(r, specs, specs[0], 1);
+  double inside_b = 0;  // the points worker B forked: their time was spent inside its stage
+  bool any_in_b = false;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const auto [pmb, pT] = shapes[i];
     const std::string tag = "probe-" + std::to_string(i + 1);
@@ -1585,8 +1623,9 @@ Step memory_probe(Run& r) {
     };
     bool forked = false;
     try {
-      if (i > 0 && fork) forked = read_forked_point(p, spec, tag, o);
-      if (!forked) o = run_program_worker(p, r.l, spec, tag);
+      if ((i > 0 && fork) || r.probes_in_b) forked = read_forked_point(p, spec, tag, o);
+      if (!forked) o = run_program_worker(p, r.l, spec, tag);  // not forked (CUDA initialized): on its own
+      if (forked && r.probes_in_b) inside_b += o.seconds, any_in_b = true;
     } catch (const Error& e) {
       return failed(exit_code_for(e.kind()), with_hint(e));
     }
@@ -1620,12 +1659,18 @@ Step memory_probe(Run& r) {
                        {"peak_bytes", *sm->peak_bytes},
                        {"rank", rank},
                        {"seconds", o.seconds},
-                       {"process", forked ? "forked from probe-1's at anchor_pilot.shape()" : "its own"}});
+                       {"process", !forked         ? "its own"
+                                   : r.probes_in_b ? "forked from worker B's at anchor_pilot.shape()"
+                                                   : "forked from probe-1's at anchor_pilot.shape()"}});
   }
+  // Its cost: what it took here, and the points worker B forked (their seconds from fork to exit, spent
+  // inside worker B's stage).
+  json fig = {{"points", figures}};
+  if (any_in_b) fig["inside_resume_s"] = inside_b;
   p.report.add_stage({{"stage", "memory_probe"},
                       {"status", "passed"},
-                      {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
-                      {"figures", {{"points", figures}}}});
+                      {"seconds", std::chrono::duration<double>(Clock::now() - t0).count() + inside_b},
+                      {"figures", fig}});
   return std::nullopt;
 }
 

@@ -264,6 +264,11 @@ Body parse_body(const std::string& type, const JsonFields& f) {
   }
   if (type == "memory") return parse_memory(f);
   if (type == "profile") return parse_profile(f);
+  if (type == "forked") {
+    ForkedLine fl{static_cast<int>(f.integer("status")), f.number("seconds")};
+    if (!(fl.seconds >= 0)) throw bad("\"forked\".seconds is negative");
+    return fl;
+  }
   if (type == "step_memory") return parse_step_memory(f);
   if (type == "error") return ErrorLine{f.str("message"), f.str_or("kind", ""), f.str_or("hint", "")};
   if (type == "program") return parse_program(f);
@@ -383,6 +388,11 @@ void body_json(json& j, const ProfileLine& p) {
   if (!p.error.empty()) j["error"] = p.error;
 }
 
+void body_json(json& j, const ForkedLine& fl) {
+  j["status"] = fl.status;
+  j["seconds"] = fl.seconds;
+}
+
 void body_json(json& j, const StepMemoryLine& m) {
   j["step"] = m.step;
   j["device"] = m.device;
@@ -423,7 +433,7 @@ void body_json(json& j, const StageLine& s) {
 
 const char* type_of(const Body& b) {
   static constexpr const char* kTypes[] = {"hello",       "step",  "eval",    "digests", "checkpoint", "memory",
-                                           "step_memory", "error", "program", "stage",   "profile"};
+                                           "step_memory", "error", "program", "stage",   "profile",    "forked"};
   static_assert(std::size(kTypes) == std::variant_size_v<Body>, "a type name per body");
   return kTypes[b.index()];
 }
@@ -579,8 +589,10 @@ std::vector<std::string> spec_problems(const json& d) {
     problems.push_back("'kill_in_save' is " + kill.dump() + " but save_at " + d["save_at"].dump() +
                        " does not hold it");
   const bool probe = d.contains("probe") && !d["probe"].is_null();
-  if (d.contains("probe_more") && !d["probe_more"].empty() && d["role"] != "probe")
-    problems.push_back("'probe_more' is given but role is " + d["role"].dump() + " (only the memory probe forks)");
+  if (d.contains("probe_more") && !d["probe_more"].empty() && d["role"] == "reference")
+    problems.push_back(
+        "'probe_more' is given but role is \"reference\" (the memory probe's points are forked by "
+        "worker B or by a probe)");
   if ((d["role"] == "probe") != probe)
     problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
   if (d.contains("restore_hex") && d["restore"].is_null())
@@ -780,6 +792,8 @@ void WorkerLog::add(const Event& e) {
           program = b;
         else if constexpr (std::is_same_v<T, ProfileLine>)
           profile = b;
+        else if constexpr (std::is_same_v<T, ForkedLine>)
+          forked = b;
       },
       e.body);
 }

@@ -61,7 +61,7 @@ struct Spec {
   // "profile_step": the step the helper runs under torch.profiler (worker B's last);
   // rank 0 writes the trace to <run_dir>/profile.json.
   std::optional<std::int64_t> profile_step;
-  // "probe_more" (role probe, one rank): further points of the memory probe, each
+  // "probe_more" (worker B, or a probe; one rank): the memory probe's points, each
   // forked by the helper at anchor_pilot.shape() and run under the spec file named
   // (a file name in the spec's directory), so that the program's imports are paid once.
   struct ProbePoint {
@@ -166,6 +166,13 @@ struct MemoryLine {
   std::optional<std::int64_t> allocated_bytes, reserved_bytes, max_allocated_bytes, total_bytes, rss_bytes;
   std::optional<std::int64_t> peak_rss_bytes, peak_allocated_bytes, peak_reserved_bytes, free_bytes;
 };
+// A memory probe point's end, as the process that forked it saw it (appended to
+// the point's events file): its exit status (a signal when negative) and its
+// seconds from the fork to its exit.
+struct ForkedLine {
+  int status = 0;
+  double seconds = 0;
+};
 // One step run under torch.profiler (the spec's profile_step).
 struct ProfileLine {
   std::int64_t step = 0;
@@ -206,7 +213,7 @@ struct ProgramLine {
 };
 
 using Body = std::variant<Hello, StepLine, EvalLine, DigestsLine, CheckpointLine, MemoryLine, StepMemoryLine, ErrorLine,
-                          ProgramLine, StageLine, ProfileLine>;
+                          ProgramLine, StageLine, ProfileLine, ForkedLine>;
 struct Event {
   std::string type;
   int rank = 0;
@@ -261,6 +268,7 @@ struct WorkerLog {
   std::vector<MemoryLine> memory;
   std::optional<StepMemoryLine> step_memory;
   std::optional<ProfileLine> profile;
+  std::optional<ForkedLine> forked;
   std::vector<ErrorLine> errors;
   std::optional<ProgramLine> program;
   void add(const Event& e);
