@@ -1247,6 +1247,16 @@ void tell_forked(const Run& r, const std::vector<pp::Spec>& specs, pp::Spec& for
   }
 }
 
+// One rank: worker B forks the memory probe's points at anchor_pilot.shape(), before its own
+// model exists, so that they cost no process start (read after the verdict, in memory_probe).
+void fork_probes_in_b(Run& r) {
+  r.spec.probe_more.clear();
+  if (r.p.nproc != 1 || r.p.opts.nodes || r.spec.reshard) return;
+  r.probes = probe_specs(r, probe_shapes_of(r));
+  r.probes_in_b = !r.probes.empty();
+  if (r.probes_in_b) tell_forked(r, r.probes, r.spec, 0);
+}
+
 // The program's evaluate() around the restore (Pilot(evaluate=...)): in worker
 // A's save of K and right after worker B restored it. Its stage, its peak
 // memory, and the report's eval section; the verdict compares the two losses.
@@ -1303,14 +1313,7 @@ Step resume(Run& r) {
   r.spec.kill_in_save.reset();
   r.spec.events = r.l.dir + "/resume.events.jsonl";
   r.spec.profile_step = r.last;  // its last step, under torch.profiler: <run>/profile.json
-  // One rank: worker B forks the memory probe's points at anchor_pilot.shape(), before its own
-  // model exists, so that they cost no process start (read after the verdict, in memory_probe).
-  r.spec.probe_more.clear();
-  if (p.nproc == 1 && !p.opts.nodes && !r.spec.reshard) {
-    r.probes = probe_specs(r, probe_shapes_of(r));
-    r.probes_in_b = !r.probes.empty();
-    if (r.probes_in_b) tell_forked(r, r.probes, r.spec, 0);
-  }
+  fork_probes_in_b(r);
   try {
     r.b = run_program_worker(p, r.l, r.spec);
   } catch (const Error& e) {

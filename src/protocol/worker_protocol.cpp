@@ -517,6 +517,38 @@ bool is_path_hex(const json& v) {
 }
 bool seed_int(const json& v) { return v.is_number_unsigned() || int_from(v, 0); }  // any uint64
 
+// probe_more: each point's shape and its spec, a file name beside the spec (no path).
+bool probe_points_ok(const json& v) {
+  return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& pt) {
+           if (!pt.is_object() || pt.size() != 3 || !pt.contains("micro_batch") || !pt.contains("seq_len") ||
+               !pt.contains("spec"))
+             return false;
+           const json& f = pt["spec"];
+           return positive_int(pt["micro_batch"]) && positive_int(pt["seq_len"]) && f.is_string() && f != "" &&
+                  f != "." && f != ".." && f.get<std::string>().find('/') == std::string::npos;
+         });
+}
+
+// The keys that must agree with each other (checked once each is well formed).
+void spec_relations(const json& d, std::vector<std::string>& problems) {
+  const json kill = d.value("kill_in_save", json());
+  if (!kill.is_null() && std::find(d["save_at"].begin(), d["save_at"].end(), kill) == d["save_at"].end())
+    problems.push_back("'kill_in_save' is " + kill.dump() + " but save_at " + d["save_at"].dump() +
+                       " does not hold it");
+  const bool probe = d.contains("probe") && !d["probe"].is_null();
+  if (d.contains("probe_more") && !d["probe_more"].empty() && d["role"] == "reference")
+    problems.push_back(
+        "'probe_more' is given but role is \"reference\" (the memory probe's points are forked by "
+        "worker B or by a probe)");
+  if ((d["role"] == "probe") != probe)
+    problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
+  if (d.contains("restore_hex") && d["restore"].is_null())
+    problems.push_back("'restore_hex' is given but 'restore' is null");
+  if (d["role"] != "resume" && !d["restore"].is_null())
+    problems.push_back("'restore' is " + dump_json(d["restore"]) + " but role is " + d["role"].dump() +
+                       " (only a resume restores)");
+}
+
 std::vector<std::string> spec_problems(const json& d) {
   static const std::set<std::string> kRequired = {"protocol", "role",    "run_dir", "checkpoint_dir", "save_at",
                                                   "stop_at",  "restore", "seed",    "deterministic",  "events"};
@@ -552,19 +584,8 @@ std::vector<std::string> spec_problems(const json& d) {
   check(
       "kill_in_save", [](const json& v) { return v.is_null() || positive_int(v); }, "null or an integer >= 1");
   check("profile_step", positive_int, "an integer >= 1");
-  check(
-      "probe_more",
-      [](const json& v) {
-        return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& pt) {
-                 if (!pt.is_object() || pt.size() != 3 || !pt.contains("micro_batch") || !pt.contains("seq_len") ||
-                     !pt.contains("spec"))
-                   return false;
-                 const json& f = pt["spec"];
-                 return positive_int(pt["micro_batch"]) && positive_int(pt["seq_len"]) && f.is_string() && f != "" &&
-                        f != "." && f != ".." && f.get<std::string>().find('/') == std::string::npos;
-               });
-      },
-      "a list of {\"micro_batch\": int >= 1, \"seq_len\": int >= 1, \"spec\": a file name}");
+  check("probe_more", probe_points_ok,
+        "a list of {\"micro_batch\": int >= 1, \"seq_len\": int >= 1, \"spec\": a file name}");
   check(
       "probe",
       [](const json& v) {
@@ -584,22 +605,7 @@ std::vector<std::string> spec_problems(const json& d) {
   for (const char* k : {"run_dir_hex", "checkpoint_dir_hex", "events_hex", "restore_hex"})
     check(k, is_path_hex, "a path's bytes in lowercase hex");
   if (!problems.empty()) return problems;
-  const json kill = d.value("kill_in_save", json());
-  if (!kill.is_null() && std::find(d["save_at"].begin(), d["save_at"].end(), kill) == d["save_at"].end())
-    problems.push_back("'kill_in_save' is " + kill.dump() + " but save_at " + d["save_at"].dump() +
-                       " does not hold it");
-  const bool probe = d.contains("probe") && !d["probe"].is_null();
-  if (d.contains("probe_more") && !d["probe_more"].empty() && d["role"] == "reference")
-    problems.push_back(
-        "'probe_more' is given but role is \"reference\" (the memory probe's points are forked by "
-        "worker B or by a probe)");
-  if ((d["role"] == "probe") != probe)
-    problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
-  if (d.contains("restore_hex") && d["restore"].is_null())
-    problems.push_back("'restore_hex' is given but 'restore' is null");
-  if (d["role"] != "resume" && !d["restore"].is_null())
-    problems.push_back("'restore' is " + dump_json(d["restore"]) + " but role is " + d["role"].dump() +
-                       " (only a resume restores)");
+  spec_relations(d, problems);
   return problems;
 }
 
