@@ -223,6 +223,66 @@ def main():
         if d["status"] == "failed":
             d["log"] = tail(log)
 
+    # ---- 1c. a program's pilot: memory per stage, the profiled step, held-out shapes (issue 45) ----
+    with Check(summary, "program_pilot") as d:
+        device = "cpu" if dry else "cuda"
+        ex = os.path.join(out, "program-gpt")
+        shutil.rmtree(ex, ignore_errors=True)
+        shutil.copytree(os.path.join(ROOT, "examples", "gpt"), ex)
+        run_dir = os.path.join(out, "program")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        sizes = ["--n-embd", "256", "--n-layer", "4", "--seq-len", "128", "--batch", "8", "--device", device]
+        os.environ["PYTHONPATH"] = os.path.join(ROOT, "python")
+        rc, log, secs = run([anchor, "pilot", os.path.join(ex, "pilot.yaml"), "--run-dir", run_dir,
+                             "--set", "program.command=[%s, train.py, %s]" % (sys.executable, ", ".join(sizes))], 600)
+        d.update(exit=rc, wall_s=round(secs, 2))
+        rep = read_json(os.path.join(run_dir, "report.json")) if os.path.exists(
+            os.path.join(run_dir, "report.json")) else {}
+        mem = rep.get("measurements", {}).get("memory", {})
+        stages = {k: {f: v.get(f) for f in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes")}
+                  for k, v in mem.get("stages", {}).items()}
+        prof = next((s["figures"].get("profile", {}) for s in rep.get("stages", []) if s["stage"] == "resume"), {})
+        d.update(stages=stages, device_total_bytes=mem.get("device_total_bytes"),
+                 mfu_estimate=rep.get("measurements", {}).get("step", {}).get("mfu_estimate"),
+                 profile_top=[(o["name"], o["device"], o["self_s"]) for o in prof.get("top", [])[:5]])
+        # The memory model against shapes its probe did not run, each run as a probe point runs:
+        # torch.cuda.max_memory_allocated of the second step (the step_memory line) on CUDA.
+        mm, held = rep.get("plan", {}).get("memory_model", {}), {}
+        for mb, T in ((4, 64), (8, 96)) if mm else ():
+            spec = os.path.join(out, "held-out.spec.json")
+            events = os.path.join(out, "held-out-%dx%d.jsonl" % (mb, T))
+            with open(spec, "w") as f:
+                json.dump({"protocol": 1, "role": "probe", "run_dir": out, "checkpoint_dir": os.path.join(out, "ho"),
+                           "save_at": [], "stop_at": 2, "restore": None, "seed": 0, "deterministic": True,
+                           "events": events, "probe": {"micro_batch": mb, "seq_len": T}}, f)
+            if os.path.exists(events):
+                os.unlink(events)
+            os.environ["ANCHOR_PILOT_SPEC"] = spec
+            hrc, hlog, _ = run([sys.executable, "train.py"] + sizes, 300, cwd=ex)
+            del os.environ["ANCHOR_PILOT_SPEC"]
+            lines = [json.loads(l) for l in open(events)] if hrc == 0 and os.path.exists(events) else []
+            sm = next((l for l in lines if l["type"] == "step_memory"), None)
+            if sm is None:
+                held["%dx%d" % (mb, T)] = {"failed": tail(hlog, 5)}
+                continue
+            measured = sm["peak_bytes"] - (max(0, sm["baseline_bytes"] - sm["state"]["parameters"])
+                                           if sm["device"] == "cpu" else 0)
+            predicted = (mm["fixed_bytes"] + mm["a_bytes_per_token"] * mb * T +
+                         mm["b_bytes_per_token_per_seq"] * mb * T * T)
+            held["%dx%d" % (mb, T)] = {"measured": measured, "predicted": predicted,
+                                       "error": round(predicted / measured - 1, 4)}
+        d["held_out"] = held
+        on_device = all((v["peak_allocated_bytes"] or 0) > 0 and (v["peak_reserved_bytes"] or 0) >= (
+            v["peak_allocated_bytes"] or 0) for v in stages.values()) and bool(mem.get("device_total_bytes"))
+        held_ok = len(held) == 2 and all("error" in h and abs(h["error"]) <= 0.10 for h in held.values())
+        if dry:  # on the CPU: the same program, stages and held-out shapes measured by peak RSS
+            d["status"] = "dry_run_ok" if rc == 0 and len(stages) == 6 and held_ok else "failed"
+        else:
+            d["status"] = "passed" if rc == 0 and len(stages) == 6 and on_device and held_ok and prof.get(
+                "top") else "failed"
+        if d["status"] == "failed":
+            d["log"] = tail(log)
+
     # ---- 2. GPT-2-small, bf16, loss scaler, activation checkpointing --------
     gpt2_rep = None
     with Check(summary, "gpt2_small_pilot") as d:

@@ -3,7 +3,7 @@
     python train.py [--forget optimizer|scheduler|rng|data] [--leave-out scheduler|data] [--noise]
                     [--ignore-shape] [--steps N] [--unsaved-buffer]
                     [--n-embd E] [--n-layer L]
-                    [--seq-len T] [--batch B] [--threads N]
+                    [--seq-len T] [--batch B] [--threads N] [--device cpu|cuda]
     python train.py --no-pilot [--deterministic] [--steps N] [--save-at S --save-to FILE] [--load-from FILE] [sizes]
 
 Its own loop: a small causal transformer (token and position embeddings,
@@ -51,6 +51,7 @@ p.add_argument("--n-layer", type=int, default=2)
 p.add_argument("--seq-len", type=int, default=32)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--threads", type=int, default=1)
+p.add_argument("--device", default="cpu", help="where the model and its batches live (cpu, cuda)")
 p.add_argument("--unsaved-buffer", action="store_true",
                help="negative control: eval reads a buffer that training updates and no checkpoint holds")
 p.add_argument("--ignore-shape", action="store_true",
@@ -91,7 +92,7 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
         y = (self.drop(att.softmax(dim=-1)) @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.drop(self.proj(y))
         return x + self.drop(self.mlp(self.ln2(x)))
@@ -107,7 +108,7 @@ class GPT(nn.Module):
         self.register_buffer("temperature", torch.ones(()), persistent=False)
 
     def forward(self, idx, targets):
-        x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device)))
         for blk in self.blocks:
             x = blk(x)
         logits = self.head(self.ln(x))
@@ -162,7 +163,7 @@ class ResumableSampler(torch.utils.data.Sampler):
         self.epoch, self.pos = s["epoch"], s["pos"]
 
 
-model = GPT(d=args.n_embd, layers=args.n_layer, heads=4, block=max(64, args.seq_len))
+model = GPT(d=args.n_embd, layers=args.n_layer, heads=4, block=max(64, args.seq_len)).to(args.device)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4) * (0.5 + 0.5 * math.cos(s / 50)))
 sampler = ResumableSampler(len(Windows(seq_len)), seed=7)
@@ -178,7 +179,7 @@ def evaluate():
     model.eval()
     with torch.no_grad():
         xs, ys = zip(*(val[i] for i in range(8)))
-        return model(torch.stack(xs), torch.stack(ys)).item()
+        return model(torch.stack(xs).to(args.device), torch.stack(ys).to(args.device)).item()
 
 
 # --noise: its own generator, seeded from the OS, so that torch's global one is untouched.
@@ -192,7 +193,8 @@ def train_step(x, y):
     if noise is not None:  # 1e-4 of each gradient's scale: a reduction summed in another order, amplified
         for q in model.parameters():
             if q.grad is not None:
-                q.grad.add_(torch.randn(q.grad.shape, generator=noise) * (1e-4 * float(q.grad.abs().mean())))
+                q.grad.add_(torch.randn(q.grad.shape, generator=noise).to(q.grad.device) *
+                            (1e-4 * float(q.grad.abs().mean())))
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     sched.step()
@@ -207,7 +209,7 @@ if args.no_pilot:
         sched.load_state_dict(state["scheduler"])
     it = iter(loader)
     for step in range(1, args.steps + 1):
-        x, y = next(it)
+        x, y = (t.to(args.device) for t in next(it))
         loss, grad_norm = train_step(x, y)
         loss.item()
         if step == 1:
@@ -230,7 +232,7 @@ with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=None if "scheduler"
     pilot.memory("start")
     in_pilot = 0.0  # seconds inside the helper's per-step calls, steps 2..N (the benchmark's direct measure)
     for step in range(start + 1, pilot.stop_at + 1):
-        x, y = next(it)
+        x, y = (t.to(args.device) for t in next(it))
         c0 = time.perf_counter()
         pilot.data_ready()
         c1 = time.perf_counter()

@@ -96,6 +96,36 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertIn("Top operators of the profiled step", html)
         self.assertIn('<a href="profile.json">profile.json</a>', html)
 
+    def test_gpt_memory_model_predicts_shapes_the_probe_did_not_run(self):
+        """Issue 45, item 7: the memory model fitted to a program's three points (the reference's and the
+        two the probe forked) predicts the step's peak at two shapes none of them ran within 10% on the CPU.
+        Each held-out shape runs as the probe does (role probe, two steps) and is measured as a point is:
+        the second step's peak anonymous RSS less what the process held before its first step beyond its
+        parameters. At 3.3M parameters (n_embd 256, 4 layers): small enough to run here, large enough that
+        tensors are the RSS (at 137k parameters the allocator's reuse dominates it)."""
+        self.example("gpt")
+        sizes = ["--n-embd", "256", "--n-layer", "4", "--seq-len", "128", "--batch", "8", "--threads", "1"]
+        proc, report, run = self.pilot("gpt", "program.command=[python3, train.py, %s]" % ", ".join(sizes),
+                                       "pilot.steps_before_save=2", "pilot.steps_after_resume=2")
+        self.assertMatch(proc, report)
+        mm = report["plan"]["memory_model"]
+        self.assertEqual(sorted((p["micro_batch"], p["seq_len"]) for p in mm["points"]), [(2, 128), (8, 64), (8, 128)])
+        for mb, T in ((4, 64), (8, 96)):
+            with self.subTest(micro_batch=mb, seq_len=T):
+                events = self.path("held-out-%dx%d.jsonl" % (mb, T))
+                spec = support.write_spec(self.path("held-out.spec.json"), role="probe", checkpoint_dir="ck-held-out",
+                                          events=events, stop_at=2, probe={"micro_batch": mb, "seq_len": T})
+                held = subprocess.run(["python3", "train.py"] + sizes, cwd=self.path("gpt"), capture_output=True,
+                                      text=True, env=dict(self.env, ANCHOR_PILOT_SPEC=spec), timeout=300)
+                self.assertEqual(held.returncode, 0, held.stderr[-2000:])
+                sm = [l for l in support.read_lines(events) if l["type"] == "step_memory"][0]
+                measured = sm["peak_bytes"] - max(0, sm["baseline_bytes"] - sm["state"]["parameters"])
+                predicted = (mm["fixed_bytes"] + mm["a_bytes_per_token"] * mb * T +
+                             mm["b_bytes_per_token_per_seq"] * mb * T * T)
+                self.assertLess(abs(predicted / measured - 1), 0.10,
+                                "(%d, %d): predicted %.1f MB, measured %.1f MB" % (mb, T, predicted / 1e6,
+                                                                                  measured / 1e6))
+
     def test_gpt_probe_points_a_helper_cannot_fork_run_on_their_own(self):
         """Where the helper cannot fork (CUDA initialized at shape(); here its test seam), each point runs
         as a process of its own, and the plan has the same three points."""
@@ -289,6 +319,16 @@ class ProgramPilot(support.ProgramPilotTest):
         self.assertEqual(mm["points_measured"], 1)
         self.assertIn("one measured point (micro_batch 16, seq_len 1)", mm["note"])
         self.assertNotIn("memory_probe", [s["stage"] for s in report["stages"]])
+        # The communication: the all-reduces' spans in worker B's profiled step, every rank's in its line.
+        step = report["measurements"]["step"]
+        self.assertGreater(step["comm_s"], 0)
+        self.assertIn("(worker B's step 6, rank 0)", step["comm_source"])
+        prof = [s for s in report["stages"] if s["stage"] == "resume"][0]["figures"]["profile"]
+        self.assertLess(prof["comm_s"], prof["seconds"])
+        with open(os.path.join(run, "program", "resume.events.jsonl")) as f:
+            lines = [json.loads(l) for l in f]
+        self.assertEqual(sorted(l["rank"] for l in lines if l["type"] == "profile"), [0, 1])
+        self.assertTrue(all(l["comm_s"] > 0 for l in lines if l["type"] == "profile"))
         # The point is the rank whose step peaked highest (less what each held outside its step), not rank 0's.
         with open(os.path.join(run, "program", "reference.events.jsonl")) as f:
             sm = {e["rank"]: e for e in map(json.loads, f) if e["type"] == "step_memory"}
