@@ -3,7 +3,7 @@
     python train.py [--forget optimizer|scheduler|rng|data] [--leave-out scheduler|data] [--noise]
                     [--ignore-shape] [--steps N] [--unsaved-buffer]
                     [--n-embd E] [--n-layer L]
-                    [--seq-len T] [--batch B] [--threads N] [--device cpu|cuda]
+                    [--seq-len T] [--batch B] [--threads N] [--device cpu|cuda] [--precision fp32|bf16]
     python train.py --no-pilot [--deterministic] [--steps N] [--save-at S --save-to FILE] [--load-from FILE] [sizes]
 
 Its own loop: a small causal transformer (token and position embeddings,
@@ -52,6 +52,8 @@ p.add_argument("--seq-len", type=int, default=32)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--device", default="cpu", help="where the model and its batches live (cpu, cuda)")
+p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+               help="the forward's dtype: bf16 runs it under pilot.autocast(), which anchor checks against fp32")
 p.add_argument("--unsaved-buffer", action="store_true",
                help="negative control: eval reads a buffer that training updates and no checkpoint holds")
 p.add_argument("--ignore-shape", action="store_true",
@@ -69,7 +71,8 @@ if not args.no_pilot:
 
     spec = ap.setup(seed=0, deterministic=True)  # first: seeds every RNG
     # The step's shape, for anchor's plan; under anchor's memory probe it returns the probe's.
-    batch, seq_len = ap.shape(micro_batch=args.batch, seq_len=args.seq_len, n_layer=args.n_layer, n_embd=args.n_embd)
+    batch, seq_len = ap.shape(micro_batch=args.batch, seq_len=args.seq_len, n_layer=args.n_layer, n_embd=args.n_embd,
+                              precision=args.precision)
     if args.ignore_shape:
         batch, seq_len = args.batch, args.seq_len
 else:
@@ -186,8 +189,9 @@ def evaluate():
 noise = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1) if args.noise else None
 
 
-def train_step(x, y):
-    loss = model(x, y)
+def train_step(x, y, amp):
+    with amp():  # the forward in the declared precision (pilot.autocast(): anchor checks it against fp32)
+        loss = model(x, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if noise is not None:  # 1e-4 of each gradient's scale: a reduction summed in another order, amplified
@@ -210,7 +214,8 @@ if args.no_pilot:
     it = iter(loader)
     for step in range(1, args.steps + 1):
         x, y = (t.to(args.device) for t in next(it))
-        loss, grad_norm = train_step(x, y)
+        loss, grad_norm = train_step(x, y, lambda: torch.autocast(args.device, dtype=torch.bfloat16,
+                                                                  enabled=args.precision == "bf16"))
         loss.item()
         if step == 1:
             t1 = time.perf_counter()
@@ -236,7 +241,7 @@ with ap.Pilot.from_env(model=model, optimizer=opt, scheduler=None if "scheduler"
         c0 = time.perf_counter()
         pilot.data_ready()
         c1 = time.perf_counter()
-        loss, grad_norm = train_step(x, y)
+        loss, grad_norm = train_step(x, y, pilot.autocast)
         loss, grad_norm = loss.item(), grad_norm.item()
         c2 = time.perf_counter()
         pilot.step(step, loss=loss, grad_norm=grad_norm, tokens=tokens, batch=x)

@@ -379,6 +379,8 @@ class Pilot:
         self._last_step = None
         self._profile_step = spec.profile_step if spec is not None else None
         self._profile = None  # the StepProfile running over _profile_step
+        self._autocast = None  # the dtype name Pilot.autocast() ran the last step's regions in
+        self._last_scale = None  # the GradScaler's scale at the last step line
         self.events.emit("hello", protocol=1, role=role, world_size=self.world_size, versions=ev.versions(),
                          anchor_pilot=__version__, parameters=params, executable=sys.executable, pid=os.getpid(),
                          shape=shape, checkpoints="program" if self.observe else "helper")
@@ -529,6 +531,9 @@ class Pilot:
             fields["rng_streams"], self._streams_at_start = self._streams_at_start or rng_stream_digests(), None
         if self._steps_seen == 0:  # the seed this rank's torch generator was last given: the manifest's
             fields["torch_seed"] = torch.initial_seed()
+        if self._autocast is not None:  # what Pilot.autocast() ran this step's forward in
+            fields["autocast"], self._autocast = self._autocast, None
+        fields.update(self._scaler_fields())
         self.events.emit("step", step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tokens,
                          data_wait_s=data_wait_s, compute_s=compute_s, **fields)
         if self.digests_every and step % self.digests_every == 0:
@@ -550,6 +555,31 @@ class Pilot:
             ev.reset_peak(self._device)  # the next eval's or save's window starts here
         self._start_profile(step + 1)
         self._last = time.monotonic()
+
+    def autocast(self):
+        """The context the program runs its forward in, at the precision it declared in
+        anchor_pilot.shape(precision=...): torch.autocast to bf16 or fp16 on the model's device, nothing
+        for fp32. Under anchor's precision check (a resume told precision_reference) it runs in fp32: the
+        same step from the same state, for the verdict to compare its loss and gradient norm with."""
+        declared = (_declared_shape() or {}).get("precision", "fp32")
+        if declared == "fp32" or (self.spec is not None and self.spec.precision_reference):
+            self._autocast = "fp32"
+            return contextlib.nullcontext()
+        self._autocast = declared
+        dtype = torch.bfloat16 if declared == "bf16" else torch.float16
+        return torch.autocast(device_type=self._device.type, dtype=dtype)
+
+    def _scaler_fields(self):
+        """A GradScaler's scale after this step's update() and whether the step was skipped (the scale
+        went down: the scaler found an inf or NaN gradient and left the optimizer alone)."""
+        if self.scaler is None or not getattr(self.scaler, "is_enabled", lambda: False)():
+            return {}
+        scale = float(self.scaler.get_scale())
+        out = {"loss_scale": scale}
+        if self._last_scale is not None and scale < self._last_scale:
+            out["scaler_skipped"] = True
+        self._last_scale = scale
+        return out
 
     def _state_bytes(self):
         model = _unwrap(self.model)

@@ -13,6 +13,9 @@
      "latest", which this helper does not do),
      "profile_step": int (optional: the step to run under torch.profiler;
      rank 0 writes its trace to <run_dir>/profile.json),
+     "precision_reference": true (optional, role "resume" only: run the
+     program's Pilot.autocast() regions in fp32, the reference its
+     declared precision is checked against),
      "probe_more": [{"micro_batch": int, "seq_len": int, "spec": str}]
      (optional, roles "resume" and "probe": the memory probe's points, each
      forked at shape() with the spec file named, in the spec file's
@@ -35,7 +38,7 @@ _REQUIRED = ("protocol", "role", "run_dir", "checkpoint_dir", "save_at", "stop_a
              "deterministic", "events")
 _PATHS = ("run_dir", "checkpoint_dir", "events", "restore")
 _OPTIONAL = ("digests_every", "kill_in_save", "probe", "start_from", "reshard", "profile_step",
-             "probe_more") + tuple(k + "_hex" for k in _PATHS)
+             "probe_more", "precision_reference") + tuple(k + "_hex" for k in _PATHS)
 
 
 def _is_int(v):
@@ -47,7 +50,7 @@ class Spec:
 
     def __init__(self, role, run_dir, checkpoint_dir, save_at, stop_at, restore, seed, deterministic, events,
                  digests_every=0, kill_in_save=None, path=None, probe=None, reshard=None, profile_step=None,
-                 probe_more=()):
+                 probe_more=(), precision_reference=False):
         self.protocol = PROTOCOL
         self.role, self.run_dir, self.checkpoint_dir = role, run_dir, checkpoint_dir
         self.save_at, self.stop_at, self.restore = sorted(set(save_at)), stop_at, restore
@@ -57,6 +60,7 @@ class Spec:
         self.reshard = reshard  # {"from": A, "to": B}: the resume runs at another world size
         self.profile_step = profile_step
         self.probe_more = list(probe_more)  # [{"micro_batch", "seq_len", "spec": an absolute path}]
+        self.precision_reference = precision_reference  # Pilot.autocast() runs in fp32
 
     @classmethod
     def from_file(cls, path):
@@ -108,6 +112,10 @@ class Spec:
         check("digests_every", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
         check("kill_in_save", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
         check("profile_step", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+        check("precision_reference", lambda v: v is True, "true")
+        if not problems and d.get("precision_reference") and d["role"] != "resume":
+            problems.append("'precision_reference' is given but role is %s (only a resume runs the fp32 reference)"
+                            % json.dumps(d["role"]))
         check("probe_more", lambda v: isinstance(v, list) and all(
             isinstance(p, dict) and sorted(p) == ["micro_batch", "seq_len", "spec"] and
             _is_int(p["micro_batch"]) and p["micro_batch"] >= 1 and _is_int(p["seq_len"]) and p["seq_len"] >= 1 and
@@ -150,7 +158,8 @@ class Spec:
                    deterministic=d["deterministic"], events=rel(d["events"]),
                    digests_every=d.get("digests_every", 0), kill_in_save=d.get("kill_in_save"), path=path,
                    probe=d.get("probe"), reshard=d.get("reshard"), profile_step=d.get("profile_step"),
-                   probe_more=[dict(p, spec=os.path.join(base, p["spec"])) for p in d.get("probe_more", [])])
+                   probe_more=[dict(p, spec=os.path.join(base, p["spec"])) for p in d.get("probe_more", [])],
+                   precision_reference=bool(d.get("precision_reference")))
 
     @classmethod
     def from_env(cls, environ=None):

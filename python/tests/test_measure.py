@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import unittest
 
 import torch
 
@@ -15,6 +16,17 @@ import anchor_pilot as ap
 from anchor_pilot import events as ev
 from tests import support
 from tests.test_schema import SCHEMA, validate
+
+
+def _cpu_scaler():
+    try:
+        torch.amp.GradScaler("cpu")
+        return True
+    except (AttributeError, TypeError, RuntimeError):
+        return False
+
+
+_CPU_SCALER = _cpu_scaler()
 
 
 def _model():
@@ -191,3 +203,26 @@ class Measure(support.TempDirTest):
         self.assertEqual(name, "cpu")
         self.assertLess(peak, ev._vm_hwm())
         self.assertIn("anonymous", source)
+
+    @unittest.skipUnless(_CPU_SCALER, "torch %s has no GradScaler on the CPU (torch.amp.GradScaler(\"cpu\"), 2.3 on)"
+                         % torch.__version__)
+    def test_a_grad_scaler_s_scale_and_skipped_steps_are_in_the_step_lines(self):
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=1)
+        events = self.path("ev.jsonl")
+        with ap.Pilot(self.path("ck"), model=model, optimizer=opt, scaler=scaler, events=events) as pilot:
+            for step in (1, 2, 3):
+                with pilot.autocast():
+                    loss = model(torch.randn(8, 64)).square().mean()
+                opt.zero_grad()
+                scaler.scale(loss).backward()
+                if step == 2:  # an overflow: the scaler skips this step and halves its scale
+                    next(model.parameters()).grad.view(-1)[0] = float("inf")
+                scaler.step(opt)
+                scaler.update()
+                pilot.step(step, loss=loss)
+        steps = [l for l in self.lines(events) if l["type"] == "step"]
+        self.assertEqual([l["loss_scale"] for l in steps], [2.0 ** 17, 2.0 ** 16, 2.0 ** 17])
+        self.assertEqual([l.get("scaler_skipped", False) for l in steps], [False, True, False])
+        self.assertEqual([l["autocast"] for l in steps], ["fp32"] * 3, "no precision declared: fp32")

@@ -62,6 +62,8 @@ class ProgramPilot(support.ProgramPilotTest):
             self.assertGreater(st["peak_rss_bytes"], 50 << 20, name)
             self.assertEqual((st["peak_allocated_bytes"], st["device"]), (-1, "cpu"), name)  # no CPU allocator
         stages = {s["stage"]: s for s in report["stages"]}
+        self.assertNotIn("precision", stages, "fp32 declared: nothing to check against fp32")
+        self.assertNotIn("precision", report)
         self.assertEqual(stages["checkpoint_save"]["figures"]["memory"], mem["stages"]["checkpoint_save"])
         self.assertEqual(stages["restore"]["figures"]["memory"], mem["stages"]["restore"])
         self.assertEqual(mem["step"]["peak_rss_bytes"], mem["stages"]["train"]["peak_rss_bytes"])
@@ -125,6 +127,31 @@ class ProgramPilot(support.ProgramPilotTest):
                 self.assertLess(abs(predicted / measured - 1), 0.10,
                                 "(%d, %d): predicted %.1f MB, measured %.1f MB" % (mb, T, predicted / 1e6,
                                                                                   measured / 1e6))
+
+    def test_gpt_bf16_step_is_checked_against_fp32(self):
+        """Issue 45, item 4: a program that declares bf16 and runs its forward in pilot.autocast() gets a
+        process that restores the save of K and runs step K+1 in fp32; worker B's bf16 step K+1 is compared
+        with it. The negative control: a tolerance no bf16 step meets flags it (a warning, as the built-in's)."""
+        self.example("gpt")
+        proc, report, run = self.pilot("gpt", "program.command=[python3, train.py, --precision, bf16]")
+        self.assertMatch(proc, report)
+        prec = report["precision"]
+        self.assertEqual((prec["precision"], prec["reference"], prec["step"], prec["verdict"]), ("bf16", "fp32", 5, "ok"))
+        for k in ("loss", "grad_norm"):
+            self.assertGreater(prec[k]["rel_diff"], 0, "bf16 is not fp32")  # the two sides really differ
+            self.assertLess(prec[k]["rel_diff"], 0.05)
+        stages = [s["stage"] for s in report["stages"]]
+        self.assertEqual(stages[stages.index("compare"):], ["compare", "cross_check", "precision", "memory_probe", "plan"])
+        with open(os.path.join(run, "program", "precision.events.jsonl")) as f:
+            steps = [json.loads(l) for l in f if '"step"' in l and '"type": "step"' in l]
+        self.assertEqual([(l["step"], l["autocast"]) for l in steps], [(5, "fp32")])
+        with open(os.path.join(run, "report.md")) as f:
+            self.assertIn("bf16 vs fp32: ok", f.read())
+        proc, report, run = self.pilot("gpt", "program.command=[python3, train.py, --precision, bf16]",
+                                       "pilot.precision_tolerance=1e-9", run="run-flagged")
+        self.assertMatch(proc, report)
+        self.assertEqual(report["precision"]["verdict"], "flagged")
+        self.assertIn("differs from fp32 beyond pilot.precision_tolerance", proc.stderr)
 
     def test_gpt_probe_points_a_helper_cannot_fork_run_on_their_own(self):
         """Where the helper cannot fork (CUDA initialized at shape(); here its test seam), each point runs

@@ -1721,6 +1721,138 @@ Step make_plan(Run& r) {
   return std::nullopt;
 }
 
+// One step line of `log` (nullptr when it has none).
+const pp::StepLine* step_line(const pp::WorkerLog& log, std::int64_t step) {
+  for (const auto& s : log.steps)
+    if (s.step == step) return &s;
+  return nullptr;
+}
+
+// The fp32 side against the low-precision side of one figure (docs/precision.md).
+struct PrecisionSide {
+  json j;  // {fp32, value, rel_diff, flagged}
+  bool finite = false, flagged = false;
+  double rel_diff = 0;
+};
+PrecisionSide precision_figure(const pp::Number& fp32, const pp::Number& low, double tol) {
+  PrecisionSide out;
+  out.finite = fp32.known && low.known && std::isfinite(fp32.value) && std::isfinite(low.value);
+  if (!out.finite) {
+    out.j = {{"fp32", fp32.known ? json(fp32.text()) : json()}, {"value", low.known ? json(low.text()) : json()}};
+    return out;
+  }
+  out.rel_diff = std::fabs(low.value - fp32.value) / std::max(std::fabs(fp32.value), 1e-12);
+  out.flagged = out.rel_diff > tol;
+  out.j = {{"fp32", fp32.value}, {"value", low.value}, {"rel_diff", out.rel_diff}, {"flagged", out.flagged}};
+  return out;
+}
+
+// The loss scaler as the step lines say it (a GradScaler given to the Pilot): its scale at worker A's
+// save and at worker B's end, and the steps it skipped (an inf or NaN gradient), as the built-in's.
+void add_loss_scaler(Run& r) {
+  const auto& ref = r.a.logs.at(0);
+  const auto& res = r.b.logs.at(0);
+  const bool enabled = std::any_of(ref.steps.begin(), ref.steps.end(), [](const auto& s) { return s.loss_scale; });
+  if (!enabled) return;
+  json skipped = json::array();
+  for (const auto* log : {&ref, &res})
+    for (const auto& s : log->steps)
+      if (s.scaler_skipped && (log == &ref ? s.step <= r.last : s.step > r.k))
+        skipped.push_back({{"part", log == &ref ? "reference" : "resume"},
+                           {"step", s.step},
+                           {"loss_scale", s.loss_scale ? json(*s.loss_scale) : json()}});
+  const auto* saved = step_line(ref, r.k);
+  const auto* last = res.steps.empty() ? nullptr : &res.steps.back();
+  r.p.report.set_section("loss_scaler",
+                         {{"enabled", true},
+                          {"skipped_steps", skipped},
+                          {"saved_scale", saved && saved->loss_scale ? json(*saved->loss_scale) : json()},
+                          {"final_scale", last && last->loss_scale ? json(*last->loss_scale) : json()},
+                          {"source", "the GradScaler given to the Pilot: its scale after each step's update()"}});
+}
+
+// Issue 45, item 4: a program that declared a bf16 or fp16 step (anchor_pilot.shape(precision=...)) and
+// ran its forward in Pilot.autocast(): one more process restores the save of K, runs step K+1 with those
+// regions in fp32 (spec precision_reference), and its loss and gradient norm are compared with worker B's
+// step K+1, from the same state and batch, within pilot.precision_tolerance (docs/precision.md). A
+// non-finite figure on either side fails the stage (exit 3); one beyond the tolerance is flagged.
+Step precision_check(Run& r) {
+  Pilot& p = r.p;
+  add_loss_scaler(r);
+  const auto& ref = r.a.logs.at(0);
+  const std::string declared = ref.hello && ref.hello->shape ? ref.hello->shape->precision : "fp32";
+  if (declared == "fp32") return std::nullopt;
+  const std::int64_t step = r.k + 1;
+  const auto* low = step_line(r.b.logs.at(0), step);
+  json section = {
+      {"precision", declared}, {"reference", "fp32"}, {"step", step}, {"tolerance", p.cfg.pilot.precision_tolerance}};
+  std::string why;
+  if (!low || low->autocast != declared)
+    why = "the program does not run its forward in pilot.autocast() (step " + std::to_string(step) + " says " +
+          (low && !low->autocast.empty() ? low->autocast : std::string("nothing")) +
+          "): anchor cannot run that step in fp32";
+  else if (r.observed)
+    why = "the program loads its own checkpoints: anchor cannot point its load at the save of step " +
+          std::to_string(r.k) + " once worker B has saved step " + std::to_string(r.last);
+  if (!why.empty()) {
+    section.update({{"verdict", "not_checked"}, {"why", why}});
+    p.report.set_section("precision", section);
+    return std::nullopt;
+  }
+  p.planned_stages.insert(std::find(p.planned_stages.begin(), p.planned_stages.end(), std::string("memory_probe")),
+                          "precision");
+  pp::Spec spec = r.spec;
+  spec.role = pp::Role::kResume;
+  spec.restore = p.ckpt_dir + "/" + checkpoint::step_dir_name(r.k);
+  spec.save_at.clear();
+  spec.kill_in_save.reset();
+  spec.stop_at = step;
+  spec.profile_step.reset();
+  spec.probe_more.clear();
+  spec.precision_reference = true;
+  spec.events = r.l.dir + "/precision.events.jsonl";
+  const auto t0 = Clock::now();
+  Outcome o;
+  try {
+    o = run_program_worker(p, r.l, spec, "precision");
+  } catch (const Error& e) {
+    return fail(p, "precision", exit_code_for(e.kind()), with_hint(e));
+  }
+  if (interrupt_signal()) return interrupted_exit(p);
+  const auto* fp32 = o.logs.count(0) ? step_line(o.logs.at(0), step) : nullptr;
+  if (o.status != 0 || !fp32 || fp32->autocast != "fp32")
+    return fail(p, "precision", ExitCode::kRuntime,
+                "the fp32 reference of step " + std::to_string(step) + ": " +
+                    (o.status != 0 ? o.error
+                     : !fp32       ? std::string("it reported no step ") + std::to_string(step)
+                                   : "its step ran in " + fp32->autocast + ", not fp32"));
+  const double tol = p.cfg.pilot.precision_tolerance;
+  const auto loss = precision_figure(fp32->loss, low->loss, tol);
+  const auto norm = precision_figure(fp32->grad_norm, low->grad_norm, tol);
+  const bool finite = loss.finite && norm.finite, flagged = loss.flagged || norm.flagged;
+  const std::string verdict = !finite ? "non_finite" : flagged ? "flagged" : "ok";
+  section.update({{"loss", loss.j},
+                  {"grad_norm", norm.j},
+                  {"verdict", verdict},
+                  {"source", "worker B's step " + std::to_string(step) + " in " + declared +
+                                 " against the same step from the same save and batch with pilot.autocast() in "
+                                 "fp32 (a process of its own; rank 0's figures)"}});
+  p.report.set_section("precision", section);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  json fig = {{"precision", declared}, {"verdict", verdict}, {"step", step}, {"seconds", seconds}};
+  if (finite) fig.update({{"loss_rel_diff", loss.rel_diff}, {"grad_norm_rel_diff", norm.rel_diff}});
+  const std::string figures = "loss " + low->loss.text() + " (fp32 " + fp32->loss.text() + "), gradient norm " +
+                              low->grad_norm.text() + " (fp32 " + fp32->grad_norm.text() + ")";
+  if (!finite)
+    return fail(p, "precision", ExitCode::kVerification,
+                "step " + std::to_string(step) + " in " + declared + " against fp32 is not finite: " + figures);
+  if (flagged)
+    ANCHOR_LOG_WARN("precision", "step {} in {} differs from fp32 beyond pilot.precision_tolerance {}: {}", step,
+                    declared, tol, figures);
+  p.report.add_stage({{"stage", "precision"}, {"status", "passed"}, {"seconds", seconds}, {"figures", fig}});
+  return std::nullopt;
+}
+
 }  // namespace
 
 ExitCode run_program_pilot(Pilot& p) {
@@ -1754,7 +1886,7 @@ ExitCode run_program_pilot(Pilot& p) {
     not_planned(r, "the resume does not match its uninterrupted run: a run that does not resume is not planned");
     return resume_mismatch(p, *r.verdict, true, r.control ? r.control->words(false) : "");
   }
-  for (auto step : {memory_probe, make_plan})
+  for (auto step : {precision_check, memory_probe, make_plan})
     if (Step end = step(r)) return *end;
   if (Step end = compare_with_baseline(p)) return *end;  // under `anchor reproduce`
   p.report.set_outcome("passed", ExitCode::kOk,

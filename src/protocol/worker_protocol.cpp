@@ -227,6 +227,12 @@ Body parse_body(const std::string& type, const JsonFields& f) {
     s.stop_at = f.optional_integer("stop_at");
     s.batch = f.str_or("batch", "");
     s.rng = f.str_or("rng", "");
+    s.autocast = f.str_or("autocast", "");
+    if (!s.autocast.empty() && s.autocast != "fp32" && s.autocast != "bf16" && s.autocast != "fp16")
+      throw bad("\"step\".autocast is \"" + printable(s.autocast) + "\", expected fp32, bf16 or fp16");
+    s.loss_scale = f.optional_number("loss_scale");
+    if (s.loss_scale && !(*s.loss_scale > 0)) throw bad("\"step\".loss_scale is not positive");
+    s.scaler_skipped = f.has("scaler_skipped") && f.need("scaler_skipped") == true;
     if (f.has("rng_streams"))
       for (const auto& [name, v] : f.object("rng_streams").items()) {
         if (!v.is_string() || !is_sha256(v.get<std::string>()))
@@ -334,6 +340,9 @@ void body_json(json& j, const StepLine& s) {
     for (const auto& [name, sha] : s.rng_streams) j["rng_streams"][name] = sha;
   }
   put(j, "torch_seed", s.torch_seed);
+  if (!s.autocast.empty()) j["autocast"] = s.autocast;
+  put(j, "loss_scale", s.loss_scale);
+  if (s.scaler_skipped) j["scaler_skipped"] = true;
 }
 
 void body_json(json& j, const EvalLine& e) {
@@ -481,6 +490,7 @@ nlohmann::json to_json(const Spec& s) {
   if (s.start_latest) j["start_from"] = "latest";
   if (s.reshard) j["reshard"] = {{"from", s.reshard->first}, {"to", s.reshard->second}};
   if (s.profile_step) j["profile_step"] = *s.profile_step;
+  if (s.precision_reference) j["precision_reference"] = true;
   if (!s.probe_more.empty()) {
     j["probe_more"] = json::array();
     for (const auto& pt : s.probe_more)
@@ -542,6 +552,9 @@ void spec_relations(const json& d, std::vector<std::string>& problems) {
         "worker B or by a probe)");
   if ((d["role"] == "probe") != probe)
     problems.push_back("'probe' is given exactly when role is \"probe\" (role " + d["role"].dump() + ")");
+  if (d.contains("precision_reference") && d["role"] != "resume")
+    problems.push_back("'precision_reference' is given but role is " + d["role"].dump() +
+                       " (only a resume runs the fp32 reference)");
   if (d.contains("restore_hex") && d["restore"].is_null())
     problems.push_back("'restore_hex' is given but 'restore' is null");
   if (d["role"] != "resume" && !d["restore"].is_null())
@@ -552,9 +565,9 @@ void spec_relations(const json& d, std::vector<std::string>& problems) {
 std::vector<std::string> spec_problems(const json& d) {
   static const std::set<std::string> kRequired = {"protocol", "role",    "run_dir", "checkpoint_dir", "save_at",
                                                   "stop_at",  "restore", "seed",    "deterministic",  "events"};
-  static const std::set<std::string> kOptional = {"digests_every", "kill_in_save",       "probe",      "start_from",
-                                                  "run_dir_hex",   "checkpoint_dir_hex", "events_hex", "restore_hex",
-                                                  "reshard",       "profile_step",       "probe_more"};
+  static const std::set<std::string> kOptional = {
+      "digests_every", "kill_in_save", "probe",   "start_from",   "run_dir_hex", "checkpoint_dir_hex",
+      "events_hex",    "restore_hex",  "reshard", "profile_step", "probe_more",  "precision_reference"};
   std::vector<std::string> problems;
   for (const auto& [k, v] : d.items())
     if (!kRequired.count(k) && !kOptional.count(k)) problems.push_back("unknown key '" + printable(k) + "'");
@@ -584,6 +597,8 @@ std::vector<std::string> spec_problems(const json& d) {
   check(
       "kill_in_save", [](const json& v) { return v.is_null() || positive_int(v); }, "null or an integer >= 1");
   check("profile_step", positive_int, "an integer >= 1");
+  check(
+      "precision_reference", [](const json& v) { return v == true; }, "true");
   check("probe_more", probe_points_ok,
         "a list of {\"micro_batch\": int >= 1, \"seq_len\": int >= 1, \"spec\": a file name}");
   check(
@@ -649,6 +664,7 @@ Spec spec_from_json(const json& d, const std::string& where) {
   if (const auto it = d.find("reshard"); it != d.end())
     s.reshard = {{it->at("from").get<std::int64_t>(), it->at("to").get<std::int64_t>()}};
   if (const auto it = d.find("profile_step"); it != d.end()) s.profile_step = it->get<std::int64_t>();
+  s.precision_reference = d.contains("precision_reference");
   if (const auto it = d.find("probe_more"); it != d.end())
     for (const auto& pt : *it)
       s.probe_more.push_back({pt.at("micro_batch").get<std::int64_t>(), pt.at("seq_len").get<std::int64_t>(),

@@ -72,6 +72,8 @@ struct Spec {
     }
   };
   std::vector<ProbePoint> probe_more;
+  // "precision_reference" (role resume): the program's Pilot.autocast() regions run in fp32.
+  bool precision_reference = false;
   // "reshard": {"from": A, "to": B} when worker B runs at another world size
   // than worker A (pilot.resume_world_size): both fingerprint the full state
   // (a DTensor gathered, not this rank's shard), so that the two compare.
@@ -132,6 +134,9 @@ struct StepLine {
   std::optional<std::int64_t> tokens;
   std::optional<double> data_wait_s, compute_s;
   std::optional<std::int64_t> stop_at;  // the step count this worker stops at, when it says (the built-in does)
+  std::string autocast;                 // what Pilot.autocast() ran the forward in ("" when not used)
+  std::optional<double> loss_scale;     // a GradScaler's scale after the step's update()
+  bool scaler_skipped = false;          // the GradScaler skipped the optimizer step (inf/NaN gradient)
 };
 struct EvalLine {
   std::int64_t step = 0;
